@@ -1,0 +1,89 @@
+# Finds what Telar's headers need. Included by the top-level CMakeLists.txt and
+# by the installed TelarConfig.cmake, so a project using Telar sees the same
+# dependencies Telar was configured with.
+#
+# Inputs (cache options or variables): TELAR_ENABLE_KOKKOSKERNELS,
+# TELAR_ENABLE_ONEDNN (ON, OFF or AUTO).
+# Outputs: TELAR_HAVE_KOKKOSKERNELS, TELAR_HAVE_ONEDNN and the targets
+# Kokkos::kokkos, MPI::MPI_CXX, ZLIB::ZLIB, [Kokkos::kokkoskernels],
+# [Telar::dnnl].
+
+include(CMakeFindDependencyMacro)
+
+# Debian's Kokkos config rejects CXX extensions; say so up front instead of
+# letting it print a warning and force the cache.
+if(NOT DEFINED CMAKE_CXX_EXTENSIONS)
+  set(CMAKE_CXX_EXTENSIONS OFF)
+endif()
+
+find_dependency(Kokkos)
+
+# --- Debian/Trilinos Kokkos 3.4 workaround --------------------------------
+# Debian ships Kokkos inside Trilinos (libtrilinos-kokkos-dev). Its generated
+# Kokkos::kokkos target points INTERFACE_INCLUDE_DIRECTORIES at
+# <prefix>/lib/include (a path computed one level too shallow), while the
+# headers live in <prefix>/include/trilinos, which the same config reports
+# correctly in Kokkos_INCLUDE_DIRS. Its Kokkos Kernels config defines no
+# Kokkos::kokkoskernels target at all, only trilinos_kokkoskernels without
+# include directories. We repair both here, only when the include directory
+# is missing, so a correct Kokkos 4.x installation is left untouched.
+if(TARGET Kokkos::kokkos)
+  get_target_property(_telar_kokkos_inc Kokkos::kokkos INTERFACE_INCLUDE_DIRECTORIES)
+  set(_telar_kokkos_broken FALSE)
+  foreach(_dir IN LISTS _telar_kokkos_inc)
+    if(NOT _dir MATCHES "^\\$<" AND NOT EXISTS "${_dir}")
+      set(_telar_kokkos_broken TRUE)
+    endif()
+  endforeach()
+  if(_telar_kokkos_broken AND Kokkos_INCLUDE_DIRS)
+    message(STATUS "Telar: repairing Kokkos::kokkos include directories "
+                   "(${_telar_kokkos_inc} -> ${Kokkos_INCLUDE_DIRS})")
+    set_target_properties(Kokkos::kokkos PROPERTIES
+      INTERFACE_INCLUDE_DIRECTORIES "${Kokkos_INCLUDE_DIRS}")
+  endif()
+endif()
+# --------------------------------------------------------------------------
+
+set(TELAR_HAVE_KOKKOSKERNELS OFF)
+if(NOT TELAR_ENABLE_KOKKOSKERNELS STREQUAL "OFF")
+  find_package(KokkosKernels QUIET)
+  if(KokkosKernels_FOUND)
+    if(NOT TARGET Kokkos::kokkoskernels AND TARGET trilinos_kokkoskernels)
+      # Trilinos flavour (see above): wrap the library in the usual name.
+      add_library(Kokkos::kokkoskernels INTERFACE IMPORTED)
+      set_target_properties(Kokkos::kokkoskernels PROPERTIES
+        INTERFACE_LINK_LIBRARIES "trilinos_kokkoskernels;Kokkos::kokkos"
+        INTERFACE_INCLUDE_DIRECTORIES "${Kokkos_INCLUDE_DIRS}")
+    endif()
+    if(TARGET Kokkos::kokkoskernels)
+      set(TELAR_HAVE_KOKKOSKERNELS ON)
+    endif()
+  endif()
+  if(TELAR_ENABLE_KOKKOSKERNELS STREQUAL "ON" AND NOT TELAR_HAVE_KOKKOSKERNELS)
+    message(FATAL_ERROR "Telar: TELAR_ENABLE_KOKKOSKERNELS=ON but Kokkos Kernels "
+                        "was not found (set KokkosKernels_ROOT)")
+  endif()
+endif()
+
+# oneDNN's own CMake config drags in OpenCL; Telar only calls its C sgemm, so
+# a plain library + header look-up is enough and works on more systems.
+set(TELAR_HAVE_ONEDNN OFF)
+if(NOT TELAR_ENABLE_ONEDNN STREQUAL "OFF")
+  find_path(TELAR_DNNL_INCLUDE_DIR dnnl.h)
+  find_library(TELAR_DNNL_LIBRARY dnnl)
+  if(TELAR_DNNL_INCLUDE_DIR AND TELAR_DNNL_LIBRARY)
+    if(NOT TARGET Telar::dnnl)
+      add_library(Telar::dnnl UNKNOWN IMPORTED)
+      set_target_properties(Telar::dnnl PROPERTIES
+        IMPORTED_LOCATION "${TELAR_DNNL_LIBRARY}"
+        INTERFACE_INCLUDE_DIRECTORIES "${TELAR_DNNL_INCLUDE_DIR}")
+    endif()
+    set(TELAR_HAVE_ONEDNN ON)
+  elseif(TELAR_ENABLE_ONEDNN STREQUAL "ON")
+    message(FATAL_ERROR "Telar: TELAR_ENABLE_ONEDNN=ON but dnnl.h/libdnnl were "
+                        "not found (Debian: libdnnl-dev)")
+  endif()
+endif()
+
+find_dependency(MPI COMPONENTS CXX)
+find_dependency(ZLIB)
