@@ -1,0 +1,185 @@
+#pragma once
+/*! \file
+ *  \brief Matrix product policies: C = alpha op(A) op(B) + beta C on
+ *  row-major matrices.
+ *
+ *  Which library multiplies matrices is a policy, chosen by measurement
+ *  (docs/design.md has the figures): on x86 hosts oneDNN's sgemm is about
+ *  twice as fast as OpenBLAS (which Kokkos Kernels calls through its BLAS
+ *  TPL) at MLP shapes; on GPUs Kokkos Kernels reaches cuBLAS/rocBLAS.
+ */
+#include <telar/config.hpp>
+#include <telar/core/detail/type_traits.hpp>
+#include <telar/core/error.hpp>
+#include <telar/core/tensor.hpp>
+
+#if TELAR_HAVE_ONEDNN
+#include <dnnl.h>
+#endif
+#if TELAR_HAVE_KOKKOSKERNELS
+#include <KokkosBlas3_gemm.hpp>
+#endif
+
+#include <algorithm>
+#include <string>
+#include <type_traits>
+
+namespace telar {
+
+/*! \brief GEMM through oneDNN's dnnl_sgemm (host memory, float only). */
+struct OneDnnGemm {
+  /*! \brief Name for logs. */
+  static constexpr char const* name() { return "onednn"; }
+  /*! \brief Whether this policy multiplies T in MemorySpace.
+   *  \tparam T value type \tparam MemorySpace memory space */
+  template <class T, class MemorySpace>
+  static constexpr bool supports() {
+    return TELAR_HAVE_ONEDNN && std::is_same_v<T, float> &&
+           Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
+  }
+};
+
+/*! \brief GEMM through KokkosBlas::gemm (BLAS, cuBLAS or rocBLAS underneath). */
+struct KokkosKernelsGemm {
+  /*! \brief Name for logs. */
+  static constexpr char const* name() { return "kokkos-kernels"; }
+  /*! \brief Whether this policy multiplies T in MemorySpace.
+   *  \tparam T value type \tparam MemorySpace memory space */
+  template <class T, class MemorySpace>
+  static constexpr bool supports() {
+    return TELAR_HAVE_KOKKOSKERNELS != 0;
+  }
+};
+
+/*! \brief Portable GEMM written with Kokkos::parallel_for; slow, but runs
+ *  anywhere Kokkos does and serves as the reference in tests. */
+struct ReferenceGemm {
+  /*! \brief Name for logs. */
+  static constexpr char const* name() { return "reference"; }
+  /*! \brief Whether this policy multiplies T in MemorySpace (always).
+   *  \tparam T value type \tparam MemorySpace memory space */
+  template <class T, class MemorySpace>
+  static constexpr bool supports() {
+    return true;
+  }
+};
+
+/*! \brief Picks, per value type and memory space, the fastest available
+ *  policy: oneDNN, then Kokkos Kernels, then the reference kernel. */
+struct AutoGemm {
+  /*! \brief Name for logs. */
+  static constexpr char const* name() { return "auto"; }
+  /*! \brief Always usable. \tparam T value type \tparam MemorySpace memory space */
+  template <class T, class MemorySpace>
+  static constexpr bool supports() {
+    return true;
+  }
+  /*! \brief The concrete policy used for T in MemorySpace.
+   *  \tparam T value type \tparam MemorySpace memory space */
+  template <class T, class MemorySpace>
+  using select =
+      std::conditional_t<OneDnnGemm::supports<T, MemorySpace>(), OneDnnGemm,
+                         std::conditional_t<KokkosKernelsGemm::supports<T, MemorySpace>(),
+                                            KokkosKernelsGemm, ReferenceGemm>>;
+};
+
+/*! \brief True for the GEMM policy types above. \tparam P a type */
+template <class P>
+inline constexpr bool is_gemm_policy_v =
+    std::is_same_v<P, OneDnnGemm> || std::is_same_v<P, KokkosKernelsGemm> ||
+    std::is_same_v<P, ReferenceGemm> || std::is_same_v<P, AutoGemm>;
+
+/*! \brief Name of the policy AutoGemm resolves to for T in MemorySpace. */
+template <class T, class MemorySpace>
+constexpr char const* gemm_backend_name() {
+  return AutoGemm::select<T, MemorySpace>::name();
+}
+
+namespace detail {
+
+inline std::size_t op_rows(char t, std::size_t r, std::size_t c) { return t == 'N' ? r : c; }
+inline std::size_t op_cols(char t, std::size_t r, std::size_t c) { return t == 'N' ? c : r; }
+
+template <class Exec, class AV, class BV, class CV, class T>
+void reference_gemm(Exec const& exec, char ta, char tb, T alpha, AV A, BV B, T beta, CV C) {
+  std::size_t const K = op_cols(ta, A.extent(0), A.extent(1));
+  bool const tA = ta != 'N', tB = tb != 'N';
+  Kokkos::parallel_for(
+      "telar::gemm::reference",
+      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {C.extent(0), C.extent(1)}),
+      KOKKOS_LAMBDA(std::size_t i, std::size_t j) {
+        T acc = 0;
+        for (std::size_t k = 0; k < K; ++k)
+          acc += (tA ? A(k, i) : A(i, k)) * (tB ? B(j, k) : B(k, j));
+        C(i, j) = (beta == T(0) ? T(0) : beta * C(i, j)) + alpha * acc;
+      });
+}
+
+} // namespace detail
+
+/*! \brief C = alpha op(A) op(B) + beta C for row-major matrices.
+ *
+ *  op(X) is X for 'N' and X^T for 'T'. Rows must be contiguous (LayoutRight or
+ *  a row range of one). A shape mismatch throws ShapeError.
+ *  \tparam Policy a GEMM policy (OneDnnGemm, KokkosKernelsGemm, ReferenceGemm, AutoGemm)
+ *  \param exec execution space instance that runs the product
+ *  \param ta 'N' or 'T' for A \param tb 'N' or 'T' for B
+ *  \param alpha scale of the product \param A left matrix \param B right matrix
+ *  \param beta scale of the old C \param C result
+ */
+template <class Policy, class Exec, class AV, class BV, class CV>
+void gemm(Policy, Exec const& exec, char ta, char tb, typename CV::value_type alpha, AV const& A,
+          BV const& B, typename CV::value_type beta, CV const& C) {
+  static_assert(is_gemm_policy_v<Policy>, "telar::gemm: Policy must be a Telar GEMM policy");
+  using T = typename CV::non_const_value_type;
+  using M = typename CV::memory_space;
+  static_assert(Kokkos::SpaceAccessibility<Exec, M>::accessible,
+                "telar::gemm: the execution space cannot access the matrices' memory space");
+  if constexpr (std::is_same_v<Policy, AutoGemm>) {
+    gemm(typename AutoGemm::template select<T, M>{}, exec, ta, tb, alpha, A, B, beta, C);
+  } else {
+    static_assert(Policy::template supports<T, M>(),
+                  "telar::gemm: this policy does not support the value type or memory space "
+                  "(use telar::AutoGemm)");
+    std::size_t const m = C.extent(0), n = C.extent(1);
+    std::size_t const k = detail::op_cols(ta, A.extent(0), A.extent(1));
+    if (detail::op_rows(ta, A.extent(0), A.extent(1)) != m ||
+        detail::op_rows(tb, B.extent(0), B.extent(1)) != k ||
+        detail::op_cols(tb, B.extent(0), B.extent(1)) != n)
+      throw ShapeError("telar::gemm: op(A) is " + std::to_string(detail::op_rows(ta, A.extent(0), A.extent(1))) +
+                       "x" + std::to_string(k) + ", op(B) is " +
+                       std::to_string(detail::op_rows(tb, B.extent(0), B.extent(1))) + "x" +
+                       std::to_string(detail::op_cols(tb, B.extent(0), B.extent(1))) + ", C is " +
+                       std::to_string(m) + "x" + std::to_string(n));
+    if (m == 0 || n == 0)
+      return;
+    // K = 0 means C = beta C; libraries disagree on the leading dimensions of
+    // empty operands, so it never reaches them.
+    if (k == 0 || std::is_same_v<Policy, ReferenceGemm>) {
+      detail::reference_gemm(exec, ta, tb, alpha, A, B, beta, C);
+    } else if constexpr (std::is_same_v<Policy, OneDnnGemm>) {
+#if TELAR_HAVE_ONEDNN
+      exec.fence(); // dnnl runs on the calling thread: earlier kernels must be done
+      // Leading dimension of a row-major matrix whose rows are contiguous.
+      auto ld = [](auto const& v) {
+        return static_cast<dnnl_dim_t>(
+            std::max<std::size_t>({std::size_t(v.stride(0)), v.extent(1), std::size_t{1}}));
+      };
+      dnnl_status_t st = dnnl_sgemm(ta, tb, dnnl_dim_t(m), dnnl_dim_t(n), dnnl_dim_t(k), alpha, A.data(),
+                                    ld(A), B.data(), ld(B), beta, C.data(), ld(C));
+      if (st != dnnl_success)
+        throw Error("telar::gemm: dnnl_sgemm failed with status " + std::to_string(int(st)));
+#endif
+    } else if constexpr (std::is_same_v<Policy, KokkosKernelsGemm>) {
+#if TELAR_HAVE_KOKKOSKERNELS
+      char tas[2] = {ta, 0}, tbs[2] = {tb, 0};
+      // The execution-space overload is not in every supported Kokkos Kernels
+      // release; order with a fence instead.
+      exec.fence();
+      KokkosBlas::gemm(tas, tbs, alpha, A, B, beta, C);
+#endif
+    }
+  }
+}
+
+} // namespace telar

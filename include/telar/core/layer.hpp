@@ -1,0 +1,228 @@
+#pragma once
+/*! \file
+ *  \brief The Layer concept: what a user-supplied layer functor provides, and
+ *  the compile-time checks applied where a layer enters Telar's API.
+ *
+ *  A layer is a plain struct (no virtual functions). Minimal example:
+ *  \code
+ *  struct Scale {                       // y = 2 x, no parameters
+ *    using value_type = float;
+ *    using memory_space = telar::DefaultMemorySpace;
+ *    std::size_t output_features(std::size_t in) const { return in; }
+ *    template <class Exec>
+ *    void forward(Exec const& exec, telar::ConstMatrix<float> x, telar::Matrix<float> y,
+ *                 telar::NoSaved&) const {
+ *      Kokkos::parallel_for(Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(
+ *          exec, {0, 0}, {x.extent(0), x.extent(1)}),
+ *          KOKKOS_LAMBDA(int i, int j) { y(i, j) = 2 * x(i, j); });
+ *    }
+ *    template <class Exec>
+ *    void backward_input(Exec const& exec, telar::ConstMatrix<float> dy,
+ *                        telar::Matrix<float> dx, telar::NoSaved const&) const {
+ *      Kokkos::parallel_for(Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(
+ *          exec, {0, 0}, {dy.extent(0), dy.extent(1)}),
+ *          KOKKOS_LAMBDA(int i, int j) { dx(i, j) = 2 * dy(i, j); });
+ *    }
+ *  };
+ *  \endcode
+ *
+ *  Required members:
+ *  - `value_type`, `memory_space`;
+ *  - `std::size_t output_features(std::size_t in) const`: the output feature
+ *    count for an input feature count;
+ *  - `forward(exec, x, y, saved)`: writes y = f(x) and stores in `saved` what
+ *    backward needs (several micro-batches can be in flight, each with its own
+ *    `saved`);
+ *  - either `backward_input(exec, dy, dx, saved)` (dL/dx, on the critical
+ *    path) plus, for layers with parameters, `backward_weight(exec, dy, saved)`
+ *    (accumulates dL/dW into the gradients), or one fused
+ *    `backward(exec, dy, dx, saved)` that does both. The split lets zero-bubble
+ *    pipeline schedules fill the bubble with weight gradients and lets data
+ *    parallelism start reducing gradients early; a fused layer still runs
+ *    under every schedule, with its weight work done in the input phase.
+ *
+ *  Optional members:
+ *  - `using saved_type = S;` (default NoSaved): per-micro-batch state;
+ *  - `template <class F> void parameters(F&& f)`: calls `f(name, value, grad)`
+ *    for each parameter, where value and grad are Kokkos::View members of the
+ *    same type. Telar rebinds both views to slices of contiguous flat buffers
+ *    (for bucketed reductions and sharding), so a layer must reach its
+ *    parameters only through these members;
+ *  - `void initialize(std::uint64_t seed)`: allocates and fills parameters.
+ *    Telar calls it only on ranks that own the layer, so a layer that
+ *    allocates here rather than in its constructor costs no memory elsewhere;
+ *  - `static constexpr std::size_t in_extent, out_extent`: feature counts
+ *    known at compile time, checked between neighbours by telar::Sequential;
+ *  - `std::size_t input_features() const`: the input feature count the layer
+ *    was built for (dynamic_extent: any), checked at run time;
+ *  - `static constexpr char const* name()` or a `name()` member, used in
+ *    messages and traces;
+ *  - `double flops(std::size_t samples, std::size_t in) const`: cost estimate
+ *    for balancing pipeline stages.
+ */
+#include <telar/core/detail/type_traits.hpp>
+#include <telar/core/tensor.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace telar {
+
+/*! \brief Saved state of a layer that needs none. */
+struct NoSaved {};
+
+namespace detail {
+template <class L>
+using value_type_t = typename L::value_type;
+template <class L>
+using memory_space_t = typename L::memory_space;
+template <class L>
+using saved_type_t = typename L::saved_type;
+template <class L>
+using output_features_t =
+    decltype(std::size_t{std::declval<L const&>().output_features(std::size_t{})});
+template <class L>
+using input_features_t = decltype(std::size_t{std::declval<L const&>().input_features()});
+template <class L>
+using in_extent_t = decltype(L::in_extent);
+template <class L>
+using out_extent_t = decltype(L::out_extent);
+template <class L>
+using initialize_t = decltype(std::declval<L&>().initialize(std::uint64_t{}));
+template <class L>
+using static_name_t = decltype(L::name());
+template <class L>
+using flops_t = decltype(double(std::declval<L const&>().flops(std::size_t{}, std::size_t{})));
+
+// The four call shapes, detected with the layer's own memory space and the
+// default execution space that can reach it.
+template <class L>
+using layer_exec_t = typename detected_or_t<DefaultMemorySpace, memory_space_t, L>::execution_space;
+template <class L>
+using layer_value_t = detected_or_t<float, value_type_t, L>;
+template <class L>
+using layer_mspace_t = detected_or_t<DefaultMemorySpace, memory_space_t, L>;
+template <class L>
+using layer_saved_t = detected_or_t<NoSaved, saved_type_t, L>;
+
+template <class L>
+using forward_t = decltype(std::declval<L&>().forward(
+    std::declval<layer_exec_t<L> const&>(), std::declval<ConstMatrix<layer_value_t<L>, layer_mspace_t<L>>>(),
+    std::declval<Matrix<layer_value_t<L>, layer_mspace_t<L>>>(), std::declval<layer_saved_t<L>&>()));
+template <class L>
+using backward_input_t = decltype(std::declval<L&>().backward_input(
+    std::declval<layer_exec_t<L> const&>(), std::declval<ConstMatrix<layer_value_t<L>, layer_mspace_t<L>>>(),
+    std::declval<Matrix<layer_value_t<L>, layer_mspace_t<L>>>(),
+    std::declval<layer_saved_t<L> const&>()));
+template <class L>
+using backward_weight_t = decltype(std::declval<L&>().backward_weight(
+    std::declval<layer_exec_t<L> const&>(), std::declval<ConstMatrix<layer_value_t<L>, layer_mspace_t<L>>>(),
+    std::declval<layer_saved_t<L> const&>()));
+template <class L>
+using backward_fused_t = decltype(std::declval<L&>().backward(
+    std::declval<layer_exec_t<L> const&>(), std::declval<ConstMatrix<layer_value_t<L>, layer_mspace_t<L>>>(),
+    std::declval<Matrix<layer_value_t<L>, layer_mspace_t<L>>>(),
+    std::declval<layer_saved_t<L> const&>()));
+
+// parameters(f) is detected with a visitor accepting anything.
+struct AnyParameterVisitor {
+  template <class V, class G>
+  void operator()(char const*, V&, G&) const {}
+};
+template <class L>
+using parameters_t = decltype(std::declval<L&>().parameters(std::declval<AnyParameterVisitor&>()));
+
+template <class L, class = void>
+struct static_extents {
+  static constexpr std::size_t in = dynamic_extent;
+  static constexpr std::size_t out = dynamic_extent;
+};
+template <class L>
+struct static_extents<L, std::void_t<in_extent_t<L>, out_extent_t<L>>> {
+  static constexpr std::size_t in = L::in_extent;
+  static constexpr std::size_t out = L::out_extent;
+};
+} // namespace detail
+
+/*! \brief What Telar knows about a layer type, with defaults for the optional
+ *  members.
+ *  \tparam L a layer functor type */
+template <class L>
+struct layer_traits {
+  /*! \brief Scalar type of activations and parameters. */
+  using value_type = typename L::value_type;
+  /*! \brief Memory space of activations and parameters. */
+  using memory_space = typename L::memory_space;
+  /*! \brief Per-micro-batch state from forward to backward. */
+  using saved_type = detail::layer_saved_t<L>;
+  /*! \brief Input features known at compile time, or dynamic_extent. */
+  static constexpr std::size_t in_extent = detail::static_extents<L>::in;
+  /*! \brief Output features known at compile time, or dynamic_extent. */
+  static constexpr std::size_t out_extent = detail::static_extents<L>::out;
+  /*! \brief The layer provides backward_input (and backward_weight if it has parameters). */
+  static constexpr bool has_split_backward = detail::is_detected_v<detail::backward_input_t, L>;
+  /*! \brief The layer provides a fused backward. */
+  static constexpr bool has_fused_backward = detail::is_detected_v<detail::backward_fused_t, L>;
+  /*! \brief The layer provides backward_weight. */
+  static constexpr bool has_backward_weight = detail::is_detected_v<detail::backward_weight_t, L>;
+  /*! \brief The layer exposes parameters. */
+  static constexpr bool has_parameters = detail::is_detected_v<detail::parameters_t, L>;
+  /*! \brief The layer has an initialize(seed) hook. */
+  static constexpr bool has_initialize = detail::is_detected_v<detail::initialize_t, L>;
+};
+
+/*! \brief True when \p L satisfies the Layer concept. \tparam L a type */
+template <class L>
+inline constexpr bool is_layer_v =
+    detail::is_detected_v<detail::value_type_t, L> &&
+    detail::is_detected_v<detail::memory_space_t, L> &&
+    detail::is_detected_v<detail::output_features_t, L> &&
+    detail::is_detected_v<detail::forward_t, L> &&
+    (detail::is_detected_v<detail::backward_input_t, L> ||
+     detail::is_detected_v<detail::backward_fused_t, L>);
+
+/*! \brief Name of a layer for messages: its name() if it has one, else "layer". */
+template <class L>
+std::string layer_name(L const& layer) {
+  if constexpr (detail::is_detected_v<detail::static_name_t, L>) {
+    (void)layer;
+    return std::string(L::name());
+  } else {
+    return "layer";
+  }
+}
+
+namespace detail {
+
+// Checked where a layer enters the API (telar::Sequential): one message per
+// missing piece, naming the API and what to add.
+template <class L>
+constexpr bool check_layer() {
+  static_assert(is_detected_v<value_type_t, L>,
+                "telar::Sequential: a layer must declare `using value_type = <float|double>;`");
+  static_assert(is_detected_v<memory_space_t, L>,
+                "telar::Sequential: a layer must declare `using memory_space = <Kokkos memory "
+                "space>;` (telar::DefaultMemorySpace if unsure)");
+  static_assert(is_detected_v<output_features_t, L>,
+                "telar::Sequential: a layer must provide `std::size_t output_features(std::size_t "
+                "in) const`");
+  static_assert(is_detected_v<forward_t, L>,
+                "telar::Sequential: a layer must provide `forward(exec, ConstMatrix<T> x, Matrix<T> "
+                "y, saved_type& saved)`");
+  static_assert(is_detected_v<backward_input_t, L> || is_detected_v<backward_fused_t, L>,
+                "telar::Sequential: a layer must provide `backward_input(exec, ConstMatrix<T> dy, "
+                "Matrix<T> dx, saved_type const&)` or a fused `backward(exec, dy, dx, saved)`");
+  static_assert(!(is_detected_v<parameters_t, L> && is_detected_v<backward_input_t, L> &&
+                  !is_detected_v<backward_weight_t, L> && !is_detected_v<backward_fused_t, L>),
+                "telar::Sequential: a layer with parameters and backward_input must also provide "
+                "`backward_weight(exec, ConstMatrix<T> dy, saved_type const&)`");
+  static_assert(std::is_copy_constructible_v<layer_saved_t<L>> &&
+                    std::is_default_constructible_v<layer_saved_t<L>>,
+                "telar::Sequential: a layer's saved_type must be default- and copy-constructible");
+  return true;
+}
+
+} // namespace detail
+} // namespace telar

@@ -1,0 +1,121 @@
+#pragma once
+/*! \file
+ *  \brief Flat, contiguous storage of a model's parameters and gradients.
+ *
+ *  Layers allocate their parameters as they like; Telar then copies them into
+ *  one flat value buffer and one flat gradient buffer and rebinds the layers'
+ *  views to slices of these. One contiguous range per rank is what makes
+ *  bucketed gradient reductions, ZeRO sharding and element-wise optimizers
+ *  simple and fast: a bucket or a shard is an offset and a length.
+ */
+#include <telar/core/layer.hpp>
+#include <telar/core/tensor.hpp>
+
+#include <cstddef>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace telar {
+
+/*! \brief Where one parameter tensor lives in the flat buffers. */
+struct ParameterInfo {
+  std::string name;        //!< "layer<k>.<name>", e.g. "layer0.weight"
+  std::size_t layer = 0;   //!< index of the owning layer in the model
+  std::size_t offset = 0;  //!< first element in the flat buffers
+  std::size_t size = 0;    //!< number of elements
+  int replicas = 1;        //!< identical copies across the ranks that reduce norms together
+};
+
+/*! \brief Flat value and gradient buffers of the parameters of some layers.
+ *  \tparam T value type \tparam MemorySpace memory space */
+template <class T, class MemorySpace>
+class ParameterStore {
+public:
+  /*! \brief Elements between tensor starts are a multiple of this (64 bytes
+   *  for float), so each tensor starts aligned for vector loads. */
+  static constexpr std::size_t alignment = 64 / sizeof(T) > 0 ? 64 / sizeof(T) : 1;
+
+  /*! \brief Binds the parameters of layers [first, last) of \p model.
+   *  Values are copied in; gradients start at zero.
+   *  \param model a telar::Sequential \param first first layer \param last one past the last */
+  template <class Model>
+  void bind(Model& model, std::size_t first, std::size_t last) {
+    entries_.clear();
+    std::size_t total = 0;
+    model.for_each_layer([&](auto index, auto& layer) {
+      using L = std::decay_t<decltype(layer)>;
+      if constexpr (layer_traits<L>::has_parameters) {
+        if (index < first || index >= last)
+          return;
+        layer.parameters([&](char const* name, auto& value, auto& grad) {
+          static_assert(std::is_same_v<std::decay_t<decltype(value)>, std::decay_t<decltype(grad)>>,
+                        "telar::ParameterStore: a parameter's value and gradient views must have "
+                        "the same type");
+          ParameterInfo info;
+          info.name = "layer" + std::to_string(index) + "." + name;
+          info.layer = index;
+          info.offset = total;
+          info.size = value.size();
+          entries_.push_back(info);
+          total += (info.size + alignment - 1) / alignment * alignment;
+        });
+      }
+    });
+    values_ = Vector<T, MemorySpace>("telar::ParameterStore::values", total);
+    grads_ = Vector<T, MemorySpace>("telar::ParameterStore::grads", total);
+    std::size_t k = 0;
+    model.for_each_layer([&](auto index, auto& layer) {
+      using L = std::decay_t<decltype(layer)>;
+      if constexpr (layer_traits<L>::has_parameters) {
+        if (index < first || index >= last)
+          return;
+        layer.parameters([&](char const*, auto& value, auto& grad) {
+          using V = std::decay_t<decltype(value)>;
+          std::size_t const off = entries_[k++].offset;
+          V bound_value(values_.data() + off, value.layout());
+          V bound_grad(grads_.data() + off, value.layout());
+          Kokkos::deep_copy(bound_value, value);
+          value = bound_value;
+          grad = bound_grad;
+        });
+      }
+    });
+  }
+
+  /*! \brief All parameter values, flat. */
+  Vector<T, MemorySpace> const& values() const { return values_; }
+  /*! \brief All gradients, flat, aligned with values(). */
+  Vector<T, MemorySpace> const& grads() const { return grads_; }
+  /*! \brief The tensors, in model order. */
+  std::vector<ParameterInfo> const& entries() const { return entries_; }
+  /*! \brief Mutable tensors (strategies set ParameterInfo::replicas). */
+  std::vector<ParameterInfo>& entries() { return entries_; }
+  /*! \brief Length of the flat buffers, padding included. */
+  std::size_t size() const { return values_.extent(0); }
+
+  /*! \brief Flat range [begin, end) spanned by the tensors of layer \p layer
+   *  (begin == end when it has none). \param layer layer index */
+  std::pair<std::size_t, std::size_t> layer_range(std::size_t layer) const {
+    std::size_t b = size(), e = 0;
+    for (auto const& p : entries_)
+      if (p.layer == layer) {
+        b = std::min(b, p.offset);
+        e = std::max(e, p.offset + p.size);
+      }
+    return b < e ? std::make_pair(b, e) : std::make_pair(std::size_t{0}, std::size_t{0});
+  }
+
+  /*! \brief Sets every gradient to zero. \param exec execution space instance */
+  template <class Exec>
+  void zero_grads(Exec const& exec) const {
+    Kokkos::deep_copy(exec, grads_, T(0));
+  }
+
+private:
+  Vector<T, MemorySpace> values_;
+  Vector<T, MemorySpace> grads_;
+  std::vector<ParameterInfo> entries_;
+};
+
+} // namespace telar

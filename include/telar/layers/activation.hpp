@@ -1,0 +1,99 @@
+#pragma once
+/*! \file
+ *  \brief Element-wise activation layers: ReLU and GELU. */
+#include <telar/core/detail/elementwise.hpp>
+#include <telar/core/detail/math.hpp>
+#include <telar/core/layer.hpp>
+#include <telar/core/tensor.hpp>
+
+namespace telar {
+
+namespace detail {
+// Shared body of element-wise layers: Op provides value(x) and slope(x, y),
+// the derivative given the input x and output y; Saved picks which of the two
+// backward keeps (ReLU needs only y, GELU needs x).
+template <class Op, class T, class MemorySpace, bool KeepInput>
+struct Elementwise {
+  using value_type = T;
+  using memory_space = MemorySpace;
+  static constexpr bool preserves_features = true; // lets Sequential see through it
+  struct saved_type {
+    ConstMatrix<T, MemorySpace> kept; // x or y, per KeepInput
+  };
+
+  std::size_t output_features(std::size_t in) const { return in; }
+  double flops(std::size_t samples, std::size_t in) const { return double(samples) * in; }
+
+  template <class Exec>
+  void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
+               saved_type& saved) const {
+    auto fx = flat(x, "telar::activation::forward");
+    auto fy = flat(y, "telar::activation::forward");
+    if (fx.extent(0) != fy.extent(0))
+      throw ShapeError("telar::activation::forward: input and output sizes differ");
+    Kokkos::parallel_for(
+        "telar::activation::forward", Kokkos::RangePolicy<Exec>(exec, 0, fx.extent(0)),
+        KOKKOS_LAMBDA(std::size_t i) { fy(i) = Op::value(fx(i)); });
+    if constexpr (KeepInput)
+      saved.kept = x;
+    else
+      saved.kept = y;
+  }
+
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
+                      saved_type const& saved) const {
+    auto fdy = flat(dy, "telar::activation::backward_input");
+    auto fdx = flat(dx, "telar::activation::backward_input");
+    auto fk = flat(saved.kept, "telar::activation::backward_input");
+    Kokkos::parallel_for(
+        "telar::activation::backward_input", Kokkos::RangePolicy<Exec>(exec, 0, fdy.extent(0)),
+        KOKKOS_LAMBDA(std::size_t i) { fdx(i) = fdy(i) * Op::slope(fk(i)); });
+  }
+};
+
+struct ReluOp {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T value(T x) {
+    return x > T(0) ? x : T(0);
+  }
+  // Called with the output y: y > 0 exactly where x > 0.
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T slope(T y) {
+    return y > T(0) ? T(1) : T(0);
+  }
+};
+
+struct GeluOp {
+  // Exact GELU, x Phi(x), as PyTorch's default.
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T value(T x) {
+    return T(0.5) * x * (T(1) + detail::erf(x * T(0.70710678118654752440)));
+  }
+  // Called with the input x: Phi(x) + x phi(x).
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T slope(T x) {
+    T const cdf = T(0.5) * (T(1) + detail::erf(x * T(0.70710678118654752440)));
+    T const pdf = T(0.39894228040143267794) * detail::exp(T(-0.5) * x * x);
+    return cdf + x * pdf;
+  }
+};
+} // namespace detail
+
+/*! \brief Rectified linear unit, y = max(x, 0). Keeps y for backward.
+ *  \tparam T value type \tparam MemorySpace memory space */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+struct ReLU : detail::Elementwise<detail::ReluOp, T, MemorySpace, false> {
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "ReLU"; }
+};
+
+/*! \brief Gaussian error linear unit, y = x Phi(x) (exact, erf form). Keeps x
+ *  for backward. \tparam T value type \tparam MemorySpace memory space */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+struct GELU : detail::Elementwise<detail::GeluOp, T, MemorySpace, true> {
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "GELU"; }
+};
+
+} // namespace telar

@@ -1,0 +1,189 @@
+#pragma once
+/*! \file
+ *  \brief Fully connected layer y = x W^T + b. */
+#include <telar/core/detail/counter_rng.hpp>
+#include <telar/core/detail/math.hpp>
+#include <telar/core/error.hpp>
+#include <telar/core/gemm.hpp>
+#include <telar/core/layer.hpp>
+#include <telar/core/tensor.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace telar {
+
+/*! \brief Fully connected layer: y = x W^T + b, W of shape [out, in].
+ *
+ *  Parameters are allocated by initialize(seed) with PyTorch's default
+ *  nn.Linear initialisation (uniform in ±1/sqrt(in) for W and b), drawn from
+ *  a counter-based generator so a shard of W gets exactly the serial values.
+ *  \tparam T value type (float or double)
+ *  \tparam MemorySpace where parameters and activations live
+ *  \tparam Gemm GEMM policy (see telar/core/gemm.hpp)
+ */
+template <class T, class MemorySpace = DefaultMemorySpace, class Gemm = AutoGemm>
+class Dense {
+public:
+  /*! \brief Scalar type. */
+  using value_type = T;
+  /*! \brief Memory space of parameters and activations. */
+  using memory_space = MemorySpace;
+  /*! \brief What backward needs from forward: the input. */
+  struct saved_type {
+    ConstMatrix<T, MemorySpace> x; //!< the forward input
+  };
+
+  /*! \brief An empty layer (0 x 0); assign a configured one before use. */
+  Dense() = default;
+  /*! \brief \param in input features \param out output features \param bias add a bias */
+  Dense(std::size_t in, std::size_t out, bool bias = true) : in_(in), out_(out), use_bias_(bias) {}
+
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "Dense"; }
+  /*! \brief Input features this layer was built for. */
+  std::size_t input_features() const { return in_; }
+  /*! \brief Output features (for the expected input feature count). */
+  std::size_t output_features(std::size_t) const { return out_; }
+  /*! \brief Whether the layer adds a bias. */
+  bool has_bias() const { return use_bias_; }
+  /*! \brief Multiply-add count of forward for \p samples rows, times 2. */
+  double flops(std::size_t samples, std::size_t) const { return 2.0 * samples * in_ * out_; }
+
+  /*! \brief Allocates W, b and their gradients and draws W and b.
+   *  \param seed stream seed (telar::Sequential derives one per layer) */
+  void initialize(std::uint64_t seed) {
+    allocate(out_, in_, use_bias_);
+    fill_block(seed, 0, 0);
+  }
+
+  /*! \brief Visits (name, value, gradient) of each parameter.
+   *  \param f callable as f(char const*, View&, View&) */
+  template <class F>
+  void parameters(F&& f) {
+    f("weight", weight, weight_grad);
+    if (use_bias_)
+      f("bias", bias, bias_grad);
+  }
+
+  /*! \brief y = x W^T + b. \param exec execution space instance
+   *  \param x input [n, in] \param y output [n, out] \param saved keeps x */
+  template <class Exec>
+  void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
+               saved_type& saved) const {
+    check_shapes("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
+    saved.x = x;
+    T beta = 0;
+    if (use_bias_) {
+      auto b = bias;
+      Kokkos::parallel_for(
+          "telar::Dense::forward_bias",
+          Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {y.extent(0), y.extent(1)}),
+          KOKKOS_LAMBDA(std::size_t i, std::size_t j) { y(i, j) = b(j); });
+      beta = 1;
+    }
+    gemm(Gemm{}, exec, 'N', 'T', T(1), x, weight, beta, y);
+  }
+
+  /*! \brief dx = dy W. \param exec execution space instance
+   *  \param dy gradient of the output \param dx gradient of the input
+   *  \param saved unused */
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
+                      saved_type const&) const {
+    check_shapes("backward_input", dx.extent(0), dx.extent(1), dy.extent(0), dy.extent(1));
+    gemm(Gemm{}, exec, 'N', 'N', T(1), dy, weight, T(0), dx);
+  }
+
+  /*! \brief dW += dy^T x, db += column sums of dy.
+   *  \param exec execution space instance \param dy gradient of the output
+   *  \param saved the input of the matching forward */
+  template <class Exec>
+  void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
+                       saved_type const& saved) const {
+    gemm(Gemm{}, exec, 'T', 'N', T(1), dy, saved.x, T(1), weight_grad);
+    if (use_bias_) {
+      auto db = bias_grad;
+      std::size_t const n = dy.extent(0);
+      Kokkos::parallel_for(
+          "telar::Dense::backward_bias", Kokkos::RangePolicy<Exec>(exec, 0, dy.extent(1)),
+          KOKKOS_LAMBDA(std::size_t j) {
+            T s = 0;
+            for (std::size_t i = 0; i < n; ++i)
+              s += dy(i, j);
+            db(j) += s;
+          });
+    }
+  }
+
+  Matrix<T, MemorySpace> weight;      //!< W [out, in]
+  Matrix<T, MemorySpace> weight_grad; //!< dL/dW [out, in]
+  Vector<T, MemorySpace> bias;        //!< b [out] (empty without bias)
+  Vector<T, MemorySpace> bias_grad;   //!< dL/db [out]
+
+protected:
+  /*! \brief Allocates parameters of a (possibly sharded) shape. */
+  void allocate(std::size_t rows, std::size_t cols, bool with_bias) {
+    weight = Matrix<T, MemorySpace>("telar::Dense::weight", rows, cols);
+    weight_grad = Matrix<T, MemorySpace>("telar::Dense::weight_grad", rows, cols);
+    if (with_bias) {
+      bias = Vector<T, MemorySpace>("telar::Dense::bias", rows);
+      bias_grad = Vector<T, MemorySpace>("telar::Dense::bias_grad", rows);
+    }
+  }
+  /*! \brief Draws the block of the full [out_, in_] W whose first row is
+   *  \p row0 and first column \p col0 (a shard, or all of it), and the
+   *  matching rows of b.
+   *  \param seed stream seed \param row0 first global row \param col0 first global column */
+  void fill_block(std::uint64_t seed, std::size_t row0, std::size_t col0) {
+    using Exec = typename MemorySpace::execution_space;
+    T const bound = T(1) / detail::sqrt(T(in_ == 0 ? 1 : in_));
+    std::size_t const full_in = in_;
+    std::uint64_t const wseed = detail::mix_seed(seed, 0), bseed = detail::mix_seed(seed, 1);
+    auto w = weight;
+    Kokkos::parallel_for(
+        "telar::Dense::initialize",
+        Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>({0, 0}, {w.extent(0), w.extent(1)}),
+        KOKKOS_LAMBDA(std::size_t i, std::size_t j) {
+          w(i, j) = detail::uniform_at(wseed, (row0 + i) * full_in + (col0 + j), -bound, bound);
+        });
+    if (bias.extent(0) > 0) {
+      auto b = bias;
+      Kokkos::parallel_for(
+          "telar::Dense::initialize_bias", Kokkos::RangePolicy<Exec>(0, b.extent(0)),
+          KOKKOS_LAMBDA(std::size_t i) { b(i) = detail::uniform_at(bseed, row0 + i, -bound, bound); });
+    }
+    Kokkos::fence();
+  }
+  /*! \brief Throws ShapeError unless x is [n, in] and y is [n, out]. */
+  void check_shapes(char const* what, std::size_t xn, std::size_t xf, std::size_t yn,
+                    std::size_t yf) const {
+    if (xf != weight.extent(1) || yf != weight.extent(0) || xn != yn)
+      throw ShapeError(std::string("telar::Dense::") + what + ": expected [n, " +
+                       std::to_string(weight.extent(1)) + "] -> [n, " +
+                       std::to_string(weight.extent(0)) + "], got [" + std::to_string(xn) + ", " +
+                       std::to_string(xf) + "] -> [" + std::to_string(yn) + ", " +
+                       std::to_string(yf) + "]" +
+                       (weight.extent(0) == 0 ? " (layer not initialised)" : ""));
+  }
+
+  std::size_t in_ = 0;    //!< input features of the full layer
+  std::size_t out_ = 0;   //!< output features of the full layer
+  bool use_bias_ = true;  //!< whether b is used
+};
+
+/*! \brief Dense with feature counts fixed at compile time, so telar::Sequential
+ *  rejects a mismatch with its neighbours when the model type is formed.
+ *  \tparam T value type \tparam In input features \tparam Out output features
+ *  \tparam MemorySpace memory space \tparam Gemm GEMM policy */
+template <class T, std::size_t In, std::size_t Out, class MemorySpace = DefaultMemorySpace,
+          class Gemm = AutoGemm>
+class StaticDense : public Dense<T, MemorySpace, Gemm> {
+public:
+  static constexpr std::size_t in_extent = In;   //!< input features
+  static constexpr std::size_t out_extent = Out; //!< output features
+  /*! \brief \param bias add a bias */
+  explicit StaticDense(bool bias = true) : Dense<T, MemorySpace, Gemm>(In, Out, bias) {}
+};
+
+} // namespace telar

@@ -1,0 +1,201 @@
+#pragma once
+// Runs a contiguous range of a Sequential's layers (a pipeline stage, or the
+// whole model) for several micro-batches in flight. Each micro-batch in
+// flight occupies a slot holding its activations, its output gradients and
+// every layer's saved state; slots keep their buffers between steps, so a
+// steady-state step allocates nothing.
+#include <telar/core/error.hpp>
+#include <telar/core/layer.hpp>
+#include <telar/core/sequential.hpp>
+#include <telar/core/tensor.hpp>
+
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace telar::detail {
+
+template <class Model>
+class StageRunner {
+public:
+  using T = typename Model::value_type;
+  using MemorySpace = typename Model::memory_space;
+  using Mat = Matrix<T, MemorySpace>;
+  using CMat = ConstMatrix<T, MemorySpace>;
+
+  StageRunner() = default;
+  // Layers [first, last) of `model`; features[k] is layer k's input count
+  // (Sequential::feature_sizes).
+  StageRunner(Model* model, std::size_t first, std::size_t last, std::vector<std::size_t> features)
+      : model_(model), first_(first), last_(last), features_(std::move(features)) {}
+
+  std::size_t first() const { return first_; }
+  std::size_t last() const { return last_; }
+  std::size_t in_features() const { return features_[first_]; }
+  std::size_t out_features() const { return features_[last_]; }
+  bool empty() const { return first_ == last_; }
+
+  // A free slot sized for `rows` samples.
+  int acquire(std::size_t rows) {
+    int id = -1;
+    for (std::size_t s = 0; s < slots_.size(); ++s)
+      if (!slots_[s].busy) {
+        id = int(s);
+        break;
+      }
+    if (id < 0) {
+      slots_.emplace_back();
+      id = int(slots_.size()) - 1;
+    }
+    Slot& s = slots_[id];
+    s.busy = true;
+    if (s.rows != rows || s.act.empty()) {
+      s.rows = rows;
+      s.act.assign(features_.size(), Mat());
+      s.grad.assign(features_.size(), Mat());
+      for (std::size_t k = first_ + 1; k <= last_; ++k) {
+        s.act[k] = Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::activation"), rows,
+                       features_[k]);
+        s.grad[k] = Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::activation_grad"),
+                        rows, features_[k]);
+      }
+      // The stage input gradient is only needed when a stage before this one
+      // consumes it.
+      if (first_ > 0)
+        s.grad[first_] = Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                                                "telar::activation_grad"),
+                             rows, features_[first_]);
+    }
+    return id;
+  }
+  void release(int slot) {
+    Slot& s = slots_[slot];
+    s.busy = false;
+    s.input = CMat();
+    s.saved = typename Model::saved_tuple{}; // drop references to inputs
+  }
+  std::size_t slots_allocated() const { return slots_.size(); }
+
+  // A buffer to receive the stage input into (pipeline stages after the first).
+  Mat input_buffer(int slot) {
+    Slot& s = slots_[slot];
+    if (s.act[first_].extent(0) != s.rows)
+      s.act[first_] = Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::stage_input"),
+                          s.rows, features_[first_]);
+    return s.act[first_];
+  }
+  // Output of the stage / gradient buffers.
+  Mat output(int slot) const { return slots_[slot].act[last_]; }
+  Mat output_grad(int slot) const { return slots_[slot].grad[last_]; }
+  Mat input_grad(int slot) const { return slots_[slot].grad[first_]; }
+
+  template <class Exec>
+  void forward(Exec const& exec, int slot, CMat input) {
+    Slot& s = slots_[slot];
+    if (input.extent(0) != s.rows || input.extent(1) != features_[first_])
+      throw ShapeError("telar: stage input is [" + std::to_string(input.extent(0)) + ", " +
+                       std::to_string(input.extent(1)) + "], expected [" + std::to_string(s.rows) +
+                       ", " + std::to_string(features_[first_]) + "]");
+    s.input = input;
+    model_->for_each_layer([&](auto index, auto& layer) {
+      constexpr std::size_t k = decltype(index)::value;
+      if (k < first_ || k >= last_)
+        return;
+      CMat x = k == first_ ? s.input : CMat(s.act[k]);
+      layer.forward(exec, x, s.act[k + 1], std::get<k>(s.saved));
+    });
+  }
+
+  // dL/dx for every layer of the stage, last to first; the weight part too
+  // for layers with only a fused backward. The stage's first layer skips dx
+  // when nothing consumes it (the model input).
+  template <class Exec>
+  void backward_input(Exec const& exec, int slot) {
+    Slot& s = slots_[slot];
+    model_->for_each_layer_reverse([&](auto index, auto& layer) {
+      constexpr std::size_t k = decltype(index)::value;
+      using L = std::decay_t<decltype(layer)>;
+      if (k < first_ || k >= last_)
+        return;
+      CMat dy = s.grad[k + 1];
+      bool const need_dx = k > 0;
+      if constexpr (layer_traits<L>::has_split_backward) {
+        if (need_dx)
+          layer.backward_input(exec, dy, s.grad[k], std::get<k>(s.saved));
+      } else {
+        Mat dx = need_dx ? s.grad[k] : scratch(k, s.rows);
+        layer.backward(exec, dy, dx, std::get<k>(s.saved));
+      }
+    });
+  }
+
+  // dL/dW accumulation, last layer first; `done(k)` after each layer with
+  // parameters so gradient reductions can start.
+  template <class Exec, class Done>
+  void backward_weight(Exec const& exec, int slot, Done&& done) {
+    Slot& s = slots_[slot];
+    model_->for_each_layer_reverse([&](auto index, auto& layer) {
+      constexpr std::size_t k = decltype(index)::value;
+      using L = std::decay_t<decltype(layer)>;
+      if (k < first_ || k >= last_)
+        return;
+      if constexpr (layer_traits<L>::has_split_backward && layer_traits<L>::has_backward_weight)
+        layer.backward_weight(exec, CMat(s.grad[k + 1]), std::get<k>(s.saved));
+      if constexpr (layer_traits<L>::has_parameters)
+        done(k);
+    });
+  }
+
+  // Fused B + W per layer (non-split schedules): each layer's weight gradient
+  // is computed right after its input gradient, so reductions start earliest.
+  template <class Exec, class Done>
+  void backward(Exec const& exec, int slot, Done&& done) {
+    Slot& s = slots_[slot];
+    model_->for_each_layer_reverse([&](auto index, auto& layer) {
+      constexpr std::size_t k = decltype(index)::value;
+      using L = std::decay_t<decltype(layer)>;
+      if (k < first_ || k >= last_)
+        return;
+      CMat dy = s.grad[k + 1];
+      bool const need_dx = k > 0;
+      if constexpr (layer_traits<L>::has_split_backward) {
+        if constexpr (layer_traits<L>::has_backward_weight)
+          layer.backward_weight(exec, dy, std::get<k>(s.saved));
+        if (need_dx)
+          layer.backward_input(exec, dy, s.grad[k], std::get<k>(s.saved));
+      } else {
+        Mat dx = need_dx ? s.grad[k] : scratch(k, s.rows);
+        layer.backward(exec, dy, dx, std::get<k>(s.saved));
+      }
+      if constexpr (layer_traits<L>::has_parameters)
+        done(k);
+    });
+  }
+
+private:
+  struct Slot {
+    bool busy = false;
+    std::size_t rows = 0;
+    CMat input;
+    std::vector<Mat> act;  // act[k]: input of layer k (k in (first, last]) / stage output
+    std::vector<Mat> grad; // grad[k]: dL/d act[k]
+    typename Model::saved_tuple saved;
+  };
+
+  // dx of a fused layer whose input needs no gradient still needs somewhere
+  // to go.
+  Mat scratch(std::size_t k, std::size_t rows) {
+    if (scratch_.extent(0) != rows || scratch_.extent(1) != features_[k])
+      scratch_ = Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::scratch"), rows,
+                     features_[k]);
+    return scratch_;
+  }
+
+  Model* model_ = nullptr;
+  std::size_t first_ = 0, last_ = 0;
+  std::vector<std::size_t> features_;
+  std::vector<Slot> slots_;
+  Mat scratch_;
+};
+
+} // namespace telar::detail
