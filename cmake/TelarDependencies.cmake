@@ -46,7 +46,26 @@ endif()
 
 set(TELAR_HAVE_KOKKOSKERNELS OFF)
 if(NOT TELAR_ENABLE_KOKKOSKERNELS STREQUAL "OFF")
+  set(_telar_trilinos_kokkos FALSE)
+  if(TARGET trilinos_kokkoscore)
+    set(_telar_trilinos_kokkos TRUE)
+  endif()
   find_package(KokkosKernels QUIET)
+  # Kokkos Kernels must come from the same release as Kokkos: Debian's
+  # Trilinos copy (no version file) only goes with Debian's Kokkos.
+  if(KokkosKernels_FOUND AND TARGET trilinos_kokkoskernels AND NOT _telar_trilinos_kokkos)
+    message(STATUS "Telar: ignoring Trilinos' Kokkos Kernels, which does not match "
+                   "Kokkos ${Kokkos_VERSION}")
+    set(KokkosKernels_FOUND FALSE)
+  elseif(KokkosKernels_FOUND AND KokkosKernels_VERSION AND Kokkos_VERSION)
+    string(REGEX MATCH "^[0-9]+" _telar_kk_major "${KokkosKernels_VERSION}")
+    string(REGEX MATCH "^[0-9]+" _telar_k_major "${Kokkos_VERSION}")
+    if(NOT _telar_kk_major STREQUAL _telar_k_major)
+      message(STATUS "Telar: ignoring Kokkos Kernels ${KokkosKernels_VERSION}, which does not "
+                     "match Kokkos ${Kokkos_VERSION}")
+      set(KokkosKernels_FOUND FALSE)
+    endif()
+  endif()
   if(KokkosKernels_FOUND)
     if(NOT TARGET Kokkos::kokkoskernels AND TARGET trilinos_kokkoskernels)
       # Trilinos flavour (see above): wrap the library in the usual name.
