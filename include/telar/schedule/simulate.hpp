@@ -1,0 +1,169 @@
+#pragma once
+
+#include <telar/schedule/detail/messages.hpp>
+#include <telar/schedule/schedule.hpp>
+#include <telar/schedule/timeline.hpp>
+#include <telar/schedule/validate.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+/*! \file
+    \brief A cost-model simulator that runs a Schedule and returns its Timeline and statistics. */
+
+namespace telar::schedule {
+
+/*! \brief Costs for simulate(): per-virtual-stage compute times and an alpha-beta message model.
+
+    Each per-stage vector holds either one value (all virtual stages alike) or one value per
+    virtual stage (`stages * chunks`). A fused Backward costs `backward_input + backward_weight`.
+    A message posted at time t arrives at `t + alpha + beta * bytes`; posting costs the sender
+    nothing (non-blocking sends). */
+struct CostModel {
+  std::vector<double> forward{1.0};         //!< time of a Forward, per virtual stage
+  std::vector<double> backward_input{1.0};  //!< time of a BackwardInput, per virtual stage
+  std::vector<double> backward_weight{1.0}; //!< time of a BackwardWeight, per virtual stage
+  double optimizer_step = 0.0;              //!< time of the OptimizerStep
+  double alpha = 0.0;                       //!< message latency
+  double beta = 0.0;                        //!< time per byte
+  double activation_bytes = 0.0;            //!< bytes of one micro-batch's activation message
+  double grad_bytes = 0.0;                  //!< bytes of one micro-batch's gradient message
+
+  /*! \brief The same F, B (input part) and W (weight part) time on every virtual stage, free
+      messages. */
+  static CostModel uniform(double f, double b, double w) {
+    CostModel c;
+    c.forward = {f};
+    c.backward_input = {b};
+    c.backward_weight = {w};
+    return c;
+  }
+};
+
+/*! \brief What simulate() returns: TimelineStats (makespan, busy, bubble figures) of the
+    simulated Timeline, plus peak activations per rank. */
+struct SimulationResult : TimelineStats {
+  std::vector<int> peak_activations; //!< per rank, see telar::schedule::peak_activations()
+  Timeline timeline;                 //!< every instruction with its simulated times
+};
+
+namespace detail {
+
+inline double stage_cost(std::vector<double> const& v, int vstage) {
+  return v.size() == 1 ? v[0] : v[vstage];
+}
+
+inline void check_costs(CostModel const& c, int vstages) {
+  auto check = [&](std::vector<double> const& v, char const* field) {
+    if (v.size() != 1 && v.size() != static_cast<std::size_t>(vstages))
+      throw std::invalid_argument(std::string("telar::schedule::simulate: CostModel::") + field +
+                                  " has " + std::to_string(v.size()) + " entries; expected 1 or " +
+                                  std::to_string(vstages) + " (one per virtual stage)");
+    for (double x : v)
+      if (!(x >= 0) || !std::isfinite(x))
+        throw std::invalid_argument(std::string("telar::schedule::simulate: CostModel::") + field +
+                                    " holds " + std::to_string(x) +
+                                    "; costs must be finite and >= 0");
+  };
+  check(c.forward, "forward");
+  check(c.backward_input, "backward_input");
+  check(c.backward_weight, "backward_weight");
+  for (double x : {c.optimizer_step, c.alpha, c.beta, c.activation_bytes, c.grad_bytes})
+    if (!(x >= 0) || !std::isfinite(x))
+      throw std::invalid_argument("telar::schedule::simulate: CostModel scalars (optimizer_step, "
+                                  "alpha, beta, bytes) must be finite and >= 0");
+}
+
+} // namespace detail
+
+/*! \brief Runs `s` under `cost`: each rank executes its list in order, one instruction at a time;
+    a Recv completes when the matching Send's message has arrived.
+
+    \throws ScheduleError if `s` does not pass validate() (SendMode::Eager).
+    \throws std::invalid_argument if `cost` does not fit the schedule. */
+inline SimulationResult simulate(Schedule const& s, CostModel const& cost = {}) {
+  check(s);
+  detail::check_costs(cost, s.virtual_stages());
+  auto const partner = detail::match_messages(
+      s, [](int, int) { return true; }, [](detail::Site) {});
+  int const p = s.stages;
+  std::vector<double> now(p, 0.0);
+  std::vector<int> pc(p, 0);
+  std::vector<std::vector<double>> arrival(p);
+  std::size_t total = 0;
+  for (int r = 0; r < p; ++r) {
+    arrival[r].assign(s.ranks[r].size(), 0.0);
+    total += s.ranks[r].size();
+  }
+  SimulationResult out;
+  out.timeline.name = s.name;
+  out.timeline.ranks = p;
+  out.timeline.events.reserve(total);
+  std::vector<int> work;
+  std::vector<char> queued(p, 1);
+  for (int r = p - 1; r >= 0; --r)
+    work.push_back(r);
+  while (!work.empty()) {
+    int const r = work.back();
+    work.pop_back();
+    queued[r] = 0;
+    auto const& list = s.ranks[r];
+    while (pc[r] < static_cast<int>(list.size())) {
+      Instruction const& in = list[pc[r]];
+      int const vs = s.virtual_stage(r, in.chunk);
+      double const t = now[r];
+      double end = t;
+      bool blocked = false;
+      switch (in.op) {
+      case Op::Forward:
+        end = t + detail::stage_cost(cost.forward, vs);
+        break;
+      case Op::BackwardInput:
+        end = t + detail::stage_cost(cost.backward_input, vs);
+        break;
+      case Op::BackwardWeight:
+        end = t + detail::stage_cost(cost.backward_weight, vs);
+        break;
+      case Op::Backward:
+        end = t + detail::stage_cost(cost.backward_input, vs) +
+              detail::stage_cost(cost.backward_weight, vs);
+        break;
+      case Op::OptimizerStep:
+        end = t + cost.optimizer_step;
+        break;
+      case Op::SendActivation:
+      case Op::SendGrad: {
+        double const bytes = in.op == Op::SendGrad ? cost.grad_bytes : cost.activation_bytes;
+        arrival[r][pc[r]] = t + cost.alpha + cost.beta * bytes;
+        int const q = partner[r][pc[r]].rank;
+        if (!queued[q]) {
+          queued[q] = 1;
+          work.push_back(q);
+        }
+        break;
+      }
+      default: { // a Recv: wait for the message, or for its sender to post it
+        detail::Site const from = partner[r][pc[r]];
+        if (pc[from.rank] <= from.index)
+          blocked = true; // resumed when the sender posts it
+        else
+          end = std::max(t, arrival[from.rank][from.index]);
+        break;
+      }
+      }
+      if (blocked)
+        break;
+      out.timeline.events.push_back({r, in.op, in.microbatch, in.chunk, t, end});
+      now[r] = end;
+      ++pc[r];
+    }
+  }
+  static_cast<TimelineStats&>(out) = analyze(out.timeline);
+  out.peak_activations = peak_activations(s);
+  return out;
+}
+
+} // namespace telar::schedule
