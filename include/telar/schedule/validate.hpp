@@ -436,10 +436,12 @@ inline ValidationResult validate(Schedule const& s, ValidateOptions const& optio
     issues. */
 inline void check(Schedule const& s, ValidateOptions const& options = {}) {
   ValidationResult result = validate(s, options);
-  if (!result.ok())
-    throw ScheduleError("telar::schedule::check: schedule " + detail::describe(s) +
-                            " is invalid:\n" + result.message(),
-                        std::move(result));
+  if (result.ok())
+    return;
+  // Build the text first: the constructor's by-value argument may be moved from before.
+  std::string what = "telar::schedule::check: schedule " + detail::describe(s) + " is invalid:\n" +
+                     result.message();
+  throw ScheduleError(what, std::move(result));
 }
 
 } // namespace telar::schedule
