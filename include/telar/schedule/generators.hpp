@@ -1,9 +1,9 @@
 #pragma once
 
+#include <telar/schedule/detail/generators.hpp>
 #include <telar/schedule/schedule.hpp>
 
 #include <algorithm>
-#include <climits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -12,43 +12,6 @@
     \brief Generators for GPipe, 1F1B, interleaved 1F1B, ZB-H1 and ZB-H2. */
 
 namespace telar::schedule {
-
-namespace detail {
-
-inline std::string pm_args(int p, int m) {
-  return "p=" + std::to_string(p) + ", m=" + std::to_string(m);
-}
-
-inline void require(bool ok, char const* function, std::string const& args,
-                    std::string const& what) {
-  if (!ok)
-    throw std::invalid_argument(std::string("telar::schedule::") + function + "(" + args +
-                                "): " + what);
-}
-
-inline void require_pm(char const* function, int p, int m, int v = 1) {
-  std::string const args = pm_args(p, m) + (v != 1 ? ", v=" + std::to_string(v) : "");
-  require(p >= 1, function, args, "p (pipeline ranks) must be >= 1");
-  require(m >= 1, function, args, "m (micro-batches) must be >= 1");
-  require(v >= 1, function, args, "v (chunks per rank) must be >= 1");
-  // Message tags go up to 2*m*v and virtual stages up to p*v; keep both in int.
-  require(static_cast<long long>(m) * v <= INT_MAX / 4 &&
-              static_cast<long long>(p) * v <= INT_MAX / 4,
-          function, args, "p*v or m*v is too large");
-}
-
-inline Schedule finish(char const* name, int p, int m, int v,
-                       std::vector<std::vector<Instruction>> compute) {
-  Schedule s;
-  s.name = name;
-  s.stages = p;
-  s.microbatches = m;
-  s.chunks = v;
-  s.ranks = std::move(compute);
-  return with_communication(std::move(s));
-}
-
-} // namespace detail
 
 /*! \brief GPipe: every rank runs all m Forwards, then all m fused Backwards (in micro-batch
     order).
@@ -226,6 +189,9 @@ inline std::vector<std::string> schedule_names() {
 }
 
 /*! \brief Generator by name (see schedule_names()), for configuration files and tools.
+    \param name one of schedule_names()
+    \param p pipeline ranks
+    \param m micro-batches
     \param v chunks per rank, used by "interleaved_1f1b" only.
     \throws std::invalid_argument for an unknown name or invalid sizes. */
 inline Schedule generate(std::string const& name, int p, int m, int v = 2) {

@@ -97,6 +97,7 @@ inline int message_tag(Schedule const& s, MessageKey const& key) {
 }
 
 /*! \brief One line per rank, e.g. "rank 0: F0 F1 B0 F2 B1 B2 Opt", for logs and error messages.
+    \param s the schedule
     \param with_communication also list the Send/Recv instructions (see short_string()). */
 inline std::string to_text(Schedule const& s, bool with_communication = false) {
   std::string out;

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <telar/schedule/cost_model.hpp>
+#include <telar/schedule/detail/costs.hpp>
 #include <telar/schedule/detail/messages.hpp>
 #include <telar/schedule/schedule.hpp>
 #include <telar/schedule/timeline.hpp>
@@ -16,68 +18,12 @@
 
 namespace telar::schedule {
 
-/*! \brief Costs for simulate(): per-virtual-stage compute times and an alpha-beta message model.
-
-    Each per-stage vector holds either one value (all virtual stages alike) or one value per
-    virtual stage (`stages * chunks`). A fused Backward costs `backward_input + backward_weight`.
-    A message posted at time t arrives at `t + alpha + beta * bytes`; posting costs the sender
-    nothing (non-blocking sends). */
-struct CostModel {
-  std::vector<double> forward{1.0};         //!< time of a Forward, per virtual stage
-  std::vector<double> backward_input{1.0};  //!< time of a BackwardInput, per virtual stage
-  std::vector<double> backward_weight{1.0}; //!< time of a BackwardWeight, per virtual stage
-  double optimizer_step = 0.0;              //!< time of the OptimizerStep
-  double alpha = 0.0;                       //!< message latency
-  double beta = 0.0;                        //!< time per byte
-  double activation_bytes = 0.0;            //!< bytes of one micro-batch's activation message
-  double grad_bytes = 0.0;                  //!< bytes of one micro-batch's gradient message
-
-  /*! \brief The same F, B (input part) and W (weight part) time on every virtual stage, free
-      messages. */
-  static CostModel uniform(double f, double b, double w) {
-    CostModel c;
-    c.forward = {f};
-    c.backward_input = {b};
-    c.backward_weight = {w};
-    return c;
-  }
-};
-
 /*! \brief What simulate() returns: TimelineStats (makespan, busy, bubble figures) of the
     simulated Timeline, plus peak activations per rank. */
 struct SimulationResult : TimelineStats {
   std::vector<int> peak_activations; //!< per rank, see telar::schedule::peak_activations()
   Timeline timeline;                 //!< every instruction with its simulated times
 };
-
-namespace detail {
-
-inline double stage_cost(std::vector<double> const& v, int vstage) {
-  return v.size() == 1 ? v[0] : v[vstage];
-}
-
-inline void check_costs(CostModel const& c, int vstages) {
-  auto check = [&](std::vector<double> const& v, char const* field) {
-    if (v.size() != 1 && v.size() != static_cast<std::size_t>(vstages))
-      throw std::invalid_argument(std::string("telar::schedule::simulate: CostModel::") + field +
-                                  " has " + std::to_string(v.size()) + " entries; expected 1 or " +
-                                  std::to_string(vstages) + " (one per virtual stage)");
-    for (double x : v)
-      if (!(x >= 0) || !std::isfinite(x))
-        throw std::invalid_argument(std::string("telar::schedule::simulate: CostModel::") + field +
-                                    " holds " + std::to_string(x) +
-                                    "; costs must be finite and >= 0");
-  };
-  check(c.forward, "forward");
-  check(c.backward_input, "backward_input");
-  check(c.backward_weight, "backward_weight");
-  for (double x : {c.optimizer_step, c.alpha, c.beta, c.activation_bytes, c.grad_bytes})
-    if (!(x >= 0) || !std::isfinite(x))
-      throw std::invalid_argument("telar::schedule::simulate: CostModel scalars (optimizer_step, "
-                                  "alpha, beta, bytes) must be finite and >= 0");
-}
-
-} // namespace detail
 
 /*! \brief Runs `s` under `cost`: each rank executes its list in order, one instruction at a time;
     a Recv completes when the matching Send's message has arrived.

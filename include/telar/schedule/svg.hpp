@@ -1,6 +1,7 @@
 #pragma once
 
 #include <telar/schedule/detail/format.hpp>
+#include <telar/schedule/detail/svg_style.hpp>
 #include <telar/schedule/timeline.hpp>
 
 #include <algorithm>
@@ -24,56 +25,6 @@ struct SvgOptions {
   bool show_communication = true; //!< draw Send/Recv events of positive duration (waits)
   bool show_labels = true;        //!< write the micro-batch number into boxes wide enough for it
 };
-
-namespace detail {
-
-inline char const* op_colour(Op op) {
-  switch (op) {
-  case Op::Forward:
-    return "#4e79a7";
-  case Op::BackwardInput:
-    return "#f28e2b";
-  case Op::BackwardWeight:
-    return "#59a14f";
-  case Op::Backward:
-    return "#e15759";
-  case Op::OptimizerStep:
-    return "#8c6d8c";
-  default:
-    return "#b8b0ac";
-  }
-}
-
-inline char const* op_legend(Op op) {
-  switch (op) {
-  case Op::Forward:
-    return "F: Forward";
-  case Op::BackwardInput:
-    return "B: BackwardInput";
-  case Op::BackwardWeight:
-    return "W: BackwardWeight";
-  case Op::Backward:
-    return "B+W: Backward (fused)";
-  case Op::OptimizerStep:
-    return "OptimizerStep";
-  default:
-    return "communication wait";
-  }
-}
-
-// A round step (1, 2 or 5 times a power of ten) giving about `target` ticks.
-inline double tick_step(double range, int target) {
-  if (!(range > 0))
-    return 1.0;
-  double const raw = range / target;
-  double const mag = std::pow(10.0, std::floor(std::log10(raw)));
-  for (double f : {1.0, 2.0, 5.0})
-    if (f * mag >= raw)
-      return f * mag;
-  return 10.0 * mag;
-}
-
-} // namespace detail
 
 /*! \brief Writes an SVG Gantt chart of `tl`: one row per rank, one box per event of positive
     duration, coloured by op (Forward, BackwardInput, BackwardWeight, fused Backward, optimizer,
