@@ -63,6 +63,17 @@ TEST_CASE("simulate: interleaved 1F1B bubble / ideal is (p-1)/(v*m) for m >= p",
 }
 
 TEST_CASE("simulate: ZB-H1 bubble is a third of 1F1B's when F = B = W", "[schedule]") {
+  // The paper's (p-1)(T_F + T_B - T_W), which this order reaches while T_W <= T_F.
+  for (int p : ps)
+    for (int m : ms)
+      for (auto const& c : {CostModel::uniform(1, 1, 0.5), CostModel::uniform(2, 1, 1),
+                            CostModel::uniform(1, 2, 1)}) {
+        if (m < p)
+          continue;
+        double const f = c.forward[0], b = c.backward_input[0], w = c.backward_weight[0];
+        INFO("p=" << p << " m=" << m << " F,B,W=" << f << "," << b << "," << w);
+        CHECK(simulate(zb_h1(p, m), c).bubble_time == exact((p - 1) * (f + b - w)));
+      }
   for (double t : {1.0, 2.5})
     for (int p : ps)
       for (int m : ms) {

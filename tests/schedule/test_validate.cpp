@@ -296,3 +296,42 @@ TEST_CASE("validate: whole-schedule problems and the issue limit", "[schedule]")
   CHECK_FALSE(r.ok());
   CHECK_THAT(r.message(), ContainsSubstring("... and 392 more"));
 }
+
+TEST_CASE("validate: interleaving in rounds of exactly p deadlocks when p does not divide m",
+          "[schedule]") {
+  // The alternative interleaved_1f1b avoids (see docs/schedules.md): rounds of p micro-batches
+  // with a smaller last one, same warm-up counts. For p = 4, m = 5, v = 3 it deadlocks.
+  int const p = 4, m = 5, v = 3;
+  std::vector<std::pair<int, int>> order; // (micro-batch, chunk)
+  for (int first = 0; first < m; first += p)
+    for (int c = 0; c < v; ++c)
+      for (int k = first; k < std::min(first + p, m); ++k)
+        order.emplace_back(k, c);
+  Schedule s;
+  s.name = "rounds_of_p";
+  s.stages = p;
+  s.microbatches = m;
+  s.chunks = v;
+  int const total = m * v;
+  for (int r = 0; r < p; ++r) {
+    std::vector<Instruction> l;
+    int const warmup = std::min((v - 1) * p + 2 * (p - r - 1), total);
+    auto fwd = [&](int i) { l.push_back({Op::Forward, order[i].first, order[i].second}); };
+    auto bwd = [&](int i) { l.push_back({Op::Backward, order[i].first, v - 1 - order[i].second}); };
+    for (int i = 0; i < warmup; ++i)
+      fwd(i);
+    for (int i = 0; i < total - warmup; ++i) {
+      fwd(warmup + i);
+      bwd(i);
+    }
+    for (int i = total - warmup; i < total; ++i)
+      bwd(i);
+    s.ranks.push_back(l);
+  }
+  auto const r = validate(with_communication(s));
+  INFO(r.message());
+  REQUIRE_FALSE(r.ok());
+  for (auto const& is : r.issues)
+    CHECK_THAT(is.reason, ContainsSubstring("deadlock"));
+  CHECK(validate(interleaved_1f1b(p, m, v)).ok());
+}
