@@ -2,6 +2,7 @@
 
 #include <telar/schedule/cost_model.hpp>
 #include <telar/schedule/detail/costs.hpp>
+#include <telar/schedule/detail/execute.hpp>
 #include <telar/schedule/detail/messages.hpp>
 #include <telar/schedule/schedule.hpp>
 #include <telar/schedule/timeline.hpp>
@@ -37,8 +38,7 @@ inline SimulationResult simulate(Schedule const& s, CostModel const& cost = {}) 
       s, [](int, int) { return true; }, [](detail::Site) {});
   int const p = s.stages;
   std::vector<double> now(p, 0.0);
-  std::vector<int> pc(p, 0);
-  std::vector<std::vector<double>> arrival(p);
+  std::vector<std::vector<double>> arrival(p); // of each send's message
   std::size_t total = 0;
   for (int r = 0; r < p; ++r) {
     arrival[r].assign(s.ranks[r].size(), 0.0);
@@ -48,65 +48,42 @@ inline SimulationResult simulate(Schedule const& s, CostModel const& cost = {}) 
   out.timeline.name = s.name;
   out.timeline.ranks = p;
   out.timeline.events.reserve(total);
-  std::vector<int> work;
-  std::vector<char> queued(p, 1);
-  for (int r = p - 1; r >= 0; --r)
-    work.push_back(r);
-  while (!work.empty()) {
-    int const r = work.back();
-    work.pop_back();
-    queued[r] = 0;
-    auto const& list = s.ranks[r];
-    while (pc[r] < static_cast<int>(list.size())) {
-      Instruction const& in = list[pc[r]];
-      int const vs = s.virtual_stage(r, in.chunk);
-      double const t = now[r];
-      double end = t;
-      bool blocked = false;
-      switch (in.op) {
-      case Op::Forward:
-        end = t + detail::stage_cost(cost.forward, vs);
-        break;
-      case Op::BackwardInput:
-        end = t + detail::stage_cost(cost.backward_input, vs);
-        break;
-      case Op::BackwardWeight:
-        end = t + detail::stage_cost(cost.backward_weight, vs);
-        break;
-      case Op::Backward:
-        end = t + detail::stage_cost(cost.backward_input, vs) +
-              detail::stage_cost(cost.backward_weight, vs);
-        break;
-      case Op::OptimizerStep:
-        end = t + cost.optimizer_step;
-        break;
-      case Op::SendActivation:
-      case Op::SendGrad: {
-        double const bytes = in.op == Op::SendGrad ? cost.grad_bytes : cost.activation_bytes;
-        arrival[r][pc[r]] = t + cost.alpha + cost.beta * bytes;
-        int const q = partner[r][pc[r]].rank;
-        if (!queued[q]) {
-          queued[q] = 1;
-          work.push_back(q);
-        }
-        break;
-      }
-      default: { // a Recv: wait for the message, or for its sender to post it
-        detail::Site const from = partner[r][pc[r]];
-        if (pc[from.rank] <= from.index)
-          blocked = true; // resumed when the sender posts it
-        else
-          end = std::max(t, arrival[from.rank][from.index]);
-        break;
-      }
-      }
-      if (blocked)
-        break;
-      out.timeline.events.push_back({r, in.op, in.microbatch, in.chunk, t, end});
-      now[r] = end;
-      ++pc[r];
+  detail::execute(s, partner, false, [&](int r, int i) {
+    Instruction const& in = s.ranks[r][i];
+    int const vs = s.virtual_stage(r, in.chunk);
+    double const t = now[r];
+    double end = t;
+    switch (in.op) {
+    case Op::Forward:
+      end += detail::stage_cost(cost.forward, vs);
+      break;
+    case Op::BackwardInput:
+      end += detail::stage_cost(cost.backward_input, vs);
+      break;
+    case Op::BackwardWeight:
+      end += detail::stage_cost(cost.backward_weight, vs);
+      break;
+    case Op::Backward:
+      end += detail::stage_cost(cost.backward_input, vs) +
+             detail::stage_cost(cost.backward_weight, vs);
+      break;
+    case Op::OptimizerStep:
+      end += cost.optimizer_step;
+      break;
+    case Op::SendActivation:
+      arrival[r][i] = t + cost.alpha + cost.beta * cost.activation_bytes;
+      break;
+    case Op::SendGrad:
+      arrival[r][i] = t + cost.alpha + cost.beta * cost.grad_bytes;
+      break;
+    default: { // a Recv; execute() runs it only after its send
+      detail::Site const from = partner[r][i];
+      end = std::max(t, arrival[from.rank][from.index]);
     }
-  }
+    }
+    out.timeline.events.push_back({r, in.op, in.microbatch, in.chunk, t, end});
+    now[r] = end;
+  });
   static_cast<TimelineStats&>(out) = analyze(out.timeline);
   out.peak_activations = peak_activations(s);
   return out;

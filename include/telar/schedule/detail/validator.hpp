@@ -1,5 +1,6 @@
 #pragma once
 
+#include <telar/schedule/detail/execute.hpp>
 #include <telar/schedule/detail/messages.hpp>
 #include <telar/schedule/schedule.hpp>
 #include <telar/schedule/validation_result.hpp>
@@ -265,43 +266,7 @@ private:
   void check_progress(std::vector<std::vector<Site>> const& partner) {
     bool const eager = opt_.send_mode == SendMode::Eager;
     int const p = s_.stages;
-    std::vector<int> pc(p, 0);
-    std::vector<int> work;
-    std::vector<char> queued(p, 1);
-    for (int r = p - 1; r >= 0; --r)
-      work.push_back(r);
-    auto wake = [&](int q) {
-      if (!queued[q]) {
-        queued[q] = 1;
-        work.push_back(q);
-      }
-    };
-    while (!work.empty()) {
-      int const r = work.back();
-      work.pop_back();
-      queued[r] = 0;
-      auto const& list = s_.ranks[r];
-      while (pc[r] < static_cast<int>(list.size())) {
-        Op const op = list[pc[r]].op;
-        if (!is_communication(op)) {
-          ++pc[r];
-          continue;
-        }
-        Site const other = partner[r][pc[r]];
-        if (eager && is_send(op)) {
-          ++pc[r];
-          wake(other.rank);
-        } else if (eager && pc[other.rank] > other.index) {
-          ++pc[r]; // the matching send has run
-        } else if (!eager && pc[other.rank] == other.index) {
-          ++pc[r]; // both sides meet
-          ++pc[other.rank];
-          wake(other.rank);
-        } else {
-          break;
-        }
-      }
-    }
+    auto const pc = execute(s_, partner, !eager, [](int, int) {});
     for (int r = 0; r < p; ++r) {
       auto const& list = s_.ranks[r];
       if (pc[r] >= static_cast<int>(list.size()))
