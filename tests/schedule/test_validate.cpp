@@ -287,6 +287,9 @@ TEST_CASE("validate: whole-schedule problems and the issue limit", "[schedule]")
   r = validate(s);
   CHECK(has_issue(r, -1, -1, "schedule: ranks has 0 lists but stages = 2"));
 
+  s.microbatches = 1 << 25;
+  CHECK(has_issue(validate(s), -1, -1, "exceeds the validator's limit of 2^24"));
+
   // 200 micro-batches without any instruction: one issue per micro-batch, capped.
   s.ranks.assign(2, {});
   s.microbatches = 200;

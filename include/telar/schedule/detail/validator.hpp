@@ -74,6 +74,11 @@ private:
       fail("microbatches = " + std::to_string(s_.microbatches) + " must be >= 1");
     if (s_.chunks < 1)
       fail("chunks = " + std::to_string(s_.chunks) + " must be >= 1");
+    // One bookkeeping slot per (micro-batch, chunk) and rank; refuse absurd sizes up front.
+    if (ok && static_cast<long long>(s_.microbatches) * s_.chunks > (1LL << 24))
+      fail("microbatches * chunks = " +
+           std::to_string(static_cast<long long>(s_.microbatches) * s_.chunks) +
+           " exceeds the validator's limit of 2^24");
     if (ok && static_cast<int>(s_.ranks.size()) != s_.stages)
       fail("ranks has " + std::to_string(s_.ranks.size()) +
            " lists but stages = " + std::to_string(s_.stages));
@@ -233,6 +238,9 @@ private:
       int const vs = s_.virtual_stage(r, c);
       bool const prev_remote = vs > 0 && s_.stages > 1;
       bool const next_remote = vs < last && s_.stages > 1;
+      auto stage = [&](int v) {
+        return "rank " + at(s_.rank_of(v)) + " (virtual stage " + at(v) + ")";
+      };
       for (int k = 0; k < m; ++k) {
         Slot const& sl = slots[static_cast<std::size_t>(c) * m + k];
         Instruction const id{Op::Forward, k, c};
@@ -244,18 +252,17 @@ private:
           add(r, n,
               "missing BackwardWeight of " + what(id) + " after its BackwardInput at instruction " +
                   at(sl.b) + " (its activations are never freed)");
-        std::string const prev =
-            "rank " + at(s_.rank_of(vs - 1)) + " (virtual stage " + at(vs - 1) + ")";
-        std::string const next =
-            "rank " + at(s_.rank_of(vs + 1)) + " (virtual stage " + at(vs + 1) + ")";
         if (sl.f >= 0 && prev_remote && sl.ra < 0)
-          add(r, sl.f, "missing RecvActivation before this Forward; " + prev + " sends its input");
+          add(r, sl.f,
+              "missing RecvActivation before this Forward; " + stage(vs - 1) + " sends its input");
         if (sl.f >= 0 && next_remote && sl.sa < 0)
-          add(r, sl.f, "missing SendActivation after this Forward; " + next + " waits for it");
+          add(r, sl.f,
+              "missing SendActivation after this Forward; " + stage(vs + 1) + " waits for it");
         if (sl.b >= 0 && next_remote && sl.rg < 0)
-          add(r, sl.b, "missing RecvGrad before this backward; " + next + " sends the gradient");
+          add(r, sl.b,
+              "missing RecvGrad before this backward; " + stage(vs + 1) + " sends the gradient");
         if (sl.b >= 0 && prev_remote && sl.sg < 0)
-          add(r, sl.b, "missing SendGrad after this backward; " + prev + " waits for it");
+          add(r, sl.b, "missing SendGrad after this backward; " + stage(vs - 1) + " waits for it");
       }
     }
     if (opt_at < 0)
