@@ -9,9 +9,7 @@
 #include <telar/schedule/validate.hpp>
 
 #include <algorithm>
-#include <cmath>
-#include <stdexcept>
-#include <string>
+#include <cstddef>
 #include <vector>
 
 /*! \file
