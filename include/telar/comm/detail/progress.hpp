@@ -1,0 +1,98 @@
+#pragma once
+// The one bounded wait of the library, and the progress registry it drives.
+//
+// Telar's own allreduce algorithms are state machines that only advance when
+// someone calls into them. A rank blocked in any wait must still advance
+// every operation it has in flight, or a peer waiting on one of them (rather
+// than on the one this rank waits for) would deadlock. So every wait polls the
+// whole registry, as an MPI library's progress engine does. The registry is
+// per process and not thread-safe: Telar communicates from one thread.
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+namespace telar::detail {
+
+// An operation that advances when polled. Host-only orchestration, so a
+// virtual interface is fine here.
+class Progressable {
+public:
+  Progressable() = default;
+  Progressable(Progressable const&) = delete;
+  Progressable& operator=(Progressable const&) = delete;
+  virtual ~Progressable() = default;
+  // Posts what can be posted, completes what has arrived; returns true when
+  // something changed. Never calls back into the registry.
+  virtual bool advance() = 0;
+  // True once the operation has completed.
+  virtual bool finished() const = 0;
+};
+
+inline std::vector<Progressable*>& progress_registry() {
+  static std::vector<Progressable*> registry;
+  return registry;
+}
+
+inline void register_progress(Progressable* p) {
+  progress_registry().push_back(p);
+}
+
+inline void unregister_progress(Progressable* p) {
+  auto& r = progress_registry();
+  r.erase(std::remove(r.begin(), r.end(), p), r.end());
+}
+
+// Advances every registered operation once; drops the finished ones.
+inline bool progress_all() {
+  auto& r = progress_registry();
+  bool changed = false;
+  bool any_finished = false;
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    changed |= r[i]->advance();
+    any_finished |= r[i]->finished();
+  }
+  if (any_finished) {
+    r.erase(std::remove_if(r.begin(), r.end(), [](Progressable* p) { return p->finished(); }),
+            r.end());
+  }
+  return changed;
+}
+
+// Default bound of every wait, from TELAR_COMM_TIMEOUT (seconds; 0 = none).
+inline constexpr double default_timeout_seconds = 300.0;
+
+// Polls done() until it returns true or timeout_s seconds have passed
+// (timeout_s <= 0: no bound), then calls on_timeout(seconds_waited), which
+// must throw. Backoff: spin first (latency of short waits), then yield (ranks
+// sharing cores, as under oversubscription), and only after a long idle
+// stretch sleep, because a sleeping rank stops driving MPI's progress.
+template <class Done, class OnTimeout>
+void wait_until(Done&& done, double timeout_s, OnTimeout&& on_timeout) {
+  using clock = std::chrono::steady_clock;
+  auto const start = clock::now();
+  auto last_change = start;
+  for (unsigned iter = 0;; ++iter) {
+    bool const changed = progress_all();
+    if (done())
+      return;
+    auto const now = clock::now();
+    if (changed)
+      last_change = now;
+    double const waited = std::chrono::duration<double>(now - start).count();
+    if (timeout_s > 0 && waited >= timeout_s) {
+      on_timeout(waited);
+      return; // on_timeout is expected to throw
+    }
+    auto const idle = now - last_change;
+    if (iter < 64 || changed)
+      continue;
+    if (idle < std::chrono::milliseconds(100))
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+}
+
+} // namespace telar::detail
