@@ -64,6 +64,14 @@ void check_exact(Communicator const& comm, Algo const& algo) {
   }
 }
 
+template <class Algo>
+Algo with_segment(std::size_t bytes) {
+  Algo a{};
+  if constexpr (std::is_base_of_v<telar::SegmentedSettings, Algo>)
+    a.segment_bytes = bytes;
+  return a;
+}
+
 std::uint64_t fnv(void const* p, std::size_t bytes) {
   auto const* b = static_cast<unsigned char const*>(p);
   std::uint64_t h = 1469598103934665603ull;
@@ -109,8 +117,7 @@ TEMPLATE_TEST_CASE("allreduce of random values matches a serial sum", "[comm][al
     for (std::size_t i = 0; i < n; ++i)
       serial[i] += v[i];
   }
-  TestType algo{};
-  algo.segment_bytes = 4096; // many segments; ignored by MpiAllreduce
+  auto const algo = with_segment<TestType>(4096); // many segments
   std::vector<float> v = data_of(r);
   algo.start(comm, v.data(), n).wait();
   double worst = 0;
@@ -137,8 +144,7 @@ TEMPLATE_TEST_CASE("concurrent allreduces complete in any waiting order", "[comm
   constexpr int k = 8;
   std::vector<std::vector<double>> bufs(k);
   std::vector<telar::AllreduceOp<double>> ops;
-  TestType algo{};
-  algo.segment_bytes = 256;
+  auto const algo = with_segment<TestType>(256);
   for (int b = 0; b < k; ++b) {
     bufs[b].assign(static_cast<std::size_t>(100 * (b + 1)), double(r + b));
     ops.push_back(algo.start(comm, bufs[b].data(), bufs[b].size()));

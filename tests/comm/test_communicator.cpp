@@ -54,6 +54,8 @@ TEST_CASE("Communicator duplicates the caller's communicator", "[comm]") {
 }
 
 TEST_CASE("timeout comes from TELAR_COMM_TIMEOUT", "[comm]") {
+  char const* old_env = std::getenv("TELAR_COMM_TIMEOUT");
+  std::string const saved = old_env ? old_env : "";
   setenv("TELAR_COMM_TIMEOUT", "2.5", 1);
   {
     Communicator comm(MPI_COMM_WORLD);
@@ -73,6 +75,7 @@ TEST_CASE("timeout comes from TELAR_COMM_TIMEOUT", "[comm]") {
   TELAR_REQUIRE_ALL(threw);
   Communicator comm(MPI_COMM_WORLD);
   TELAR_REQUIRE_ALL(comm.timeout() == 300.0);
+  if (!saved.empty()) setenv("TELAR_COMM_TIMEOUT", saved.c_str(), 1);
 }
 
 template <class T>

@@ -10,15 +10,18 @@
 //
 // Matching: all transfers of one run on one communicator share a tag; MPI's
 // non-overtaking rule then pairs the k-th send from a to b with the k-th
-// receive b posts from a, because the executor posts each (peer, direction)
-// queue strictly in program order and the generators emit matching orders on
-// both sides.
+// receive b posts from a, because the executor posts sends, and receives,
+// strictly in program order and the generators emit matching orders on both
+// sides.
 //
-// Liveness: the earliest unfinished transfer can always be posted once all
-// earlier ones are done (in-flight limits are per direction, scratch slots go
-// to receive-and-sum transfers in program order), so the executor makes at
-// least the progress of running the list step by step, which is deadlock-free
-// by construction of each algorithm.
+// Liveness: because sends and receives are each posted in program order, the
+// messages in flight (limited per direction) and the scratch slots are always
+// held by the earliest unfinished transfers; so the earliest unfinished
+// transfer can always be posted once all earlier ones are done, and the
+// executor makes at least the progress of running the list step by step,
+// which is deadlock-free by construction of each algorithm. (Letting a later
+// receive overtake a blocked earlier one can deadlock: it may take the last
+// in-flight slot while waiting for data that depends on the earlier one.)
 
 #include <telar/comm/detail/comm_handle.hpp>
 #include <telar/comm/detail/mpi_type.hpp>
@@ -29,6 +32,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -183,25 +187,16 @@ public:
     st_.assign(nops, pending);
     slot_of_.assign(nops, -1);
     queue_of_.resize(nops);
-    std::vector<std::array<int, 3>> keys; // (comm, peer, is_send)
+    queue_left_.assign(2, 0);
     std::size_t max_rr = 0;
     for (std::size_t i = 0; i < nops; ++i) {
       auto const& x = ops_[i];
-      std::array<int, 3> const key{x.comm, x.peer, x.kind == Xfer::send ? 1 : 0};
-      auto it = std::find(keys.begin(), keys.end(), key);
-      if (it == keys.end()) {
-        keys.push_back(key);
-        queue_left_.push_back(0);
-        it = keys.end() - 1;
-      }
-      queue_of_[i] = static_cast<int>(it - keys.begin());
+      queue_of_[i] = x.kind == Xfer::send ? 0 : 1;
       ++queue_left_[static_cast<std::size_t>(queue_of_[i])];
-      if (x.kind == Xfer::recv_reduce) {
-        rr_.push_back(i);
+      if (x.kind == Xfer::recv_reduce)
         max_rr = std::max(max_rr, x.cnt);
-      }
     }
-    if (!rr_.empty()) {
+    if (max_rr > 0) {
       int const nslots = limit_;
       slot_elems_ = (max_rr + 15) / 16 * 16; // keep slots 64-byte aligned
       scratch_ = owner_->take_scratch(slot_elems_ * sizeof(T) * static_cast<std::size_t>(nslots));
@@ -280,6 +275,14 @@ public:
        << ops_.size();
     if (st_[i] == pending)
       os << ", not yet posted";
+    if (std::getenv("TELAR_COMM_DEBUG")) {
+      os << "\n  in flight: " << sends_in_flight_ << " sends, " << recvs_in_flight_
+         << " recvs; ops:";
+      for (std::size_t j = 0; j < ops_.size(); ++j)
+        os << "\n   " << j + 1 << ": kind " << int(ops_[j].kind) << " comm " << int(ops_[j].comm)
+           << " peer " << ops_[j].peer << " [" << ops_[j].off << "," << ops_[j].off + ops_[j].cnt
+           << ") state " << int(st_[j]) << " queue " << queue_of_[j];
+    }
     return os.str();
   }
   int pending_peer() const { return finished() ? -1 : ops_[first_].peer; }
@@ -390,8 +393,7 @@ private:
     case Xfer::recv_copy:
       return recvs_in_flight_ < limit_ && !conflicts(i, true);
     case Xfer::recv_reduce:
-      return recvs_in_flight_ < limit_ && !free_slots_.empty() && next_rr_ < rr_.size() &&
-             rr_[next_rr_] == i;
+      return recvs_in_flight_ < limit_ && !free_slots_.empty();
     }
     return false;
   }
@@ -412,7 +414,6 @@ private:
         slot_of_[i] = free_slots_.back();
         free_slots_.pop_back();
         dst = slot_ptr(slot_of_[i]);
-        ++next_rr_;
       }
       rc = MPI_Irecv(dst, n, mpi_type<T>(), x.peer, c.tag, c.comm, req);
       ++recvs_in_flight_;
@@ -450,10 +451,8 @@ private:
   std::vector<unsigned char> st_;
   std::vector<int> slot_of_;
   std::vector<int> queue_of_;
-  std::vector<std::size_t> queue_left_; // unposted transfers per queue
+  std::vector<std::size_t> queue_left_; // unposted sends, unposted receives
   std::vector<unsigned char> blocked_;
-  std::vector<std::size_t> rr_; // receive-and-sum transfers, program order
-  std::size_t next_rr_ = 0;
   std::vector<std::size_t> arrived_;
 
   ScratchBuffer scratch_;
