@@ -73,7 +73,7 @@ void wait_until(Done&& done, double timeout_s, OnTimeout&& on_timeout) {
   using clock = std::chrono::steady_clock;
   auto const start = clock::now();
   auto last_change = start;
-  for (unsigned iter = 0;; ++iter) {
+  for (;;) {
     bool const changed = progress_all();
     if (done())
       return;
@@ -85,8 +85,12 @@ void wait_until(Done&& done, double timeout_s, OnTimeout&& on_timeout) {
       on_timeout(waited);
       return; // on_timeout is expected to throw
     }
+    // Spin while the operation is moving (a pipelined transfer completes a
+    // segment every few microseconds: yielding there can cost a whole time
+    // slice on a busy machine); yield once idle, so ranks sharing a core can
+    // run; sleep only after a long idle stretch.
     auto const idle = now - last_change;
-    if (iter < 64 || changed)
+    if (idle < std::chrono::microseconds(200))
       continue;
     if (idle < std::chrono::milliseconds(100))
       std::this_thread::yield();
