@@ -175,7 +175,7 @@ public:
   bool test() {
     if (done())
       return true;
-    detail::progress_all();
+    detail::progress_all(state_.get());
     return done();
   }
 
@@ -193,7 +193,8 @@ public:
                                             std::string(s.algorithm()) + " (waiting for " +
                                                 s.describe() + ")",
                                             s.algorithm(), s.pending_peer());
-                       });
+                       },
+                       &s);
   }
 
 private:

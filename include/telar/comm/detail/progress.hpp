@@ -28,6 +28,9 @@ public:
   virtual bool advance() = 0;
   // True once the operation has completed.
   virtual bool finished() const = 0;
+
+  static constexpr std::size_t unregistered = static_cast<std::size_t>(-1);
+  std::size_t registry_index = unregistered; // O(1) removal
 };
 
 inline std::vector<Progressable*>& progress_registry() {
@@ -36,27 +39,54 @@ inline std::vector<Progressable*>& progress_registry() {
 }
 
 inline void register_progress(Progressable* p) {
-  progress_registry().push_back(p);
+  auto& r = progress_registry();
+  if (p->registry_index != Progressable::unregistered)
+    return;
+  p->registry_index = r.size();
+  r.push_back(p);
 }
 
 inline void unregister_progress(Progressable* p) {
+  if (p == nullptr || p->registry_index == Progressable::unregistered)
+    return;
   auto& r = progress_registry();
-  r.erase(std::remove(r.begin(), r.end(), p), r.end());
+  std::size_t const i = p->registry_index;
+  r[i] = r.back();
+  r[i]->registry_index = i;
+  r.pop_back();
+  p->registry_index = Progressable::unregistered;
 }
 
-// Advances every registered operation once; drops the finished ones.
-inline bool progress_all() {
+// Advances `focus` (the operation being waited on, if any) and a rotating
+// window of the other registered operations; drops finished ones. The window
+// keeps a poll cheap when many operations are in flight (every advance is an
+// MPI call that runs MPI's progress engine), while every operation is still
+// advanced every few polls, which is all that freedom from deadlock needs.
+inline bool progress_all(Progressable* focus = nullptr) {
+  constexpr std::size_t window = 8;
+  static std::size_t cursor = 0;
   auto& r = progress_registry();
   bool changed = false;
-  bool any_finished = false;
-  for (std::size_t i = 0; i < r.size(); ++i) {
-    changed |= r[i]->advance();
-    any_finished |= r[i]->finished();
+  Progressable* done[window + 1];
+  std::size_t ndone = 0;
+  if (focus != nullptr && !focus->finished()) {
+    changed |= focus->advance();
+    if (focus->finished())
+      done[ndone++] = focus;
   }
-  if (any_finished) {
-    r.erase(std::remove_if(r.begin(), r.end(), [](Progressable* p) { return p->finished(); }),
-            r.end());
+  std::size_t const n = r.size();
+  std::size_t const budget = n < window ? n : window;
+  for (std::size_t k = 0; k < budget; ++k) {
+    Progressable* p = r[(cursor + k) % n];
+    if (p == focus)
+      continue;
+    changed |= p->advance();
+    if (p->finished())
+      done[ndone++] = p;
   }
+  cursor = n > 0 ? (cursor + budget) % n : 0;
+  for (std::size_t k = 0; k < ndone; ++k)
+    unregister_progress(done[k]);
   return changed;
 }
 
@@ -65,16 +95,17 @@ inline constexpr double default_timeout_seconds = 300.0;
 
 // Polls done() until it returns true or timeout_s seconds have passed
 // (timeout_s <= 0: no bound), then calls on_timeout(seconds_waited), which
-// must throw. Backoff: spin first (latency of short waits), then yield (ranks
-// sharing cores, as under oversubscription), and only after a long idle
-// stretch sleep, because a sleeping rank stops driving MPI's progress.
+// must throw. Each poll advances `focus` and some other in-flight operations. Backoff: spin first
+// (latency of short waits), then yield (ranks sharing cores, as under oversubscription), and only
+// after a long idle stretch sleep, because a sleeping rank stops driving MPI's progress.
 template <class Done, class OnTimeout>
-void wait_until(Done&& done, double timeout_s, OnTimeout&& on_timeout) {
+void wait_until(Done&& done, double timeout_s, OnTimeout&& on_timeout,
+                Progressable* focus = nullptr) {
   using clock = std::chrono::steady_clock;
   auto const start = clock::now();
   auto last_change = start;
   for (;;) {
-    bool const changed = progress_all();
+    bool const changed = progress_all(focus);
     if (done())
       return;
     auto const now = clock::now();
