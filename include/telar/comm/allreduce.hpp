@@ -150,6 +150,7 @@ public:
     if (state_ && !state_->finished())
       detail::register_progress(state_.get());
   }
+  /*! \brief Takes over the operation of another (left empty). */
   AllreduceOp(AllreduceOp&&) noexcept = default;
   /*! \brief Finishes this operation (see the class description), then takes over \p other.
    *  \param other operation left empty

@@ -54,7 +54,7 @@ struct MpiBackend {
  *  telar/comm/device_buffer.hpp) unless `TELAR_ENABLE_GPU_AWARE_MPI` is set.
  *
  *  \code
- *  telar::Communicator comm(MPI_COMM_WORLD, "world");
+ *  telar::Communicator comm(app_comm, "world"); // app_comm: the application's MPI_Comm
  *  float loss = local_loss;
  *  comm.allreduce(&loss, 1, telar::ReduceOp::sum);
  *  if (comm.any(!std::isfinite(loss))) throw std::runtime_error("loss diverged");
@@ -85,7 +85,9 @@ public:
     h_ = detail::adopt(detail::bounded_dup(comm, parent), std::move(name), timeout);
   }
 
+  /*! \brief Takes over another communicator (left null). */
   BasicCommunicator(BasicCommunicator&&) noexcept = default;
+  /*! \brief Releases this communicator and takes over another (left null). */
   BasicCommunicator& operator=(BasicCommunicator&&) noexcept = default;
   BasicCommunicator(BasicCommunicator const&) = delete;
   BasicCommunicator& operator=(BasicCommunicator const&) = delete;
@@ -420,7 +422,7 @@ using Communicator = BasicCommunicator<MpiBackend>;
  *         ends instead of hanging on the ranks that did not fail.
  *
  *  \code
- *  telar::Communicator comm(MPI_COMM_WORLD, "world");
+ *  telar::Communicator comm(app_comm, "world"); // app_comm: the application's MPI_Comm
  *  telar::abort_on_error(comm, [&] { trainer.fit(loader); });
  *  \endcode
  *  \tparam F callable with no arguments
@@ -441,7 +443,7 @@ void abort_on_error(Communicator const& comm, F&& body, int exit_code = 1) {
     }
     std::fprintf(stderr, "telar: rank %d: %s\n", rank, message);
     std::fflush(stderr);
-    // MPI_Abort on the library's duplicate: Telar never names MPI_COMM_WORLD,
+    // MPI_Abort on the library's duplicate: Telar never names the world communicator,
     // and aborting any communicator ends the whole job in practice.
     if (c != MPI_COMM_NULL)
       MPI_Abort(c, exit_code);

@@ -55,7 +55,7 @@ struct GridCoord {
  *  message on every rank, before any communication.
  *
  *  \code
- *  telar::Communicator world(MPI_COMM_WORLD, "world");
+ *  telar::Communicator world(app_comm, "world"); // app_comm: the application's MPI_Comm
  *  telar::ProcessGrid grid(world, telar::GridShape{0, 2, 2}); // dp deduced, pp=2, tp=2
  *  grid.dp().allreduce(grads.data(), grads.size());
  *  \endcode
