@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <stdexcept>
 #include <type_traits>
+#include <utility>
 
 namespace telar {
 
@@ -72,8 +73,11 @@ public:
   }
 
 private:
+  // The mirror type, spelled without View::HostMirror (renamed in Kokkos 4).
+  using mirror_type = decltype(Kokkos::create_mirror_view(std::declval<View const&>()));
+
   View view_;
-  typename View::HostMirror mirror_;
+  mirror_type mirror_;
 };
 
 } // namespace telar
