@@ -281,9 +281,9 @@ struct MpiAllreduce {
 /*! \brief Settings shared by Telar's point-to-point algorithms. */
 struct SegmentedSettings {
   /*! \brief Default largest message, in bytes. */
-  static constexpr std::size_t default_segment_bytes = std::size_t(1) << 18;
+  static constexpr std::size_t default_segment_bytes = std::size_t(1) << 20;
   /*! \brief Default messages in flight per direction. */
-  static constexpr int default_max_in_flight = 4;
+  static constexpr int default_max_in_flight = 2;
 
   /*! \brief Largest message; transfers are cut into segments of this size so
    *         the sum of one overlaps the transfer of the next. Must be the same
@@ -299,7 +299,8 @@ struct SegmentedSettings {
   template <class T>
   std::size_t segment_elements() const {
     std::size_t const e = segment_bytes / sizeof(T);
-    return e > 0 ? e : 1;
+    std::size_t const int_max = static_cast<std::size_t>(INT_MAX); // MPI counts are int
+    return e == 0 ? 1 : (e > int_max ? int_max : e);
   }
 };
 
