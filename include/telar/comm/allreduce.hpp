@@ -281,7 +281,7 @@ struct MpiAllreduce {
 /*! \brief Settings shared by Telar's point-to-point algorithms. */
 struct SegmentedSettings {
   /*! \brief Default largest message, in bytes. */
-  static constexpr std::size_t default_segment_bytes = std::size_t(1) << 20;
+  static constexpr std::size_t default_segment_bytes = std::size_t(2) << 20;
   /*! \brief Default messages in flight per direction. */
   static constexpr int default_max_in_flight = 2;
 
