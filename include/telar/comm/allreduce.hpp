@@ -14,6 +14,7 @@
 #include <telar/comm/detail/schedule.hpp>
 #include <telar/comm/error.hpp>
 
+#include <Kokkos_Core.hpp>
 #include <mpi.h>
 
 #include <climits>
@@ -188,6 +189,11 @@ public:
     if (done())
       return;
     auto& s = *state_;
+    // Kokkos Tools users see where ranks wait for gradients.
+    Kokkos::Profiling::pushRegion(std::string(s.algorithm()) + "::wait");
+    struct Pop {
+      ~Pop() { Kokkos::Profiling::popRegion(); }
+    } pop;
     detail::wait_until([&] { return s.finished(); }, s.comm().timeout,
                        [&](double waited) {
                          s.comm().timed_out(waited,
