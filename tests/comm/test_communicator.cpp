@@ -75,7 +75,8 @@ TEST_CASE("timeout comes from TELAR_COMM_TIMEOUT", "[comm]") {
   TELAR_REQUIRE_ALL(threw);
   Communicator comm(MPI_COMM_WORLD);
   TELAR_REQUIRE_ALL(comm.timeout() == 300.0);
-  if (!saved.empty()) setenv("TELAR_COMM_TIMEOUT", saved.c_str(), 1);
+  if (!saved.empty())
+    setenv("TELAR_COMM_TIMEOUT", saved.c_str(), 1);
 }
 
 template <class T>
