@@ -1,0 +1,585 @@
+#pragma once
+/*! \file
+ *  \brief Allreduce algorithms as policies, with a non-blocking interface so
+ *         that a gradient bucket's reduction runs while backward continues.
+ *
+ *  Buffers are host pointers. Device buffers are staged by the caller (see
+ *  telar/comm/device_buffer.hpp) unless `TELAR_ENABLE_GPU_AWARE_MPI` is set
+ *  in telar/config.hpp, in which case device pointers may be passed as is.
+ */
+
+#include <telar/comm/communicator.hpp>
+#include <telar/comm/detail/comm_handle.hpp>
+#include <telar/comm/detail/progress.hpp>
+#include <telar/comm/detail/schedule.hpp>
+#include <telar/comm/error.hpp>
+
+#include <Kokkos_Core.hpp>
+#include <mpi.h>
+
+#include <climits>
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace telar {
+
+namespace detail {
+
+// An allreduce in flight. Host-only, so a virtual interface is fine; it lets
+// one AllreduceOp<T> type hold any algorithm (gradient buckets keep a list).
+class AllreduceState : public Progressable {
+public:
+  AllreduceState(std::shared_ptr<CommHandle> comm, const char* algorithm)
+      : comm_(std::move(comm)), algorithm_(algorithm) {}
+  // What the operation waits for, for timeout messages.
+  virtual std::string describe() const = 0;
+  virtual int pending_peer() const = 0;
+  // Gives up: frees MPI requests after at most `bound` seconds.
+  virtual void release(double bound) noexcept = 0;
+  CommHandle const& comm() const { return *comm_; }
+  const char* algorithm() const { return algorithm_; }
+
+protected:
+  std::shared_ptr<CommHandle> comm_;
+  const char* algorithm_;
+};
+
+// MPI_Iallreduce behind the AllreduceState interface.
+class MpiAllreduceState final : public AllreduceState {
+public:
+  template <class T>
+  MpiAllreduceState(std::shared_ptr<CommHandle> comm, T* data, std::size_t n)
+      : AllreduceState(std::move(comm), "telar::MpiAllreduce") {
+    if (n == 0)
+      return;
+    if (n > static_cast<std::size_t>(INT_MAX))
+      throw CommError(std::string("MPI_Iallreduce on ") + comm_->where() + ": " +
+                          std::to_string(n) + " elements exceed MPI's int count",
+                      comm_->rank, "MPI_Iallreduce");
+    comm_->check(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(n), mpi_type<T>(), MPI_SUM,
+                                comm_->comm, &req_),
+                 "MPI_Iallreduce");
+  }
+  ~MpiAllreduceState() override { release(0.05); }
+  bool advance() override {
+    if (req_ == MPI_REQUEST_NULL)
+      return false;
+    int flag = 0;
+    int const rc = MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS)
+      comm_->fail(rc, "MPI_Iallreduce");
+    return flag != 0;
+  }
+  bool finished() const override { return req_ == MPI_REQUEST_NULL; }
+  std::string describe() const override { return "MPI_Iallreduce to complete on every rank"; }
+  int pending_peer() const override { return -1; }
+  void release(double bound) noexcept override {
+    if (req_ == MPI_REQUEST_NULL || mpi_finalized())
+      return;
+    try {
+      wait_until(
+          [&] {
+            int flag = 0;
+            MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
+            return flag != 0;
+          },
+          bound, [](double) { throw 0; });
+    } catch (...) {
+      // A pending collective can be neither cancelled nor freed (MPI
+      // standard); its handle is abandoned.
+      req_ = MPI_REQUEST_NULL;
+    }
+  }
+
+private:
+  MPI_Request req_ = MPI_REQUEST_NULL;
+};
+
+// Telar's point-to-point algorithms: a Schedule run by a ScheduleRun.
+template <class T>
+class ScheduleState final : public AllreduceState {
+public:
+  ScheduleState(std::shared_ptr<CommHandle> comm, const char* algorithm, T* data, Schedule sched,
+                std::vector<typename ScheduleRun<T>::Comm> comms, int max_in_flight)
+      : AllreduceState(comm, algorithm),
+        run_(data, std::move(sched), std::move(comms), max_in_flight, comm) {}
+  bool advance() override { return run_.advance(); }
+  bool finished() const override { return run_.finished(); }
+  std::string describe() const override { return run_.describe(); }
+  int pending_peer() const override { return run_.pending_peer(); }
+  void release(double bound) noexcept override { run_.release(bound); }
+
+private:
+  ScheduleRun<T> run_;
+};
+
+template <class T>
+inline constexpr bool summable_v = std::is_arithmetic_v<T> && !std::is_same_v<T, bool>;
+
+} // namespace detail
+
+/*! \brief An allreduce in flight, returned by an algorithm's `start()`.
+ *
+ *  Move-only. test() advances it (and every other Telar operation in flight:
+ *  operations progress whichever one a rank waits on, so ranks may wait on
+ *  them in different orders without deadlock); wait() completes it, bounded by
+ *  the communicator's timeout. The buffer passed to `start()` must stay
+ *  valid and untouched until the operation has completed.
+ *
+ *  Destroying an unfinished operation waits for it with the communicator's
+ *  bound (briefly during stack unwinding), then cancels or frees its
+ *  requests, so nothing writes into freed memory and nothing crashes.
+ *
+ *  \tparam T element type
+ */
+template <class T>
+class AllreduceOp {
+public:
+  /*! \brief An empty, finished operation. */
+  AllreduceOp() = default;
+  /*! \brief Takes over a started algorithm state (used by the algorithms).
+   *  \param state the in-flight state, already started
+   */
+  explicit AllreduceOp(std::unique_ptr<detail::AllreduceState> state) : state_(std::move(state)) {
+    if (state_ && !state_->finished())
+      detail::register_progress(state_.get());
+  }
+  /*! \brief Takes over the operation of another (left empty). */
+  AllreduceOp(AllreduceOp&&) noexcept = default;
+  /*! \brief Finishes this operation (see the class description), then takes over \p other.
+   *  \param other operation left empty
+   */
+  AllreduceOp& operator=(AllreduceOp&& other) noexcept {
+    if (this != &other) {
+      finish_quietly();
+      state_ = std::move(other.state_);
+    }
+    return *this;
+  }
+  AllreduceOp(AllreduceOp const&) = delete;
+  AllreduceOp& operator=(AllreduceOp const&) = delete;
+  /*! \brief Completes or releases the operation (see the class description). */
+  ~AllreduceOp() { finish_quietly(); }
+
+  /*! \brief True once the reduction has completed (the buffer holds the sum). */
+  bool done() const noexcept { return !state_ || state_->finished(); }
+
+  /*! \brief Advances this and every other operation in flight.
+   *  \return true when this operation has completed
+   */
+  bool test() {
+    if (done())
+      return true;
+    detail::progress_all(state_.get());
+    return done();
+  }
+
+  /*! \brief Completes the operation, bounded by the communicator's timeout.
+   *  \throws telar::CommTimeout naming the rank, the algorithm and the peer it waits for
+   *  \throws telar::CommError when MPI reports an error
+   */
+  void wait() {
+    if (done())
+      return;
+    auto& s = *state_;
+    // Kokkos Tools users see where ranks wait for gradients.
+    Kokkos::Profiling::pushRegion(std::string(s.algorithm()) + "::wait");
+    struct Pop {
+      ~Pop() { Kokkos::Profiling::popRegion(); }
+    } pop;
+    detail::wait_until([&] { return s.finished(); }, s.comm().timeout,
+                       [&](double waited) {
+                         s.comm().timed_out(waited,
+                                            std::string(s.algorithm()) + " (waiting for " +
+                                                s.describe() + ")",
+                                            s.algorithm(), s.pending_peer());
+                       },
+                       &s);
+  }
+
+private:
+  void finish_quietly() noexcept {
+    if (!state_)
+      return;
+    if (!state_->finished()) {
+      if (std::uncaught_exceptions() == 0 && !detail::mpi_finalized()) {
+        try {
+          wait();
+        } catch (std::exception const& e) {
+          std::fprintf(stderr, "telar: warning: unfinished allreduce destroyed: %s\n", e.what());
+        } catch (...) {
+        }
+      }
+      state_->release(0.05);
+    }
+    detail::unregister_progress(state_.get());
+    state_.reset();
+  }
+
+  std::unique_ptr<detail::AllreduceState> state_;
+};
+
+/*! \brief Completes every operation in \p ops (bounded by the timeout of the
+ *         first unfinished one's communicator).
+ *  \tparam T element type
+ *  \param ops operations to complete
+ */
+template <class T>
+void wait_all(std::vector<AllreduceOp<T>>& ops) {
+  for (auto& op : ops)
+    op.wait(); // each wait advances all of them
+}
+
+/*! \brief Trait: true for types usable as an allreduce algorithm policy.
+ *
+ *  Specialise it (and provide `name()`, `start()`) to add an algorithm.
+ *  \tparam T candidate policy type
+ */
+template <class T>
+struct is_allreduce_algorithm : std::false_type {};
+
+/*! \brief `is_allreduce_algorithm<T>::value`.
+ *  \tparam T candidate policy type
+ */
+template <class T>
+inline constexpr bool is_allreduce_algorithm_v = is_allreduce_algorithm<std::remove_cv_t<T>>::value;
+
+/*! \brief MPI's own allreduce (MPI_Iallreduce, in place).
+ *
+ *  Cost depends on the MPI library's choice; with the usual algorithms it is
+ *  close to the best of the others below.
+ */
+struct MpiAllreduce {
+  /*! \brief Name for logs and traces. */
+  static constexpr const char* name() { return "mpi"; }
+
+  /*! \brief Starts a sum-allreduce of \p n elements in place.
+   *  \tparam T element type with an MPI datatype
+   *  \param comm communicator (every rank calls start in the same order)
+   *  \param data buffer, untouched until the operation completes
+   *  \param n    number of elements
+   */
+  template <class T>
+  AllreduceOp<T> start(Communicator const& comm, T* data, std::size_t n) const {
+    static_assert(detail::summable_v<T>, "telar::MpiAllreduce: element type must be arithmetic");
+    return AllreduceOp<T>(std::make_unique<detail::MpiAllreduceState>(comm.handle_ptr(), data, n));
+  }
+
+  /*! \brief Blocking sum-allreduce in place (bounded).
+   *  \tparam T element type with an MPI datatype
+   *  \param comm communicator
+   *  \param data buffer
+   *  \param n    number of elements
+   */
+  template <class T>
+  static void allreduce(Communicator const& comm, T* data, std::size_t n) {
+    MpiAllreduce{}.start(comm, data, n).wait();
+  }
+};
+
+/*! \brief Settings shared by Telar's point-to-point algorithms. */
+struct SegmentedSettings {
+  /*! \brief Default largest message, in bytes. */
+  static constexpr std::size_t default_segment_bytes = std::size_t(2) << 20;
+  /*! \brief Default messages in flight per direction. */
+  static constexpr int default_max_in_flight = 2;
+
+  /*! \brief Largest message; transfers are cut into segments of this size so
+   *         the sum of one overlaps the transfer of the next. Must be the same
+   *         on every rank. */
+  std::size_t segment_bytes = default_segment_bytes;
+  /*! \brief Messages in flight per direction (also the number of scratch
+   *         segments held for incoming data). */
+  int max_in_flight = default_max_in_flight;
+
+  /*! \brief Segment length in elements of \p T.
+   *  \tparam T element type
+   */
+  template <class T>
+  std::size_t segment_elements() const {
+    std::size_t const e = segment_bytes / sizeof(T);
+    std::size_t const int_max = static_cast<std::size_t>(INT_MAX); // MPI counts are int
+    return e == 0 ? 1 : (e > int_max ? int_max : e);
+  }
+};
+
+namespace detail {
+template <class T>
+AllreduceOp<T> start_schedule(Communicator const& comm, const char* algorithm, T* data,
+                              Schedule&& s, SegmentedSettings const& settings,
+                              std::vector<typename ScheduleRun<T>::Comm> comms) {
+  return AllreduceOp<T>(std::make_unique<ScheduleState<T>>(
+      comm.handle_ptr(), algorithm, data, std::move(s), std::move(comms), settings.max_in_flight));
+}
+
+template <class T>
+typename ScheduleRun<T>::Comm coll_of(CommHandle& h) {
+  MPI_Comm const c = coll_comm(h);
+  return typename ScheduleRun<T>::Comm{c, h.next_tag(), h.name};
+}
+} // namespace detail
+
+/*! \brief Ring allreduce: reduce-scatter then allgather around a ring,
+ *         2(p-1) steps, each transfer cut into segments and pipelined.
+ *
+ *  Cost: 2(p-1)α + 2(p-1)/p·nβ + (p-1)/p·nγ (bandwidth-optimal; latency grows
+ *  with p). Every rank ends with bitwise identical results.
+ */
+struct RingAllreduce : SegmentedSettings {
+  /*! \brief Name for logs and traces. */
+  static constexpr const char* name() { return "ring"; }
+
+  /*! \brief Starts a sum-allreduce of \p n elements in place.
+   *  \tparam T arithmetic element type
+   *  \param comm communicator (every rank calls start in the same order)
+   *  \param data buffer, untouched until the operation completes
+   *  \param n    number of elements
+   */
+  template <class T>
+  AllreduceOp<T> start(Communicator const& comm, T* data, std::size_t n) const {
+    static_assert(detail::summable_v<T>, "telar::RingAllreduce: element type must be arithmetic");
+    auto& h = *comm.handle_ptr();
+    if (h.size == 1 || n == 0)
+      return AllreduceOp<T>();
+    detail::Schedule s;
+    s.seg = segment_elements<T>();
+    detail::ring_reduce_scatter(s, 0, h.rank, h.size, 0, n);
+    detail::ring_allgather(s, 0, h.rank, h.size, 0, n);
+    return detail::start_schedule<T>(comm, "telar::RingAllreduce", data, std::move(s), *this,
+                                     {detail::coll_of<T>(h)});
+  }
+
+  /*! \brief Blocking sum-allreduce in place (bounded), default settings.
+   *  \tparam T arithmetic element type
+   *  \param comm communicator
+   *  \param data buffer
+   *  \param n    number of elements
+   */
+  template <class T>
+  static void allreduce(Communicator const& comm, T* data, std::size_t n) {
+    RingAllreduce{}.start(comm, data, n).wait();
+  }
+};
+
+/*! \brief Rabenseifner's allreduce: reduce-scatter by recursive halving,
+ *         allgather by recursive doubling.
+ *
+ *  Cost for p a power of two: 2·log2(p)α + 2(p-1)/p·nβ + (p-1)/p·nγ. Other p
+ *  fold the extra ranks in first (each even rank among the first 2(p-p')
+ *  hands its vector to the next odd rank, p' the largest power of two ≤ p)
+ *  and send them the result at the end: + 2α + 2nβ + nγ. Every rank ends with
+ *  bitwise identical results.
+ */
+struct RecursiveHalvingDoubling : SegmentedSettings {
+  /*! \brief Name for logs and traces. */
+  static constexpr const char* name() { return "recursive_halving_doubling"; }
+
+  /*! \brief Starts a sum-allreduce of \p n elements in place.
+   *  \tparam T arithmetic element type
+   *  \param comm communicator (every rank calls start in the same order)
+   *  \param data buffer, untouched until the operation completes
+   *  \param n    number of elements
+   */
+  template <class T>
+  AllreduceOp<T> start(Communicator const& comm, T* data, std::size_t n) const {
+    static_assert(detail::summable_v<T>,
+                  "telar::RecursiveHalvingDoubling: element type must be arithmetic");
+    auto& h = *comm.handle_ptr();
+    if (h.size == 1 || n == 0)
+      return AllreduceOp<T>();
+    detail::Schedule s;
+    s.seg = segment_elements<T>();
+    detail::recursive_halving_doubling(s, 0, h.rank, h.size, n);
+    return detail::start_schedule<T>(comm, "telar::RecursiveHalvingDoubling", data, std::move(s),
+                                     *this, {detail::coll_of<T>(h)});
+  }
+
+  /*! \brief Blocking sum-allreduce in place (bounded), default settings.
+   *  \tparam T arithmetic element type
+   *  \param comm communicator
+   *  \param data buffer
+   *  \param n    number of elements
+   */
+  template <class T>
+  static void allreduce(Communicator const& comm, T* data, std::size_t n) {
+    RecursiveHalvingDoubling{}.start(comm, data, n).wait();
+  }
+};
+
+/*! \brief Two-level allreduce after IBM's DDL: reduce-scatter inside each
+ *         group of consecutive ranks (a node), ring-allreduce each rank's
+ *         block across the groups, allgather inside the group.
+ *
+ *  A communicator of p ranks is viewed as (p / g) groups of g consecutive
+ *  ranks: rank = group · g + local. Only 1/g of the data crosses between
+ *  groups per rank, so the slow links carry g times less per process. With
+ *  `group_size = 0` (default) g is the node size from
+ *  MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) when every node holds the same
+ *  number of consecutive ranks and there are at least two nodes; otherwise
+ *  the divisor of p closest to √p (so a single node of 4 ranks is 2 × 2).
+ *
+ *  Cost with q = p / g: 2(g-1)α_in + 2(g-1)/g·nβ_in + 2(q-1)α_out +
+ *  2(q-1)/(q·g)·nβ_out + (p-1)/p·nγ. Every rank ends with bitwise identical
+ *  results. The sub-communicators are created on the first call (collective)
+ *  and cached with the communicator.
+ */
+struct HierarchicalAllreduce : SegmentedSettings {
+  /*! \brief Ranks per group; 0 chooses automatically (see the class description). */
+  int group_size = 0;
+
+  /*! \brief Name for logs and traces. */
+  static constexpr const char* name() { return "hierarchical"; }
+
+  /*! \brief Default: automatic group size. */
+  HierarchicalAllreduce() = default;
+  /*! \brief Explicit group size.
+   *  \param group ranks per group; must divide the communicator size (0: automatic)
+   */
+  explicit HierarchicalAllreduce(int group) : group_size(group) {}
+
+  /*! \brief Starts a sum-allreduce of \p n elements in place.
+   *  \tparam T arithmetic element type
+   *  \param comm communicator (every rank calls start in the same order)
+   *  \param data buffer, untouched until the operation completes
+   *  \param n    number of elements
+   *  \throws telar::CommError if group_size does not divide comm.size() (on every rank)
+   */
+  template <class T>
+  AllreduceOp<T> start(Communicator const& comm, T* data, std::size_t n) const {
+    static_assert(detail::summable_v<T>,
+                  "telar::HierarchicalAllreduce: element type must be arithmetic");
+    auto& h = *comm.handle_ptr();
+    if (h.size == 1 || n == 0)
+      return AllreduceOp<T>();
+    int const g = resolve_group_size(h);
+    auto& subs = sub_comms(h, g);
+    auto& inner = *subs.first;
+    auto& outer = *subs.second;
+    int const q = h.size / g;
+    int const local = h.rank % g, group = h.rank / g;
+    detail::Schedule s;
+    s.seg = segment_elements<T>();
+    int const owned = detail::ring_reduce_scatter(s, 0, local, g, 0, n);
+    std::size_t const b0 = detail::block_begin(n, g, owned), bn = detail::block_size(n, g, owned);
+    detail::ring_reduce_scatter(s, 1, group, q, b0, bn);
+    detail::ring_allgather(s, 1, group, q, b0, bn);
+    detail::ring_allgather(s, 0, local, g, 0, n);
+    return detail::start_schedule<T>(comm, "telar::HierarchicalAllreduce", data, std::move(s),
+                                     *this, {detail::coll_of<T>(inner), detail::coll_of<T>(outer)});
+  }
+
+  /*! \brief Blocking sum-allreduce in place (bounded), automatic group size.
+   *  \tparam T arithmetic element type
+   *  \param comm communicator
+   *  \param data buffer
+   *  \param n    number of elements
+   */
+  template <class T>
+  static void allreduce(Communicator const& comm, T* data, std::size_t n) {
+    HierarchicalAllreduce{}.start(comm, data, n).wait();
+  }
+
+  /*! \brief The group size start() uses on \p comm (collective on first use).
+   *  \param comm communicator
+   */
+  int group_size_for(Communicator const& comm) const {
+    return resolve_group_size(*comm.handle_ptr());
+  }
+
+private:
+  int resolve_group_size(detail::CommHandle& h) const {
+    if (group_size > 0) {
+      if (h.size % group_size != 0)
+        throw CommError("telar::HierarchicalAllreduce: group_size " + std::to_string(group_size) +
+                            " does not divide the size " + std::to_string(h.size) +
+                            " of communicator '" + h.name + "'",
+                        h.rank, "telar::HierarchicalAllreduce");
+      return group_size;
+    }
+    if (h.auto_group_size == 0)
+      h.auto_group_size = auto_group_size(h);
+    return h.auto_group_size;
+  }
+
+  // Node size if nodes form a regular grid of consecutive ranks, else the
+  // divisor of p nearest to sqrt(p) (from above, so groups are the larger side).
+  static int auto_group_size(detail::CommHandle& h) {
+    detail::bounded_barrier(h); // the split below cannot time out on its own
+    MPI_Comm node = MPI_COMM_NULL;
+    h.check(MPI_Comm_split_type(h.comm, MPI_COMM_TYPE_SHARED, h.rank, MPI_INFO_NULL, &node),
+            "MPI_Comm_split_type");
+    int nsize = 1, nrank = 0;
+    MPI_Comm_size(node, &nsize);
+    MPI_Comm_rank(node, &nrank);
+    MPI_Comm_free(&node);
+    // Regular: same node size everywhere and node-local rank = rank % size.
+    int v[3] = {nsize, -nsize, nrank == h.rank % nsize ? 1 : 0};
+    int lo[3] = {0, 0, 0};
+    MPI_Request req = MPI_REQUEST_NULL;
+    h.check(MPI_Iallreduce(v, lo, 3, MPI_INT, MPI_MIN, h.comm, &req), "MPI_Iallreduce");
+    detail::wait_request(h, req, MPI_STATUS_IGNORE, "MPI_Allreduce", -1, -1, "with");
+    bool const regular = lo[0] == -lo[1] && lo[2] == 1; // same answer on every rank
+    if (regular && nsize > 1 && nsize < h.size)
+      return nsize;
+    int best = h.size;
+    for (int d = 1; d <= h.size; ++d)
+      if (h.size % d == 0 && d * d >= h.size) {
+        best = d;
+        break;
+      }
+    return best;
+  }
+
+  static std::pair<std::shared_ptr<detail::CommHandle>, std::shared_ptr<detail::CommHandle>>&
+  sub_comms(detail::CommHandle& h, int g) {
+    auto it = h.hier.find(g);
+    if (it != h.hier.end())
+      return it->second;
+    detail::bounded_barrier(h);
+    auto split = [&](int color, int key, std::string const& label) {
+      MPI_Comm out = MPI_COMM_NULL;
+      h.check(MPI_Comm_split(h.comm, color, key, &out), "MPI_Comm_split");
+      return detail::adopt(out, h.name + "/" + label, h.timeout);
+    };
+    auto inner = split(h.rank / g, h.rank % g, "hier-inner");
+    auto outer = split(h.rank % g, h.rank / g, "hier-outer");
+    return h.hier.emplace(g, std::make_pair(inner, outer)).first->second;
+  }
+};
+
+/*! \cond */
+template <>
+struct is_allreduce_algorithm<MpiAllreduce> : std::true_type {};
+template <>
+struct is_allreduce_algorithm<RingAllreduce> : std::true_type {};
+template <>
+struct is_allreduce_algorithm<RecursiveHalvingDoubling> : std::true_type {};
+template <>
+struct is_allreduce_algorithm<HierarchicalAllreduce> : std::true_type {};
+/*! \endcond */
+
+/*! \brief Blocking sum-allreduce in place with the configured \p algorithm.
+ *  \tparam Algorithm a policy with is_allreduce_algorithm_v true
+ *  \tparam T arithmetic element type
+ *  \param algorithm policy object (carries its settings)
+ *  \param comm communicator
+ *  \param data buffer
+ *  \param n    number of elements
+ */
+template <class Algorithm, class T>
+void allreduce(Algorithm const& algorithm, Communicator const& comm, T* data, std::size_t n) {
+  static_assert(is_allreduce_algorithm_v<Algorithm>,
+                "telar::allreduce: Algorithm is not an allreduce algorithm; use MpiAllreduce, "
+                "RingAllreduce, RecursiveHalvingDoubling or HierarchicalAllreduce, or specialise "
+                "telar::is_allreduce_algorithm for your own");
+  algorithm.start(comm, data, n).wait();
+}
+
+} // namespace telar

@@ -1,0 +1,195 @@
+#pragma once
+/*! \file
+ *  \brief telar::ProcessGrid: the world factored into data-, pipeline- and
+ *         tensor-parallel sub-communicators.
+ */
+
+#include <telar/comm/communicator.hpp>
+#include <telar/comm/error.hpp>
+
+#include <array>
+#include <sstream>
+#include <string>
+
+namespace telar {
+
+/*! \brief Degrees of parallelism; `dp = 0` means "whatever is left"
+ *         (world size / (pp * tp)). */
+struct GridShape {
+  int dp = 0; //!< data-parallel degree (0: deduced)
+  int pp = 1; //!< pipeline-parallel degree
+  int tp = 1; //!< tensor-parallel degree
+};
+
+/*! \brief One axis of the process grid. */
+enum class GridAxis { dp, pp, tp };
+
+/*! \brief Order of the axes in the rank layout, outermost first.
+ *
+ *  The default `{pp, dp, tp}` puts tp innermost, so the ranks of one tensor-
+ *  parallel group are consecutive (usually on one node, on the fastest
+ *  links), then dp, then pp:
+ *  `world_rank = (pp_rank * dp + dp_rank) * tp + tp_rank`.
+ */
+using GridOrder = std::array<GridAxis, 3>;
+
+/*! \brief The default layout: pp outermost, then dp, tp innermost. */
+inline constexpr GridOrder default_grid_order = {GridAxis::pp, GridAxis::dp, GridAxis::tp};
+
+/*! \brief Coordinates of a rank on the grid. */
+struct GridCoord {
+  int dp = 0; //!< rank within the data-parallel group
+  int pp = 0; //!< pipeline stage
+  int tp = 0; //!< rank within the tensor-parallel group
+};
+
+/*! \brief The world communicator factored into dp × pp × tp.
+ *
+ *  With the default order, `world_rank = (pp_rank * dp + dp_rank) * tp + tp_rank`
+ *  (tp innermost, pp outermost); pass a telar::GridOrder to change it. Each
+ *  process belongs to one dp group (same pp and tp coordinates), one pipeline
+ *  (same dp and tp) and one tp group (same dp and pp); its rank in each
+ *  sub-communicator equals its coordinate on that axis.
+ *
+ *  A shape that does not fit the world throws telar::GridError with the same
+ *  message on every rank, before any communication.
+ *
+ *  \code
+ *  telar::Communicator world(app_comm, "world"); // app_comm: the application's MPI_Comm
+ *  telar::ProcessGrid grid(world, telar::GridShape{0, 2, 2}); // dp deduced, pp=2, tp=2
+ *  grid.dp().allreduce(grads.data(), grads.size());
+ *  \endcode
+ */
+class ProcessGrid {
+public:
+  /*! \brief Builds the grid and its sub-communicators (collective over \p world).
+   *  \param world communicator to factor (duplicated; not used directly)
+   *  \param shape degrees; dp = 0 takes what pp and tp leave
+   *  \param order axes from outermost to innermost
+   *  \throws telar::GridError if the shape or the order does not fit
+   */
+  ProcessGrid(Communicator const& world, GridShape shape, GridOrder order = default_grid_order)
+      : shape_(resolve(world.size(), shape, order)), order_(order) {
+    world_ = world.dup(world.name());
+    coord_ = coords_of(world_.rank());
+    auto sub = [&](GridAxis axis, const char* name) {
+      // Same coordinates on the two other axes -> same color.
+      GridCoord c = coord_;
+      int const key = get(c, axis);
+      set(c, axis, 0);
+      return world_.split(rank_of(c), key, name);
+    };
+    dp_ = sub(GridAxis::dp, "dp");
+    pp_ = sub(GridAxis::pp, "pp");
+    tp_ = sub(GridAxis::tp, "tp");
+  }
+
+  /*! \brief The (resolved) shape: dp is never 0 here. */
+  GridShape shape() const noexcept { return shape_; }
+  /*! \brief The axis order, outermost first. */
+  GridOrder order() const noexcept { return order_; }
+  /*! \brief This process's coordinates. */
+  GridCoord coords() const noexcept { return coord_; }
+  /*! \brief The whole grid (a duplicate of the communicator given). */
+  Communicator const& world() const noexcept { return world_; }
+  /*! \brief Processes with the same pp and tp coordinates; rank = dp coordinate. */
+  Communicator const& dp() const noexcept { return dp_; }
+  /*! \brief Processes with the same dp and tp coordinates; rank = pp coordinate. */
+  Communicator const& pp() const noexcept { return pp_; }
+  /*! \brief Processes with the same dp and pp coordinates; rank = tp coordinate. */
+  Communicator const& tp() const noexcept { return tp_; }
+
+  /*! \brief The shape as text, e.g. "dp=2 x pp=1 x tp=2". */
+  std::string name() const { return describe(shape_); }
+
+  /*! \brief World rank of the process at \p c.
+   *  \param c coordinates, each within its degree
+   */
+  int rank_of(GridCoord c) const noexcept {
+    int r = 0;
+    for (GridAxis a : order_)
+      r = r * degree(a) + get(c, a);
+    return r;
+  }
+
+  /*! \brief Coordinates of world rank \p world_rank.
+   *  \param world_rank rank in world(), in [0, world().size())
+   */
+  GridCoord coords_of(int world_rank) const noexcept {
+    GridCoord c;
+    for (int i = 2; i >= 0; --i) {
+      GridAxis const a = order_[static_cast<std::size_t>(i)];
+      set(c, a, world_rank % degree(a));
+      world_rank /= degree(a);
+    }
+    return c;
+  }
+
+  /*! \brief Checks \p shape against \p world_size without communicating and
+   *         returns it with dp resolved.
+   *  \param world_size number of processes
+   *  \param shape      requested degrees
+   *  \param order      axis order (must name each axis once)
+   *  \throws telar::GridError with a message that is the same on every rank
+   */
+  static GridShape resolve(int world_size, GridShape shape, GridOrder order = default_grid_order) {
+    std::string const prefix = "telar::ProcessGrid: ";
+    bool seen[3] = {false, false, false};
+    for (GridAxis a : order)
+      seen[static_cast<int>(a)] = true;
+    if (!(seen[0] && seen[1] && seen[2]))
+      throw GridError(prefix + "the axis order must name dp, pp and tp once each");
+    if (shape.dp < 0 || shape.pp <= 0 || shape.tp <= 0) {
+      throw GridError(prefix + "degrees must be positive (dp=0 means \"whatever is left\"); got " +
+                      describe(shape));
+    }
+    if (shape.dp == 0) {
+      int const rest = shape.pp * shape.tp;
+      if (world_size % rest != 0) {
+        std::ostringstream os;
+        os << prefix << "world size " << world_size << " is not divisible by pp=" << shape.pp
+           << " x tp=" << shape.tp << " (product " << rest
+           << "), so dp cannot be deduced; choose pp and tp whose product divides " << world_size;
+        throw GridError(os.str());
+      }
+      shape.dp = world_size / rest;
+    }
+    long long const product = 1LL * shape.dp * shape.pp * shape.tp;
+    if (product != world_size) {
+      std::ostringstream os;
+      os << prefix << "world size " << world_size << " does not fit " << describe(shape)
+         << " (product " << product << "); choose degrees whose product is " << world_size;
+      throw GridError(os.str());
+    }
+    return shape;
+  }
+
+  /*! \brief Formats a shape as "dp=2 x pp=1 x tp=2".
+   *  \param s shape to format
+   */
+  static std::string describe(GridShape s) {
+    return "dp=" + std::to_string(s.dp) + " x pp=" + std::to_string(s.pp) +
+           " x tp=" + std::to_string(s.tp);
+  }
+
+private:
+  int degree(GridAxis a) const noexcept {
+    return a == GridAxis::dp ? shape_.dp : a == GridAxis::pp ? shape_.pp : shape_.tp;
+  }
+  static int get(GridCoord const& c, GridAxis a) noexcept {
+    return a == GridAxis::dp ? c.dp : a == GridAxis::pp ? c.pp : c.tp;
+  }
+  static void set(GridCoord& c, GridAxis a, int v) noexcept {
+    (a == GridAxis::dp ? c.dp : a == GridAxis::pp ? c.pp : c.tp) = v;
+  }
+
+  GridShape shape_;
+  GridOrder order_;
+  GridCoord coord_;
+  Communicator world_;
+  Communicator dp_;
+  Communicator pp_;
+  Communicator tp_;
+};
+
+} // namespace telar

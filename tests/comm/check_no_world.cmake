@@ -1,0 +1,11 @@
+# Fails if any header under DIR names MPI_COMM_WORLD: the library only talks on
+# the duplicates it owns (tests may use it to build a Communicator).
+file(GLOB_RECURSE headers ${DIR}/*.hpp)
+foreach(h IN LISTS headers)
+  file(STRINGS ${h} hits REGEX "MPI_COMM_WORLD")
+  if(hits)
+    message(FATAL_ERROR "${h} names MPI_COMM_WORLD: ${hits}")
+  endif()
+endforeach()
+list(LENGTH headers n)
+message(STATUS "${n} headers checked, none names MPI_COMM_WORLD")

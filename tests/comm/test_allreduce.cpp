@@ -1,0 +1,205 @@
+// Allreduce algorithms: exact sums of small integers for every rank count
+// and many lengths (0, 1, shorter than the rank count, not divisible, many
+// segments), random values against a serial sum, bitwise agreement across
+// ranks, concurrent operations waited in different orders.
+#include <telar/comm/allreduce.hpp>
+
+#include "mpi_check.hpp"
+
+#include <catch2/catch_template_test_macros.hpp>
+#include <catch2/catch_test_macros.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+using telar::Communicator;
+
+static_assert(telar::is_allreduce_algorithm_v<telar::MpiAllreduce>);
+static_assert(telar::is_allreduce_algorithm_v<telar::RingAllreduce>);
+static_assert(telar::is_allreduce_algorithm_v<telar::RecursiveHalvingDoubling>);
+static_assert(telar::is_allreduce_algorithm_v<const telar::HierarchicalAllreduce>);
+static_assert(!telar::is_allreduce_algorithm_v<int>);
+static_assert(!telar::is_allreduce_algorithm_v<Communicator>);
+
+namespace {
+std::vector<std::size_t> lengths(int p) {
+  auto const up = static_cast<std::size_t>(p);
+  return {0, 1, 2, 3, up > 1 ? up - 1 : 0, up, up + 1, 2 * up - 1, 7, 64, 1000, 4099, 65537};
+}
+
+// Configurations: defaults, plus tiny segments and one message in flight so
+// every transfer is cut into many pieces.
+template <class Algo>
+std::vector<Algo> configs() {
+  Algo a{}, b{};
+  b.segment_bytes = 40;
+  b.max_in_flight = 1;
+  Algo c{};
+  c.segment_bytes = 1024;
+  c.max_in_flight = 3;
+  return {a, b, c};
+}
+template <>
+std::vector<telar::MpiAllreduce> configs<telar::MpiAllreduce>() {
+  return {telar::MpiAllreduce{}};
+}
+
+template <class Algo, class T>
+void check_exact(Communicator const& comm, Algo const& algo) {
+  int const p = comm.size(), r = comm.rank();
+  for (std::size_t n : lengths(p)) {
+    std::vector<T> v(n);
+    for (std::size_t i = 0; i < n; ++i)
+      v[i] = T((r + 1) * static_cast<int>(i % 7 + 1));
+    algo.start(comm, v.data(), n).wait();
+    bool ok = true;
+    for (std::size_t i = 0; i < n; ++i)
+      ok = ok && v[i] == T((i % 7 + 1) * p * (p + 1) / 2);
+    INFO(Algo::name() << " n=" << n << " segment_bytes=" << sizeof(T));
+    TELAR_REQUIRE_ALL(ok);
+  }
+}
+
+template <class Algo>
+Algo with_segment(std::size_t bytes) {
+  Algo a{};
+  if constexpr (std::is_base_of_v<telar::SegmentedSettings, Algo>)
+    a.segment_bytes = bytes;
+  return a;
+}
+
+std::uint64_t fnv(void const* p, std::size_t bytes) {
+  auto const* b = static_cast<unsigned char const*>(p);
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::size_t i = 0; i < bytes; ++i)
+    h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+} // namespace
+
+TEMPLATE_TEST_CASE("allreduce sums exactly for any rank count and length", "[comm][allreduce]",
+                   telar::MpiAllreduce, telar::RingAllreduce, telar::RecursiveHalvingDoubling,
+                   telar::HierarchicalAllreduce) {
+  Communicator comm(MPI_COMM_WORLD, "world");
+  for (auto const& algo : configs<TestType>()) {
+    check_exact<TestType, float>(comm, algo);
+    check_exact<TestType, double>(comm, algo);
+  }
+  // The blocking convenience and the generic entry point.
+  std::vector<int> v(10, comm.rank());
+  TestType::allreduce(comm, v.data(), v.size());
+  telar::allreduce(TestType{}, comm, v.data(), v.size());
+  int const s = comm.size() * (comm.size() - 1) / 2;
+  TELAR_REQUIRE_ALL(v == std::vector<int>(10, s * comm.size()));
+}
+
+TEMPLATE_TEST_CASE("allreduce of random values matches a serial sum", "[comm][allreduce]",
+                   telar::MpiAllreduce, telar::RingAllreduce, telar::RecursiveHalvingDoubling,
+                   telar::HierarchicalAllreduce) {
+  Communicator comm(MPI_COMM_WORLD, "world");
+  int const p = comm.size(), r = comm.rank();
+  std::size_t const n = 30011;
+  auto data_of = [n](int rank) {
+    std::mt19937 gen(1234u + static_cast<unsigned>(rank));
+    std::uniform_real_distribution<float> dist(-1.f, 1.f);
+    std::vector<float> v(n);
+    for (auto& x : v)
+      x = dist(gen);
+    return v;
+  };
+  std::vector<double> serial(n, 0.0);
+  for (int q = 0; q < p; ++q) {
+    auto const v = data_of(q);
+    for (std::size_t i = 0; i < n; ++i)
+      serial[i] += v[i];
+  }
+  auto const algo = with_segment<TestType>(4096); // many segments
+  std::vector<float> v = data_of(r);
+  algo.start(comm, v.data(), n).wait();
+  double worst = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    worst = std::max(worst, std::abs(v[i] - serial[i]));
+  INFO("max error " << worst);
+  TELAR_REQUIRE_ALL(worst <= 1e-5 * p);
+  if constexpr (!std::is_same_v<TestType, telar::MpiAllreduce>) {
+    // Each block is summed in one place and then copied: every replica
+    // holds bitwise the same values (data-parallel replicas stay identical).
+    long h = static_cast<long>(fnv(v.data(), n * sizeof(float)) >> 2);
+    long lo = h, hi = h;
+    comm.allreduce(&lo, 1, telar::ReduceOp::min);
+    comm.allreduce(&hi, 1, telar::ReduceOp::max);
+    TELAR_REQUIRE_ALL(lo == hi);
+  }
+}
+
+TEMPLATE_TEST_CASE("concurrent allreduces complete in any waiting order", "[comm][allreduce]",
+                   telar::MpiAllreduce, telar::RingAllreduce, telar::RecursiveHalvingDoubling,
+                   telar::HierarchicalAllreduce) {
+  Communicator comm(MPI_COMM_WORLD, "world");
+  int const p = comm.size(), r = comm.rank();
+  constexpr int k = 8;
+  std::vector<std::vector<double>> bufs(k);
+  std::vector<telar::AllreduceOp<double>> ops;
+  auto const algo = with_segment<TestType>(256);
+  for (int b = 0; b < k; ++b) {
+    bufs[b].assign(static_cast<std::size_t>(100 * (b + 1)), double(r + b));
+    ops.push_back(algo.start(comm, bufs[b].data(), bufs[b].size()));
+  }
+  // Odd ranks wait in reverse order: progress of every in-flight operation
+  // inside any wait keeps this from deadlocking.
+  if (r % 2 == 1)
+    for (int b = k - 1; b >= 0; --b)
+      ops[b].wait();
+  else
+    telar::wait_all(ops);
+  bool ok = true;
+  for (int b = 0; b < k; ++b)
+    for (double x : bufs[b])
+      ok = ok && x == double(p * (p - 1) / 2 + p * b);
+  TELAR_REQUIRE_ALL(ok);
+  // Polling with test() also completes an operation.
+  std::vector<float> v(333, 1.f);
+  auto op = algo.start(comm, v.data(), v.size());
+  while (!op.test()) {
+  }
+  TELAR_REQUIRE_ALL(op.done() && v[0] == float(p) && v[332] == float(p));
+}
+
+TEST_CASE("hierarchical allreduce with every group size", "[comm][allreduce]") {
+  Communicator comm(MPI_COMM_WORLD, "world");
+  int const p = comm.size();
+  for (int g = 1; g <= p; ++g) {
+    if (p % g != 0)
+      continue;
+    telar::HierarchicalAllreduce algo(g);
+    algo.segment_bytes = 64;
+    check_exact<telar::HierarchicalAllreduce, float>(comm, algo);
+    TELAR_REQUIRE_ALL(algo.group_size_for(comm) == g);
+  }
+  int const auto_g = telar::HierarchicalAllreduce{}.group_size_for(comm);
+  TELAR_REQUIRE_ALL(auto_g >= 1 && p % auto_g == 0);
+  if (p == 4)
+    TELAR_REQUIRE_ALL(auto_g == 2); // one node: near-square 2 x 2
+  if (p > 2 && p % 2 == 1) {
+    // A group size that does not divide p is an error on every rank.
+    bool threw = false;
+    std::vector<float> v(4);
+    try {
+      telar::HierarchicalAllreduce(2).start(comm, v.data(), v.size());
+    } catch (telar::CommError const& e) {
+      threw = std::string(e.what()).find("does not divide") != std::string::npos;
+    }
+    TELAR_REQUIRE_ALL(threw);
+  }
+}
+
+TEST_CASE("algorithm names", "[comm][allreduce]") {
+  REQUIRE(std::string(telar::MpiAllreduce::name()) == "mpi");
+  REQUIRE(std::string(telar::RingAllreduce::name()) == "ring");
+  REQUIRE(std::string(telar::RecursiveHalvingDoubling::name()) == "recursive_halving_doubling");
+  REQUIRE(std::string(telar::HierarchicalAllreduce::name()) == "hierarchical");
+}

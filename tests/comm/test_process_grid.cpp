@@ -1,0 +1,118 @@
+// telar::ProcessGrid: every factorisation of the world, sub-communicator
+// membership and ranks, and the error paths.
+#include <telar/comm/process_grid.hpp>
+
+#include "mpi_check.hpp"
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <string>
+#include <vector>
+
+using telar::Communicator;
+using telar::GridShape;
+using telar::ProcessGrid;
+
+namespace {
+// World ranks of the members of `sub`, ordered by their rank in `sub`.
+std::vector<int> members(Communicator const& sub, int world_rank) {
+  std::vector<int> out(static_cast<std::size_t>(sub.size()));
+  sub.allgather(&world_rank, 1, out.data());
+  return out;
+}
+
+void check_grid(Communicator const& world, GridShape shape, telar::GridOrder order) {
+  ProcessGrid grid(world, shape, order);
+  GridShape const s = grid.shape();
+  int const me = world.rank();
+  auto const c = grid.coords();
+  bool ok = s.dp * s.pp * s.tp == world.size() && grid.rank_of(c) == me;
+  ok = ok && grid.dp().size() == s.dp && grid.pp().size() == s.pp && grid.tp().size() == s.tp;
+  ok = ok && grid.dp().rank() == c.dp && grid.pp().rank() == c.pp && grid.tp().rank() == c.tp;
+  ok = ok && grid.world().size() == world.size() && grid.world().rank() == me;
+  // Members of each group: the ranks that differ from me in that coordinate only.
+  auto dp = members(grid.dp(), me), pp = members(grid.pp(), me), tp = members(grid.tp(), me);
+  for (int k = 0; k < s.dp; ++k)
+    ok = ok && dp[k] == grid.rank_of({k, c.pp, c.tp});
+  for (int k = 0; k < s.pp; ++k)
+    ok = ok && pp[k] == grid.rank_of({c.dp, k, c.tp});
+  for (int k = 0; k < s.tp; ++k)
+    ok = ok && tp[k] == grid.rank_of({c.dp, c.pp, k});
+  if (order == telar::default_grid_order)
+    ok = ok && me == (c.pp * s.dp + c.dp) * s.tp + c.tp; // the documented layout
+  for (int r = 0; r < world.size(); ++r)
+    ok = ok && grid.rank_of(grid.coords_of(r)) == r;
+  INFO(grid.name());
+  TELAR_REQUIRE_ALL(ok);
+}
+} // namespace
+
+TEST_CASE("every factorisation of the world", "[comm][grid]") {
+  Communicator world(MPI_COMM_WORLD, "world");
+  int const p = world.size();
+  for (int pp = 1; pp <= p; ++pp)
+    for (int tp = 1; tp <= p; ++tp) {
+      if (p % (pp * tp) != 0)
+        continue;
+      check_grid(world, GridShape{0, pp, tp}, telar::default_grid_order);
+      check_grid(world, GridShape{p / (pp * tp), pp, tp}, telar::default_grid_order);
+      check_grid(world, GridShape{0, pp, tp},
+                 {telar::GridAxis::tp, telar::GridAxis::pp, telar::GridAxis::dp});
+    }
+}
+
+TEST_CASE("grid names and default layout", "[comm][grid]") {
+  Communicator world(MPI_COMM_WORLD, "world");
+  int const p = world.size();
+  ProcessGrid grid(world, GridShape{});
+  TELAR_REQUIRE_ALL(grid.name() == "dp=" + std::to_string(p) + " x pp=1 x tp=1");
+  TELAR_REQUIRE_ALL(grid.dp().size() == p && grid.dp().rank() == world.rank());
+  TELAR_REQUIRE_ALL(ProcessGrid::describe({2, 1, 2}) == "dp=2 x pp=1 x tp=2");
+  // Sub-communicators work for collectives.
+  int v = 1;
+  grid.dp().allreduce(&v, 1);
+  TELAR_REQUIRE_ALL(v == p);
+}
+
+TEST_CASE("shapes that do not fit throw the same GridError on every rank", "[comm][grid]") {
+  Communicator world(MPI_COMM_WORLD, "world");
+  int const p = world.size();
+  auto message = [&](GridShape s) {
+    try {
+      ProcessGrid g(world, s);
+    } catch (telar::GridError const& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // Product mismatch, the exact wording promised in the docs.
+  std::string m = message(GridShape{p + 1, 1, 1});
+  INFO(m);
+  TELAR_REQUIRE_ALL(m == "telar::ProcessGrid: world size " + std::to_string(p) +
+                             " does not fit dp=" + std::to_string(p + 1) +
+                             " x pp=1 x tp=1 (product " + std::to_string(p + 1) +
+                             "); choose degrees whose product is " + std::to_string(p));
+  m = message(GridShape{0, p + 1, 1});
+  TELAR_REQUIRE_ALL(m.find("is not divisible by pp=" + std::to_string(p + 1)) != std::string::npos);
+  m = message(GridShape{1, 0, 1});
+  TELAR_REQUIRE_ALL(m.find("degrees must be positive") != std::string::npos);
+  m = message(GridShape{-1, 1, 1});
+  TELAR_REQUIRE_ALL(m.find("degrees must be positive") != std::string::npos);
+  bool threw = false;
+  try {
+    ProcessGrid::resolve(p, GridShape{0, 1, 1},
+                         {telar::GridAxis::dp, telar::GridAxis::dp, telar::GridAxis::tp});
+  } catch (telar::GridError const&) {
+    threw = true;
+  }
+  TELAR_REQUIRE_ALL(threw);
+  // The message is identical on every rank: compare lengths and a hash.
+  std::string const same = message(GridShape{p + 1, 2, 1});
+  long h = static_cast<long>(std::hash<std::string>{}(same) % 1000003);
+  long lo = h, hi = h;
+  world.allreduce(&lo, 1, telar::ReduceOp::min);
+  world.allreduce(&hi, 1, telar::ReduceOp::max);
+  TELAR_REQUIRE_ALL(lo == hi);
+  // Resolution itself needs no communicator.
+  TELAR_REQUIRE_ALL(ProcessGrid::resolve(12, GridShape{0, 3, 2}).dp == 2);
+}
