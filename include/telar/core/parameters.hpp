@@ -41,12 +41,23 @@ public:
    *  \param model a telar::Sequential \param first first layer \param last one past the last */
   template <class Model>
   void bind(Model& model, std::size_t first, std::size_t last) {
+    std::vector<bool> owned(Model::size, false);
+    for (std::size_t k = first; k < last && k < Model::size; ++k)
+      owned[k] = true;
+    bind(model, owned);
+  }
+
+  /*! \brief Binds the parameters of the layers k with owned[k] (several
+   *  pipeline chunks on one rank). \param model a telar::Sequential
+   *  \param owned one flag per layer */
+  template <class Model>
+  void bind(Model& model, std::vector<bool> const& owned) {
     entries_.clear();
     std::size_t total = 0;
     model.for_each_layer([&](auto index, auto& layer) {
       using L = std::decay_t<decltype(layer)>;
       if constexpr (layer_traits<L>::has_parameters) {
-        if (index < first || index >= last)
+        if (!owned[index])
           return;
         layer.parameters([&](char const* name, auto& value, auto& grad) {
           static_assert(std::is_same_v<std::decay_t<decltype(value)>, std::decay_t<decltype(grad)>>,
@@ -68,7 +79,7 @@ public:
     model.for_each_layer([&](auto index, auto& layer) {
       using L = std::decay_t<decltype(layer)>;
       if constexpr (layer_traits<L>::has_parameters) {
-        if (index < first || index >= last)
+        if (!owned[index])
           return;
         layer.parameters([&](char const*, auto& value, auto& grad) {
           using V = std::decay_t<decltype(value)>;

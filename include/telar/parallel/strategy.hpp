@@ -1,17 +1,204 @@
 #pragma once
 /*! \file
- *  \brief telar::Strategy: the parallel strategy of a Trainer, named as a type. */
+ *  \brief Strategy policies and their composition: the parallel strategy of a
+ *  Trainer is a type; degrees and sizes are run-time values.
+ *
+ *  \code
+ *  using S = telar::Strategy<telar::DataParallel<telar::RingAllreduce>,
+ *                            telar::PipelineParallel<telar::OneFOneB>,
+ *                            telar::TensorParallel<>>;
+ *  \endcode
+ *  Policies may come in any order and each at most once; a policy that is
+ *  left out has degree 1. An unknown or repeated policy is a compile error
+ *  that starts with "telar::Strategy:".
+ */
+#include <telar/comm/allreduce.hpp>
 #include <telar/core/detail/type_traits.hpp>
+#include <telar/schedule/generators.hpp>
+#include <telar/schedule/schedule.hpp>
+
+#include <string>
+#include <type_traits>
 
 namespace telar {
 
-/*! \brief A training strategy composed of policies (data, pipeline, tensor
- *  parallelism, sharding, recomputation). The empty strategy trains serially.
- *  \tparam Policies strategy policies */
+// ---- pipeline schedule tags ------------------------------------------------
+
+/*! \brief GPipe: all forwards, then all backwards (peak memory m micro-batches). */
+struct GPipe {
+  /*! \brief Name for logs and --schedule. */
+  static constexpr char const* name() { return "gpipe"; }
+  /*! \brief The schedule for \p p stages and \p m micro-batches. \param p stages \param m micro-batches */
+  static schedule::Schedule make(int p, int m) { return schedule::gpipe(p, m); }
+};
+/*! \brief 1F1B (PipeDream-Flush): one forward, one backward in steady state
+ *  (peak memory p micro-batches). */
+struct OneFOneB {
+  /*! \brief Name for logs and --schedule. */
+  static constexpr char const* name() { return "1f1b"; }
+  /*! \brief The schedule. \param p stages \param m micro-batches */
+  static schedule::Schedule make(int p, int m) { return schedule::one_f_one_b(p, m); }
+};
+/*! \brief Interleaved 1F1B with \p V model chunks per rank (Megatron-LM).
+ *  \tparam V chunks per rank */
+template <int V = 2>
+struct Interleaved1F1B {
+  static_assert(V >= 1, "telar::Interleaved1F1B: V (chunks per rank) must be at least 1");
+  /*! \brief Name for logs and --schedule. */
+  static constexpr char const* name() { return "interleaved"; }
+  /*! \brief The schedule. \param p stages \param m micro-batches */
+  static schedule::Schedule make(int p, int m) { return schedule::interleaved_1f1b(p, m, V); }
+};
+/*! \brief ZB-H1 (Qi et al.): weight gradients fill the 1F1B bubble, same memory as 1F1B. */
+struct ZeroBubbleH1 {
+  /*! \brief Name for logs and --schedule. */
+  static constexpr char const* name() { return "zb-h1"; }
+  /*! \brief The schedule. \param p stages \param m micro-batches */
+  static schedule::Schedule make(int p, int m) { return schedule::zb_h1(p, m); }
+};
+/*! \brief ZB-H2 (Qi et al.): no bubble once m >= 2p - 1, at up to 2p - 1 micro-batches of memory. */
+struct ZeroBubbleH2 {
+  /*! \brief Name for logs and --schedule. */
+  static constexpr char const* name() { return "zb-h2"; }
+  /*! \brief The schedule. \param p stages \param m micro-batches */
+  static schedule::Schedule make(int p, int m) { return schedule::zb_h2(p, m); }
+};
+
+// ---- policies ----------------------------------------------------------------
+
+/*! \brief Data parallelism: each dp rank trains on its share of the global
+ *  batch; gradients are summed over the dp group in buckets that start while
+ *  backward still runs.
+ *  \tparam Algorithm allreduce policy (telar/comm/allreduce.hpp) */
+template <class Algorithm = RingAllreduce>
+struct DataParallel {
+  static_assert(is_allreduce_algorithm_v<Algorithm>,
+                "telar::DataParallel: Algorithm must be an allreduce policy such as "
+                "telar::RingAllreduce or telar::MpiAllreduce");
+  /*! \brief The allreduce policy. */
+  using algorithm = Algorithm;
+  /*! \brief Name for logs. */
+  static constexpr char const* name() { return "dp"; }
+};
+
+/*! \brief Pipeline parallelism: the model's layers split into stages, run by a
+ *  schedule (TrainerOptions::schedule may name another one at run time).
+ *  \tparam Schedule default schedule tag (GPipe, OneFOneB, Interleaved1F1B<V>,
+ *  ZeroBubbleH1, ZeroBubbleH2) */
+template <class Schedule = OneFOneB>
+struct PipelineParallel {
+  /*! \brief The default schedule tag. */
+  using schedule = Schedule;
+  /*! \brief Name for logs. */
+  static constexpr char const* name() { return "pp"; }
+};
+
+/*! \brief Tensor (Megatron) parallelism: layers wrapped in ColumnParallel /
+ *  RowParallel are split over the tp group.
+ *  \tparam Algorithm allreduce policy for the activations' reductions */
+template <class Algorithm = RingAllreduce>
+struct TensorParallel {
+  static_assert(is_allreduce_algorithm_v<Algorithm>,
+                "telar::TensorParallel: Algorithm must be an allreduce policy such as "
+                "telar::RingAllreduce");
+  /*! \brief The allreduce policy. */
+  using algorithm = Algorithm;
+  /*! \brief Name for logs. */
+  static constexpr char const* name() { return "tp"; }
+};
+
+/*! \brief True for DataParallel<...>. \tparam P a type */
+template <class P>
+inline constexpr bool is_data_parallel_v = false;
+/*! \brief True for DataParallel<...>. \tparam A algorithm */
+template <class A>
+inline constexpr bool is_data_parallel_v<DataParallel<A>> = true;
+/*! \brief True for PipelineParallel<...>. \tparam P a type */
+template <class P>
+inline constexpr bool is_pipeline_parallel_v = false;
+/*! \brief True for PipelineParallel<...>. \tparam S schedule */
+template <class S>
+inline constexpr bool is_pipeline_parallel_v<PipelineParallel<S>> = true;
+/*! \brief True for TensorParallel<...>. \tparam P a type */
+template <class P>
+inline constexpr bool is_tensor_parallel_v = false;
+/*! \brief True for TensorParallel<...>. \tparam A algorithm */
+template <class A>
+inline constexpr bool is_tensor_parallel_v<TensorParallel<A>> = true;
+
+namespace detail {
+template <class P>
+struct is_dp : std::bool_constant<is_data_parallel_v<P>> {};
+template <class P>
+struct is_pp : std::bool_constant<is_pipeline_parallel_v<P>> {};
+template <class P>
+struct is_tp : std::bool_constant<is_tensor_parallel_v<P>> {};
+template <class P>
+struct is_known_policy
+    : std::bool_constant<is_data_parallel_v<P> || is_pipeline_parallel_v<P> ||
+                         is_tensor_parallel_v<P>> {};
+
+// The policy of a kind, or Default when absent.
+template <template <class> class Pred, class Default, class... Ps>
+struct pick {
+  using type = Default;
+};
+template <template <class> class Pred, class Default, class P, class... Ps>
+struct pick<Pred, Default, P, Ps...> {
+  using type = std::conditional_t<Pred<P>::value, P, typename pick<Pred, Default, Ps...>::type>;
+};
+} // namespace detail
+
+/*! \brief Marks a policy kind the strategy does not use. */
+struct NoPolicy {
+  /*! \brief Name for logs. */
+  static constexpr char const* name() { return "none"; }
+};
+
+/*! \brief A training strategy: a set of policies, each optional, in any order.
+ *  The empty strategy (telar::Serial) trains on one rank.
+ *  \tparam Policies DataParallel<...>, PipelineParallel<...>, TensorParallel<...> */
 template <class... Policies>
 struct Strategy {
-  /*! \brief Name for logs. */
-  static constexpr char const* name() { return sizeof...(Policies) == 0 ? "serial" : "composed"; }
+  static_assert((detail::is_known_policy<Policies>::value && ...),
+                "telar::Strategy: unknown policy; a strategy is made of telar::DataParallel<>, "
+                "telar::PipelineParallel<>, and telar::TensorParallel<>");
+  static_assert(detail::count_if_v<detail::is_dp, Policies...> <= 1,
+                "telar::Strategy: DataParallel appears more than once; name each policy at most "
+                "once");
+  static_assert(detail::count_if_v<detail::is_pp, Policies...> <= 1,
+                "telar::Strategy: PipelineParallel appears more than once; name each policy at "
+                "most once");
+  static_assert(detail::count_if_v<detail::is_tp, Policies...> <= 1,
+                "telar::Strategy: TensorParallel appears more than once; name each policy at "
+                "most once");
+
+  /*! \brief The DataParallel policy, or NoPolicy. */
+  using data_parallel = typename detail::pick<detail::is_dp, NoPolicy, Policies...>::type;
+  /*! \brief The PipelineParallel policy, or NoPolicy. */
+  using pipeline_parallel = typename detail::pick<detail::is_pp, NoPolicy, Policies...>::type;
+  /*! \brief The TensorParallel policy, or NoPolicy. */
+  using tensor_parallel = typename detail::pick<detail::is_tp, NoPolicy, Policies...>::type;
+
+  /*! \brief Data parallelism is enabled. */
+  static constexpr bool has_data_parallel = !std::is_same_v<data_parallel, NoPolicy>;
+  /*! \brief Pipeline parallelism is enabled. */
+  static constexpr bool has_pipeline_parallel = !std::is_same_v<pipeline_parallel, NoPolicy>;
+  /*! \brief Tensor parallelism is enabled. */
+  static constexpr bool has_tensor_parallel = !std::is_same_v<tensor_parallel, NoPolicy>;
+
+  /*! \brief e.g. "dp+pp+tp", or "serial". */
+  static std::string name() {
+    std::string n;
+    auto add = [&](bool on, char const* s) {
+      if (on)
+        n += (n.empty() ? "" : "+") + std::string(s);
+    };
+    add(has_data_parallel, "dp");
+    add(has_pipeline_parallel, "pp");
+    add(has_tensor_parallel, "tp");
+    return n.empty() ? "serial" : n;
+  }
 };
 
 /*! \brief Serial training: one rank, no communication. */

@@ -1,6 +1,8 @@
 #pragma once
 /*! \file
  *  \brief telar::Trainer: trains a model with a strategy and an optimizer. */
+#include <telar/comm/communicator.hpp>
+#include <telar/comm/process_grid.hpp>
 #include <telar/core/parameters.hpp>
 #include <telar/core/sequential.hpp>
 #include <telar/core/tensor.hpp>
@@ -8,12 +10,21 @@
 #include <telar/optim/detail/engine.hpp>
 #include <telar/optim/lr_schedule.hpp>
 #include <telar/optim/optimizer.hpp>
-#include <telar/parallel/detail/stage_runner.hpp>
+#include <telar/parallel/detail/gradient_buckets.hpp>
+#include <telar/parallel/detail/partition.hpp>
+#include <telar/parallel/detail/pipeline_executor.hpp>
 #include <telar/parallel/strategy.hpp>
+#include <telar/profile/trace.hpp>
+#include <telar/schedule/generators.hpp>
+#include <telar/schedule/validate.hpp>
+
+#include <mpi.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,15 +35,28 @@ struct TrainerOptions {
   std::uint64_t seed = 0;            //!< parameter initialisation seed
   LRSchedule lr = constant_lr(0.01); //!< learning rate per step
   double clip_grad_norm = 0;         //!< clip the global gradient norm to this (0: off)
-  int microbatches = 1;              //!< micro-batches per step (gradient accumulation)
+  int microbatches = 1;              //!< micro-batches per step (pipeline / accumulation)
+  GridShape grid{};                  //!< dp x pp x tp; dp = 0 takes the ranks left over
+  GridOrder grid_order = default_grid_order; //!< rank layout, outermost axis first
+  /*! \brief Pipeline schedule by name (gpipe, 1f1b, interleaved, zb-h1,
+   *  zb-h2); empty: the strategy's PipelineParallel default. */
+  std::string schedule;
+  int chunks = 2; //!< model chunks per rank for the interleaved schedule
+  /*! \brief A hand-made schedule to run instead (validated first). */
+  std::optional<schedule::Schedule> custom_schedule;
+  /*! \brief Layer boundaries of the p*v pipeline stages (p*v + 1 values from
+   *  0 to the layer count); empty: balanced by the layers' flops(). */
+  std::vector<std::size_t> stage_boundaries;
+  std::size_t bucket_bytes = std::size_t(8) << 20; //!< data-parallel gradient bucket size
+  bool trace = false; //!< record a timeline of every step (see Trainer::trace())
 };
 
-/*! \brief What one training step reports. */
+/*! \brief What one training step (or an evaluation) reports, over all ranks. */
 struct StepResult {
   double loss = 0;       //!< mean loss over the global batch
   double accuracy = 0;   //!< fraction of the global batch classified correctly
   long long samples = 0; //!< samples in the global batch
-  double seconds = 0;    //!< wall time of the step
+  double seconds = 0;    //!< wall time of the step on this rank
   double lr = 0;         //!< learning rate used
 };
 
@@ -40,11 +64,21 @@ struct StepResult {
  *
  *  \code
  *  using Model = telar::Sequential<telar::Dense<float>, telar::ReLU<float>, telar::Dense<float>>;
- *  telar::Trainer<Model, telar::Serial, telar::AdamW<float>> trainer(
- *      Model(telar::Dense<float>(784, 256), {}, telar::Dense<float>(256, 10)),
- *      telar::AdamW<float>{}, opts);
- *  for (...) trainer.step(x, y);   // x [batch, 784], y [batch]
+ *  using Strategy = telar::Strategy<telar::DataParallel<>, telar::PipelineParallel<telar::OneFOneB>>;
+ *  telar::TrainerOptions opts;
+ *  opts.grid = {0, 2, 1};        // dp from the world size, pp = 2, tp = 1
+ *  opts.microbatches = 8;
+ *  telar::Trainer<Model, Strategy, telar::AdamW<float>> trainer(
+ *      comm, Model(telar::Dense<float>(784, 256), {}, telar::Dense<float>(256, 10)),
+ *      telar::AdamW<float>{}, opts, 784);
+ *  for (...) trainer.step(x, y);   // this data-parallel rank's share of the batch
  *  \endcode
+ *
+ *  Every rank of the communicator constructs the Trainer and calls step()
+ *  with its data-parallel share of the global batch (the same share on the
+ *  ranks of one pipeline / tensor-parallel group). The gradient is that of
+ *  the mean loss over the global batch, so every strategy trains to the
+ *  serial result.
  *  \tparam Model a telar::Sequential
  *  \tparam StrategyT a telar::Strategy
  *  \tparam Optimizer a type satisfying the Optimizer concept
@@ -64,89 +98,103 @@ public:
   using memory_space = typename Model::memory_space;
   /*! \brief Execution space of the model's kernels. */
   using execution_space = typename Model::execution_space;
+  /*! \brief The strategy. */
+  using strategy_type = StrategyT;
 
-  /*! \brief Initialises the model's parameters and binds them to flat buffers.
+  /*! \brief A trainer over the ranks of \p comm (collective).
+   *  \param comm the application's communicator (duplicated, never used directly)
    *  \param model the model (layers configured, parameters not yet drawn)
    *  \param optimizer the optimizer and its hyper-parameters
    *  \param options run-time settings
-   *  \param in_features features of one input sample */
-  Trainer(Model model, Optimizer optimizer, TrainerOptions options, std::size_t in_features)
-      : model_(std::move(model)), options_(std::move(options)) {
-    if (options_.microbatches < 1)
-      throw Error("telar::Trainer: microbatches must be at least 1, got " +
-                  std::to_string(options_.microbatches));
-    features_ = model_.feature_sizes(in_features);
-    model_.initialize(options_.seed);
-    params_.bind(model_, 0, Model::size);
-    runner_ = detail::StageRunner<Model>(&model_, 0, Model::size, features_);
-    engine_ = detail::OptimizerEngine<Optimizer, memory_space>(optimizer, params_.size());
-    build_segments();
+   *  \param in_features features of one input sample
+   *  \throws GridError or Error, identically on every rank, when the degrees
+   *  do not fit the world or the strategy */
+  Trainer(MPI_Comm comm, Model model, Optimizer optimizer, TrainerOptions options,
+          std::size_t in_features)
+      : model_(std::move(model)), options_(std::move(options)), trace_(options_.trace) {
+    world_.emplace(comm, "telar::world");
+    setup(optimizer, in_features);
   }
 
-  // The stage runner points at model_: a Trainer stays where it was built.
+  /*! \brief A trainer on this process alone (serial strategies; MPI need not
+   *  be initialised). \param model the model \param optimizer the optimizer
+   *  \param options run-time settings \param in_features features of one input sample */
+  Trainer(Model model, Optimizer optimizer, TrainerOptions options, std::size_t in_features)
+      : model_(std::move(model)), options_(std::move(options)), trace_(options_.trace) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized)
+      world_.emplace(MPI_COMM_SELF, "telar::self");
+    setup(optimizer, in_features);
+  }
+
+  // The executor points at model_: a Trainer stays where it was built.
   Trainer(Trainer const&) = delete;
   Trainer& operator=(Trainer const&) = delete;
 
-  /*! \brief One optimizer step on a batch.
-   *  \param x inputs [batch, in_features] \param y labels [batch]
-   *  \return the step's loss and accuracy */
+  /*! \brief One optimizer step on this rank's share of the global batch.
+   *  \param x inputs [local batch, in_features] \param y labels [local batch]
+   *  \return loss and accuracy over the global batch */
   StepResult step(ConstMatrix<value_type, memory_space> x, Labels<memory_space> y) {
     auto const t0 = std::chrono::steady_clock::now();
+    double const tr0 = trace_.now();
     std::size_t const n = x.extent(0);
     if (y.extent(0) != n)
-      throw ShapeError("telar::Trainer::step: " + std::to_string(n) + " inputs but " +
+      throw ShapeError("telar::Trainer::step: " + where() + std::to_string(n) + " inputs but " +
                        std::to_string(y.extent(0)) + " labels");
-    std::size_t const m = std::size_t(options_.microbatches);
+    std::size_t const m = std::size_t(schedule_.microbatches);
     if (n < m)
-      throw ShapeError("telar::Trainer::step: a batch of " + std::to_string(n) +
+      throw ShapeError("telar::Trainer::step: " + where() + "a batch of " + std::to_string(n) +
                        " samples cannot be split into " + std::to_string(m) + " micro-batches");
     execution_space exec;
     params_.zero_grads(exec);
-    LossSum total;
-    value_type const scale = value_type(1) / value_type(n);
-    for (std::size_t mb = 0; mb < m; ++mb) {
-      std::size_t const b = n * mb / m, e = n * (mb + 1) / m;
-      int const slot = runner_.acquire(e - b);
-      runner_.forward(exec, slot, rows(x, b, e));
-      LossSum ls = loss_.forward_backward(exec, ConstMatrix<value_type, memory_space>(runner_.output(slot)),
-                                          Labels<memory_space>(rows(y, b, e)),
-                                          runner_.output_grad(slot), scale);
-      total.loss += ls.loss;
-      total.correct += ls.correct;
-      total.samples += ls.samples;
-      runner_.backward(exec, slot, [](std::size_t) {});
-      runner_.release(slot);
-    }
+    buckets_.begin_step(int(m));
+    value_type const scale = value_type(1) / value_type(n * std::size_t(dp_size()));
+    LossSum local = executor_.run(
+        exec, schedule_, x, y, loss_, scale, [&](std::size_t k) { buckets_.layer_done(exec, k); },
+        [&] { buckets_.poll(); }, &trace_);
+    buckets_.finish(exec);
     StepResult r;
     r.lr = options_.lr(step_ + 1);
+    double const t_opt = trace_.now();
     optimizer_step(exec, r.lr);
     exec.fence();
-    r.loss = total.loss / double(total.samples);
-    r.accuracy = double(total.correct) / double(total.samples);
+    trace_.add("optimizer", "optimizer", t_opt, trace_.now());
+    LossSum const total = reduce_loss(local);
+    r.loss = total.samples ? total.loss / double(total.samples) : 0;
+    r.accuracy = total.samples ? double(total.correct) / double(total.samples) : 0;
     r.samples = total.samples;
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    trace_.add("step " + std::to_string(step_), "step", tr0, trace_.now(), 2);
     return r;
   }
 
-  /*! \brief Mean loss and accuracy of the model on a data set, in chunks.
-   *  \param x inputs [n, in_features] \param y labels [n] \param chunk samples per forward */
+  /*! \brief Mean loss and accuracy of the model on a data set (collective;
+   *  each data-parallel group evaluates its share).
+   *  \param x inputs [n, in_features] (the whole set, on every rank)
+   *  \param y labels [n] \param chunk samples per forward pass */
   StepResult evaluate(ConstMatrix<value_type, memory_space> x, Labels<memory_space> y,
                       std::size_t chunk = 1000) {
     auto const t0 = std::chrono::steady_clock::now();
     execution_space exec;
-    LossSum total;
-    std::size_t const n = x.extent(0);
-    for (std::size_t b = 0; b < n; b += chunk) {
-      std::size_t const e = std::min(n, b + chunk);
-      int const slot = runner_.acquire(e - b);
-      runner_.forward(exec, slot, rows(x, b, e));
-      LossSum ls = loss_.evaluate(exec, ConstMatrix<value_type, memory_space>(runner_.output(slot)),
-                                  Labels<memory_space>(rows(y, b, e)));
-      runner_.release(slot);
-      total.loss += ls.loss;
-      total.correct += ls.correct;
-      total.samples += ls.samples;
+    std::size_t const n = x.extent(0), dp = std::size_t(dp_size()), d = std::size_t(coords_.dp);
+    std::size_t const b0 = n * d / dp, e0 = n * (d + 1) / dp;
+    LossSum local;
+    // Every rank runs the same number of chunks, so pipeline ranks pair up.
+    std::size_t const per = (n + dp - 1) / dp;
+    for (std::size_t b = 0; b < per; b += chunk) {
+      std::size_t const lo = std::min(e0, b0 + b), hi = std::min(e0, b0 + b + chunk);
+      if (lo == hi && executor_.virtual_stages() > 1)
+        continue; // identical on the ranks of one pipeline: all skip together
+      if (lo == hi)
+        continue;
+      LossSum ls = executor_.evaluate(exec, rows(x, lo, hi), Labels<memory_space>(rows(y, lo, hi)),
+                                      loss_);
+      local.loss += ls.loss;
+      local.correct += ls.correct;
+      local.samples += ls.samples;
     }
+    LossSum const total = reduce_loss(local);
     StepResult r;
     r.loss = total.samples ? total.loss / double(total.samples) : 0;
     r.accuracy = total.samples ? double(total.correct) / double(total.samples) : 0;
@@ -155,17 +203,27 @@ public:
     return r;
   }
 
-  /*! \brief L2 norm of all parameters. */
-  double param_l2() const {
-    auto v = params_.values();
+  /*! \brief L2 norm of all parameters of the model (collective; the same on
+   *  every rank, whatever the strategy). */
+  double param_l2() {
     double s = 0;
-    Kokkos::parallel_reduce(
-        "telar::Trainer::param_l2", Kokkos::RangePolicy<execution_space>(0, v.extent(0)),
-        KOKKOS_LAMBDA(std::size_t i, double& a) { a += double(v(i)) * double(v(i)); }, s);
+    for (double v : tensor_sq_norms())
+      s += v;
     return std::sqrt(s);
   }
 
-  /*! \brief All parameters, flattened in model order (padding removed), on the host. */
+  /*! \brief L2 norm of every parameter tensor of the model, by name
+   *  ("layer0.weight", ...), combined over pipeline stages and tensor-parallel
+   *  shards (collective). */
+  std::map<std::string, double> tensor_norms() {
+    auto sq = tensor_sq_norms();
+    std::map<std::string, double> out;
+    for (std::size_t i = 0; i < all_tensors_.size(); ++i)
+      out[all_tensors_[i]] = std::sqrt(sq[i]);
+    return out;
+  }
+
+  /*! \brief This rank's parameters, flattened in model order (padding removed), on the host. */
   std::vector<value_type> parameters() const {
     auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, params_.values());
     std::vector<value_type> out;
@@ -174,26 +232,211 @@ public:
     return out;
   }
 
-  /*! \brief The model (parameters bound to the trainer's buffers). */
+  /*! \brief The model (this rank's layers bound to the trainer's buffers). */
   Model& model() { return model_; }
-  /*! \brief The flat parameter store. */
+  /*! \brief This rank's flat parameter store. */
   ParameterStore<value_type, memory_space> const& parameter_store() const { return params_; }
   /*! \brief Steps taken. */
   long long steps() const { return step_; }
   /*! \brief Options in use. */
   TrainerOptions const& options() const { return options_; }
-  /*! \brief Feature counts along the model. */
+  /*! \brief Feature counts along the model (this rank's view under tensor parallelism). */
   std::vector<std::size_t> const& feature_sizes() const { return features_; }
+  /*! \brief The schedule run by every step (validated). */
+  schedule::Schedule const& pipeline_schedule() const { return schedule_; }
+  /*! \brief Layer boundaries of the virtual pipeline stages. */
+  std::vector<std::size_t> const& stage_boundaries() const { return bounds_; }
+  /*! \brief Degrees in use. */
+  GridShape grid_shape() const { return shape_; }
+  /*! \brief This rank's coordinates in the grid. */
+  GridCoord grid_coords() const { return coords_; }
+  /*! \brief Rank in the trainer's communicator. */
+  int rank() const { return world_ ? world_->rank() : 0; }
+  /*! \brief Ranks in the trainer's communicator. */
+  int size() const { return world_ ? world_->size() : 1; }
+  /*! \brief e.g. "dp=2 x pp=1 x tp=1". */
+  std::string layout() const { return ProcessGrid::describe(shape_); }
+  /*! \brief Data-parallel gradient buckets on this rank. */
+  std::size_t bucket_count() const { return buckets_.bucket_count(); }
+  /*! \brief Timeline of the steps so far (TrainerOptions::trace). */
+  TraceRecorder& trace() { return trace_; }
+  /*! \brief The process grid (absent for a trainer without MPI). */
+  ProcessGrid const* grid() const { return grid_ ? &*grid_ : nullptr; }
 
 private:
+  using Algorithm = std::conditional_t<StrategyT::has_data_parallel,
+                                       typename StrategyT::data_parallel, DataParallel<>>;
+  using Buckets =
+      detail::GradientBuckets<value_type, memory_space, typename Algorithm::algorithm>;
+
+  int dp_size() const { return shape_.dp; }
+  std::string where() const {
+    return size() > 1 ? "rank " + std::to_string(rank()) + ": " : std::string();
+  }
+
+  void setup(Optimizer const& optimizer, std::size_t in_features) {
+    if (options_.microbatches < 1)
+      throw Error("telar::Trainer: microbatches must be at least 1, got " +
+                  std::to_string(options_.microbatches));
+    // Degrees: a policy the strategy lacks has degree 1.
+    GridShape want = options_.grid;
+    auto lacking = [&](bool has, int degree, char const* axis, char const* policy) {
+      if (!has && degree > 1)
+        throw Error(std::string("telar::Trainer: ") + axis + "=" + std::to_string(degree) +
+                    " but the strategy (" + StrategyT::name() + ") has no " + policy +
+                    "; add telar::" + policy + "<> to the Strategy or set " + axis + "=1");
+    };
+    lacking(StrategyT::has_data_parallel, want.dp, "dp", "DataParallel");
+    lacking(StrategyT::has_pipeline_parallel, want.pp, "pp", "PipelineParallel");
+    lacking(StrategyT::has_tensor_parallel, want.tp, "tp", "TensorParallel");
+    if (!StrategyT::has_data_parallel)
+      want.dp = 1;
+    if (world_) {
+      grid_.emplace(*world_, want, options_.grid_order);
+      shape_ = grid_->shape();
+      coords_ = grid_->coords();
+      if (shape_.dp > 1 && (shape_.pp > 1 || shape_.tp > 1))
+        mp_.emplace(world_->split(coords_.dp, world_->rank(), "telar::model_parallel"));
+    } else {
+      shape_ = ProcessGrid::resolve(1, want, options_.grid_order);
+    }
+
+    features_ = model_.feature_sizes(in_features);
+    build_schedule();
+    build_partition();
+    executor_ = detail::PipelineExecutor<Model>(&model_, features_, bounds_, schedule_.stages,
+                                                schedule_.chunks, coords_.pp,
+                                                grid_ ? &grid_->pp() : nullptr);
+    std::vector<bool> owned(Model::size, false);
+    for (int c = 0; c < schedule_.chunks; ++c) {
+      int const vs = c * schedule_.stages + coords_.pp;
+      model_.initialize(options_.seed, bounds_[vs], bounds_[vs + 1]);
+      for (std::size_t k = bounds_[vs]; k < bounds_[vs + 1]; ++k)
+        owned[k] = true;
+    }
+    params_.bind(model_, owned);
+    collect_tensor_names();
+    engine_ = detail::OptimizerEngine<Optimizer, memory_space>(optimizer, params_.size());
+    build_segments();
+    if constexpr (StrategyT::has_data_parallel)
+      if (shape_.dp > 1)
+        buckets_ = Buckets(&grid_->dp(), typename Algorithm::algorithm{}, params_,
+                           options_.bucket_bytes, &trace_);
+  }
+
+  void build_schedule() {
+    int const p = shape_.pp, m = options_.microbatches;
+    if (options_.custom_schedule) {
+      schedule_ = *options_.custom_schedule;
+      if (schedule_.stages != p || schedule_.microbatches != m)
+        throw Error("telar::Trainer: the custom schedule has " + std::to_string(schedule_.stages) +
+                    " stages and " + std::to_string(schedule_.microbatches) +
+                    " micro-batches, the run has pp=" + std::to_string(p) + " and " +
+                    std::to_string(m));
+    } else {
+      std::string name = options_.schedule;
+      if (name.empty()) {
+        if constexpr (StrategyT::has_pipeline_parallel)
+          name = StrategyT::pipeline_parallel::schedule::name();
+        else
+          name = "1f1b";
+      }
+      int v = name == "interleaved" ? options_.chunks : 1;
+      if constexpr (StrategyT::has_pipeline_parallel)
+        if (options_.schedule.empty() && name == "interleaved")
+          v = interleaved_chunks(typename StrategyT::pipeline_parallel::schedule{});
+      if (p == 1)
+        v = 1; // chunks on one rank would only copy activations around
+      if (name == "interleaved" && v == 1)
+        name = "1f1b";
+      try {
+        schedule_ = schedule::generate(name, p, m, v);
+      } catch (std::invalid_argument const& e) {
+        throw Error(std::string("telar::Trainer: ") + e.what());
+      }
+    }
+    schedule::check(schedule_); // throws ScheduleError naming stage and instruction
+  }
+  template <class S>
+  static int interleaved_chunks(S) {
+    return 1;
+  }
+  template <int V>
+  static int interleaved_chunks(Interleaved1F1B<V>) {
+    return V;
+  }
+
+  void build_partition() {
+    std::size_t const S = std::size_t(schedule_.virtual_stages());
+    if (!options_.stage_boundaries.empty()) {
+      detail::check_partition(options_.stage_boundaries, Model::size, S);
+      bounds_ = options_.stage_boundaries;
+      return;
+    }
+    std::vector<double> costs;
+    model_.for_each_layer([&](auto index, auto const& layer) {
+      using L = std::decay_t<decltype(layer)>;
+      double c = 1e-3; // element-wise layers: small but not free
+      if constexpr (detail::is_detected_v<detail::flops_t, L>)
+        c = std::max(c, layer.flops(1, features_[index]));
+      costs.push_back(c);
+    });
+    bounds_ = detail::balanced_partition(costs, S);
+  }
+
+  void collect_tensor_names() {
+    all_tensors_.clear();
+    model_.for_each_layer([&](auto index, auto& layer) {
+      using L = std::decay_t<decltype(layer)>;
+      if constexpr (layer_traits<L>::has_parameters)
+        layer.parameters([&](char const* name, auto&, auto&) {
+          all_tensors_.push_back("layer" + std::to_string(index) + "." + name);
+        });
+    });
+  }
+
   void build_segments() {
     segments_.clear();
     tensor_ids_.clear();
-    std::size_t id = 0;
     for (auto const& p : params_.entries()) {
       segments_.push_back({p.offset, p.size, p.replicas});
-      tensor_ids_.push_back(id++);
+      auto it = std::find(all_tensors_.begin(), all_tensors_.end(), p.name);
+      tensor_ids_.push_back(std::size_t(it - all_tensors_.begin()));
     }
+  }
+
+  // Sums doubles over the ranks that hold different parameters (pipeline
+  // stages and tensor shards of one data-parallel replica).
+  void reduce_model_parallel(double* v, std::size_t n) const {
+    if (mp_)
+      mp_->allreduce(v, n);
+    else if (world_ && world_->size() > 1 && shape_.dp == 1)
+      world_->allreduce(v, n);
+  }
+
+  std::vector<double> tensor_sq_norms() {
+    execution_space exec;
+    auto sq = engine_.segment_sq_norms(exec, params_.values(), segments_);
+    std::vector<double> all(all_tensors_.size(), 0.0);
+    for (std::size_t s = 0; s < segments_.size(); ++s)
+      all[tensor_ids_[s]] += sq[s] / segments_[s].replicas;
+    if (!all.empty())
+      reduce_model_parallel(all.data(), all.size());
+    return all;
+  }
+
+  LossSum reduce_loss(LossSum local) const {
+    // The last stage's tensor-parallel ranks hold the same loss: count one.
+    bool const counts = executor_.has_last_stage() && coords_.tp == 0;
+    double v[3] = {counts ? local.loss : 0.0, counts ? double(local.correct) : 0.0,
+                   counts ? double(local.samples) : 0.0};
+    if (world_ && world_->size() > 1)
+      world_->allreduce(v, 3);
+    LossSum out;
+    out.loss = v[0];
+    out.correct = static_cast<long long>(v[1]);
+    out.samples = static_cast<long long>(v[2]);
+    return out;
   }
 
   void optimizer_step(execution_space const& exec, double lr) {
@@ -202,16 +445,27 @@ private:
     info.lr = value_type(lr);
     info.step = step_;
     engine_.step(exec, params_.values(), params_.grads(), segments_, tensor_ids_,
-                 segments_.size(), info, options_.clip_grad_norm, {});
+                 all_tensors_.size(), info, options_.clip_grad_norm,
+                 [this](double* v, std::size_t n) { reduce_model_parallel(v, n); });
   }
 
   Model model_;
   TrainerOptions options_;
+  TraceRecorder trace_;
+  std::optional<Communicator> world_;
+  std::optional<ProcessGrid> grid_;
+  std::optional<Communicator> mp_;
+  GridShape shape_{1, 1, 1};
+  GridCoord coords_{};
   std::vector<std::size_t> features_;
+  schedule::Schedule schedule_;
+  std::vector<std::size_t> bounds_;
+  detail::PipelineExecutor<Model> executor_;
   ParameterStore<value_type, memory_space> params_;
-  detail::StageRunner<Model> runner_;
   detail::OptimizerEngine<Optimizer, memory_space> engine_;
+  Buckets buckets_;
   SoftmaxCrossEntropy<value_type, memory_space> loss_;
+  std::vector<std::string> all_tensors_;
   std::vector<detail::TensorSegment> segments_;
   std::vector<std::size_t> tensor_ids_;
   long long step_ = 0;

@@ -1,0 +1,168 @@
+#pragma once
+// Data-parallel gradient reduction in buckets. Buckets are contiguous ranges
+// of the flat gradient buffer, formed from whole layers in backward order, so
+// a bucket is complete as soon as its last layer's final micro-batch has run
+// backward_weight; its allreduce starts right then and progresses while
+// backward goes on (each poll() advances every operation in flight).
+#include <telar/comm/allreduce.hpp>
+#include <telar/comm/communicator.hpp>
+#include <telar/comm/device_buffer.hpp>
+#include <telar/core/parameters.hpp>
+#include <telar/profile/trace.hpp>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace telar::detail {
+
+template <class T, class MemorySpace, class Algorithm>
+class GradientBuckets {
+public:
+  using Grads = Vector<T, MemorySpace>;
+
+  GradientBuckets() = default;
+
+  // Buckets of at least `bucket_bytes` (whole layers, last layer first).
+  GradientBuckets(Communicator const* comm, Algorithm algorithm,
+                  ParameterStore<T, MemorySpace> const& store, std::size_t bucket_bytes,
+                  TraceRecorder* trace)
+      : comm_(comm), algorithm_(algorithm), grads_(store.grads()), trace_(trace) {
+    std::vector<std::size_t> layers;
+    for (auto const& p : store.entries())
+      if (layers.empty() || layers.back() != p.layer)
+        layers.push_back(p.layer);
+    std::reverse(layers.begin(), layers.end());
+    Bucket current;
+    for (std::size_t layer : layers) {
+      auto const [b, e] = store.layer_range(layer);
+      current.begin = current.layers.empty() ? b : std::min(current.begin, b);
+      current.end = current.layers.empty() ? e : std::max(current.end, e);
+      current.layers.push_back(layer);
+      if ((current.end - current.begin) * sizeof(T) >= bucket_bytes) {
+        buckets_.push_back(std::move(current));
+        current = Bucket{};
+      }
+    }
+    if (!current.layers.empty())
+      buckets_.push_back(std::move(current));
+    for (std::size_t i = 0; i < buckets_.size(); ++i)
+      for (std::size_t layer : buckets_[i].layers)
+        bucket_of_[layer] = i;
+  }
+
+  bool active() const { return comm_ != nullptr && comm_->size() > 1; }
+  std::size_t bucket_count() const { return buckets_.size(); }
+  std::pair<std::size_t, std::size_t> bucket_range(std::size_t i) const {
+    return {buckets_[i].begin, buckets_[i].end};
+  }
+
+  // Start of a step: every layer will report `calls` times (micro-batches).
+  void begin_step(int calls) {
+    calls_ = calls;
+    for (auto& b : buckets_) {
+      b.remaining = int(b.layers.size()) * calls;
+      b.started = false;
+    }
+  }
+
+  // One micro-batch's weight gradients of `layer` are accumulated.
+  template <class Exec>
+  void layer_done(Exec const& exec, std::size_t layer) {
+    if (!active())
+      return;
+    auto it = bucket_of_.find(layer);
+    if (it == bucket_of_.end())
+      return;
+    Bucket& b = buckets_[it->second];
+    if (--b.remaining == 0)
+      start(exec, b, it->second);
+    poll();
+  }
+
+  // Advances every reduction in flight.
+  void poll() {
+    if (!active())
+      return;
+    for (auto& b : buckets_)
+      if (b.started && !b.op.done())
+        if (b.op.test())
+          finished(b);
+  }
+
+  // Waits for every bucket; starts any that never became ready (layers that
+  // produced no gradient on this rank still take part, with zeros).
+  template <class Exec>
+  void finish(Exec const& exec) {
+    if (!active())
+      return;
+    for (std::size_t i = 0; i < buckets_.size(); ++i)
+      if (!buckets_[i].started)
+        start(exec, buckets_[i], i);
+    for (auto& b : buckets_) {
+      if (!b.op.done()) {
+        b.op.wait();
+        finished(b);
+      } else if (b.staging && !b.copied_back) {
+        finished(b);
+      }
+    }
+  }
+
+private:
+  using Sub = decltype(Kokkos::subview(std::declval<Grads const&>(),
+                                       std::declval<std::pair<std::size_t, std::size_t>>()));
+  struct Bucket {
+    std::size_t begin = 0, end = 0;
+    std::vector<std::size_t> layers;
+    int remaining = 0;
+    bool started = false;
+    bool copied_back = true;
+    AllreduceOp<T> op;
+    std::shared_ptr<HostBuffer<Sub>> staging;
+    double t_start = 0;
+    std::size_t index = 0;
+  };
+
+  template <class Exec>
+  void start(Exec const& exec, Bucket& b, std::size_t index) {
+    b.started = true;
+    b.index = index;
+    if (b.end == b.begin)
+      return;
+    exec.fence(); // the gradients must be written before MPI reads them
+    auto sub = Kokkos::subview(grads_, std::make_pair(b.begin, b.end));
+    b.staging = std::make_shared<HostBuffer<Sub>>(sub, true);
+    b.copied_back = HostBuffer<Sub>::direct;
+    if (trace_)
+      b.t_start = trace_->now();
+    b.op = algorithm_.start(*comm_, b.staging->data(), b.end - b.begin);
+    if (b.op.done())
+      finished(b);
+  }
+
+  void finished(Bucket& b) {
+    if (!b.copied_back) {
+      b.staging->copy_back();
+      b.copied_back = true;
+    }
+    if (trace_ && trace_->enabled() && b.end > b.begin && b.t_start >= 0) {
+      trace_->add("allreduce bucket " + std::to_string(b.index) + " (" +
+                      std::to_string((b.end - b.begin) * sizeof(T) >> 10) + " KiB)",
+                  "comm", b.t_start, trace_->now(), 1);
+      b.t_start = -1;
+    }
+  }
+
+  Communicator const* comm_ = nullptr;
+  Algorithm algorithm_{};
+  Grads grads_;
+  TraceRecorder* trace_ = nullptr;
+  std::vector<Bucket> buckets_;
+  std::map<std::size_t, std::size_t> bucket_of_;
+  int calls_ = 1;
+};
+
+} // namespace telar::detail

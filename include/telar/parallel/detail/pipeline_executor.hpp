@@ -1,0 +1,306 @@
+#pragma once
+// Runs one rank's instruction list of a pipeline schedule (telar/schedule/)
+// with a model's stages. The same executor runs serial training (p = 1),
+// gradient accumulation and every pipeline schedule: receives are posted as
+// their Recv instruction comes up and completed just before the data is
+// used, sends never block (MPI_Isend; a slot whose buffers are still being
+// sent is released only once the send completes), and gradients of a layer
+// are announced (done(k)) after its last weight-gradient pass so data
+// parallelism can start reducing them.
+#include <telar/comm/communicator.hpp>
+#include <telar/comm/device_buffer.hpp>
+#include <telar/comm/request.hpp>
+#include <telar/layers/softmax_cross_entropy.hpp>
+#include <telar/parallel/detail/stage_runner.hpp>
+#include <telar/profile/trace.hpp>
+#include <telar/schedule/schedule.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace telar::detail {
+
+template <class Model>
+class PipelineExecutor {
+public:
+  using T = typename Model::value_type;
+  using MemorySpace = typename Model::memory_space;
+  using Exec = typename Model::execution_space;
+  using Mat = Matrix<T, MemorySpace>;
+  using CMat = ConstMatrix<T, MemorySpace>;
+
+  PipelineExecutor() = default;
+
+  // `bounds` has p*v + 1 layer boundaries; this rank runs virtual stages
+  // c * p + rank for c < v.
+  PipelineExecutor(Model* model, std::vector<std::size_t> const& features,
+                   std::vector<std::size_t> bounds, int stages, int chunks, int rank,
+                   Communicator const* pp)
+      : stages_(stages), chunks_(chunks), rank_(rank), pp_(pp), bounds_(std::move(bounds)) {
+    for (int c = 0; c < chunks; ++c) {
+      int const vs = c * stages + rank;
+      runners_.emplace_back(model, bounds_[vs], bounds_[vs + 1], features);
+    }
+  }
+
+  int virtual_stages() const { return stages_ * chunks_; }
+  std::size_t first_layer(int chunk) const { return runners_[chunk].first(); }
+  std::size_t last_layer(int chunk) const { return runners_[chunk].last(); }
+  bool owns_layer(std::size_t k) const {
+    for (auto const& r : runners_)
+      if (k >= r.first() && k < r.last())
+        return true;
+    return false;
+  }
+  bool has_last_stage() const { return rank_ == (virtual_stages() - 1) % stages_; }
+  bool has_first_stage() const { return rank_ == 0; }
+  std::size_t slots_allocated() const {
+    std::size_t n = 0;
+    for (auto const& r : runners_)
+      n += r.slots_allocated();
+    return n;
+  }
+
+  // One iteration of `sched` for this rank. x and y are the rank's local
+  // batch (only the first virtual stage reads x, only the last reads y);
+  // micro-batch i is rows [n*i/m, n*(i+1)/m). Returns the loss summed over
+  // the micro-batches of the last virtual stage (zero elsewhere).
+  template <class Done, class Poll>
+  LossSum run(Exec const& exec, schedule::Schedule const& sched, CMat x, Labels<MemorySpace> y,
+              SoftmaxCrossEntropy<T, MemorySpace> const& loss, T scale, Done&& done, Poll&& poll,
+              TraceRecorder* trace) {
+    int const m = sched.microbatches;
+    std::size_t const n = x.extent(0);
+    int const last_vs = virtual_stages() - 1;
+    LossSum total;
+    auto rows_of = [&](int mb) {
+      return std::make_pair(n * std::size_t(mb) / std::size_t(m),
+                            n * std::size_t(mb + 1) / std::size_t(m));
+    };
+    auto state = [&](int mb, int chunk) -> MbState& {
+      MbState& st = live_[{mb, chunk}];
+      if (st.slot < 0) {
+        auto [b, e] = rows_of(mb);
+        st.slot = runners_[chunk].acquire(e - b);
+      }
+      return st;
+    };
+    auto tag = [&](schedule::Instruction const& in) {
+      return schedule::message_tag(sched, schedule::message_key(sched, rank_, in));
+    };
+    auto timed = [&](char const* what, schedule::Instruction const& in, auto&& body) {
+      double const t0 = trace && trace->enabled() ? trace->now() : 0;
+      body();
+      if (trace && trace->enabled()) {
+        exec.fence();
+        trace->add(std::string(what) + std::to_string(in.microbatch) +
+                       (chunks_ > 1 ? "." + std::to_string(in.chunk) : std::string()),
+                   what == std::string("F") ? "forward" : "backward", t0, trace->now());
+      }
+    };
+
+    // A micro-batch's slot is released after its last instruction on this
+    // rank (and once its sends have completed).
+    std::map<std::pair<int, int>, std::size_t> last_use;
+    auto const& list = sched.ranks[rank_];
+    for (std::size_t i = 0; i < list.size(); ++i)
+      if (list[i].microbatch >= 0)
+        last_use[{list[i].microbatch, list[i].chunk}] = i;
+
+    for (std::size_t index = 0; index < list.size(); ++index) {
+      schedule::Instruction const& in = list[index];
+      using schedule::Op;
+      int const vs = in.op == Op::OptimizerStep ? 0 : sched.virtual_stage(rank_, in.chunk);
+      switch (in.op) {
+      case Op::RecvActivation: {
+        MbState& st = state(in.microbatch, in.chunk);
+        st.recv = std::make_unique<Message>(runners_[in.chunk].input_buffer(st.slot), false);
+        st.recv_req = pp_->irecv(st.recv->buffer.data(), st.recv->buffer.size(), in.peer, tag(in));
+        break;
+      }
+      case Op::RecvGrad: {
+        MbState& st = state(in.microbatch, in.chunk);
+        st.recv = std::make_unique<Message>(runners_[in.chunk].output_grad(st.slot), false);
+        st.recv_req = pp_->irecv(st.recv->buffer.data(), st.recv->buffer.size(), in.peer, tag(in));
+        break;
+      }
+      case Op::Forward: {
+        MbState& st = state(in.microbatch, in.chunk);
+        auto& runner = runners_[in.chunk];
+        CMat input;
+        if (vs == 0) {
+          auto [b, e] = rows_of(in.microbatch);
+          input = rows(x, b, e);
+        } else {
+          complete_recv(st);
+          input = runner.input_buffer(st.slot);
+        }
+        timed("F", in, [&] { runner.forward(exec, st.slot, input); });
+        if (vs == last_vs) {
+          auto [b, e] = rows_of(in.microbatch);
+          LossSum ls = loss.forward_backward(exec, CMat(runner.output(st.slot)),
+                                             Labels<MemorySpace>(rows(y, b, e)),
+                                             runner.output_grad(st.slot), scale);
+          total.loss += ls.loss;
+          total.correct += ls.correct;
+          total.samples += ls.samples;
+        }
+        break;
+      }
+      case Op::SendActivation: {
+        MbState& st = state(in.microbatch, in.chunk);
+        exec.fence();
+        send(st, runners_[in.chunk].output(st.slot), in.peer, tag(in));
+        break;
+      }
+      case Op::SendGrad: {
+        MbState& st = state(in.microbatch, in.chunk);
+        exec.fence();
+        send(st, runners_[in.chunk].input_grad(st.slot), in.peer, tag(in));
+        break;
+      }
+      case Op::Backward: {
+        MbState& st = state(in.microbatch, in.chunk);
+        if (vs != last_vs)
+          complete_recv(st);
+        timed("B", in, [&] {
+          runners_[in.chunk].backward(exec, st.slot, [&](std::size_t k) { done(k); });
+        });
+        break;
+      }
+      case Op::BackwardInput: {
+        MbState& st = state(in.microbatch, in.chunk);
+        if (vs != last_vs)
+          complete_recv(st);
+        timed("B", in, [&] { runners_[in.chunk].backward_input(exec, st.slot); });
+        break;
+      }
+      case Op::BackwardWeight: {
+        MbState& st = state(in.microbatch, in.chunk);
+        timed("W", in, [&] {
+          runners_[in.chunk].backward_weight(exec, st.slot, [&](std::size_t k) { done(k); });
+        });
+        break;
+      }
+      case Op::OptimizerStep:
+        break;
+      }
+      if (in.microbatch >= 0 && last_use[{in.microbatch, in.chunk}] == index)
+        live_[{in.microbatch, in.chunk}].finished = true;
+      retire(false);
+      poll();
+    }
+    retire(true);
+    return total;
+  }
+
+  // Forward only, for evaluation: virtual stages in order, each rank doing
+  // its own; returns the loss of the last virtual stage's rank.
+  LossSum evaluate(Exec const& exec, CMat x, Labels<MemorySpace> y,
+                   SoftmaxCrossEntropy<T, MemorySpace> const& loss) {
+    LossSum total;
+    int const S = virtual_stages();
+    int prev_slot = -1, prev_chunk = -1;
+    std::vector<Request> sends;
+    std::vector<std::unique_ptr<Message>> keep;
+    for (int vs = 0; vs < S; ++vs) {
+      if (vs % stages_ != rank_)
+        continue;
+      int const c = vs / stages_;
+      auto& runner = runners_[c];
+      int const slot = runner.acquire(x.extent(0));
+      CMat input;
+      if (vs == 0) {
+        input = x;
+      } else if (stages_ == 1) {
+        input = runners_[prev_chunk].output(prev_slot);
+      } else {
+        Message msg(runner.input_buffer(slot), false);
+        Request r = pp_->irecv(msg.buffer.data(), msg.buffer.size(), (vs - 1) % stages_,
+                               1000000 + vs);
+        r.wait();
+        msg.buffer.copy_back();
+        input = runner.input_buffer(slot);
+      }
+      runner.forward(exec, slot, input);
+      if (vs == S - 1) {
+        LossSum ls = loss.evaluate(exec, CMat(runner.output(slot)), y);
+        total.loss += ls.loss;
+        total.correct += ls.correct;
+        total.samples += ls.samples;
+      } else if (stages_ > 1) {
+        exec.fence();
+        keep.push_back(std::make_unique<Message>(runner.output(slot), true));
+        sends.push_back(pp_->isend(keep.back()->buffer.data(), keep.back()->buffer.size(),
+                                   (vs + 1) % stages_, 1000000 + vs + 1));
+      }
+      if (prev_slot >= 0)
+        runners_[prev_chunk].release(prev_slot);
+      prev_slot = slot;
+      prev_chunk = c;
+    }
+    wait_all(sends);
+    if (prev_slot >= 0)
+      runners_[prev_chunk].release(prev_slot);
+    return total;
+  }
+
+private:
+  // A message buffer: the view itself when MPI can read it, else a host copy.
+  struct Message {
+    Message(Mat const& v, bool copy_in) : buffer(v, copy_in) {}
+    HostBuffer<Mat> buffer;
+  };
+  struct MbState {
+    int slot = -1;
+    std::unique_ptr<Message> recv;
+    Request recv_req;
+    std::vector<std::pair<std::unique_ptr<Message>, Request>> sends;
+    bool finished = false; // no instruction of this rank uses it any more
+  };
+
+  void complete_recv(MbState& st) {
+    if (st.recv) {
+      st.recv_req.wait();
+      st.recv->buffer.copy_back();
+      st.recv.reset();
+    }
+  }
+  void send(MbState& st, Mat const& v, int peer, int tag) {
+    auto msg = std::make_unique<Message>(v, true);
+    Request r = pp_->isend(msg->buffer.data(), msg->buffer.size(), peer, tag);
+    st.sends.emplace_back(std::move(msg), std::move(r));
+  }
+  // Releases the slots of micro-batches whose backward is complete and whose
+  // sends have gone; with `all`, waits for the sends.
+  void retire(bool all) {
+    for (auto it = live_.begin(); it != live_.end();) {
+      MbState& st = it->second;
+      bool sent = true;
+      for (auto& [msg, req] : st.sends) {
+        if (all)
+          req.wait();
+        else if (!req.test())
+          sent = false;
+      }
+      if ((st.finished || all) && sent) {
+        if (st.slot >= 0)
+          runners_[it->first.second].release(st.slot);
+        it = live_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  int stages_ = 1, chunks_ = 1, rank_ = 0;
+  Communicator const* pp_ = nullptr;
+  std::vector<std::size_t> bounds_;
+  std::vector<StageRunner<Model>> runners_;
+  std::map<std::pair<int, int>, MbState> live_;
+};
+
+} // namespace telar::detail
