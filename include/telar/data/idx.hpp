@@ -166,7 +166,8 @@ inline IdxArray read_idx_impl(std::string const& path, std::uint32_t expected_ma
   // Grow the buffer as data arrives, so a corrupt header that claims gigabytes
   // in a small file fails as truncated instead of allocating them.
   std::size_t const header = 4 + dim_bytes.size();
-  std::string const says = "header says " + dims_string(a.dims) + " = " + std::to_string(total) +
+  std::string const says = "header says " + dims_string(a.dims) +
+                           (ndims > 1 ? " = " + std::to_string(total) : std::string()) +
                            " bytes of " + idx_payload_noun(a.magic);
   std::size_t done = 0;
   while (done < total) {
