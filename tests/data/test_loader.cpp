@@ -8,6 +8,8 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 using telar::BatchGather;
@@ -97,6 +99,16 @@ TEMPLATE_LIST_TEST_CASE("BatchGather copies rows and labels into Kokkos views", 
   telar::Dataset broken = data;
   broken.y.pop_back();
   CHECK_THROWS_AS(gather.gather(broken, a), std::invalid_argument);
+
+  // Movable, not copyable (copies would share buffers).
+  static_assert(!std::is_copy_constructible_v<Gather>);
+  Gather moved(std::move(gather));
+  moved.gather(space, data, b.data(), b.size());
+  Gather assigned;
+  assigned = std::move(moved);
+  space.fence();
+  CHECK(assigned.size() == 2);
+  CHECK(assigned.capacity() == 9);
 
   // Default-constructed: allocates on first use.
   Gather lazy;

@@ -182,6 +182,36 @@ public:
    *  \param features floats per row */
   BatchGather(std::size_t max_batch, std::size_t features) { reserve(max_batch, features); }
 
+  /*! \brief Not copyable: copies would share (and overwrite) one set of buffers. */
+  BatchGather(BatchGather const&) = delete;
+  /*! \brief Not copyable: copies would share (and overwrite) one set of buffers. */
+  BatchGather& operator=(BatchGather const&) = delete;
+  /*! \brief Moves the buffers into a new gatherer. */
+  BatchGather(BatchGather&& other)
+      : x_(std::move(other.x_)), y_(std::move(other.y_)), host_x_(std::move(other.host_x_)),
+        host_y_(std::move(other.host_y_)), features_(other.features_), size_(other.size_),
+        pending_space_(std::move(other.pending_space_)) {
+    other.pending_space_.reset(); // the fence is now ours
+  }
+  /*! \brief Waits for this gatherer's copy in flight, then takes `other`'s buffers.
+   *  \param other the gatherer to move from */
+  BatchGather& operator=(BatchGather&& other) {
+    if (this != &other) {
+      wait();
+      x_ = std::move(other.x_);
+      y_ = std::move(other.y_);
+      host_x_ = std::move(other.host_x_);
+      host_y_ = std::move(other.host_y_);
+      features_ = other.features_;
+      size_ = other.size_;
+      pending_space_ = std::move(other.pending_space_);
+      other.pending_space_.reset();
+    }
+    return *this;
+  }
+  /*! \brief Waits for an asynchronous copy still in flight, then frees the buffers. */
+  ~BatchGather() { wait(); }
+
   /*! \brief Copies samples `indices[0..count)` of `data`, in that order, and
    *  waits until the copy is done.
    *  \param data the data set

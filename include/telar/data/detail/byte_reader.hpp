@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace telar::detail {
@@ -183,6 +184,9 @@ private:
       }
       if (produced > 0) {
         return produced;
+      }
+      if (consumed == 0 && !gz_done_) {
+        fail("zlib inflate made no progress (code " + std::to_string(rc) + ")");
       }
     }
     return 0;
