@@ -23,6 +23,16 @@
 
 namespace telar {
 
+namespace detail {
+// Kokkos Tools region for the data room (Kokkos 3.4 has no ScopedRegion).
+struct DataProfilingRegion {
+  explicit DataProfilingRegion(char const* name) { Kokkos::Profiling::pushRegion(name); }
+  ~DataProfilingRegion() { Kokkos::Profiling::popRegion(); }
+  DataProfilingRegion(DataProfilingRegion const&) = delete;
+  DataProfilingRegion& operator=(DataProfilingRegion const&) = delete;
+};
+} // namespace detail
+
 /*! \brief One rank's batch at one step: which samples, and how the global
  *  batch they belong to is made up. */
 struct LocalBatch {
@@ -220,6 +230,7 @@ public:
    *  \throws std::out_of_range for an index past the data set
    *  \throws std::invalid_argument if `data`'s members disagree on its size */
   void gather(Dataset const& data, std::size_t const* indices, std::size_t count) {
+    detail::DataProfilingRegion region("telar::BatchGather::gather");
     stage(data, indices, count);
     if (host_x_.data() != x_.data()) {
       Kokkos::deep_copy(
@@ -237,6 +248,7 @@ public:
    *  \param count number of indices */
   void gather(execution_space const& space, Dataset const& data, std::size_t const* indices,
               std::size_t count) {
+    detail::DataProfilingRegion region("telar::BatchGather::gather");
     stage(data, indices, count);
     if (host_x_.data() != x_.data()) {
       Kokkos::deep_copy(
