@@ -1,0 +1,368 @@
+#pragma once
+/*! \file
+ *  \brief Reader of IDX files (the format of MNIST and Fashion-MNIST), raw or
+ *  gzip-compressed, and the Fashion-MNIST loader.
+ *
+ *  An IDX file is a 4-byte magic number `0x0000TTNN` (TT the element type,
+ *  0x08 for unsigned bytes; NN the number of dimensions), NN big-endian 32-bit
+ *  dimension sizes, then the elements in row-major order and nothing else.
+ *  The reader checks all of it and throws `telar::DataError` with the path and
+ *  the reason on any deviation, so a damaged download fails loudly instead of
+ *  training on zeros. */
+
+#include <telar/data/dataset.hpp>
+#include <telar/data/detail/byte_reader.hpp>
+#include <telar/data/error.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace telar {
+
+/*! \brief Magic number of an IDX file of unsigned-byte images: 3 dimensions
+ *  (count, rows, columns). */
+inline constexpr std::uint32_t idx_images_magic = 0x00000803;
+
+/*! \brief Magic number of an IDX file of unsigned-byte labels: 1 dimension (count). */
+inline constexpr std::uint32_t idx_labels_magic = 0x00000801;
+
+/*! \brief The largest payload `read_idx` accepts (16 GiB); a header asking for
+ *  more is taken to be corrupt rather than allocated. */
+inline constexpr std::uint64_t idx_max_bytes = std::uint64_t(1) << 34;
+
+/*! \brief An unsigned-byte IDX array as read from a file. */
+struct IdxArray {
+  std::string path;               //!< the file it was read from
+  std::uint32_t magic = 0;        //!< the magic number, e.g. `idx_images_magic`
+  std::vector<std::size_t> dims;  //!< the dimension sizes, outermost first
+  std::vector<std::uint8_t> data; //!< the elements, row-major; as many as the product of `dims`
+};
+
+namespace detail {
+
+inline std::string hex32(std::uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08X", unsigned(v));
+  return buf;
+}
+
+inline char const* idx_type_name(unsigned code) {
+  switch (code) {
+  case 0x08:
+    return "unsigned byte";
+  case 0x09:
+    return "signed byte";
+  case 0x0B:
+    return "16-bit integer";
+  case 0x0C:
+    return "32-bit integer";
+  case 0x0D:
+    return "32-bit float";
+  case 0x0E:
+    return "64-bit float";
+  default:
+    return "not an IDX type";
+  }
+}
+
+inline std::string idx_magic_meaning(std::uint32_t magic) {
+  if (magic == idx_images_magic) {
+    return "IDX unsigned-byte images";
+  }
+  if (magic == idx_labels_magic) {
+    return "IDX unsigned-byte labels";
+  }
+  return "IDX unsigned-byte, " + std::to_string(magic & 0xFFu) + " dimensions";
+}
+
+inline char const* idx_payload_noun(std::uint32_t magic) {
+  return magic == idx_images_magic ? "pixels" : magic == idx_labels_magic ? "labels" : "data";
+}
+
+inline std::string dims_string(std::vector<std::size_t> const& dims) {
+  std::string s;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    s += (i ? "x" : "") + std::to_string(dims[i]);
+  }
+  return s;
+}
+
+// expected_magic == 0: any unsigned-byte IDX file.
+inline IdxArray read_idx_impl(std::string const& path, std::uint32_t expected_magic) {
+  ByteReader in(path, "telar::read_idx");
+  IdxArray a;
+  a.path = path;
+
+  unsigned char head[4];
+  std::size_t got = in.read(head, 4);
+  if (got < 4) {
+    in.fail("truncated header: the file holds " + std::to_string(got) +
+            " bytes, an IDX header needs at least 4 (magic number) + 4 per dimension");
+  }
+  a.magic = std::uint32_t(head[0]) << 24 | std::uint32_t(head[1]) << 16 |
+            std::uint32_t(head[2]) << 8 | std::uint32_t(head[3]);
+  unsigned const type = head[2];
+  unsigned const ndims = head[3];
+  std::string const expected = expected_magic != 0 ? ", expected " + hex32(expected_magic) + " (" +
+                                                         idx_magic_meaning(expected_magic) + ")"
+                                                   : std::string();
+  if (head[0] != 0 || head[1] != 0) {
+    in.fail("bad magic " + hex32(a.magic) + expected +
+            ": not an IDX file (its first two bytes must be zero)");
+  }
+  if (type != 0x08) {
+    char code[8];
+    std::snprintf(code, sizeof code, "0x%02X", type);
+    in.fail("bad magic " + hex32(a.magic) + expected + ": element type " + code + " (" +
+            idx_type_name(type) + "), Telar reads only 0x08 (unsigned byte)");
+  }
+  if (ndims == 0) {
+    in.fail("bad magic " + hex32(a.magic) + expected + ": 0 dimensions");
+  }
+  if (expected_magic != 0 && a.magic != expected_magic) {
+    in.fail("bad magic " + hex32(a.magic) + expected + ": wrong number of dimensions, " +
+            std::to_string(ndims) + " instead of " + std::to_string(expected_magic & 0xFFu));
+  }
+
+  std::vector<unsigned char> dim_bytes(4 * std::size_t(ndims));
+  got = in.read(dim_bytes.data(), dim_bytes.size());
+  if (got < dim_bytes.size()) {
+    in.fail("truncated header: " + std::to_string(ndims) + " dimensions need " +
+            std::to_string(4 + dim_bytes.size()) + " header bytes, the file holds only " +
+            std::to_string(4 + got));
+  }
+  std::uint64_t total = 1;
+  for (unsigned d = 0; d < ndims; ++d) {
+    unsigned char const* b = &dim_bytes[4 * d];
+    std::uint32_t const v = std::uint32_t(b[0]) << 24 | std::uint32_t(b[1]) << 16 |
+                            std::uint32_t(b[2]) << 8 | std::uint32_t(b[3]);
+    if (v == 0) {
+      in.fail("dimension " + std::to_string(d) + " of " + std::to_string(ndims) +
+              " is 0 (header: " + dims_string(a.dims) + (d ? "x" : "") + "0...)");
+    }
+    if (v > 0x7FFFFFFFu) {
+      in.fail("dimension " + std::to_string(d) + " is " + std::to_string(v) +
+              ", more than 2^31-1 (negative as IDX's signed 32-bit size): corrupt header");
+    }
+    if (total > idx_max_bytes / v) {
+      a.dims.push_back(v);
+      in.fail("header says " + dims_string(a.dims) + (d + 1 < ndims ? "x..." : "") +
+              ", more than Telar's limit of " + std::to_string(idx_max_bytes) +
+              " bytes: corrupt header?");
+    }
+    total *= v;
+    a.dims.push_back(v);
+  }
+
+  // Grow the buffer as data arrives, so a corrupt header that claims gigabytes
+  // in a small file fails as truncated instead of allocating them.
+  std::size_t const header = 4 + dim_bytes.size();
+  std::string const says = "header says " + dims_string(a.dims) +
+                           (ndims > 1 ? " = " + std::to_string(total) : std::string()) +
+                           " bytes of " + idx_payload_noun(a.magic);
+  std::size_t done = 0;
+  while (done < total) {
+    std::size_t const want =
+        std::size_t(std::min<std::uint64_t>(total - done, std::max<std::size_t>(done, 1 << 20)));
+    a.data.resize(done + want);
+    std::size_t const n = in.read(a.data.data() + done, want);
+    done += n;
+    if (n < want) {
+      in.fail("truncated: " + says + ", the file holds only " + std::to_string(done) +
+              " after its " + std::to_string(header) + "-byte header");
+    }
+  }
+  std::uint64_t const extra = in.drain();
+  if (extra != 0) {
+    in.fail("trailing garbage: " + says + ", the file has " + std::to_string(extra) +
+            " more after them");
+  }
+  return a;
+}
+
+inline std::string find_first_file(std::string const& dir, std::vector<std::string> const& names) {
+  for (auto const& name : names) {
+    std::error_code ec;
+    auto const p = std::filesystem::path(dir) / name;
+    if (std::filesystem::is_regular_file(p, ec)) {
+      return p.string();
+    }
+  }
+  return {};
+}
+
+// The names the files go by: Debian's dataset-fashion-mnist and the upstream
+// downloads use "train-images-idx3-ubyte.gz"; unpacked copies drop ".gz";
+// some mirrors write "train-images.idx3-ubyte".
+inline std::vector<std::string> idx_file_names(std::string const& base) {
+  std::string dotted = base;
+  auto const dash = dotted.find("-idx");
+  if (dash != std::string::npos) {
+    dotted[dash] = '.';
+  }
+  return {base + ".gz", base, dotted + ".gz", dotted};
+}
+
+inline constexpr char const* fashion_mnist_install_hint =
+    "install the Debian package dataset-fashion-mnist (it puts the files in "
+    "/usr/share/datasets/fashion-mnist) or pass --data DIR";
+
+} // namespace detail
+
+/*! \brief Reads an unsigned-byte IDX file, gzip-compressed or raw.
+ *
+ *  Compression is recognised by its content (the gzip magic bytes); a file
+ *  whose name ends in `.gz` must be gzip. Checks the magic number, every
+ *  dimension (positive, at most 2^31-1, product at most `idx_max_bytes`), that
+ *  the payload holds exactly the product of the dimensions (neither truncated
+ *  nor followed by trailing bytes), and the gzip stream's integrity (its
+ *  CRC-32 and length; concatenated gzip members are accepted).
+ *  \param path the file
+ *  \return the dimensions and the bytes
+ *  \throws telar::DataError naming `path` and what is wrong */
+inline IdxArray read_idx(std::string const& path) {
+  return detail::read_idx_impl(path, 0);
+}
+
+/*! \brief Reads an unsigned-byte IDX file and checks its magic number too.
+ *  \param path the file
+ *  \param expected_magic `idx_images_magic`, `idx_labels_magic` or another
+ *         `0x000008NN` (NN dimensions)
+ *  \return the dimensions and the bytes
+ *  \throws telar::DataError naming `path` and what is wrong, e.g.
+ *          "bad magic 0x00000802, expected 0x00000803 (IDX unsigned-byte images): ..." */
+inline IdxArray read_idx(std::string const& path, std::uint32_t expected_magic) {
+  if ((expected_magic & 0xFFFFFF00u) != 0x00000800u || (expected_magic & 0xFFu) == 0) {
+    throw std::invalid_argument("telar::read_idx: expected magic " + detail::hex32(expected_magic) +
+                                " is not an unsigned-byte IDX magic (0x000008NN, NN > 0)");
+  }
+  return detail::read_idx_impl(path, expected_magic);
+}
+
+/*! \brief Loads an image classification data set from an IDX images file
+ *  (count x rows x columns bytes) and an IDX labels file (count bytes).
+ *
+ *  Pixels become floats in [0, 1] (byte / 255); each image is one row of
+ *  `rows * columns` features with `shape = {rows, columns}`.
+ *  \param images_path the images file (`..-images-idx3-ubyte[.gz]`)
+ *  \param labels_path the labels file (`..-labels-idx1-ubyte[.gz]`)
+ *  \param classes the number of classes; every label must be below it
+ *  \return the data set, named after `images_path`
+ *  \throws telar::DataError if a file is missing or malformed, the counts
+ *          differ or a label is out of range
+ *  \throws std::invalid_argument if `classes` is not in [1, 256] */
+inline Dataset load_idx(std::string const& images_path, std::string const& labels_path,
+                        int classes = 10) {
+  if (classes < 1 || classes > 256) {
+    throw std::invalid_argument("telar::load_idx: classes = " + std::to_string(classes) +
+                                ", expected 1..256 (IDX labels are bytes)");
+  }
+  // Labels first: small, so a broken pair fails fast.
+  IdxArray const labels = read_idx(labels_path, idx_labels_magic);
+  IdxArray const images = read_idx(images_path, idx_images_magic);
+  std::size_t const n = images.dims[0];
+  if (labels.dims[0] != n) {
+    throw DataError("telar::load_idx: count mismatch: " + images_path + " holds " +
+                    std::to_string(n) + " images but " + labels_path + " holds " +
+                    std::to_string(labels.dims[0]) + " labels");
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (int(labels.data[i]) >= classes) {
+      throw DataError("telar::load_idx: " + labels_path + ": label " +
+                      std::to_string(int(labels.data[i])) + " of sample " + std::to_string(i) +
+                      " is out of range for " + std::to_string(classes) + " classes (0.." +
+                      std::to_string(classes - 1) + ")");
+    }
+  }
+  Dataset d;
+  d.size = n;
+  d.shape = {images.dims[1], images.dims[2]};
+  d.features = images.dims[1] * images.dims[2];
+  d.classes = classes;
+  d.name = images_path;
+  d.x.resize(images.data.size());
+  for (std::size_t i = 0; i < images.data.size(); ++i) {
+    d.x[i] = float(images.data[i]) / 255.0f;
+  }
+  d.y.assign(labels.data.begin(), labels.data.end());
+  return d;
+}
+
+/*! \brief Fashion-MNIST: 60000 training and 10000 test images of 28 x 28
+ *  pixels in 10 classes. */
+struct FashionMnist {
+  Dataset train; //!< the 60000 training images
+  Dataset test;  //!< the 10000 test images
+};
+
+/*! \brief The names of Fashion-MNIST's 10 classes, by label. */
+inline constexpr std::array<char const*, 10> fashion_mnist_class_names = {
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+    "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+
+/*! \brief Where Telar looks for Fashion-MNIST when not told: the environment
+ *  variable `TELAR_FASHION_MNIST_DIR` if set, else
+ *  `/usr/share/datasets/fashion-mnist` (Debian's dataset-fashion-mnist). */
+inline std::string default_fashion_mnist_dir() {
+  char const* env = std::getenv("TELAR_FASHION_MNIST_DIR");
+  return env != nullptr && *env != '\0' ? std::string(env)
+                                        : std::string("/usr/share/datasets/fashion-mnist");
+}
+
+/*! \brief Whether `dir` holds the four Fashion-MNIST files (it does not read
+ *  them), for examples and tests that skip without the data.
+ *  \param dir the directory */
+inline bool has_fashion_mnist(std::string const& dir = default_fashion_mnist_dir()) {
+  for (char const* base : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                           "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
+    if (detail::find_first_file(dir, detail::idx_file_names(base)).empty()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/*! \brief Loads Fashion-MNIST from a directory holding
+ *  `train-images-idx3-ubyte`, `train-labels-idx1-ubyte`,
+ *  `t10k-images-idx3-ubyte` and `t10k-labels-idx1-ubyte`, each with or
+ *  without `.gz` (the dotted `train-images.idx3-ubyte` spelling is accepted
+ *  too).
+ *  \param dir the directory
+ *  \return the training and test sets, named `fashion-mnist/train` and `fashion-mnist/test`
+ *  \throws telar::DataError if the directory or a file is missing (saying how
+ *          to install the data) or a file is malformed */
+inline FashionMnist load_fashion_mnist(std::string const& dir = default_fashion_mnist_dir()) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    throw DataError(
+        "telar::load_fashion_mnist: " + dir +
+        (std::filesystem::exists(dir, ec) ? ": not a directory" : ": no such directory") + "; " +
+        detail::fashion_mnist_install_hint);
+  }
+  auto const find = [&](std::string const& base) {
+    auto const names = detail::idx_file_names(base);
+    std::string path = detail::find_first_file(dir, names);
+    if (path.empty()) {
+      throw DataError("telar::load_fashion_mnist: " + dir + ": no " + names[0] + " or " + names[1] +
+                      " in it; " + detail::fashion_mnist_install_hint);
+    }
+    return path;
+  };
+  FashionMnist f;
+  f.train = load_idx(find("train-images-idx3-ubyte"), find("train-labels-idx1-ubyte"), 10);
+  f.train.name = "fashion-mnist/train";
+  f.test = load_idx(find("t10k-images-idx3-ubyte"), find("t10k-labels-idx1-ubyte"), 10);
+  f.test.name = "fashion-mnist/test";
+  return f;
+}
+
+} // namespace telar
