@@ -20,10 +20,12 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
@@ -254,12 +256,47 @@ public:
   int rank() const { return world_ ? world_->rank() : 0; }
   /*! \brief Ranks in the trainer's communicator. */
   int size() const { return world_ ? world_->size() : 1; }
+  /*! \brief The parallelism actually in use, e.g. "dp+pp" or "serial"
+   *  (policies at degree 1 are not counted). */
+  std::string strategy_name() const {
+    std::string n;
+    auto add = [&](int degree, char const* s) {
+      if (degree > 1)
+        n += (n.empty() ? "" : "+") + std::string(s);
+    };
+    add(shape_.dp, "dp");
+    add(shape_.pp, "pp");
+    add(shape_.tp, "tp");
+    return n.empty() ? "serial" : n;
+  }
   /*! \brief e.g. "dp=2 x pp=1 x tp=1". */
   std::string layout() const { return ProcessGrid::describe(shape_); }
   /*! \brief Data-parallel gradient buckets on this rank. */
   std::size_t bucket_count() const { return buckets_.bucket_count(); }
   /*! \brief Timeline of the steps so far (TrainerOptions::trace). */
   TraceRecorder& trace() { return trace_; }
+  /*! \brief Writes every rank's timeline (TrainerOptions::trace) into one
+   *  Chrome trace file on rank 0, one process row per rank (collective).
+   *  \param path output file \return true on rank 0 when written, true elsewhere */
+  bool write_trace(std::string const& path) const {
+    std::string const mine = trace_.json_events(rank());
+    std::vector<std::string> lists{mine};
+    if (world_ && world_->size() > 1) {
+      int const n = world_->size();
+      int len = int(mine.size());
+      std::vector<int> lens(static_cast<std::size_t>(n));
+      world_->allgather(&len, 1, lens.data());
+      std::string all(static_cast<std::size_t>(std::accumulate(lens.begin(), lens.end(), 0)), ' ');
+      world_->allgatherv(mine.data(), lens, all.data());
+      lists.clear();
+      std::size_t at = 0;
+      for (int l : lens) {
+        lists.push_back(all.substr(at, std::size_t(l)));
+        at += std::size_t(l);
+      }
+    }
+    return rank() != 0 || write_chrome_trace(path, lists);
+  }
   /*! \brief The process grid (absent for a trainer without MPI). */
   ProcessGrid const* grid() const { return grid_ ? &*grid_ : nullptr; }
 
@@ -341,16 +378,23 @@ private:
         else
           name = "1f1b";
       }
-      int v = name == "interleaved" ? options_.chunks : 1;
+      bool const interleaved = name == "interleaved" || name == "interleaved_1f1b";
+      int v = interleaved ? options_.chunks : 1;
       if constexpr (StrategyT::has_pipeline_parallel)
-        if (options_.schedule.empty() && name == "interleaved")
+        if (options_.schedule.empty() && interleaved)
           v = interleaved_chunks(typename StrategyT::pipeline_parallel::schedule{});
       if (p == 1)
         v = 1; // chunks on one rank would only copy activations around
-      if (name == "interleaved" && v == 1)
-        name = "1f1b";
+      // Accept the command-line spellings (zb-h1, interleaved) and the
+      // generators' (zb_h1, interleaved_1f1b).
+      std::string gen = name;
+      std::replace(gen.begin(), gen.end(), '-', '_');
+      if (gen == "interleaved")
+        gen = "interleaved_1f1b";
+      if (gen == "interleaved_1f1b" && v == 1)
+        gen = "1f1b";
       try {
-        schedule_ = schedule::generate(name, p, m, v);
+        schedule_ = schedule::generate(gen, p, m, v);
       } catch (std::invalid_argument const& e) {
         throw Error(std::string("telar::Trainer: ") + e.what());
       }

@@ -1,0 +1,67 @@
+// Degrees that do not fit the world or the strategy: the same clear message
+// on every rank, no hang.
+#include <telar/layers/activation.hpp>
+#include <telar/layers/dense.hpp>
+#include <telar/optim/sgd.hpp>
+#include <telar/train/trainer.hpp>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <mpi.h>
+
+namespace {
+using Model = telar::Sequential<telar::Dense<float>, telar::ReLU<float>, telar::Dense<float>>;
+Model model() { return Model(telar::Dense<float>(4, 8), {}, telar::Dense<float>(8, 2)); }
+using DpPp = telar::Strategy<telar::DataParallel<>, telar::PipelineParallel<>>;
+
+template <class S>
+std::string error_of(telar::TrainerOptions opts) {
+  try {
+    telar::Trainer<Model, S, telar::SGD<float>> t(MPI_COMM_WORLD, model(), {}, opts, 4);
+  } catch (std::exception const& e) {
+    return e.what();
+  }
+  return "";
+}
+int world() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+} // namespace
+
+TEST_CASE("A grid that does not fit the world names the sizes", "[strategy]") {
+  telar::TrainerOptions opts;
+  opts.grid = {3, 1, 1};
+  std::string const msg = error_of<DpPp>(opts);
+  if (world() != 3)
+    CHECK(msg.find("does not fit dp=3 x pp=1 x tp=1") != std::string::npos);
+}
+
+TEST_CASE("A degree without its policy says which policy to add", "[strategy]") {
+  telar::TrainerOptions opts;
+  opts.grid = {0, 1, 2};
+  CHECK(error_of<DpPp>(opts) == "telar::Trainer: tp=2 but the strategy (dp+pp) has no "
+                                "TensorParallel; add telar::TensorParallel<> to the Strategy or "
+                                "set tp=1");
+  opts.grid = {0, 2, 1};
+  CHECK(error_of<telar::Strategy<telar::DataParallel<>>>(opts) ==
+        "telar::Trainer: pp=2 but the strategy (dp) has no PipelineParallel; add "
+        "telar::PipelineParallel<> to the Strategy or set pp=1");
+}
+
+TEST_CASE("More pipeline stages than layers is refused", "[strategy]") {
+  if (world() < 4)
+    return;
+  telar::TrainerOptions opts;
+  opts.grid = {1, 4, 1};
+  CHECK(error_of<DpPp>(opts) ==
+        "telar::Trainer: cannot split a model of 3 layers into 4 pipeline stages (each stage "
+        "needs at least one layer)");
+}
+
+TEST_CASE("A schedule name that does not exist is refused on every rank", "[strategy]") {
+  telar::TrainerOptions opts;
+  opts.schedule = "2f2b";
+  CHECK(error_of<DpPp>(opts).find("unknown schedule \"2f2b\"") != std::string::npos);
+}
