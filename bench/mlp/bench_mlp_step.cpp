@@ -1,7 +1,10 @@
-// Step time of the MLP 784-2048-2048-10 (ReLU, softmax cross-entropy, SGD),
-// fp32, synthetic data: the model bench/peers/mlp_torch.py runs in PyTorch.
-//   bench_mlp_step [--batch 128] [--steps 30] [--warmup 5] [--hidden 2048]
-// Prints the configuration, the median and mean step time, and one JSON line.
+// Step time of the MLP 784-H-H-10 (ReLU, softmax cross-entropy, SGD), fp32,
+// synthetic data: the model bench/peers/mlp_torch.py runs in PyTorch.
+//   [mpirun -np N] bench_mlp_step [--batch 128] [--steps 30] [--warmup 5] [--hidden 2048]
+//        [--dp N] [--pp N] [--tp N] [--microbatches M] [--schedule 1f1b]
+//        [--algorithm ring|mpi|rhd|hier] [--bucket-mb 8] [--timeline PREFIX]
+// --batch is per data-parallel rank (weak scaling). Prints the configuration,
+// the median and mean step time (slowest rank), and one JSON line.
 #include <telar/layers/activation.hpp>
 #include <telar/layers/dense.hpp>
 #include <telar/optim/sgd.hpp>
@@ -10,7 +13,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,67 +21,126 @@
 #include <vector>
 
 namespace {
-long arg(int argc, char** argv, char const* name, long def) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0)
-      return std::atol(argv[i + 1]);
-  return def;
+struct Args {
+  std::size_t batch = 128, hidden = 2048;
+  int steps = 30, warmup = 5, dp = 0, pp = 1, tp = 1, microbatches = 1;
+  double bucket_mb = 8;
+  std::string schedule = "1f1b", algorithm = "ring", timeline;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string const f = argv[i], v = argv[i + 1];
+    if (f == "--batch") a.batch = std::stoul(v);
+    else if (f == "--hidden") a.hidden = std::stoul(v);
+    else if (f == "--steps") a.steps = std::stoi(v);
+    else if (f == "--warmup") a.warmup = std::stoi(v);
+    else if (f == "--dp") a.dp = std::stoi(v);
+    else if (f == "--pp") a.pp = std::stoi(v);
+    else if (f == "--tp") a.tp = std::stoi(v);
+    else if (f == "--microbatches") a.microbatches = std::stoi(v);
+    else if (f == "--schedule") a.schedule = v;
+    else if (f == "--algorithm") a.algorithm = v;
+    else if (f == "--bucket-mb") a.bucket_mb = std::stod(v);
+    else if (f == "--timeline") a.timeline = v;
+    else throw std::invalid_argument("bench_mlp_step: unknown flag " + f);
+  }
+  return a;
+}
+
+using D = telar::Dense<float>;
+using R = telar::ReLU<float>;
+using Model = telar::Sequential<D, R, D, R, D>;
+
+template <class Algorithm>
+int run(Args const& a) {
+  using Strategy = telar::Strategy<telar::DataParallel<Algorithm>, telar::PipelineParallel<>,
+                                   telar::TensorParallel<>>;
+  telar::TrainerOptions opts;
+  opts.seed = 1;
+  opts.grid = {a.dp, a.pp, a.tp};
+  opts.microbatches = a.microbatches;
+  opts.schedule = a.schedule;
+  opts.bucket_bytes = std::size_t(a.bucket_mb * (1 << 20));
+  opts.trace = !a.timeline.empty();
+  telar::Trainer<Model, Strategy, telar::SGD<float>> trainer(
+      MPI_COMM_WORLD, Model(D(784, a.hidden), {}, D(a.hidden, a.hidden), {}, D(a.hidden, 10)), {},
+      opts, 784);
+
+  telar::Matrix<float> x("x", a.batch, 784);
+  telar::Labels<> y("y", a.batch);
+  auto hx = Kokkos::create_mirror_view(x);
+  auto hy = Kokkos::create_mirror_view(y);
+  for (std::size_t i = 0; i < a.batch; ++i) {
+    hy(i) = int(i % 10);
+    for (std::size_t j = 0; j < 784; ++j)
+      hx(i, j) = float((i * 784 + j) % 97) / 97.f;
+  }
+  Kokkos::deep_copy(x, hx);
+  Kokkos::deep_copy(y, hy);
+
+  std::vector<double> ms;
+  for (int s = 0; s < a.warmup + a.steps; ++s) {
+    if (s == a.warmup)
+      trainer.trace().clear();
+    MPI_Barrier(MPI_COMM_WORLD); // steps start together; the slowest rank sets the time
+    double const t0 = MPI_Wtime();
+    trainer.step(x, y);
+    double dt = MPI_Wtime() - t0;
+    MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (s >= a.warmup)
+      ms.push_back(dt * 1e3);
+  }
+  if (!a.timeline.empty())
+    trainer.write_trace(a.timeline + ".json");
+  std::vector<double> sorted = ms;
+  std::sort(sorted.begin(), sorted.end());
+  double const median = sorted[sorted.size() / 2];
+  double const mean = std::accumulate(ms.begin(), ms.end(), 0.0) / double(ms.size());
+  if (trainer.rank() == 0) {
+    char const* threads = std::getenv("OMP_NUM_THREADS");
+    std::printf("# telar MLP 784-%zu-%zu-10, batch %zu per dp rank, fp32, SGD, gemm %s, "
+                "%d ranks (%s), schedule %s, %d micro-batches, allreduce %s, buckets %.1f MiB "
+                "(%zu on rank 0), OMP_NUM_THREADS=%s, %d steps after %d warm-up\n",
+                a.hidden, a.hidden, a.batch,
+                telar::gemm_backend_name<float, telar::DefaultMemorySpace>(), trainer.size(),
+                trainer.layout().c_str(), trainer.pipeline_schedule().name.c_str(),
+                a.microbatches, Algorithm::name(), a.bucket_mb, trainer.bucket_count(),
+                threads ? threads : "unset", a.steps, a.warmup);
+    std::printf("step_ms median %.2f mean %.2f min %.2f\n", median, mean, sorted.front());
+    std::printf("{\"peer\":\"telar\",\"ranks\":%d,\"layout\":\"%s\",\"batch_per_rank\":%zu,"
+                "\"hidden\":%zu,\"step_ms_median\":%.3f,\"step_ms_mean\":%.3f,"
+                "\"algorithm\":\"%s\",\"gemm\":\"%s\"}\n",
+                trainer.size(), trainer.layout().c_str(), a.batch, a.hidden, median, mean,
+                Algorithm::name(), telar::gemm_backend_name<float, telar::DefaultMemorySpace>());
+  }
+  return 0;
 }
 } // namespace
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  int rc = 0;
   {
     Kokkos::ScopeGuard kokkos(argc, argv);
-    std::size_t const batch = arg(argc, argv, "--batch", 128);
-    int const steps = int(arg(argc, argv, "--steps", 30));
-    int const warmup = int(arg(argc, argv, "--warmup", 5));
-    std::size_t const hidden = arg(argc, argv, "--hidden", 2048);
-    using D = telar::Dense<float>;
-    using R = telar::ReLU<float>;
-    using Model = telar::Sequential<D, R, D, R, D>;
-    telar::TrainerOptions opts;
-    opts.seed = 1;
-    telar::Trainer<Model, telar::Serial, telar::SGD<float>> trainer(
-        Model(D(784, hidden), {}, D(hidden, hidden), {}, D(hidden, 10)), {}, opts, 784);
-
-    telar::Matrix<float> x("x", batch, 784);
-    telar::Labels<> y("y", batch);
-    auto hx = Kokkos::create_mirror_view(x);
-    auto hy = Kokkos::create_mirror_view(y);
-    for (std::size_t i = 0; i < batch; ++i) {
-      hy(i) = int(i % 10);
-      for (std::size_t j = 0; j < 784; ++j)
-        hx(i, j) = float((i * 784 + j) % 97) / 97.f;
+    try {
+      Args const a = parse(argc, argv);
+      if (a.algorithm == "ring")
+        rc = run<telar::RingAllreduce>(a);
+      else if (a.algorithm == "mpi")
+        rc = run<telar::MpiAllreduce>(a);
+      else if (a.algorithm == "rhd")
+        rc = run<telar::RecursiveHalvingDoubling>(a);
+      else if (a.algorithm == "hier")
+        rc = run<telar::HierarchicalAllreduce>(a);
+      else
+        throw std::invalid_argument("bench_mlp_step: unknown --algorithm " + a.algorithm);
+    } catch (std::exception const& e) {
+      std::fprintf(stderr, "bench_mlp_step: %s\n", e.what());
+      rc = 1;
     }
-    Kokkos::deep_copy(x, hx);
-    Kokkos::deep_copy(y, hy);
-
-    std::vector<double> ms;
-    for (int s = 0; s < warmup + steps; ++s) {
-      auto r = trainer.step(x, y);
-      if (s >= warmup)
-        ms.push_back(r.seconds * 1e3);
-    }
-    std::vector<double> sorted = ms;
-    std::sort(sorted.begin(), sorted.end());
-    double const median = sorted[sorted.size() / 2];
-    double const mean = std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size();
-    double const flops = 6.0 * batch * (784.0 * hidden + hidden * hidden + hidden * 10.0) -
-                         2.0 * batch * 784.0 * hidden; // no input gradient for layer 0
-    char const* threads = std::getenv("OMP_NUM_THREADS");
-    std::printf("# telar MLP 784-%zu-%zu-10, batch %zu, fp32, SGD, gemm %s, Kokkos %s, "
-                "OMP_NUM_THREADS=%s, %d steps after %d warm-up\n",
-                hidden, hidden, batch, telar::gemm_backend_name<float, telar::DefaultMemorySpace>(),
-                typeid(Kokkos::DefaultExecutionSpace).name(), threads ? threads : "unset", steps,
-                warmup);
-    std::printf("step_ms median %.2f mean %.2f min %.2f  (%.1f GFLOP/s at the median)\n", median,
-                mean, sorted.front(), flops / median / 1e6);
-    std::printf("{\"peer\":\"telar\",\"ranks\":1,\"batch\":%zu,\"hidden\":%zu,\"step_ms_median\":%.3f,"
-                "\"step_ms_mean\":%.3f,\"gemm\":\"%s\"}\n",
-                batch, hidden, median, mean,
-                telar::gemm_backend_name<float, telar::DefaultMemorySpace>());
   }
   MPI_Finalize();
-  return 0;
+  return rc;
 }
