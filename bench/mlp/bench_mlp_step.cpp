@@ -83,7 +83,7 @@ int run(Args const& a) {
   std::vector<double> ms;
   for (int s = 0; s < a.warmup + a.steps; ++s) {
     if (s == a.warmup)
-      trainer.trace().clear();
+      trainer.clear_trace();
     MPI_Barrier(MPI_COMM_WORLD); // steps start together; the slowest rank sets the time
     double const t0 = MPI_Wtime();
     trainer.step(x, y);

@@ -209,6 +209,16 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
     if (trainer.write_trace(path) && root)
       std::fprintf(stderr, "fashion_mnist: timeline written to %s (open in ui.perfetto.dev)\n",
                    path.c_str());
+    // The last training step's pipeline, drawn like the simulator's charts.
+    auto const tl = trainer.pipeline_timeline();
+    if (root && trainer.grid_shape().pp > 1) {
+      auto const stats = telar::schedule::analyze(tl);
+      telar::schedule::SvgOptions svg;
+      svg.title = tl.name + ", last step";
+      telar::schedule::write_svg(tl, a.timeline + ".svg", svg);
+      std::fprintf(stderr, "fashion_mnist: pipeline chart %s.svg (bubble %.1f%%)\n",
+                   a.timeline.c_str(), 100 * stats.bubble_fraction);
+    }
   }
 
   if (root) {

@@ -26,6 +26,9 @@ public:
   explicit TraceRecorder(bool enabled = false)
       : enabled_(enabled), origin_(std::chrono::steady_clock::now()) {}
 
+  /*! \brief Restarts the clock (call it right after a barrier so that every
+   *  rank's times share an origin). */
+  void reset_origin() { origin_ = std::chrono::steady_clock::now(); }
   /*! \brief Whether events are recorded. */
   bool enabled() const { return enabled_; }
   /*! \brief Seconds since the origin. */

@@ -16,6 +16,7 @@
 #include <telar/parallel/strategy.hpp>
 #include <telar/profile/trace.hpp>
 #include <telar/schedule/generators.hpp>
+#include <telar/schedule/timeline.hpp>
 #include <telar/schedule/validate.hpp>
 
 #include <mpi.h>
@@ -274,7 +275,7 @@ public:
   /*! \brief Data-parallel gradient buckets on this rank. */
   std::size_t bucket_count() const { return buckets_.bucket_count(); }
   /*! \brief Timeline of the steps so far (TrainerOptions::trace). */
-  TraceRecorder& trace() { return trace_; }
+  TraceRecorder const& trace() const { return trace_; }
   /*! \brief Writes every rank's timeline (TrainerOptions::trace) into one
    *  Chrome trace file on rank 0, one process row per rank (collective).
    *  \param path output file \return true on rank 0 when written, true elsewhere */
@@ -296,6 +297,41 @@ public:
       }
     }
     return rank() != 0 || write_chrome_trace(path, lists);
+  }
+  /*! \brief The measured pipeline timeline (TrainerOptions::trace) of the
+   *  last step, or of every step so far, gathered from the ranks of this
+   *  rank's pipeline (collective over the pipeline group); times in seconds
+   *  from a common origin. Feed it to schedule::analyze() or
+   *  schedule::write_svg(). \param last_step_only only the last step */
+  schedule::Timeline pipeline_timeline(bool last_step_only = true) const {
+    schedule::Timeline tl;
+    tl.name = schedule_.name + " (measured)";
+    tl.ranks = schedule_.stages;
+    std::vector<double> mine;
+    auto const& events = executor_.events();
+    for (std::size_t i = last_step_only ? executor_.last_step_begin() : 0; i < events.size(); ++i) {
+      auto const& e = events[i];
+      mine.insert(mine.end(), {double(e.rank), double(int(e.op)), double(e.microbatch),
+                               double(e.chunk), e.start, e.end});
+    }
+    std::vector<double> all = mine;
+    if (grid_ && grid_->pp().size() > 1) {
+      auto const& pp = grid_->pp();
+      int len = int(mine.size());
+      std::vector<int> lens(static_cast<std::size_t>(pp.size()));
+      pp.allgather(&len, 1, lens.data());
+      all.assign(static_cast<std::size_t>(std::accumulate(lens.begin(), lens.end(), 0)), 0.0);
+      pp.allgatherv(mine.data(), lens, all.data());
+    }
+    for (std::size_t i = 0; i + 5 < all.size(); i += 6)
+      tl.events.push_back({int(all[i]), static_cast<schedule::Op>(int(all[i + 1])),
+                           int(all[i + 2]), int(all[i + 3]), all[i + 4], all[i + 5]});
+    return tl;
+  }
+  /*! \brief Forgets the recorded timelines (e.g. after warm-up steps). */
+  void clear_trace() {
+    trace_.clear();
+    executor_.clear_events();
   }
   /*! \brief The process grid (absent for a trainer without MPI). */
   ProcessGrid const* grid() const { return grid_ ? &*grid_ : nullptr; }
@@ -338,6 +374,10 @@ private:
       shape_ = ProcessGrid::resolve(1, want, options_.grid_order);
     }
 
+    if (world_) {
+      world_->barrier(); // a common time origin for every rank's timeline
+      trace_.reset_origin();
+    }
     features_ = model_.feature_sizes(in_features);
     build_schedule();
     build_partition();

@@ -102,12 +102,8 @@ public:
       if (!buckets_[i].started)
         start(exec, buckets_[i], i);
     for (auto& b : buckets_) {
-      if (!b.op.done()) {
-        b.op.wait();
-        finished(b);
-      } else if (b.staging && !b.copied_back) {
-        finished(b);
-      }
+      b.op.wait();
+      finished(b);
     }
   }
 
@@ -120,6 +116,7 @@ private:
     int remaining = 0;
     bool started = false;
     bool copied_back = true;
+    bool recorded = false;
     AllreduceOp<T> op;
     std::shared_ptr<HostBuffer<Sub>> staging;
     double t_start = 0;
@@ -129,6 +126,7 @@ private:
   template <class Exec>
   void start(Exec const& exec, Bucket& b, std::size_t index) {
     b.started = true;
+    b.recorded = false;
     b.index = index;
     if (b.end == b.begin)
       return;
@@ -143,16 +141,17 @@ private:
       finished(b);
   }
 
+  // Idempotent: copies a staged bucket back and records it once.
   void finished(Bucket& b) {
     if (!b.copied_back) {
       b.staging->copy_back();
       b.copied_back = true;
     }
-    if (trace_ && trace_->enabled() && b.end > b.begin && b.t_start >= 0) {
+    if (trace_ && trace_->enabled() && b.end > b.begin && !b.recorded) {
+      b.recorded = true;
       trace_->add("allreduce bucket " + std::to_string(b.index) + " (" +
                       std::to_string((b.end - b.begin) * sizeof(T) >> 10) + " KiB)",
                   "comm", b.t_start, trace_->now(), 1);
-      b.t_start = -1;
     }
   }
 

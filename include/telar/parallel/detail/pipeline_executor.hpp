@@ -14,6 +14,7 @@
 #include <telar/parallel/detail/stage_runner.hpp>
 #include <telar/profile/trace.hpp>
 #include <telar/schedule/schedule.hpp>
+#include <telar/schedule/timeline.hpp>
 
 #include <map>
 #include <memory>
@@ -74,6 +75,7 @@ public:
               TraceRecorder* trace) {
     int const m = sched.microbatches;
     std::size_t const n = x.extent(0);
+    step_begin_ = events_.size();
     int const last_vs = virtual_stages() - 1;
     LossSum total;
     auto rows_of = [&](int mb) {
@@ -91,14 +93,29 @@ public:
     auto tag = [&](schedule::Instruction const& in) {
       return schedule::message_tag(sched, schedule::message_key(sched, rank_, in));
     };
+    bool const tracing = trace && trace->enabled();
     auto timed = [&](char const* what, schedule::Instruction const& in, auto&& body) {
-      double const t0 = trace && trace->enabled() ? trace->now() : 0;
+      double const t0 = tracing ? trace->now() : 0;
       body();
-      if (trace && trace->enabled()) {
+      if (tracing) {
         exec.fence();
+        double const t1 = trace->now();
         trace->add(std::string(what) + std::to_string(in.microbatch) +
                        (chunks_ > 1 ? "." + std::to_string(in.chunk) : std::string()),
-                   what == std::string("F") ? "forward" : "backward", t0, trace->now());
+                   what == std::string("F") ? "forward" : "backward", t0, t1);
+        events_.push_back({rank_, in.op, in.microbatch, in.chunk, t0, t1});
+      }
+    };
+    // Time spent waiting for a message, as the simulator's Recv events.
+    auto wait_recv = [&](MbState& st, schedule::Instruction const& in, schedule::Op op) {
+      double const t0 = tracing ? trace->now() : 0;
+      bool const had = bool(st.recv);
+      complete_recv(st);
+      if (tracing && had) {
+        double const t1 = trace->now();
+        trace->add(op == schedule::Op::RecvActivation ? "wait activation" : "wait gradient",
+                   "comm", t0, t1);
+        events_.push_back({rank_, op, in.microbatch, in.chunk, t0, t1});
       }
     };
 
@@ -135,7 +152,7 @@ public:
           auto [b, e] = rows_of(in.microbatch);
           input = rows(x, b, e);
         } else {
-          complete_recv(st);
+          wait_recv(st, in, Op::RecvActivation);
           input = runner.input_buffer(st.slot);
         }
         timed("F", in, [&] { runner.forward(exec, st.slot, input); });
@@ -165,7 +182,7 @@ public:
       case Op::Backward: {
         MbState& st = state(in.microbatch, in.chunk);
         if (vs != last_vs)
-          complete_recv(st);
+          wait_recv(st, in, Op::RecvGrad);
         timed("B", in, [&] {
           runners_[in.chunk].backward(exec, st.slot, [&](std::size_t k) { done(k); });
         });
@@ -174,7 +191,7 @@ public:
       case Op::BackwardInput: {
         MbState& st = state(in.microbatch, in.chunk);
         if (vs != last_vs)
-          complete_recv(st);
+          wait_recv(st, in, Op::RecvGrad);
         timed("B", in, [&] { runners_[in.chunk].backward_input(exec, st.slot); });
         break;
       }
@@ -248,6 +265,14 @@ public:
     return total;
   }
 
+  // Compute and receive-wait events recorded by run() while tracing.
+  std::vector<schedule::Event> const& events() const { return events_; }
+  std::size_t last_step_begin() const { return step_begin_; }
+  void clear_events() {
+    events_.clear();
+    step_begin_ = 0;
+  }
+
 private:
   // A message buffer: the view itself when MPI can read it, else a host copy.
   struct Message {
@@ -301,6 +326,8 @@ private:
   std::vector<std::size_t> bounds_;
   std::vector<StageRunner<Model>> runners_;
   std::map<std::pair<int, int>, MbState> live_;
+  std::vector<schedule::Event> events_;
+  std::size_t step_begin_ = 0;
 };
 
 } // namespace telar::detail
