@@ -59,6 +59,25 @@
  *    messages and traces;
  *  - `double flops(std::size_t samples, std::size_t in) const`: cost estimate
  *    for balancing pipeline stages.
+ *
+ *  Optional members for tensor parallelism (telar/parallel/tensor_parallel.hpp):
+ *  - `void set_tensor_parallel(telar::TensorParallelContext const& ctx)`: the
+ *    layer learns its tensor-parallel group (communicator, rank, size,
+ *    allreduce algorithm) and from then on holds only its shard. Telar calls it
+ *    on every layer that has it, on every rank, before `input_features()`,
+ *    `output_features()` or `initialize()`, so the feature counts and the
+ *    parameters it reports are the local (sharded) ones. A layer without it is
+ *    replicated: every rank of the group holds all of it.
+ *  - `int parameter_replicas(std::string const& name) const`: how many ranks
+ *    of the tensor-parallel group hold an identical copy of parameter \p name
+ *    (1: a shard, the group size: replicated). Norms over the group (gradient
+ *    clipping, LAMB) divide by it so a replicated tensor counts once. Default:
+ *    1 for a layer with set_tensor_parallel, the group size for one without
+ *    (see telar::parameter_replicas).
+ *
+ *  Only a forward declaration of telar::TensorParallelContext is needed here,
+ *  so core/ stays free of MPI: a layer that names the context includes
+ *  telar/parallel/tensor_parallel.hpp itself.
  */
 #include <telar/core/detail/type_traits.hpp>
 #include <telar/core/tensor.hpp>
@@ -69,6 +88,10 @@
 #include <utility>
 
 namespace telar {
+
+// Defined in telar/parallel/tensor_parallel.hpp (which may use MPI); the
+// concept only needs its name.
+struct TensorParallelContext;
 
 /*! \brief Saved state of a layer that needs none. */
 struct NoSaved {};
@@ -95,6 +118,13 @@ template <class L>
 using static_name_t = decltype(L::name());
 template <class L>
 using flops_t = decltype(double(std::declval<L const&>().flops(std::size_t{}, std::size_t{})));
+// A reference to the incomplete context type is enough for detection.
+template <class L>
+using set_tensor_parallel_t =
+    decltype(std::declval<L&>().set_tensor_parallel(std::declval<TensorParallelContext const&>()));
+template <class L>
+using parameter_replicas_t =
+    decltype(int(std::declval<L const&>().parameter_replicas(std::declval<std::string const&>())));
 
 // The four call shapes, detected with the layer's own memory space and the
 // default execution space that can reach it.
@@ -171,6 +201,14 @@ struct layer_traits {
   static constexpr bool has_parameters = detail::is_detected_v<detail::parameters_t, L>;
   /*! \brief The layer has an initialize(seed) hook. */
   static constexpr bool has_initialize = detail::is_detected_v<detail::initialize_t, L>;
+  /*! \brief The layer can be split over a tensor-parallel group
+   *  (set_tensor_parallel). */
+  static constexpr bool has_tensor_parallel =
+      detail::is_detected_v<detail::set_tensor_parallel_t, L>;
+  /*! \brief The layer says how many ranks of its tensor-parallel group hold
+   *  each parameter (parameter_replicas). */
+  static constexpr bool has_parameter_replicas =
+      detail::is_detected_v<detail::parameter_replicas_t, L>;
 };
 
 /*! \brief True when \p L satisfies the Layer concept. \tparam L a type */
@@ -191,6 +229,28 @@ std::string layer_name(L const& layer) {
     return std::string(L::name());
   } else {
     return "layer";
+  }
+}
+
+/*! \brief How many ranks of a tensor-parallel group of \p tp_size ranks hold
+ *  an identical copy of parameter \p name of \p layer.
+ *
+ *  The layer's own parameter_replicas(name) if it has one; else 1 if it has
+ *  set_tensor_parallel (it shards what it holds); else \p tp_size (a layer
+ *  that knows nothing of tensor parallelism is replicated on every rank).
+ *  \param layer the layer \param name parameter name as passed to parameters(f)
+ *  \param tp_size ranks in the tensor-parallel group */
+template <class L>
+int parameter_replicas(L const& layer, std::string const& name, int tp_size) {
+  if constexpr (detail::is_detected_v<detail::parameter_replicas_t, L>) {
+    (void)tp_size;
+    return layer.parameter_replicas(name);
+  } else if constexpr (detail::is_detected_v<detail::set_tensor_parallel_t, L>) {
+    (void)layer, (void)name, (void)tp_size;
+    return 1;
+  } else {
+    (void)layer, (void)name;
+    return tp_size;
   }
 }
 
@@ -218,6 +278,10 @@ constexpr bool check_layer() {
                   !is_detected_v<backward_weight_t, L> && !is_detected_v<backward_fused_t, L>),
                 "telar::Sequential: a layer with parameters and backward_input must also provide "
                 "`backward_weight(exec, ConstMatrix<T> dy, saved_type const&)`");
+  static_assert(!is_detected_v<parameter_replicas_t, L> || is_detected_v<set_tensor_parallel_t, L>,
+                "telar::Sequential: a layer with parameter_replicas must also provide `void "
+                "set_tensor_parallel(telar::TensorParallelContext const&)` (it cannot know the "
+                "group size otherwise)");
   static_assert(std::is_copy_constructible_v<layer_saved_t<L>> &&
                     std::is_default_constructible_v<layer_saved_t<L>>,
                 "telar::Sequential: a layer's saved_type must be default- and copy-constructible");
