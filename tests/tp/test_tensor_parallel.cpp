@@ -645,3 +645,113 @@ TEST_CASE("Every allreduce algorithm gives the same tensor-parallel result", "[t
   }
   TELAR_REQUIRE_ALL(ok);
 }
+
+namespace {
+// The user-written layer of docs/tensor_parallel.md: a learnable scale per
+// feature that sits between a ColumnParallel and a RowParallel, where the
+// features are sharded, and holds only its block of the scales.
+template <class T, class MemorySpace = telar::DefaultMemorySpace>
+struct ShardedScale {
+  using value_type = T;
+  using memory_space = MemorySpace;
+  struct saved_type {
+    telar::ConstMatrix<T, MemorySpace> x;
+  };
+
+  explicit ShardedScale(std::size_t features = 0) : full(features) {}
+  static constexpr char const* name() { return "ShardedScale"; }
+
+  // Called before input_features / output_features / initialize.
+  void set_tensor_parallel(telar::TensorParallelContext const& ctx) {
+    first = full * std::size_t(ctx.rank) / std::size_t(ctx.size); // the ColumnParallel's block
+    local = full * std::size_t(ctx.rank + 1) / std::size_t(ctx.size) - first;
+  }
+  int parameter_replicas(std::string const&) const { return 1; } // every rank holds a shard
+  std::size_t input_features() const { return local; }
+  std::size_t output_features(std::size_t) const { return local; }
+
+  void initialize(std::uint64_t) {
+    scale = telar::Vector<T, MemorySpace>("scale", local);
+    scale_grad = telar::Vector<T, MemorySpace>("scale_grad", local);
+    auto s = scale;
+    std::size_t const f = first;
+    Kokkos::parallel_for( // depends on the global feature index only
+        Kokkos::RangePolicy<typename MemorySpace::execution_space>(0, local),
+        KOKKOS_LAMBDA(std::size_t j) { s(j) = T(1) + T(0.01) * T(f + j); });
+    Kokkos::fence();
+  }
+  template <class F>
+  void parameters(F&& f) {
+    f("scale", scale, scale_grad);
+  }
+
+  template <class Exec>
+  void forward(Exec const& exec, telar::ConstMatrix<T, MemorySpace> x,
+               telar::Matrix<T, MemorySpace> y, saved_type& saved) const {
+    saved.x = x;
+    auto s = scale;
+    Kokkos::parallel_for(
+        Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {x.extent(0), x.extent(1)}),
+        KOKKOS_LAMBDA(std::size_t i, std::size_t j) { y(i, j) = x(i, j) * s(j); });
+  }
+  template <class Exec>
+  void backward_input(Exec const& exec, telar::ConstMatrix<T, MemorySpace> dy,
+                      telar::Matrix<T, MemorySpace> dx, saved_type const&) const {
+    auto s = scale;
+    Kokkos::parallel_for(
+        Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {dy.extent(0), dy.extent(1)}),
+        KOKKOS_LAMBDA(std::size_t i, std::size_t j) { dx(i, j) = dy(i, j) * s(j); });
+  }
+  template <class Exec>
+  void backward_weight(Exec const& exec, telar::ConstMatrix<T, MemorySpace> dy,
+                       saved_type const& saved) const {
+    auto x = saved.x;
+    auto g = scale_grad;
+    std::size_t const n = dy.extent(0);
+    Kokkos::parallel_for(
+        Kokkos::RangePolicy<Exec>(exec, 0, dy.extent(1)), KOKKOS_LAMBDA(std::size_t j) {
+          T acc = 0;
+          for (std::size_t i = 0; i < n; ++i)
+            acc += dy(i, j) * x(i, j);
+          g(j) += acc;
+        });
+  }
+
+  std::size_t full = 0, first = 0, local = 0;
+  telar::Vector<T, MemorySpace> scale, scale_grad;
+};
+} // namespace
+
+TEST_CASE("A user-written layer opts in to tensor parallelism", "[tp]") {
+  using Model = telar::Sequential<Col<double>, ShardedScale<double>, Row<double>>;
+  static_assert(telar::layer_traits<ShardedScale<double>>::has_tensor_parallel);
+  std::size_t const n = 4, in = 5, hidden = 7, out = 3;
+  auto make = [&] {
+    return Model(Col<double>(in, hidden), ShardedScale<double>(hidden), Row<double>(hidden, out));
+  };
+  auto x = random_matrix<double>(n, in, 31);
+  auto r = random_matrix<double>(n, out, 32);
+  // The same layers in a group of one are the serial reference.
+  Model serial = make();
+  telar::set_tensor_parallel(serial, telar::TensorParallelContext{});
+  serial.initialize(3);
+  Runner<Model> rs(serial, n, in);
+  rs.zero_grads();
+  auto const y_ref = host_vector(rs.forward(x));
+  auto const dx_ref = host_vector(rs.backward(r));
+  auto const scale_ref = host_vector(serial.layer<1>().scale_grad);
+
+  Model model = make();
+  telar::TensorParallelContext ctx(world());
+  telar::set_tensor_parallel(model, ctx);
+  model.initialize(3);
+  Runner<Model> rt(model, n, in);
+  rt.zero_grads();
+  double const y_err = rel_err(host_vector(rt.forward(x)), y_ref);
+  double const dx_err = rel_err(host_vector(rt.backward(r)), dx_ref);
+  double const g_err =
+      rel_err(gather_rows(world(), host_vector(model.layer<1>().scale_grad)), scale_ref);
+  INFO("y " << y_err << ", dx " << dx_err << ", scale grad " << g_err);
+  TELAR_REQUIRE_ALL(y_err < 1e-12 && dx_err < 1e-12 && g_err < 1e-12 &&
+                    telar::parameter_replicas(model.layer<1>(), "scale", ctx.size) == 1);
+}
