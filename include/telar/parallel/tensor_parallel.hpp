@@ -113,7 +113,7 @@ struct TensorParallelContext {
   }
 
   /*! \brief Sums \p v over the group, in place; every rank ends with the same
-   *  values (bitwise with the ring and halving-doubling algorithms). Collective:
+   *  values (bitwise with Telar's own algorithms; MPI does not promise it). Collective:
    *  every rank of the group calls it in the same order with the same size.
    *
    *  Waits for \p exec first. Memory the host cannot reach is staged through a
@@ -194,8 +194,9 @@ public:
   ColumnParallel() = default;
   /*! \brief Sizes of the full (serial) layer.
    *  \param in input features \param out output features (all ranks together)
-   *  \param bias add a bias */
-  ColumnParallel(std::size_t in, std::size_t out, bool bias = true) : Base(in, out, bias) {}
+   *  \param with_bias add a bias */
+  ColumnParallel(std::size_t in, std::size_t out, bool with_bias = true)
+      : Base(in, out, with_bias) {}
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "ColumnParallel<Dense>"; }
@@ -279,6 +280,7 @@ public:
   template <class Exec>
   void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
                        saved_type const& saved) const {
+    detail::TpRegion region("telar::ColumnParallel::backward_weight");
     check("backward_weight", "x", saved.x.extent(0), saved.x.extent(1), "dy", dy.extent(0),
           dy.extent(1));
     Base::backward_weight(exec, dy, saved);
@@ -336,8 +338,8 @@ public:
   RowParallel() = default;
   /*! \brief Sizes of the full (serial) layer.
    *  \param in input features (all ranks together) \param out output features
-   *  \param bias add a bias */
-  RowParallel(std::size_t in, std::size_t out, bool bias = true) : Base(in, out, bias) {}
+   *  \param with_bias add a bias */
+  RowParallel(std::size_t in, std::size_t out, bool with_bias = true) : Base(in, out, with_bias) {}
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "RowParallel<Dense>"; }
@@ -422,6 +424,7 @@ public:
   template <class Exec>
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
                       saved_type const& saved) const {
+    detail::TpRegion region("telar::RowParallel::backward_input");
     check("backward_input", "dx", dx.extent(0), dx.extent(1), "dy", dy.extent(0), dy.extent(1));
     Base::backward_input(exec, dy, dx, saved);
   }
@@ -432,6 +435,7 @@ public:
   template <class Exec>
   void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
                        saved_type const& saved) const {
+    detail::TpRegion region("telar::RowParallel::backward_weight");
     check("backward_weight", "x", saved.x.extent(0), saved.x.extent(1), "dy", dy.extent(0),
           dy.extent(1));
     Base::backward_weight(exec, dy, saved);
