@@ -104,8 +104,8 @@ using memory_space_t = typename L::memory_space;
 template <class L>
 using saved_type_t = typename L::saved_type;
 template <class L>
-using output_features_t =
-    decltype(std::size_t{std::declval<L const&>().output_features(std::size_t{})});
+using output_features_t = decltype(std::size_t{
+    std::declval<L const&>().output_features(std::size_t{})});
 template <class L>
 using input_features_t = decltype(std::size_t{std::declval<L const&>().input_features()});
 template <class L>
@@ -139,20 +139,25 @@ using layer_saved_t = detected_or_t<NoSaved, saved_type_t, L>;
 
 template <class L>
 using forward_t = decltype(std::declval<L&>().forward(
-    std::declval<layer_exec_t<L> const&>(), std::declval<ConstMatrix<layer_value_t<L>, layer_mspace_t<L>>>(),
-    std::declval<Matrix<layer_value_t<L>, layer_mspace_t<L>>>(), std::declval<layer_saved_t<L>&>()));
+    std::declval<layer_exec_t<L> const&>(),
+    std::declval<ConstMatrix<layer_value_t<L>, layer_mspace_t<L>>>(),
+    std::declval<Matrix<layer_value_t<L>, layer_mspace_t<L>>>(),
+    std::declval<layer_saved_t<L>&>()));
 template <class L>
 using backward_input_t = decltype(std::declval<L&>().backward_input(
-    std::declval<layer_exec_t<L> const&>(), std::declval<ConstMatrix<layer_value_t<L>, layer_mspace_t<L>>>(),
+    std::declval<layer_exec_t<L> const&>(),
+    std::declval<ConstMatrix<layer_value_t<L>, layer_mspace_t<L>>>(),
     std::declval<Matrix<layer_value_t<L>, layer_mspace_t<L>>>(),
     std::declval<layer_saved_t<L> const&>()));
 template <class L>
 using backward_weight_t = decltype(std::declval<L&>().backward_weight(
-    std::declval<layer_exec_t<L> const&>(), std::declval<ConstMatrix<layer_value_t<L>, layer_mspace_t<L>>>(),
+    std::declval<layer_exec_t<L> const&>(),
+    std::declval<ConstMatrix<layer_value_t<L>, layer_mspace_t<L>>>(),
     std::declval<layer_saved_t<L> const&>()));
 template <class L>
 using backward_fused_t = decltype(std::declval<L&>().backward(
-    std::declval<layer_exec_t<L> const&>(), std::declval<ConstMatrix<layer_value_t<L>, layer_mspace_t<L>>>(),
+    std::declval<layer_exec_t<L> const&>(),
+    std::declval<ConstMatrix<layer_value_t<L>, layer_mspace_t<L>>>(),
     std::declval<Matrix<layer_value_t<L>, layer_mspace_t<L>>>(),
     std::declval<layer_saved_t<L> const&>()));
 
@@ -213,13 +218,12 @@ struct layer_traits {
 
 /*! \brief True when \p L satisfies the Layer concept. \tparam L a type */
 template <class L>
-inline constexpr bool is_layer_v =
-    detail::is_detected_v<detail::value_type_t, L> &&
-    detail::is_detected_v<detail::memory_space_t, L> &&
-    detail::is_detected_v<detail::output_features_t, L> &&
-    detail::is_detected_v<detail::forward_t, L> &&
-    (detail::is_detected_v<detail::backward_input_t, L> ||
-     detail::is_detected_v<detail::backward_fused_t, L>);
+inline constexpr bool is_layer_v = detail::is_detected_v<detail::value_type_t, L>&&
+                                       detail::is_detected_v<detail::memory_space_t, L>&&
+                                           detail::is_detected_v<detail::output_features_t, L>&&
+                                               detail::is_detected_v<detail::forward_t, L> &&
+                                   (detail::is_detected_v<detail::backward_input_t, L> ||
+                                    detail::is_detected_v<detail::backward_fused_t, L>);
 
 /*! \brief Name of a layer for messages: its name() if it has one, else "layer". */
 template <class L>
@@ -268,9 +272,10 @@ constexpr bool check_layer() {
   static_assert(is_detected_v<output_features_t, L>,
                 "telar::Sequential: a layer must provide `std::size_t output_features(std::size_t "
                 "in) const`");
-  static_assert(is_detected_v<forward_t, L>,
-                "telar::Sequential: a layer must provide `forward(exec, ConstMatrix<T> x, Matrix<T> "
-                "y, saved_type& saved)`");
+  static_assert(
+      is_detected_v<forward_t, L>,
+      "telar::Sequential: a layer must provide `forward(exec, ConstMatrix<T> x, Matrix<T> "
+      "y, saved_type& saved)`");
   static_assert(is_detected_v<backward_input_t, L> || is_detected_v<backward_fused_t, L>,
                 "telar::Sequential: a layer must provide `backward_input(exec, ConstMatrix<T> dy, "
                 "Matrix<T> dx, saved_type const&)` or a fused `backward(exec, dy, dx, saved)`");
