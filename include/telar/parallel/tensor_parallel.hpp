@@ -207,11 +207,8 @@ public:
    *  with another split */
   void set_tensor_parallel(TensorParallelContext const& ctx) {
     ctx.validate(std::string("telar::") + name() + "::set_tensor_parallel");
-    auto const blk = detail::tp_block(this->out_, ctx.size, ctx.rank);
-    if (initialized_ && blk.size != this->weight.extent(0))
-      throw Error(std::string("telar::") + name() +
-                  "::set_tensor_parallel: called after initialize with another split; call it "
-                  "before initialize");
+    detail::tp_check_resplit(name(), initialized_, this->weight.extent(0),
+                             detail::tp_block(this->out_, ctx.size, ctx.rank).size);
     ctx_ = ctx;
   }
   /*! \brief The group this layer belongs to. */
@@ -296,11 +293,8 @@ private:
   void check(char const* method, char const* a, std::size_t an, std::size_t af, char const* b,
              std::size_t bn, std::size_t bf) const {
     std::size_t const local = shard_size();
-    if (this->weight.extent(0) != local || this->weight.extent(1) != this->in_)
-      throw ShapeError(detail::tp_where(name(), method, ctx_.rank, ctx_.size) + "W is " +
-                       detail::tp_shape(this->weight.extent(0), this->weight.extent(1)) +
-                       ", expected " + detail::tp_shape(local, this->in_) +
-                       " (call set_tensor_parallel, then initialize)");
+    detail::tp_check_weight(name(), method, ctx_.rank, ctx_.size, this->weight.extent(0),
+                            this->weight.extent(1), local, this->in_);
     detail::tp_check_pair(name(), method, ctx_.rank, ctx_.size, a, an, af, this->in_, b, bn, bf,
                           local);
   }
@@ -350,11 +344,8 @@ public:
    *  with another split */
   void set_tensor_parallel(TensorParallelContext const& ctx) {
     ctx.validate(std::string("telar::") + name() + "::set_tensor_parallel");
-    auto const blk = detail::tp_block(this->in_, ctx.size, ctx.rank);
-    if (initialized_ && blk.size != this->weight.extent(1))
-      throw Error(std::string("telar::") + name() +
-                  "::set_tensor_parallel: called after initialize with another split; call it "
-                  "before initialize");
+    detail::tp_check_resplit(name(), initialized_, this->weight.extent(1),
+                             detail::tp_block(this->in_, ctx.size, ctx.rank).size);
     ctx_ = ctx;
   }
   /*! \brief The group this layer belongs to. */
@@ -451,11 +442,8 @@ private:
   void check(char const* method, char const* a, std::size_t an, std::size_t af, char const* b,
              std::size_t bn, std::size_t bf) const {
     std::size_t const local = shard_size();
-    if (this->weight.extent(0) != this->out_ || this->weight.extent(1) != local)
-      throw ShapeError(detail::tp_where(name(), method, ctx_.rank, ctx_.size) + "W is " +
-                       detail::tp_shape(this->weight.extent(0), this->weight.extent(1)) +
-                       ", expected " + detail::tp_shape(this->out_, local) +
-                       " (call set_tensor_parallel, then initialize)");
+    detail::tp_check_weight(name(), method, ctx_.rank, ctx_.size, this->weight.extent(0),
+                            this->weight.extent(1), this->out_, local);
     detail::tp_check_pair(name(), method, ctx_.rank, ctx_.size, a, an, af, local, b, bn, bf,
                           this->out_);
   }

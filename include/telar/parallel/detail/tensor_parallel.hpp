@@ -44,6 +44,25 @@ inline void tp_check_pair(char const* layer, char const* method, int rank, int s
                      tp_shape(bn, bf));
 }
 
+// Throws ShapeError unless W is [rows, cols] (the local block).
+inline void tp_check_weight(char const* layer, char const* method, int rank, int size,
+                            std::size_t w_rows, std::size_t w_cols, std::size_t rows,
+                            std::size_t cols) {
+  if (w_rows != rows || w_cols != cols)
+    throw ShapeError(tp_where(layer, method, rank, size) + "W is " + tp_shape(w_rows, w_cols) +
+                     ", expected " + tp_shape(rows, cols) +
+                     " (call set_tensor_parallel, then initialize)");
+}
+
+// The split fixes the parameter shapes: it may not change once they exist.
+inline void tp_check_resplit(char const* layer, bool initialized, std::size_t have,
+                             std::size_t want) {
+  if (initialized && have != want)
+    throw Error(std::string("telar::") + layer +
+                "::set_tensor_parallel: called after initialize with another split; call it "
+                "before initialize");
+}
+
 // Kokkos Tools region for the lifetime of the object.
 struct TpRegion {
   explicit TpRegion(std::string const& name) { Kokkos::Profiling::pushRegion(name); }
