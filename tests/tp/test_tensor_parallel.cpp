@@ -587,6 +587,14 @@ TEST_CASE("Tensor-parallel layers report errors with the layer, the rank and the
     threw = std::string(err.what()).find("rank 1 of 1") != std::string::npos;
   }
   TELAR_REQUIRE_ALL(threw);
+  // The same split again (a trainer re-injecting the context) is fine.
+  threw = false;
+  try {
+    col.set_tensor_parallel(telar::TensorParallelContext(world(), telar::MpiAllreduce{}));
+  } catch (telar::Error const&) {
+    threw = true;
+  }
+  TELAR_REQUIRE_ALL(!threw);
   if (p > 1) {
     Col<float> late(4, 6);
     late.initialize(1); // as tp = 1: all 6 rows

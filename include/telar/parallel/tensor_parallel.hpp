@@ -207,8 +207,9 @@ public:
    *  with another split */
   void set_tensor_parallel(TensorParallelContext const& ctx) {
     ctx.validate(std::string("telar::") + name() + "::set_tensor_parallel");
-    detail::tp_check_resplit(name(), initialized_, this->weight.extent(0),
-                             detail::tp_block(this->out_, ctx.size, ctx.rank).size);
+    detail::tp_check_resplit(name(), initialized_,
+                             detail::tp_block(this->out_, ctx_.size, ctx_.rank),
+                             detail::tp_block(this->out_, ctx.size, ctx.rank));
     ctx_ = ctx;
   }
   /*! \brief The group this layer belongs to. */
@@ -344,8 +345,9 @@ public:
    *  with another split */
   void set_tensor_parallel(TensorParallelContext const& ctx) {
     ctx.validate(std::string("telar::") + name() + "::set_tensor_parallel");
-    detail::tp_check_resplit(name(), initialized_, this->weight.extent(1),
-                             detail::tp_block(this->in_, ctx.size, ctx.rank).size);
+    detail::tp_check_resplit(name(), initialized_,
+                             detail::tp_block(this->in_, ctx_.size, ctx_.rank),
+                             detail::tp_block(this->in_, ctx.size, ctx.rank));
     ctx_ = ctx;
   }
   /*! \brief The group this layer belongs to. */

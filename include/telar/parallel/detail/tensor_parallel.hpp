@@ -54,10 +54,10 @@ inline void tp_check_weight(char const* layer, char const* method, int rank, int
                      " (call set_tensor_parallel, then initialize)");
 }
 
-// The split fixes the parameter shapes: it may not change once they exist.
-inline void tp_check_resplit(char const* layer, bool initialized, std::size_t have,
-                             std::size_t want) {
-  if (initialized && have != want)
+// The split fixes which values the parameters hold: once they exist it may
+// not change (the communicator or the algorithm may).
+inline void tp_check_resplit(char const* layer, bool initialized, TpBlock have, TpBlock want) {
+  if (initialized && (have.begin != want.begin || have.size != want.size))
     throw Error(std::string("telar::") + layer +
                 "::set_tensor_parallel: called after initialize with another split; call it "
                 "before initialize");
