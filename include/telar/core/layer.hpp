@@ -59,6 +59,25 @@
  *    messages and traces;
  *  - `double flops(std::size_t samples, std::size_t in) const`: cost estimate
  *    for balancing pipeline stages.
+ *
+ *  Optional members for tensor parallelism (telar/parallel/tensor_parallel.hpp):
+ *  - `void set_tensor_parallel(telar::TensorParallelContext const& ctx)`: the
+ *    layer learns its tensor-parallel group (communicator, rank, size,
+ *    allreduce algorithm) and from then on holds only its shard. Telar calls it
+ *    on every layer that has it, on every rank, before `input_features()`,
+ *    `output_features()` or `initialize()`, so the feature counts and the
+ *    parameters it reports are the local (sharded) ones. A layer without it is
+ *    replicated: every rank of the group holds all of it.
+ *  - `int parameter_replicas(std::string const& name) const`: how many ranks
+ *    of the tensor-parallel group hold an identical copy of parameter \p name
+ *    (1: a shard, the group size: replicated). Norms over the group (gradient
+ *    clipping, LAMB) divide by it so a replicated tensor counts once. Default:
+ *    1 for a layer with set_tensor_parallel, the group size for one without
+ *    (see telar::parameter_replicas).
+ *
+ *  Only a forward declaration of telar::TensorParallelContext is needed here,
+ *  so core/ stays free of MPI: a layer that names the context includes
+ *  telar/parallel/tensor_parallel.hpp itself.
  */
 #include <telar/core/detail/type_traits.hpp>
 #include <telar/core/tensor.hpp>
@@ -69,6 +88,10 @@
 #include <utility>
 
 namespace telar {
+
+// Defined in telar/parallel/tensor_parallel.hpp (which may use MPI); the
+// concept only needs its name.
+struct TensorParallelContext;
 
 /*! \brief Saved state of a layer that needs none. */
 struct NoSaved {};
@@ -81,8 +104,8 @@ using memory_space_t = typename L::memory_space;
 template <class L>
 using saved_type_t = typename L::saved_type;
 template <class L>
-using output_features_t =
-    decltype(std::size_t{std::declval<L const&>().output_features(std::size_t{})});
+using output_features_t = decltype(std::size_t{
+    std::declval<L const&>().output_features(std::size_t{})});
 template <class L>
 using input_features_t = decltype(std::size_t{std::declval<L const&>().input_features()});
 template <class L>
@@ -95,6 +118,13 @@ template <class L>
 using static_name_t = decltype(L::name());
 template <class L>
 using flops_t = decltype(double(std::declval<L const&>().flops(std::size_t{}, std::size_t{})));
+// A reference to the incomplete context type is enough for detection.
+template <class L>
+using set_tensor_parallel_t =
+    decltype(std::declval<L&>().set_tensor_parallel(std::declval<TensorParallelContext const&>()));
+template <class L>
+using parameter_replicas_t =
+    decltype(int(std::declval<L const&>().parameter_replicas(std::declval<std::string const&>())));
 
 // The four call shapes, detected with the layer's own memory space and the
 // default execution space that can reach it.
@@ -109,20 +139,25 @@ using layer_saved_t = detected_or_t<NoSaved, saved_type_t, L>;
 
 template <class L>
 using forward_t = decltype(std::declval<L&>().forward(
-    std::declval<layer_exec_t<L> const&>(), std::declval<ConstMatrix<layer_value_t<L>, layer_mspace_t<L>>>(),
-    std::declval<Matrix<layer_value_t<L>, layer_mspace_t<L>>>(), std::declval<layer_saved_t<L>&>()));
+    std::declval<layer_exec_t<L> const&>(),
+    std::declval<ConstMatrix<layer_value_t<L>, layer_mspace_t<L>>>(),
+    std::declval<Matrix<layer_value_t<L>, layer_mspace_t<L>>>(),
+    std::declval<layer_saved_t<L>&>()));
 template <class L>
 using backward_input_t = decltype(std::declval<L&>().backward_input(
-    std::declval<layer_exec_t<L> const&>(), std::declval<ConstMatrix<layer_value_t<L>, layer_mspace_t<L>>>(),
+    std::declval<layer_exec_t<L> const&>(),
+    std::declval<ConstMatrix<layer_value_t<L>, layer_mspace_t<L>>>(),
     std::declval<Matrix<layer_value_t<L>, layer_mspace_t<L>>>(),
     std::declval<layer_saved_t<L> const&>()));
 template <class L>
 using backward_weight_t = decltype(std::declval<L&>().backward_weight(
-    std::declval<layer_exec_t<L> const&>(), std::declval<ConstMatrix<layer_value_t<L>, layer_mspace_t<L>>>(),
+    std::declval<layer_exec_t<L> const&>(),
+    std::declval<ConstMatrix<layer_value_t<L>, layer_mspace_t<L>>>(),
     std::declval<layer_saved_t<L> const&>()));
 template <class L>
 using backward_fused_t = decltype(std::declval<L&>().backward(
-    std::declval<layer_exec_t<L> const&>(), std::declval<ConstMatrix<layer_value_t<L>, layer_mspace_t<L>>>(),
+    std::declval<layer_exec_t<L> const&>(),
+    std::declval<ConstMatrix<layer_value_t<L>, layer_mspace_t<L>>>(),
     std::declval<Matrix<layer_value_t<L>, layer_mspace_t<L>>>(),
     std::declval<layer_saved_t<L> const&>()));
 
@@ -171,17 +206,24 @@ struct layer_traits {
   static constexpr bool has_parameters = detail::is_detected_v<detail::parameters_t, L>;
   /*! \brief The layer has an initialize(seed) hook. */
   static constexpr bool has_initialize = detail::is_detected_v<detail::initialize_t, L>;
+  /*! \brief The layer can be split over a tensor-parallel group
+   *  (set_tensor_parallel). */
+  static constexpr bool has_tensor_parallel =
+      detail::is_detected_v<detail::set_tensor_parallel_t, L>;
+  /*! \brief The layer says how many ranks of its tensor-parallel group hold
+   *  each parameter (parameter_replicas). */
+  static constexpr bool has_parameter_replicas =
+      detail::is_detected_v<detail::parameter_replicas_t, L>;
 };
 
 /*! \brief True when \p L satisfies the Layer concept. \tparam L a type */
 template <class L>
-inline constexpr bool is_layer_v =
-    detail::is_detected_v<detail::value_type_t, L> &&
-    detail::is_detected_v<detail::memory_space_t, L> &&
-    detail::is_detected_v<detail::output_features_t, L> &&
-    detail::is_detected_v<detail::forward_t, L> &&
-    (detail::is_detected_v<detail::backward_input_t, L> ||
-     detail::is_detected_v<detail::backward_fused_t, L>);
+inline constexpr bool is_layer_v = detail::is_detected_v<detail::value_type_t, L>&&
+                                       detail::is_detected_v<detail::memory_space_t, L>&&
+                                           detail::is_detected_v<detail::output_features_t, L>&&
+                                               detail::is_detected_v<detail::forward_t, L> &&
+                                   (detail::is_detected_v<detail::backward_input_t, L> ||
+                                    detail::is_detected_v<detail::backward_fused_t, L>);
 
 /*! \brief Name of a layer for messages: its name() if it has one, else "layer". */
 template <class L>
@@ -191,6 +233,28 @@ std::string layer_name(L const& layer) {
     return std::string(L::name());
   } else {
     return "layer";
+  }
+}
+
+/*! \brief How many ranks of a tensor-parallel group of \p tp_size ranks hold
+ *  an identical copy of parameter \p name of \p layer.
+ *
+ *  The layer's own parameter_replicas(name) if it has one; else 1 if it has
+ *  set_tensor_parallel (it shards what it holds); else \p tp_size (a layer
+ *  that knows nothing of tensor parallelism is replicated on every rank).
+ *  \param layer the layer \param name parameter name as passed to parameters(f)
+ *  \param tp_size ranks in the tensor-parallel group */
+template <class L>
+int parameter_replicas(L const& layer, std::string const& name, int tp_size) {
+  if constexpr (detail::is_detected_v<detail::parameter_replicas_t, L>) {
+    (void)tp_size;
+    return layer.parameter_replicas(name);
+  } else if constexpr (detail::is_detected_v<detail::set_tensor_parallel_t, L>) {
+    (void)layer, (void)name, (void)tp_size;
+    return 1;
+  } else {
+    (void)layer, (void)name;
+    return tp_size;
   }
 }
 
@@ -208,9 +272,10 @@ constexpr bool check_layer() {
   static_assert(is_detected_v<output_features_t, L>,
                 "telar::Sequential: a layer must provide `std::size_t output_features(std::size_t "
                 "in) const`");
-  static_assert(is_detected_v<forward_t, L>,
-                "telar::Sequential: a layer must provide `forward(exec, ConstMatrix<T> x, Matrix<T> "
-                "y, saved_type& saved)`");
+  static_assert(
+      is_detected_v<forward_t, L>,
+      "telar::Sequential: a layer must provide `forward(exec, ConstMatrix<T> x, Matrix<T> "
+      "y, saved_type& saved)`");
   static_assert(is_detected_v<backward_input_t, L> || is_detected_v<backward_fused_t, L>,
                 "telar::Sequential: a layer must provide `backward_input(exec, ConstMatrix<T> dy, "
                 "Matrix<T> dx, saved_type const&)` or a fused `backward(exec, dy, dx, saved)`");
@@ -218,6 +283,10 @@ constexpr bool check_layer() {
                   !is_detected_v<backward_weight_t, L> && !is_detected_v<backward_fused_t, L>),
                 "telar::Sequential: a layer with parameters and backward_input must also provide "
                 "`backward_weight(exec, ConstMatrix<T> dy, saved_type const&)`");
+  static_assert(!is_detected_v<parameter_replicas_t, L> || is_detected_v<set_tensor_parallel_t, L>,
+                "telar::Sequential: a layer with parameter_replicas must also provide `void "
+                "set_tensor_parallel(telar::TensorParallelContext const&)` (it cannot know the "
+                "group size otherwise)");
   static_assert(std::is_copy_constructible_v<layer_saved_t<L>> &&
                     std::is_default_constructible_v<layer_saved_t<L>>,
                 "telar::Sequential: a layer's saved_type must be default- and copy-constructible");

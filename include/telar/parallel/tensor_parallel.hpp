@@ -1,0 +1,493 @@
+#pragma once
+/*! \file
+ *  \brief Megatron-style tensor parallelism: telar::TensorParallelContext and
+ *  the layer wrappers telar::ColumnParallel and telar::RowParallel.
+ *
+ *  A Column/Row pair splits an MLP block over the ranks of a tensor-parallel
+ *  (tp) group:
+ *  \code
+ *  // x [n, in] replicated -> h [n, hidden/tp] sharded -> y [n, out] replicated
+ *  using Block = telar::Sequential<telar::ColumnParallel<telar::Dense<float>>, telar::GELU<float>,
+ *                                  telar::RowParallel<telar::Dense<float>>>;
+ *  Block block(telar::ColumnParallel<telar::Dense<float>>(in, hidden), {},
+ *              telar::RowParallel<telar::Dense<float>>(hidden, out));   // full sizes
+ *  telar::set_tensor_parallel(block, telar::TensorParallelContext(grid.tp()));
+ *  auto features = block.feature_sizes(in); // {in, hidden_local, hidden_local, out}
+ *  block.initialize(seed);                  // each rank draws its block of the serial values
+ *  \endcode
+ *  The pair costs one allreduce of [n, out] in forward (RowParallel) and one
+ *  of [n, in] in backward (ColumnParallel::backward_input); the activation
+ *  between them stays sharded. docs/tensor_parallel.md has the details.
+ */
+#include <telar/comm/allreduce.hpp>
+#include <telar/comm/communicator.hpp>
+#include <telar/comm/device_buffer.hpp>
+#include <telar/core/detail/type_traits.hpp>
+#include <telar/core/error.hpp>
+#include <telar/core/gemm.hpp>
+#include <telar/core/layer.hpp>
+#include <telar/core/parameters.hpp>
+#include <telar/core/sequential.hpp>
+#include <telar/core/tensor.hpp>
+#include <telar/layers/dense.hpp>
+#include <telar/parallel/detail/tensor_parallel.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <variant>
+
+namespace telar {
+
+/*! \brief The allreduce algorithm of a tensor-parallel group, chosen at run
+ *  time. RingAllreduce (the default) matches MPI_Allreduce's speed at tp
+ *  sizes; MpiAllreduce goes through MPI_Iallreduce, which Open MPI runs 1.5 to
+ *  3 times slower than its blocking MPI_Allreduce (docs/comm.md). */
+using TensorParallelAllreduce =
+    std::variant<RingAllreduce, MpiAllreduce, RecursiveHalvingDoubling, HierarchicalAllreduce>;
+
+/*! \brief What tensor-parallel layers handed to allreduce: a host-side
+ *  counter a caller may attach to a TensorParallelContext. */
+struct TensorParallelTraffic {
+  std::uint64_t allreduces = 0; //!< allreduce calls (size-1 groups make none)
+  std::uint64_t bytes = 0;      //!< payload bytes, each call's buffer size on this rank
+  /*! \brief Sets both counts to zero. */
+  void reset() { allreduces = bytes = 0; }
+};
+
+/*! \brief What a tensor-parallel layer needs at run time: its group and how
+ *  to reduce over it.
+ *
+ *  Cheap to copy; layers keep a copy. The communicator is not owned and must
+ *  outlive every layer that holds the context (a telar::ProcessGrid's tp()
+ *  usually). A default-constructed context is a group of one: layers then
+ *  behave exactly like the layer they wrap, bit for bit, with no
+ *  communication.
+ *  \code
+ *  telar::ProcessGrid grid(world, telar::GridShape{0, 1, 2}); // tp = 2
+ *  telar::TensorParallelContext tp(grid.tp());                // RingAllreduce
+ *  telar::set_tensor_parallel(model, tp);
+ *  \endcode
+ */
+struct TensorParallelContext {
+  Communicator const* comm = nullptr;                  //!< the tp group (null: a group of one)
+  int rank = 0;                                        //!< this rank in the group
+  int size = 1;                                        //!< ranks in the group
+  TensorParallelAllreduce algorithm = RingAllreduce{}; //!< how activations are summed
+  TensorParallelTraffic* traffic = nullptr;            //!< optional counter of what is reduced
+
+  /*! \brief A group of one: no communication. */
+  TensorParallelContext() = default;
+  /*! \brief The group of \p tp; rank and size are taken from it.
+   *  \param tp the tensor-parallel communicator (not owned; must outlive the context's users)
+   *  \param algo allreduce algorithm and its settings
+   *  \param counter optional traffic counter (not owned) */
+  explicit TensorParallelContext(Communicator const& tp,
+                                 TensorParallelAllreduce algo = RingAllreduce{},
+                                 TensorParallelTraffic* counter = nullptr)
+      : comm(&tp), rank(tp.rank()), size(tp.size()), algorithm(algo), traffic(counter) {}
+
+  /*! \brief Name of the allreduce algorithm, for logs. */
+  char const* algorithm_name() const {
+    return std::visit([](auto const& a) { return a.name(); }, algorithm);
+  }
+
+  /*! \brief Throws telar::Error unless rank and size describe a group this
+   *  rank can talk to (size > 1 needs a communicator of that size).
+   *  \param api name of the caller, first in the message */
+  void validate(std::string const& api) const {
+    std::string const at = api + ": invalid TensorParallelContext: ";
+    if (size < 1 || rank < 0 || rank >= size)
+      throw Error(at + "rank " + std::to_string(rank) + " of " + std::to_string(size));
+    if (comm == nullptr && size > 1)
+      throw Error(at + "size " + std::to_string(size) + " without a communicator");
+    if (comm != nullptr && (!comm->valid() || comm->size() != size || comm->rank() != rank))
+      throw Error(at + "rank " + std::to_string(rank) + " of " + std::to_string(size) +
+                  " does not match its communicator" +
+                  (comm->valid() ? " (rank " + std::to_string(comm->rank()) + " of " +
+                                       std::to_string(comm->size()) + ")"
+                                 : std::string(" (null)")));
+  }
+
+  /*! \brief Sums \p v over the group, in place; every rank ends with the same
+   *  values (bitwise with Telar's own algorithms; MPI does not promise it). Collective:
+   *  every rank of the group calls it in the same order with the same size.
+   *
+   *  Waits for \p exec first. Memory the host cannot reach is staged through a
+   *  telar::HostBuffer unless Telar was configured with
+   *  TELAR_ENABLE_GPU_AWARE_MPI. Nothing happens in a group of one.
+   *  \param exec execution space instance whose kernels wrote \p v
+   *  \param v contiguous view
+   *  \throws telar::CommError or telar::CommTimeout naming the rank and the operation */
+  template <class Exec, class View>
+  void allreduce_sum(Exec const& exec, View const& v) const {
+    static_assert(Kokkos::is_view<View>::value,
+                  "telar::TensorParallelContext::allreduce_sum: v must be a Kokkos::View");
+    if (size == 1)
+      return;
+    if (comm == nullptr)
+      validate("telar::TensorParallelContext::allreduce_sum");
+    exec.fence(); // MPI reads memory the kernels wrote
+    HostBuffer<View> buf(v);
+    std::visit([&](auto const& a) { telar::allreduce(a, *comm, buf.data(), buf.size()); },
+               algorithm);
+    buf.copy_back();
+    if (traffic != nullptr) {
+      ++traffic->allreduces;
+      traffic->bytes += buf.size() * sizeof(typename View::value_type);
+    }
+  }
+};
+
+/*! \brief Splits a layer's output features (the rows of W) over the
+ *  tensor-parallel group. Only telar::Dense is split this way; this primary
+ *  template rejects every other layer at compile time.
+ *  \tparam L the layer to split */
+template <class L>
+class ColumnParallel {
+  static_assert(detail::dependent_false<L>,
+                "telar::ColumnParallel: this layer type cannot be tensor-split; split "
+                "telar::Dense<T, MemorySpace, Gemm>, or give your layer set_tensor_parallel and "
+                "parameter_replicas and use it unwrapped (docs/tensor_parallel.md)");
+};
+
+/*! \brief Splits a layer's input features (the columns of W) over the
+ *  tensor-parallel group. Only telar::Dense is split this way; this primary
+ *  template rejects every other layer at compile time.
+ *  \tparam L the layer to split */
+template <class L>
+class RowParallel {
+  static_assert(detail::dependent_false<L>,
+                "telar::RowParallel: this layer type cannot be tensor-split; split "
+                "telar::Dense<T, MemorySpace, Gemm>, or give your layer set_tensor_parallel and "
+                "parameter_replicas and use it unwrapped (docs/tensor_parallel.md)");
+};
+
+/*! \brief Column-parallel Dense: W [out, in] split by rows (output features).
+ *
+ *  Rank r of a group of p holds rows [r out / p, (r + 1) out / p) of W and the
+ *  same entries of b (block sizes differ by at most one; a block is empty when
+ *  out < p). forward maps the replicated x [n, in] to its block of y,
+ *  [n, out_local], without communicating; backward_input sums the partial
+ *  dx = dy_local W_local over the group (one allreduce of [n, in]);
+ *  backward_weight is local. Parameters are drawn exactly as the serial Dense
+ *  with the same seed draws them at the same global indices.
+ *  \tparam T value type \tparam MemorySpace memory space \tparam Gemm GEMM policy */
+template <class T, class MemorySpace, class Gemm>
+class ColumnParallel<Dense<T, MemorySpace, Gemm>> : private Dense<T, MemorySpace, Gemm> {
+  using Base = Dense<T, MemorySpace, Gemm>;
+
+public:
+  /*! \brief The wrapped layer type. */
+  using layer_type = Base;
+  /*! \brief Scalar type. */
+  using value_type = T;
+  /*! \brief Memory space of parameters and activations. */
+  using memory_space = MemorySpace;
+  /*! \brief What backward needs from forward: the (replicated) input. */
+  using saved_type = typename Base::saved_type;
+
+  /*! \brief An empty layer; assign a configured one before use. */
+  ColumnParallel() = default;
+  /*! \brief Sizes of the full (serial) layer.
+   *  \param in input features \param out output features (all ranks together)
+   *  \param with_bias add a bias */
+  ColumnParallel(std::size_t in, std::size_t out, bool with_bias = true)
+      : Base(in, out, with_bias) {}
+
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "ColumnParallel<Dense>"; }
+
+  /*! \brief Joins a tensor-parallel group; call before output_features() and
+   *  initialize(). \param ctx the group
+   *  \throws telar::Error if \p ctx is invalid, or if the layer was initialised
+   *  with another split */
+  void set_tensor_parallel(TensorParallelContext const& ctx) {
+    ctx.validate(std::string("telar::") + name() + "::set_tensor_parallel");
+    detail::tp_check_resplit(name(), initialized_,
+                             detail::tp_block(this->out_, ctx_.size, ctx_.rank),
+                             detail::tp_block(this->out_, ctx.size, ctx.rank));
+    ctx_ = ctx;
+  }
+  /*! \brief The group this layer belongs to. */
+  TensorParallelContext const& tensor_parallel() const { return ctx_; }
+
+  /*! \brief Input features (replicated: the full count). */
+  std::size_t input_features() const { return this->in_; }
+  /*! \brief This rank's output features, out_local. */
+  std::size_t output_features(std::size_t) const { return shard_size(); }
+  /*! \brief First output feature (row of the full W) this rank holds. */
+  std::size_t shard_begin() const {
+    return detail::tp_block(this->out_, ctx_.size, ctx_.rank).begin;
+  }
+  /*! \brief Output features this rank holds. */
+  std::size_t shard_size() const { return detail::tp_block(this->out_, ctx_.size, ctx_.rank).size; }
+  /*! \brief Output features of the full layer. */
+  std::size_t full_output_features() const { return this->out_; }
+  /*! \brief Whether the layer adds a bias. */
+  bool has_bias() const { return this->use_bias_; }
+  /*! \brief This rank's forward multiply-adds times 2 for \p samples rows. */
+  double flops(std::size_t samples, std::size_t) const {
+    return 2.0 * double(samples) * double(this->in_) * double(shard_size());
+  }
+  /*! \brief Every parameter is a shard: 1. \param name parameter name */
+  int parameter_replicas(std::string const& name) const {
+    (void)name;
+    return 1;
+  }
+
+  /*! \brief Allocates this rank's block of W and b and draws the serial values
+   *  of that block. \param seed the same seed the serial Dense gets */
+  void initialize(std::uint64_t seed) {
+    this->allocate(shard_size(), this->in_, this->use_bias_);
+    this->fill_block(seed, shard_begin(), 0);
+    initialized_ = true;
+  }
+
+  using Base::parameters;
+
+  /*! \brief y_local = x W_local^T + b_local; no communication.
+   *  \param exec execution space instance \param x replicated input [n, in]
+   *  \param y this rank's output block [n, out_local] \param saved keeps x */
+  template <class Exec>
+  void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
+               saved_type& saved) const {
+    detail::TpRegion region("telar::ColumnParallel::forward");
+    check("forward", "x", x.extent(0), x.extent(1), "y", y.extent(0), y.extent(1));
+    Base::forward(exec, x, y, saved);
+  }
+
+  /*! \brief dx = sum over the group of dy_local W_local (one allreduce of [n, in]).
+   *  \param exec execution space instance \param dy gradient of this rank's block [n, out_local]
+   *  \param dx gradient of the replicated input [n, in] \param saved unused */
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
+                      saved_type const& saved) const {
+    detail::TpRegion region("telar::ColumnParallel::backward_input");
+    check("backward_input", "dx", dx.extent(0), dx.extent(1), "dy", dy.extent(0), dy.extent(1));
+    Base::backward_input(exec, dy, dx, saved);
+    ctx_.allreduce_sum(exec, dx);
+  }
+
+  /*! \brief dW_local += dy_local^T x, db_local += column sums of dy_local; local.
+   *  \param exec execution space instance \param dy gradient of this rank's block
+   *  \param saved the input of the matching forward */
+  template <class Exec>
+  void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
+                       saved_type const& saved) const {
+    detail::TpRegion region("telar::ColumnParallel::backward_weight");
+    check("backward_weight", "x", saved.x.extent(0), saved.x.extent(1), "dy", dy.extent(0),
+          dy.extent(1));
+    Base::backward_weight(exec, dy, saved);
+  }
+
+  using Base::bias;
+  using Base::bias_grad;
+  using Base::weight;
+  using Base::weight_grad;
+
+private:
+  // x-like [n, in] against y-like [n, out_local], and the parameters' shape.
+  void check(char const* method, char const* a, std::size_t an, std::size_t af, char const* b,
+             std::size_t bn, std::size_t bf) const {
+    std::size_t const local = shard_size();
+    detail::tp_check_weight(name(), method, ctx_.rank, ctx_.size, this->weight.extent(0),
+                            this->weight.extent(1), local, this->in_);
+    detail::tp_check_pair(name(), method, ctx_.rank, ctx_.size, a, an, af, this->in_, b, bn, bf,
+                          local);
+  }
+
+  TensorParallelContext ctx_;
+  bool initialized_ = false;
+};
+
+/*! \brief Row-parallel Dense: W [out, in] split by columns (input features).
+ *
+ *  Rank r of a group of p holds columns [r in / p, (r + 1) in / p) of W and
+ *  all of b (replicated). Its input is the sharded activation x_local
+ *  [n, in_local] of a telar::ColumnParallel, possibly through element-wise
+ *  layers. forward sums the partial x_local W_local^T over the group (one
+ *  allreduce of [n, out]) and adds b once, after the sum; backward_input is
+ *  local (dx_local = dy W_local); backward_weight accumulates dW_local and the
+ *  full db, which is the same on every rank (parameter_replicas("bias") is
+ *  the group size).
+ *  \tparam T value type \tparam MemorySpace memory space \tparam Gemm GEMM policy */
+template <class T, class MemorySpace, class Gemm>
+class RowParallel<Dense<T, MemorySpace, Gemm>> : private Dense<T, MemorySpace, Gemm> {
+  using Base = Dense<T, MemorySpace, Gemm>;
+
+public:
+  /*! \brief The wrapped layer type. */
+  using layer_type = Base;
+  /*! \brief Scalar type. */
+  using value_type = T;
+  /*! \brief Memory space of parameters and activations. */
+  using memory_space = MemorySpace;
+  /*! \brief What backward needs from forward: this rank's input block. */
+  using saved_type = typename Base::saved_type;
+
+  /*! \brief An empty layer; assign a configured one before use. */
+  RowParallel() = default;
+  /*! \brief Sizes of the full (serial) layer.
+   *  \param in input features (all ranks together) \param out output features
+   *  \param with_bias add a bias */
+  RowParallel(std::size_t in, std::size_t out, bool with_bias = true) : Base(in, out, with_bias) {}
+
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "RowParallel<Dense>"; }
+
+  /*! \brief Joins a tensor-parallel group; call before input_features() and
+   *  initialize(). \param ctx the group
+   *  \throws telar::Error if \p ctx is invalid, or if the layer was initialised
+   *  with another split */
+  void set_tensor_parallel(TensorParallelContext const& ctx) {
+    ctx.validate(std::string("telar::") + name() + "::set_tensor_parallel");
+    detail::tp_check_resplit(name(), initialized_,
+                             detail::tp_block(this->in_, ctx_.size, ctx_.rank),
+                             detail::tp_block(this->in_, ctx.size, ctx.rank));
+    ctx_ = ctx;
+  }
+  /*! \brief The group this layer belongs to. */
+  TensorParallelContext const& tensor_parallel() const { return ctx_; }
+
+  /*! \brief This rank's input features, in_local. */
+  std::size_t input_features() const { return shard_size(); }
+  /*! \brief Output features (replicated: the full count). */
+  std::size_t output_features(std::size_t) const { return this->out_; }
+  /*! \brief First input feature (column of the full W) this rank holds. */
+  std::size_t shard_begin() const {
+    return detail::tp_block(this->in_, ctx_.size, ctx_.rank).begin;
+  }
+  /*! \brief Input features this rank holds. */
+  std::size_t shard_size() const { return detail::tp_block(this->in_, ctx_.size, ctx_.rank).size; }
+  /*! \brief Input features of the full layer. */
+  std::size_t full_input_features() const { return this->in_; }
+  /*! \brief Whether the layer adds a bias. */
+  bool has_bias() const { return this->use_bias_; }
+  /*! \brief This rank's forward multiply-adds times 2 for \p samples rows. */
+  double flops(std::size_t samples, std::size_t) const {
+    return 2.0 * double(samples) * double(shard_size()) * double(this->out_);
+  }
+  /*! \brief The bias is replicated on every rank of the group (its size); W
+   *  is a shard (1). \param name parameter name */
+  int parameter_replicas(std::string const& name) const { return name == "bias" ? ctx_.size : 1; }
+
+  /*! \brief Allocates this rank's columns of W and all of b and draws the
+   *  serial values. \param seed the same seed the serial Dense gets */
+  void initialize(std::uint64_t seed) {
+    this->allocate(this->out_, shard_size(), this->use_bias_);
+    this->fill_block(seed, 0, shard_begin());
+    initialized_ = true;
+  }
+
+  using Base::parameters;
+
+  /*! \brief y = sum over the group of x_local W_local^T, then + b (once).
+   *  One allreduce of [n, out]; a group of one runs Dense::forward itself.
+   *  \param exec execution space instance \param x this rank's input block [n, in_local]
+   *  \param y replicated output [n, out] \param saved keeps x */
+  template <class Exec>
+  void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
+               saved_type& saved) const {
+    detail::TpRegion region("telar::RowParallel::forward");
+    check("forward", "x", x.extent(0), x.extent(1), "y", y.extent(0), y.extent(1));
+    if (ctx_.size == 1) {
+      Base::forward(exec, x, y, saved); // the same operations as Dense, bit for bit
+      return;
+    }
+    saved.x = x;
+    gemm(Gemm{}, exec, 'N', 'T', T(1), x, this->weight, T(0), y);
+    ctx_.allreduce_sum(exec, y);
+    if (this->use_bias_) {
+      // After the sum: b is replicated, adding it before would count it p times.
+      auto b = this->bias;
+      Kokkos::parallel_for(
+          "telar::RowParallel::forward_bias",
+          Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {y.extent(0), y.extent(1)}),
+          KOKKOS_LAMBDA(std::size_t i, std::size_t j) { y(i, j) += b(j); });
+    }
+  }
+
+  /*! \brief dx_local = dy W_local; no communication.
+   *  \param exec execution space instance \param dy replicated output gradient [n, out]
+   *  \param dx gradient of this rank's input block [n, in_local] \param saved unused */
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
+                      saved_type const& saved) const {
+    detail::TpRegion region("telar::RowParallel::backward_input");
+    check("backward_input", "dx", dx.extent(0), dx.extent(1), "dy", dy.extent(0), dy.extent(1));
+    Base::backward_input(exec, dy, dx, saved);
+  }
+
+  /*! \brief dW_local += dy^T x_local, db += column sums of dy; local.
+   *  \param exec execution space instance \param dy replicated output gradient
+   *  \param saved the input block of the matching forward */
+  template <class Exec>
+  void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
+                       saved_type const& saved) const {
+    detail::TpRegion region("telar::RowParallel::backward_weight");
+    check("backward_weight", "x", saved.x.extent(0), saved.x.extent(1), "dy", dy.extent(0),
+          dy.extent(1));
+    Base::backward_weight(exec, dy, saved);
+  }
+
+  using Base::bias;
+  using Base::bias_grad;
+  using Base::weight;
+  using Base::weight_grad;
+
+private:
+  // x-like [n, in_local] against y-like [n, out], and the parameters' shape.
+  void check(char const* method, char const* a, std::size_t an, std::size_t af, char const* b,
+             std::size_t bn, std::size_t bf) const {
+    std::size_t const local = shard_size();
+    detail::tp_check_weight(name(), method, ctx_.rank, ctx_.size, this->weight.extent(0),
+                            this->weight.extent(1), this->out_, local);
+    detail::tp_check_pair(name(), method, ctx_.rank, ctx_.size, a, an, af, local, b, bn, bf,
+                          this->out_);
+  }
+
+  TensorParallelContext ctx_;
+  bool initialized_ = false;
+};
+
+/*! \brief Calls set_tensor_parallel(\p ctx) on every layer of \p model that
+ *  has it (the first step of building a tensor-parallel model, before
+ *  feature_sizes() and initialize()).
+ *  \param model a telar::Sequential \param ctx the tensor-parallel group */
+template <class... Layers>
+void set_tensor_parallel(Sequential<Layers...>& model, TensorParallelContext const& ctx) {
+  model.for_each_layer([&](auto, auto& layer) {
+    using L = std::decay_t<decltype(layer)>;
+    if constexpr (layer_traits<L>::has_tensor_parallel)
+      layer.set_tensor_parallel(ctx);
+  });
+}
+
+/*! \brief Sets ParameterInfo::replicas of every tensor in \p store from its
+ *  layer (telar::parameter_replicas), so norms reduced over the
+ *  tensor-parallel group count replicated tensors once.
+ *  \param model the telar::Sequential \p store was bound to
+ *  \param store parameters bound with ParameterStore::bind
+ *  \param tp_size ranks in the tensor-parallel group */
+template <class T, class MemorySpace, class... Layers>
+void set_parameter_replicas(Sequential<Layers...>& model, ParameterStore<T, MemorySpace>& store,
+                            int tp_size) {
+  auto& entries = store.entries();
+  model.for_each_layer([&](auto index, auto& layer) {
+    using L = std::decay_t<decltype(layer)>;
+    if constexpr (layer_traits<L>::has_parameters) {
+      layer.parameters([&](char const* name, auto&, auto&) {
+        std::string const full = "layer" + std::to_string(index) + "." + name;
+        for (auto& e : entries)
+          if (e.layer == index && e.name == full)
+            e.replicas = parameter_replicas(layer, name, tp_size);
+      });
+    }
+  });
+}
+
+} // namespace telar
