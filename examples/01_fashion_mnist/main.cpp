@@ -15,6 +15,7 @@
 #include <telar/optim/adam.hpp>
 #include <telar/optim/lamb.hpp>
 #include <telar/optim/sgd.hpp>
+#include <telar/parallel/tensor_parallel.hpp>
 #include <telar/profile/trace.hpp>
 #include <telar/schedule/svg.hpp>
 #include <telar/train/json.hpp>
@@ -104,14 +105,17 @@ Args parse(int argc, char** argv) {
 using T = float;
 using D = telar::Dense<T>;
 using R = telar::ReLU<T>;
-using Model = telar::Sequential<D, R, D, R, D>;
+// The first two layers form a Megatron pair under --tp (plain Dense at tp 1).
+using Col = telar::ColumnParallel<D>;
+using Row = telar::RowParallel<D>;
+using Model = telar::Sequential<Col, R, Row, R, D>;
 // One strategy type for every run: degrees left at 1 cost nothing.
 using Strategy = telar::Strategy<telar::DataParallel<telar::RingAllreduce>,
                                  telar::PipelineParallel<telar::OneFOneB>,
                                  telar::TensorParallel<>>;
 
 Model make_model(std::size_t hidden) {
-  return Model(D(784, hidden), {}, D(hidden, hidden), {}, D(hidden, 10));
+  return Model(Col(784, hidden), {}, Row(hidden, hidden), {}, D(hidden, 10));
 }
 
 template <class Optimizer>

@@ -14,6 +14,7 @@
 #include <telar/parallel/detail/partition.hpp>
 #include <telar/parallel/detail/pipeline_executor.hpp>
 #include <telar/parallel/strategy.hpp>
+#include <telar/parallel/tensor_parallel.hpp>
 #include <telar/profile/trace.hpp>
 #include <telar/schedule/generators.hpp>
 #include <telar/schedule/timeline.hpp>
@@ -378,6 +379,11 @@ private:
       world_->barrier(); // a common time origin for every rank's timeline
       trace_.reset_origin();
     }
+    // Tensor-parallel layers learn their shard before shapes are computed.
+    if constexpr (StrategyT::has_tensor_parallel)
+      if (grid_)
+        set_tensor_parallel(model_, TensorParallelContext(
+                                        grid_->tp(), typename StrategyT::tensor_parallel::algorithm{}));
     features_ = model_.feature_sizes(in_features);
     build_schedule();
     build_partition();
@@ -392,6 +398,7 @@ private:
         owned[k] = true;
     }
     params_.bind(model_, owned);
+    set_parameter_replicas(model_, params_, shape_.tp);
     collect_tensor_names();
     engine_ = detail::OptimizerEngine<Optimizer, memory_space>(optimizer, params_.size());
     build_segments();
