@@ -26,6 +26,7 @@ struct Args {
   int steps = 30, warmup = 5, dp = 0, pp = 1, tp = 1, microbatches = 1;
   double bucket_mb = 8;
   std::string schedule = "1f1b", algorithm = "ring", timeline;
+  int zero = 0, shared_memory = 1;
 };
 
 Args parse(int argc, char** argv) {
@@ -44,6 +45,8 @@ Args parse(int argc, char** argv) {
     else if (f == "--algorithm") a.algorithm = v;
     else if (f == "--bucket-mb") a.bucket_mb = std::stod(v);
     else if (f == "--timeline") a.timeline = v;
+    else if (f == "--zero") a.zero = std::stoi(v);
+    else if (f == "--shared-memory") a.shared_memory = std::stoi(v);
     else throw std::invalid_argument("bench_mlp_step: unknown flag " + f);
   }
   return a;
@@ -53,10 +56,10 @@ using D = telar::Dense<float>;
 using R = telar::ReLU<float>;
 using Model = telar::Sequential<D, R, D, R, D>;
 
-template <class Algorithm>
+template <class Algorithm, class Sharding>
 int run(Args const& a) {
-  using Strategy = telar::Strategy<telar::DataParallel<Algorithm>, telar::PipelineParallel<>,
-                                   telar::TensorParallel<>>;
+  using Strategy = telar::Strategy<telar::DataParallel<Algorithm, Sharding>,
+                                   telar::PipelineParallel<>, telar::TensorParallel<>>;
   telar::TrainerOptions opts;
   opts.seed = 1;
   opts.grid = {a.dp, a.pp, a.tp};
@@ -64,6 +67,7 @@ int run(Args const& a) {
   opts.schedule = a.schedule;
   opts.bucket_bytes = std::size_t(a.bucket_mb * (1 << 20));
   opts.trace = !a.timeline.empty();
+  opts.shared_memory = a.shared_memory != 0;
   telar::Trainer<Model, Strategy, telar::SGD<float>> trainer(
       MPI_COMM_WORLD, Model(D(784, a.hidden), {}, D(a.hidden, a.hidden), {}, D(a.hidden, 10)), {},
       opts, 784);
@@ -101,19 +105,22 @@ int run(Args const& a) {
   if (trainer.rank() == 0) {
     char const* threads = std::getenv("OMP_NUM_THREADS");
     std::printf("# telar MLP 784-%zu-%zu-10, batch %zu per dp rank, fp32, SGD, gemm %s, "
-                "%d ranks (%s), schedule %s, %d micro-batches, allreduce %s, buckets %.1f MiB "
-                "(%zu on rank 0), OMP_NUM_THREADS=%s, %d steps after %d warm-up\n",
+                "%d ranks (%s), schedule %s, %d micro-batches, allreduce %s, sharding %s%s, "
+                "buckets %.1f MiB (%zu on rank 0), OMP_NUM_THREADS=%s, %d steps after %d "
+                "warm-up\n",
                 a.hidden, a.hidden, a.batch,
                 telar::gemm_backend_name<float, telar::DefaultMemorySpace>(), trainer.size(),
                 trainer.layout().c_str(), trainer.pipeline_schedule().name.c_str(),
-                a.microbatches, Algorithm::name(), a.bucket_mb, trainer.bucket_count(),
+                a.microbatches, Algorithm::name(), Sharding::name(),
+                Sharding::stage > 0 ? (a.shared_memory ? " (shared memory)" : " (messages)") : "",
+                a.bucket_mb, trainer.bucket_count(),
                 threads ? threads : "unset", a.steps, a.warmup);
     std::printf("step_ms median %.2f mean %.2f min %.2f\n", median, mean, sorted.front());
     std::printf("{\"peer\":\"telar\",\"ranks\":%d,\"layout\":\"%s\",\"batch_per_rank\":%zu,"
                 "\"hidden\":%zu,\"step_ms_median\":%.3f,\"step_ms_mean\":%.3f,"
-                "\"algorithm\":\"%s\",\"gemm\":\"%s\"}\n",
+                "\"algorithm\":\"%s\",\"sharding\":\"%s\",\"gemm\":\"%s\"}\n",
                 trainer.size(), trainer.layout().c_str(), a.batch, a.hidden, median, mean,
-                Algorithm::name(), telar::gemm_backend_name<float, telar::DefaultMemorySpace>());
+                Algorithm::name(), Sharding::name(), telar::gemm_backend_name<float, telar::DefaultMemorySpace>());
   }
   return 0;
 }
@@ -126,14 +133,18 @@ int main(int argc, char** argv) {
     Kokkos::ScopeGuard kokkos(argc, argv);
     try {
       Args const a = parse(argc, argv);
-      if (a.algorithm == "ring")
-        rc = run<telar::RingAllreduce>(a);
+      if (a.zero == 1)
+        rc = run<telar::RingAllreduce, telar::ZeRO<1>>(a);
+      else if (a.zero != 0)
+        throw std::invalid_argument("bench_mlp_step: --zero takes 0 or 1");
+      else if (a.algorithm == "ring")
+        rc = run<telar::RingAllreduce, telar::NoSharding>(a);
       else if (a.algorithm == "mpi")
-        rc = run<telar::MpiAllreduce>(a);
+        rc = run<telar::MpiAllreduce, telar::NoSharding>(a);
       else if (a.algorithm == "rhd")
-        rc = run<telar::RecursiveHalvingDoubling>(a);
+        rc = run<telar::RecursiveHalvingDoubling, telar::NoSharding>(a);
       else if (a.algorithm == "hier")
-        rc = run<telar::HierarchicalAllreduce>(a);
+        rc = run<telar::HierarchicalAllreduce, telar::NoSharding>(a);
       else
         throw std::invalid_argument("bench_mlp_step: unknown --algorithm " + a.algorithm);
     } catch (std::exception const& e) {

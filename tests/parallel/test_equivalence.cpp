@@ -198,3 +198,39 @@ TEST_CASE("Adam and LAMB (per-tensor norms across stages) match serial", "[equiv
             serial<double>(telar::LAMB<double>{}, base, data, batch, 3), 1e-11, "lamb" + where);
       }
 }
+
+TEST_CASE("ZeRO-1 (sharded optimizer state) matches serial", "[equivalence][zero]") {
+  using Zero = telar::Strategy<telar::DataParallel<telar::RingAllreduce, telar::ZeRO<1>>,
+                               telar::PipelineParallel<>, telar::TensorParallel<>>;
+  int const n = world_size();
+  std::size_t const batch = 24;
+  auto const data = make_data<double>(batch * 3);
+  telar::TrainerOptions base;
+  base.seed = 5;
+  base.lr = telar::constant_lr(0.02);
+  base.clip_grad_norm = 0.5;
+  telar::SGD<double> momentum;
+  momentum.momentum = 0.9;
+  for (bool shared : {true, false})
+    for (int pp : {1, 2})
+      for (int tp : {1, 2})
+        if (n % (pp * tp) == 0) {
+          telar::TrainerOptions opts = base;
+          opts.grid = {n / (pp * tp), pp, tp};
+          opts.microbatches = 2;
+          opts.shared_memory = shared;
+          std::string const where = std::string(shared ? " shared" : " messages") +
+                                    " dp=" + std::to_string(n / (pp * tp)) +
+                                    " pp=" + std::to_string(pp) + " tp=" + std::to_string(tp);
+          require_same(train<double, Zero>(MPI_COMM_WORLD, momentum, opts, data, batch, 3),
+                       serial<double>(momentum, base, data, batch, 3), 1e-11, "sgd" + where);
+          require_same(train<double, Zero>(MPI_COMM_WORLD, telar::AdamW<double>{}, opts, data,
+                                           batch, 3),
+                       serial<double>(telar::AdamW<double>{}, base, data, batch, 3), 1e-11,
+                       "adamw" + where);
+          require_same(train<double, Zero>(MPI_COMM_WORLD, telar::LAMB<double>{}, opts, data,
+                                           batch, 3),
+                       serial<double>(telar::LAMB<double>{}, base, data, batch, 3), 1e-11,
+                       "lamb" + where);
+        }
+}

@@ -141,6 +141,21 @@ public:
     return c;
   }
 
+  /*! \brief The ranks of this communicator that share memory with this one
+   *  (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED; collective).
+   *  \param name label of the new communicator; empty derives one from this one's
+   */
+  BasicCommunicator split_shared(std::string name = {}) const {
+    auto const& h = handle();
+    barrier(); // bounded, as in split()
+    MPI_Comm out = MPI_COMM_NULL;
+    h.check(MPI_Comm_split_type(h.comm, MPI_COMM_TYPE_SHARED, h.rank, MPI_INFO_NULL, &out),
+            "MPI_Comm_split_type");
+    BasicCommunicator c;
+    c.h_ = detail::adopt(out, name.empty() ? h.name + "/node" : std::move(name), h.timeout);
+    return c;
+  }
+
   /*! \brief Blocks until every rank has called barrier() (bounded). */
   void barrier() const {
     auto const& h = handle();

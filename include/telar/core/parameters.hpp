@@ -11,8 +11,11 @@
 #include <telar/core/layer.hpp>
 #include <telar/core/tensor.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <type_traits>
 #include <vector>
 
@@ -52,6 +55,24 @@ public:
    *  \param owned one flag per layer */
   template <class Model>
   void bind(Model& model, std::vector<bool> const& owned) {
+    bind(model, owned, [](std::size_t n) {
+      return std::make_pair(Vector<T, MemorySpace>("telar::ParameterStore::values", n),
+                            Vector<T, MemorySpace>("telar::ParameterStore::grads", n));
+    });
+  }
+
+  /*! \brief As bind(model, owned), with the flat buffers supplied by
+   *  \p allocate(n) -> (values, grads), e.g. in memory shared between the
+   *  ranks of a node. The buffers are zeroed by the allocator's owner.
+   *  \param model a telar::Sequential \param owned one flag per layer
+   *  \param allocate callable returning a pair of views of at least n elements
+   *  \param copy_values copy the layers' values in (false when another rank
+   *  already fills a buffer shared with this one)
+   *  \param multiple the total length is rounded up to a multiple of this
+   *  (shards of equal size) */
+  template <class Model, class Allocate>
+  void bind(Model& model, std::vector<bool> const& owned, Allocate&& allocate,
+            bool copy_values = true, std::size_t multiple = 1) {
     entries_.clear();
     std::size_t total = 0;
     model.for_each_layer([&](auto index, auto& layer) {
@@ -73,8 +94,10 @@ public:
         });
       }
     });
-    values_ = Vector<T, MemorySpace>("telar::ParameterStore::values", total);
-    grads_ = Vector<T, MemorySpace>("telar::ParameterStore::grads", total);
+    if (multiple > 1)
+      total = (total + multiple - 1) / multiple * multiple;
+    std::tie(values_, grads_) = allocate(total);
+    total_ = total;
     std::size_t k = 0;
     model.for_each_layer([&](auto index, auto& layer) {
       using L = std::decay_t<decltype(layer)>;
@@ -86,7 +109,8 @@ public:
           std::size_t const off = entries_[k++].offset;
           V bound_value(values_.data() + off, value.layout());
           V bound_grad(grads_.data() + off, value.layout());
-          Kokkos::deep_copy(bound_value, value);
+          if (copy_values)
+            Kokkos::deep_copy(bound_value, value);
           value = bound_value;
           grad = bound_grad;
         });
@@ -103,7 +127,7 @@ public:
   /*! \brief Mutable tensors (strategies set ParameterInfo::replicas). */
   std::vector<ParameterInfo>& entries() { return entries_; }
   /*! \brief Length of the flat buffers, padding included. */
-  std::size_t size() const { return values_.extent(0); }
+  std::size_t size() const { return total_; }
 
   /*! \brief Flat range [begin, end) spanned by the tensors of layer \p layer
    *  (begin == end when it has none). \param layer layer index */
@@ -123,9 +147,25 @@ public:
     Kokkos::deep_copy(exec, grads_, T(0));
   }
 
+  /*! \brief The pieces of the tensors that fall into the flat range
+   *  [begin, end), as (tensor index, offset from begin, length).
+   *  \param begin first element \param end one past the last */
+  std::vector<std::tuple<std::size_t, std::size_t, std::size_t>> pieces(std::size_t begin,
+                                                                      std::size_t end) const {
+    std::vector<std::tuple<std::size_t, std::size_t, std::size_t>> out;
+    for (std::size_t t = 0; t < entries_.size(); ++t) {
+      std::size_t const b = std::max(begin, entries_[t].offset);
+      std::size_t const e = std::min(end, entries_[t].offset + entries_[t].size);
+      if (b < e)
+        out.emplace_back(t, b - begin, e - b);
+    }
+    return out;
+  }
+
 private:
   Vector<T, MemorySpace> values_;
   Vector<T, MemorySpace> grads_;
+  std::size_t total_ = 0;
   std::vector<ParameterInfo> entries_;
 };
 

@@ -66,19 +66,59 @@ struct ZeroBubbleH2 {
 
 // ---- policies ----------------------------------------------------------------
 
+/*! \brief Every data-parallel rank keeps all parameters, gradients and
+ *  optimizer state (no sharding). */
+struct NoSharding {
+  /*! \brief ZeRO stage. */
+  static constexpr int stage = 0;
+  /*! \brief Name for logs. */
+  static constexpr char const* name() { return "none"; }
+};
+
+/*! \brief ZeRO sharding over the data-parallel group (Rajbhandari et al.).
+ *  Stage 1 shards the optimizer state: each rank updates 1/dp of the
+ *  parameters. When every data-parallel rank shares a node and parameters
+ *  live in host memory, gradients are reduced straight out of the other
+ *  ranks' buffers and the node keeps one copy of the parameters (MPI-3
+ *  shared memory); otherwise gradients are reduce-scattered and the updated
+ *  shards all-gathered.
+ *  \tparam Stage ZeRO stage (1) */
+template <int Stage>
+struct ZeRO {
+  static_assert(Stage == 1, "telar::ZeRO: stage 1 (sharded optimizer state) is implemented; "
+                            "stages 2 and 3 are not yet, use telar::ZeRO<1>");
+  /*! \brief ZeRO stage. */
+  static constexpr int stage = Stage;
+  /*! \brief Name for logs. */
+  static constexpr char const* name() { return "zero1"; }
+};
+
+/*! \brief True for the sharding policies. \tparam S a type */
+template <class S>
+inline constexpr bool is_sharding_v = std::is_same_v<S, NoSharding>;
+/*! \brief True for the sharding policies. \tparam Stage ZeRO stage */
+template <int Stage>
+inline constexpr bool is_sharding_v<ZeRO<Stage>> = true;
+
 /*! \brief Data parallelism: each dp rank trains on its share of the global
  *  batch; gradients are summed over the dp group in buckets that start while
- *  backward still runs.
- *  \tparam Algorithm allreduce policy (telar/comm/allreduce.hpp) */
-template <class Algorithm = RingAllreduce>
+ *  backward still runs (or, with ZeRO<1>, reduced to the rank that owns each
+ *  shard of the optimizer state).
+ *  \tparam Algorithm allreduce policy (telar/comm/allreduce.hpp)
+ *  \tparam Sharding NoSharding or ZeRO<1> */
+template <class Algorithm = RingAllreduce, class Sharding = NoSharding>
 struct DataParallel {
   static_assert(is_allreduce_algorithm_v<Algorithm>,
                 "telar::DataParallel: Algorithm must be an allreduce policy such as "
                 "telar::RingAllreduce or telar::MpiAllreduce");
+  static_assert(is_sharding_v<Sharding>,
+                "telar::DataParallel: Sharding must be telar::NoSharding or telar::ZeRO<1>");
   /*! \brief The allreduce policy. */
   using algorithm = Algorithm;
+  /*! \brief The sharding policy. */
+  using sharding = Sharding;
   /*! \brief Name for logs. */
-  static constexpr char const* name() { return "dp"; }
+  static constexpr char const* name() { return Sharding::stage == 0 ? "dp" : "dp+zero1"; }
 };
 
 /*! \brief Pipeline parallelism: the model's layers split into stages, run by a
@@ -110,9 +150,9 @@ struct TensorParallel {
 /*! \brief True for DataParallel<...>. \tparam P a type */
 template <class P>
 inline constexpr bool is_data_parallel_v = false;
-/*! \brief True for DataParallel<...>. \tparam A algorithm */
-template <class A>
-inline constexpr bool is_data_parallel_v<DataParallel<A>> = true;
+/*! \brief True for DataParallel<...>. \tparam A algorithm \tparam S sharding */
+template <class A, class S>
+inline constexpr bool is_data_parallel_v<DataParallel<A, S>> = true;
 /*! \brief True for PipelineParallel<...>. \tparam P a type */
 template <class P>
 inline constexpr bool is_pipeline_parallel_v = false;

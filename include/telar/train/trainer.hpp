@@ -13,6 +13,7 @@
 #include <telar/parallel/detail/gradient_buckets.hpp>
 #include <telar/parallel/detail/partition.hpp>
 #include <telar/parallel/detail/pipeline_executor.hpp>
+#include <telar/parallel/detail/zero_sharding.hpp>
 #include <telar/parallel/strategy.hpp>
 #include <telar/parallel/tensor_parallel.hpp>
 #include <telar/profile/trace.hpp>
@@ -52,6 +53,10 @@ struct TrainerOptions {
    *  0 to the layer count); empty: balanced by the layers' flops(). */
   std::vector<std::size_t> stage_boundaries;
   std::size_t bucket_bytes = std::size_t(8) << 20; //!< data-parallel gradient bucket size
+  /*! \brief With ZeRO<1>, let the data-parallel ranks of one node share
+   *  parameters and read each other's gradients through MPI-3 shared memory
+   *  (false: reduce-scatter and all-gather messages, as across nodes). */
+  bool shared_memory = true;
   bool trace = false; //!< record a timeline of every step (see Trainer::trace())
 };
 
@@ -161,9 +166,16 @@ public:
     StepResult r;
     r.lr = options_.lr(step_ + 1);
     double const t_opt = trace_.now();
+    if (zero_.active()) {
+      zero_.reduce(exec, params_);
+      trace_.add("reduce shard", "comm", t_opt, trace_.now(), 1);
+    }
+    double const t_upd = trace_.now();
     optimizer_step(exec, r.lr);
     exec.fence();
-    trace_.add("optimizer", "optimizer", t_opt, trace_.now());
+    if (zero_.active())
+      zero_.publish(exec, params_);
+    trace_.add("optimizer", "optimizer", t_upd, trace_.now());
     LossSum const total = reduce_loss(local);
     r.loss = total.samples ? total.loss / double(total.samples) : 0;
     r.accuracy = total.samples ? double(total.correct) / double(total.samples) : 0;
@@ -342,6 +354,7 @@ private:
                                        typename StrategyT::data_parallel, DataParallel<>>;
   using Buckets =
       detail::GradientBuckets<value_type, memory_space, typename Algorithm::algorithm>;
+  static constexpr bool zero1 = StrategyT::has_data_parallel && Algorithm::sharding::stage == 1;
 
   int dp_size() const { return shape_.dp; }
   std::string where() const {
@@ -397,13 +410,21 @@ private:
       for (std::size_t k = bounds_[vs]; k < bounds_[vs + 1]; ++k)
         owned[k] = true;
     }
-    params_.bind(model_, owned);
+    if (zero1 && shape_.dp > 1) {
+      zero_ = detail::ZeroOneSharding<value_type, memory_space>(&grid_->dp(),
+                                                                options_.shared_memory);
+      params_.bind(model_, owned, zero_.allocator(), zero_.copy_values(),
+                   std::size_t(shape_.dp) * params_.alignment);
+      zero_.bound(params_);
+    } else {
+      params_.bind(model_, owned);
+    }
     set_parameter_replicas(model_, params_, shape_.tp);
     collect_tensor_names();
-    engine_ = detail::OptimizerEngine<Optimizer, memory_space>(optimizer, params_.size());
     build_segments();
+    engine_ = detail::OptimizerEngine<Optimizer, memory_space>(optimizer, opt_size_);
     if constexpr (StrategyT::has_data_parallel)
-      if (shape_.dp > 1)
+      if (shape_.dp > 1 && !zero1)
         buckets_ = Buckets(&grid_->dp(), typename Algorithm::algorithm{}, params_,
                            options_.bucket_bytes, &trace_);
   }
@@ -486,14 +507,29 @@ private:
     });
   }
 
+  // segments_: every local tensor (norms); opt_*: what the optimizer owns
+  // (all of it, or this rank's ZeRO shard).
   void build_segments() {
     segments_.clear();
     tensor_ids_.clear();
-    for (auto const& p : params_.entries()) {
+    opt_segments_.clear();
+    opt_tensor_ids_.clear();
+    auto id_of = [&](std::string const& name) {
+      return std::size_t(std::find(all_tensors_.begin(), all_tensors_.end(), name) -
+                         all_tensors_.begin());
+    };
+    auto const& entries = params_.entries();
+    for (auto const& p : entries) {
       segments_.push_back({p.offset, p.size, p.replicas});
-      auto it = std::find(all_tensors_.begin(), all_tensors_.end(), p.name);
-      tensor_ids_.push_back(std::size_t(it - all_tensors_.begin()));
+      tensor_ids_.push_back(id_of(p.name));
     }
+    std::size_t const lo = zero_.active() ? zero_.begin() : 0;
+    std::size_t const hi = zero_.active() ? zero_.end() : params_.size();
+    for (auto const& [t, off, len] : params_.pieces(lo, hi)) {
+      opt_segments_.push_back({off, len, entries[t].replicas});
+      opt_tensor_ids_.push_back(id_of(entries[t].name));
+    }
+    opt_size_ = hi - lo;
   }
 
   // Sums doubles over the ranks that hold different parameters (pipeline
@@ -535,9 +571,16 @@ private:
     StepInfo<value_type> info;
     info.lr = value_type(lr);
     info.step = step_;
-    engine_.step(exec, params_.values(), params_.grads(), segments_, tensor_ids_,
-                 all_tensors_.size(), info, options_.clip_grad_norm,
-                 [this](double* v, std::size_t n) { reduce_model_parallel(v, n); });
+    if (zero_.active()) {
+      // Shards are distinct on every rank of the world: norms sum over all.
+      engine_.step(exec, zero_.values_shard(params_), zero_.grads_shard(params_), opt_segments_,
+                   opt_tensor_ids_, all_tensors_.size(), info, options_.clip_grad_norm,
+                   [this](double* v, std::size_t n) { world_->allreduce(v, n); });
+    } else {
+      engine_.step(exec, params_.values(), params_.grads(), opt_segments_, opt_tensor_ids_,
+                   all_tensors_.size(), info, options_.clip_grad_norm,
+                   [this](double* v, std::size_t n) { reduce_model_parallel(v, n); });
+    }
   }
 
   Model model_;
@@ -553,12 +596,16 @@ private:
   std::vector<std::size_t> bounds_;
   detail::PipelineExecutor<Model> executor_;
   ParameterStore<value_type, memory_space> params_;
+  detail::ZeroOneSharding<value_type, memory_space> zero_;
   detail::OptimizerEngine<Optimizer, memory_space> engine_;
   Buckets buckets_;
   SoftmaxCrossEntropy<value_type, memory_space> loss_;
   std::vector<std::string> all_tensors_;
   std::vector<detail::TensorSegment> segments_;
   std::vector<std::size_t> tensor_ids_;
+  std::vector<detail::TensorSegment> opt_segments_;
+  std::vector<std::size_t> opt_tensor_ids_;
+  std::size_t opt_size_ = 0;
   long long step_ = 0;
 };
 
