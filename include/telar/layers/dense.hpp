@@ -85,9 +85,8 @@ public:
     gemm(Gemm{}, exec, 'N', 'T', T(1), x, weight, beta, y);
   }
 
-  /*! \brief dx = dy W. \param exec execution space instance
-   *  \param dy gradient of the output \param dx gradient of the input
-   *  \param saved unused */
+  /*! \brief dx = dy W (the saved input is not needed). \param exec execution space instance
+   *  \param dy gradient of the output \param dx gradient of the input */
   template <class Exec>
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
                       saved_type const&) const {
