@@ -65,3 +65,26 @@ TEST_CASE("A schedule name that does not exist is refused on every rank", "[stra
   opts.schedule = "2f2b";
   CHECK(error_of<DpPp>(opts).find("unknown schedule \"2f2b\"") != std::string::npos);
 }
+
+TEST_CASE("A bad batch on one rank stops every rank with a message", "[strategy]") {
+  if (world() < 2)
+    return;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  telar::TrainerOptions opts;
+  telar::Trainer<Model, DpPp, telar::SGD<float>> t(MPI_COMM_WORLD, model(), {}, opts, 4);
+  // Rank 1 passes one label too few.
+  telar::Matrix<float> x("x", 8, 4);
+  telar::Labels<> y("y", rank == 1 ? 7 : 8);
+  std::string msg;
+  try {
+    t.step(x, y);
+  } catch (telar::ShapeError const& e) {
+    msg = e.what();
+  }
+  if (rank == 1)
+    CHECK(msg == "telar::Trainer::step: rank 1: 8 inputs but 7 labels");
+  else
+    CHECK(msg == "telar::Trainer::step: rank " + std::to_string(rank) +
+                     ": another rank's batch was rejected (see its message)");
+}

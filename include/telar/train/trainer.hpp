@@ -148,13 +148,23 @@ public:
     auto const t0 = std::chrono::steady_clock::now();
     double const tr0 = trace_.now();
     std::size_t const n = x.extent(0);
-    if (y.extent(0) != n)
-      throw ShapeError("telar::Trainer::step: " + where() + std::to_string(n) + " inputs but " +
-                       std::to_string(y.extent(0)) + " labels");
     std::size_t const m = std::size_t(schedule_.microbatches);
-    if (n < m)
-      throw ShapeError("telar::Trainer::step: " + where() + "a batch of " + std::to_string(n) +
-                       " samples cannot be split into " + std::to_string(m) + " micro-batches");
+    std::string bad;
+    if (y.extent(0) != n)
+      bad = std::to_string(n) + " inputs but " + std::to_string(y.extent(0)) + " labels";
+    else if (n < m)
+      bad = "a batch of " + std::to_string(n) + " samples cannot be split into " +
+            std::to_string(m) + " micro-batches";
+    else if (x.extent(1) != features_.front())
+      bad = "inputs have " + std::to_string(x.extent(1)) + " features, the model expects " +
+            std::to_string(features_.front());
+    // Agree before any collective: a bad batch on one rank stops every rank.
+    bool const anyone = world_ && world_->size() > 1 ? world_->any(!bad.empty()) : !bad.empty();
+    if (!bad.empty())
+      throw ShapeError("telar::Trainer::step: " + where() + bad);
+    if (anyone)
+      throw ShapeError("telar::Trainer::step: " + where() +
+                       "another rank's batch was rejected (see its message)");
     execution_space exec;
     params_.zero_grads(exec);
     buckets_.begin_step(int(m));
@@ -200,10 +210,8 @@ public:
     std::size_t const per = (n + dp - 1) / dp;
     for (std::size_t b = 0; b < per; b += chunk) {
       std::size_t const lo = std::min(e0, b0 + b), hi = std::min(e0, b0 + b + chunk);
-      if (lo == hi && executor_.virtual_stages() > 1)
-        continue; // identical on the ranks of one pipeline: all skip together
       if (lo == hi)
-        continue;
+        continue; // the same on every rank of a pipeline: they skip together
       LossSum ls = executor_.evaluate(exec, rows(x, lo, hi), Labels<memory_space>(rows(y, lo, hi)),
                                       loss_);
       local.loss += ls.loss;
