@@ -20,7 +20,7 @@ telar() { mpirun -np "$1" "$bench" --steps "$steps" "${@:2}" | median; }
 torch() { /usr/bin/python3 bench/peers/mlp_torch.py --steps "$steps" "$@" | median; }
 ratio() { python3 -c "print(f'{$1/$2:.3f}')"; }
 
-echo "# $(date -u +%FT%TZ) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), steps $steps"
+echo "# $(date -u +%FT%TZ) $(nproc --all) cores, load $(cut -d' ' -f1-3 /proc/loadavg), steps $steps"
 if [ "$what" = serial ] || [ "$what" = all ]; then
   t1=$(telar 1); p1=$(torch)
   echo "serial step ms: telar $t1, pytorch $p1, telar/pytorch $(ratio "$t1" "$p1")"
