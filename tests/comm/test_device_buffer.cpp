@@ -39,8 +39,7 @@ TEST_CASE("AllreduceBuffer reduces views of the default memory space", "[comm]")
       KOKKOS_LAMBDA(int i) { v(i) = float(i); });
   Kokkos::fence();
   using Buffer = telar::AllreduceBuffer<View, telar::RingAllreduce>;
-  static_assert(Buffer::direct ==
-                Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space>::accessible);
+  static_assert(Buffer::direct == Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space>::accessible);
   static_assert(!telar::allreduce_accepts_device_pointers_v<telar::RingAllreduce>);
   static_assert(telar::allreduce_accepts_device_pointers_v<telar::MpiAllreduce> ==
                 bool(TELAR_ENABLE_GPU_AWARE_MPI));

@@ -12,11 +12,11 @@
 
 #include <telar/comm/communicator.hpp>
 #include <telar/comm/detail/comm_handle.hpp>
-#include <telar/comm/device_buffer.hpp>
-#include <telar/config.hpp>
 #include <telar/comm/detail/progress.hpp>
 #include <telar/comm/detail/schedule.hpp>
+#include <telar/comm/device_buffer.hpp>
 #include <telar/comm/error.hpp>
+#include <telar/config.hpp>
 
 #include <Kokkos_Core.hpp>
 #include <mpi.h>
