@@ -36,25 +36,30 @@ double probe_loss(Layer const& layer, Mat x, Mat R) {
   return s;
 }
 
-// Central differences of f with respect to every entry of v (a host-accessible view).
+// Central differences of f with respect to every entry of v. v may live in
+// device memory: entries are perturbed in a host mirror and copied back.
 template <class View>
 double max_fd_error(View v, std::function<double()> const& f, View analytic, double h = 1e-6) {
   double worst = 0;
-  auto hv = to_host(v);
+  auto hv = Kokkos::create_mirror_view(v);
+  Kokkos::deep_copy(hv, v);
   auto ha = to_host(analytic);
+  auto set = [&](std::size_t i, double value) {
+    hv.data()[i] = value;
+    Kokkos::deep_copy(v, hv); // a no-op when hv is v
+  };
   for (std::size_t i = 0; i < v.size(); ++i) {
-    double const old = v.data()[i];
-    v.data()[i] = old + h;
+    double const old = hv.data()[i];
+    set(i, old + h);
     double const up = f();
-    v.data()[i] = old - h;
+    set(i, old - h);
     double const down = f();
-    v.data()[i] = old;
+    set(i, old);
     double const fd = (up - down) / (2 * h);
     // Relative to the gradient, or to 1e-3 for tiny entries whose central
     // difference is dominated by round-off (~1e-16 |f| / h).
     worst = std::max(worst, telar::test::rel_diff(fd, ha.data()[i], 1e-3));
   }
-  (void)hv;
   return worst;
 }
 

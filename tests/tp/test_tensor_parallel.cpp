@@ -68,6 +68,34 @@ std::vector<double> host_vector(V const& v) {
   return std::vector<double>(h.data(), h.data() + h.size());
 }
 
+// Entry i of a contiguous view, read or written from the host wherever the
+// view lives (device memory included).
+template <class V>
+auto flat_view(V const& v) {
+  return Kokkos::View<typename V::value_type*, typename V::memory_space,
+                      Kokkos::MemoryTraits<Kokkos::Unmanaged>>(v.data(), v.size());
+}
+template <class V>
+double get_entry(V const& v, std::size_t i) {
+  typename V::non_const_value_type out{};
+  Kokkos::deep_copy(out, Kokkos::subview(flat_view(v), i));
+  return double(out);
+}
+template <class V>
+void set_entry(V const& v, std::size_t i, double value) {
+  Kokkos::deep_copy(Kokkos::subview(flat_view(v), i), typename V::non_const_value_type(value));
+}
+
+// w -= lr g on flat buffers (a named function: nvcc allows no device lambda
+// inside a generic lambda).
+template <class V>
+void sgd_update(V const& v, V const& g, double lr) {
+  Kokkos::parallel_for(
+      Kokkos::RangePolicy<Exec>(0, v.extent(0)),
+      KOKKOS_LAMBDA(std::size_t i) { v(i) -= lr * g(i); });
+  Kokkos::fence();
+}
+
 // max |a - b| / max |b|: error relative to the tensor's scale.
 double rel_err(std::vector<double> const& a, std::vector<double> const& b) {
   if (a.size() != b.size())
@@ -307,17 +335,19 @@ TEST_CASE("Gradients of a tensor-parallel pair match finite differences", "[tp][
   double const h = 1e-6;
   double worst = 0;
   std::string where;
-  auto fd_check = [&](double* p, double analytic, bool mine, std::string const& what) {
-    // Every rank runs both forwards (they communicate); only `mine` perturbs.
-    double const old = mine ? *p : 0;
+  auto fd_check = [&](auto const& v, std::size_t i, double analytic, bool mine,
+                      std::string const& what) {
+    // Every rank runs both forwards (they communicate); only `mine` perturbs
+    // entry i of v.
+    double const old = mine ? get_entry(v, i) : 0;
     if (mine)
-      *p = old + h;
+      set_entry(v, i, old + h);
     double const up = loss();
     if (mine)
-      *p = old - h;
+      set_entry(v, i, old - h);
     double const down = loss();
     if (mine) {
-      *p = old;
+      set_entry(v, i, old);
       double const e = telar::test::rel_diff((up - down) / (2 * h), analytic, 1e-3);
       if (e > worst) {
         worst = e;
@@ -336,7 +366,7 @@ TEST_CASE("Gradients of a tensor-parallel pair match finite differences", "[tp][
       for (int r = 0; r < tpc.size(); ++r)
         for (long long i = 0; i < most; ++i) {
           bool const mine = tpc.rank() == r && i < local;
-          fd_check(mine ? v.data() + i : nullptr, mine ? hg[std::size_t(i)] : 0, mine,
+          fd_check(v, std::size_t(i), mine ? hg[std::size_t(i)] : 0, mine,
                    std::string(layer.name()) + "." + name + "[" + std::to_string(i) + "]");
         }
     });
@@ -348,9 +378,9 @@ TEST_CASE("Gradients of a tensor-parallel pair match finite differences", "[tp][
   auto& b2 = model.layer<2>().bias;
   auto const db2 = host_vector(model.layer<2>().bias_grad);
   for (std::size_t i = 0; i < out; ++i)
-    fd_check(b2.data() + i, db2[i], true, "RowParallel.bias[" + std::to_string(i) + "]");
+    fd_check(b2, i, db2[i], true, "RowParallel.bias[" + std::to_string(i) + "]");
   for (std::size_t i = 0; i < n * in; ++i)
-    fd_check(x.data() + i, dx[i], true, "x[" + std::to_string(i) + "]");
+    fd_check(x, i, dx[i], true, "x[" + std::to_string(i) + "]");
   INFO("tp=" << tpn << " worst relative error " << worst << " at " << where);
   TELAR_REQUIRE_ALL(worst < 1e-6);
 }
@@ -470,12 +500,7 @@ TEST_CASE("A tensor-parallel MLP trains like the serial one", "[tp][train]") {
           tp->allreduce(&sq, 1);
         first_norm = std::sqrt(sq);
       }
-      auto v = store.values();
-      auto g = store.grads();
-      Kokkos::parallel_for(
-          Kokkos::RangePolicy<Exec>(0, v.extent(0)),
-          KOKKOS_LAMBDA(std::size_t i) { v(i) -= lr * g(i); });
-      Kokkos::fence();
+      sgd_update(store.values(), store.grads(), lr);
     }
   };
 

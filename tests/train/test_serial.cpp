@@ -62,7 +62,10 @@ struct Lion {
 } // namespace
 
 TEST_CASE("Whole-model gradient matches finite differences of the mean loss", "[train][fd]") {
-  auto [x, y] = blobs<double>(12, 5, 3, 1);
+  // Not a structured binding: lambdas capture x and y, and capturing a binding is C++20.
+  auto const xy = blobs<double>(12, 5, 3, 1);
+  auto const& x = xy.first;
+  auto const& y = xy.second;
   telar::TrainerOptions opts;
   opts.seed = 3;
   opts.lr = telar::constant_lr(1.0);
@@ -104,7 +107,9 @@ TEST_CASE("Whole-model gradient matches finite differences of the mean loss", "[
 }
 
 TEST_CASE("Serial training learns a synthetic problem", "[train]") {
-  auto [x, y] = blobs<float>(512, 16, 4, 2);
+  auto const xy = blobs<float>(512, 16, 4, 2);
+  auto const& x = xy.first;
+  auto const& y = xy.second;
   telar::TrainerOptions opts;
   opts.seed = 1;
   opts.lr = telar::constant_lr(0.01);
@@ -121,7 +126,9 @@ TEST_CASE("Serial training learns a synthetic problem", "[train]") {
 }
 
 TEST_CASE("Same seed, same parameters, bit for bit; another seed differs", "[train]") {
-  auto [x, y] = blobs<float>(128, 8, 3, 4);
+  auto const xy = blobs<float>(128, 8, 3, 4);
+  auto const& x = xy.first;
+  auto const& y = xy.second;
   auto run = [&](std::uint64_t seed) {
     telar::TrainerOptions opts;
     opts.seed = seed;
@@ -137,7 +144,9 @@ TEST_CASE("Same seed, same parameters, bit for bit; another seed differs", "[tra
 }
 
 TEST_CASE("Micro-batches accumulate to the full-batch gradient", "[train]") {
-  auto [x, y] = blobs<float>(96, 8, 3, 5);
+  auto const xy = blobs<float>(96, 8, 3, 5);
+  auto const& x = xy.first;
+  auto const& y = xy.second;
   auto run = [&](int m) {
     telar::TrainerOptions opts;
     opts.seed = 2;
@@ -162,7 +171,9 @@ TEST_CASE("Micro-batches accumulate to the full-batch gradient", "[train]") {
 }
 
 TEST_CASE("A user-written optimizer (Lion) trains the model", "[train][optim]") {
-  auto [x, y] = blobs<float>(256, 16, 4, 6);
+  auto const xy = blobs<float>(256, 16, 4, 6);
+  auto const& x = xy.first;
+  auto const& y = xy.second;
   telar::TrainerOptions opts;
   opts.seed = 1;
   opts.lr = telar::constant_lr(3e-3);
@@ -178,7 +189,9 @@ TEST_CASE("A user-written optimizer (Lion) trains the model", "[train][optim]") 
 }
 
 TEST_CASE("Trainer rejects bad batches with a clear message", "[train]") {
-  auto [x, y] = blobs<float>(8, 4, 2, 7);
+  auto const xy = blobs<float>(8, 4, 2, 7);
+  auto const& x = xy.first;
+  auto const& y = xy.second;
   telar::TrainerOptions opts;
   opts.microbatches = 16;
   telar::Trainer<Mlp<float>, telar::Serial, telar::SGD<float>> t(make_mlp<float>(4, 4, 2), {},

@@ -3,16 +3,20 @@
  *  \brief Allreduce algorithms as policies, with a non-blocking interface so
  *         that a gradient bucket's reduction runs while backward continues.
  *
- *  Buffers are host pointers. Device buffers are staged by the caller (see
- *  telar/comm/device_buffer.hpp) unless `TELAR_ENABLE_GPU_AWARE_MPI` is set
- *  in telar/config.hpp, in which case device pointers may be passed as is.
+ *  Buffers are host pointers. Device buffers are staged by the caller through
+ *  telar::AllreduceBuffer, which passes device pointers as they are only to
+ *  an algorithm that leaves the arithmetic to MPI (MpiAllreduce) and only when
+ *  `TELAR_ENABLE_GPU_AWARE_MPI` is set in telar/config.hpp: Telar's
+ *  point-to-point algorithms add received segments on the host.
  */
 
 #include <telar/comm/communicator.hpp>
 #include <telar/comm/detail/comm_handle.hpp>
 #include <telar/comm/detail/progress.hpp>
 #include <telar/comm/detail/schedule.hpp>
+#include <telar/comm/device_buffer.hpp>
 #include <telar/comm/error.hpp>
+#include <telar/config.hpp>
 
 #include <Kokkos_Core.hpp>
 #include <mpi.h>
@@ -259,6 +263,9 @@ inline constexpr bool is_allreduce_algorithm_v = is_allreduce_algorithm<std::rem
 struct MpiAllreduce {
   /*! \brief Name for logs and traces. */
   static constexpr const char* name() { return "mpi"; }
+  /*! \brief MPI does the arithmetic: with a GPU-aware MPI the buffer may be
+   *  device memory. */
+  static constexpr bool reduces_on_host = false;
 
   /*! \brief Starts a sum-allreduce of \p n elements in place.
    *  \tparam T element type with an MPI datatype
@@ -286,6 +293,9 @@ struct MpiAllreduce {
 
 /*! \brief Settings shared by Telar's point-to-point algorithms. */
 struct SegmentedSettings {
+  /*! \brief Received segments are added into the buffer on the host, so it
+   *  must be host memory (telar::AllreduceBuffer stages device views). */
+  static constexpr bool reduces_on_host = true;
   /*! \brief Default largest message, in bytes. */
   static constexpr std::size_t default_segment_bytes = std::size_t(2) << 20;
   /*! \brief Default messages in flight per direction. */
@@ -564,6 +574,35 @@ struct is_allreduce_algorithm<RecursiveHalvingDoubling> : std::true_type {};
 template <>
 struct is_allreduce_algorithm<HierarchicalAllreduce> : std::true_type {};
 /*! \endcond */
+
+namespace detail {
+template <class A, class = void>
+struct reduces_on_host : std::true_type {}; // unknown: assume host arithmetic, stage
+template <class A>
+struct reduces_on_host<A, std::void_t<decltype(A::reduces_on_host)>>
+    : std::bool_constant<A::reduces_on_host> {};
+} // namespace detail
+
+/*! \brief Whether \p Algorithm's start() may be given a pointer to device
+ *  memory: only when Telar was configured with `TELAR_ENABLE_GPU_AWARE_MPI`
+ *  and the algorithm leaves the arithmetic to MPI (`reduces_on_host` false,
+ *  as MpiAllreduce). An algorithm without `reduces_on_host` is assumed to
+ *  add on the host.
+ *  \tparam Algorithm an allreduce algorithm policy */
+template <class Algorithm>
+inline constexpr bool allreduce_accepts_device_pointers_v =
+    TELAR_ENABLE_GPU_AWARE_MPI && !detail::reduces_on_host<std::remove_cv_t<Algorithm>>::value;
+
+/*! \brief A buffer for allreducing a view with \p Algorithm: the view itself
+ *  when the algorithm can use its memory, else a host copy (see HostBuffer).
+ *  \code
+ *  telar::AllreduceBuffer<decltype(grad), telar::RingAllreduce> buf(grad);
+ *  telar::RingAllreduce::allreduce(comm, buf.data(), buf.size());
+ *  buf.copy_back();
+ *  \endcode
+ *  \tparam View a contiguous Kokkos::View \tparam Algorithm an allreduce algorithm policy */
+template <class View, class Algorithm>
+using AllreduceBuffer = HostBuffer<View, allreduce_accepts_device_pointers_v<Algorithm>>;
 
 /*! \brief Blocking sum-allreduce in place with the configured \p algorithm.
  *  \tparam Algorithm a policy with is_allreduce_algorithm_v true

@@ -17,19 +17,30 @@ namespace telar {
 
 /*! \brief Gives MPI a pointer to the data of a contiguous Kokkos::View.
  *
- *  If the view's memory is host-accessible, or Telar was configured with
- *  `TELAR_ENABLE_GPU_AWARE_MPI`, data() is the view's own pointer and no copy
- *  happens. Otherwise a host mirror is allocated; the constructor copies the
- *  view into it (unless told not to) and copy_back() copies it back.
+ *  If the view's memory is host-accessible, or \p DevicePointers is true
+ *  (by default when Telar was configured with `TELAR_ENABLE_GPU_AWARE_MPI`),
+ *  data() is the view's own pointer and no copy happens. Otherwise a host
+ *  mirror is allocated; the constructor copies the view into it (unless told
+ *  not to) and copy_back() copies it back.
+ *
+ *  The default suits point-to-point transfers and MPI's own collectives, where
+ *  a GPU-aware MPI reads and writes device memory itself. Telar's
+ *  point-to-point allreduce algorithms also add on the host: buffers for them
+ *  are telar::AllreduceBuffer (telar/comm/allreduce.hpp), which stages device
+ *  memory whatever MPI can do.
  *
  *  \code
- *  telar::HostBuffer<decltype(grad)> buf(grad);            // copy in
- *  telar::RingAllreduce::allreduce(comm, buf.data(), buf.size());
- *  buf.copy_back();                                          // copy out
+ *  telar::HostBuffer<decltype(act)> out(act);                // copy in
+ *  comm.send(out.data(), out.size(), next);
+ *  telar::HostBuffer<decltype(act)> in(act, false);          // receive only
+ *  comm.recv(in.data(), in.size(), prev);
+ *  in.copy_back();                                           // copy out
  *  \endcode
  *  \tparam View a Kokkos::View with contiguous layout
+ *  \tparam DevicePointers whether whoever uses data() accepts a pointer to
+ *          memory the host cannot access
  */
-template <class View>
+template <class View, bool DevicePointers = TELAR_ENABLE_GPU_AWARE_MPI != 0>
 class HostBuffer {
   static_assert(Kokkos::is_view<View>::value, "telar::HostBuffer: View must be a Kokkos::View");
 
@@ -38,7 +49,7 @@ public:
   using value_type = typename View::value_type;
   /*! \brief True when no staging copy is needed for this view type. */
   static constexpr bool direct =
-      TELAR_ENABLE_GPU_AWARE_MPI ||
+      DevicePointers ||
       Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename View::memory_space>::accessible;
 
   /*! \brief Wraps \p view; stages it on the host unless `direct`.

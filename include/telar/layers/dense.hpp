@@ -13,6 +13,32 @@
 
 namespace telar {
 
+namespace detail {
+// Draws the block of a full [out, full_in] W (and the matching entries of b)
+// whose first element is (row0, col0). A free function rather than a member:
+// nvcc rejects extended lambdas in protected or private member functions.
+template <class W, class B>
+void dense_fill_block(W const& w, B const& b, std::uint64_t seed, std::size_t full_in,
+                      std::size_t row0, std::size_t col0) {
+  using T = typename W::non_const_value_type;
+  using Exec = typename W::memory_space::execution_space;
+  T const bound = T(1) / detail::sqrt(T(full_in == 0 ? 1 : full_in));
+  std::uint64_t const wseed = mix_seed(seed, 0), bseed = mix_seed(seed, 1);
+  Kokkos::parallel_for(
+      "telar::Dense::initialize",
+      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>({0, 0}, {w.extent(0), w.extent(1)}),
+      KOKKOS_LAMBDA(std::size_t i, std::size_t j) {
+        w(i, j) = uniform_at(wseed, (row0 + i) * full_in + (col0 + j), -bound, bound);
+      });
+  if (b.extent(0) > 0) {
+    Kokkos::parallel_for(
+        "telar::Dense::initialize_bias", Kokkos::RangePolicy<Exec>(0, b.extent(0)),
+        KOKKOS_LAMBDA(std::size_t i) { b(i) = uniform_at(bseed, row0 + i, -bound, bound); });
+  }
+  Kokkos::fence();
+}
+} // namespace detail
+
 /*! \brief Fully connected layer: y = x W^T + b, W of shape [out, in].
  *
  *  Parameters are allocated by initialize(seed) with PyTorch's default
@@ -135,24 +161,7 @@ protected:
    *  matching rows of b.
    *  \param seed stream seed \param row0 first global row \param col0 first global column */
   void fill_block(std::uint64_t seed, std::size_t row0, std::size_t col0) {
-    using Exec = typename MemorySpace::execution_space;
-    T const bound = T(1) / detail::sqrt(T(in_ == 0 ? 1 : in_));
-    std::size_t const full_in = in_;
-    std::uint64_t const wseed = detail::mix_seed(seed, 0), bseed = detail::mix_seed(seed, 1);
-    auto w = weight;
-    Kokkos::parallel_for(
-        "telar::Dense::initialize",
-        Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>({0, 0}, {w.extent(0), w.extent(1)}),
-        KOKKOS_LAMBDA(std::size_t i, std::size_t j) {
-          w(i, j) = detail::uniform_at(wseed, (row0 + i) * full_in + (col0 + j), -bound, bound);
-        });
-    if (bias.extent(0) > 0) {
-      auto b = bias;
-      Kokkos::parallel_for(
-          "telar::Dense::initialize_bias", Kokkos::RangePolicy<Exec>(0, b.extent(0)),
-          KOKKOS_LAMBDA(std::size_t i) { b(i) = detail::uniform_at(bseed, row0 + i, -bound, bound); });
-    }
-    Kokkos::fence();
+    detail::dense_fill_block(weight, bias, seed, in_, row0, col0);
   }
   /*! \brief Throws ShapeError unless x is [n, in] and y is [n, out]. */
   void check_shapes(char const* what, std::size_t xn, std::size_t xf, std::size_t yn,

@@ -117,8 +117,9 @@ struct TensorParallelContext {
    *  every rank of the group calls it in the same order with the same size.
    *
    *  Waits for \p exec first. Memory the host cannot reach is staged through a
-   *  telar::HostBuffer unless Telar was configured with
-   *  TELAR_ENABLE_GPU_AWARE_MPI. Nothing happens in a group of one.
+   *  host copy (telar::AllreduceBuffer) unless Telar was configured with
+   *  TELAR_ENABLE_GPU_AWARE_MPI and the algorithm is MpiAllreduce (the others
+   *  add on the host). Nothing happens in a group of one.
    *  \param exec execution space instance whose kernels wrote \p v
    *  \param v contiguous view
    *  \throws telar::CommError or telar::CommTimeout naming the rank and the operation */
@@ -131,13 +132,16 @@ struct TensorParallelContext {
     if (comm == nullptr)
       validate("telar::TensorParallelContext::allreduce_sum");
     exec.fence(); // MPI reads memory the kernels wrote
-    HostBuffer<View> buf(v);
-    std::visit([&](auto const& a) { telar::allreduce(a, *comm, buf.data(), buf.size()); },
-               algorithm);
-    buf.copy_back();
+    std::visit(
+        [&](auto const& a) {
+          AllreduceBuffer<View, std::decay_t<decltype(a)>> buf(v);
+          telar::allreduce(a, *comm, buf.data(), buf.size());
+          buf.copy_back();
+        },
+        algorithm);
     if (traffic != nullptr) {
       ++traffic->allreduces;
-      traffic->bytes += buf.size() * sizeof(typename View::value_type);
+      traffic->bytes += v.span() * sizeof(typename View::value_type);
     }
   }
 };

@@ -118,7 +118,7 @@ private:
     bool copied_back = true;
     bool recorded = false;
     AllreduceOp<T> op;
-    std::shared_ptr<HostBuffer<Sub>> staging;
+    std::shared_ptr<AllreduceBuffer<Sub, Algorithm>> staging;
     double t_start = 0;
     std::size_t index = 0;
   };
@@ -132,8 +132,8 @@ private:
       return;
     exec.fence(); // the gradients must be written before MPI reads them
     auto sub = Kokkos::subview(grads_, std::make_pair(b.begin, b.end));
-    b.staging = std::make_shared<HostBuffer<Sub>>(sub, true);
-    b.copied_back = HostBuffer<Sub>::direct;
+    b.staging = std::make_shared<AllreduceBuffer<Sub, Algorithm>>(sub, true);
+    b.copied_back = AllreduceBuffer<Sub, Algorithm>::direct;
     if (trace_)
       b.t_start = trace_->now();
     b.op = algorithm_.start(*comm_, b.staging->data(), b.end - b.begin);
