@@ -163,7 +163,11 @@ public:
     double const t_opt = trace_.now();
     optimizer_step(exec, r.lr);
     exec.fence();
-    trace_.add("optimizer", "optimizer", t_opt, trace_.now());
+    double const t_opt_end = trace_.now();
+    trace_.add("optimizer", "optimizer", t_opt, t_opt_end);
+    // The schedule's last instruction, in the pipeline timeline too.
+    if (trace_.enabled())
+      executor_.add_event({coords_.pp, schedule::Op::OptimizerStep, -1, 0, t_opt, t_opt_end});
     LossSum const total = reduce_loss(local);
     r.loss = total.samples ? total.loss / double(total.samples) : 0;
     r.accuracy = total.samples ? double(total.correct) / double(total.samples) : 0;
@@ -303,7 +307,12 @@ public:
    *  last step, or of every step so far, gathered from the ranks of this
    *  rank's pipeline (collective over the pipeline group); times in seconds
    *  from a common origin. Feed it to schedule::analyze() or
-   *  schedule::write_svg(). \param last_step_only only the last step */
+   *  schedule::write_svg().
+   *
+   *  Events, as in schedule::simulate(): Forward (on the last virtual stage
+   *  including the loss), Backward or BackwardInput and BackwardWeight, the
+   *  OptimizerStep, and RecvActivation / RecvGrad spanning the time a rank
+   *  waited for a message. \param last_step_only only the last step */
   schedule::Timeline pipeline_timeline(bool last_step_only = true) const {
     schedule::Timeline tl;
     tl.name = schedule_.name + " (measured)";

@@ -155,16 +155,20 @@ public:
           wait_recv(st, in, Op::RecvActivation);
           input = runner.input_buffer(st.slot);
         }
-        timed("F", in, [&] { runner.forward(exec, st.slot, input); });
-        if (vs == last_vs) {
-          auto [b, e] = rows_of(in.microbatch);
-          LossSum ls = loss.forward_backward(exec, CMat(runner.output(st.slot)),
-                                             Labels<MemorySpace>(rows(y, b, e)),
-                                             runner.output_grad(st.slot), scale);
-          total.loss += ls.loss;
-          total.correct += ls.correct;
-          total.samples += ls.samples;
-        }
+        // The loss belongs to the last virtual stage's Forward (as in the
+        // schedule's cost model), so its time is recorded with it.
+        timed("F", in, [&] {
+          runner.forward(exec, st.slot, input);
+          if (vs == last_vs) {
+            auto [b, e] = rows_of(in.microbatch);
+            LossSum ls = loss.forward_backward(exec, CMat(runner.output(st.slot)),
+                                               Labels<MemorySpace>(rows(y, b, e)),
+                                               runner.output_grad(st.slot), scale);
+            total.loss += ls.loss;
+            total.correct += ls.correct;
+            total.samples += ls.samples;
+          }
+        });
         break;
       }
       case Op::SendActivation: {
@@ -265,8 +269,10 @@ public:
     return total;
   }
 
-  // Compute and receive-wait events recorded by run() while tracing.
+  // Compute and receive-wait events recorded by run() while tracing, and
+  // those added by the caller (the optimizer step).
   std::vector<schedule::Event> const& events() const { return events_; }
+  void add_event(schedule::Event const& e) { events_.push_back(e); }
   std::size_t last_step_begin() const { return step_begin_; }
   void clear_events() {
     events_.clear();

@@ -1,0 +1,563 @@
+// Pipeline schedules, measured and predicted, on one MLP:
+//   in -> H, K blocks of H x H Dense + ReLU, -> 10, fp32, SGD, synthetic data.
+//
+//   mpirun -np P bench_pipeline [--blocks 7] [--hidden 1024] [--in 784] [--batch 128]
+//        [--microbatches 8] [--chunks 2] [--warmup 5] [--steps 10] [--rounds 5]
+//        [--schedules gpipe,1f1b,interleaved,zb-h1,zb-h2] [--svg DIR] [--json]
+//
+// One Trainer per schedule (same model, same seed, pp = P ranks). After the warm-up steps the
+// schedules take turns: each round runs --steps traced steps of every schedule (the order
+// rotates from round to round), so slow drifts of a shared machine hit all of them alike.
+// Per step: the step time (slowest rank, after a barrier) and the measured timeline of the step
+// (Trainer::pipeline_timeline) with its bubble fraction (schedule::analyze). Then, per schedule,
+// a CostModel built from the same run: mean F, B, W time per virtual stage, alpha and beta from
+// a ping-pong of one activation message over the pipeline communicator, the optimizer step;
+// schedule::simulate predicts the bubble, printed next to the measured median.
+// Timings are figures to read, never to assert.
+#include <telar/layers/activation.hpp>
+#include <telar/layers/dense.hpp>
+#include <telar/optim/sgd.hpp>
+#include <telar/schedule.hpp>
+#include <telar/train/trainer.hpp>
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <unistd.h>
+#include <utility>
+#include <vector>
+
+namespace ts = telar::schedule;
+
+namespace {
+
+struct Args {
+  std::size_t in = 784, hidden = 1024, batch = 128;
+  int blocks = 7, microbatches = 8, chunks = 2, warmup = 5, steps = 10, rounds = 5, max_rounds = 0;
+  double max_foreign = 0.05; // rounds with more foreign CPU load are dropped
+  std::vector<std::string> schedules{"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"};
+  std::string svg;
+  bool json = false;
+};
+
+std::vector<std::string> split(std::string const& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty())
+      out.push_back(item);
+  return out;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string const f = argv[i];
+    if (f == "--json") {
+      a.json = true;
+      continue;
+    }
+    if (i + 1 >= argc)
+      throw std::invalid_argument("bench_pipeline: " + f + " needs a value");
+    std::string const v = argv[++i];
+    if (f == "--in") a.in = std::stoul(v);
+    else if (f == "--hidden") a.hidden = std::stoul(v);
+    else if (f == "--batch") a.batch = std::stoul(v);
+    else if (f == "--blocks") a.blocks = std::stoi(v);
+    else if (f == "--microbatches") a.microbatches = std::stoi(v);
+    else if (f == "--chunks") a.chunks = std::stoi(v);
+    else if (f == "--warmup") a.warmup = std::stoi(v);
+    else if (f == "--steps") a.steps = std::stoi(v);
+    else if (f == "--rounds") a.rounds = std::stoi(v);
+    else if (f == "--max-rounds") a.max_rounds = std::stoi(v);
+    else if (f == "--max-foreign") a.max_foreign = std::stod(v);
+    else if (f == "--schedules") a.schedules = split(v);
+    else if (f == "--svg") a.svg = v;
+    else throw std::invalid_argument("bench_pipeline: unknown flag " + f);
+  }
+  return a;
+}
+
+using D = telar::Dense<float>;
+using R = telar::ReLU<float>;
+
+template <class Tuple>
+struct SequentialOf;
+template <class... L>
+struct SequentialOf<std::tuple<L...>> {
+  using type = telar::Sequential<L...>;
+};
+
+template <std::size_t>
+std::tuple<D, R> block(std::size_t h) {
+  return {D(h, h), R{}};
+}
+
+// D(in, h) R, K x [D(h, h) R], D(h, 10).
+template <std::size_t... I>
+auto mlp_layers(std::size_t in, std::size_t h, std::index_sequence<I...>) {
+  return std::tuple_cat(std::make_tuple(D(in, h), R{}), block<I>(h)..., std::make_tuple(D(h, 10)));
+}
+
+double median(std::vector<double> v) {
+  if (v.empty())
+    return 0;
+  std::sort(v.begin(), v.end());
+  std::size_t const n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+std::string pct(double f) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f%%", 100 * f);
+  return b;
+}
+double mean(std::vector<double> const& v) {
+  return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+}
+
+// alpha (s) and beta (s/byte) of the pipeline communicator, rank 0 <-> rank 1, from the half
+// round trip of a 1-float and an activation-sized message.
+std::pair<double, double> ping_pong(telar::Communicator const& pp, std::size_t floats) {
+  if (pp.size() < 2)
+    return {0, 0};
+  std::vector<float> buf(floats, 1.f);
+  auto half_rtt = [&](std::size_t n) {
+    int const reps = 200;
+    std::vector<double> t;
+    for (int i = 0; i < reps + 10; ++i) {
+      pp.barrier();
+      double const t0 = MPI_Wtime();
+      if (pp.rank() == 0) {
+        pp.send(buf.data(), n, 1, 7);
+        pp.recv(buf.data(), n, 1, 7);
+      } else if (pp.rank() == 1) {
+        pp.recv(buf.data(), n, 0, 7);
+        pp.send(buf.data(), n, 0, 7);
+      }
+      if (i >= 10)
+        t.push_back((MPI_Wtime() - t0) / 2);
+    }
+    double m = median(t);
+    pp.broadcast(&m, 1, 0);
+    return m;
+  };
+  double const small = half_rtt(1), big = half_rtt(floats);
+  double const beta = std::max(0.0, (big - small) / double((floats - 1) * sizeof(float)));
+  return {small, beta};
+}
+
+// CPU time used on this machine by other processes than the benchmark's ranks (Linux /proc), as a
+// fraction of all CPUs: a shared machine's other jobs distort a pipeline far more than they slow
+// a single process (one stalled rank stalls the other), so rounds during which something else
+// ran are measured but not used.
+struct CpuClock {
+  double busy = 0, ours = 0, wall = 0; // seconds
+};
+CpuClock cpu_clock() {
+  CpuClock c;
+  double const hz = double(sysconf(_SC_CLK_TCK));
+  if (FILE* f = std::fopen("/proc/stat", "r")) {
+    unsigned long long v[8] = {};
+    if (std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                    &v[4], &v[5], &v[6], &v[7]) == 8)
+      c.busy = double(v[0] + v[1] + v[2] + v[5] + v[6]) / hz; // user nice system irq softirq
+    std::fclose(f);
+  }
+  if (FILE* f = std::fopen("/proc/self/stat", "r")) {
+    char buf[1024];
+    std::size_t const n = std::fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    std::fclose(f);
+    // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
+    if (char const* q = std::strrchr(buf, ')')) {
+      unsigned long long ut = 0, st = 0;
+      if (std::sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) ==
+          2)
+        c.ours = double(ut + st) / hz;
+    }
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &c.ours, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Bcast(&c.busy, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  c.wall = MPI_Wtime();
+  return c;
+}
+double foreign_load(CpuClock const& a, CpuClock const& b) {
+  long const cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  double const wall = b.wall - a.wall;
+  if (wall <= 0 || cpus <= 0 || b.busy == 0)
+    return 0;
+  return std::max(0.0, (b.busy - a.busy) - (b.ours - a.ours)) / (wall * double(cpus));
+}
+
+// What one schedule measured over all its traced steps.
+struct Record {
+  std::string name;
+  std::vector<double> step_s, bubble, period_bubble, makespan, opt_s;
+  std::vector<ts::Timeline> timelines;
+  // durations per (virtual stage, op), over all steps
+  std::map<std::pair<int, int>, std::vector<double>> ops;
+  // per rank and step: receive waits, unaccounted time between events
+  std::vector<std::vector<double>> waits, gaps;
+};
+
+template <class Trainer>
+void record_step(Record& rec, Trainer const& tr, ts::Timeline const& tl, double step_s) {
+  auto const& s = tr.pipeline_schedule();
+  auto const st = ts::analyze(tl);
+  rec.step_s.push_back(step_s);
+  rec.bubble.push_back(st.bubble_fraction);
+  rec.period_bubble.push_back(st.period_bubble_fraction);
+  rec.makespan.push_back(st.makespan);
+  int const p = s.stages;
+  rec.waits.resize(std::size_t(p));
+  rec.gaps.resize(std::size_t(p));
+  std::vector<double> wait(p, 0), busy(p, 0), lo(p, 1e300), hi(p, -1e300);
+  for (auto const& e : tl.events) {
+    lo[e.rank] = std::min(lo[e.rank], e.start);
+    hi[e.rank] = std::max(hi[e.rank], e.end);
+    if (ts::is_compute(e.op)) {
+      busy[e.rank] += e.duration();
+      int const vs = e.op == ts::Op::OptimizerStep ? -1 : s.virtual_stage(e.rank, e.chunk);
+      rec.ops[{vs, int(e.op)}].push_back(e.duration());
+    } else {
+      wait[e.rank] += e.duration();
+    }
+  }
+  for (int r = 0; r < p; ++r) {
+    rec.waits[r].push_back(wait[r]);
+    rec.gaps[r].push_back(hi[r] > lo[r] ? hi[r] - lo[r] - busy[r] - wait[r] : 0);
+  }
+  rec.timelines.push_back(tl);
+}
+
+void merge(Record& to, Record const& from) {
+  auto app = [](std::vector<double>& a, std::vector<double> const& b) {
+    a.insert(a.end(), b.begin(), b.end());
+  };
+  app(to.step_s, from.step_s);
+  app(to.bubble, from.bubble);
+  app(to.period_bubble, from.period_bubble);
+  app(to.makespan, from.makespan);
+  app(to.opt_s, from.opt_s);
+  to.timelines.insert(to.timelines.end(), from.timelines.begin(), from.timelines.end());
+  for (auto const& [key, v] : from.ops)
+    app(to.ops[key], v);
+  to.waits.resize(from.waits.size());
+  to.gaps.resize(from.gaps.size());
+  for (std::size_t r = 0; r < from.waits.size(); ++r) {
+    app(to.waits[r], from.waits[r]);
+    app(to.gaps[r], from.gaps[r]);
+  }
+}
+
+double op_mean(Record const& rec, int vs, ts::Op op) {
+  auto it = rec.ops.find({vs, int(op)});
+  return it == rec.ops.end() ? 0 : mean(it->second);
+}
+
+template <std::size_t K>
+int run(Args const& a) {
+  using Layers = decltype(mlp_layers(0, 0, std::make_index_sequence<K>{}));
+  using Model = typename SequentialOf<Layers>::type;
+  using Strategy = telar::Strategy<telar::PipelineParallel<>>;
+  using Trainer = telar::Trainer<Model, Strategy, telar::SGD<float>>;
+  int world = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  bool const root = rank == 0;
+
+  std::vector<std::unique_ptr<Trainer>> trainers;
+  std::vector<Record> recs;
+  for (auto const& name : a.schedules) {
+    telar::TrainerOptions opts;
+    opts.seed = 1;
+    opts.grid = {1, world, 1};
+    opts.microbatches = a.microbatches;
+    opts.schedule = name;
+    opts.chunks = a.chunks;
+    opts.trace = true;
+    opts.lr = telar::constant_lr(1e-3);
+    trainers.push_back(std::make_unique<Trainer>(
+        MPI_COMM_WORLD,
+        std::make_from_tuple<Model>(mlp_layers(a.in, a.hidden, std::make_index_sequence<K>{})),
+        telar::SGD<float>{}, opts, a.in));
+    recs.push_back({});
+    recs.back().name = name;
+  }
+
+  telar::Matrix<float> x("x", a.batch, a.in);
+  telar::Labels<> y("y", a.batch);
+  auto hx = Kokkos::create_mirror_view(x);
+  auto hy = Kokkos::create_mirror_view(y);
+  for (std::size_t i = 0; i < a.batch; ++i) {
+    hy(i) = int(i % 10);
+    for (std::size_t j = 0; j < a.in; ++j)
+      hx(i, j) = float((i * a.in + j) % 97) / 97.f - 0.5f;
+  }
+  Kokkos::deep_copy(x, hx);
+  Kokkos::deep_copy(y, hy);
+
+  auto timed_step = [&](Trainer& tr) {
+    MPI_Barrier(MPI_COMM_WORLD); // steps start together; the slowest rank sets the time
+    double const t0 = MPI_Wtime();
+    tr.step(x, y);
+    double dt = MPI_Wtime() - t0;
+    MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return dt;
+  };
+
+  // Configuration: boundaries and forward FLOPs per virtual stage.
+  if (root) {
+    char const* threads = std::getenv("OMP_NUM_THREADS");
+    std::printf("# bench_pipeline: MLP %zu-%zu x%zu-10 (%zu layers), fp32, SGD, gemm %s, "
+                "batch %zu in %d micro-batches of %zu, pp = %d ranks, OMP_NUM_THREADS=%s, "
+                "%d warm-up steps, then %d rounds x %d traced steps per schedule\n",
+                a.in, a.hidden, K + 1, Model::size,
+                telar::gemm_backend_name<float, telar::DefaultMemorySpace>(), a.batch,
+                a.microbatches, a.batch / std::size_t(a.microbatches), world,
+                threads ? threads : "unset", a.warmup, a.rounds, a.steps);
+    std::vector<std::string> seen;
+    for (auto const& t : trainers) {
+      auto const& b = t->stage_boundaries();
+      std::string key;
+      for (auto v : b)
+        key += std::to_string(v) + " ";
+      if (std::find(seen.begin(), seen.end(), key) != seen.end())
+        continue;
+      seen.push_back(key);
+      std::vector<double> lf;
+      auto const& feats = t->feature_sizes();
+      t->model().for_each_layer([&](auto index, auto const& layer) {
+        using L = std::decay_t<decltype(layer)>;
+        double f = 0;
+        if constexpr (telar::detail::is_detected_v<telar::detail::flops_t, L>)
+          f = layer.flops(a.batch, feats[index]);
+        lf.push_back(f);
+      });
+      std::printf("# %d virtual stages, layer boundaries [%s]; forward GFLOP per batch by "
+                  "virtual stage:",
+                  int(b.size()) - 1, key.c_str());
+      for (std::size_t v = 0; v + 1 < b.size(); ++v)
+        std::printf(" %.3f", std::accumulate(lf.begin() + long(b[v]), lf.begin() + long(b[v + 1]),
+                                             0.0) * 1e-9);
+      std::printf("\n");
+    }
+  }
+
+  for (int s = 0; s < a.warmup; ++s)
+    for (auto& t : trainers)
+      timed_step(*t);
+  for (auto& t : trainers)
+    t->clear_trace();
+
+  std::size_t const n = trainers.size();
+  std::vector<std::vector<double>> round_median(n);
+  // A block (one schedule's steps in one round) during which other processes used more than
+  // --max-foreign of the machine is dropped; a round counts once all its blocks were clean.
+  std::vector<double> loads; // foreign load of every block run
+  int const max_rounds = a.max_rounds > 0 ? a.max_rounds : 4 * a.rounds;
+  int clean = 0, round = 0;
+  std::size_t dropped = 0;
+  for (; round < max_rounds && clean < a.rounds; ++round) {
+    bool all_clean = true;
+    for (std::size_t k = 0; k < n; ++k) {
+      std::size_t const i = (k + std::size_t(round)) % n;
+      Record got;
+      got.name = recs[i].name;
+      std::vector<double> mine;
+      CpuClock const c0 = cpu_clock();
+      for (int s = 0; s < a.steps; ++s) {
+        double const dt = timed_step(*trainers[i]);
+        auto const tl = trainers[i]->pipeline_timeline(true);
+        record_step(got, *trainers[i], tl, dt);
+        for (auto const& e : trainers[i]->trace().events())
+          if (e.category == "optimizer")
+            got.opt_s.push_back(e.end - e.start);
+        trainers[i]->clear_trace();
+        mine.push_back(dt);
+      }
+      double const load = foreign_load(c0, cpu_clock());
+      loads.push_back(load);
+      bool const ok = load <= a.max_foreign;
+      round_median[i].push_back(ok ? median(mine) : -1.0);
+      if (ok)
+        merge(recs[i], got);
+      else
+        ++dropped;
+      all_clean &= ok;
+    }
+    clean += all_clean;
+  }
+  if (root) {
+    std::sort(loads.begin(), loads.end());
+    std::printf("# %d rounds run, %d without foreign CPU load on any block; %zu of %zu blocks "
+                "dropped (other processes above %.0f%% of the machine); foreign load median "
+                "%.1f%%, max %.1f%%\n",
+                round, clean, dropped, loads.size(), 100 * a.max_foreign, 100 * median(loads),
+                100 * loads.back());
+  }
+  for (auto const& r : recs)
+    if (r.step_s.empty()) {
+      if (root)
+        std::printf("bench_pipeline: every block of %s ran under foreign load; nothing to "
+                    "report (raise --max-foreign or --max-rounds)\n",
+                    r.name.c_str());
+      return 2;
+    }
+
+  // Message costs over the pipeline communicator.
+  std::size_t const mb_rows = a.batch / std::size_t(a.microbatches);
+  auto const [alpha, beta] = ping_pong(trainers.front()->grid()->pp(), mb_rows * a.hidden);
+
+  if (!root)
+    return 0;
+  std::printf("# ping-pong over the pipeline communicator: alpha %.1f us, beta %.3f us/KiB "
+              "(activation message %zu KiB: %.1f us)\n",
+              alpha * 1e6, beta * 1e6 * 1024, mb_rows * a.hidden * 4 / 1024,
+              (alpha + beta * double(mb_rows * a.hidden * 4)) * 1e6);
+
+  // Split B and W of the zb-h1 run, if any, for the cross-prediction of fused schedules.
+  Record const* split_ref = nullptr;
+  for (std::size_t i = 0; i < n; ++i)
+    if (recs[i].name == "zb-h1")
+      split_ref = &recs[i];
+
+  std::printf("\n| schedule | measured bubble | predicted | difference | predicted (B,W of zb-h1) "
+              "| step ms | samples/s | pipeline ms (meas / pred) |\n"
+              "|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::vector<std::string> json;
+  for (std::size_t i = 0; i < n; ++i) {
+    Record const& rec = recs[i];
+    auto const& sched = trainers[i]->pipeline_schedule();
+    int const V = sched.virtual_stages();
+    ts::CostModel c;
+    c.forward.assign(V, 0);
+    c.backward_input.assign(V, 0);
+    c.backward_weight.assign(V, 0);
+    for (int vs = 0; vs < V; ++vs) {
+      c.forward[vs] = op_mean(rec, vs, ts::Op::Forward);
+      c.backward_input[vs] =
+          op_mean(rec, vs, ts::Op::Backward) + op_mean(rec, vs, ts::Op::BackwardInput);
+      c.backward_weight[vs] = op_mean(rec, vs, ts::Op::BackwardWeight);
+    }
+    c.optimizer_step = op_mean(rec, -1, ts::Op::OptimizerStep);
+    c.alpha = alpha;
+    c.beta = beta;
+    c.activation_bytes = c.grad_bytes = double(mb_rows * a.hidden * sizeof(float));
+    auto const pred = ts::simulate(sched, c);
+    // Cross-prediction: B and W as measured by zb-h1 (only for p-stage schedules).
+    double cross = -1;
+    if (split_ref && sched.chunks == 1) {
+      ts::CostModel c2 = c;
+      for (int vs = 0; vs < V; ++vs) {
+        c2.backward_input[vs] = op_mean(*split_ref, vs, ts::Op::BackwardInput);
+        c2.backward_weight[vs] = op_mean(*split_ref, vs, ts::Op::BackwardWeight);
+      }
+      cross = ts::simulate(sched, c2).bubble_fraction;
+    }
+    double const mb = median(rec.bubble), step = median(rec.step_s);
+    std::printf("| %s | %.1f%% | %.1f%% | %+.1f pp | %s | %.2f | %.0f | %.2f / %.2f |\n",
+                rec.name.c_str(), 100 * mb, 100 * pred.bubble_fraction,
+                100 * (mb - pred.bubble_fraction),
+                cross < 0 ? "-" : pct(cross).c_str(),
+                1e3 * step, double(a.batch) / step, 1e3 * median(rec.makespan),
+                1e3 * pred.makespan);
+    if (!a.svg.empty() && !rec.timelines.empty()) {
+      // The step with the median bubble.
+      std::size_t best = 0;
+      for (std::size_t k = 0; k < rec.bubble.size(); ++k)
+        if (std::abs(rec.bubble[k] - mb) < std::abs(rec.bubble[best] - mb))
+          best = k;
+      std::string const file = rec.name;
+      ts::SvgOptions o;
+      o.title = rec.name + " measured (p=" + std::to_string(sched.stages) +
+                ", m=" + std::to_string(sched.microbatches) + "), bubble " + pct(rec.bubble[best]);
+      ts::write_svg(rec.timelines[best], a.svg + "/" + file + "_measured.svg", o);
+      ts::SvgOptions op;
+      op.title = rec.name + " predicted from the measured op costs, bubble " + pct(pred.bubble_fraction);
+      ts::write_svg(pred.timeline, a.svg + "/" + file + "_predicted.svg", op);
+    }
+    (void)json;
+  }
+
+  // Op costs and overheads.
+  std::printf("\nMean op time per virtual stage (ms), optimizer step, and per rank and step: "
+              "receive waits and time between events (ms):\n");
+  for (std::size_t i = 0; i < n; ++i) {
+    Record const& rec = recs[i];
+    auto const& sched = trainers[i]->pipeline_schedule();
+    std::printf("  %-12s", rec.name.c_str());
+    for (int vs = 0; vs < sched.virtual_stages(); ++vs) {
+      double const f = op_mean(rec, vs, ts::Op::Forward);
+      double const b = op_mean(rec, vs, ts::Op::Backward);
+      double const bi = op_mean(rec, vs, ts::Op::BackwardInput);
+      double const w = op_mean(rec, vs, ts::Op::BackwardWeight);
+      if (b > 0)
+        std::printf(" vs%d F %.3f B+W %.3f |", vs, 1e3 * f, 1e3 * b);
+      else
+        std::printf(" vs%d F %.3f B %.3f W %.3f |", vs, 1e3 * f, 1e3 * bi, 1e3 * w);
+    }
+    std::printf(" opt %.3f |", 1e3 * median(rec.opt_s));
+    for (std::size_t r = 0; r < rec.waits.size(); ++r)
+      std::printf(" r%zu wait %.3f gaps %.3f", r, 1e3 * median(rec.waits[r]),
+                  1e3 * median(rec.gaps[r]));
+    std::printf("\n");
+  }
+
+  // ZB-H1 against 1F1B, per round (both measured in the same round).
+  int zb = -1, ofob = -1;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (recs[i].name == "zb-h1")
+      zb = int(i);
+    if (recs[i].name == "1f1b")
+      ofob = int(i);
+  }
+  if (zb >= 0 && ofob >= 0) {
+    std::vector<double> ratios;
+    std::printf("\nZB-H1 / 1F1B throughput per round:");
+    for (std::size_t r = 0; r < round_median[zb].size(); ++r)
+      if (round_median[zb][r] > 0 && round_median[ofob][r] > 0) {
+        ratios.push_back(round_median[ofob][r] / round_median[zb][r]);
+        std::printf(" %.3f", ratios.back());
+      }
+    std::printf("; median %.3f\n", median(ratios));
+  }
+  return 0;
+}
+
+template <std::size_t... K>
+int dispatch(Args const& a, std::index_sequence<K...>) {
+  int rc = -1;
+  ((a.blocks == int(K) ? (rc = run<K>(a), 0) : 0), ...);
+  if (rc < 0)
+    throw std::invalid_argument("bench_pipeline: --blocks must be one of 1, 3, 5, 7, 11, 15");
+  return rc;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rc = 0;
+  {
+    Kokkos::ScopeGuard kokkos(argc, argv);
+    try {
+      rc = dispatch(parse(argc, argv), std::index_sequence<1, 3, 5, 7, 11, 15>{});
+    } catch (std::exception const& e) {
+      std::fprintf(stderr, "bench_pipeline: %s\n", e.what());
+      rc = 1;
+    }
+  }
+  MPI_Finalize();
+  return rc;
+}
