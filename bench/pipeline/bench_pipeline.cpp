@@ -30,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <set>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -44,9 +45,10 @@ namespace {
 struct Args {
   std::size_t in = 784, hidden = 1024, batch = 128;
   int blocks = 7, microbatches = 8, chunks = 2, warmup = 5, steps = 10, rounds = 5, max_rounds = 0;
-  double max_foreign = 0.05; // rounds with more foreign CPU load are dropped
+  double max_foreign = 0.05; // blocks with more foreign CPU load are dropped
+  double max_wait = 900;     // seconds to wait in all for a quiet machine
   std::vector<std::string> schedules{"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"};
-  std::string svg;
+  std::string svg, dump; // dump: print measured vs simulated events of this schedule's median step
   bool json = false;
 };
 
@@ -81,8 +83,10 @@ Args parse(int argc, char** argv) {
     else if (f == "--rounds") a.rounds = std::stoi(v);
     else if (f == "--max-rounds") a.max_rounds = std::stoi(v);
     else if (f == "--max-foreign") a.max_foreign = std::stod(v);
+    else if (f == "--max-wait") a.max_wait = std::stod(v);
     else if (f == "--schedules") a.schedules = split(v);
     else if (f == "--svg") a.svg = v;
+    else if (f == "--dump") a.dump = v;
     else throw std::invalid_argument("bench_pipeline: unknown flag " + f);
   }
   return a;
@@ -199,44 +203,159 @@ double foreign_load(CpuClock const& a, CpuClock const& b) {
   return std::max(0.0, (b.busy - a.busy) - (b.ours - a.ours)) / (wall * double(cpus));
 }
 
-// What one schedule measured over all its traced steps.
-struct Record {
-  std::string name;
-  std::vector<double> step_s, bubble, period_bubble, makespan, opt_s;
-  std::vector<ts::Timeline> timelines;
-  // durations per (virtual stage, op), over all steps
-  std::map<std::pair<int, int>, std::vector<double>> ops;
-  // per rank and step: receive waits, unaccounted time between events
-  std::vector<std::vector<double>> waits, gaps;
+// Waits (collectively) until other processes leave the machine quiet for a moment, at most
+// `budget` seconds in all over the run; returns the seconds waited.
+double wait_quiet(double max_foreign, double& budget) {
+  double waited = 0;
+  while (budget > 0) {
+    CpuClock const a = cpu_clock();
+    usleep(300000);
+    CpuClock const b = cpu_clock();
+    if (foreign_load(a, b) <= max_foreign)
+      break;
+    waited += b.wall - a.wall;
+    budget -= b.wall - a.wall;
+  }
+  return waited;
+}
+
+using OpTimes = std::map<std::pair<int, int>, std::vector<double>>; // (virtual stage, op)
+
+// Message costs of the pipeline communicator and the size of one message.
+struct Messages {
+  double alpha = 0, beta = 0, bytes = 0;
+  bool overheads = true; // use the measured per-message overheads (posting a Send / Recv)
 };
 
-template <class Trainer>
-void record_step(Record& rec, Trainer const& tr, ts::Timeline const& tl, double step_s) {
-  auto const& s = tr.pipeline_schedule();
+// The simulator's cost model from measured op times: per virtual stage the mean Forward, the
+// mean fused Backward (as backward_input, backward_weight = 0: the simulator only uses their
+// sum for a fused Backward) or the mean BackwardInput and BackwardWeight, the mean optimizer
+// step, and the messages: alpha and beta from the ping-pong, the mean time a rank spends
+// posting a Send and a Recv as send_overhead and recv_overhead.
+ts::CostModel cost_model(OpTimes const& ops, ts::Schedule const& sched, Messages const& msg) {
+  auto avg = [&](int vs, ts::Op op) {
+    auto it = ops.find({vs, int(op)});
+    return it == ops.end() ? 0.0 : mean(it->second);
+  };
+  int const V = sched.virtual_stages();
+  ts::CostModel c;
+  c.forward.assign(std::size_t(V), 0);
+  c.backward_input.assign(std::size_t(V), 0);
+  c.backward_weight.assign(std::size_t(V), 0);
+  for (int vs = 0; vs < V; ++vs) {
+    c.forward[vs] = avg(vs, ts::Op::Forward);
+    c.backward_input[vs] = avg(vs, ts::Op::Backward) + avg(vs, ts::Op::BackwardInput);
+    c.backward_weight[vs] = avg(vs, ts::Op::BackwardWeight);
+  }
+  c.optimizer_step = avg(-1, ts::Op::OptimizerStep);
+  if (msg.overheads) {
+    c.send_overhead = avg(-2, ts::Op::SendActivation);
+    c.recv_overhead = avg(-2, ts::Op::RecvActivation);
+  }
+  c.alpha = msg.alpha;
+  c.beta = msg.beta;
+  c.activation_bytes = c.grad_bytes = msg.bytes;
+  return c;
+}
+
+// Replays one measured step: the simulator's rules (each rank runs its list in order, a Recv
+// waits for its message) with every instruction taking the time it took in that step (compute
+// ops, postings of sends and receives) instead of per-stage means. Its bubble differs from the
+// measured one only by what no event records (bookkeeping between instructions); the gap
+// between the replay and the mean-cost prediction is the cost of op times varying within a
+// step (and with what the other rank does at the same time).
+double replay_bubble(ts::Schedule const& s, ts::Timeline const& tl, Messages const& msg) {
+  std::map<std::tuple<int, int, int, int>, std::vector<double>> took; // (rank, op, mb, chunk)
+  for (auto const& e : tl.events)
+    took[{e.rank, int(e.op), e.microbatch, e.chunk}].push_back(e.duration());
+  auto const partner = ts::detail::match_messages(
+      s, [](int, int) { return true; }, [](ts::detail::Site) {});
+  int const p = s.stages;
+  std::vector<double> now(static_cast<std::size_t>(p), 0.0);
+  std::vector<std::vector<double>> arrival(static_cast<std::size_t>(p));
+  for (int r = 0; r < p; ++r)
+    arrival[r].assign(s.ranks[r].size(), 0.0);
+  ts::Timeline out;
+  out.ranks = p;
+  ts::detail::execute(s, partner, false, [&](int r, int i) {
+    ts::Instruction const& in = s.ranks[r][i];
+    auto const& d = took[{r, int(in.op), in.microbatch, in.chunk}];
+    double const first = d.empty() ? 0.0 : d.front(); // a Recv's first event is its posting
+    double const t = now[r];
+    double end = t + first;
+    if (ts::is_send(in.op))
+      arrival[r][i] = end + msg.alpha + msg.beta * msg.bytes;
+    else if (ts::is_recv(in.op)) {
+      ts::detail::Site const from = partner[r][i];
+      end = std::max(t, arrival[from.rank][from.index]) + first;
+    }
+    out.events.push_back({r, in.op, in.microbatch, in.chunk, t, end});
+    now[r] = end;
+  });
+  return ts::analyze(out).bubble_fraction;
+}
+
+// What one schedule measured over its traced steps.
+struct Record {
+  std::string name;
+  std::vector<double> step_s, bubble, makespan, busy;
+  std::vector<std::vector<double>> rank_busy; // per step
+  std::vector<double> step_pred; // per step: the bubble predicted from that step's own op times
+  std::vector<double> replay;    // per step: replay_bubble()
+  std::vector<ts::Timeline> timelines;
+  OpTimes ops;                  // op durations over all steps
+  std::vector<OpTimes> step_ops; // per step
+  // per rank and step: receive waits, posting of sends and receives, time between events
+  std::vector<std::vector<double>> waits, posts, gaps;
+};
+
+void record_step(Record& rec, ts::Schedule const& s, ts::Timeline const& tl, double step_s,
+                 Messages const& msg) {
   auto const st = ts::analyze(tl);
   rec.step_s.push_back(step_s);
   rec.bubble.push_back(st.bubble_fraction);
-  rec.period_bubble.push_back(st.period_bubble_fraction);
   rec.makespan.push_back(st.makespan);
+  rec.busy.push_back(std::accumulate(st.busy.begin(), st.busy.end(), 0.0));
+  rec.rank_busy.push_back(st.busy);
   int const p = s.stages;
   rec.waits.resize(std::size_t(p));
   rec.gaps.resize(std::size_t(p));
-  std::vector<double> wait(p, 0), busy(p, 0), lo(p, 1e300), hi(p, -1e300);
+  struct PerRank {
+    double wait = 0, post = 0, busy = 0, lo = 1e300, hi = -1e300;
+  };
+  std::vector<PerRank> pr(static_cast<std::size_t>(p));
+  OpTimes ops;
+  std::set<std::tuple<int, int, int, int>> posted; // Recvs whose posting was seen
   for (auto const& e : tl.events) {
-    lo[e.rank] = std::min(lo[e.rank], e.start);
-    hi[e.rank] = std::max(hi[e.rank], e.end);
+    PerRank& q = pr[static_cast<std::size_t>(e.rank)];
+    q.lo = std::min(q.lo, e.start);
+    q.hi = std::max(q.hi, e.end);
     if (ts::is_compute(e.op)) {
-      busy[e.rank] += e.duration();
+      q.busy += e.duration();
       int const vs = e.op == ts::Op::OptimizerStep ? -1 : s.virtual_stage(e.rank, e.chunk);
-      rec.ops[{vs, int(e.op)}].push_back(e.duration());
+      ops[{vs, int(e.op)}].push_back(e.duration());
+    } else if (ts::is_send(e.op)) {
+      ops[{-2, int(ts::Op::SendActivation)}].push_back(e.duration()); // posting
+      q.post += e.duration();
+    } else if (posted.insert({e.rank, int(e.op), e.microbatch, e.chunk}).second) {
+      ops[{-2, int(ts::Op::RecvActivation)}].push_back(e.duration()); // posting
+      q.post += e.duration();
     } else {
-      wait[e.rank] += e.duration();
+      q.wait += e.duration(); // waiting for the data
     }
   }
+  rec.posts.resize(std::size_t(p));
   for (int r = 0; r < p; ++r) {
-    rec.waits[r].push_back(wait[r]);
-    rec.gaps[r].push_back(hi[r] > lo[r] ? hi[r] - lo[r] - busy[r] - wait[r] : 0);
+    PerRank const& q = pr[static_cast<std::size_t>(r)];
+    rec.waits[r].push_back(q.wait);
+    rec.posts[r].push_back(q.post);
+    rec.gaps[r].push_back(q.hi > q.lo ? q.hi - q.lo - q.busy - q.wait - q.post : 0);
   }
+  rec.step_pred.push_back(ts::simulate(s, cost_model(ops, s, msg)).bubble_fraction);
+  rec.step_ops.push_back(ops);
+  rec.replay.push_back(replay_bubble(s, tl, msg));
+  for (auto const& [key, v] : ops)
+    rec.ops[key].insert(rec.ops[key].end(), v.begin(), v.end());
   rec.timelines.push_back(tl);
 }
 
@@ -246,16 +365,21 @@ void merge(Record& to, Record const& from) {
   };
   app(to.step_s, from.step_s);
   app(to.bubble, from.bubble);
-  app(to.period_bubble, from.period_bubble);
   app(to.makespan, from.makespan);
-  app(to.opt_s, from.opt_s);
+  app(to.busy, from.busy);
+  to.rank_busy.insert(to.rank_busy.end(), from.rank_busy.begin(), from.rank_busy.end());
+  app(to.step_pred, from.step_pred);
+  app(to.replay, from.replay);
   to.timelines.insert(to.timelines.end(), from.timelines.begin(), from.timelines.end());
+  to.step_ops.insert(to.step_ops.end(), from.step_ops.begin(), from.step_ops.end());
   for (auto const& [key, v] : from.ops)
     app(to.ops[key], v);
   to.waits.resize(from.waits.size());
+  to.posts.resize(from.posts.size());
   to.gaps.resize(from.gaps.size());
   for (std::size_t r = 0; r < from.waits.size(); ++r) {
     app(to.waits[r], from.waits[r]);
+    app(to.posts[r], from.posts[r]);
     app(to.gaps[r], from.gaps[r]);
   }
 }
@@ -291,7 +415,7 @@ int run(Args const& a) {
         MPI_COMM_WORLD,
         std::make_from_tuple<Model>(mlp_layers(a.in, a.hidden, std::make_index_sequence<K>{})),
         telar::SGD<float>{}, opts, a.in));
-    recs.push_back({});
+    recs.emplace_back();
     recs.back().name = name;
   }
 
@@ -360,30 +484,39 @@ int run(Args const& a) {
   for (auto& t : trainers)
     t->clear_trace();
 
+  // Message costs over the pipeline communicator (all boundaries carry H features).
+  std::size_t const mb_rows = a.batch / std::size_t(a.microbatches);
+  Messages msg;
+  std::tie(msg.alpha, msg.beta) = ping_pong(trainers.front()->grid()->pp(), mb_rows * a.hidden);
+  msg.bytes = double(mb_rows * a.hidden * sizeof(float));
+  if (root)
+    std::printf("# ping-pong over the pipeline communicator: alpha %.1f us, beta %.3f us/KiB "
+                "(one %.0f KiB activation message: %.1f us)\n",
+                msg.alpha * 1e6, msg.beta * 1e6 * 1024, msg.bytes / 1024,
+                (msg.alpha + msg.beta * msg.bytes) * 1e6);
+
   std::size_t const n = trainers.size();
-  std::vector<std::vector<double>> round_median(n);
+  std::vector<std::vector<double>> round_median(n); // -1: block dropped
   // A block (one schedule's steps in one round) during which other processes used more than
   // --max-foreign of the machine is dropped; a round counts once all its blocks were clean.
   std::vector<double> loads; // foreign load of every block run
   int const max_rounds = a.max_rounds > 0 ? a.max_rounds : 4 * a.rounds;
   int clean = 0, round = 0;
   std::size_t dropped = 0;
+  double budget = a.max_wait, waited = 0;
   for (; round < max_rounds && clean < a.rounds; ++round) {
     bool all_clean = true;
     for (std::size_t k = 0; k < n; ++k) {
       std::size_t const i = (k + std::size_t(round)) % n;
       Record got;
-      got.name = recs[i].name;
       std::vector<double> mine;
+      waited += wait_quiet(a.max_foreign, budget);
       CpuClock const c0 = cpu_clock();
       for (int s = 0; s < a.steps; ++s) {
         double const dt = timed_step(*trainers[i]);
         auto const tl = trainers[i]->pipeline_timeline(true);
-        record_step(got, *trainers[i], tl, dt);
-        for (auto const& e : trainers[i]->trace().events())
-          if (e.category == "optimizer")
-            got.opt_s.push_back(e.end - e.start);
         trainers[i]->clear_trace();
+        record_step(got, trainers[i]->pipeline_schedule(), tl, dt, msg);
         mine.push_back(dt);
       }
       double const load = foreign_load(c0, cpu_clock());
@@ -402,9 +535,9 @@ int run(Args const& a) {
     std::sort(loads.begin(), loads.end());
     std::printf("# %d rounds run, %d without foreign CPU load on any block; %zu of %zu blocks "
                 "dropped (other processes above %.0f%% of the machine); foreign load median "
-                "%.1f%%, max %.1f%%\n",
+                "%.1f%%, max %.1f%%; %.0f s waited for a quiet machine\n",
                 round, clean, dropped, loads.size(), 100 * a.max_foreign, 100 * median(loads),
-                100 * loads.back());
+                100 * loads.back(), waited);
   }
   for (auto const& r : recs)
     if (r.step_s.empty()) {
@@ -414,85 +547,127 @@ int run(Args const& a) {
                     r.name.c_str());
       return 2;
     }
-
-  // Message costs over the pipeline communicator.
-  std::size_t const mb_rows = a.batch / std::size_t(a.microbatches);
-  auto const [alpha, beta] = ping_pong(trainers.front()->grid()->pp(), mb_rows * a.hidden);
-
   if (!root)
     return 0;
-  std::printf("# ping-pong over the pipeline communicator: alpha %.1f us, beta %.3f us/KiB "
-              "(activation message %zu KiB: %.1f us)\n",
-              alpha * 1e6, beta * 1e6 * 1024, mb_rows * a.hidden * 4 / 1024,
-              (alpha + beta * double(mb_rows * a.hidden * 4)) * 1e6);
 
-  // Split B and W of the zb-h1 run, if any, for the cross-prediction of fused schedules.
+  // B and W as split by the zb-h1 run, for a cross-prediction of the fused schedules.
   Record const* split_ref = nullptr;
-  for (std::size_t i = 0; i < n; ++i)
-    if (recs[i].name == "zb-h1")
-      split_ref = &recs[i];
+  for (auto const& r : recs)
+    if (r.name == "zb-h1")
+      split_ref = &r;
 
-  std::printf("\n| schedule | measured bubble | predicted | difference | predicted (B,W of zb-h1) "
-              "| step ms | samples/s | pipeline ms (meas / pred) |\n"
-              "|---|---:|---:|---:|---:|---:|---:|---:|\n");
-  std::vector<std::string> json;
+  std::printf(
+      "\n| schedule | measured bubble | predicted | difference | per-step difference | "
+      "predicted without overheads | predicted with zb-h1's B, W | step ms | samples/s | "
+      "pipeline ms (measured / predicted) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::string json = "{\"bench\":\"pipeline\",\"schedules\":[";
   for (std::size_t i = 0; i < n; ++i) {
     Record const& rec = recs[i];
     auto const& sched = trainers[i]->pipeline_schedule();
     int const V = sched.virtual_stages();
-    ts::CostModel c;
-    c.forward.assign(V, 0);
-    c.backward_input.assign(V, 0);
-    c.backward_weight.assign(V, 0);
-    for (int vs = 0; vs < V; ++vs) {
-      c.forward[vs] = op_mean(rec, vs, ts::Op::Forward);
-      c.backward_input[vs] =
-          op_mean(rec, vs, ts::Op::Backward) + op_mean(rec, vs, ts::Op::BackwardInput);
-      c.backward_weight[vs] = op_mean(rec, vs, ts::Op::BackwardWeight);
-    }
-    c.optimizer_step = op_mean(rec, -1, ts::Op::OptimizerStep);
-    c.alpha = alpha;
-    c.beta = beta;
-    c.activation_bytes = c.grad_bytes = double(mb_rows * a.hidden * sizeof(float));
+    ts::CostModel const c = cost_model(rec.ops, sched, msg);
     auto const pred = ts::simulate(sched, c);
-    // Cross-prediction: B and W as measured by zb-h1 (only for p-stage schedules).
-    double cross = -1;
-    if (split_ref && sched.chunks == 1) {
+    // Cross-prediction of a fused schedule: B and W as measured by zb-h1 (same stages).
+    std::string cross = "-";
+    if (split_ref && split_ref != &rec && sched.chunks == 1) {
       ts::CostModel c2 = c;
       for (int vs = 0; vs < V; ++vs) {
         c2.backward_input[vs] = op_mean(*split_ref, vs, ts::Op::BackwardInput);
         c2.backward_weight[vs] = op_mean(*split_ref, vs, ts::Op::BackwardWeight);
       }
-      cross = ts::simulate(sched, c2).bubble_fraction;
+      cross = pct(ts::simulate(sched, c2).bubble_fraction);
     }
+    Messages plain = msg;
+    plain.overheads = false;
+    double const no_overheads = ts::simulate(sched, cost_model(rec.ops, sched, plain)).bubble_fraction;
+    std::vector<double> diffs;
+    for (std::size_t k = 0; k < rec.bubble.size(); ++k)
+      diffs.push_back(rec.bubble[k] - rec.step_pred[k]);
     double const mb = median(rec.bubble), step = median(rec.step_s);
-    std::printf("| %s | %.1f%% | %.1f%% | %+.1f pp | %s | %.2f | %.0f | %.2f / %.2f |\n",
-                rec.name.c_str(), 100 * mb, 100 * pred.bubble_fraction,
-                100 * (mb - pred.bubble_fraction),
-                cross < 0 ? "-" : pct(cross).c_str(),
+    std::printf("| %s | %s | %s | %+.1f pp | %+.1f pp | %s | %s | %.2f | %.0f | %.2f / %.2f |\n",
+                rec.name.c_str(), pct(mb).c_str(), pct(pred.bubble_fraction).c_str(),
+                100 * (mb - pred.bubble_fraction), 100 * median(diffs),
+                pct(no_overheads).c_str(), cross.c_str(),
                 1e3 * step, double(a.batch) / step, 1e3 * median(rec.makespan),
                 1e3 * pred.makespan);
-    if (!a.svg.empty() && !rec.timelines.empty()) {
-      // The step with the median bubble.
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "%s{\"name\":\"%s\",\"bubble\":%.4f,\"predicted\":%.4f,\"step_ms\":%.3f,"
+                  "\"samples_per_s\":%.1f,\"steps\":%zu}",
+                  i ? "," : "", rec.name.c_str(), mb, pred.bubble_fraction, 1e3 * step,
+                  double(a.batch) / step, rec.step_s.size());
+    json += buf;
+    if (!a.svg.empty()) {
+      // The step whose bubble is the median one.
       std::size_t best = 0;
       for (std::size_t k = 0; k < rec.bubble.size(); ++k)
         if (std::abs(rec.bubble[k] - mb) < std::abs(rec.bubble[best] - mb))
           best = k;
-      std::string const file = rec.name;
+      std::string const what = " (p=" + std::to_string(sched.stages) +
+                               ", m=" + std::to_string(sched.microbatches) +
+                               (sched.chunks > 1 ? ", v=" + std::to_string(sched.chunks) : "") +
+                               ")";
       ts::SvgOptions o;
-      o.title = rec.name + " measured (p=" + std::to_string(sched.stages) +
-                ", m=" + std::to_string(sched.microbatches) + "), bubble " + pct(rec.bubble[best]);
-      ts::write_svg(rec.timelines[best], a.svg + "/" + file + "_measured.svg", o);
-      ts::SvgOptions op;
-      op.title = rec.name + " predicted from the measured op costs, bubble " + pct(pred.bubble_fraction);
-      ts::write_svg(pred.timeline, a.svg + "/" + file + "_predicted.svg", op);
+      o.title = rec.name + what + " measured, bubble " + pct(rec.bubble[best]);
+      ts::write_svg(rec.timelines[best], a.svg + "/" + rec.name + "_measured.svg", o);
+      o.title = rec.name + what + " predicted from the measured op times, bubble " +
+                pct(pred.bubble_fraction);
+      ts::write_svg(pred.timeline, a.svg + "/" + rec.name + "_predicted.svg", o);
     }
-    (void)json;
+  }
+  json += "]";
+
+  for (std::size_t i = 0; i < n; ++i) {
+    Record const& rec = recs[i];
+    if (rec.name != a.dump)
+      continue;
+    auto const& sched = trainers[i]->pipeline_schedule();
+    double const mb = median(rec.bubble);
+    std::size_t best = 0;
+    for (std::size_t k = 0; k < rec.bubble.size(); ++k)
+      if (std::abs(rec.bubble[k] - mb) < std::abs(rec.bubble[best] - mb))
+        best = k;
+    for (std::size_t k = 0; k < rec.bubble.size(); ++k) {
+      std::printf("  step %2zu: makespan %.2f ms, busy", k, 1e3 * rec.makespan[k]);
+      for (double b : rec.rank_busy[k])
+        std::printf(" %.2f", 1e3 * b);
+      std::printf(" ms, bubble %s, predicted from its mean op times %s, replayed %s\n",
+                  pct(rec.bubble[k]).c_str(), pct(rec.step_pred[k]).c_str(),
+                  pct(rec.replay[k]).c_str());
+    }
+    ts::Timeline const& tl = rec.timelines[best];
+    auto const sim = ts::simulate(sched, cost_model(rec.step_ops[best], sched, msg));
+    double const t0 = ts::analyze(tl).start;
+    std::printf("\n%s, step with the median bubble: measured vs simulated with its own op times "
+                "(ms from the first event)\n",
+                rec.name.c_str());
+    for (int r = 0; r < sched.stages; ++r) {
+      std::vector<ts::Event> me, se;
+      for (auto const& e : tl.events)
+        if (e.rank == r)
+          me.push_back(e);
+      for (auto const& e : sim.timeline.events)
+        if (e.rank == r && (ts::is_compute(e.op) || e.duration() > 0))
+          se.push_back(e);
+      for (auto const& e : me) {
+        double ss = -1, se_end = -1;
+        for (auto const& f : se)
+          if (f.op == e.op && f.microbatch == e.microbatch && f.chunk == e.chunk) {
+            ss = f.start;
+            se_end = f.end;
+          }
+        std::printf("  r%d %-14s mb %d c %d  measured %8.3f - %8.3f  simulated %8.3f - %8.3f  "
+                    "lag %+.3f\n",
+                    r, ts::to_string(e.op).c_str(), e.microbatch, e.chunk, 1e3 * (e.start - t0),
+                    1e3 * (e.end - t0), 1e3 * ss, 1e3 * se_end, 1e3 * (e.start - t0 - ss));
+      }
+    }
   }
 
-  // Op costs and overheads.
-  std::printf("\nMean op time per virtual stage (ms), optimizer step, and per rank and step: "
-              "receive waits and time between events (ms):\n");
+  // Where the time goes.
+  std::printf("\nMean op times per virtual stage (ms); optimizer step; mean posting time of a "
+              "send and a receive; per rank and step (median, ms): waiting for messages, "
+              "posting them, and time between recorded events:\n");
   for (std::size_t i = 0; i < n; ++i) {
     Record const& rec = recs[i];
     auto const& sched = trainers[i]->pipeline_schedule();
@@ -507,14 +682,17 @@ int run(Args const& a) {
       else
         std::printf(" vs%d F %.3f B %.3f W %.3f |", vs, 1e3 * f, 1e3 * bi, 1e3 * w);
     }
-    std::printf(" opt %.3f |", 1e3 * median(rec.opt_s));
+    std::printf(" opt %.3f |", 1e3 * op_mean(rec, -1, ts::Op::OptimizerStep));
+    std::printf(" send %.1f us recv %.1f us |",
+                1e6 * op_mean(rec, -2, ts::Op::SendActivation),
+                1e6 * op_mean(rec, -2, ts::Op::RecvActivation));
     for (std::size_t r = 0; r < rec.waits.size(); ++r)
-      std::printf(" r%zu wait %.3f gaps %.3f", r, 1e3 * median(rec.waits[r]),
-                  1e3 * median(rec.gaps[r]));
+      std::printf(" r%zu wait %.3f post %.3f gaps %.3f", r, 1e3 * median(rec.waits[r]),
+                  1e3 * median(rec.posts[r]), 1e3 * median(rec.gaps[r]));
     std::printf("\n");
   }
 
-  // ZB-H1 against 1F1B, per round (both measured in the same round).
+  // ZB-H1 against 1F1B: step-time medians of the two blocks of one round.
   int zb = -1, ofob = -1;
   for (std::size_t i = 0; i < n; ++i) {
     if (recs[i].name == "zb-h1")
@@ -530,8 +708,16 @@ int run(Args const& a) {
         ratios.push_back(round_median[ofob][r] / round_median[zb][r]);
         std::printf(" %.3f", ratios.back());
       }
-    std::printf("; median %.3f\n", median(ratios));
+    std::vector<double> sorted = ratios;
+    std::sort(sorted.begin(), sorted.end());
+    std::printf("\nZB-H1 / 1F1B throughput: median %.3f over %zu rounds (min %.3f, max %.3f)\n",
+                median(ratios), ratios.size(), sorted.front(), sorted.back());
+    char buf[64];
+    std::snprintf(buf, sizeof buf, ",\"zb_h1_over_1f1b\":%.4f", median(ratios));
+    json += buf;
   }
+  if (a.json)
+    std::printf("%s}\n", json.c_str());
   return 0;
 }
 

@@ -1,8 +1,8 @@
 // The measured pipeline timeline (Trainer::pipeline_timeline): for every
 // schedule, each rank's compute events are its schedule's compute
-// instructions in order (ending with the OptimizerStep), they do not overlap,
-// and receive waits belong to the rank's Recv instructions. Times are only
-// compared with each other, never with a bound.
+// instructions in order (ending with the OptimizerStep) and do not overlap;
+// every Send has its posting event, every Recv its posting and its wait.
+// Times are only compared with each other, never with a bound.
 #include <telar/layers/activation.hpp>
 #include <telar/layers/dense.hpp>
 #include <telar/optim/sgd.hpp>
@@ -67,16 +67,13 @@ TEST_CASE("The measured timeline follows the schedule, optimizer step included",
 
     for (int r = 0; r < s.stages; ++r) {
       CAPTURE(r);
-      std::vector<ts::Event> compute, waits;
+      std::vector<ts::Event> compute, comm;
       for (auto const& e : tl.events)
         if (e.rank == r)
-          (ts::is_compute(e.op) ? compute : waits).push_back(e);
-      std::vector<ts::Instruction> expected, recvs;
+          (ts::is_compute(e.op) ? compute : comm).push_back(e);
+      std::vector<ts::Instruction> expected, messages;
       for (auto const& in : s.ranks[r])
-        if (ts::is_compute(in.op))
-          expected.push_back(in);
-        else if (in.op == ts::Op::RecvActivation || in.op == ts::Op::RecvGrad)
-          recvs.push_back(in);
+        (ts::is_compute(in.op) ? expected : messages).push_back(in);
       // One event per compute instruction, in list order, the optimizer step last.
       REQUIRE(compute.size() == expected.size());
       for (std::size_t i = 0; i < compute.size(); ++i) {
@@ -89,13 +86,26 @@ TEST_CASE("The measured timeline follows the schedule, optimizer step included",
           CHECK(compute[i].start >= compute[i - 1].end);
       }
       CHECK(compute.back().op == ts::Op::OptimizerStep);
-      for (auto const& e : waits) {
-        CHECK(e.end <= compute.back().start);
-        bool const listed = std::any_of(recvs.begin(), recvs.end(), [&](ts::Instruction const& in) {
-          return in.op == e.op && in.microbatch == e.microbatch && in.chunk == e.chunk;
-        });
-        CHECK(listed);
+      // Every Send and Recv is posted once (one event); a Recv also has its wait for the data,
+      // after the posting: two events. Both precede the optimizer step.
+      for (auto const& in : messages) {
+        CAPTURE(ts::to_string(in));
+        std::vector<ts::Event> mine;
+        for (auto const& e : comm)
+          if (e.op == in.op && e.microbatch == in.microbatch && e.chunk == in.chunk)
+            mine.push_back(e);
+        REQUIRE(mine.size() == (ts::is_send(in.op) ? 1u : 2u));
+        for (auto const& e : mine) {
+          CHECK(e.end >= e.start);
+          CHECK(e.end <= compute.back().start);
+        }
+        if (mine.size() == 2)
+          CHECK(mine[1].start >= mine[0].end);
       }
+      std::size_t listed = 0;
+      for (auto const& in : messages)
+        listed += ts::is_send(in.op) ? 1 : 2;
+      CHECK(comm.size() == listed);
     }
     auto const st = ts::analyze(tl);
     CHECK(st.bubble_fraction >= 0.0);
