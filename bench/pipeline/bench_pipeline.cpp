@@ -47,6 +47,7 @@ struct Args {
   int blocks = 7, microbatches = 8, chunks = 2, warmup = 5, steps = 10, rounds = 5, max_rounds = 0;
   double max_foreign = 0.05; // blocks with more foreign CPU load are dropped
   double max_wait = 900;     // seconds to wait in all for a quiet machine
+  int pairs = 100;           // alternating 1F1B / ZB-H1 steps for their throughput ratio
   std::vector<std::string> schedules{"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"};
   std::string svg, dump; // dump: print measured vs simulated events of this schedule's median step
   bool json = false;
@@ -84,6 +85,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--max-rounds") a.max_rounds = std::stoi(v);
     else if (f == "--max-foreign") a.max_foreign = std::stod(v);
     else if (f == "--max-wait") a.max_wait = std::stod(v);
+    else if (f == "--pairs") a.pairs = std::stoi(v);
     else if (f == "--schedules") a.schedules = split(v);
     else if (f == "--svg") a.svg = v;
     else if (f == "--dump") a.dump = v;
@@ -384,6 +386,20 @@ void merge(Record& to, Record const& from) {
   }
 }
 
+// Op times of a typical step: for each (virtual stage, op), the median over steps of the step's
+// mean (robust against steps a busy machine slowed down, like the median bubble it is compared
+// with).
+OpTimes typical(Record const& rec) {
+  OpTimes out;
+  std::map<std::pair<int, int>, std::vector<double>> per_step;
+  for (auto const& ops : rec.step_ops)
+    for (auto const& [key, v] : ops)
+      per_step[key].push_back(mean(v));
+  for (auto const& [key, v] : per_step)
+    out[key] = {median(v)};
+  return out;
+}
+
 double op_mean(Record const& rec, int vs, ts::Op op) {
   auto it = rec.ops.find({vs, int(op)});
   return it == rec.ops.end() ? 0 : mean(it->second);
@@ -539,6 +555,43 @@ int run(Args const& a) {
                 round, clean, dropped, loads.size(), 100 * a.max_foreign, 100 * median(loads),
                 100 * loads.back(), waited);
   }
+  // ZB-H1 against 1F1B: the two trainers alternate step by step (which goes first alternates
+  // too), so both see the same machine; chunks of 10 pairs under foreign load are dropped.
+  int zb = -1, ofob = -1;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (recs[i].name == "zb-h1")
+      zb = int(i);
+    if (recs[i].name == "1f1b")
+      ofob = int(i);
+  }
+  std::vector<double> pair_ratio, pair_1f1b, pair_zb;
+  std::size_t pairs_dropped = 0;
+  if (zb >= 0 && ofob >= 0 && a.pairs > 0) {
+    Trainer& tz = *trainers[std::size_t(zb)];
+    Trainer& to = *trainers[std::size_t(ofob)];
+    for (int tries = 0; int(pair_ratio.size()) < a.pairs && tries < 10 * a.pairs; tries += 10) {
+      waited += wait_quiet(a.max_foreign, budget);
+      CpuClock const c0 = cpu_clock();
+      std::vector<double> r, o, z;
+      for (int k = 0; k < 10; ++k) {
+        double const first = timed_step(k % 2 ? tz : to);
+        double const second = timed_step(k % 2 ? to : tz);
+        o.push_back(k % 2 ? second : first);
+        z.push_back(k % 2 ? first : second);
+        r.push_back(o.back() / z.back());
+        tz.clear_trace();
+        to.clear_trace();
+      }
+      if (foreign_load(c0, cpu_clock()) > a.max_foreign) {
+        pairs_dropped += r.size();
+        continue;
+      }
+      pair_ratio.insert(pair_ratio.end(), r.begin(), r.end());
+      pair_1f1b.insert(pair_1f1b.end(), o.begin(), o.end());
+      pair_zb.insert(pair_zb.end(), z.begin(), z.end());
+    }
+  }
+
   for (auto const& r : recs)
     if (r.step_s.empty()) {
       if (root)
@@ -556,53 +609,40 @@ int run(Args const& a) {
     if (r.name == "zb-h1")
       split_ref = &r;
 
-  std::printf(
-      "\n| schedule | measured bubble | predicted | difference | per-step difference | "
-      "predicted without overheads | predicted with zb-h1's B, W | step ms | samples/s | "
-      "pipeline ms (measured / predicted) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  // Predicted: per step, the simulator with that step's mean op times (CostModel as in
+  // cost_model()); the median over steps, next to the median measured bubble. "Paired" is the
+  // median of the per-step differences.
+  std::printf("\n| schedule | measured bubble | predicted | difference | paired difference | "
+              "step ms | samples/s |\n|---|---:|---:|---:|---:|---:|---:|\n");
   std::string json = "{\"bench\":\"pipeline\",\"schedules\":[";
+  std::vector<ts::SimulationResult> preds; // for the step with the median bubble
+  std::vector<std::size_t> median_step;
   for (std::size_t i = 0; i < n; ++i) {
     Record const& rec = recs[i];
     auto const& sched = trainers[i]->pipeline_schedule();
-    int const V = sched.virtual_stages();
-    ts::CostModel const c = cost_model(rec.ops, sched, msg);
-    auto const pred = ts::simulate(sched, c);
-    // Cross-prediction of a fused schedule: B and W as measured by zb-h1 (same stages).
-    std::string cross = "-";
-    if (split_ref && split_ref != &rec && sched.chunks == 1) {
-      ts::CostModel c2 = c;
-      for (int vs = 0; vs < V; ++vs) {
-        c2.backward_input[vs] = op_mean(*split_ref, vs, ts::Op::BackwardInput);
-        c2.backward_weight[vs] = op_mean(*split_ref, vs, ts::Op::BackwardWeight);
-      }
-      cross = pct(ts::simulate(sched, c2).bubble_fraction);
-    }
-    Messages plain = msg;
-    plain.overheads = false;
-    double const no_overheads = ts::simulate(sched, cost_model(rec.ops, sched, plain)).bubble_fraction;
-    std::vector<double> diffs;
-    for (std::size_t k = 0; k < rec.bubble.size(); ++k)
-      diffs.push_back(rec.bubble[k] - rec.step_pred[k]);
     double const mb = median(rec.bubble), step = median(rec.step_s);
-    std::printf("| %s | %s | %s | %+.1f pp | %+.1f pp | %s | %s | %.2f | %.0f | %.2f / %.2f |\n",
-                rec.name.c_str(), pct(mb).c_str(), pct(pred.bubble_fraction).c_str(),
-                100 * (mb - pred.bubble_fraction), 100 * median(diffs),
-                pct(no_overheads).c_str(), cross.c_str(),
-                1e3 * step, double(a.batch) / step, 1e3 * median(rec.makespan),
-                1e3 * pred.makespan);
+    // The step whose bubble is the median one: its prediction is drawn next to it.
+    std::size_t best = 0;
+    for (std::size_t k = 0; k < rec.bubble.size(); ++k)
+      if (std::abs(rec.bubble[k] - mb) < std::abs(rec.bubble[best] - mb))
+        best = k;
+    preds.push_back(ts::simulate(sched, cost_model(rec.step_ops[best], sched, msg)));
+    median_step.push_back(best);
+    double const predicted = median(rec.step_pred);
+    std::vector<double> paired;
+    for (std::size_t k = 0; k < rec.bubble.size(); ++k)
+      paired.push_back(rec.bubble[k] - rec.step_pred[k]);
+    std::printf("| %s | %s | %s | %+.1f pp | %+.1f pp | %.2f | %.0f |\n", rec.name.c_str(),
+                pct(mb).c_str(), pct(predicted).c_str(), 100 * (mb - predicted),
+                100 * median(paired), 1e3 * step, double(a.batch) / step);
     char buf[512];
     std::snprintf(buf, sizeof buf,
                   "%s{\"name\":\"%s\",\"bubble\":%.4f,\"predicted\":%.4f,\"step_ms\":%.3f,"
                   "\"samples_per_s\":%.1f,\"steps\":%zu}",
-                  i ? "," : "", rec.name.c_str(), mb, pred.bubble_fraction, 1e3 * step,
+                  i ? "," : "", rec.name.c_str(), mb, predicted, 1e3 * step,
                   double(a.batch) / step, rec.step_s.size());
     json += buf;
     if (!a.svg.empty()) {
-      // The step whose bubble is the median one.
-      std::size_t best = 0;
-      for (std::size_t k = 0; k < rec.bubble.size(); ++k)
-        if (std::abs(rec.bubble[k] - mb) < std::abs(rec.bubble[best] - mb))
-          best = k;
       std::string const what = " (p=" + std::to_string(sched.stages) +
                                ", m=" + std::to_string(sched.microbatches) +
                                (sched.chunks > 1 ? ", v=" + std::to_string(sched.chunks) : "") +
@@ -610,10 +650,56 @@ int run(Args const& a) {
       ts::SvgOptions o;
       o.title = rec.name + what + " measured, bubble " + pct(rec.bubble[best]);
       ts::write_svg(rec.timelines[best], a.svg + "/" + rec.name + "_measured.svg", o);
-      o.title = rec.name + what + " predicted from the measured op times, bubble " +
-                pct(pred.bubble_fraction);
-      ts::write_svg(pred.timeline, a.svg + "/" + rec.name + "_predicted.svg", o);
+      o.title = rec.name + what + " predicted from the same step's op times, bubble " +
+                pct(preds.back().bubble_fraction);
+      ts::write_svg(preds.back().timeline, a.svg + "/" + rec.name + "_predicted.svg", o);
     }
+  }
+
+  // The same prediction taken apart.
+  std::printf("\nModel checks, measured minus predicted bubble (median over steps): replay = "
+              "every instruction with its own measured time; one model for the whole run "
+              "(mean op times of the run, or a typical step's: per-op median of step means); "
+              "per step without the message overheads; a fused schedule with zb-h1's B and W "
+              "(typical step):\n\n"
+              "| schedule | replay | run mean | run typical | no overheads | zb-h1's B, W | "
+              "pipeline ms measured / predicted (median step) |\n"
+              "|---|---:|---:|---:|---:|---:|---:|\n");
+  for (std::size_t i = 0; i < n; ++i) {
+    Record const& rec = recs[i];
+    auto const& sched = trainers[i]->pipeline_schedule();
+    int const V = sched.virtual_stages();
+    double const mb = median(rec.bubble);
+    std::vector<double> replay, bare;
+    Messages plain = msg;
+    plain.overheads = false;
+    for (std::size_t k = 0; k < rec.bubble.size(); ++k) {
+      replay.push_back(rec.bubble[k] - rec.replay[k]);
+      bare.push_back(rec.bubble[k] -
+                     ts::simulate(sched, cost_model(rec.step_ops[k], sched, plain)).bubble_fraction);
+    }
+    auto pp = [](double d) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%+.1f pp", 100 * d);
+      return std::string(b);
+    };
+    ts::CostModel const typ = cost_model(typical(rec), sched, msg);
+    double const run_mean = ts::simulate(sched, cost_model(rec.ops, sched, msg)).bubble_fraction;
+    double const run_typ = ts::simulate(sched, typ).bubble_fraction;
+    // A fused schedule predicted with B and W as measured by zb-h1 (same stages).
+    std::string cross = "-";
+    if (split_ref && split_ref != &rec && sched.chunks == 1) {
+      ts::CostModel c2 = typ;
+      ts::CostModel const zb = cost_model(typical(*split_ref), sched, msg);
+      c2.backward_input = zb.backward_input;
+      c2.backward_weight = zb.backward_weight;
+      cross = pp(mb - ts::simulate(sched, c2).bubble_fraction);
+    }
+    (void)V;
+    std::printf("| %s | %s | %s | %s | %s | %s | %.2f / %.2f |\n", rec.name.c_str(),
+                pp(median(replay)).c_str(), pp(mb - run_mean).c_str(), pp(mb - run_typ).c_str(),
+                pp(median(bare)).c_str(), cross.c_str(), 1e3 * rec.makespan[median_step[i]],
+                1e3 * preds[i].makespan);
   }
   json += "]";
 
@@ -665,41 +751,37 @@ int run(Args const& a) {
   }
 
   // Where the time goes.
-  std::printf("\nMean op times per virtual stage (ms); optimizer step; mean posting time of a "
-              "send and a receive; per rank and step (median, ms): waiting for messages, "
-              "posting them, and time between recorded events:\n");
+  std::printf("\nOp times of a typical step (ms; per virtual stage, median over steps of the "
+              "step's mean), optimizer step, posting of a send and of a receive (us); per rank "
+              "and step (median, ms): waiting for messages, posting them, and time between "
+              "recorded events:\n");
   for (std::size_t i = 0; i < n; ++i) {
     Record const& rec = recs[i];
     auto const& sched = trainers[i]->pipeline_schedule();
+    OpTimes const t = typical(rec);
+    auto get = [&](int vs, ts::Op op) {
+      auto it = t.find({vs, int(op)});
+      return it == t.end() ? 0.0 : it->second.front();
+    };
     std::printf("  %-12s", rec.name.c_str());
     for (int vs = 0; vs < sched.virtual_stages(); ++vs) {
-      double const f = op_mean(rec, vs, ts::Op::Forward);
-      double const b = op_mean(rec, vs, ts::Op::Backward);
-      double const bi = op_mean(rec, vs, ts::Op::BackwardInput);
-      double const w = op_mean(rec, vs, ts::Op::BackwardWeight);
+      double const f = get(vs, ts::Op::Forward), b = get(vs, ts::Op::Backward);
       if (b > 0)
         std::printf(" vs%d F %.3f B+W %.3f |", vs, 1e3 * f, 1e3 * b);
       else
-        std::printf(" vs%d F %.3f B %.3f W %.3f |", vs, 1e3 * f, 1e3 * bi, 1e3 * w);
+        std::printf(" vs%d F %.3f B %.3f W %.3f |", vs, 1e3 * f,
+                    1e3 * get(vs, ts::Op::BackwardInput), 1e3 * get(vs, ts::Op::BackwardWeight));
     }
-    std::printf(" opt %.3f |", 1e3 * op_mean(rec, -1, ts::Op::OptimizerStep));
-    std::printf(" send %.1f us recv %.1f us |",
-                1e6 * op_mean(rec, -2, ts::Op::SendActivation),
-                1e6 * op_mean(rec, -2, ts::Op::RecvActivation));
+    std::printf(" opt %.3f | send %.1f recv %.1f |", 1e3 * get(-1, ts::Op::OptimizerStep),
+                1e6 * get(-2, ts::Op::SendActivation), 1e6 * get(-2, ts::Op::RecvActivation));
     for (std::size_t r = 0; r < rec.waits.size(); ++r)
       std::printf(" r%zu wait %.3f post %.3f gaps %.3f", r, 1e3 * median(rec.waits[r]),
                   1e3 * median(rec.posts[r]), 1e3 * median(rec.gaps[r]));
     std::printf("\n");
   }
 
-  // ZB-H1 against 1F1B: step-time medians of the two blocks of one round.
-  int zb = -1, ofob = -1;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (recs[i].name == "zb-h1")
-      zb = int(i);
-    if (recs[i].name == "1f1b")
-      ofob = int(i);
-  }
+  // ZB-H1 against 1F1B: step-time medians of the two blocks of one round, and the alternating
+  // pairs.
   if (zb >= 0 && ofob >= 0) {
     std::vector<double> ratios;
     std::printf("\nZB-H1 / 1F1B throughput per round:");
@@ -708,13 +790,21 @@ int run(Args const& a) {
         ratios.push_back(round_median[ofob][r] / round_median[zb][r]);
         std::printf(" %.3f", ratios.back());
       }
-    std::vector<double> sorted = ratios;
-    std::sort(sorted.begin(), sorted.end());
-    std::printf("\nZB-H1 / 1F1B throughput: median %.3f over %zu rounds (min %.3f, max %.3f)\n",
-                median(ratios), ratios.size(), sorted.front(), sorted.back());
-    char buf[64];
-    std::snprintf(buf, sizeof buf, ",\"zb_h1_over_1f1b\":%.4f", median(ratios));
-    json += buf;
+    std::printf("; median %.3f over %zu rounds\n", median(ratios), ratios.size());
+    if (!pair_ratio.empty()) {
+      std::vector<double> sorted = pair_ratio;
+      std::sort(sorted.begin(), sorted.end());
+      double const q1 = sorted[sorted.size() / 4], q3 = sorted[3 * sorted.size() / 4];
+      std::printf("ZB-H1 / 1F1B throughput, %zu alternating pairs (%zu dropped under foreign "
+                  "load): median of the pair ratios %.3f (quartiles %.3f .. %.3f); median step "
+                  "1F1B %.2f ms, ZB-H1 %.2f ms, ratio %.3f\n",
+                  pair_ratio.size(), pairs_dropped, median(pair_ratio), q1, q3,
+                  1e3 * median(pair_1f1b), 1e3 * median(pair_zb),
+                  median(pair_1f1b) / median(pair_zb));
+      char buf[64];
+      std::snprintf(buf, sizeof buf, ",\"zb_h1_over_1f1b\":%.4f", median(pair_ratio));
+      json += buf;
+    }
   }
   if (a.json)
     std::printf("%s}\n", json.c_str());
