@@ -3,16 +3,26 @@
 //
 //   mpirun -np P bench_pipeline [--blocks 7] [--hidden 1024] [--in 784] [--batch 128]
 //        [--microbatches 8] [--chunks 2] [--warmup 5] [--steps 10] [--rounds 5]
-//        [--schedules gpipe,1f1b,interleaved,zb-h1,zb-h2] [--svg DIR] [--json]
+//        [--max-rounds 4*rounds] [--pairs 100] [--max-foreign 0.05] [--max-wait 900]
+//        [--schedules gpipe,1f1b,interleaved,zb-h1,zb-h2] [--svg DIR] [--dump NAME] [--json]
 //
-// One Trainer per schedule (same model, same seed, pp = P ranks). After the warm-up steps the
-// schedules take turns: each round runs --steps traced steps of every schedule (the order
+// One Trainer per schedule (same model, same seed, pp = P ranks, tracing on). After the warm-up
+// steps the schedules take turns: each round runs --steps steps of every schedule (the order
 // rotates from round to round), so slow drifts of a shared machine hit all of them alike.
-// Per step: the step time (slowest rank, after a barrier) and the measured timeline of the step
-// (Trainer::pipeline_timeline) with its bubble fraction (schedule::analyze). Then, per schedule,
-// a CostModel built from the same run: mean F, B, W time per virtual stage, alpha and beta from
-// a ping-pong of one activation message over the pipeline communicator, the optimizer step;
-// schedule::simulate predicts the bubble, printed next to the measured median.
+// Per step: the step time (slowest rank, after a barrier), the measured timeline of the step
+// (Trainer::pipeline_timeline) and its bubble fraction (schedule::analyze), and the bubble
+// schedule::simulate predicts with a CostModel from the same step: mean F, B, W (or fused
+// Backward) per virtual stage, the optimizer step, the mean time a rank spends posting a send
+// and a receive, alpha and beta from a ping-pong of one activation message over the pipeline
+// communicator. Reported: medians over steps, the median of the per-step differences, and
+// checks of the model (see the second table). Then --pairs alternating 1F1B / ZB-H1 steps give
+// their throughput ratio.
+//
+// The machine may be shared: a block of steps during which other processes used more than
+// --max-foreign of the CPUs (Linux /proc/stat) is dropped, and the next block waits (up to
+// --max-wait seconds in all) for a quiet moment. --svg DIR writes, per schedule, the measured
+// timeline of the step with the median bubble and its prediction; --dump NAME prints every
+// step of one schedule and the measured and predicted events of its median step.
 // Timings are figures to read, never to assert.
 #include <telar/layers/activation.hpp>
 #include <telar/layers/dense.hpp>
@@ -400,10 +410,6 @@ OpTimes typical(Record const& rec) {
   return out;
 }
 
-double op_mean(Record const& rec, int vs, ts::Op op) {
-  auto it = rec.ops.find({vs, int(op)});
-  return it == rec.ops.end() ? 0 : mean(it->second);
-}
 
 template <std::size_t K>
 int run(Args const& a) {
@@ -668,7 +674,6 @@ int run(Args const& a) {
   for (std::size_t i = 0; i < n; ++i) {
     Record const& rec = recs[i];
     auto const& sched = trainers[i]->pipeline_schedule();
-    int const V = sched.virtual_stages();
     double const mb = median(rec.bubble);
     std::vector<double> replay, bare;
     Messages plain = msg;
@@ -695,7 +700,6 @@ int run(Args const& a) {
       c2.backward_weight = zb.backward_weight;
       cross = pp(mb - ts::simulate(sched, c2).bubble_fraction);
     }
-    (void)V;
     std::printf("| %s | %s | %s | %s | %s | %s | %.2f / %.2f |\n", rec.name.c_str(),
                 pp(median(replay)).c_str(), pp(mb - run_mean).c_str(), pp(mb - run_typ).c_str(),
                 pp(median(bare)).c_str(), cross.c_str(), 1e3 * rec.makespan[median_step[i]],
