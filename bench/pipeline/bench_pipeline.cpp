@@ -242,8 +242,9 @@ struct Messages {
 // The simulator's cost model from measured op times: per virtual stage the mean Forward, the
 // mean fused Backward (as backward_input, backward_weight = 0: the simulator only uses their
 // sum for a fused Backward) or the mean BackwardInput and BackwardWeight, the mean optimizer
-// step, and the messages: alpha and beta from the ping-pong, the mean time a rank spends
-// posting a Send and a Recv as send_overhead and recv_overhead.
+// step, and the messages: alpha and beta from the ping-pong; as send_overhead the mean time a
+// rank spends posting a Send, as recv_overhead the mean time a receive takes when its data is
+// already there (see receives()).
 ts::CostModel cost_model(OpTimes const& ops, ts::Schedule const& sched, Messages const& msg) {
   auto avg = [&](int vs, ts::Op op) {
     auto it = ops.find({vs, int(op)});
@@ -270,16 +271,55 @@ ts::CostModel cost_model(OpTimes const& ops, ts::Schedule const& sched, Messages
   return c;
 }
 
+// The receives of a measured step: each Recv has two events, its posting (MPI_Irecv) and, where
+// the data is used, its wait. When the matching send had been posted before the receive was,
+// the data was there and both events are the receive's own work (matching, copying the
+// message: CostModel::recv_overhead); otherwise the wait also holds real waiting.
+using RecvKey = std::tuple<int, int, int, int>; // rank, op, micro-batch, chunk
+struct Receive {
+  double posted = 0, post = 0, wait = 0;
+  bool data_there = false;
+};
+std::map<RecvKey, Receive> receives(ts::Schedule const& s, ts::Timeline const& tl) {
+  auto key_of = [&](ts::Event const& e) {
+    ts::MessageKey const k = ts::message_key(s, e.rank, {e.op, e.microbatch, e.chunk, -1});
+    return std::make_tuple(int(k.channel), k.microbatch, k.boundary);
+  };
+  std::map<std::tuple<int, int, int>, double> sent; // message -> end of its send's posting
+  for (auto const& e : tl.events)
+    if (ts::is_send(e.op))
+      sent[key_of(e)] = e.end;
+  std::map<RecvKey, Receive> out;
+  std::map<RecvKey, int> seen;
+  for (auto const& e : tl.events) {
+    if (!ts::is_recv(e.op))
+      continue;
+    RecvKey const k{e.rank, int(e.op), e.microbatch, e.chunk};
+    Receive& r = out[k];
+    if (seen[k]++ == 0) {
+      r.posted = e.start;
+      r.post = e.duration();
+      auto it = sent.find(key_of(e));
+      r.data_there = it != sent.end() && it->second <= e.start;
+    } else {
+      r.wait += e.duration();
+    }
+  }
+  return out;
+}
+
 // Replays one measured step: the simulator's rules (each rank runs its list in order, a Recv
 // waits for its message) with every instruction taking the time it took in that step (compute
 // ops, postings of sends and receives) instead of per-stage means. Its bubble differs from the
 // measured one only by what no event records (bookkeeping between instructions); the gap
 // between the replay and the mean-cost prediction is the cost of op times varying within a
 // step (and with what the other rank does at the same time).
-double replay_bubble(ts::Schedule const& s, ts::Timeline const& tl, Messages const& msg) {
+double replay_bubble(ts::Schedule const& s, ts::Timeline const& tl, Messages const& msg,
+                     double recv_overhead) {
   std::map<std::tuple<int, int, int, int>, std::vector<double>> took; // (rank, op, mb, chunk)
   for (auto const& e : tl.events)
     took[{e.rank, int(e.op), e.microbatch, e.chunk}].push_back(e.duration());
+  auto const recv = receives(s, tl);
   auto const partner = ts::detail::match_messages(
       s, [](int, int) { return true; }, [](ts::detail::Site) {});
   int const p = s.stages;
@@ -292,14 +332,18 @@ double replay_bubble(ts::Schedule const& s, ts::Timeline const& tl, Messages con
   ts::detail::execute(s, partner, false, [&](int r, int i) {
     ts::Instruction const& in = s.ranks[r][i];
     auto const& d = took[{r, int(in.op), in.microbatch, in.chunk}];
-    double const first = d.empty() ? 0.0 : d.front(); // a Recv's first event is its posting
     double const t = now[r];
-    double end = t + first;
-    if (ts::is_send(in.op))
+    double end = t + (d.empty() ? 0.0 : d.front());
+    if (ts::is_send(in.op)) {
       arrival[r][i] = end + msg.alpha + msg.beta * msg.bytes;
-    else if (ts::is_recv(in.op)) {
+    } else if (ts::is_recv(in.op)) {
+      // Its own work where the data was there, else the step's typical receive overhead.
+      auto it = recv.find({r, int(in.op), in.microbatch, in.chunk});
+      double const own = it != recv.end() && it->second.data_there
+                             ? it->second.post + it->second.wait
+                             : recv_overhead;
       ts::detail::Site const from = partner[r][i];
-      end = std::max(t, arrival[from.rank][from.index]) + first;
+      end = std::max(t, arrival[from.rank][from.index]) + own;
     }
     out.events.push_back({r, in.op, in.microbatch, in.chunk, t, end});
     now[r] = end;
@@ -337,7 +381,6 @@ void record_step(Record& rec, ts::Schedule const& s, ts::Timeline const& tl, dou
   };
   std::vector<PerRank> pr(static_cast<std::size_t>(p));
   OpTimes ops;
-  std::set<std::tuple<int, int, int, int>> posted; // Recvs whose posting was seen
   for (auto const& e : tl.events) {
     PerRank& q = pr[static_cast<std::size_t>(e.rank)];
     q.lo = std::min(q.lo, e.start);
@@ -349,13 +392,23 @@ void record_step(Record& rec, ts::Schedule const& s, ts::Timeline const& tl, dou
     } else if (ts::is_send(e.op)) {
       ops[{-2, int(ts::Op::SendActivation)}].push_back(e.duration()); // posting
       q.post += e.duration();
-    } else if (posted.insert({e.rank, int(e.op), e.microbatch, e.chunk}).second) {
-      ops[{-2, int(ts::Op::RecvActivation)}].push_back(e.duration()); // posting
-      q.post += e.duration();
-    } else {
-      q.wait += e.duration(); // waiting for the data
     }
   }
+  // Receive overhead: the whole receive (posting and "wait") where the data was there; the
+  // posting alone where it was not (the wait then mixes waiting and copying).
+  std::vector<double> there, not_there;
+  for (auto const& [k, r] : receives(s, tl)) {
+    PerRank& q = pr[static_cast<std::size_t>(std::get<0>(k))];
+    if (r.data_there) {
+      there.push_back(r.post + r.wait);
+      q.post += r.post + r.wait;
+    } else {
+      not_there.push_back(r.post);
+      q.post += r.post;
+      q.wait += r.wait;
+    }
+  }
+  ops[{-2, int(ts::Op::RecvActivation)}] = there.empty() ? not_there : there;
   rec.posts.resize(std::size_t(p));
   for (int r = 0; r < p; ++r) {
     PerRank const& q = pr[static_cast<std::size_t>(r)];
@@ -365,7 +418,7 @@ void record_step(Record& rec, ts::Schedule const& s, ts::Timeline const& tl, dou
   }
   rec.step_pred.push_back(ts::simulate(s, cost_model(ops, s, msg)).bubble_fraction);
   rec.step_ops.push_back(ops);
-  rec.replay.push_back(replay_bubble(s, tl, msg));
+  rec.replay.push_back(replay_bubble(s, tl, msg, mean(ops[{-2, int(ts::Op::RecvActivation)}])));
   for (auto const& [key, v] : ops)
     rec.ops[key].insert(rec.ops[key].end(), v.begin(), v.end());
   rec.timelines.push_back(tl);
@@ -756,8 +809,8 @@ int run(Args const& a) {
 
   // Where the time goes.
   std::printf("\nOp times of a typical step (ms; per virtual stage, median over steps of the "
-              "step's mean), optimizer step, posting of a send and of a receive (us); per rank "
-              "and step (median, ms): waiting for messages, posting them, and time between "
+              "step's mean), optimizer step, send and receive overheads (us); per rank and step "
+              "(median, ms): waiting for messages, message overheads, and time between "
               "recorded events:\n");
   for (std::size_t i = 0; i < n; ++i) {
     Record const& rec = recs[i];
