@@ -83,23 +83,40 @@ Args parse(int argc, char** argv) {
     if (i + 1 >= argc)
       throw std::invalid_argument("bench_pipeline: " + f + " needs a value");
     std::string const v = argv[++i];
-    if (f == "--in") a.in = std::stoul(v);
-    else if (f == "--hidden") a.hidden = std::stoul(v);
-    else if (f == "--batch") a.batch = std::stoul(v);
-    else if (f == "--blocks") a.blocks = std::stoi(v);
-    else if (f == "--microbatches") a.microbatches = std::stoi(v);
-    else if (f == "--chunks") a.chunks = std::stoi(v);
-    else if (f == "--warmup") a.warmup = std::stoi(v);
-    else if (f == "--steps") a.steps = std::stoi(v);
-    else if (f == "--rounds") a.rounds = std::stoi(v);
-    else if (f == "--max-rounds") a.max_rounds = std::stoi(v);
-    else if (f == "--max-foreign") a.max_foreign = std::stod(v);
-    else if (f == "--max-wait") a.max_wait = std::stod(v);
-    else if (f == "--pairs") a.pairs = std::stoi(v);
-    else if (f == "--schedules") a.schedules = split(v);
-    else if (f == "--svg") a.svg = v;
-    else if (f == "--dump") a.dump = v;
-    else throw std::invalid_argument("bench_pipeline: unknown flag " + f);
+    if (f == "--in")
+      a.in = std::stoul(v);
+    else if (f == "--hidden")
+      a.hidden = std::stoul(v);
+    else if (f == "--batch")
+      a.batch = std::stoul(v);
+    else if (f == "--blocks")
+      a.blocks = std::stoi(v);
+    else if (f == "--microbatches")
+      a.microbatches = std::stoi(v);
+    else if (f == "--chunks")
+      a.chunks = std::stoi(v);
+    else if (f == "--warmup")
+      a.warmup = std::stoi(v);
+    else if (f == "--steps")
+      a.steps = std::stoi(v);
+    else if (f == "--rounds")
+      a.rounds = std::stoi(v);
+    else if (f == "--max-rounds")
+      a.max_rounds = std::stoi(v);
+    else if (f == "--max-foreign")
+      a.max_foreign = std::stod(v);
+    else if (f == "--max-wait")
+      a.max_wait = std::stod(v);
+    else if (f == "--pairs")
+      a.pairs = std::stoi(v);
+    else if (f == "--schedules")
+      a.schedules = split(v);
+    else if (f == "--svg")
+      a.svg = v;
+    else if (f == "--dump")
+      a.dump = v;
+    else
+      throw std::invalid_argument("bench_pipeline: unknown flag " + f);
   }
   return a;
 }
@@ -359,7 +376,7 @@ struct Record {
   std::vector<double> step_pred; // per step: the bubble predicted from that step's own op times
   std::vector<double> replay;    // per step: replay_bubble()
   std::vector<ts::Timeline> timelines;
-  OpTimes ops;                  // op durations over all steps
+  OpTimes ops;                   // op durations over all steps
   std::vector<OpTimes> step_ops; // per step
   // per rank and step: receive waits, posting of sends and receives, time between events
   std::vector<std::vector<double>> waits, posts, gaps;
@@ -463,7 +480,6 @@ OpTimes typical(Record const& rec) {
   return out;
 }
 
-
 template <std::size_t K>
 int run(Args const& a) {
   using Layers = decltype(mlp_layers(0, 0, std::make_index_sequence<K>{}));
@@ -547,8 +563,9 @@ int run(Args const& a) {
                   "virtual stage:",
                   int(b.size()) - 1, key.c_str());
       for (std::size_t v = 0; v + 1 < b.size(); ++v)
-        std::printf(" %.3f", std::accumulate(lf.begin() + long(b[v]), lf.begin() + long(b[v + 1]),
-                                             0.0) * 1e-9);
+        std::printf(" %.3f",
+                    std::accumulate(lf.begin() + long(b[v]), lf.begin() + long(b[v + 1]), 0.0) *
+                        1e-9);
       std::printf("\n");
     }
   }
@@ -698,14 +715,13 @@ int run(Args const& a) {
     std::snprintf(buf, sizeof buf,
                   "%s{\"name\":\"%s\",\"bubble\":%.4f,\"predicted\":%.4f,\"step_ms\":%.3f,"
                   "\"samples_per_s\":%.1f,\"steps\":%zu}",
-                  i ? "," : "", rec.name.c_str(), mb, predicted, 1e3 * step,
-                  double(a.batch) / step, rec.step_s.size());
+                  i ? "," : "", rec.name.c_str(), mb, predicted, 1e3 * step, double(a.batch) / step,
+                  rec.step_s.size());
     json += buf;
     if (!a.svg.empty()) {
-      std::string const what = " (p=" + std::to_string(sched.stages) +
-                               ", m=" + std::to_string(sched.microbatches) +
-                               (sched.chunks > 1 ? ", v=" + std::to_string(sched.chunks) : "") +
-                               ")";
+      std::string const what =
+          " (p=" + std::to_string(sched.stages) + ", m=" + std::to_string(sched.microbatches) +
+          (sched.chunks > 1 ? ", v=" + std::to_string(sched.chunks) : "") + ")";
       ts::SvgOptions o;
       o.title = rec.name + what + " measured, bubble " + pct(rec.bubble[best]);
       ts::write_svg(rec.timelines[best], a.svg + "/" + rec.name + "_measured.svg", o);
@@ -733,8 +749,9 @@ int run(Args const& a) {
     plain.overheads = false;
     for (std::size_t k = 0; k < rec.bubble.size(); ++k) {
       replay.push_back(rec.bubble[k] - rec.replay[k]);
-      bare.push_back(rec.bubble[k] -
-                     ts::simulate(sched, cost_model(rec.step_ops[k], sched, plain)).bubble_fraction);
+      bare.push_back(
+          rec.bubble[k] -
+          ts::simulate(sched, cost_model(rec.step_ops[k], sched, plain)).bubble_fraction);
     }
     auto pp = [](double d) {
       char b[32];

@@ -24,7 +24,9 @@ using R = telar::ReLU<float>;
 using Model = telar::Sequential<D, R, D, R, D, R, D, R, D>;
 namespace ts = telar::schedule;
 
-Model make_model() { return Model(D(6, 8), {}, D(8, 8), {}, D(8, 8), {}, D(8, 8), {}, D(8, 3)); }
+Model make_model() {
+  return Model(D(6, 8), {}, D(8, 8), {}, D(8, 8), {}, D(8, 8), {}, D(8, 3));
+}
 
 } // namespace
 
