@@ -311,8 +311,11 @@ public:
    *
    *  Events, as in schedule::simulate(): Forward (on the last virtual stage
    *  including the loss), Backward or BackwardInput and BackwardWeight, the
-   *  OptimizerStep, and RecvActivation / RecvGrad spanning the time a rank
-   *  waited for a message. \param last_step_only only the last step */
+   *  OptimizerStep; SendActivation / SendGrad spanning the posting of a
+   *  message; and for each RecvActivation / RecvGrad two events: its posting
+   *  and, where the data is used, the time the rank waited for (and, with
+   *  MPI over shared memory, copied) the message.
+   *  \param last_step_only only the last step */
   schedule::Timeline pipeline_timeline(bool last_step_only = true) const {
     schedule::Timeline tl;
     tl.name = schedule_.name + " (measured)";
