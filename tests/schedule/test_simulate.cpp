@@ -163,6 +163,32 @@ TEST_CASE("simulate: alpha-beta messages, timeline in list order", "[schedule]")
   }
 }
 
+TEST_CASE("simulate: per-message overheads", "[schedule]") {
+  CostModel cost = CostModel::uniform(1, 1, 1);
+  cost.alpha = 0.5;
+  cost.send_overhead = 0.25;
+  cost.recv_overhead = 0.125;
+  auto const r = simulate(gpipe(2, 1), cost);
+  // rank 0: F [0,1], send [1,1.25] arrives 1.75; rank 1: receive [0,1.875], F [1.875,2.875],
+  // B [2.875,4.875], send [4.875,5.125] arrives 5.625; rank 0: receive [1.25,5.75], B [5.75,7.75].
+  CHECK(r.makespan == exact(7.75));
+  CHECK(r.busy == std::vector<double>{3.0, 3.0});
+  auto find = [&](int rank, Op op) {
+    return *std::find_if(r.timeline.events.begin(), r.timeline.events.end(),
+                         [&](Event const& e) { return e.rank == rank && e.op == op; });
+  };
+  CHECK(find(0, Op::SendActivation).duration() == exact(0.25));
+  CHECK(find(1, Op::RecvActivation).end == exact(1.875));
+  CHECK(find(1, Op::SendGrad).end == exact(5.125));
+  CHECK(find(0, Op::RecvGrad).start == exact(1.25));
+  CHECK(find(0, Op::RecvGrad).end == exact(5.75));
+  // A receive whose data is there still costs its overhead: with p = 1 there are no messages,
+  // so overheads change nothing.
+  CHECK(simulate(gpipe(1, 3), cost).makespan == exact(9.0));
+  cost.recv_overhead = -1;
+  CHECK_THROWS_AS(simulate(gpipe(2, 1), cost), std::invalid_argument);
+}
+
 TEST_CASE("simulate: per-virtual-stage costs", "[schedule]") {
   CostModel cost;
   cost.forward = {1.0, 3.0};

@@ -11,8 +11,11 @@ namespace telar::schedule {
 
     Each per-stage vector holds either one value (all virtual stages alike) or one value per
     virtual stage (`stages * chunks`). A fused Backward costs `backward_input + backward_weight`.
-    A message posted at time t arrives at `t + alpha + beta * bytes`; posting costs the sender
-    nothing (non-blocking sends). */
+    Messages follow LogP/alpha-beta: a Send occupies its rank for `send_overhead` and the
+    message, posted at the end of it (time t), arrives at `t + alpha + beta * bytes`; a Recv
+    waits for the arrival, then occupies its rank for `recv_overhead`. The overheads are the
+    ranks' own time per message (posting, matching, copying on shared memory), default 0:
+    non-blocking sends that cost nothing. */
 struct CostModel {
   std::vector<double> forward{1.0};         //!< time of a Forward, per virtual stage
   std::vector<double> backward_input{1.0};  //!< time of a BackwardInput, per virtual stage
@@ -22,6 +25,8 @@ struct CostModel {
   double beta = 0.0;                        //!< time per byte
   double activation_bytes = 0.0;            //!< bytes of one micro-batch's activation message
   double grad_bytes = 0.0;                  //!< bytes of one micro-batch's gradient message
+  double send_overhead = 0.0;               //!< sender's time per message (LogP's o)
+  double recv_overhead = 0.0;               //!< receiver's time per message, after arrival
 
   /*! \brief The same F, B (input part) and W (weight part) time on every virtual stage, free
       messages. */

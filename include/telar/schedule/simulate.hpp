@@ -25,7 +25,8 @@ struct SimulationResult : TimelineStats {
 };
 
 /*! \brief Runs `s` under `cost`: each rank executes its list in order, one instruction at a time;
-    a Recv completes when the matching Send's message has arrived.
+    a Send takes `cost.send_overhead`, a Recv completes `cost.recv_overhead` after the matching
+    Send's message has arrived.
 
     \throws ScheduleError if `s` does not pass validate() (SendMode::Eager).
     \throws std::invalid_argument if `cost` does not fit the schedule. */
@@ -69,14 +70,16 @@ inline SimulationResult simulate(Schedule const& s, CostModel const& cost = {}) 
       end += cost.optimizer_step;
       break;
     case Op::SendActivation:
-      arrival[r][i] = t + cost.alpha + cost.beta * cost.activation_bytes;
+      end += cost.send_overhead;
+      arrival[r][i] = end + cost.alpha + cost.beta * cost.activation_bytes;
       break;
     case Op::SendGrad:
-      arrival[r][i] = t + cost.alpha + cost.beta * cost.grad_bytes;
+      end += cost.send_overhead;
+      arrival[r][i] = end + cost.alpha + cost.beta * cost.grad_bytes;
       break;
     default: { // a Recv; execute() runs it only after its send
       detail::Site const from = partner[r][i];
-      end = std::max(t, arrival[from.rank][from.index]);
+      end = std::max(t, arrival[from.rank][from.index]) + cost.recv_overhead;
     }
     }
     out.timeline.events.push_back({r, in.op, in.microbatch, in.chunk, t, end});

@@ -15,8 +15,10 @@ namespace telar::schedule {
 /*! \brief One executed instruction on one rank, with its start and end time.
 
     Compute events (is_compute()) span the work; a Recv spans the time the rank waited in it
-    for the data; a Send marks when the message was posted (zero length when sends do not
-    block). Times are in any unit (the simulator's cost unit, or seconds from MPI_Wtime). */
+    for the data (plus CostModel::recv_overhead); a Send spans the posting of the message
+    (CostModel::send_overhead, zero by default). A measured timeline may hold two events for one
+    Recv: its posting and, later, the wait for its data. Times are in any unit (the simulator's
+    cost unit, or seconds from MPI_Wtime). */
 struct Event {
   int rank = 0;        //!< pipeline rank
   Op op = Op::Forward; //!< what ran

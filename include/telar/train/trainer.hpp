@@ -185,7 +185,12 @@ public:
     exec.fence();
     if (zero_.active())
       zero_.publish(exec, params_);
-    trace_.add("optimizer", "optimizer", t_upd, trace_.now());
+    double const t_opt_end = trace_.now();
+    trace_.add("optimizer", "optimizer", t_upd, t_opt_end);
+    // The schedule's last instruction (with any ZeRO reduction), in the
+    // pipeline timeline too.
+    if (trace_.enabled())
+      executor_.add_event({coords_.pp, schedule::Op::OptimizerStep, -1, 0, t_opt, t_opt_end});
     LossSum const total = reduce_loss(local);
     r.loss = total.samples ? total.loss / double(total.samples) : 0;
     r.accuracy = total.samples ? double(total.correct) / double(total.samples) : 0;
@@ -323,7 +328,15 @@ public:
    *  last step, or of every step so far, gathered from the ranks of this
    *  rank's pipeline (collective over the pipeline group); times in seconds
    *  from a common origin. Feed it to schedule::analyze() or
-   *  schedule::write_svg(). \param last_step_only only the last step */
+   *  schedule::write_svg().
+   *
+   *  Events, as in schedule::simulate(): Forward (on the last virtual stage
+   *  including the loss), Backward or BackwardInput and BackwardWeight, the
+   *  OptimizerStep; SendActivation / SendGrad spanning the posting of a
+   *  message; and for each RecvActivation / RecvGrad two events: its posting
+   *  and, where the data is used, the time the rank waited for (and, with
+   *  MPI over shared memory, copied) the message.
+   *  \param last_step_only only the last step */
   schedule::Timeline pipeline_timeline(bool last_step_only = true) const {
     schedule::Timeline tl;
     tl.name = schedule_.name + " (measured)";

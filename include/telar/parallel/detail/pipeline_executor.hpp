@@ -106,6 +106,13 @@ public:
         events_.push_back({rank_, in.op, in.microbatch, in.chunk, t0, t1});
       }
     };
+    // The rank's own time in a Send or Recv instruction (posting MPI_Isend /
+    // MPI_Irecv; a receive whose message has already arrived may copy it
+    // here): the per-message overheads of CostModel.
+    auto posted = [&](schedule::Instruction const& in, double t0) {
+      if (tracing)
+        events_.push_back({rank_, in.op, in.microbatch, in.chunk, t0, trace->now()});
+    };
     // Time spent waiting for a message, as the simulator's Recv events.
     auto wait_recv = [&](MbState& st, schedule::Instruction const& in, schedule::Op op) {
       double const t0 = tracing ? trace->now() : 0;
@@ -133,15 +140,19 @@ public:
       int const vs = in.op == Op::OptimizerStep ? 0 : sched.virtual_stage(rank_, in.chunk);
       switch (in.op) {
       case Op::RecvActivation: {
+        double const t0 = tracing ? trace->now() : 0;
         MbState& st = state(in.microbatch, in.chunk);
         st.recv = std::make_unique<Message>(runners_[in.chunk].input_buffer(st.slot), false);
         st.recv_req = pp_->irecv(st.recv->buffer.data(), st.recv->buffer.size(), in.peer, tag(in));
+        posted(in, t0);
         break;
       }
       case Op::RecvGrad: {
+        double const t0 = tracing ? trace->now() : 0;
         MbState& st = state(in.microbatch, in.chunk);
         st.recv = std::make_unique<Message>(runners_[in.chunk].output_grad(st.slot), false);
         st.recv_req = pp_->irecv(st.recv->buffer.data(), st.recv->buffer.size(), in.peer, tag(in));
+        posted(in, t0);
         break;
       }
       case Op::Forward: {
@@ -155,28 +166,36 @@ public:
           wait_recv(st, in, Op::RecvActivation);
           input = runner.input_buffer(st.slot);
         }
-        timed("F", in, [&] { runner.forward(exec, st.slot, input); });
-        if (vs == last_vs) {
-          auto [b, e] = rows_of(in.microbatch);
-          LossSum ls = loss.forward_backward(exec, CMat(runner.output(st.slot)),
-                                             Labels<MemorySpace>(rows(y, b, e)),
-                                             runner.output_grad(st.slot), scale);
-          total.loss += ls.loss;
-          total.correct += ls.correct;
-          total.samples += ls.samples;
-        }
+        // The loss belongs to the last virtual stage's Forward (as in the
+        // schedule's cost model), so its time is recorded with it.
+        timed("F", in, [&] {
+          runner.forward(exec, st.slot, input);
+          if (vs == last_vs) {
+            auto [b, e] = rows_of(in.microbatch);
+            LossSum ls = loss.forward_backward(exec, CMat(runner.output(st.slot)),
+                                               Labels<MemorySpace>(rows(y, b, e)),
+                                               runner.output_grad(st.slot), scale);
+            total.loss += ls.loss;
+            total.correct += ls.correct;
+            total.samples += ls.samples;
+          }
+        });
         break;
       }
       case Op::SendActivation: {
+        double const t0 = tracing ? trace->now() : 0;
         MbState& st = state(in.microbatch, in.chunk);
         exec.fence();
         send(st, runners_[in.chunk].output(st.slot), in.peer, tag(in));
+        posted(in, t0);
         break;
       }
       case Op::SendGrad: {
+        double const t0 = tracing ? trace->now() : 0;
         MbState& st = state(in.microbatch, in.chunk);
         exec.fence();
         send(st, runners_[in.chunk].input_grad(st.slot), in.peer, tag(in));
+        posted(in, t0);
         break;
       }
       case Op::Backward: {
@@ -265,8 +284,12 @@ public:
     return total;
   }
 
-  // Compute and receive-wait events recorded by run() while tracing.
+  // Events recorded by run() while tracing: compute ops, the posting of each
+  // Send and Recv, and each receive's wait for its data (a second event of
+  // the same Recv, recorded where the data is used); and those added by the
+  // caller (the optimizer step).
   std::vector<schedule::Event> const& events() const { return events_; }
+  void add_event(schedule::Event const& e) { events_.push_back(e); }
   std::size_t last_step_begin() const { return step_begin_; }
   void clear_events() {
     events_.clear();

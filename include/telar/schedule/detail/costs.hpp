@@ -28,10 +28,11 @@ inline void check_costs(CostModel const& c, int vstages) {
   check(c.forward, "forward");
   check(c.backward_input, "backward_input");
   check(c.backward_weight, "backward_weight");
-  for (double x : {c.optimizer_step, c.alpha, c.beta, c.activation_bytes, c.grad_bytes})
+  for (double x : {c.optimizer_step, c.alpha, c.beta, c.activation_bytes, c.grad_bytes,
+                   c.send_overhead, c.recv_overhead})
     if (!(x >= 0) || !std::isfinite(x))
       throw std::invalid_argument("telar::schedule::simulate: CostModel scalars (optimizer_step, "
-                                  "alpha, beta, bytes) must be finite and >= 0");
+                                  "alpha, beta, bytes, overheads) must be finite and >= 0");
 }
 
 } // namespace telar::schedule::detail
