@@ -40,9 +40,9 @@ void dense_case(benchmark::State& state, char const* phase) {
 template <class Gemm>
 void register_policy() {
   for (char const* phase : {"forward", "backward_input", "backward_weight"}) {
-    auto* b = benchmark::RegisterBenchmark(
-        (std::string("Dense/") + Gemm::name() + "/" + phase).c_str(),
-        [phase](benchmark::State& s) { dense_case<Gemm>(s, phase); });
+    auto* b =
+        benchmark::RegisterBenchmark((std::string("Dense/") + Gemm::name() + "/" + phase).c_str(),
+                                     [phase](benchmark::State& s) { dense_case<Gemm>(s, phase); });
     // batch x in x out of the MLP 784-2048-2048-10 at batch 128
     b->Args({128, 784, 2048})->Args({128, 2048, 2048})->Args({128, 2048, 10});
     b->Unit(benchmark::kMillisecond)->MinTime(0.3);

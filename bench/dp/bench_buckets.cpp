@@ -83,7 +83,9 @@ int main(int argc, char** argv) {
 
     std::vector<float> packed(n, 1.f);
     double const t_mpi = median_ms(
-        [&] { MPI_Allreduce(MPI_IN_PLACE, packed.data(), int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); },
+        [&] {
+          MPI_Allreduce(MPI_IN_PLACE, packed.data(), int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        },
         reps);
     double const t_ring =
         median_ms([&] { telar::RingAllreduce{}.start(comm, packed.data(), n).wait(); }, reps);
@@ -94,8 +96,8 @@ int main(int argc, char** argv) {
                   "one 4 MB ring allreduce      %7.3f ms\n",
                   comm.size(), store.entries().size(), n * 4.0 / (1 << 20), n, reps, t_mpi, t_ring);
     for (double mb : {4.0, 1.0, 0.25}) {
-      telar::detail::GradientBuckets<float, telar::DefaultMemorySpace, telar::RingAllreduce> buckets(
-          &comm, telar::RingAllreduce{}, store, std::size_t(mb * (1 << 20)), nullptr);
+      telar::detail::GradientBuckets<float, telar::DefaultMemorySpace, telar::RingAllreduce>
+          buckets(&comm, telar::RingAllreduce{}, store, std::size_t(mb * (1 << 20)), nullptr);
       double const t = median_ms(
           [&] {
             buckets.begin_step(1);

@@ -33,21 +33,36 @@ Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string const f = argv[i], v = argv[i + 1];
-    if (f == "--batch") a.batch = std::stoul(v);
-    else if (f == "--hidden") a.hidden = std::stoul(v);
-    else if (f == "--steps") a.steps = std::stoi(v);
-    else if (f == "--warmup") a.warmup = std::stoi(v);
-    else if (f == "--dp") a.dp = std::stoi(v);
-    else if (f == "--pp") a.pp = std::stoi(v);
-    else if (f == "--tp") a.tp = std::stoi(v);
-    else if (f == "--microbatches") a.microbatches = std::stoi(v);
-    else if (f == "--schedule") a.schedule = v;
-    else if (f == "--algorithm") a.algorithm = v;
-    else if (f == "--bucket-mb") a.bucket_mb = std::stod(v);
-    else if (f == "--timeline") a.timeline = v;
-    else if (f == "--zero") a.zero = std::stoi(v);
-    else if (f == "--shared-memory") a.shared_memory = std::stoi(v);
-    else throw std::invalid_argument("bench_mlp_step: unknown flag " + f);
+    if (f == "--batch")
+      a.batch = std::stoul(v);
+    else if (f == "--hidden")
+      a.hidden = std::stoul(v);
+    else if (f == "--steps")
+      a.steps = std::stoi(v);
+    else if (f == "--warmup")
+      a.warmup = std::stoi(v);
+    else if (f == "--dp")
+      a.dp = std::stoi(v);
+    else if (f == "--pp")
+      a.pp = std::stoi(v);
+    else if (f == "--tp")
+      a.tp = std::stoi(v);
+    else if (f == "--microbatches")
+      a.microbatches = std::stoi(v);
+    else if (f == "--schedule")
+      a.schedule = v;
+    else if (f == "--algorithm")
+      a.algorithm = v;
+    else if (f == "--bucket-mb")
+      a.bucket_mb = std::stod(v);
+    else if (f == "--timeline")
+      a.timeline = v;
+    else if (f == "--zero")
+      a.zero = std::stoi(v);
+    else if (f == "--shared-memory")
+      a.shared_memory = std::stoi(v);
+    else
+      throw std::invalid_argument("bench_mlp_step: unknown flag " + f);
   }
   return a;
 }
@@ -104,23 +119,23 @@ int run(Args const& a) {
   double const mean = std::accumulate(ms.begin(), ms.end(), 0.0) / double(ms.size());
   if (trainer.rank() == 0) {
     char const* threads = std::getenv("OMP_NUM_THREADS");
-    std::printf("# telar MLP 784-%zu-%zu-10, batch %zu per dp rank, fp32, SGD, gemm %s, "
-                "%d ranks (%s), schedule %s, %d micro-batches, allreduce %s, sharding %s%s, "
-                "buckets %.1f MiB (%zu on rank 0), OMP_NUM_THREADS=%s, %d steps after %d "
-                "warm-up\n",
-                a.hidden, a.hidden, a.batch,
-                telar::gemm_backend_name<float, telar::DefaultMemorySpace>(), trainer.size(),
-                trainer.layout().c_str(), trainer.pipeline_schedule().name.c_str(),
-                a.microbatches, Algorithm::name(), Sharding::name(),
-                Sharding::stage > 0 ? (a.shared_memory ? " (shared memory)" : " (messages)") : "",
-                a.bucket_mb, trainer.bucket_count(),
-                threads ? threads : "unset", a.steps, a.warmup);
+    std::printf(
+        "# telar MLP 784-%zu-%zu-10, batch %zu per dp rank, fp32, SGD, gemm %s, "
+        "%d ranks (%s), schedule %s, %d micro-batches, allreduce %s, sharding %s%s, "
+        "buckets %.1f MiB (%zu on rank 0), OMP_NUM_THREADS=%s, %d steps after %d "
+        "warm-up\n",
+        a.hidden, a.hidden, a.batch, telar::gemm_backend_name<float, telar::DefaultMemorySpace>(),
+        trainer.size(), trainer.layout().c_str(), trainer.pipeline_schedule().name.c_str(),
+        a.microbatches, Algorithm::name(), Sharding::name(),
+        Sharding::stage > 0 ? (a.shared_memory ? " (shared memory)" : " (messages)") : "",
+        a.bucket_mb, trainer.bucket_count(), threads ? threads : "unset", a.steps, a.warmup);
     std::printf("step_ms median %.2f mean %.2f min %.2f\n", median, mean, sorted.front());
     std::printf("{\"peer\":\"telar\",\"ranks\":%d,\"layout\":\"%s\",\"batch_per_rank\":%zu,"
                 "\"hidden\":%zu,\"step_ms_median\":%.3f,\"step_ms_mean\":%.3f,"
                 "\"algorithm\":\"%s\",\"sharding\":\"%s\",\"gemm\":\"%s\"}\n",
                 trainer.size(), trainer.layout().c_str(), a.batch, a.hidden, median, mean,
-                Algorithm::name(), Sharding::name(), telar::gemm_backend_name<float, telar::DefaultMemorySpace>());
+                Algorithm::name(), Sharding::name(),
+                telar::gemm_backend_name<float, telar::DefaultMemorySpace>());
   }
   return 0;
 }

@@ -79,23 +79,40 @@ Args parse(int argc, char** argv) {
   };
   for (int i = 1; i < argc; ++i) {
     std::string const f = argv[i];
-    if (f == "--epochs") a.epochs = int(number(i));
-    else if (f == "--batch") a.batch = std::size_t(number(i));
-    else if (f == "--lr") a.lr = std::atof(value(i).c_str());
-    else if (f == "--optimizer") a.optimizer = value(i);
-    else if (f == "--seed") a.seed = std::uint64_t(number(i));
-    else if (f == "--hidden") a.hidden = std::size_t(number(i));
-    else if (f == "--data") a.data = value(i);
-    else if (f == "--json") a.json = true;
-    else if (f == "--dp") a.dp = int(number(i));
-    else if (f == "--pp") a.pp = int(number(i));
-    else if (f == "--tp") a.tp = int(number(i));
-    else if (f == "--schedule") a.schedule = value(i);
-    else if (f == "--microbatches") a.microbatches = int(number(i));
-    else if (f == "--timeline") a.timeline = value(i);
-    else if (f == "--limit-steps") a.limit_steps = number(i);
-    else if (f == "--help" || f == "-h") usage("help");
-    else usage(("unknown flag " + f).c_str());
+    if (f == "--epochs")
+      a.epochs = int(number(i));
+    else if (f == "--batch")
+      a.batch = std::size_t(number(i));
+    else if (f == "--lr")
+      a.lr = std::atof(value(i).c_str());
+    else if (f == "--optimizer")
+      a.optimizer = value(i);
+    else if (f == "--seed")
+      a.seed = std::uint64_t(number(i));
+    else if (f == "--hidden")
+      a.hidden = std::size_t(number(i));
+    else if (f == "--data")
+      a.data = value(i);
+    else if (f == "--json")
+      a.json = true;
+    else if (f == "--dp")
+      a.dp = int(number(i));
+    else if (f == "--pp")
+      a.pp = int(number(i));
+    else if (f == "--tp")
+      a.tp = int(number(i));
+    else if (f == "--schedule")
+      a.schedule = value(i);
+    else if (f == "--microbatches")
+      a.microbatches = int(number(i));
+    else if (f == "--timeline")
+      a.timeline = value(i);
+    else if (f == "--limit-steps")
+      a.limit_steps = number(i);
+    else if (f == "--help" || f == "-h")
+      usage("help");
+    else
+      usage(("unknown flag " + f).c_str());
   }
   if (a.epochs < 1 || a.batch < 1 || a.hidden < 1 || !(a.lr > 0))
     usage("--epochs, --batch, --hidden and --lr must be positive");
@@ -111,8 +128,7 @@ using Row = telar::RowParallel<D>;
 using Model = telar::Sequential<Col, R, Row, R, D>;
 // One strategy type for every run: degrees left at 1 cost nothing.
 using Strategy = telar::Strategy<telar::DataParallel<telar::RingAllreduce>,
-                                 telar::PipelineParallel<telar::OneFOneB>,
-                                 telar::TensorParallel<>>;
+                                 telar::PipelineParallel<telar::OneFOneB>, telar::TensorParallel<>>;
 
 Model make_model(std::size_t hidden) {
   return Model(Col(784, hidden), {}, Row(hidden, hidden), {}, D(hidden, 10));

@@ -40,8 +40,11 @@ TEMPLATE_LIST_TEST_CASE("gemm policies agree with the reference kernel", "[gemm]
     if constexpr (TestType::template supports<T, telar::DefaultMemorySpace>()) {
       for (char ta : {'N', 'T'})
         for (char tb : {'N', 'T'})
-          for (auto [m, n, k] : {std::tuple<int, int, int>{1, 1, 1}, {7, 5, 3}, {33, 17, 65},
-                                 {64, 10, 128}, {5, 9, 0}})
+          for (auto [m, n, k] : {std::tuple<int, int, int>{1, 1, 1},
+                                 {7, 5, 3},
+                                 {33, 17, 65},
+                                 {64, 10, 128},
+                                 {5, 9, 0}})
             for (T beta : {T(0), T(1), T(0.25)})
               check_against_reference<T>(TestType{}, ta, tb, m, n, k, beta);
     } else {

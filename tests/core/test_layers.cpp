@@ -6,14 +6,14 @@
 #include <telar/layers/dense.hpp>
 #include <telar/layers/softmax_cross_entropy.hpp>
 
-#include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_approx.hpp>
+#include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
 
 #include <functional>
 
-using telar::test::random_matrix;
 using Catch::Approx;
+using telar::test::random_matrix;
 using telar::test::to_host;
 using Exec = telar::DefaultMemorySpace::execution_space;
 using Mat = telar::Matrix<double>;
@@ -224,7 +224,6 @@ TEST_CASE("Softmax cross-entropy: loss, gradient and label checks", "[layers][fd
     loss.forward_backward(Exec{}, logits, labels, dl, scale);
     FAIL("no exception");
   } catch (telar::ShapeError const& e) {
-    CHECK(std::string(e.what()) ==
-          "telar::SoftmaxCrossEntropy: 1 of 5 labels are outside [0, 4)");
+    CHECK(std::string(e.what()) == "telar::SoftmaxCrossEntropy: 1 of 5 labels are outside [0, 4)");
   }
 }

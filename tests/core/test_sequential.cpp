@@ -36,9 +36,9 @@ TEST_CASE("Sequential names the layer and the shapes of a run-time mismatch", "[
 TEST_CASE("Static extents flow through shape-preserving layers", "[sequential]") {
   using Static = telar::Sequential<telar::StaticDense<float, 8, 4>, telar::GELU<float>,
                                    telar::StaticDense<float, 4, 2>>;
-  constexpr auto flow = telar::detail::static_feature_flow<telar::StaticDense<float, 8, 4>,
-                                                           telar::GELU<float>,
-                                                           telar::StaticDense<float, 4, 2>>();
+  constexpr auto flow =
+      telar::detail::static_feature_flow<telar::StaticDense<float, 8, 4>, telar::GELU<float>,
+                                         telar::StaticDense<float, 4, 2>>();
   STATIC_REQUIRE(flow[0] == 8);
   STATIC_REQUIRE(flow[2] == 4);
   STATIC_REQUIRE(flow[3] == 2);
@@ -52,8 +52,10 @@ TEST_CASE("Layers are initialised from the model seed, independent of order", "[
   a.initialize(9);
   b.initialize(9, 2, 3); // only the last layer, as a pipeline stage would
   b.initialize(9, 0, 2);
-  auto wa = telar::test::to_host(a.layer<2>().weight), wb = telar::test::to_host(b.layer<2>().weight);
-  auto va = telar::test::to_host(a.layer<0>().weight), vb = telar::test::to_host(b.layer<0>().weight);
+  auto wa = telar::test::to_host(a.layer<2>().weight),
+       wb = telar::test::to_host(b.layer<2>().weight);
+  auto va = telar::test::to_host(a.layer<0>().weight),
+       vb = telar::test::to_host(b.layer<0>().weight);
   for (std::size_t i = 0; i < 3; ++i)
     for (std::size_t j = 0; j < 5; ++j)
       CHECK(wa(i, j) == wb(i, j));
@@ -72,17 +74,20 @@ struct Square {
   };
   std::size_t output_features(std::size_t in) const { return in; }
   template <class E>
-  void forward(E const& e, telar::ConstMatrix<double> x, telar::Matrix<double> y, saved_type& s) const {
+  void forward(E const& e, telar::ConstMatrix<double> x, telar::Matrix<double> y,
+               saved_type& s) const {
     s.x = x;
-    Kokkos::parallel_for(Kokkos::MDRangePolicy<E, Kokkos::Rank<2>>(e, {0, 0}, {x.extent(0), x.extent(1)}),
-                         KOKKOS_LAMBDA(int i, int j) { y(i, j) = x(i, j) * x(i, j); });
+    Kokkos::parallel_for(
+        Kokkos::MDRangePolicy<E, Kokkos::Rank<2>>(e, {0, 0}, {x.extent(0), x.extent(1)}),
+        KOKKOS_LAMBDA(int i, int j) { y(i, j) = x(i, j) * x(i, j); });
   }
   template <class E>
   void backward(E const& e, telar::ConstMatrix<double> dy, telar::Matrix<double> dx,
                 saved_type const& s) const {
     auto x = s.x;
-    Kokkos::parallel_for(Kokkos::MDRangePolicy<E, Kokkos::Rank<2>>(e, {0, 0}, {dy.extent(0), dy.extent(1)}),
-                         KOKKOS_LAMBDA(int i, int j) { dx(i, j) = 2 * x(i, j) * dy(i, j); });
+    Kokkos::parallel_for(
+        Kokkos::MDRangePolicy<E, Kokkos::Rank<2>>(e, {0, 0}, {dy.extent(0), dy.extent(1)}),
+        KOKKOS_LAMBDA(int i, int j) { dx(i, j) = 2 * x(i, j) * dy(i, j); });
   }
 };
 

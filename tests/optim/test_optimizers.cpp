@@ -132,11 +132,10 @@ TEST_CASE("Replicated tensors count once in the global gradient norm", "[optim]"
   telar::detail::OptimizerEngine<telar::SGD<double>, telar::DefaultMemorySpace> engine({}, 4);
   // The second tensor is held identically by 2 ranks of the reduce group;
   // the callback plays the group: the other rank contributes the same sum.
-  double norm = engine.grad_norm(Exec{}, g, {{0, 2, 1}, {2, 2, 2}},
-                                 [](double* v, std::size_t n) {
-                                   for (std::size_t i = 0; i < n; ++i)
-                                     v[i] *= 2;
-                                 });
+  double norm = engine.grad_norm(Exec{}, g, {{0, 2, 1}, {2, 2, 2}}, [](double* v, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i)
+      v[i] *= 2;
+  });
   // rank-local: 2 + 2/2 = 3; over two ranks with distinct first tensors: 6.
   CHECK(norm == Approx(std::sqrt(6.0)));
 }

@@ -34,7 +34,8 @@ Mlp<T> make_mlp() {
                 telar::RowParallel<telar::Dense<T>>(16, 9), {}, telar::Dense<T>(9, 4));
 }
 
-using Full = telar::Strategy<telar::DataParallel<>, telar::PipelineParallel<>, telar::TensorParallel<>>;
+using Full =
+    telar::Strategy<telar::DataParallel<>, telar::PipelineParallel<>, telar::TensorParallel<>>;
 
 int world_size() {
   int n = 0;
@@ -81,7 +82,8 @@ Result train(MPI_Comm comm, Opt opt, telar::TrainerOptions opts, Data<T> const& 
   Result r;
   for (int s = 0; s < steps; ++s) {
     std::size_t const b = std::size_t(s) * batch + std::size_t(d) * local;
-    r.last_loss = trainer.step(telar::rows(data.x, b, b + local), telar::rows(data.y, b, b + local)).loss;
+    r.last_loss =
+        trainer.step(telar::rows(data.x, b, b + local), telar::rows(data.y, b, b + local)).loss;
   }
   r.l2 = trainer.param_l2();
   r.norms = trainer.tensor_norms();
@@ -224,13 +226,11 @@ TEST_CASE("ZeRO-1 (sharded optimizer state) matches serial", "[equivalence][zero
                                     " pp=" + std::to_string(pp) + " tp=" + std::to_string(tp);
           require_same(train<double, Zero>(MPI_COMM_WORLD, momentum, opts, data, batch, 3),
                        serial<double>(momentum, base, data, batch, 3), 1e-11, "sgd" + where);
-          require_same(train<double, Zero>(MPI_COMM_WORLD, telar::AdamW<double>{}, opts, data,
-                                           batch, 3),
-                       serial<double>(telar::AdamW<double>{}, base, data, batch, 3), 1e-11,
-                       "adamw" + where);
-          require_same(train<double, Zero>(MPI_COMM_WORLD, telar::LAMB<double>{}, opts, data,
-                                           batch, 3),
-                       serial<double>(telar::LAMB<double>{}, base, data, batch, 3), 1e-11,
-                       "lamb" + where);
+          require_same(
+              train<double, Zero>(MPI_COMM_WORLD, telar::AdamW<double>{}, opts, data, batch, 3),
+              serial<double>(telar::AdamW<double>{}, base, data, batch, 3), 1e-11, "adamw" + where);
+          require_same(
+              train<double, Zero>(MPI_COMM_WORLD, telar::LAMB<double>{}, opts, data, batch, 3),
+              serial<double>(telar::LAMB<double>{}, base, data, batch, 3), 1e-11, "lamb" + where);
         }
 }

@@ -11,7 +11,9 @@
 
 namespace {
 using Model = telar::Sequential<telar::Dense<float>, telar::ReLU<float>, telar::Dense<float>>;
-Model model() { return Model(telar::Dense<float>(4, 8), {}, telar::Dense<float>(8, 2)); }
+Model model() {
+  return Model(telar::Dense<float>(4, 8), {}, telar::Dense<float>(8, 2));
+}
 using DpPp = telar::Strategy<telar::DataParallel<>, telar::PipelineParallel<>>;
 
 template <class S>

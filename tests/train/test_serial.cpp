@@ -19,7 +19,7 @@ namespace {
 // Two Gaussian-ish blobs per class along random directions: learnable.
 template <class T>
 std::pair<telar::Matrix<T>, telar::Labels<>> blobs(std::size_t n, std::size_t f, int classes,
-                                                    std::uint64_t seed) {
+                                                   std::uint64_t seed) {
   telar::Matrix<T> x("x", n, f);
   telar::Labels<> y("y", n);
   auto hx = Kokkos::create_mirror_view(x);
@@ -71,7 +71,7 @@ TEST_CASE("Whole-model gradient matches finite differences of the mean loss", "[
   opts.lr = telar::constant_lr(1.0);
   opts.microbatches = 3;
   telar::Trainer<Mlp<double>, telar::Serial, telar::SGD<double>> trainer(make_mlp<double>(5, 4, 3),
-                                                                          {}, opts, 5);
+                                                                         {}, opts, 5);
   auto const w0 = trainer.parameters();
   trainer.step(x, y);
   auto const w1 = trainer.parameters();
@@ -82,7 +82,7 @@ TEST_CASE("Whole-model gradient matches finite differences of the mean loss", "[
 
   // Finite differences of the mean loss on a fresh copy at w0.
   telar::Trainer<Mlp<double>, telar::Serial, telar::SGD<double>> probe(make_mlp<double>(5, 4, 3),
-                                                                        {}, opts, 5);
+                                                                       {}, opts, 5);
   auto values = telar::test::to_host(probe.parameter_store().values());
   auto dev_values = probe.parameter_store().values();
   auto loss_at = [&] {
@@ -114,7 +114,7 @@ TEST_CASE("Serial training learns a synthetic problem", "[train]") {
   opts.seed = 1;
   opts.lr = telar::constant_lr(0.01);
   telar::Trainer<Mlp<float>, telar::Serial, telar::Adam<float>> trainer(make_mlp<float>(16, 32, 4),
-                                                                         {}, opts, 16);
+                                                                        {}, opts, 16);
   double const before = trainer.evaluate(x, y).loss;
   for (int epoch = 0; epoch < 5; ++epoch)
     for (std::size_t b = 0; b + 64 <= 512; b += 64)
@@ -133,7 +133,7 @@ TEST_CASE("Same seed, same parameters, bit for bit; another seed differs", "[tra
     telar::TrainerOptions opts;
     opts.seed = seed;
     telar::Trainer<Mlp<float>, telar::Serial, telar::AdamW<float>> t(make_mlp<float>(8, 16, 3), {},
-                                                                      opts, 8);
+                                                                     opts, 8);
     for (int s = 0; s < 4; ++s)
       t.step(telar::rows(x, 32 * s, 32 * s + 32), telar::rows(y, 32 * s, 32 * s + 32));
     return t.parameters();
@@ -153,7 +153,7 @@ TEST_CASE("Micro-batches accumulate to the full-batch gradient", "[train]") {
     opts.microbatches = m;
     opts.lr = telar::constant_lr(0.05);
     telar::Trainer<Mlp<float>, telar::Serial, telar::SGD<float>> t(make_mlp<float>(8, 16, 3), {},
-                                                                    opts, 8);
+                                                                   opts, 8);
     for (int s = 0; s < 3; ++s)
       t.step(telar::rows(x, 32 * s, 32 * s + 32), telar::rows(y, 32 * s, 32 * s + 32));
     return std::make_pair(t.param_l2(), t.parameters());
@@ -178,7 +178,7 @@ TEST_CASE("A user-written optimizer (Lion) trains the model", "[train][optim]") 
   opts.seed = 1;
   opts.lr = telar::constant_lr(3e-3);
   telar::Trainer<Mlp<float>, telar::Serial, Lion<float>> trainer(make_mlp<float>(16, 32, 4), {},
-                                                                  opts, 16);
+                                                                 opts, 16);
   double const before = trainer.evaluate(x, y).loss;
   for (int epoch = 0; epoch < 5; ++epoch)
     for (std::size_t b = 0; b + 32 <= 256; b += 32)
@@ -194,8 +194,8 @@ TEST_CASE("Trainer rejects bad batches with a clear message", "[train]") {
   auto const& y = xy.second;
   telar::TrainerOptions opts;
   opts.microbatches = 16;
-  telar::Trainer<Mlp<float>, telar::Serial, telar::SGD<float>> t(make_mlp<float>(4, 4, 2), {},
-                                                                  opts, 4);
+  telar::Trainer<Mlp<float>, telar::Serial, telar::SGD<float>> t(make_mlp<float>(4, 4, 2), {}, opts,
+                                                                 4);
   try {
     t.step(x, y);
     FAIL("no exception");
@@ -203,8 +203,7 @@ TEST_CASE("Trainer rejects bad batches with a clear message", "[train]") {
     CHECK(std::string(e.what()) ==
           "telar::Trainer::step: a batch of 8 samples cannot be split into 16 micro-batches");
   }
-  CHECK_THROWS_AS(
-      (telar::Trainer<Mlp<float>, telar::Serial, telar::SGD<float>>(make_mlp<float>(5, 4, 2), {},
-                                                                    telar::TrainerOptions{}, 4)),
-      telar::ShapeError);
+  CHECK_THROWS_AS((telar::Trainer<Mlp<float>, telar::Serial, telar::SGD<float>>(
+                      make_mlp<float>(5, 4, 2), {}, telar::TrainerOptions{}, 4)),
+                  telar::ShapeError);
 }

@@ -97,8 +97,12 @@ constexpr char const* gemm_backend_name() {
 
 namespace detail {
 
-inline std::size_t op_rows(char t, std::size_t r, std::size_t c) { return t == 'N' ? r : c; }
-inline std::size_t op_cols(char t, std::size_t r, std::size_t c) { return t == 'N' ? c : r; }
+inline std::size_t op_rows(char t, std::size_t r, std::size_t c) {
+  return t == 'N' ? r : c;
+}
+inline std::size_t op_cols(char t, std::size_t r, std::size_t c) {
+  return t == 'N' ? c : r;
+}
 
 template <class Exec, class AV, class BV, class CV, class T>
 void reference_gemm(Exec const& exec, char ta, char tb, T alpha, AV A, BV B, T beta, CV C) {
@@ -146,8 +150,9 @@ void gemm(Policy, Exec const& exec, char ta, char tb, typename CV::value_type al
     if (detail::op_rows(ta, A.extent(0), A.extent(1)) != m ||
         detail::op_rows(tb, B.extent(0), B.extent(1)) != k ||
         detail::op_cols(tb, B.extent(0), B.extent(1)) != n)
-      throw ShapeError("telar::gemm: op(A) is " + std::to_string(detail::op_rows(ta, A.extent(0), A.extent(1))) +
-                       "x" + std::to_string(k) + ", op(B) is " +
+      throw ShapeError("telar::gemm: op(A) is " +
+                       std::to_string(detail::op_rows(ta, A.extent(0), A.extent(1))) + "x" +
+                       std::to_string(k) + ", op(B) is " +
                        std::to_string(detail::op_rows(tb, B.extent(0), B.extent(1))) + "x" +
                        std::to_string(detail::op_cols(tb, B.extent(0), B.extent(1))) + ", C is " +
                        std::to_string(m) + "x" + std::to_string(n));
@@ -165,8 +170,8 @@ void gemm(Policy, Exec const& exec, char ta, char tb, typename CV::value_type al
         return static_cast<dnnl_dim_t>(
             std::max<std::size_t>({std::size_t(v.stride(0)), v.extent(1), std::size_t{1}}));
       };
-      dnnl_status_t st = dnnl_sgemm(ta, tb, dnnl_dim_t(m), dnnl_dim_t(n), dnnl_dim_t(k), alpha, A.data(),
-                                    ld(A), B.data(), ld(B), beta, C.data(), ld(C));
+      dnnl_status_t st = dnnl_sgemm(ta, tb, dnnl_dim_t(m), dnnl_dim_t(n), dnnl_dim_t(k), alpha,
+                                    A.data(), ld(A), B.data(), ld(B), beta, C.data(), ld(C));
       if (st != dnnl_success)
         throw Error("telar::gemm: dnnl_sgemm failed with status " + std::to_string(int(st)));
 #endif

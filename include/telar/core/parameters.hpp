@@ -15,19 +15,19 @@
 #include <cstddef>
 #include <string>
 #include <tuple>
-#include <utility>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace telar {
 
 /*! \brief Where one parameter tensor lives in the flat buffers. */
 struct ParameterInfo {
-  std::string name;        //!< "layer<k>.<name>", e.g. "layer0.weight"
-  std::size_t layer = 0;   //!< index of the owning layer in the model
-  std::size_t offset = 0;  //!< first element in the flat buffers
-  std::size_t size = 0;    //!< number of elements
-  int replicas = 1;        //!< identical copies across the ranks that reduce norms together
+  std::string name;       //!< "layer<k>.<name>", e.g. "layer0.weight"
+  std::size_t layer = 0;  //!< index of the owning layer in the model
+  std::size_t offset = 0; //!< first element in the flat buffers
+  std::size_t size = 0;   //!< number of elements
+  int replicas = 1;       //!< identical copies across the ranks that reduce norms together
 };
 
 /*! \brief Flat value and gradient buffers of the parameters of some layers.
@@ -151,7 +151,7 @@ public:
    *  [begin, end), as (tensor index, offset from begin, length).
    *  \param begin first element \param end one past the last */
   std::vector<std::tuple<std::size_t, std::size_t, std::size_t>> pieces(std::size_t begin,
-                                                                      std::size_t end) const {
+                                                                        std::size_t end) const {
     std::vector<std::tuple<std::size_t, std::size_t, std::size_t>> out;
     for (std::size_t t = 0; t < entries_.size(); ++t) {
       std::size_t const b = std::max(begin, entries_[t].offset);

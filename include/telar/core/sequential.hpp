@@ -100,7 +100,8 @@ class Sequential {
 
 public:
   /*! \brief Scalar type of the whole model. */
-  using value_type = typename layer_traits<std::tuple_element_t<0, std::tuple<Layers...>>>::value_type;
+  using value_type =
+      typename layer_traits<std::tuple_element_t<0, std::tuple<Layers...>>>::value_type;
   /*! \brief Memory space of the whole model. */
   using memory_space =
       typename layer_traits<std::tuple_element_t<0, std::tuple<Layers...>>>::memory_space;

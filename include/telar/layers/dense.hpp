@@ -175,9 +175,9 @@ protected:
                        (weight.extent(0) == 0 ? " (layer not initialised)" : ""));
   }
 
-  std::size_t in_ = 0;    //!< input features of the full layer
-  std::size_t out_ = 0;   //!< output features of the full layer
-  bool use_bias_ = true;  //!< whether b is used
+  std::size_t in_ = 0;   //!< input features of the full layer
+  std::size_t out_ = 0;  //!< output features of the full layer
+  bool use_bias_ = true; //!< whether b is used
 };
 
 /*! \brief Dense with feature counts fixed at compile time, so telar::Sequential

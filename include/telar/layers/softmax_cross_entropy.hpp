@@ -115,9 +115,9 @@ struct SoftmaxCrossEntropy {
   template <class Exec>
   LossSum evaluate(Exec const& exec, ConstMatrix<T, MemorySpace> logits,
                    Labels<MemorySpace> labels) const {
-    Matrix<T, MemorySpace> scratch(Kokkos::view_alloc(Kokkos::WithoutInitializing,
-                                                      "telar::SoftmaxCrossEntropy::scratch"),
-                                   logits.extent(0), logits.extent(1));
+    Matrix<T, MemorySpace> scratch(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::SoftmaxCrossEntropy::scratch"),
+        logits.extent(0), logits.extent(1));
     return forward_backward(exec, logits, labels, scratch, T(0));
   }
 };

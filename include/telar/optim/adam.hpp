@@ -26,7 +26,8 @@ struct AdamBase {
     bias_correction2 = T(1) - T(std::pow(double(beta2), double(info.step)));
   }
 
-  KOKKOS_INLINE_FUNCTION void update(T& w, T g, OptimizerState<T> s, StepInfo<T> const& info) const {
+  KOKKOS_INLINE_FUNCTION void update(T& w, T g, OptimizerState<T> s,
+                                     StepInfo<T> const& info) const {
     if constexpr (Decoupled)
       w -= info.lr * weight_decay * w;
     else

@@ -24,12 +24,12 @@ struct LAMB {
   /*! \brief Name for logs. */
   static constexpr char const* name() { return "lamb"; }
 
-  T beta1 = T(0.9);        //!< first-moment decay
-  T beta2 = T(0.999);      //!< second-moment decay
-  T eps = T(1e-6);         //!< denominator guard
+  T beta1 = T(0.9);         //!< first-moment decay
+  T beta2 = T(0.999);       //!< second-moment decay
+  T eps = T(1e-6);          //!< denominator guard
   T weight_decay = T(0.01); //!< decoupled decay inside the direction
-  T bias_correction1 = 1;  //!< 1 - beta1^t (begin_step)
-  T bias_correction2 = 1;  //!< 1 - beta2^t (begin_step)
+  T bias_correction1 = 1;   //!< 1 - beta1^t (begin_step)
+  T bias_correction2 = 1;   //!< 1 - beta2^t (begin_step)
 
   /*! \brief Bias corrections of this step. \param info step information */
   void begin_step(StepInfo<T> const& info) {
@@ -48,8 +48,10 @@ struct LAMB {
   }
   /*! \brief w -= lr * trust * u. \param w parameter \param u direction
    *  \param n tensor norms \param info step information */
-  KOKKOS_INLINE_FUNCTION void apply(T& w, T u, TensorNorms<T> const& n, StepInfo<T> const& info) const {
-    T const trust = (n.param_norm > T(0) && n.update_norm > T(0)) ? n.param_norm / n.update_norm : T(1);
+  KOKKOS_INLINE_FUNCTION void apply(T& w, T u, TensorNorms<T> const& n,
+                                    StepInfo<T> const& info) const {
+    T const trust =
+        (n.param_norm > T(0) && n.update_norm > T(0)) ? n.param_norm / n.update_norm : T(1);
     w -= info.lr * trust * u;
   }
 };

@@ -50,10 +50,10 @@ namespace telar {
  *  \tparam T value type */
 template <class T>
 struct StepInfo {
-  T lr = 0;               //!< learning rate of this step (from the LR schedule)
-  long long step = 1;     //!< 1-based step count
-  T grad_scale = 1;       //!< factor Telar already applied to g (gradient clipping)
-  T grad_norm = 0;        //!< global L2 norm of the unclipped gradient, if requested
+  T lr = 0;           //!< learning rate of this step (from the LR schedule)
+  long long step = 1; //!< 1-based step count
+  T grad_scale = 1;   //!< factor Telar already applied to g (gradient clipping)
+  T grad_norm = 0;    //!< global L2 norm of the unclipped gradient, if requested
 };
 
 /*! \brief Norms of the tensor an element belongs to, over all its shards.
@@ -137,12 +137,11 @@ struct optimizer_traits {
 
 /*! \brief True when \p O satisfies the Optimizer concept. \tparam O a type */
 template <class O>
-inline constexpr bool is_optimizer_v =
-    detail::is_detected_v<detail::opt_value_type_t, O> &&
-    detail::is_detected_v<detail::opt_state_size_t, O> &&
-    (detail::is_detected_v<detail::opt_update_t, O> ||
-     (detail::is_detected_v<detail::opt_direction_t, O> &&
-      detail::is_detected_v<detail::opt_apply_t, O>));
+inline constexpr bool is_optimizer_v = detail::is_detected_v<detail::opt_value_type_t, O>&&
+                                           detail::is_detected_v<detail::opt_state_size_t, O> &&
+                                       (detail::is_detected_v<detail::opt_update_t, O> ||
+                                        (detail::is_detected_v<detail::opt_direction_t, O> &&
+                                         detail::is_detected_v<detail::opt_apply_t, O>));
 
 /*! \brief Name of an optimizer for logs: its name() or "custom". \tparam O optimizer type */
 template <class O>

@@ -17,13 +17,14 @@ struct SGD {
   /*! \brief Name for logs. */
   static constexpr char const* name() { return "sgd"; }
 
-  T momentum = 0;      //!< mu
-  T weight_decay = 0;  //!< L2 penalty added to the gradient
+  T momentum = 0;        //!< mu
+  T weight_decay = 0;    //!< L2 penalty added to the gradient
   bool nesterov = false; //!< Nesterov momentum
 
   /*! \brief Updates one element. \param w parameter \param g gradient
    *  \param s state \param info step information */
-  KOKKOS_INLINE_FUNCTION void update(T& w, T g, OptimizerState<T> s, StepInfo<T> const& info) const {
+  KOKKOS_INLINE_FUNCTION void update(T& w, T g, OptimizerState<T> s,
+                                     StepInfo<T> const& info) const {
     g += weight_decay * w;
     if (momentum != T(0)) {
       // b starts at 0, so the first step gives b = g, as PyTorch's clone(g).

@@ -28,7 +28,8 @@ namespace telar {
 struct GPipe {
   /*! \brief Name for logs and --schedule. */
   static constexpr char const* name() { return "gpipe"; }
-  /*! \brief The schedule for \p p stages and \p m micro-batches. \param p stages \param m micro-batches */
+  /*! \brief The schedule for \p p stages and \p m micro-batches. \param p stages \param m
+   * micro-batches */
   static schedule::Schedule make(int p, int m) { return schedule::gpipe(p, m); }
 };
 /*! \brief 1F1B (PipeDream-Flush): one forward, one backward in steady state
@@ -56,7 +57,8 @@ struct ZeroBubbleH1 {
   /*! \brief The schedule. \param p stages \param m micro-batches */
   static schedule::Schedule make(int p, int m) { return schedule::zb_h1(p, m); }
 };
-/*! \brief ZB-H2 (Qi et al.): no bubble once m >= 2p - 1, at up to 2p - 1 micro-batches of memory. */
+/*! \brief ZB-H2 (Qi et al.): no bubble once m >= 2p - 1, at up to 2p - 1 micro-batches of memory.
+ */
 struct ZeroBubbleH2 {
   /*! \brief Name for logs and --schedule. */
   static constexpr char const* name() { return "zb-h2"; }
@@ -174,9 +176,8 @@ struct is_pp : std::bool_constant<is_pipeline_parallel_v<P>> {};
 template <class P>
 struct is_tp : std::bool_constant<is_tensor_parallel_v<P>> {};
 template <class P>
-struct is_known_policy
-    : std::bool_constant<is_data_parallel_v<P> || is_pipeline_parallel_v<P> ||
-                         is_tensor_parallel_v<P>> {};
+struct is_known_policy : std::bool_constant<is_data_parallel_v<P> || is_pipeline_parallel_v<P> ||
+                                            is_tensor_parallel_v<P>> {};
 
 // The policy of a kind, or Default when absent.
 template <template <class> class Pred, class Default, class... Ps>

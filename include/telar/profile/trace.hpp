@@ -72,7 +72,8 @@ private:
 /*! \brief Writes Chrome trace JSON made of already-encoded event lists.
  *  \param path output file \param event_lists one json_events() string per rank
  *  \return false if the file could not be written */
-inline bool write_chrome_trace(std::string const& path, std::vector<std::string> const& event_lists) {
+inline bool write_chrome_trace(std::string const& path,
+                               std::vector<std::string> const& event_lists) {
   std::ofstream f(path);
   if (!f)
     return false;

@@ -20,9 +20,7 @@ public:
     return raw(key, quote(value));
   }
   /*! \brief Adds a string member. \param key name \param value text */
-  JsonObject& add(std::string const& key, char const* value) {
-    return raw(key, quote(value));
-  }
+  JsonObject& add(std::string const& key, char const* value) { return raw(key, quote(value)); }
   /*! \brief Adds a number (NaN and infinities become null). \param key name \param value number */
   JsonObject& add(std::string const& key, double value) {
     if (!std::isfinite(value))
@@ -32,7 +30,9 @@ public:
     return raw(key, buf);
   }
   /*! \brief Adds an integer. \param key name \param value number */
-  JsonObject& add(std::string const& key, long long value) { return raw(key, std::to_string(value)); }
+  JsonObject& add(std::string const& key, long long value) {
+    return raw(key, std::to_string(value));
+  }
   /*! \brief Adds an integer. \param key name \param value number */
   JsonObject& add(std::string const& key, int value) { return raw(key, std::to_string(value)); }
   /*! \brief Adds a boolean. \param key name \param value flag */
@@ -52,10 +52,18 @@ public:
     std::string out = "\"";
     for (char c : s) {
       switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];

@@ -54,8 +54,8 @@ public:
       int const tenth = int(frac * 10);
       if (tenth > last_tenth_ || done >= total_) {
         last_tenth_ = tenth;
-        std::fprintf(out_, "%s %lld/%lld (%.0f%%) %s%s\n", label_.c_str(), done, total_,
-                     100 * frac, metrics.c_str(), rate.c_str());
+        std::fprintf(out_, "%s %lld/%lld (%.0f%%) %s%s\n", label_.c_str(), done, total_, 100 * frac,
+                     metrics.c_str(), rate.c_str());
         std::fflush(out_);
       }
     }

@@ -37,11 +37,11 @@ namespace telar {
 
 /*! \brief Run-time settings of a Trainer. */
 struct TrainerOptions {
-  std::uint64_t seed = 0;            //!< parameter initialisation seed
-  LRSchedule lr = constant_lr(0.01); //!< learning rate per step
-  double clip_grad_norm = 0;         //!< clip the global gradient norm to this (0: off)
-  int microbatches = 1;              //!< micro-batches per step (pipeline / accumulation)
-  GridShape grid{};                  //!< dp x pp x tp; dp = 0 takes the ranks left over
+  std::uint64_t seed = 0;                    //!< parameter initialisation seed
+  LRSchedule lr = constant_lr(0.01);         //!< learning rate per step
+  double clip_grad_norm = 0;                 //!< clip the global gradient norm to this (0: off)
+  int microbatches = 1;                      //!< micro-batches per step (pipeline / accumulation)
+  GridShape grid{};                          //!< dp x pp x tp; dp = 0 takes the ranks left over
   GridOrder grid_order = default_grid_order; //!< rank layout, outermost axis first
   /*! \brief Pipeline schedule by name (gpipe, 1f1b, interleaved, zb-h1,
    *  zb-h2); empty: the strategy's PipelineParallel default. */
@@ -73,15 +73,12 @@ struct StepResult {
  *
  *  \code
  *  using Model = telar::Sequential<telar::Dense<float>, telar::ReLU<float>, telar::Dense<float>>;
- *  using Strategy = telar::Strategy<telar::DataParallel<>, telar::PipelineParallel<telar::OneFOneB>>;
- *  telar::TrainerOptions opts;
- *  opts.grid = {0, 2, 1};        // dp from the world size, pp = 2, tp = 1
- *  opts.microbatches = 8;
- *  telar::Trainer<Model, Strategy, telar::AdamW<float>> trainer(
- *      comm, Model(telar::Dense<float>(784, 256), {}, telar::Dense<float>(256, 10)),
- *      telar::AdamW<float>{}, opts, 784);
- *  for (...) trainer.step(x, y);   // this data-parallel rank's share of the batch
- *  \endcode
+ *  using Strategy = telar::Strategy<telar::DataParallel<>,
+ * telar::PipelineParallel<telar::OneFOneB>>; telar::TrainerOptions opts; opts.grid = {0, 2, 1}; //
+ * dp from the world size, pp = 2, tp = 1 opts.microbatches = 8; telar::Trainer<Model, Strategy,
+ * telar::AdamW<float>> trainer( comm, Model(telar::Dense<float>(784, 256), {},
+ * telar::Dense<float>(256, 10)), telar::AdamW<float>{}, opts, 784); for (...) trainer.step(x, y);
+ * // this data-parallel rank's share of the batch \endcode
  *
  *  Every rank of the communicator constructs the Trainer and calls step()
  *  with its data-parallel share of the global batch (the same share on the
@@ -95,7 +92,8 @@ struct StepResult {
 template <class Model, class StrategyT, class Optimizer>
 class Trainer {
   static_assert(is_sequential_v<Model>, "telar::Trainer: Model must be a telar::Sequential<...>");
-  static_assert(is_strategy_v<StrategyT>, "telar::Trainer: Strategy must be a telar::Strategy<...>");
+  static_assert(is_strategy_v<StrategyT>,
+                "telar::Trainer: Strategy must be a telar::Strategy<...>");
   static_assert(detail::check_optimizer<Optimizer>());
   static_assert(std::is_same_v<typename Optimizer::value_type, typename Model::value_type>,
                 "telar::Trainer: the optimizer's value_type must be the model's value_type");
@@ -217,8 +215,8 @@ public:
       std::size_t const lo = std::min(e0, b0 + b), hi = std::min(e0, b0 + b + chunk);
       if (lo == hi)
         continue; // the same on every rank of a pipeline: they skip together
-      LossSum ls = executor_.evaluate(exec, rows(x, lo, hi), Labels<memory_space>(rows(y, lo, hi)),
-                                      loss_);
+      LossSum ls =
+          executor_.evaluate(exec, rows(x, lo, hi), Labels<memory_space>(rows(y, lo, hi)), loss_);
       local.loss += ls.loss;
       local.correct += ls.correct;
       local.samples += ls.samples;
@@ -358,8 +356,8 @@ public:
       pp.allgatherv(mine.data(), lens, all.data());
     }
     for (std::size_t i = 0; i + 5 < all.size(); i += 6)
-      tl.events.push_back({int(all[i]), static_cast<schedule::Op>(int(all[i + 1])),
-                           int(all[i + 2]), int(all[i + 3]), all[i + 4], all[i + 5]});
+      tl.events.push_back({int(all[i]), static_cast<schedule::Op>(int(all[i + 1])), int(all[i + 2]),
+                           int(all[i + 3]), all[i + 4], all[i + 5]});
     return tl;
   }
   /*! \brief Forgets the recorded timelines (e.g. after warm-up steps). */
@@ -373,8 +371,7 @@ public:
 private:
   using Algorithm = std::conditional_t<StrategyT::has_data_parallel,
                                        typename StrategyT::data_parallel, DataParallel<>>;
-  using Buckets =
-      detail::GradientBuckets<value_type, memory_space, typename Algorithm::algorithm>;
+  using Buckets = detail::GradientBuckets<value_type, memory_space, typename Algorithm::algorithm>;
   static constexpr bool zero1 = StrategyT::has_data_parallel && Algorithm::sharding::stage == 1;
 
   int dp_size() const { return shape_.dp; }
@@ -416,8 +413,9 @@ private:
     // Tensor-parallel layers learn their shard before shapes are computed.
     if constexpr (StrategyT::has_tensor_parallel)
       if (grid_)
-        set_tensor_parallel(model_, TensorParallelContext(
-                                        grid_->tp(), typename StrategyT::tensor_parallel::algorithm{}));
+        set_tensor_parallel(
+            model_,
+            TensorParallelContext(grid_->tp(), typename StrategyT::tensor_parallel::algorithm{}));
     features_ = model_.feature_sizes(in_features);
     build_schedule();
     build_partition();
@@ -432,8 +430,8 @@ private:
         owned[k] = true;
     }
     if (zero1 && shape_.dp > 1) {
-      zero_ = detail::ZeroOneSharding<value_type, memory_space>(&grid_->dp(),
-                                                                options_.shared_memory);
+      zero_ =
+          detail::ZeroOneSharding<value_type, memory_space>(&grid_->dp(), options_.shared_memory);
       params_.bind(model_, owned, zero_.allocator(), zero_.copy_values(),
                    std::size_t(shape_.dp) * params_.alignment);
       zero_.bound(params_);

@@ -9,4 +9,6 @@ struct NoBackward {
   void forward(E const&, telar::ConstMatrix<float>, telar::Matrix<float>, telar::NoSaved&) const {}
 };
 
-int main() { telar::Sequential<NoBackward> model; }
+int main() {
+  telar::Sequential<NoBackward> model;
+}

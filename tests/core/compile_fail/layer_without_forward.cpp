@@ -7,4 +7,6 @@ struct NoForward {
   std::size_t output_features(std::size_t in) const { return in; }
 };
 
-int main() { telar::Sequential<NoForward> model; }
+int main() {
+  telar::Sequential<NoForward> model;
+}

@@ -5,4 +5,6 @@ struct NoValueType {
   using memory_space = telar::DefaultMemorySpace;
 };
 
-int main() { telar::Sequential<NoValueType> model; }
+int main() {
+  telar::Sequential<NoValueType> model;
+}

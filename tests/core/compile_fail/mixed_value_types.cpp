@@ -2,4 +2,6 @@
 #include <telar/core/sequential.hpp>
 #include <telar/layers/dense.hpp>
 
-int main() { telar::Sequential<telar::Dense<float>, telar::Dense<double>> model; }
+int main() {
+  telar::Sequential<telar::Dense<float>, telar::Dense<double>> model;
+}

@@ -17,7 +17,7 @@ namespace telar::detail {
 struct TensorSegment {
   std::size_t offset = 0; // relative to the start of the owned range
   std::size_t size = 0;
-  int replicas = 1;       // identical copies across the reduce group
+  int replicas = 1; // identical copies across the reduce group
 };
 
 using ReduceSum = std::function<void(double*, std::size_t)>;
@@ -96,7 +96,8 @@ public:
       Kokkos::parallel_for(
           "telar::Optimizer::update", Kokkos::RangePolicy<Exec>(exec, 0, n),
           KOKKOS_LAMBDA(std::size_t i) {
-            opt.update(values(i), grads(i) * info.grad_scale, OptimizerState<T>{state + i, n}, info);
+            opt.update(values(i), grads(i) * info.grad_scale, OptimizerState<T>{state + i, n},
+                       info);
           });
     } else {
       auto dir = direction_;

@@ -15,9 +15,8 @@ inline std::vector<std::size_t> balanced_partition(std::vector<double> const& co
                                                    std::size_t stages) {
   std::size_t const L = costs.size();
   if (stages == 0 || stages > L)
-    throw Error("telar::Trainer: cannot split a model of " + std::to_string(L) +
-                " layers into " + std::to_string(stages) +
-                " pipeline stages (each stage needs at least one layer)");
+    throw Error("telar::Trainer: cannot split a model of " + std::to_string(L) + " layers into " +
+                std::to_string(stages) + " pipeline stages (each stage needs at least one layer)");
   std::vector<double> prefix(L + 1, 0.0);
   for (std::size_t i = 0; i < L; ++i)
     prefix[i + 1] = prefix[i] + costs[i];

@@ -120,8 +120,8 @@ public:
       complete_recv(st);
       if (tracing && had) {
         double const t1 = trace->now();
-        trace->add(op == schedule::Op::RecvActivation ? "wait activation" : "wait gradient",
-                   "comm", t0, t1);
+        trace->add(op == schedule::Op::RecvActivation ? "wait activation" : "wait gradient", "comm",
+                   t0, t1);
         events_.push_back({rank_, op, in.microbatch, in.chunk, t0, t1});
       }
     };
@@ -202,9 +202,8 @@ public:
         MbState& st = state(in.microbatch, in.chunk);
         if (vs != last_vs)
           wait_recv(st, in, Op::RecvGrad);
-        timed("B", in, [&] {
-          runners_[in.chunk].backward(exec, st.slot, [&](std::size_t k) { done(k); });
-        });
+        timed("B", in,
+              [&] { runners_[in.chunk].backward(exec, st.slot, [&](std::size_t k) { done(k); }); });
         break;
       }
       case Op::BackwardInput: {
@@ -255,8 +254,8 @@ public:
         input = runners_[prev_chunk].output(prev_slot);
       } else {
         Message msg(runner.input_buffer(slot), false);
-        Request r = pp_->irecv(msg.buffer.data(), msg.buffer.size(), (vs - 1) % stages_,
-                               1000000 + vs);
+        Request r =
+            pp_->irecv(msg.buffer.data(), msg.buffer.size(), (vs - 1) % stages_, 1000000 + vs);
         r.wait();
         msg.buffer.copy_back();
         input = runner.input_buffer(slot);

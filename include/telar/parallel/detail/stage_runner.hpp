@@ -62,9 +62,9 @@ public:
       // The stage input gradient is only needed when a stage before this one
       // consumes it.
       if (first_ > 0)
-        s.grad[first_] = Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing,
-                                                "telar::activation_grad"),
-                             rows, features_[first_]);
+        s.grad[first_] =
+            Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::activation_grad"), rows,
+                features_[first_]);
     }
     return id;
   }

@@ -116,14 +116,14 @@ public:
         std::size_t const lo = lo_, p = peers.size();
         // Host-only (shared mode requires host memory): a plain lambda. The
         // sum runs in rank order, so it is the same wherever it is done.
-        Kokkos::parallel_for(
-            "telar::ZeRO::reduce_shard",
-            Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, chunk_), [=](std::size_t i) {
-              T s = peers[0][lo + i];
-              for (std::size_t k = 1; k < p; ++k)
-                s += peers[k][lo + i];
-              out[i] = s;
-            });
+        Kokkos::parallel_for("telar::ZeRO::reduce_shard",
+                             Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, chunk_),
+                             [=](std::size_t i) {
+                               T s = peers[0][lo + i];
+                               for (std::size_t k = 1; k < p; ++k)
+                                 s += peers[k][lo + i];
+                               out[i] = s;
+                             });
         Kokkos::DefaultHostExecutionSpace().fence();
       }
     } else {
