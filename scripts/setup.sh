@@ -6,7 +6,7 @@ set -euo pipefail
 pkgs=(
   build-essential cmake pkg-config zlib1g-dev
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev
-  libopenblas-dev
+  libopenblas-dev libdnnl-dev
   libopenmpi-dev openmpi-bin
   libbenchmark-dev doxygen
   dataset-fashion-mnist
