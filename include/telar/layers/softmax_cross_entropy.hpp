@@ -58,9 +58,14 @@ struct SoftmaxCrossEntropy {
     if (n == 0)
       return out;
     // Per-row results in small vectors, then plain sums: portable across
-    // Kokkos 3.4 and 4.x without custom reducers.
-    Kokkos::View<double*, MemorySpace> row_loss("telar::SoftmaxCrossEntropy::row_loss", n);
-    Kokkos::View<int*, MemorySpace> row_flags("telar::SoftmaxCrossEntropy::row_flags", n);
+    // Kokkos 3.4 and 4.x without custom reducers. Kept between calls so a
+    // training step allocates nothing.
+    if (row_loss_.extent(0) < n) {
+      row_loss_ = Kokkos::View<double*, MemorySpace>("telar::SoftmaxCrossEntropy::row_loss", n);
+      row_flags_ = Kokkos::View<int*, MemorySpace>("telar::SoftmaxCrossEntropy::row_flags", n);
+    }
+    auto row_loss = row_loss_;
+    auto row_flags = row_flags_;
     Kokkos::parallel_for(
         "telar::SoftmaxCrossEntropy::forward_backward", Kokkos::RangePolicy<Exec>(exec, 0, n),
         KOKKOS_LAMBDA(std::size_t i) {
@@ -120,6 +125,10 @@ struct SoftmaxCrossEntropy {
         logits.extent(0), logits.extent(1));
     return forward_backward(exec, logits, labels, scratch, T(0));
   }
+
+private:
+  mutable Kokkos::View<double*, MemorySpace> row_loss_;
+  mutable Kokkos::View<int*, MemorySpace> row_flags_;
 };
 
 } // namespace telar

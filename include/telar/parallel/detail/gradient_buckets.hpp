@@ -61,7 +61,6 @@ public:
 
   // Start of a step: every layer will report `calls` times (micro-batches).
   void begin_step(int calls) {
-    calls_ = calls;
     for (auto& b : buckets_) {
       b.remaining = int(b.layers.size()) * calls;
       b.started = false;
@@ -161,7 +160,6 @@ private:
   TraceRecorder* trace_ = nullptr;
   std::vector<Bucket> buckets_;
   std::map<std::size_t, std::size_t> bucket_of_;
-  int calls_ = 1;
 };
 
 } // namespace telar::detail
