@@ -8,6 +8,7 @@
 #include <telar/layers/activation.hpp>
 #include <telar/layers/dense.hpp>
 #include <telar/optim/sgd.hpp>
+#include <telar/parallel/tensor_parallel.hpp>
 #include <telar/train/trainer.hpp>
 
 #include <mpi.h>
@@ -69,7 +70,10 @@ Args parse(int argc, char** argv) {
 
 using D = telar::Dense<float>;
 using R = telar::ReLU<float>;
-using Model = telar::Sequential<D, R, D, R, D>;
+// The first two layers are a Megatron pair under --tp (plain Dense at tp 1).
+using Col = telar::ColumnParallel<D>;
+using Row = telar::RowParallel<D>;
+using Model = telar::Sequential<Col, R, Row, R, D>;
 
 template <class Algorithm, class Sharding>
 int run(Args const& a) {
@@ -84,8 +88,8 @@ int run(Args const& a) {
   opts.trace = !a.timeline.empty();
   opts.shared_memory = a.shared_memory != 0;
   telar::Trainer<Model, Strategy, telar::SGD<float>> trainer(
-      MPI_COMM_WORLD, Model(D(784, a.hidden), {}, D(a.hidden, a.hidden), {}, D(a.hidden, 10)), {},
-      opts, 784);
+      MPI_COMM_WORLD, Model(Col(784, a.hidden), {}, Row(a.hidden, a.hidden), {}, D(a.hidden, 10)),
+      {}, opts, 784);
 
   telar::Matrix<float> x("x", a.batch, 784);
   telar::Labels<> y("y", a.batch);
