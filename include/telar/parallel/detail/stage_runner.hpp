@@ -107,68 +107,33 @@ public:
   }
 
   // dL/dx for every layer of the stage, last to first; the weight part too
-  // for layers with only a fused backward. The stage's first layer skips dx
-  // when nothing consumes it (the model input).
+  // for layers with only a fused backward.
   template <class Exec>
   void backward_input(Exec const& exec, int slot) {
-    Slot& s = slots_[slot];
-    model_->for_each_layer_reverse([&](auto index, auto& layer) {
-      constexpr std::size_t k = decltype(index)::value;
-      using L = std::decay_t<decltype(layer)>;
-      if (k < first_ || k >= last_)
-        return;
-      CMat dy = s.grad[k + 1];
-      bool const need_dx = k > 0;
-      if constexpr (layer_traits<L>::has_split_backward) {
-        if (need_dx)
-          layer.backward_input(exec, dy, s.grad[k], std::get<k>(s.saved));
-      } else {
-        Mat dx = need_dx ? s.grad[k] : scratch(k, s.rows);
-        layer.backward(exec, dy, dx, std::get<k>(s.saved));
-      }
-    });
+    for_each_stage_layer_reverse([&](auto k, auto& layer) { input_part(exec, slot, k, layer); });
   }
 
   // dL/dW accumulation, last layer first; `done(k)` after each layer with
   // parameters so gradient reductions can start.
   template <class Exec, class Done>
   void backward_weight(Exec const& exec, int slot, Done&& done) {
-    Slot& s = slots_[slot];
-    model_->for_each_layer_reverse([&](auto index, auto& layer) {
-      constexpr std::size_t k = decltype(index)::value;
-      using L = std::decay_t<decltype(layer)>;
-      if (k < first_ || k >= last_)
-        return;
-      if constexpr (layer_traits<L>::has_split_backward && layer_traits<L>::has_backward_weight)
-        layer.backward_weight(exec, CMat(s.grad[k + 1]), std::get<k>(s.saved));
-      if constexpr (layer_traits<L>::has_parameters)
-        done(k);
-    });
+    for_each_stage_layer_reverse(
+        [&](auto k, auto& layer) { weight_part(exec, slot, k, layer, done); });
   }
 
-  // Fused B + W per layer (non-split schedules): each layer's weight gradient
-  // is computed right after its input gradient, so reductions start earliest.
+  // B + W per layer (non-split schedules): a split layer's weight gradient
+  // comes first, so its reduction can start while the input gradient runs.
   template <class Exec, class Done>
   void backward(Exec const& exec, int slot, Done&& done) {
-    Slot& s = slots_[slot];
-    model_->for_each_layer_reverse([&](auto index, auto& layer) {
-      constexpr std::size_t k = decltype(index)::value;
+    for_each_stage_layer_reverse([&](auto k, auto& layer) {
       using L = std::decay_t<decltype(layer)>;
-      if (k < first_ || k >= last_)
-        return;
-      CMat dy = s.grad[k + 1];
-      bool const need_dx = k > 0;
       if constexpr (layer_traits<L>::has_split_backward) {
-        if constexpr (layer_traits<L>::has_backward_weight)
-          layer.backward_weight(exec, dy, std::get<k>(s.saved));
-        if (need_dx)
-          layer.backward_input(exec, dy, s.grad[k], std::get<k>(s.saved));
-      } else {
-        Mat dx = need_dx ? s.grad[k] : scratch(k, s.rows);
-        layer.backward(exec, dy, dx, std::get<k>(s.saved));
+        weight_part(exec, slot, k, layer, done);
+        input_part(exec, slot, k, layer);
+      } else { // the fused backward produces the weight gradient: announce it after
+        input_part(exec, slot, k, layer);
+        weight_part(exec, slot, k, layer, done);
       }
-      if constexpr (layer_traits<L>::has_parameters)
-        done(k);
     });
   }
 
@@ -181,6 +146,41 @@ private:
     std::vector<Mat> grad; // grad[k]: dL/d act[k]
     typename Model::saved_tuple saved;
   };
+
+  template <class F>
+  void for_each_stage_layer_reverse(F&& f) {
+    model_->for_each_layer_reverse([&](auto index, auto& layer) {
+      if (index >= first_ && index < last_)
+        f(index, layer);
+    });
+  }
+
+  // The input gradient (or the fused backward). The model's first layer
+  // skips dx: nothing consumes the gradient of the input.
+  template <class Exec, class K, class L>
+  void input_part(Exec const& exec, int slot, K, L& layer) {
+    constexpr std::size_t k = K::value;
+    Slot& s = slots_[slot];
+    CMat dy = s.grad[k + 1];
+    if constexpr (layer_traits<L>::has_split_backward) {
+      if (k > 0)
+        layer.backward_input(exec, dy, s.grad[k], std::get<k>(s.saved));
+    } else {
+      Mat dx = k > 0 ? s.grad[k] : scratch(k, s.rows);
+      layer.backward(exec, dy, dx, std::get<k>(s.saved));
+    }
+  }
+
+  // The weight gradient of a split layer; done(k) for layers with parameters.
+  template <class Exec, class K, class L, class Done>
+  void weight_part(Exec const& exec, int slot, K, L& layer, Done& done) {
+    constexpr std::size_t k = K::value;
+    Slot& s = slots_[slot];
+    if constexpr (layer_traits<L>::has_split_backward && layer_traits<L>::has_backward_weight)
+      layer.backward_weight(exec, CMat(s.grad[k + 1]), std::get<k>(s.saved));
+    if constexpr (layer_traits<L>::has_parameters)
+      done(k);
+  }
 
   // dx of a fused layer whose input needs no gradient still needs somewhere
   // to go.
