@@ -114,7 +114,7 @@ void run_shape(telar::Communicator const& comm, Options const& o, Shape const& s
   row.set_tensor_parallel(ctx);
   col.initialize(1);
   row.initialize(2);
-  std::size_t const h = col.output_features(s.in);
+  std::size_t const h = col.output_shape(s.in).size();
   Mat x("x", n, s.in), a("a", n, h), g("g", n, h), y("y", n, s.out);
   Mat dy("dy", n, s.out), dg("dg", n, h), da("da", n, h), dx("dx", n, s.in);
   Kokkos::deep_copy(x, 0.5f);

@@ -65,7 +65,7 @@ double max_fd_error(View v, std::function<double()> const& f, View analytic, dou
 
 template <class Layer>
 void check_layer_gradients(Layer& layer, std::size_t n, std::size_t in, double tol = 1e-6) {
-  std::size_t const out = layer.output_features(in);
+  std::size_t const out = layer.output_shape(telar::Shape(in)).size();
   Mat x = random_matrix<double>(n, in, 11);
   Mat R = random_matrix<double>(n, out, 12);
   Mat y("y", n, out), dx("dx", n, in);

@@ -21,27 +21,27 @@ TEST_CASE("Sequential names the layer and the shapes of a run-time mismatch", "[
     m.feature_sizes(784);
     FAIL("no exception");
   } catch (telar::ShapeError const& e) {
-    CHECK(std::string(e.what()) == "telar::Sequential: layer 2 (Dense) expects 128 input "
-                                   "features but layer 1 (ReLU) produces 256");
+    CHECK(std::string(e.what()) == "telar::Sequential: layer 2 (Dense) cannot take input [256] "
+                                   "from layer 1 (ReLU): Dense expects inputs [..., 128]");
   }
   try {
     m.feature_sizes(100);
     FAIL("no exception");
   } catch (telar::ShapeError const& e) {
-    CHECK(std::string(e.what()) == "telar::Sequential: layer 0 (Dense) expects 784 input "
-                                   "features but the model input produces 100");
+    CHECK(std::string(e.what()) == "telar::Sequential: layer 0 (Dense) cannot take input [100] "
+                                   "from the model input: Dense expects inputs [..., 784]");
   }
 }
 
-TEST_CASE("Static extents flow through shape-preserving layers", "[sequential]") {
+TEST_CASE("Static shapes flow through shape-preserving layers", "[sequential]") {
   using Static = telar::Sequential<telar::StaticDense<float, 8, 4>, telar::GELU<float>,
                                    telar::StaticDense<float, 4, 2>>;
   constexpr auto flow =
-      telar::detail::static_feature_flow<telar::StaticDense<float, 8, 4>, telar::GELU<float>,
-                                         telar::StaticDense<float, 4, 2>>();
-  STATIC_REQUIRE(flow[0] == 8);
-  STATIC_REQUIRE(flow[2] == 4);
-  STATIC_REQUIRE(flow[3] == 2);
+      telar::detail::static_shape_flow<telar::StaticDense<float, 8, 4>, telar::GELU<float>,
+                                       telar::StaticDense<float, 4, 2>>();
+  STATIC_REQUIRE(flow[0] == telar::Shape(8));
+  STATIC_REQUIRE(flow[2] == telar::Shape(4));
+  STATIC_REQUIRE(flow[3] == telar::Shape(2));
   Static s;
   CHECK(s.feature_sizes(8).back() == 2);
 }
@@ -72,7 +72,7 @@ struct Square {
   struct saved_type {
     telar::ConstMatrix<double> x;
   };
-  std::size_t output_features(std::size_t in) const { return in; }
+  telar::Shape output_shape(telar::Shape const& in) const { return in; }
   template <class E>
   void forward(E const& e, telar::ConstMatrix<double> x, telar::Matrix<double> y,
                saved_type& s) const {

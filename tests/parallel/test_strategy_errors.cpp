@@ -85,7 +85,7 @@ TEST_CASE("A bad batch on one rank stops every rank with a message", "[strategy]
     msg = e.what();
   }
   if (rank == 1)
-    CHECK(msg == "telar::Trainer::step: rank 1: 8 inputs but 7 labels");
+    CHECK(msg == "telar::Trainer::step: rank 1: 8 inputs but 7 targets");
   else
     CHECK(msg == "telar::Trainer::step: rank " + std::to_string(rank) +
                      ": another rank's batch was rejected (see its message)");

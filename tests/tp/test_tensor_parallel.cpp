@@ -694,14 +694,14 @@ struct ShardedScale {
   explicit ShardedScale(std::size_t features = 0) : full(features) {}
   static constexpr char const* name() { return "ShardedScale"; }
 
-  // Called before input_features / output_features / initialize.
+  // Called before input_shape / output_shape / initialize.
   void set_tensor_parallel(telar::TensorParallelContext const& ctx) {
     first = full * std::size_t(ctx.rank) / std::size_t(ctx.size); // the ColumnParallel's block
     local = full * std::size_t(ctx.rank + 1) / std::size_t(ctx.size) - first;
   }
   int parameter_replicas(std::string const&) const { return 1; } // every rank holds a shard
-  std::size_t input_features() const { return local; }
-  std::size_t output_features(std::size_t) const { return local; }
+  telar::Shape input_shape() const { return telar::Shape(local); }
+  telar::Shape output_shape(telar::Shape const&) const { return telar::Shape(local); }
 
   void initialize(std::uint64_t) {
     scale = telar::Vector<T, MemorySpace>("scale", local);

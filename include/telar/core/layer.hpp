@@ -8,7 +8,7 @@
  *  struct Scale {                       // y = 2 x, no parameters
  *    using value_type = float;
  *    using memory_space = telar::DefaultMemorySpace;
- *    std::size_t output_features(std::size_t in) const { return in; }
+ *    telar::Shape output_shape(telar::Shape const& in) const { return in; }
  *    template <class Exec>
  *    void forward(Exec const& exec, telar::ConstMatrix<float> x, telar::Matrix<float> y,
  *                 telar::NoSaved&) const {
@@ -28,8 +28,11 @@
  *
  *  Required members:
  *  - `value_type`, `memory_space`;
- *  - `std::size_t output_features(std::size_t in) const`: the output feature
- *    count for an input feature count;
+ *  - `telar::Shape output_shape(telar::Shape const& in) const`: the
+ *    per-sample output shape (rank 1 to 4) for a per-sample input shape;
+ *    throws telar::ShapeError (saying what it accepts) for an input it cannot
+ *    take. A batch is stored as a row-major [samples, shape.size()] matrix;
+ *    telar::as_tensor reads it by natural indices, e.g. [n, C, H, W];
  *  - `forward(exec, x, y, saved)`: writes y = f(x) and stores in `saved` what
  *    backward needs (several micro-batches can be in flight, each with its own
  *    `saved`);
@@ -51,21 +54,25 @@
  *  - `void initialize(std::uint64_t seed)`: allocates and fills parameters.
  *    Telar calls it only on ranks that own the layer, so a layer that
  *    allocates here rather than in its constructor costs no memory elsewhere;
- *  - `static constexpr std::size_t in_extent, out_extent`: feature counts
- *    known at compile time, checked between neighbours by telar::Sequential;
- *  - `std::size_t input_features() const`: the input feature count the layer
- *    was built for (dynamic_extent: any), checked at run time;
+ *  - `void build(telar::Shape const& in)`: called once, before
+ *    initialize(), with the input shape the model gives the layer, for layers
+ *    that need it in forward (a convolution's height and width);
+ *  - `static constexpr telar::Shape static_input_shape, static_output_shape`:
+ *    shapes known at compile time, checked between neighbours by
+ *    telar::Sequential (`preserves_shape = true` lets them flow through);
+ *  - `telar::Shape input_shape() const`: the input shape the layer was made
+ *    for (an unknown Shape{}: any), checked at run time;
  *  - `static constexpr char const* name()` or a `name()` member, used in
  *    messages and traces;
- *  - `double flops(std::size_t samples, std::size_t in) const`: cost estimate
- *    for balancing pipeline stages.
+ *  - `double flops(std::size_t samples, telar::Shape const& in) const`: cost
+ *    estimate for balancing pipeline stages.
  *
  *  Optional members for tensor parallelism (telar/parallel/tensor_parallel.hpp):
  *  - `void set_tensor_parallel(telar::TensorParallelContext const& ctx)`: the
  *    layer learns its tensor-parallel group (communicator, rank, size,
  *    allreduce algorithm) and from then on holds only its shard. Telar calls it
- *    on every layer that has it, on every rank, before `input_features()`,
- *    `output_features()` or `initialize()`, so the feature counts and the
+ *    on every layer that has it, on every rank, before `input_shape()`,
+ *    `output_shape()` or `initialize()`, so the shapes and the
  *    parameters it reports are the local (sharded) ones. A layer without it is
  *    replicated: every rank of the group holds all of it.
  *  - `int parameter_replicas(std::string const& name) const`: how many ranks
@@ -80,11 +87,13 @@
  *  telar/parallel/tensor_parallel.hpp itself.
  */
 #include <telar/core/detail/type_traits.hpp>
+#include <telar/core/shape.hpp>
 #include <telar/core/tensor.hpp>
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace telar {
@@ -104,20 +113,25 @@ using memory_space_t = typename L::memory_space;
 template <class L>
 using saved_type_t = typename L::saved_type;
 template <class L>
-using output_features_t = decltype(std::size_t{
-    std::declval<L const&>().output_features(std::size_t{})});
+using output_shape_t =
+    decltype(Shape(std::declval<L const&>().output_shape(std::declval<Shape const&>())));
 template <class L>
-using input_features_t = decltype(std::size_t{std::declval<L const&>().input_features()});
+using input_shape_t = decltype(Shape(std::declval<L const&>().input_shape()));
 template <class L>
-using in_extent_t = decltype(L::in_extent);
+using build_t = decltype(std::declval<L&>().build(std::declval<Shape const&>()));
 template <class L>
-using out_extent_t = decltype(L::out_extent);
+using static_input_shape_t = decltype(Shape(L::static_input_shape));
+template <class L>
+using static_output_shape_t = decltype(Shape(L::static_output_shape));
+template <class L>
+using preserves_shape_t = decltype(bool(L::preserves_shape));
 template <class L>
 using initialize_t = decltype(std::declval<L&>().initialize(std::uint64_t{}));
 template <class L>
 using static_name_t = decltype(L::name());
 template <class L>
-using flops_t = decltype(double(std::declval<L const&>().flops(std::size_t{}, std::size_t{})));
+using flops_t =
+    decltype(double(std::declval<L const&>().flops(std::size_t{}, std::declval<Shape const&>())));
 // A reference to the incomplete context type is enough for detection.
 template <class L>
 using set_tensor_parallel_t =
@@ -169,16 +183,46 @@ struct AnyParameterVisitor {
 template <class L>
 using parameters_t = decltype(std::declval<L&>().parameters(std::declval<AnyParameterVisitor&>()));
 
-template <class L, class = void>
-struct static_extents {
-  static constexpr std::size_t in = dynamic_extent;
-  static constexpr std::size_t out = dynamic_extent;
-};
+// Whether a class has a member of a given name at all, whatever its
+// signature: with a fallback member of that name in a second base, naming it
+// is ambiguous exactly when the layer has one. Lets the checks below say
+// "wrong signature" rather than "missing".
+#define TELAR_DETAIL_HAS_MEMBER_NAMED(member)                                                      \
+  struct member##_fallback {                                                                       \
+    int member;                                                                                    \
+  };                                                                                               \
+  template <class L>                                                                               \
+  struct member##_probe : L, member##_fallback {};                                                 \
+  template <class L>                                                                               \
+  using member##_unnamed_t = decltype(&member##_probe<L>::member);                                 \
+  template <class L>                                                                               \
+  constexpr bool has_member_named_##member() {                                                     \
+    if constexpr (std::is_class_v<L> && !std::is_final_v<L>)                                       \
+      return !is_detected_v<member##_unnamed_t, L>;                                                \
+    else                                                                                           \
+      return false;                                                                                \
+  }
+TELAR_DETAIL_HAS_MEMBER_NAMED(forward)
+TELAR_DETAIL_HAS_MEMBER_NAMED(backward_input)
+TELAR_DETAIL_HAS_MEMBER_NAMED(backward_weight)
+TELAR_DETAIL_HAS_MEMBER_NAMED(backward)
+TELAR_DETAIL_HAS_MEMBER_NAMED(output_shape)
+#undef TELAR_DETAIL_HAS_MEMBER_NAMED
+
 template <class L>
-struct static_extents<L, std::void_t<in_extent_t<L>, out_extent_t<L>>> {
-  static constexpr std::size_t in = L::in_extent;
-  static constexpr std::size_t out = L::out_extent;
-};
+constexpr Shape static_input_shape_of() {
+  if constexpr (is_detected_v<static_input_shape_t, L>)
+    return L::static_input_shape;
+  else
+    return Shape{};
+}
+template <class L>
+constexpr Shape static_output_shape_of() {
+  if constexpr (is_detected_v<static_output_shape_t, L>)
+    return L::static_output_shape;
+  else
+    return Shape{};
+}
 } // namespace detail
 
 /*! \brief What Telar knows about a layer type, with defaults for the optional
@@ -192,10 +236,10 @@ struct layer_traits {
   using memory_space = typename L::memory_space;
   /*! \brief Per-micro-batch state from forward to backward. */
   using saved_type = detail::layer_saved_t<L>;
-  /*! \brief Input features known at compile time, or dynamic_extent. */
-  static constexpr std::size_t in_extent = detail::static_extents<L>::in;
-  /*! \brief Output features known at compile time, or dynamic_extent. */
-  static constexpr std::size_t out_extent = detail::static_extents<L>::out;
+  /*! \brief Input shape known at compile time, or an unknown Shape{}. */
+  static constexpr Shape static_input_shape = detail::static_input_shape_of<L>();
+  /*! \brief Output shape known at compile time, or an unknown Shape{}. */
+  static constexpr Shape static_output_shape = detail::static_output_shape_of<L>();
   /*! \brief The layer provides backward_input (and backward_weight if it has parameters). */
   static constexpr bool has_split_backward = detail::is_detected_v<detail::backward_input_t, L>;
   /*! \brief The layer provides a fused backward. */
@@ -204,6 +248,8 @@ struct layer_traits {
   static constexpr bool has_backward_weight = detail::is_detected_v<detail::backward_weight_t, L>;
   /*! \brief The layer exposes parameters. */
   static constexpr bool has_parameters = detail::is_detected_v<detail::parameters_t, L>;
+  /*! \brief The layer has a build(input shape) hook. */
+  static constexpr bool has_build = detail::is_detected_v<detail::build_t, L>;
   /*! \brief The layer has an initialize(seed) hook. */
   static constexpr bool has_initialize = detail::is_detected_v<detail::initialize_t, L>;
   /*! \brief The layer can be split over a tensor-parallel group
@@ -220,7 +266,7 @@ struct layer_traits {
 template <class L>
 inline constexpr bool is_layer_v = detail::is_detected_v<detail::value_type_t, L>&&
                                        detail::is_detected_v<detail::memory_space_t, L>&&
-                                           detail::is_detected_v<detail::output_features_t, L>&&
+                                           detail::is_detected_v<detail::output_shape_t, L>&&
                                                detail::is_detected_v<detail::forward_t, L> &&
                                    (detail::is_detected_v<detail::backward_input_t, L> ||
                                     detail::is_detected_v<detail::backward_fused_t, L>);
@@ -269,20 +315,46 @@ constexpr bool check_layer() {
   static_assert(is_detected_v<memory_space_t, L>,
                 "telar::Sequential: a layer must declare `using memory_space = <Kokkos memory "
                 "space>;` (telar::DefaultMemorySpace if unsure)");
-  static_assert(is_detected_v<output_features_t, L>,
-                "telar::Sequential: a layer must provide `std::size_t output_features(std::size_t "
-                "in) const`");
-  static_assert(
-      is_detected_v<forward_t, L>,
-      "telar::Sequential: a layer must provide `forward(exec, ConstMatrix<T> x, Matrix<T> "
-      "y, saved_type& saved)`");
-  static_assert(is_detected_v<backward_input_t, L> || is_detected_v<backward_fused_t, L>,
+  static_assert(is_detected_v<output_shape_t, L> || has_member_named_output_shape<L>(),
+                "telar::Sequential: a layer must provide `telar::Shape output_shape(telar::Shape "
+                "const& in) const`");
+  static_assert(is_detected_v<output_shape_t, L> || !has_member_named_output_shape<L>(),
+                "telar::Sequential: the layer's output_shape has the wrong signature; expected "
+                "`telar::Shape output_shape(telar::Shape const& in) const`");
+  static_assert(is_detected_v<forward_t, L> || has_member_named_forward<L>(),
+                "telar::Sequential: a layer must provide `template <class Exec> void "
+                "forward(Exec const& exec, telar::ConstMatrix<T, memory_space> x, "
+                "telar::Matrix<T, memory_space> y, saved_type& saved) const`");
+  static_assert(is_detected_v<forward_t, L> || !has_member_named_forward<L>(),
+                "telar::Sequential: the layer's forward has the wrong signature; expected "
+                "`template <class Exec> void forward(Exec const& exec, telar::ConstMatrix<T, "
+                "memory_space> x, telar::Matrix<T, memory_space> y, saved_type& saved) const`");
+  static_assert(is_detected_v<backward_input_t, L> || is_detected_v<backward_fused_t, L> ||
+                    has_member_named_backward_input<L>() || has_member_named_backward<L>(),
                 "telar::Sequential: a layer must provide `backward_input(exec, ConstMatrix<T> dy, "
                 "Matrix<T> dx, saved_type const&)` or a fused `backward(exec, dy, dx, saved)`");
+  static_assert(is_detected_v<backward_input_t, L> || !has_member_named_backward_input<L>(),
+                "telar::Sequential: the layer's backward_input has the wrong signature; expected "
+                "`template <class Exec> void backward_input(Exec const& exec, "
+                "telar::ConstMatrix<T, memory_space> dy, telar::Matrix<T, memory_space> dx, "
+                "saved_type const& saved) const`");
+  static_assert(is_detected_v<backward_fused_t, L> || !has_member_named_backward<L>(),
+                "telar::Sequential: the layer's backward has the wrong signature; expected "
+                "`template <class Exec> void backward(Exec const& exec, telar::ConstMatrix<T, "
+                "memory_space> dy, telar::Matrix<T, memory_space> dx, saved_type const& saved) "
+                "const`");
+  static_assert(is_detected_v<backward_weight_t, L> || !has_member_named_backward_weight<L>(),
+                "telar::Sequential: the layer's backward_weight has the wrong signature; expected "
+                "`template <class Exec> void backward_weight(Exec const& exec, "
+                "telar::ConstMatrix<T, memory_space> dy, saved_type const& saved) const`");
   static_assert(!(is_detected_v<parameters_t, L> && is_detected_v<backward_input_t, L> &&
                   !is_detected_v<backward_weight_t, L> && !is_detected_v<backward_fused_t, L>),
                 "telar::Sequential: a layer with parameters and backward_input must also provide "
                 "`backward_weight(exec, ConstMatrix<T> dy, saved_type const&)`");
+  static_assert(!is_detected_v<backward_weight_t, L> || is_detected_v<parameters_t, L>,
+                "telar::Sequential: a layer with backward_weight must expose its parameters: add "
+                "`template <class F> void parameters(F&& f) { f(\"weight\", weight, weight_grad); }` "
+                "(without it Telar cannot reduce, shard or update them, and they never train)");
   static_assert(!is_detected_v<parameter_replicas_t, L> || is_detected_v<set_tensor_parallel_t, L>,
                 "telar::Sequential: a layer with parameter_replicas must also provide `void "
                 "set_tensor_parallel(telar::TensorParallelContext const&)` (it cannot know the "

@@ -1,11 +1,12 @@
 #pragma once
 /*! \file
- *  \brief telar::Sequential: a chain of layer functors, checked where it is
- *  formed. */
+ *  \brief telar::Sequential: a chain of layers and blocks, checked where it is
+ *  formed; itself a layer, so chains nest. */
 #include <telar/core/detail/counter_rng.hpp>
 #include <telar/core/detail/type_traits.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
+#include <telar/core/shape.hpp>
 
 #include <array>
 #include <cstdint>
@@ -19,42 +20,37 @@ namespace telar {
 
 namespace detail {
 
+// Compile-time shape flowing out of a layer given the flow into it: a
+// declared static_output_shape, else the input for shape-preserving layers.
 template <class L>
-using preserves_features_t = decltype(L::preserves_features);
-
-// Compile-time feature count flowing out of layer I given the flow into it:
-// a declared out_extent, else the input count for shape-preserving layers.
-template <class L>
-constexpr std::size_t static_out(std::size_t in) {
-  if constexpr (layer_traits<L>::out_extent != dynamic_extent)
-    return layer_traits<L>::out_extent;
-  else if constexpr (is_detected_v<preserves_features_t, L>)
-    return L::preserves_features ? in : dynamic_extent;
+constexpr Shape static_out(Shape in) {
+  if constexpr (layer_traits<L>::static_output_shape.known())
+    return layer_traits<L>::static_output_shape;
+  else if constexpr (is_detected_v<preserves_shape_t, L>)
+    return L::preserves_shape ? in : Shape{};
   else
-    return dynamic_extent;
+    return Shape{};
 }
 
 template <class... Layers>
-constexpr std::array<std::size_t, sizeof...(Layers) + 1> static_feature_flow() {
-  std::array<std::size_t, sizeof...(Layers) + 1> flow{};
-  std::array<std::size_t, sizeof...(Layers)> ins{layer_traits<Layers>::in_extent...};
-  std::array<std::size_t (*)(std::size_t), sizeof...(Layers)> outs{&static_out<Layers>...};
+constexpr std::array<Shape, sizeof...(Layers) + 1> static_shape_flow() {
+  std::array<Shape, sizeof...(Layers) + 1> flow{};
+  std::array<Shape, sizeof...(Layers)> ins{layer_traits<Layers>::static_input_shape...};
+  std::array<Shape (*)(Shape), sizeof...(Layers)> outs{&static_out<Layers>...};
   flow[0] = ins[0];
-  for (std::size_t i = 0; i < sizeof...(Layers); ++i) {
-    std::size_t const in = ins[i] != dynamic_extent ? ins[i] : flow[i];
-    flow[i + 1] = outs[i](in);
-  }
+  for (std::size_t i = 0; i < sizeof...(Layers); ++i)
+    flow[i + 1] = outs[i](ins[i].known() ? ins[i] : flow[i]);
   return flow;
 }
 
-// Index of the first layer whose static input count differs from what the
+// Index of the first layer whose static input shape differs from what the
 // previous layers produce, or the layer count when all fit.
 template <class... Layers>
 constexpr std::size_t first_static_mismatch() {
-  constexpr auto flow = static_feature_flow<Layers...>();
-  constexpr std::array<std::size_t, sizeof...(Layers)> ins{layer_traits<Layers>::in_extent...};
+  constexpr auto flow = static_shape_flow<Layers...>();
+  constexpr std::array<Shape, sizeof...(Layers)> ins{layer_traits<Layers>::static_input_shape...};
   for (std::size_t i = 1; i < sizeof...(Layers); ++i)
-    if (ins[i] != dynamic_extent && flow[i] != dynamic_extent && ins[i] != flow[i])
+    if (ins[i].known() && flow[i].known() && ins[i] != flow[i])
       return i;
   return sizeof...(Layers);
 }
@@ -63,8 +59,8 @@ constexpr std::size_t first_static_mismatch() {
 template <std::size_t Layer, std::size_t Count>
 struct StaticShapeCheck {
   static_assert(Layer == Count,
-                "telar::Sequential: a layer's compile-time input features (in_extent) differ from "
-                "the features the previous layer produces; see the layer index in "
+                "telar::Sequential: a layer's compile-time input shape (static_input_shape) "
+                "differs from the shape the previous layer produces; see the layer index in "
                 "StaticShapeCheck<index, count> below");
   static constexpr bool value = true;
 };
@@ -79,14 +75,36 @@ void for_each_indexed_reverse(Tuple& t, F&& f, std::index_sequence<I...>) {
   (f(std::integral_constant<std::size_t, n - 1 - I>{}, std::get<n - 1 - I>(t)), ...);
 }
 
+// "layer 2 (Conv2D)" in a message.
+inline std::string layer_label(std::size_t index, std::string const& name) {
+  return "layer " + std::to_string(index) + " (" + name + ")";
+}
+
+// Element-wise dst += src over two [n, k] batches (residual connections).
+template <class Exec, class D, class S>
+void add_batch(Exec const& exec, D const& dst, S const& src) {
+  std::size_t const n = dst.extent(0), k = dst.extent(1);
+  auto* d = dst.data();
+  auto const* s = src.data();
+  Kokkos::parallel_for(
+      "telar::add_batch", Kokkos::RangePolicy<Exec>(exec, 0, n * k),
+      KOKKOS_LAMBDA(std::size_t i) { d[i] += s[i]; });
+}
+
 } // namespace detail
 
-/*! \brief A chain of layers applied one after the other.
+/*! \brief A chain of layers (or blocks) applied one after the other.
  *
  *  Every layer type is checked against the Layer concept here (see
  *  telar/core/layer.hpp); all layers must share value_type and memory_space;
- *  feature counts known at compile time (StaticDense) must agree between
- *  neighbours. Counts known only at run time are checked by feature_sizes().
+ *  shapes known at compile time must agree between neighbours. Shapes known
+ *  only at run time are checked by shapes() and build(), with a message
+ *  naming the layer (index and name) and both shapes.
+ *
+ *  A Sequential is a layer itself: it nests, as a block that is one unit for
+ *  pipeline partitioning, and its parameters are named by position
+ *  ("layer3.1.weight": parameter weight of layer 1 of the block at layer 3),
+ *  as PyTorch names nn.Sequential's.
  *  \code
  *  using Model = telar::Sequential<telar::Dense<float>, telar::ReLU<float>, telar::Dense<float>>;
  *  Model model(telar::Dense<float>(784, 256), telar::ReLU<float>{}, telar::Dense<float>(256, 10));
@@ -126,6 +144,9 @@ public:
   Sequential() = default;
   /*! \brief \param layers the configured layers, first to last */
   explicit Sequential(Layers... layers) : layers_(std::move(layers)...) {}
+
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "Sequential"; }
 
   /*! \brief Layer \p I. \tparam I index */
   template <std::size_t I>
@@ -167,29 +188,54 @@ public:
     return names;
   }
 
-  /*! \brief Feature counts along the chain: entry k is the input of layer k,
-   *  the last entry the model's output.
-   *  \param in features of the model input
-   *  \throws ShapeError naming the first layer whose expected input differs */
-  std::vector<std::size_t> feature_sizes(std::size_t in) const {
-    std::vector<std::size_t> f{in};
-    for_each_layer([&](auto index, auto const& l) {
-      using L = std::decay_t<decltype(l)>;
-      std::size_t const have = f.back();
-      std::size_t expect = layer_traits<L>::in_extent;
-      if constexpr (detail::is_detected_v<detail::input_features_t, L>)
-        expect = l.input_features();
-      if (expect != dynamic_extent && expect != have) {
-        std::string from = index == 0 ? std::string("the model input")
-                                      : "layer " + std::to_string(index - 1) + " (" +
-                                            layer_names()[index - 1] + ")";
-        throw ShapeError("telar::Sequential: layer " + std::to_string(index) + " (" +
-                         layer_name(l) + ") expects " + std::to_string(expect) +
-                         " input features but " + from + " produces " + std::to_string(have));
-      }
-      f.push_back(l.output_features(have));
-    });
+  /*! \brief Per-sample shapes along the chain: entry k is the input of layer
+   *  k, the last entry the output.
+   *  \param in per-sample shape of the input
+   *  \throws ShapeError naming the first layer that cannot take its input,
+   *  with both shapes */
+  std::vector<Shape> shapes(Shape const& in) const {
+    std::vector<Shape> s{in};
+    for_each_layer([&](auto index, auto const& l) { s.push_back(next_shape(index, l, s.back())); });
+    return s;
+  }
+
+  /*! \brief Elements per sample along the chain (shapes(in)[k].size()).
+   *  \param in per-sample shape of the input */
+  std::vector<std::size_t> feature_sizes(Shape const& in) const {
+    std::vector<std::size_t> f;
+    for (Shape const& s : shapes(in))
+      f.push_back(s.size());
     return f;
+  }
+
+  /*! \brief Checks the chain for input \p in and tells every layer with a
+   *  build() hook its input shape (nested blocks recursively). Call once,
+   *  before initialize() and forward().
+   *  \param in per-sample input shape \return shapes(in) */
+  std::vector<Shape> build(Shape const& in) {
+    shapes_ = shapes(in);
+    for_each_layer([&](auto index, auto& l) {
+      using L = std::decay_t<decltype(l)>;
+      if constexpr (layer_traits<L>::has_build)
+        l.build(shapes_[index]);
+    });
+    return shapes_;
+  }
+  /*! \brief Shapes from the last build() (empty before). */
+  std::vector<Shape> const& built_shapes() const { return shapes_; }
+
+  /*! \brief Output shape for input \p in (the Layer concept). \param in input shape */
+  Shape output_shape(Shape const& in) const { return shapes(in).back(); }
+  /*! \brief The first layer's required input shape, if it declares one. */
+  Shape input_shape() const { return expected_input(std::get<0>(layers_)); }
+
+  /*! \brief Cost estimate: the sum of the layers' (Layer concept).
+   *  \param samples rows \param in input shape */
+  double flops(std::size_t samples, Shape const& in) const {
+    auto const s = shapes(in);
+    double total = 0;
+    for_each_layer([&](auto index, auto const& l) { total += layer_flops(l, samples, s[index]); });
+    return total;
   }
 
   /*! \brief Calls initialize on layers [first, last) that have one, each with
@@ -205,8 +251,181 @@ public:
     });
   }
 
+  /*! \brief Visits (name, value, gradient) of every parameter of every layer,
+   *  named "<index>.<name>" (the Layer concept, for nesting).
+   *  \param f callable as f(char const*, View&, View&) */
+  template <class F>
+  void parameters(F&& f) {
+    for_each_layer([&](auto index, auto& l) {
+      using L = std::decay_t<decltype(l)>;
+      if constexpr (layer_traits<L>::has_parameters)
+        l.parameters([&](char const* name, auto& value, auto& grad) {
+          std::string const full = std::to_string(index) + "." + name;
+          f(full.c_str(), value, grad);
+        });
+    });
+  }
+
+  /*! \brief Passes a tensor-parallel context to every layer that takes one.
+   *  \param ctx a telar::TensorParallelContext */
+  template <class Context>
+  void set_tensor_parallel(Context const& ctx) {
+    tp_size_ = ctx.size;
+    for_each_layer([&](auto, auto& l) {
+      using L = std::decay_t<decltype(l)>;
+      if constexpr (layer_traits<L>::has_tensor_parallel)
+        l.set_tensor_parallel(ctx);
+    });
+  }
+  /*! \brief Replicas of parameter "<index>.<name>" in the tensor-parallel
+   *  group: its layer's answer. \param name as passed to parameters(f) */
+  int parameter_replicas(std::string const& name) const {
+    std::size_t const dot = name.find('.');
+    int r = tp_size_;
+    if (dot == std::string::npos)
+      return r;
+    std::size_t const which = std::stoul(name.substr(0, dot));
+    std::string const rest = name.substr(dot + 1);
+    for_each_layer([&](auto index, auto const& l) {
+      if (index == which)
+        r = telar::parameter_replicas(l, rest, tp_size_);
+    });
+    return r;
+  }
+
+  /*! \brief What a nested chain keeps per micro-batch: its layers' saved
+   *  state and its inner activations and gradients (reused between steps). */
+  struct saved_type {
+    saved_tuple inner;                       //!< each layer's saved state
+    std::vector<Matrix<value_type, memory_space>> act; //!< act[k]: input of layer k, k >= 1
+    mutable std::vector<Matrix<value_type, memory_space>> grad; //!< grad[k]: dL/d act[k]
+    mutable Matrix<value_type, memory_space> scratch; //!< dx of a first fused layer, unused
+    mutable bool grads_ready = false; //!< backward_input ran since the last backward_weight
+  };
+
+  /*! \brief Runs the chain (as a nested block). \param exec execution space instance
+   *  \param x input [n, in] \param y output [n, out] \param saved per-micro-batch state */
+  template <class Exec>
+  void forward(Exec const& exec, ConstMatrix<value_type, memory_space> x,
+               Matrix<value_type, memory_space> y, saved_type& saved) {
+    std::size_t const n = x.extent(0);
+    ensure(saved.act, n, "telar::Sequential::activation");
+    for_each_layer([&](auto index, auto& l) {
+      constexpr std::size_t k = decltype(index)::value;
+      ConstMatrix<value_type, memory_space> in = k == 0 ? x : saved.act[k];
+      Matrix<value_type, memory_space> out = k + 1 == size ? y : saved.act[k + 1];
+      l.forward(exec, in, out, std::get<k>(saved.inner));
+    });
+  }
+
+  /*! \brief dL/dx through the chain, keeping every inner gradient for
+   *  backward_weight. \param exec execution space instance
+   *  \param dy gradient of the output \param dx gradient of the input \param saved state */
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
+                      Matrix<value_type, memory_space> dx, saved_type const& saved) {
+    propagate(exec, dy, dx, saved, true);
+  }
+
+  /*! \brief dL/dW of every layer (after backward_input, or on its own when
+   *  nothing needs dL/dx). \param exec execution space instance
+   *  \param dy gradient of the output \param saved state */
+  template <class Exec>
+  void backward_weight(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
+                       saved_type const& saved) {
+    if (!saved.grads_ready)
+      propagate(exec, dy, Matrix<value_type, memory_space>(), saved, false);
+    for_each_layer_reverse([&](auto index, auto& l) {
+      constexpr std::size_t k = decltype(index)::value;
+      using L = std::decay_t<decltype(l)>;
+      if constexpr (layer_traits<L>::has_split_backward && layer_traits<L>::has_backward_weight)
+        l.backward_weight(exec, k + 1 == size ? dy : ConstMatrix<value_type, memory_space>(saved.grad[k + 1]),
+                          std::get<k>(saved.inner));
+    });
+    saved.grads_ready = false;
+  }
+
 private:
+  template <class L>
+  static Shape expected_input(L const& l) {
+    if constexpr (detail::is_detected_v<detail::input_shape_t, L>)
+      return l.input_shape();
+    else
+      return layer_traits<L>::static_input_shape;
+  }
+
+  template <class L>
+  static double layer_flops(L const& l, std::size_t samples, Shape const& in) {
+    if constexpr (detail::is_detected_v<detail::flops_t, L>)
+      return l.flops(samples, in);
+    else
+      return double(samples) * double(in.size());
+  }
+
+  template <class Index, class L>
+  Shape next_shape(Index index, L const& l, Shape const& have) const {
+    auto const from = [&] {
+      return index == 0 ? std::string("the model input")
+                        : detail::layer_label(index - 1, layer_names()[index - 1]);
+    };
+    Shape const expect = expected_input(l);
+    if (expect.known() && expect != have)
+      throw ShapeError("telar::Sequential: " + detail::layer_label(index, layer_name(l)) +
+                       " expects input " + expect.str() + " but " + from() + " produces " +
+                       have.str());
+    try {
+      Shape const out = l.output_shape(have);
+      if (!out.known())
+        throw ShapeError("output shape " + out.str() + " is not of rank 1 to 4");
+      return out;
+    } catch (ShapeError const& e) {
+      throw ShapeError("telar::Sequential: " + detail::layer_label(index, layer_name(l)) +
+                       " cannot take input " + have.str() + " from " + from() + ": " + e.what());
+    }
+  }
+
+  void ensure(std::vector<Matrix<value_type, memory_space>>& bufs, std::size_t n,
+              char const* label) const {
+    if (shapes_.size() != size + 1)
+      throw Error("telar::Sequential: a nested block was run before build(input shape)");
+    bufs.resize(size + 1);
+    for (std::size_t k = 1; k < size; ++k)
+      if (bufs[k].extent(0) != n || bufs[k].extent(1) != shapes_[k].size())
+        bufs[k] = Matrix<value_type, memory_space>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label),
+                                                   n, shapes_[k].size());
+  }
+
+  template <class Exec>
+  void propagate(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
+                 Matrix<value_type, memory_space> dx, saved_type const& saved, bool need_dx) {
+    std::size_t const n = dy.extent(0);
+    ensure(saved.grad, n, "telar::Sequential::activation_grad");
+    for_each_layer_reverse([&](auto index, auto& l) {
+      constexpr std::size_t k = decltype(index)::value;
+      using L = std::decay_t<decltype(l)>;
+      ConstMatrix<value_type, memory_space> dyk = k + 1 == size ? dy : saved.grad[k + 1];
+      if constexpr (layer_traits<L>::has_split_backward) {
+        if (k > 0 || need_dx)
+          l.backward_input(exec, dyk, k == 0 ? dx : saved.grad[k], std::get<k>(saved.inner));
+      } else {
+        Matrix<value_type, memory_space> dxk = k > 0 ? saved.grad[k] : need_dx ? dx : scratch(saved, n);
+        l.backward(exec, dyk, dxk, std::get<k>(saved.inner));
+      }
+    });
+    saved.grads_ready = true;
+  }
+
+  Matrix<value_type, memory_space> scratch(saved_type const& saved, std::size_t n) const {
+    if (saved.scratch.extent(0) != n || saved.scratch.extent(1) != shapes_[0].size())
+      saved.scratch = Matrix<value_type, memory_space>(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::Sequential::scratch"), n,
+          shapes_[0].size());
+    return saved.scratch;
+  }
+
   layers_type layers_;
+  std::vector<Shape> shapes_;
+  int tp_size_ = 1;
 };
 
 /*! \brief True for telar::Sequential types. \tparam M a type */

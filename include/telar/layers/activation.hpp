@@ -16,13 +16,13 @@ template <class Op, class T, class MemorySpace, bool KeepInput>
 struct Elementwise {
   using value_type = T;
   using memory_space = MemorySpace;
-  static constexpr bool preserves_features = true; // lets Sequential see through it
+  static constexpr bool preserves_shape = true; // lets Sequential see through it
   struct saved_type {
     ConstMatrix<T, MemorySpace> kept; // x or y, per KeepInput
   };
 
-  std::size_t output_features(std::size_t in) const { return in; }
-  double flops(std::size_t samples, std::size_t in) const { return double(samples) * in; }
+  Shape output_shape(Shape const& in) const { return in; }
+  double flops(std::size_t samples, Shape const& in) const { return double(samples) * in.size(); }
 
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,

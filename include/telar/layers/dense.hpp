@@ -6,6 +6,7 @@
 #include <telar/core/error.hpp>
 #include <telar/core/gemm.hpp>
 #include <telar/core/layer.hpp>
+#include <telar/core/shape.hpp>
 #include <telar/core/tensor.hpp>
 
 #include <cstdint>
@@ -67,14 +68,24 @@ public:
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "Dense"; }
-  /*! \brief Input features this layer was built for. */
-  std::size_t input_features() const { return in_; }
-  /*! \brief Output features (for the expected input feature count). */
-  std::size_t output_features(std::size_t) const { return out_; }
+  /*! \brief [..., out] for an input [..., in]: applied to every position of
+   *  a [sequence, in] sample. \param in the input shape
+   *  \throws ShapeError when the last extent is not in */
+  Shape output_shape(Shape const& in) const {
+    if (in.back() != in_)
+      throw ShapeError("Dense expects inputs [..., " + std::to_string(in_) + "]");
+    return in.with_back(out_);
+  }
+  /*! \brief Input features (the last extent of the input). */
+  std::size_t in_features() const { return in_; }
+  /*! \brief Output features. */
+  std::size_t out_features() const { return out_; }
   /*! \brief Whether the layer adds a bias. */
   bool has_bias() const { return use_bias_; }
-  /*! \brief Multiply-add count of forward for \p samples rows, times 2. */
-  double flops(std::size_t samples, std::size_t) const { return 2.0 * samples * in_ * out_; }
+  /*! \brief Multiply-add count of forward for \p samples samples, times 2. */
+  double flops(std::size_t samples, Shape const& in) const {
+    return 2.0 * double(samples) * double(in.size()) * double(out_);
+  }
 
   /*! \brief Allocates W, b and their gradients and draws W and b.
    *  \param seed stream seed (telar::Sequential derives one per layer) */
@@ -99,16 +110,19 @@ public:
                saved_type& saved) const {
     check_shapes("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
     saved.x = x;
+    auto const xr = as_rows(x, weight.extent(1));
+    auto const yr = as_rows(y, weight.extent(0));
     T beta = 0;
     if (use_bias_) {
       auto b = bias;
+      auto y = yr;
       Kokkos::parallel_for(
           "telar::Dense::forward_bias",
           Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {y.extent(0), y.extent(1)}),
           KOKKOS_LAMBDA(std::size_t i, std::size_t j) { y(i, j) = b(j); });
       beta = 1;
     }
-    gemm(Gemm{}, exec, 'N', 'T', T(1), x, weight, beta, y);
+    gemm(Gemm{}, exec, 'N', 'T', T(1), xr, weight, beta, yr);
   }
 
   /*! \brief dx = dy W (the saved input is not needed). \param exec execution space instance
@@ -117,7 +131,8 @@ public:
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
                       saved_type const&) const {
     check_shapes("backward_input", dx.extent(0), dx.extent(1), dy.extent(0), dy.extent(1));
-    gemm(Gemm{}, exec, 'N', 'N', T(1), dy, weight, T(0), dx);
+    gemm(Gemm{}, exec, 'N', 'N', T(1), as_rows(dy, weight.extent(0)), weight, T(0),
+         as_rows(dx, weight.extent(1)));
   }
 
   /*! \brief dW += dy^T x, db += column sums of dy.
@@ -126,10 +141,12 @@ public:
   template <class Exec>
   void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
                        saved_type const& saved) const {
-    gemm(Gemm{}, exec, 'T', 'N', T(1), dy, saved.x, T(1), weight_grad);
+    auto const dyr = as_rows(dy, weight.extent(0));
+    gemm(Gemm{}, exec, 'T', 'N', T(1), dyr, as_rows(saved.x, weight.extent(1)), T(1), weight_grad);
     if (use_bias_) {
       auto db = bias_grad;
-      std::size_t const n = dy.extent(0);
+      auto dy = dyr;
+      std::size_t const n = dyr.extent(0);
       Kokkos::parallel_for(
           "telar::Dense::backward_bias", Kokkos::RangePolicy<Exec>(exec, 0, dy.extent(1)),
           KOKKOS_LAMBDA(std::size_t j) {
@@ -163,10 +180,12 @@ protected:
   void fill_block(std::uint64_t seed, std::size_t row0, std::size_t col0) {
     detail::dense_fill_block(weight, bias, seed, in_, row0, col0);
   }
-  /*! \brief Throws ShapeError unless x is [n, in] and y is [n, out]. */
+  /*! \brief Throws ShapeError unless x is [n, p * in] and y is [n, p * out]. */
   void check_shapes(char const* what, std::size_t xn, std::size_t xf, std::size_t yn,
                     std::size_t yf) const {
-    if (xf != weight.extent(1) || yf != weight.extent(0) || xn != yn)
+    std::size_t const in = weight.extent(1), out = weight.extent(0);
+    bool const ok = in > 0 && out > 0 && xf % in == 0 && yf % out == 0 && xf / in == yf / out;
+    if (!ok || xn != yn)
       throw ShapeError(std::string("telar::Dense::") + what + ": expected [n, " +
                        std::to_string(weight.extent(1)) + "] -> [n, " +
                        std::to_string(weight.extent(0)) + "], got [" + std::to_string(xn) + ", " +
@@ -188,8 +207,8 @@ template <class T, std::size_t In, std::size_t Out, class MemorySpace = DefaultM
           class Gemm = AutoGemm>
 class StaticDense : public Dense<T, MemorySpace, Gemm> {
 public:
-  static constexpr std::size_t in_extent = In;   //!< input features
-  static constexpr std::size_t out_extent = Out; //!< output features
+  static constexpr Shape static_input_shape = Shape(In);   //!< input shape [In]
+  static constexpr Shape static_output_shape = Shape(Out); //!< output shape [Out]
   /*! \brief \param bias add a bias */
   explicit StaticDense(bool bias = true) : Dense<T, MemorySpace, Gemm>(In, Out, bias) {}
 };

@@ -3,19 +3,12 @@
  *  \brief Softmax cross-entropy loss over class logits. */
 #include <telar/core/detail/math.hpp>
 #include <telar/core/error.hpp>
+#include <telar/core/loss.hpp>
 #include <telar/core/tensor.hpp>
 
 #include <string>
 
 namespace telar {
-
-/*! \brief Sum of per-sample losses of a batch and how many samples the
- *  logits classify correctly. */
-struct LossSum {
-  double loss = 0;       //!< sum over samples of -log softmax(logits)[label]
-  long long correct = 0; //!< samples whose arg-max logit is the label
-  long long samples = 0; //!< samples in the batch
-};
 
 /*! \brief Softmax followed by cross-entropy against integer labels.
  *
@@ -32,9 +25,21 @@ struct SoftmaxCrossEntropy {
   using value_type = T;
   /*! \brief Memory space. */
   using memory_space = MemorySpace;
+  /*! \brief One class label per sample. */
+  using target_type = Labels<MemorySpace>;
+  /*! \brief LossSum::correct counts samples whose arg-max logit is the label. */
+  static constexpr bool has_accuracy = true;
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "SoftmaxCrossEntropy"; }
+
+  /*! \brief Takes outputs of rank 1, [classes]. \param out the model's output shape */
+  void build(Shape const& out) const {
+    if (out.rank != 1)
+      throw ShapeError("telar::SoftmaxCrossEntropy: the model's output is " + out.str() +
+                       ", expected class logits [classes] (use PositionwiseCrossEntropy for "
+                       "[positions, classes])");
+  }
 
   /*! \brief Loss of a batch and its gradient.
    *  \param exec execution space instance
@@ -45,7 +50,7 @@ struct SoftmaxCrossEntropy {
    *  \throws ShapeError on shape mismatch or a label out of range */
   template <class Exec>
   LossSum forward_backward(Exec const& exec, ConstMatrix<T, MemorySpace> logits,
-                           Labels<MemorySpace> labels, Matrix<T, MemorySpace> dlogits,
+                           Labels<MemorySpace> const& labels, Matrix<T, MemorySpace> dlogits,
                            T scale) const {
     std::size_t const n = logits.extent(0), c = logits.extent(1);
     if (labels.extent(0) != n || dlogits.extent(0) != n || dlogits.extent(1) != c)
@@ -54,7 +59,7 @@ struct SoftmaxCrossEntropy {
                        "], gradient [" + std::to_string(dlogits.extent(0)) + ", " +
                        std::to_string(dlogits.extent(1)) + "] do not match");
     LossSum out;
-    out.samples = static_cast<long long>(n);
+    out.samples = out.count = static_cast<long long>(n);
     if (n == 0)
       return out;
     // Per-row results in small vectors, then plain sums: portable across
@@ -119,7 +124,7 @@ struct SoftmaxCrossEntropy {
    *  \param exec execution space instance \param logits [n, classes] \param labels [n] */
   template <class Exec>
   LossSum evaluate(Exec const& exec, ConstMatrix<T, MemorySpace> logits,
-                   Labels<MemorySpace> labels) const {
+                   Labels<MemorySpace> const& labels) const {
     Matrix<T, MemorySpace> scratch(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::SoftmaxCrossEntropy::scratch"),
         logits.extent(0), logits.extent(1));

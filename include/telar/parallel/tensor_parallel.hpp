@@ -205,7 +205,7 @@ public:
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "ColumnParallel<Dense>"; }
 
-  /*! \brief Joins a tensor-parallel group; call before output_features() and
+  /*! \brief Joins a tensor-parallel group; call before output_shape() and
    *  initialize(). \param ctx the group
    *  \throws telar::Error if \p ctx is invalid, or if the layer was initialised
    *  with another split */
@@ -219,10 +219,10 @@ public:
   /*! \brief The group this layer belongs to. */
   TensorParallelContext const& tensor_parallel() const { return ctx_; }
 
-  /*! \brief Input features (replicated: the full count). */
-  std::size_t input_features() const { return this->in_; }
-  /*! \brief This rank's output features, out_local. */
-  std::size_t output_features(std::size_t) const { return shard_size(); }
+  /*! \brief Input shape (replicated: the full [in]). */
+  Shape input_shape() const { return Shape(this->in_); }
+  /*! \brief This rank's output shape, [out_local]. */
+  Shape output_shape(Shape const&) const { return Shape(shard_size()); }
   /*! \brief First output feature (row of the full W) this rank holds. */
   std::size_t shard_begin() const {
     return detail::tp_block(this->out_, ctx_.size, ctx_.rank).begin;
@@ -234,7 +234,7 @@ public:
   /*! \brief Whether the layer adds a bias. */
   bool has_bias() const { return this->use_bias_; }
   /*! \brief This rank's forward multiply-adds times 2 for \p samples rows. */
-  double flops(std::size_t samples, std::size_t) const {
+  double flops(std::size_t samples, Shape const&) const {
     return 2.0 * double(samples) * double(this->in_) * double(shard_size());
   }
   /*! \brief Every parameter is a shard: 1. \param name parameter name */
@@ -343,7 +343,7 @@ public:
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "RowParallel<Dense>"; }
 
-  /*! \brief Joins a tensor-parallel group; call before input_features() and
+  /*! \brief Joins a tensor-parallel group; call before input_shape() and
    *  initialize(). \param ctx the group
    *  \throws telar::Error if \p ctx is invalid, or if the layer was initialised
    *  with another split */
@@ -358,9 +358,9 @@ public:
   TensorParallelContext const& tensor_parallel() const { return ctx_; }
 
   /*! \brief This rank's input features, in_local. */
-  std::size_t input_features() const { return shard_size(); }
+  Shape input_shape() const { return Shape(shard_size()); }
   /*! \brief Output features (replicated: the full count). */
-  std::size_t output_features(std::size_t) const { return this->out_; }
+  Shape output_shape(Shape const&) const { return Shape(this->out_); }
   /*! \brief First input feature (column of the full W) this rank holds. */
   std::size_t shard_begin() const {
     return detail::tp_block(this->in_, ctx_.size, ctx_.rank).begin;
@@ -372,7 +372,7 @@ public:
   /*! \brief Whether the layer adds a bias. */
   bool has_bias() const { return this->use_bias_; }
   /*! \brief This rank's forward multiply-adds times 2 for \p samples rows. */
-  double flops(std::size_t samples, std::size_t) const {
+  double flops(std::size_t samples, Shape const&) const {
     return 2.0 * double(samples) * double(shard_size()) * double(this->out_);
   }
   /*! \brief The bias is replicated on every rank of the group (its size); W
@@ -459,8 +459,8 @@ private:
 };
 
 /*! \brief Calls set_tensor_parallel(\p ctx) on every layer of \p model that
- *  has it (the first step of building a tensor-parallel model, before
- *  feature_sizes() and initialize()).
+ *  has it, nested blocks included (the first step of building a
+ *  tensor-parallel model, before build() and initialize()).
  *  \param model a telar::Sequential \param ctx the tensor-parallel group */
 template <class... Layers>
 void set_tensor_parallel(Sequential<Layers...>& model, TensorParallelContext const& ctx) {

@@ -3,8 +3,10 @@
  *  \brief telar::Trainer: trains a model with a strategy and an optimizer. */
 #include <telar/comm/communicator.hpp>
 #include <telar/comm/process_grid.hpp>
+#include <telar/core/loss.hpp>
 #include <telar/core/parameters.hpp>
 #include <telar/core/sequential.hpp>
+#include <telar/core/shape.hpp>
 #include <telar/core/tensor.hpp>
 #include <telar/layers/softmax_cross_entropy.hpp>
 #include <telar/optim/detail/engine.hpp>
@@ -62,9 +64,10 @@ struct TrainerOptions {
 
 /*! \brief What one training step (or an evaluation) reports, over all ranks. */
 struct StepResult {
-  double loss = 0;       //!< mean loss over the global batch
-  double accuracy = 0;   //!< fraction of the global batch classified correctly
-  long long samples = 0; //!< samples in the global batch
+  double loss = 0;           //!< mean loss over the loss terms of the global batch
+  double accuracy = 0;       //!< fraction of the terms predicted correctly (if has_accuracy)
+  bool has_accuracy = false; //!< the loss defines accuracy (telar::loss_traits)
+  long long samples = 0;     //!< samples in the global batch
   double seconds = 0;    //!< wall time of the step on this rank
   double lr = 0;         //!< learning rate used
 };
@@ -88,8 +91,12 @@ struct StepResult {
  *  \tparam Model a telar::Sequential
  *  \tparam StrategyT a telar::Strategy
  *  \tparam Optimizer a type satisfying the Optimizer concept
+ *  \tparam Loss a type satisfying the Loss concept (telar/core/loss.hpp);
+ *  step() takes its target_type
  */
-template <class Model, class StrategyT, class Optimizer>
+template <class Model, class StrategyT, class Optimizer,
+          class Loss =
+              SoftmaxCrossEntropy<typename Model::value_type, typename Model::memory_space>>
 class Trainer {
   static_assert(is_sequential_v<Model>, "telar::Trainer: Model must be a telar::Sequential<...>");
   static_assert(is_strategy_v<StrategyT>,
@@ -97,6 +104,10 @@ class Trainer {
   static_assert(detail::check_optimizer<Optimizer>());
   static_assert(std::is_same_v<typename Optimizer::value_type, typename Model::value_type>,
                 "telar::Trainer: the optimizer's value_type must be the model's value_type");
+  static_assert(detail::check_loss<Loss>());
+  static_assert(std::is_same_v<typename Loss::value_type, typename Model::value_type> &&
+                    std::is_same_v<typename Loss::memory_space, typename Model::memory_space>,
+                "telar::Trainer: the loss's value_type and memory_space must be the model's");
 
 public:
   /*! \brief Scalar type. */
@@ -107,32 +118,42 @@ public:
   using execution_space = typename Model::execution_space;
   /*! \brief The strategy. */
   using strategy_type = StrategyT;
+  /*! \brief The loss. */
+  using loss_type = Loss;
+  /*! \brief What step() and evaluate() take as targets. */
+  using target_type = typename Loss::target_type;
 
   /*! \brief A trainer over the ranks of \p comm (collective).
    *  \param comm the application's communicator (duplicated, never used directly)
    *  \param model the model (layers configured, parameters not yet drawn)
    *  \param optimizer the optimizer and its hyper-parameters
    *  \param options run-time settings
-   *  \param in_features features of one input sample
+   *  \param in_shape per-sample input shape (a feature count, or e.g. {1, 28, 28})
+   *  \param loss the loss
    *  \throws GridError or Error, identically on every rank, when the degrees
-   *  do not fit the world or the strategy */
-  Trainer(MPI_Comm comm, Model model, Optimizer optimizer, TrainerOptions options,
-          std::size_t in_features)
-      : model_(std::move(model)), options_(std::move(options)), trace_(options_.trace) {
+   *  do not fit the world or the strategy; ShapeError naming the layer when
+   *  the model's shapes do not chain */
+  Trainer(MPI_Comm comm, Model model, Optimizer optimizer, TrainerOptions options, Shape in_shape,
+          Loss loss = Loss{})
+      : model_(std::move(model)), options_(std::move(options)), trace_(options_.trace),
+        loss_(std::move(loss)) {
     world_.emplace(comm, "telar::world");
-    setup(optimizer, in_features);
+    setup(optimizer, in_shape);
   }
 
   /*! \brief A trainer on this process alone (serial strategies; MPI need not
    *  be initialised). \param model the model \param optimizer the optimizer
-   *  \param options run-time settings \param in_features features of one input sample */
-  Trainer(Model model, Optimizer optimizer, TrainerOptions options, std::size_t in_features)
-      : model_(std::move(model)), options_(std::move(options)), trace_(options_.trace) {
+   *  \param options run-time settings \param in_shape per-sample input shape
+   *  \param loss the loss */
+  Trainer(Model model, Optimizer optimizer, TrainerOptions options, Shape in_shape,
+          Loss loss = Loss{})
+      : model_(std::move(model)), options_(std::move(options)), trace_(options_.trace),
+        loss_(std::move(loss)) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (initialized)
       world_.emplace(MPI_COMM_SELF, "telar::self");
-    setup(optimizer, in_features);
+    setup(optimizer, in_shape);
   }
 
   // The executor points at model_: a Trainer stays where it was built.
@@ -140,22 +161,22 @@ public:
   Trainer& operator=(Trainer const&) = delete;
 
   /*! \brief One optimizer step on this rank's share of the global batch.
-   *  \param x inputs [local batch, in_features] \param y labels [local batch]
-   *  \return loss and accuracy over the global batch */
-  StepResult step(ConstMatrix<value_type, memory_space> x, Labels<memory_space> y) {
+   *  \param x inputs [local batch, in_shape.size()] \param y targets, first
+   *  extent the local batch \return loss (and accuracy) over the global batch */
+  StepResult step(ConstMatrix<value_type, memory_space> x, target_type const& y) {
     auto const t0 = std::chrono::steady_clock::now();
     double const tr0 = trace_.now();
     std::size_t const n = x.extent(0);
     std::size_t const m = std::size_t(schedule_.microbatches);
     std::string bad;
     if (y.extent(0) != n)
-      bad = std::to_string(n) + " inputs but " + std::to_string(y.extent(0)) + " labels";
+      bad = std::to_string(n) + " inputs but " + std::to_string(y.extent(0)) + " targets";
     else if (n < m)
       bad = "a batch of " + std::to_string(n) + " samples cannot be split into " +
             std::to_string(m) + " micro-batches";
     else if (x.extent(1) != features_.front())
-      bad = "inputs have " + std::to_string(x.extent(1)) + " features, the model expects " +
-            std::to_string(features_.front());
+      bad = "inputs have " + std::to_string(x.extent(1)) + " values per sample, the model expects " +
+            shapes_.front().str() + " = " + std::to_string(features_.front());
     // Agree before any collective: a bad batch on one rank stops every rank.
     bool const anyone = world_ && world_->size() > 1 ? world_->any(!bad.empty()) : !bad.empty();
     if (!bad.empty())
@@ -166,7 +187,7 @@ public:
     execution_space exec;
     params_.zero_grads(exec);
     buckets_.begin_step(int(m));
-    value_type const scale = value_type(1) / value_type(n * std::size_t(dp_size()));
+    value_type const scale = value_type(1) / value_type(global_count(exec, y, n));
     LossSum local = executor_.run(
         exec, schedule_, x, y, loss_, scale, [&](std::size_t k) { buckets_.layer_done(exec, k); },
         [&] { buckets_.poll(); }, &trace_);
@@ -189,20 +210,17 @@ public:
     // pipeline timeline too.
     if (trace_.enabled())
       executor_.add_event({coords_.pp, schedule::Op::OptimizerStep, -1, 0, t_opt, t_opt_end});
-    LossSum const total = reduce_loss(local);
-    r.loss = total.samples ? total.loss / double(total.samples) : 0;
-    r.accuracy = total.samples ? double(total.correct) / double(total.samples) : 0;
-    r.samples = total.samples;
+    fill_result(r, reduce_loss(local));
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     trace_.add("step " + std::to_string(step_), "step", tr0, trace_.now(), 2);
     return r;
   }
 
-  /*! \brief Mean loss and accuracy of the model on a data set (collective;
-   *  each data-parallel group evaluates its share).
-   *  \param x inputs [n, in_features] (the whole set, on every rank)
-   *  \param y labels [n] \param chunk samples per forward pass */
-  StepResult evaluate(ConstMatrix<value_type, memory_space> x, Labels<memory_space> y,
+  /*! \brief Mean loss (and accuracy) of the model on a data set
+   *  (collective; each data-parallel group evaluates its share).
+   *  \param x inputs [n, in_shape.size()] (the whole set, on every rank)
+   *  \param y targets, first extent n \param chunk samples per forward pass */
+  StepResult evaluate(ConstMatrix<value_type, memory_space> x, target_type const& y,
                       std::size_t chunk = 1000) {
     auto const t0 = std::chrono::steady_clock::now();
     execution_space exec;
@@ -215,17 +233,10 @@ public:
       std::size_t const lo = std::min(e0, b0 + b), hi = std::min(e0, b0 + b + chunk);
       if (lo == hi)
         continue; // the same on every rank of a pipeline: they skip together
-      LossSum ls =
-          executor_.evaluate(exec, rows(x, lo, hi), Labels<memory_space>(rows(y, lo, hi)), loss_);
-      local.loss += ls.loss;
-      local.correct += ls.correct;
-      local.samples += ls.samples;
+      local += executor_.evaluate(exec, rows(x, lo, hi), target_type(rows(y, lo, hi)), loss_);
     }
-    LossSum const total = reduce_loss(local);
     StepResult r;
-    r.loss = total.samples ? total.loss / double(total.samples) : 0;
-    r.accuracy = total.samples ? double(total.correct) / double(total.samples) : 0;
-    r.samples = total.samples;
+    fill_result(r, reduce_loss(local));
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
   }
@@ -267,8 +278,12 @@ public:
   long long steps() const { return step_; }
   /*! \brief Options in use. */
   TrainerOptions const& options() const { return options_; }
-  /*! \brief Feature counts along the model (this rank's view under tensor parallelism). */
+  /*! \brief Values per sample along the model (this rank's view under tensor parallelism). */
   std::vector<std::size_t> const& feature_sizes() const { return features_; }
+  /*! \brief Per-sample shapes along the model: entry k is layer k's input. */
+  std::vector<Shape> const& shapes() const { return shapes_; }
+  /*! \brief The loss. */
+  Loss const& loss() const { return loss_; }
   /*! \brief The schedule run by every step (validated). */
   schedule::Schedule const& pipeline_schedule() const { return schedule_; }
   /*! \brief Layer boundaries of the virtual pipeline stages. */
@@ -379,7 +394,7 @@ private:
     return size() > 1 ? "rank " + std::to_string(rank()) + ": " : std::string();
   }
 
-  void setup(Optimizer const& optimizer, std::size_t in_features) {
+  void setup(Optimizer const& optimizer, Shape const& in_shape) {
     if (options_.microbatches < 1)
       throw Error("telar::Trainer: microbatches must be at least 1, got " +
                   std::to_string(options_.microbatches));
@@ -416,7 +431,12 @@ private:
         set_tensor_parallel(
             model_,
             TensorParallelContext(grid_->tp(), typename StrategyT::tensor_parallel::algorithm{}));
-    features_ = model_.feature_sizes(in_features);
+    shapes_ = model_.build(in_shape);
+    features_.clear();
+    for (Shape const& sh : shapes_)
+      features_.push_back(sh.size());
+    if constexpr (loss_traits<Loss>::has_build)
+      loss_.build(shapes_.back());
     build_schedule();
     build_partition();
     executor_ = detail::PipelineExecutor<Model>(&model_, features_, bounds_, schedule_.stages,
@@ -509,7 +529,7 @@ private:
       using L = std::decay_t<decltype(layer)>;
       double c = 1e-3; // element-wise layers: small but not free
       if constexpr (detail::is_detected_v<detail::flops_t, L>)
-        c = std::max(c, layer.flops(1, features_[index]));
+        c = std::max(c, layer.flops(1, shapes_[index]));
       costs.push_back(c);
     });
     bounds_ = detail::balanced_partition(costs, S);
@@ -574,15 +594,39 @@ private:
   LossSum reduce_loss(LossSum local) const {
     // The last stage's tensor-parallel ranks hold the same loss: count one.
     bool const counts = executor_.has_last_stage() && coords_.tp == 0;
-    double v[3] = {counts ? local.loss : 0.0, counts ? double(local.correct) : 0.0,
-                   counts ? double(local.samples) : 0.0};
+    double v[4] = {counts ? local.loss : 0.0, counts ? double(local.correct) : 0.0,
+                   counts ? double(local.samples) : 0.0, counts ? double(local.count) : 0.0};
     if (world_ && world_->size() > 1)
-      world_->allreduce(v, 3);
+      world_->allreduce(v, 4);
     LossSum out;
     out.loss = v[0];
     out.correct = static_cast<long long>(v[1]);
     out.samples = static_cast<long long>(v[2]);
+    out.count = static_cast<long long>(v[3]);
     return out;
+  }
+
+  static void fill_result(StepResult& r, LossSum const& total) {
+    r.loss = total.count ? total.loss / double(total.count) : 0;
+    r.has_accuracy = loss_traits<Loss>::has_accuracy;
+    r.accuracy = total.count && r.has_accuracy ? double(total.correct) / double(total.count) : 0;
+    r.samples = total.samples;
+  }
+
+  // Loss terms in the global batch: the gradient is that of their mean. A
+  // loss that counts its own terms (an ignore index) is summed over the
+  // data-parallel group; otherwise every rank has n samples.
+  double global_count(execution_space const& exec, target_type const& y, std::size_t n) const {
+    if constexpr (loss_traits<Loss>::has_count) {
+      (void)n;
+      double c = double(loss_count(loss_, exec, y));
+      if (grid_ && grid_->dp().size() > 1)
+        grid_->dp().allreduce(&c, 1);
+      return c > 0 ? c : 1.0;
+    } else {
+      (void)exec, (void)y;
+      return double(n) * double(dp_size());
+    }
   }
 
   void optimizer_step(execution_space const& exec, double lr) {
@@ -610,6 +654,7 @@ private:
   std::optional<Communicator> mp_;
   GridShape shape_{1, 1, 1};
   GridCoord coords_{};
+  std::vector<Shape> shapes_;
   std::vector<std::size_t> features_;
   schedule::Schedule schedule_;
   std::vector<std::size_t> bounds_;
@@ -618,7 +663,7 @@ private:
   detail::ZeroOneSharding<value_type, memory_space> zero_;
   detail::OptimizerEngine<Optimizer, memory_space> engine_;
   Buckets buckets_;
-  SoftmaxCrossEntropy<value_type, memory_space> loss_;
+  Loss loss_;
   std::vector<std::string> all_tensors_;
   std::vector<detail::TensorSegment> segments_;
   std::vector<std::size_t> tensor_ids_;

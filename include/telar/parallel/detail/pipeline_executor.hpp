@@ -10,7 +10,7 @@
 #include <telar/comm/communicator.hpp>
 #include <telar/comm/device_buffer.hpp>
 #include <telar/comm/request.hpp>
-#include <telar/layers/softmax_cross_entropy.hpp>
+#include <telar/core/loss.hpp>
 #include <telar/parallel/detail/stage_runner.hpp>
 #include <telar/profile/trace.hpp>
 #include <telar/schedule/schedule.hpp>
@@ -69,10 +69,11 @@ public:
   // batch (only the first virtual stage reads x, only the last reads y);
   // micro-batch i is rows [n*i/m, n*(i+1)/m). Returns the loss summed over
   // the micro-batches of the last virtual stage (zero elsewhere).
-  template <class Done, class Poll>
-  LossSum run(Exec const& exec, schedule::Schedule const& sched, CMat x, Labels<MemorySpace> y,
-              SoftmaxCrossEntropy<T, MemorySpace> const& loss, T scale, Done&& done, Poll&& poll,
-              TraceRecorder* trace) {
+  template <class Loss, class Done, class Poll>
+  LossSum run(Exec const& exec, schedule::Schedule const& sched, CMat x,
+              typename Loss::target_type const& y, Loss const& loss, T scale, Done&& done,
+              Poll&& poll, TraceRecorder* trace) {
+    using Targets = typename Loss::target_type;
     int const m = sched.microbatches;
     std::size_t const n = x.extent(0);
     step_begin_ = events_.size();
@@ -172,12 +173,9 @@ public:
           runner.forward(exec, st.slot, input);
           if (vs == last_vs) {
             auto [b, e] = rows_of(in.microbatch);
-            LossSum ls = loss.forward_backward(exec, CMat(runner.output(st.slot)),
-                                               Labels<MemorySpace>(rows(y, b, e)),
-                                               runner.output_grad(st.slot), scale);
-            total.loss += ls.loss;
-            total.correct += ls.correct;
-            total.samples += ls.samples;
+            total += loss.forward_backward(exec, CMat(runner.output(st.slot)),
+                                           Targets(rows(y, b, e)), runner.output_grad(st.slot),
+                                           scale);
           }
         });
         break;
@@ -234,8 +232,9 @@ public:
 
   // Forward only, for evaluation: virtual stages in order, each rank doing
   // its own; returns the loss of the last virtual stage's rank.
-  LossSum evaluate(Exec const& exec, CMat x, Labels<MemorySpace> y,
-                   SoftmaxCrossEntropy<T, MemorySpace> const& loss) {
+  template <class Loss>
+  LossSum evaluate(Exec const& exec, CMat x, typename Loss::target_type const& y,
+                   Loss const& loss) {
     LossSum total;
     int const S = virtual_stages();
     int prev_slot = -1, prev_chunk = -1;
@@ -262,10 +261,7 @@ public:
       }
       runner.forward(exec, slot, input);
       if (vs == S - 1) {
-        LossSum ls = loss.evaluate(exec, CMat(runner.output(slot)), y);
-        total.loss += ls.loss;
-        total.correct += ls.correct;
-        total.samples += ls.samples;
+        total += evaluate_loss(loss, exec, CMat(runner.output(slot)), y);
       } else if (stages_ > 1) {
         exec.fence();
         keep.push_back(std::make_unique<Message>(runner.output(slot), true));

@@ -24,8 +24,8 @@ public:
   using CMat = ConstMatrix<T, MemorySpace>;
 
   StageRunner() = default;
-  // Layers [first, last) of `model`; features[k] is layer k's input count
-  // (Sequential::feature_sizes).
+  // Layers [first, last) of `model`; features[k] is layer k's input size per
+  // sample (Sequential::feature_sizes).
   StageRunner(Model* model, std::size_t first, std::size_t last, std::vector<std::size_t> features)
       : model_(model), first_(first), last_(last), features_(std::move(features)) {}
 
@@ -68,11 +68,12 @@ public:
     }
     return id;
   }
+  // The saved states stay with the slot: layers (nested blocks) keep their
+  // buffers there between steps, so a steady-state step allocates nothing.
   void release(int slot) {
     Slot& s = slots_[slot];
     s.busy = false;
     s.input = CMat();
-    s.saved = typename Model::saved_tuple{}; // drop references to inputs
   }
   std::size_t slots_allocated() const { return slots_.size(); }
 
