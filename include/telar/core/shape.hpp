@@ -123,16 +123,15 @@ auto as_tensor(Kokkos::View<T**, P...> const& m, Shape const& shape) {
     return Out(p, n, shape[0], shape[1], shape[2], shape[3]);
 }
 
-/*! \brief A contiguous [n, k] batch seen as [n * k / cols, cols] (rows of
- *  the last extent: position-wise layers over [sequence, hidden]).
- *  \param m the batch \param cols the new row length (must divide k) */
+/*! \brief A contiguous [n, k] batch seen as [rows, cols] (rows * cols = n * k):
+ *  e.g. the positions of [sequence, hidden] samples as rows of a matrix, for
+ *  position-wise layers. \param m the batch \param rows new rows \param cols new columns */
 template <class T, class... P>
-auto as_rows(Kokkos::View<T**, P...> const& m, std::size_t cols) {
+auto as_rows(Kokkos::View<T**, P...> const& m, std::size_t rows, std::size_t cols) {
   using V = Kokkos::View<T**, P...>;
   using Out = Kokkos::View<T**, Kokkos::LayoutRight, typename V::memory_space,
                            Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  std::size_t const total = m.extent(0) * m.extent(1);
-  return Out(m.data(), cols ? total / cols : 0, cols);
+  return Out(m.data(), rows, cols);
 }
 
 } // namespace telar

@@ -110,8 +110,9 @@ public:
                saved_type& saved) const {
     check_shapes("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
     saved.x = x;
-    auto const xr = as_rows(x, weight.extent(1));
-    auto const yr = as_rows(y, weight.extent(0));
+    std::size_t const r = positions(x, y);
+    auto const xr = as_rows(x, r, weight.extent(1));
+    auto const yr = as_rows(y, r, weight.extent(0));
     T beta = 0;
     if (use_bias_) {
       auto b = bias;
@@ -131,8 +132,9 @@ public:
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
                       saved_type const&) const {
     check_shapes("backward_input", dx.extent(0), dx.extent(1), dy.extent(0), dy.extent(1));
-    gemm(Gemm{}, exec, 'N', 'N', T(1), as_rows(dy, weight.extent(0)), weight, T(0),
-         as_rows(dx, weight.extent(1)));
+    std::size_t const r = positions(dx, dy);
+    gemm(Gemm{}, exec, 'N', 'N', T(1), as_rows(dy, r, weight.extent(0)), weight, T(0),
+         as_rows(dx, r, weight.extent(1)));
   }
 
   /*! \brief dW += dy^T x, db += column sums of dy.
@@ -141,8 +143,10 @@ public:
   template <class Exec>
   void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
                        saved_type const& saved) const {
-    auto const dyr = as_rows(dy, weight.extent(0));
-    gemm(Gemm{}, exec, 'T', 'N', T(1), dyr, as_rows(saved.x, weight.extent(1)), T(1), weight_grad);
+    std::size_t const r = positions(saved.x, dy);
+    auto const dyr = as_rows(dy, r, weight.extent(0));
+    gemm(Gemm{}, exec, 'T', 'N', T(1), dyr, as_rows(saved.x, r, weight.extent(1)), T(1),
+         weight_grad);
     if (use_bias_) {
       auto db = bias_grad;
       auto dy = dyr;
@@ -180,11 +184,20 @@ protected:
   void fill_block(std::uint64_t seed, std::size_t row0, std::size_t col0) {
     detail::dense_fill_block(weight, bias, seed, in_, row0, col0);
   }
+  /*! \brief Rows of the GEMM for an input-like x and an output-like y:
+   *  samples times positions per sample ([n, p * in] against [n, p * out]). */
+  template <class X, class Y>
+  std::size_t positions(X const& x, Y const& y) const {
+    std::size_t const in = weight.extent(1), out = weight.extent(0);
+    std::size_t const p = in > 0 ? x.extent(1) / in : out > 0 ? y.extent(1) / out : 1;
+    return x.extent(0) * p;
+  }
   /*! \brief Throws ShapeError unless x is [n, p * in] and y is [n, p * out]. */
   void check_shapes(char const* what, std::size_t xn, std::size_t xf, std::size_t yn,
                     std::size_t yf) const {
     std::size_t const in = weight.extent(1), out = weight.extent(0);
-    bool const ok = in > 0 && out > 0 && xf % in == 0 && yf % out == 0 && xf / in == yf / out;
+    std::size_t const p = in > 0 ? xf / in : out > 0 ? yf / out : 1;
+    bool const ok = xf == p * in && yf == p * out && (in > 0 || out > 0);
     if (!ok || xn != yn)
       throw ShapeError(std::string("telar::Dense::") + what + ": expected [n, " +
                        std::to_string(weight.extent(1)) + "] -> [n, " +
