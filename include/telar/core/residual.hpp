@@ -23,6 +23,17 @@ template <>
 struct shortcut_saved<IdentityShortcut> {
   using type = NoSaved;
 };
+// dst = a + b over three [n, k] batches.
+template <class Exec, class D, class A, class B>
+void sum_batches(Exec const& exec, D const& dst, A const& a, B const& b) {
+  std::size_t const n = dst.extent(0), k = dst.extent(1);
+  auto* d = dst.data();
+  auto const* pa = a.data();
+  auto const* pb = b.data();
+  Kokkos::parallel_for(
+      "telar::Residual::sum", Kokkos::RangePolicy<Exec>(exec, 0, n * k),
+      KOKKOS_LAMBDA(std::size_t i) { d[i] = pa[i] + pb[i]; });
+}
 } // namespace detail
 
 /*! \brief A residual block y = body(x) + shortcut(x), where body is the chain
@@ -46,12 +57,15 @@ public:
   using value_type = typename Body::value_type;
   /*! \brief Memory space. */
   using memory_space = typename Body::memory_space;
-  /*! \brief The body's saved state, the projection's, and a buffer for the
-   *  projection's output (or input gradient). */
+  /*! \brief The body's saved state, the projection's, and buffers for their
+   *  outputs (kept until backward: the last layer of either may have saved
+   *  its output, so y is a separate sum) and the projection's input gradient. */
   struct saved_type {
     typename Body::saved_type body;                     //!< the body's state
     ProjSaved proj;                                     //!< the projection's state
-    mutable Matrix<value_type, memory_space> buffer;    //!< shortcut output / its dx
+    mutable Matrix<value_type, memory_space> body_out;  //!< body(x)
+    mutable Matrix<value_type, memory_space> buffer;    //!< shortcut output
+    mutable Matrix<value_type, memory_space> grad;      //!< the shortcut's dx
     mutable bool shortcut_input_done = false;           //!< a fused projection already ran
   };
 
@@ -143,13 +157,16 @@ public:
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<value_type, memory_space> x,
                Matrix<value_type, memory_space> y, saved_type& saved) {
-    body_.forward(exec, x, y, saved.body);
+    // Not in place: the body's (or projection's) last layer may keep its
+    // output for backward (ReLU does).
+    auto out = buffer(saved.body_out, y.extent(0), y.extent(1));
+    body_.forward(exec, x, out, saved.body);
     if constexpr (projected) {
-      auto buf = buffer(saved, y.extent(0), y.extent(1));
+      auto buf = buffer(saved.buffer, y.extent(0), y.extent(1));
       proj_.forward(exec, x, buf, saved.proj);
-      detail::add_batch(exec, y, buf);
+      detail::sum_batches(exec, y, out, buf);
     } else {
-      detail::add_batch(exec, y, x);
+      detail::sum_batches(exec, y, out, x);
     }
   }
   /*! \brief dx = body'(dy) + shortcut'(dy). \param exec execution space instance
@@ -159,7 +176,7 @@ public:
                       Matrix<value_type, memory_space> dx, saved_type const& saved) {
     body_.backward_input(exec, dy, dx, saved.body);
     if constexpr (projected) {
-      auto buf = buffer(saved, dx.extent(0), dx.extent(1));
+      auto buf = buffer(saved.grad, dx.extent(0), dx.extent(1));
       using P = layer_traits<Projection>;
       if constexpr (P::has_split_backward)
         proj_.backward_input(exec, dy, buf, saved.proj);
@@ -183,19 +200,19 @@ public:
         proj_.backward_weight(exec, dy, saved.proj);
       } else if constexpr (!P::has_split_backward) {
         if (!saved.shortcut_input_done) // dx was not needed: run the fused backward now
-          proj_.backward(exec, dy, buffer(saved, dy.extent(0), input_size(dy)), saved.proj);
+          proj_.backward(exec, dy, buffer(saved.grad, dy.extent(0), input_size(dy)), saved.proj);
       }
       saved.shortcut_input_done = false;
     }
   }
 
 private:
-  Matrix<value_type, memory_space> buffer(saved_type const& saved, std::size_t n,
-                                          std::size_t k) const {
-    if (saved.buffer.extent(0) != n || saved.buffer.extent(1) != k)
-      saved.buffer = Matrix<value_type, memory_space>(
+  static Matrix<value_type, memory_space> buffer(Matrix<value_type, memory_space>& b,
+                                                 std::size_t n, std::size_t k) {
+    if (b.extent(0) != n || b.extent(1) != k)
+      b = Matrix<value_type, memory_space>(
           Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::Residual::buffer"), n, k);
-    return saved.buffer;
+    return b;
   }
   std::size_t input_size(ConstMatrix<value_type, memory_space> const&) const {
     return body_.built_shapes().empty() ? 0 : body_.built_shapes().front().size();

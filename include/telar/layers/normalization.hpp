@@ -1,0 +1,476 @@
+#pragma once
+/*! \file
+ *  \brief Per-sample normalisation layers: telar::LayerNorm and
+ *  telar::GroupNorm.
+ *
+ *  Both compute their statistics within one sample, so a sample's output does
+ *  not depend on the rest of the batch: they give the same result whatever the
+ *  micro-batching or data-parallel split, with no communication.
+ *
+ *  BatchNorm is left out on purpose: its statistics are over the batch, so
+ *  under data parallelism (or micro-batching) each rank would normalise with
+ *  its own share's mean and variance and training would no longer match
+ *  serial training; matching it needs a synchronised reduction of the
+ *  statistics over the data-parallel group in every forward and backward
+ *  (SyncBatchNorm), which a layer cannot do without knowing that group.
+ *  GroupNorm is the usual replacement in convolutional networks.
+ */
+#include <telar/core/detail/math.hpp>
+#include <telar/core/error.hpp>
+#include <telar/core/layer.hpp>
+#include <telar/core/shape.hpp>
+#include <telar/core/tensor.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace telar {
+
+namespace detail {
+
+// A batch [n, sample] is cut into rows of `row` consecutive values, each
+// normalised on its own (LayerNorm: the last extent; GroupNorm: one group's
+// channels x spatial). Value f of a sample uses affine parameter
+// (f / stride) % params (LayerNorm: stride 1, params = row; GroupNorm:
+// stride = spatial size, params = channels).
+struct NormGeometry {
+  std::size_t row = 0;    // values normalised together
+  std::size_t sample = 0; // values per sample
+  std::size_t stride = 1; // consecutive values sharing one parameter
+  std::size_t params = 0; // affine parameters (0: none)
+};
+
+// Kernels as free functions (nvcc rejects extended lambdas in private member
+// functions); views captured by value; one team per row.
+template <class Exec, class T, class M>
+void norm_forward(Exec const& exec, ConstMatrix<T, M> x, Matrix<T, M> y, Vector<T, M> mean,
+                  Vector<T, M> rstd, Vector<T, M> gamma, Vector<T, M> beta, NormGeometry g,
+                  T eps) {
+  using Policy = Kokkos::TeamPolicy<Exec>;
+  using Member = typename Policy::member_type;
+  std::size_t const rows = x.extent(0) * g.sample / g.row;
+  bool const affine = g.params > 0;
+  Kokkos::parallel_for(
+      "telar::normalization::forward", Policy(exec, int(rows), Kokkos::AUTO),
+      KOKKOS_LAMBDA(Member const& team) {
+        std::size_t const r = std::size_t(team.league_rank());
+        std::size_t const i = r * g.row / g.sample, f0 = r * g.row % g.sample;
+        T sum = 0, sq = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, g.row),
+            [&](std::size_t j, T& acc) { acc += x(i, f0 + j); }, sum);
+        T const mu = sum / T(g.row);
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, g.row),
+            [&](std::size_t j, T& acc) {
+              T const d = x(i, f0 + j) - mu;
+              acc += d * d;
+            },
+            sq);
+        T const rs = T(1) / detail::sqrt(sq / T(g.row) + eps);
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          mean(r) = mu;
+          rstd(r) = rs;
+        });
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, g.row), [&](std::size_t j) {
+          std::size_t const f = f0 + j;
+          T const xh = (x(i, f) - mu) * rs;
+          if (affine) {
+            std::size_t const p = f / g.stride % g.params;
+            y(i, f) = xh * gamma(p) + beta(p);
+          } else {
+            y(i, f) = xh;
+          }
+        });
+      });
+}
+
+// dx = rstd (dxh - mean(dxh) - xh mean(dxh xh)), dxh = dy gamma.
+template <class Exec, class T, class M>
+void norm_backward_input(Exec const& exec, ConstMatrix<T, M> dy, Matrix<T, M> dx,
+                         ConstMatrix<T, M> x, Vector<T, M> mean, Vector<T, M> rstd,
+                         Vector<T, M> gamma, NormGeometry g) {
+  using Policy = Kokkos::TeamPolicy<Exec>;
+  using Member = typename Policy::member_type;
+  std::size_t const rows = dy.extent(0) * g.sample / g.row;
+  bool const affine = g.params > 0;
+  Kokkos::parallel_for(
+      "telar::normalization::backward_input", Policy(exec, int(rows), Kokkos::AUTO),
+      KOKKOS_LAMBDA(Member const& team) {
+        std::size_t const r = std::size_t(team.league_rank());
+        std::size_t const i = r * g.row / g.sample, f0 = r * g.row % g.sample;
+        T const mu = mean(r), rs = rstd(r);
+        auto dxh = [&](std::size_t f) {
+          return affine ? dy(i, f) * gamma(f / g.stride % g.params) : dy(i, f);
+        };
+        T a = 0, b = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, g.row),
+            [&](std::size_t j, T& acc) { acc += dxh(f0 + j); }, a);
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, g.row),
+            [&](std::size_t j, T& acc) {
+              std::size_t const f = f0 + j;
+              acc += dxh(f) * (x(i, f) - mu) * rs;
+            },
+            b);
+        a /= T(g.row);
+        b /= T(g.row);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, g.row), [&](std::size_t j) {
+          std::size_t const f = f0 + j;
+          dx(i, f) = rs * (dxh(f) - a - (x(i, f) - mu) * rs * b);
+        });
+      });
+}
+
+// dgamma[p] += sum dy xh, dbeta[p] += sum dy over the values using p: one
+// team per parameter.
+template <class Exec, class T, class M>
+void norm_backward_weight(Exec const& exec, ConstMatrix<T, M> dy, ConstMatrix<T, M> x,
+                          Vector<T, M> mean, Vector<T, M> rstd, Vector<T, M> gamma_grad,
+                          Vector<T, M> beta_grad, NormGeometry g) {
+  using Policy = Kokkos::TeamPolicy<Exec>;
+  using Member = typename Policy::member_type;
+  std::size_t const n = dy.extent(0), S = g.stride, P = g.params;
+  std::size_t const Q = g.sample / (S * P); // repeats of the parameter pattern per sample
+  std::size_t const per = n * Q * S;
+  Kokkos::parallel_for(
+      "telar::normalization::backward_weight", Policy(exec, int(P), Kokkos::AUTO),
+      KOKKOS_LAMBDA(Member const& team) {
+        std::size_t const p = std::size_t(team.league_rank());
+        auto at = [&](std::size_t m, std::size_t& i, std::size_t& f) {
+          i = m / (Q * S);
+          std::size_t const rem = m % (Q * S);
+          f = (rem / S * P + p) * S + rem % S;
+        };
+        T dg = 0, db = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, per),
+            [&](std::size_t m, T& acc) {
+              std::size_t i = 0, f = 0;
+              at(m, i, f);
+              std::size_t const r = (i * g.sample + f) / g.row;
+              acc += dy(i, f) * (x(i, f) - mean(r)) * rstd(r);
+            },
+            dg);
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, per),
+            [&](std::size_t m, T& acc) {
+              std::size_t i = 0, f = 0;
+              at(m, i, f);
+              acc += dy(i, f);
+            },
+            db);
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          gamma_grad(p) += dg;
+          beta_grad(p) += db;
+        });
+      });
+}
+
+// Allocates (or keeps) the per-row statistics of a saved state.
+template <class T, class M>
+void norm_ensure(Vector<T, M>& v, std::size_t rows, char const* label) {
+  if (v.extent(0) != rows)
+    v = Vector<T, M>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), rows);
+}
+
+template <class T, class M>
+void norm_allocate(Vector<T, M>& w, Vector<T, M>& wg, Vector<T, M>& b, Vector<T, M>& bg,
+                   std::size_t size, char const* api) {
+  std::string const a(api);
+  w = Vector<T, M>(a + "::weight", size);
+  wg = Vector<T, M>(a + "::weight_grad", size);
+  b = Vector<T, M>(a + "::bias", size);
+  bg = Vector<T, M>(a + "::bias_grad", size);
+  Kokkos::deep_copy(w, T(1));
+}
+
+} // namespace detail
+
+/*! \brief Layer normalisation over the last extent (Ba et al. 2016; PyTorch's
+ *  `nn.LayerNorm(normalized_size, eps)`): each row of \p normalized_size
+ *  values, a sample of [features] or every position of [sequence, hidden], is
+ *  shifted to mean 0 and scaled to variance 1 (biased variance, plus eps),
+ *  then y = gamma * x_hat + beta with gamma, beta of size normalized_size.
+ *
+ *  Parameters "weight" (gamma, initialised to 1) and "bias" (beta, 0) are
+ *  allocated by initialize(). Statistics are per sample and position, so the
+ *  layer is exact under data parallelism. backward_input and backward_weight
+ *  are split; the saved state is the input and each row's mean and 1/std.
+ *  \code
+ *  using Block = telar::Residual<telar::LayerNorm<float>, telar::Dense<float>, telar::GELU<float>>;
+ *  Block block(telar::LayerNorm<float>(64), telar::Dense<float>(64, 64), {});  // on [16, 64]
+ *  \endcode
+ *  \tparam T value type \tparam MemorySpace memory space
+ */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+class LayerNorm {
+public:
+  /*! \brief Scalar type. */
+  using value_type = T;
+  /*! \brief Memory space of parameters and activations. */
+  using memory_space = MemorySpace;
+  /*! \brief The output has the input's shape (lets Sequential see through it). */
+  static constexpr bool preserves_shape = true;
+  /*! \brief What backward needs from forward. */
+  struct saved_type {
+    ConstMatrix<T, MemorySpace> x; //!< the forward input
+    Vector<T, MemorySpace> mean;   //!< mean of each normalised row
+    Vector<T, MemorySpace> rstd;   //!< 1 / sqrt(variance + eps) of each row
+  };
+
+  /*! \brief An empty layer; assign a configured one before use. */
+  LayerNorm() = default;
+  /*! \brief \param normalized_size the last extent of the input
+   *  \param eps added to the variance */
+  explicit LayerNorm(std::size_t normalized_size, double eps = 1e-5)
+      : size_(normalized_size), eps_(eps) {}
+
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "LayerNorm"; }
+  /*! \brief The input's shape. \param in [..., normalized_size]
+   *  \throws ShapeError when the last extent differs */
+  Shape output_shape(Shape const& in) const {
+    if (in.back() != size_)
+      throw ShapeError("LayerNorm expects inputs [..., " + std::to_string(size_) + "]");
+    return in;
+  }
+  /*! \brief The normalised extent. */
+  std::size_t normalized_size() const { return size_; }
+  /*! \brief The variance offset. */
+  double eps() const { return eps_; }
+  /*! \brief Cost estimate. \param samples rows \param in input shape */
+  double flops(std::size_t samples, Shape const& in) const {
+    return 8.0 * double(samples) * double(in.size());
+  }
+
+  /*! \brief Allocates gamma = 1, beta = 0 and their gradients.
+   *  \param seed unused (the initial values are fixed) */
+  void initialize(std::uint64_t seed) {
+    (void)seed;
+    detail::norm_allocate(weight, weight_grad, bias, bias_grad, size_, "telar::LayerNorm");
+  }
+  /*! \brief Visits ("weight", gamma) and ("bias", beta).
+   *  \param f callable as f(char const*, View&, View&) */
+  template <class F>
+  void parameters(F&& f) {
+    f("weight", weight, weight_grad);
+    f("bias", bias, bias_grad);
+  }
+
+  /*! \brief y = gamma * (x - mean) / sqrt(var + eps) + beta per row.
+   *  \param exec execution space instance \param x input [n, k * normalized_size]
+   *  \param y output, as x \param saved keeps x and the row statistics */
+  template <class Exec>
+  void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
+               saved_type& saved) const {
+    check("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
+    auto const g = geometry(x.extent(1));
+    std::size_t const rows = x.extent(0) * g.sample / g.row;
+    detail::norm_ensure(saved.mean, rows, "telar::LayerNorm::mean");
+    detail::norm_ensure(saved.rstd, rows, "telar::LayerNorm::rstd");
+    saved.x = x;
+    detail::norm_forward<Exec, T, MemorySpace>(exec, x, y, saved.mean, saved.rstd, weight, bias, g,
+                                               T(eps_));
+  }
+  /*! \brief dL/dx. \param exec execution space instance \param dy output gradient
+   *  \param dx input gradient \param saved state of the matching forward */
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
+                      saved_type const& saved) const {
+    check("backward_input", dy.extent(0), dy.extent(1), dx.extent(0), dx.extent(1));
+    detail::norm_backward_input<Exec, T, MemorySpace>(exec, dy, dx, saved.x, saved.mean,
+                                                      saved.rstd, weight, geometry(dy.extent(1)));
+  }
+  /*! \brief dgamma += sum dy x_hat, dbeta += sum dy (accumulates).
+   *  \param exec execution space instance \param dy output gradient
+   *  \param saved state of the matching forward */
+  template <class Exec>
+  void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
+                       saved_type const& saved) const {
+    check("backward_weight", dy.extent(0), dy.extent(1), saved.x.extent(0), saved.x.extent(1));
+    detail::norm_backward_weight<Exec, T, MemorySpace>(exec, dy, saved.x, saved.mean, saved.rstd,
+                                                       weight_grad, bias_grad,
+                                                       geometry(dy.extent(1)));
+  }
+
+  Vector<T, MemorySpace> weight;      //!< gamma [normalized_size]
+  Vector<T, MemorySpace> weight_grad; //!< dL/dgamma
+  Vector<T, MemorySpace> bias;        //!< beta [normalized_size]
+  Vector<T, MemorySpace> bias_grad;   //!< dL/dbeta
+
+private:
+  detail::NormGeometry geometry(std::size_t sample) const {
+    return detail::NormGeometry{size_, sample, 1, size_};
+  }
+  void check(char const* what, std::size_t an, std::size_t ak, std::size_t bn,
+             std::size_t bk) const {
+    bool const ok = size_ > 0 && ak % size_ == 0 && an == bn && ak == bk &&
+                    weight.extent(0) == size_;
+    if (!ok)
+      throw ShapeError(std::string("telar::LayerNorm::") + what + ": expected [n, k * " +
+                       std::to_string(size_) + "] twice, got [" + std::to_string(an) + ", " +
+                       std::to_string(ak) + "] and [" + std::to_string(bn) + ", " +
+                       std::to_string(bk) + "]" +
+                       (weight.extent(0) != size_ ? " (layer not initialised)" : ""));
+  }
+
+  std::size_t size_ = 0;
+  double eps_ = 1e-5;
+};
+
+/*! \brief Group normalisation (Wu & He 2018; PyTorch's `nn.GroupNorm(groups,
+ *  channels, eps, affine)`) over samples [channels, ...spatial] of rank 2 to
+ *  4: the channels are split into \p groups consecutive groups, and each
+ *  group of each sample (its channels x spatial values) is shifted to mean 0
+ *  and scaled to variance 1 (biased, plus eps); with \p affine, then
+ *  y = gamma[c] * x_hat + beta[c] per channel.
+ *
+ *  groups = 1 normalises the whole sample (LayerNorm over [C, H, W] with
+ *  per-channel affine); groups = channels is instance normalisation.
+ *  Parameters "weight" (gamma, initialised to 1) and "bias" (beta, 0), when
+ *  affine, are allocated by initialize(). Statistics are per sample, so the
+ *  layer is exact under data parallelism (unlike BatchNorm; see the file's
+ *  notes). backward_input and backward_weight are split; the saved state is
+ *  the input and each (sample, group)'s mean and 1/std.
+ *  \code
+ *  telar::GroupNorm<float> gn(8, 32);  // inputs [32, H, W], 8 groups of 4 channels
+ *  \endcode
+ *  \tparam T value type \tparam MemorySpace memory space
+ */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+class GroupNorm {
+public:
+  /*! \brief Scalar type. */
+  using value_type = T;
+  /*! \brief Memory space of parameters and activations. */
+  using memory_space = MemorySpace;
+  /*! \brief The output has the input's shape (lets Sequential see through it). */
+  static constexpr bool preserves_shape = true;
+  /*! \brief What backward needs from forward. */
+  struct saved_type {
+    ConstMatrix<T, MemorySpace> x; //!< the forward input
+    Vector<T, MemorySpace> mean;   //!< mean of each (sample, group)
+    Vector<T, MemorySpace> rstd;   //!< 1 / sqrt(variance + eps) of each (sample, group)
+  };
+
+  /*! \brief An empty layer; assign a configured one before use. */
+  GroupNorm() = default;
+  /*! \brief \param groups number of channel groups (must divide channels)
+   *  \param channels the first extent of the input \param eps added to the variance
+   *  \param affine learn per-channel gamma and beta
+   *  \throws Error when groups is 0 or does not divide channels */
+  GroupNorm(std::size_t groups, std::size_t channels, double eps = 1e-5, bool affine = true)
+      : groups_(groups), channels_(channels), eps_(eps), affine_(affine) {
+    if (groups == 0 || channels % groups != 0)
+      throw Error("telar::GroupNorm: " + std::to_string(channels) +
+                  " channels cannot be split into " + std::to_string(groups) + " groups");
+  }
+
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "GroupNorm"; }
+  /*! \brief The input's shape. \param in [channels, ...spatial], rank 2 to 4
+   *  \throws ShapeError for another rank or channel count */
+  Shape output_shape(Shape const& in) const {
+    if (in.rank < 2 || in.rank > 4 || in[0] != channels_)
+      throw ShapeError("GroupNorm expects inputs [" + std::to_string(channels_) +
+                       ", ...spatial] of rank 2 to 4");
+    return in;
+  }
+  /*! \brief Number of groups. */
+  std::size_t groups() const { return groups_; }
+  /*! \brief Number of channels. */
+  std::size_t channels() const { return channels_; }
+  /*! \brief The variance offset. */
+  double eps() const { return eps_; }
+  /*! \brief Whether gamma and beta are learnt. */
+  bool affine() const { return affine_; }
+  /*! \brief Cost estimate. \param samples rows \param in input shape */
+  double flops(std::size_t samples, Shape const& in) const {
+    return 8.0 * double(samples) * double(in.size());
+  }
+
+  /*! \brief Allocates gamma = 1, beta = 0 and their gradients (if affine).
+   *  \param seed unused (the initial values are fixed) */
+  void initialize(std::uint64_t seed) {
+    (void)seed;
+    if (affine_)
+      detail::norm_allocate(weight, weight_grad, bias, bias_grad, channels_, "telar::GroupNorm");
+  }
+  /*! \brief Visits ("weight", gamma) and ("bias", beta) if affine; nothing otherwise.
+   *  \param f callable as f(char const*, View&, View&) */
+  template <class F>
+  void parameters(F&& f) {
+    if (affine_) {
+      f("weight", weight, weight_grad);
+      f("bias", bias, bias_grad);
+    }
+  }
+
+  /*! \brief y = gamma[c] * (x - mean_g) / sqrt(var_g + eps) + beta[c].
+   *  \param exec execution space instance \param x input [n, channels * spatial]
+   *  \param y output, as x \param saved keeps x and the group statistics */
+  template <class Exec>
+  void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
+               saved_type& saved) const {
+    check("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
+    detail::norm_ensure(saved.mean, x.extent(0) * groups_, "telar::GroupNorm::mean");
+    detail::norm_ensure(saved.rstd, x.extent(0) * groups_, "telar::GroupNorm::rstd");
+    saved.x = x;
+    detail::norm_forward<Exec, T, MemorySpace>(exec, x, y, saved.mean, saved.rstd, weight, bias,
+                                               geometry(x.extent(1)), T(eps_));
+  }
+  /*! \brief dL/dx. \param exec execution space instance \param dy output gradient
+   *  \param dx input gradient \param saved state of the matching forward */
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
+                      saved_type const& saved) const {
+    check("backward_input", dy.extent(0), dy.extent(1), dx.extent(0), dx.extent(1));
+    detail::norm_backward_input<Exec, T, MemorySpace>(exec, dy, dx, saved.x, saved.mean,
+                                                      saved.rstd, weight, geometry(dy.extent(1)));
+  }
+  /*! \brief dgamma[c] += sum dy x_hat, dbeta[c] += sum dy (accumulates; nothing
+   *  without affine). \param exec execution space instance
+   *  \param dy output gradient \param saved state of the matching forward */
+  template <class Exec>
+  void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
+                       saved_type const& saved) const {
+    if (!affine_)
+      return;
+    check("backward_weight", dy.extent(0), dy.extent(1), saved.x.extent(0), saved.x.extent(1));
+    detail::norm_backward_weight<Exec, T, MemorySpace>(exec, dy, saved.x, saved.mean, saved.rstd,
+                                                       weight_grad, bias_grad,
+                                                       geometry(dy.extent(1)));
+  }
+
+  Vector<T, MemorySpace> weight;      //!< gamma [channels] (empty without affine)
+  Vector<T, MemorySpace> weight_grad; //!< dL/dgamma
+  Vector<T, MemorySpace> bias;        //!< beta [channels] (empty without affine)
+  Vector<T, MemorySpace> bias_grad;   //!< dL/dbeta
+
+private:
+  detail::NormGeometry geometry(std::size_t sample) const {
+    std::size_t const spatial = sample / channels_;
+    return detail::NormGeometry{channels_ / groups_ * spatial, sample, spatial,
+                                affine_ ? channels_ : 0};
+  }
+  void check(char const* what, std::size_t an, std::size_t ak, std::size_t bn,
+             std::size_t bk) const {
+    bool const ready = !affine_ || weight.extent(0) == channels_;
+    bool const ok = channels_ > 0 && ak > 0 && ak % channels_ == 0 && an == bn && ak == bk && ready;
+    if (!ok)
+      throw ShapeError(std::string("telar::GroupNorm::") + what + ": expected [n, " +
+                       std::to_string(channels_) + " * spatial] twice, got [" +
+                       std::to_string(an) + ", " + std::to_string(ak) + "] and [" +
+                       std::to_string(bn) + ", " + std::to_string(bk) + "]" +
+                       (ready ? "" : " (layer not initialised)"));
+  }
+
+  std::size_t groups_ = 1;
+  std::size_t channels_ = 0;
+  double eps_ = 1e-5;
+  bool affine_ = true;
+};
+
+} // namespace telar
