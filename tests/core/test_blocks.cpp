@@ -284,3 +284,85 @@ TEST_CASE("Nested blocks: a saved state is reused across steps", "[blocks]") {
     worst = std::max(worst, std::abs(twice[i] - 2 * first.grads[i]));
   CHECK(worst < 1e-12);
 }
+
+// The layer of docs/writing_a_layer.md, verbatim: it compiles, and its
+// gradients pass the checker the guide shows.
+namespace doc_example {
+
+// y[c, h, w] = x[c, h, w] * scale[c] over samples [C, H, W].
+template <class T, class MemorySpace = telar::DefaultMemorySpace>
+struct ChannelScale {
+  using value_type = T;
+  using memory_space = MemorySpace;
+  struct saved_type { telar::ConstMatrix<T, MemorySpace> x; };   // per micro-batch
+
+  explicit ChannelScale(std::size_t channels = 0) : c(channels) {}
+  static constexpr char const* name() { return "ChannelScale"; }
+
+  telar::Shape output_shape(telar::Shape const& in) const {      // checked before allocation
+    if (in.rank != 3 || in[0] != c)
+      throw telar::ShapeError("ChannelScale expects [" + std::to_string(c) + ", H, W]");
+    return in;
+  }
+  void build(telar::Shape const& in) { shape = in; }              // remember H and W
+
+  void initialize(std::uint64_t) {                               // only on owning ranks
+    scale = telar::Vector<T, MemorySpace>("scale", c);
+    scale_grad = telar::Vector<T, MemorySpace>("scale_grad", c);
+    Kokkos::deep_copy(scale, T(1));
+  }
+  template <class F> void parameters(F&& f) { f("scale", scale, scale_grad); }
+
+  template <class Exec>
+  void forward(Exec const& exec, telar::ConstMatrix<T, MemorySpace> x,
+               telar::Matrix<T, MemorySpace> y, saved_type& saved) const {
+    saved.x = x;                                                  // a view: no copy
+    auto xi = telar::as_tensor<3>(x, shape);                      // xi(n, c, h, w)
+    auto yi = telar::as_tensor<3>(y, shape);
+    auto s = scale;                                               // capture views, never `this`
+    Kokkos::parallel_for("ChannelScale::forward",
+        Kokkos::MDRangePolicy<Exec, Kokkos::Rank<4>>(exec, {0, 0, 0, 0},
+            {xi.extent(0), xi.extent(1), xi.extent(2), xi.extent(3)}),
+        KOKKOS_LAMBDA(int n, int ch, int h, int w) { yi(n, ch, h, w) = xi(n, ch, h, w) * s(ch); });
+  }
+  template <class Exec>   // dL/dx: on the pipeline's critical path
+  void backward_input(Exec const& exec, telar::ConstMatrix<T, MemorySpace> dy,
+                      telar::Matrix<T, MemorySpace> dx, saved_type const&) const {
+    auto dyi = telar::as_tensor<3>(dy, shape);
+    auto dxi = telar::as_tensor<3>(dx, shape);
+    auto s = scale;
+    Kokkos::parallel_for("ChannelScale::backward_input",
+        Kokkos::MDRangePolicy<Exec, Kokkos::Rank<4>>(exec, {0, 0, 0, 0},
+            {dyi.extent(0), dyi.extent(1), dyi.extent(2), dyi.extent(3)}),
+        KOKKOS_LAMBDA(int n, int ch, int h, int w) { dxi(n, ch, h, w) = dyi(n, ch, h, w) * s(ch); });
+  }
+  template <class Exec>   // dL/dW: accumulate (+=), several micro-batches add up
+  void backward_weight(Exec const& exec, telar::ConstMatrix<T, MemorySpace> dy,
+                       saved_type const& saved) const {
+    auto dyi = telar::as_tensor<3>(dy, shape);
+    auto xi = telar::as_tensor<3>(saved.x, shape);
+    auto g = scale_grad;
+    Kokkos::parallel_for("ChannelScale::backward_weight",
+        Kokkos::RangePolicy<Exec>(exec, 0, c), KOKKOS_LAMBDA(int ch) {
+          T acc = 0;
+          for (std::size_t n = 0; n < dyi.extent(0); ++n)
+            for (std::size_t h = 0; h < dyi.extent(2); ++h)
+              for (std::size_t w = 0; w < dyi.extent(3); ++w)
+                acc += dyi(n, ch, h, w) * xi(n, ch, h, w);
+          g(ch) += acc;
+        });
+  }
+
+  std::size_t c;
+  telar::Shape shape;
+  telar::Vector<T, MemorySpace> scale, scale_grad;
+};
+} // namespace doc_example
+
+TEST_CASE("The guide's ChannelScale layer trains through check_gradients", "[blocks][doc]") {
+  doc_example::ChannelScale<double> layer(3);
+  auto report = telar::check_gradients(layer, telar::Shape{3, 5, 4}, 2);
+  INFO(report.str());
+  CHECK(report.passed(1e-6));
+  CHECK_THROWS_AS(layer.output_shape(telar::Shape{2, 5, 4}), telar::ShapeError);
+}

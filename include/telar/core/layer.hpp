@@ -183,6 +183,7 @@ struct AnyParameterVisitor {
 template <class L>
 using parameters_t = decltype(std::declval<L&>().parameters(std::declval<AnyParameterVisitor&>()));
 
+/// \cond TELAR_INTERNAL
 // Whether a class has a member of a given name at all, whatever its
 // signature: with a fallback member of that name in a second base, naming it
 // is ambiguous exactly when the layer has one. Lets the checks below say
@@ -208,6 +209,7 @@ TELAR_DETAIL_HAS_MEMBER_NAMED(backward_weight)
 TELAR_DETAIL_HAS_MEMBER_NAMED(backward)
 TELAR_DETAIL_HAS_MEMBER_NAMED(output_shape)
 #undef TELAR_DETAIL_HAS_MEMBER_NAMED
+/// \endcond
 
 template <class L>
 constexpr Shape static_input_shape_of() {
