@@ -413,9 +413,9 @@ private:
   // matching message with MPI_Iprobe, checks its length, and only then posts
   // MPI_Irecv for exactly that message, so a message longer than the buffer
   // is reported by Telar instead of by the completion call: MPI_Test and
-  // MPI_Wait name no communicator, and MPICH 4.0 raises their errors on
-  // MPI_COMM_WORLD's handler, not on the duplicate's (docs/comm.md, "Error
-  // model"). A longer message is received into scratch memory and dropped,
+  // MPI_Wait name no communicator, and MPICH 4.0 raises their errors on the
+  // world communicator's handler, not on the duplicate's (docs/comm.md,
+  // "Error model"). A longer message is received into scratch memory and dropped,
   // as MPI does, and the call throws CommError with MPI_ERR_TRUNCATE.
   template <class T>
   Request matched_irecv(T* data, std::size_t n, int source, int tag) const {
