@@ -434,7 +434,8 @@ private:
         });
     int const from = st.MPI_SOURCE, got_tag = st.MPI_TAG;
     int got = 0;
-    h.check(MPI_Get_count(&st, detail::mpi_type<T>(), &got), "MPI_Get_count", from, got_tag, "from");
+    h.check(MPI_Get_count(&st, detail::mpi_type<T>(), &got), "MPI_Get_count", from, got_tag,
+            "from");
     if (got != MPI_UNDEFINED && got <= want)
       return irecv(data, n, from, got_tag);
     int bytes = 0;
