@@ -8,6 +8,7 @@ pkgs=(
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev
   libopenblas-dev libdnnl-dev
   libopenmpi-dev openmpi-bin
+  mpich libmpich-dev
   libbenchmark-dev doxygen
   dataset-fashion-mnist
 )
@@ -31,8 +32,31 @@ if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.
   echo "deb http://deb.debian.org/debian bookworm-backports main" |
     $SUDO tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
 fi
+# Open MPI stays the default MPI (mpicc, mpicxx, mpirun, libmpi.so, mpi.pc);
+# MPICH is only used through its suffixed commands (mpicxx.mpich,
+# mpiexec.mpich). Debian ranks Open MPI higher, but an alternative set by
+# hand or another architecture's priorities could flip: remember the MPI
+# alternatives and put back any that the installation changed.
+mpi_alternatives() {
+  update-alternatives --get-selections 2>/dev/null | awk '$1 ~ /^(lib)?mpi/ {print $1, $3}' || true
+}
+before=$(mpi_alternatives)
+
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${pkgs[@]}"
 $SUDO apt-get install -y -q --no-install-recommends -t bookworm-backports "${backports[@]}"
+
+if [ -z "$before" ]; then
+  # First MPI on this machine: Open MPI is the default.
+  before=$(printf '%s\n' "mpi /usr/bin/mpicc.openmpi" "mpirun /usr/bin/mpirun.openmpi")
+fi
+while read -r name value; do
+  [ -n "$name" ] && [ -e "$value" ] || continue
+  now=$(update-alternatives --query "$name" 2>/dev/null | awk '$1 == "Value:" {print $2}')
+  if [ "$now" != "$value" ]; then
+    echo "setup: restoring the $name alternative to $value (was $now)"
+    $SUDO update-alternatives --set "$name" "$value"
+  fi
+done <<<"$before"
 echo "setup: done"

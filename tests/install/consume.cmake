@@ -1,4 +1,12 @@
-# cmake -DTELAR_SOURCE_DIR=... -DWORK_DIR=... -DMODE=find_package|add_subdirectory -P consume.cmake
+# cmake -DTELAR_SOURCE_DIR=... -DWORK_DIR=... -DMODE=find_package|add_subdirectory
+#       [-DARGS_FILE=consumer_args.cmake] -P consume.cmake
+# ARGS_FILE sets CONSUMER_ARGS (-D settings for every configure: the build's
+# compiler, Kokkos, MPI...) and EXPECT_<var> for Kokkos_DIR, MPI_CXX_COMPILER
+# and MPI_CXX_LIB_NAMES: what the consumer's configuration must have used.
+set(CONSUMER_ARGS)
+if(ARGS_FILE)
+  include(${ARGS_FILE})
+endif()
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
 
@@ -14,18 +22,33 @@ if(MODE STREQUAL "find_package")
   # build the example against the installed package.
   run(${CMAKE_COMMAND} -S ${TELAR_SOURCE_DIR} -B ${WORK_DIR}/telar -G ${GENERATOR}
       -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix -DTELAR_ENABLE_TESTS=OFF
-      -DTELAR_ENABLE_EXAMPLES=OFF -DTELAR_ENABLE_BENCHMARKS=OFF -DTELAR_ENABLE_DOCS=OFF)
+      -DTELAR_ENABLE_EXAMPLES=OFF -DTELAR_ENABLE_BENCHMARKS=OFF -DTELAR_ENABLE_DOCS=OFF
+      ${CONSUMER_ARGS})
   run(${CMAKE_COMMAND} --install ${WORK_DIR}/telar)
   run(${CMAKE_COMMAND} -S ${TELAR_SOURCE_DIR}/examples/01_fashion_mnist -B ${WORK_DIR}/example
-      -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release -DTelar_ROOT=${WORK_DIR}/prefix)
+      -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release -DTelar_ROOT=${WORK_DIR}/prefix ${CONSUMER_ARGS})
   run(${CMAKE_COMMAND} --build ${WORK_DIR}/example)
   set(exe ${WORK_DIR}/example/fashion_mnist)
+  set(consumer ${WORK_DIR}/example)
 else()
   run(${CMAKE_COMMAND} -S ${TELAR_SOURCE_DIR}/tests/install/add_subdirectory -B ${WORK_DIR}/build
-      -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release -DTELAR_SOURCE_DIR=${TELAR_SOURCE_DIR})
+      -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release -DTELAR_SOURCE_DIR=${TELAR_SOURCE_DIR}
+      ${CONSUMER_ARGS})
   run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
   set(exe ${WORK_DIR}/build/fashion_mnist)
+  set(consumer ${WORK_DIR}/build)
 endif()
+
+# The consumer found the same Kokkos and MPI as the build under test.
+foreach(var Kokkos_DIR MPI_CXX_COMPILER MPI_CXX_LIB_NAMES)
+  file(STRINGS ${consumer}/CMakeCache.txt line REGEX "^${var}:")
+  string(REGEX REPLACE "^[^=]*=" "" got "${line}")
+  string(REPLACE "\\;" ";" got "${got}")
+  if(EXPECT_${var} AND NOT got STREQUAL EXPECT_${var})
+    message(FATAL_ERROR "the consumer's ${var} is '${got}', the build's '${EXPECT_${var}}'")
+  endif()
+  message(STATUS "consumer ${var}: ${got}")
+endforeach()
 
 # The program runs: its usage error names the flag.
 execute_process(COMMAND ${exe} --no-such-flag RESULT_VARIABLE rc ERROR_VARIABLE err)

@@ -18,6 +18,7 @@
 #include <exception>
 #include <memory>
 #include <numeric>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -310,7 +311,7 @@ public:
    */
   template <class T>
   void recv(T* data, std::size_t n, int source, int tag = 0) const {
-    irecv(data, n, source, tag).wait();
+    matched_irecv(data, n, source, tag).wait();
   }
 
   /*! \brief Sends to \p dest and receives from \p source at once (bounded);
@@ -329,8 +330,8 @@ public:
                 int source, int tag = 0) const {
     std::vector<Request> reqs;
     reqs.reserve(2);
-    reqs.push_back(irecv(recv, recv_n, source, tag));
     reqs.push_back(isend(send, send_n, dest, tag));
+    reqs.push_back(matched_irecv(recv, recv_n, source, tag));
     wait_all(reqs);
   }
 
@@ -408,6 +409,47 @@ public:
   }
 
 private:
+  // The receive of the blocking recv and sendrecv. It waits (bounded) for a
+  // matching message with MPI_Iprobe, checks its length, and only then posts
+  // MPI_Irecv for exactly that message, so a message longer than the buffer
+  // is reported by Telar instead of by the completion call: MPI_Test and
+  // MPI_Wait name no communicator, and MPICH 4.0 raises their errors on the
+  // world communicator's handler, not on the duplicate's (docs/comm.md,
+  // "Error model"). A longer message is received into scratch memory and dropped,
+  // as MPI does, and the call throws CommError with MPI_ERR_TRUNCATE.
+  template <class T>
+  Request matched_irecv(T* data, std::size_t n, int source, int tag) const {
+    auto& h = handle();
+    int const want = count(n, "MPI_Recv");
+    MPI_Status st;
+    detail::wait_until(
+        [&] {
+          int flag = 0;
+          h.check(MPI_Iprobe(source, tag, h.comm, &flag, &st), "MPI_Recv", source, tag, "from");
+          return flag != 0;
+        },
+        h.timeout,
+        [&](double waited) {
+          h.timed_out(waited, detail::what_op("MPI_Recv", source, tag, "from"), "MPI_Recv", source);
+        });
+    int const from = st.MPI_SOURCE, got_tag = st.MPI_TAG;
+    int got = 0;
+    h.check(MPI_Get_count(&st, detail::mpi_type<T>(), &got), "MPI_Get_count", from, got_tag,
+            "from");
+    if (got != MPI_UNDEFINED && got <= want)
+      return irecv(data, n, from, got_tag);
+    int bytes = 0;
+    MPI_Get_count(&st, MPI_BYTE, &bytes);
+    std::size_t const elements = (static_cast<std::size_t>(bytes) + sizeof(T) - 1) / sizeof(T);
+    auto sink = std::make_unique<T[]>(elements);
+    irecv(sink.get(), elements, from, got_tag).wait();
+    std::ostringstream os;
+    os << detail::what_op("MPI_Recv", from, got_tag, "from") << " failed on " << h.where() << ": "
+       << detail::mpi_error_string(MPI_ERR_TRUNCATE) << " (" << bytes << " bytes for a buffer of "
+       << n * sizeof(T) << ")";
+    throw CommError(os.str(), h.rank, "MPI_Recv", from, MPI_ERR_TRUNCATE);
+  }
+
   detail::CommHandle& handle() const {
     if (!h_ || h_->comm == MPI_COMM_NULL)
       throw CommError("telar::Communicator: operation on a null communicator (default-constructed, "
