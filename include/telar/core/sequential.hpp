@@ -391,7 +391,7 @@ private:
     bufs.resize(size + 1);
     for (std::size_t k = 1; k < size; ++k)
       if (bufs[k].extent(0) != n || bufs[k].extent(1) != shapes_[k].size())
-        bufs[k] = Matrix<value_type, memory_space>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label),
+        bufs[k] = Matrix<value_type, memory_space>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)),
                                                    n, shapes_[k].size());
   }
 
