@@ -310,6 +310,7 @@ public:
                Matrix<value_type, memory_space> y, saved_type& saved) {
     std::size_t const n = x.extent(0);
     ensure(saved.act, n, "telar::Sequential::activation");
+    saved.grads_ready = false; // gradients of an earlier micro-batch in this slot are stale
     for_each_layer([&](auto index, auto& l) {
       constexpr std::size_t k = decltype(index)::value;
       ConstMatrix<value_type, memory_space> in = k == 0 ? x : saved.act[k];

@@ -1,0 +1,527 @@
+#pragma once
+/*! \file
+ *  \brief 2-D and 3-D convolutions (telar::Conv2D, telar::Conv3D) over samples
+ *  [C, H, W] and [C, D, H, W].
+ *
+ *  One implementation serves both: a 2-D convolution is a 3-D one of depth 1
+ *  with a kernel of depth 1. The portable path lowers each sample to a matrix
+ *  (im2col, a Kokkos kernel) and multiplies with the layer's GEMM policy:
+ *  - forward: y_n [Cout, P] = W [Cout, K] col(x_n) [K, P] + b, with K = Cin
+ *    times the kernel volume and P the output positions;
+ *  - backward_input: dcol = W^T dy_n, then dx = col2im(dcol), a gather (every
+ *    input element sums the columns that read it: no atomics);
+ *  - backward_weight: dW += dy_n col(x_n)^T (col recomputed: only x is kept),
+ *    db += sums of dy over positions.
+ *  A 1x1 convolution with stride 1 and no padding skips im2col (col(x) = x).
+ *  \code
+ *  telar::Conv2D<float> conv(3, 16, 3, 1, 1);  // 3 -> 16 channels, 3x3, stride 1, padding 1
+ *  \endcode
+ */
+#include <telar/core/detail/counter_rng.hpp>
+#include <telar/core/detail/math.hpp>
+#include <telar/core/error.hpp>
+#include <telar/core/gemm.hpp>
+#include <telar/core/layer.hpp>
+#include <telar/core/shape.hpp>
+#include <telar/core/tensor.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace telar {
+
+namespace detail {
+
+// Sizes of one convolution over [C, D, H, W] samples (D = 1 in 2-D), passed
+// by value to kernels.
+struct ConvGeometry {
+  int C = 0, D = 1, H = 0, W = 0;   // input
+  int Co = 0;                       // output channels
+  int kd = 1, kh = 1, kw = 1;       // kernel
+  int sd = 1, sh = 1, sw = 1;       // stride
+  int pd = 0, ph = 0, pw = 0;       // padding
+  int dd = 1, dh = 1, dw = 1;       // dilation
+  int Do = 1, Ho = 0, Wo = 0;       // output
+
+  KOKKOS_INLINE_FUNCTION int kvol() const { return kd * kh * kw; }
+  KOKKOS_INLINE_FUNCTION int K() const { return C * kd * kh * kw; }
+  KOKKOS_INLINE_FUNCTION int P() const { return Do * Ho * Wo; }
+  KOKKOS_INLINE_FUNCTION int in_size() const { return C * D * H * W; }
+  bool pointwise() const {
+    return kd == 1 && kh == 1 && kw == 1 && sd == 1 && sh == 1 && sw == 1 && pd == 0 &&
+           ph == 0 && pw == 0;
+  }
+};
+
+// Output extent of one dimension, or -1 when the kernel does not fit.
+inline long conv_out_extent(long in, long k, long s, long p, long d) {
+  long const span = d * (k - 1) + 1;
+  if (in + 2 * p < span || s < 1)
+    return -1;
+  return (in + 2 * p - span) / s + 1;
+}
+
+// col[s][k][p] for samples s0 .. s0 + nb of x [n, C*D*H*W]: one work item per
+// (sample, k, od, oh) row of Wo outputs.
+template <class Exec, class X, class Col>
+void conv_im2col(Exec const& exec, ConvGeometry const g, X const& x, std::size_t s0, int nb,
+                 Col const& col) {
+  using T = typename Col::non_const_value_type;
+  int const K = g.K(), P = g.P();
+  std::size_t const rows = std::size_t(nb) * std::size_t(K) * std::size_t(g.Do * g.Ho);
+  Kokkos::parallel_for(
+      "telar::Conv::im2col", Kokkos::RangePolicy<Exec>(exec, 0, rows),
+      KOKKOS_LAMBDA(std::size_t r) {
+        int const oh = int(r % std::size_t(g.Ho));
+        std::size_t t = r / std::size_t(g.Ho);
+        int const od = int(t % std::size_t(g.Do));
+        t /= std::size_t(g.Do);
+        int const k = int(t % std::size_t(K));
+        int const s = int(t / std::size_t(K));
+        int const kx = k % g.kw, ky = (k / g.kw) % g.kh, kz = (k / (g.kw * g.kh)) % g.kd;
+        int const c = k / g.kvol();
+        int const id = od * g.sd - g.pd + kz * g.dd, ih = oh * g.sh - g.ph + ky * g.dh;
+        T* out = col.data() + (std::size_t(s) * K + std::size_t(k)) * std::size_t(P) +
+                 std::size_t(od * g.Ho + oh) * std::size_t(g.Wo);
+        if (id < 0 || id >= g.D || ih < 0 || ih >= g.H) {
+          for (int ow = 0; ow < g.Wo; ++ow)
+            out[ow] = T(0);
+          return;
+        }
+        std::size_t const base = (s0 + std::size_t(s)) * x.extent(1) +
+                                 std::size_t((c * g.D + id) * g.H + ih) * std::size_t(g.W);
+        auto const* in = x.data() + base;
+        int const off = kx * g.dw - g.pw;
+        for (int ow = 0; ow < g.Wo; ++ow) {
+          int const iw = ow * g.sw + off;
+          out[ow] = (iw >= 0 && iw < g.W) ? in[iw] : T(0);
+        }
+      });
+}
+
+// dx rows s0 .. s0 + nb = col2im(dcol), by gathering: every input element
+// sums the entries of dcol that im2col copied it to.
+template <class Exec, class Col, class DX>
+void conv_col2im(Exec const& exec, ConvGeometry const g, Col const& dcol, std::size_t s0, int nb,
+                 DX const& dx) {
+  using T = typename DX::non_const_value_type;
+  int const K = g.K(), P = g.P();
+  std::size_t const rows = std::size_t(nb) * std::size_t(g.C * g.D * g.H);
+  Kokkos::parallel_for(
+      "telar::Conv::col2im", Kokkos::RangePolicy<Exec>(exec, 0, rows),
+      KOKKOS_LAMBDA(std::size_t r) {
+        int const h = int(r % std::size_t(g.H));
+        std::size_t t = r / std::size_t(g.H);
+        int const d = int(t % std::size_t(g.D));
+        t /= std::size_t(g.D);
+        int const c = int(t % std::size_t(g.C));
+        int const s = int(t / std::size_t(g.C));
+        T* out = dx.data() + (s0 + std::size_t(s)) * dx.extent(1) +
+                 std::size_t((c * g.D + d) * g.H + h) * std::size_t(g.W);
+        auto const* src = dcol.data() + std::size_t(s) * std::size_t(K) * std::size_t(P);
+        for (int w = 0; w < g.W; ++w) {
+          T acc = 0;
+          for (int kz = 0; kz < g.kd; ++kz) {
+            int const td = d + g.pd - kz * g.dd;
+            if (td < 0 || (g.sd != 1 && td % g.sd != 0))
+              continue;
+            int const od = td / g.sd;
+            if (od >= g.Do)
+              continue;
+            for (int ky = 0; ky < g.kh; ++ky) {
+              int const th = h + g.ph - ky * g.dh;
+              if (th < 0 || (g.sh != 1 && th % g.sh != 0))
+                continue;
+              int const oh = th / g.sh;
+              if (oh >= g.Ho)
+                continue;
+              int const krow = ((c * g.kd + kz) * g.kh + ky) * g.kw;
+              std::size_t const prow = std::size_t(od * g.Ho + oh) * std::size_t(g.Wo);
+              for (int kx = 0; kx < g.kw; ++kx) {
+                int const tw = w + g.pw - kx * g.dw;
+                if (tw < 0 || (g.sw != 1 && tw % g.sw != 0))
+                  continue;
+                int const ow = tw / g.sw;
+                if (ow >= g.Wo)
+                  continue;
+                acc += src[std::size_t(krow + kx) * std::size_t(P) + prow + std::size_t(ow)];
+              }
+            }
+          }
+          out[w] = acc;
+        }
+      });
+}
+
+// y(s, co * P + p) = b(co).
+template <class Exec, class Y, class B>
+void conv_fill_bias(Exec const& exec, Y const& y, B const& b, int P) {
+  std::size_t const n = y.extent(0) * y.extent(1);
+  auto* py = y.data();
+  std::size_t const per = y.extent(1);
+  Kokkos::parallel_for(
+      "telar::Conv::forward_bias", Kokkos::RangePolicy<Exec>(exec, 0, n),
+      KOKKOS_LAMBDA(std::size_t i) { py[i] = b(int((i % per) / std::size_t(P))); });
+}
+
+// db(co) += sum over samples and positions of dy(s, co * P + p).
+template <class Exec, class DY, class DB>
+void conv_bias_grad(Exec const& exec, DY const& dy, DB const& db, int P) {
+  using T = typename DB::non_const_value_type;
+  std::size_t const n = dy.extent(0), per = dy.extent(1);
+  auto const* p = dy.data();
+  Kokkos::parallel_for(
+      "telar::Conv::backward_bias", Kokkos::RangePolicy<Exec>(exec, 0, db.extent(0)),
+      KOKKOS_LAMBDA(std::size_t co) {
+        T acc = 0;
+        for (std::size_t s = 0; s < n; ++s) {
+          auto const* row = p + s * per + co * std::size_t(P);
+          for (int q = 0; q < P; ++q)
+            acc += row[q];
+        }
+        db(co) += acc;
+      });
+}
+
+// W [Co, K] and b [Co] uniform in +-1/sqrt(K) (PyTorch's default for
+// convolutions), entry i of each drawn from a counter-based stream.
+template <class Wt, class B>
+void conv_fill(Wt const& w, B const& b, std::uint64_t seed) {
+  using T = typename Wt::non_const_value_type;
+  using Exec = typename Wt::memory_space::execution_space;
+  std::size_t const K = w.extent(1);
+  T const bound = T(1) / detail::sqrt(T(K == 0 ? 1 : K));
+  std::uint64_t const wseed = mix_seed(seed, 0), bseed = mix_seed(seed, 1);
+  Kokkos::parallel_for(
+      "telar::Conv::initialize",
+      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>({0, 0}, {w.extent(0), w.extent(1)}),
+      KOKKOS_LAMBDA(std::size_t i, std::size_t j) {
+        w(i, j) = uniform_at(wseed, i * K + j, -bound, bound);
+      });
+  if (b.extent(0) > 0)
+    Kokkos::parallel_for(
+        "telar::Conv::initialize_bias", Kokkos::RangePolicy<Exec>(0, b.extent(0)),
+        KOKKOS_LAMBDA(std::size_t i) { b(i) = uniform_at(bseed, i, -bound, bound); });
+  Kokkos::fence();
+}
+
+// A [rows, cols] row-major matrix over a raw pointer (one sample's slice).
+template <class T, class MemorySpace>
+using ConvSlice =
+    Kokkos::View<T**, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+} // namespace detail
+
+/*! \brief A convolution over samples [C, H, W] (Dims = 2) or [C, D, H, W]
+ *  (Dims = 3), with stride, zero padding and dilation per dimension; use the
+ *  aliases telar::Conv2D and telar::Conv3D.
+ *
+ *  The weight is stored as PyTorch's [out, in, (kd,) kh, kw] flattened to a
+ *  matrix [out, in * kernel volume]. initialize(seed) draws W and b uniform in
+ *  ±1/sqrt(in * kernel volume) (PyTorch's default, kaiming-uniform with
+ *  a = sqrt(5)) from a counter-based generator. build(in) must be called
+ *  (telar::Sequential does) before forward.
+ *  \tparam T value type (float or double)
+ *  \tparam Dims 2 or 3 spatial dimensions
+ *  \tparam MemorySpace where parameters and activations live
+ *  \tparam Gemm GEMM policy (see telar/core/gemm.hpp) */
+template <class T, int Dims, class MemorySpace = DefaultMemorySpace, class Gemm = AutoGemm>
+class Convolution {
+  static_assert(Dims == 2 || Dims == 3, "telar::Convolution: Dims must be 2 or 3");
+
+public:
+  /*! \brief Scalar type. */
+  using value_type = T;
+  /*! \brief Memory space of parameters and activations. */
+  using memory_space = MemorySpace;
+  /*! \brief Per-dimension settings (depth, height, width in 3-D; height, width in 2-D). */
+  using Extents = std::array<std::size_t, Dims>;
+  /*! \brief What backward needs from forward: the input. */
+  struct saved_type {
+    ConstMatrix<T, MemorySpace> x; //!< the forward input
+  };
+
+  /*! \brief An empty layer; assign a configured one before use. */
+  Convolution() = default;
+  /*! \brief A cubic (square) kernel with the same stride, padding and
+   *  dilation in every dimension.
+   *  \param in input channels \param out output channels \param kernel kernel extent
+   *  \param stride stride \param padding zero padding on each side
+   *  \param bias add a bias per output channel \param dilation kernel dilation */
+  Convolution(std::size_t in, std::size_t out, std::size_t kernel, std::size_t stride = 1,
+              std::size_t padding = 0, bool bias = true, std::size_t dilation = 1)
+      : Convolution(in, out, fill(kernel), fill(stride), fill(padding), bias, fill(dilation)) {}
+  /*! \brief Settings per dimension (e.g. a 1x5 kernel).
+   *  \param in input channels \param out output channels \param kernel kernel extents
+   *  \param stride strides \param padding zero padding on each side
+   *  \param bias add a bias per output channel \param dilation kernel dilations */
+  Convolution(std::size_t in, std::size_t out, Extents kernel, Extents stride, Extents padding,
+              bool bias = true, Extents dilation = fill(1))
+      : in_(in), out_(out), kernel_(kernel), stride_(stride), padding_(padding),
+        dilation_(dilation), use_bias_(bias) {}
+
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return Dims == 2 ? "Conv2D" : "Conv3D"; }
+  /*! \brief Input channels. */
+  std::size_t in_channels() const { return in_; }
+  /*! \brief Output channels. */
+  std::size_t out_channels() const { return out_; }
+  /*! \brief Whether the layer adds a bias. */
+  bool has_bias() const { return use_bias_; }
+
+  /*! \brief [out, (Do,) Ho, Wo] for an input [in, (D,) H, W].
+   *  \param in the input shape
+   *  \throws ShapeError for another rank or channel count, or a kernel larger
+   *  than the padded input */
+  Shape output_shape(Shape const& in) const { return shape_of(geometry(in)); }
+
+  /*! \brief Remembers the input's spatial extents. \param in the input shape
+   *  \throws ShapeError as output_shape */
+  void build(Shape const& in) {
+    g_ = geometry(in);
+    built_ = true;
+  }
+
+  /*! \brief Multiply-add count of forward for \p samples samples, times 2.
+   *  \param samples batch size \param in input shape */
+  double flops(std::size_t samples, Shape const& in) const {
+    detail::ConvGeometry const g = geometry(in);
+    return 2.0 * double(samples) * double(g.Co) * double(g.P()) * double(g.K());
+  }
+
+  /*! \brief Allocates W, b and their gradients and draws W and b.
+   *  \param seed stream seed (telar::Sequential derives one per layer) */
+  void initialize(std::uint64_t seed) {
+    std::size_t const K = in_ * volume(kernel_);
+    weight = Matrix<T, MemorySpace>("telar::Conv::weight", out_, K);
+    weight_grad = Matrix<T, MemorySpace>("telar::Conv::weight_grad", out_, K);
+    if (use_bias_) {
+      bias = Vector<T, MemorySpace>("telar::Conv::bias", out_);
+      bias_grad = Vector<T, MemorySpace>("telar::Conv::bias_grad", out_);
+    }
+    detail::conv_fill(weight, bias, seed);
+  }
+
+  /*! \brief Visits (name, value, gradient) of each parameter.
+   *  \param f callable as f(char const*, View&, View&) */
+  template <class F>
+  void parameters(F&& f) {
+    f("weight", weight, weight_grad);
+    if (use_bias_)
+      f("bias", bias, bias_grad);
+  }
+
+  /*! \brief y = conv(x) + b. \param exec execution space instance
+   *  \param x input [n, in * (D *) H * W] \param y output [n, out * (Do *) Ho * Wo]
+   *  \param saved keeps x */
+  template <class Exec>
+  void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
+               saved_type& saved) const {
+    check("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
+    saved.x = x;
+    auto const g = g_;
+    int const K = g.K(), P = g.P(), Co = g.Co;
+    std::size_t const n = x.extent(0);
+    T beta = 0;
+    if (use_bias_) {
+      detail::conv_fill_bias(exec, y, bias, P);
+      beta = 1;
+    }
+    using Out = detail::ConvSlice<T, MemorySpace>;
+    using In = detail::ConvSlice<const T, MemorySpace>;
+    if (g.pointwise()) {
+      for (std::size_t s = 0; s < n; ++s)
+        gemm(Gemm{}, exec, 'N', 'N', T(1), weight, In(x.data() + s * x.extent(1), K, P), beta,
+             Out(y.data() + s * y.extent(1), Co, P));
+      return;
+    }
+    int const chunk = chunk_samples(n);
+    auto col = workspace(std::size_t(chunk) * K * P);
+    for (std::size_t s0 = 0; s0 < n; s0 += std::size_t(chunk)) {
+      int const nb = int(std::min<std::size_t>(std::size_t(chunk), n - s0));
+      detail::conv_im2col(exec, g, x, s0, nb, col);
+      for (int s = 0; s < nb; ++s)
+        gemm(Gemm{}, exec, 'N', 'N', T(1), weight, In(col.data() + std::size_t(s) * K * P, K, P),
+             beta, Out(y.data() + (s0 + std::size_t(s)) * y.extent(1), Co, P));
+    }
+  }
+
+  /*! \brief dx = col2im(W^T dy) (the saved input is not needed).
+   *  \param exec execution space instance \param dy gradient of the output
+   *  \param dx gradient of the input */
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
+                      saved_type const&) const {
+    check("backward_input", dx.extent(0), dx.extent(1), dy.extent(0), dy.extent(1));
+    auto const g = g_;
+    int const K = g.K(), P = g.P(), Co = g.Co;
+    std::size_t const n = dy.extent(0);
+    using Out = detail::ConvSlice<T, MemorySpace>;
+    using In = detail::ConvSlice<const T, MemorySpace>;
+    if (g.pointwise()) {
+      for (std::size_t s = 0; s < n; ++s)
+        gemm(Gemm{}, exec, 'T', 'N', T(1), weight, In(dy.data() + s * dy.extent(1), Co, P), T(0),
+             Out(dx.data() + s * dx.extent(1), K, P));
+      return;
+    }
+    int const chunk = chunk_samples(n);
+    auto dcol = workspace(std::size_t(chunk) * K * P);
+    for (std::size_t s0 = 0; s0 < n; s0 += std::size_t(chunk)) {
+      int const nb = int(std::min<std::size_t>(std::size_t(chunk), n - s0));
+      for (int s = 0; s < nb; ++s)
+        gemm(Gemm{}, exec, 'T', 'N', T(1), weight,
+             In(dy.data() + (s0 + std::size_t(s)) * dy.extent(1), Co, P), T(0),
+             Out(dcol.data() + std::size_t(s) * K * P, K, P));
+      detail::conv_col2im(exec, g, dcol, s0, nb, dx);
+    }
+  }
+
+  /*! \brief dW += dy col(x)^T, db += sums of dy over positions.
+   *  \param exec execution space instance \param dy gradient of the output
+   *  \param saved the input of the matching forward */
+  template <class Exec>
+  void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
+                       saved_type const& saved) const {
+    auto const& x = saved.x;
+    check("backward_weight", x.extent(0), x.extent(1), dy.extent(0), dy.extent(1));
+    auto const g = g_;
+    int const K = g.K(), P = g.P(), Co = g.Co;
+    std::size_t const n = dy.extent(0);
+    using In = detail::ConvSlice<const T, MemorySpace>;
+    if (use_bias_)
+      detail::conv_bias_grad(exec, dy, bias_grad, P);
+    if (g.pointwise()) {
+      for (std::size_t s = 0; s < n; ++s)
+        gemm(Gemm{}, exec, 'N', 'T', T(1), In(dy.data() + s * dy.extent(1), Co, P),
+             In(x.data() + s * x.extent(1), K, P), T(1), weight_grad);
+      return;
+    }
+    int const chunk = chunk_samples(n);
+    auto col = workspace(std::size_t(chunk) * K * P);
+    for (std::size_t s0 = 0; s0 < n; s0 += std::size_t(chunk)) {
+      int const nb = int(std::min<std::size_t>(std::size_t(chunk), n - s0));
+      detail::conv_im2col(exec, g, x, s0, nb, col);
+      for (int s = 0; s < nb; ++s)
+        gemm(Gemm{}, exec, 'N', 'T', T(1),
+             In(dy.data() + (s0 + std::size_t(s)) * dy.extent(1), Co, P),
+             In(col.data() + std::size_t(s) * K * P, K, P), T(1), weight_grad);
+    }
+  }
+
+  Matrix<T, MemorySpace> weight;      //!< W [out, in * kernel volume]
+  Matrix<T, MemorySpace> weight_grad; //!< dL/dW, as W
+  Vector<T, MemorySpace> bias;        //!< b [out] (empty without bias)
+  Vector<T, MemorySpace> bias_grad;   //!< dL/db [out]
+
+private:
+  static constexpr Extents fill(std::size_t v) {
+    Extents e{};
+    for (auto& x : e)
+      x = v;
+    return e;
+  }
+  static std::size_t volume(Extents const& e) {
+    std::size_t v = 1;
+    for (auto x : e)
+      v *= x;
+    return v;
+  }
+  std::string expected() const {
+    return std::string(name()) + " expects inputs [" + std::to_string(in_) +
+           (Dims == 3 ? ", D, H, W]" : ", H, W]");
+  }
+  // Sizes for input shape `in`, or ShapeError.
+  detail::ConvGeometry geometry(Shape const& in) const {
+    if (in.rank != Dims + 1 || in[0] != in_)
+      throw ShapeError(expected() + ", got " + in.str());
+    for (std::size_t i = 0; i < Dims; ++i)
+      if (kernel_[i] < 1 || stride_[i] < 1 || dilation_[i] < 1)
+        throw ShapeError(std::string(name()) + ": kernel, stride and dilation must be >= 1");
+    detail::ConvGeometry g;
+    g.C = int(in_);
+    g.Co = int(out_);
+    int* const ext[3] = {&g.D, &g.H, &g.W};
+    int* const k[3] = {&g.kd, &g.kh, &g.kw};
+    int* const s[3] = {&g.sd, &g.sh, &g.sw};
+    int* const p[3] = {&g.pd, &g.ph, &g.pw};
+    int* const d[3] = {&g.dd, &g.dh, &g.dw};
+    int* const o[3] = {&g.Do, &g.Ho, &g.Wo};
+    for (int i = 0; i < Dims; ++i) {
+      int const j = i + 3 - Dims; // 2-D fills height and width
+      *ext[j] = int(in[i + 1]);
+      *k[j] = int(kernel_[std::size_t(i)]);
+      *s[j] = int(stride_[std::size_t(i)]);
+      *p[j] = int(padding_[std::size_t(i)]);
+      *d[j] = int(dilation_[std::size_t(i)]);
+      long const out = detail::conv_out_extent(long(in[i + 1]), *k[j], *s[j], *p[j], *d[j]);
+      if (out < 1)
+        throw ShapeError(expected() + " whose spatial extents, padded, cover the kernel (" +
+                         std::to_string((*d[j]) * (*k[j] - 1) + 1) + "), got " + in.str());
+      *o[j] = int(out);
+    }
+    return g;
+  }
+  static Shape shape_of(detail::ConvGeometry const& g) {
+    if (Dims == 2)
+      return Shape{std::size_t(g.Co), std::size_t(g.Ho), std::size_t(g.Wo)};
+    return Shape{std::size_t(g.Co), std::size_t(g.Do), std::size_t(g.Ho), std::size_t(g.Wo)};
+  }
+  void check(char const* what, std::size_t xn, std::size_t xf, std::size_t yn,
+             std::size_t yf) const {
+    if (!built_)
+      throw Error(std::string("telar::") + name() + "::" + what +
+                  ": call build(input shape) first (telar::Sequential does)");
+    if (weight.extent(0) == 0)
+      throw Error(std::string("telar::") + name() + "::" + what + ": layer not initialised");
+    std::size_t const in = std::size_t(g_.in_size()), out = std::size_t(g_.Co) * g_.P();
+    if (xn != yn || xf != in || yf != out)
+      throw ShapeError(std::string("telar::") + name() + "::" + what + ": expected [n, " +
+                       std::to_string(in) + "] -> [n, " + std::to_string(out) + "], got [" +
+                       std::to_string(xn) + ", " + std::to_string(xf) + "] -> [" +
+                       std::to_string(yn) + ", " + std::to_string(yf) + "]");
+  }
+  // Samples lowered at once: one on the host (the columns stay in cache for
+  // the GEMM), up to 2^24 elements of columns on a device (fewer launches).
+  int chunk_samples(std::size_t n) const {
+    if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible) {
+      return 1;
+    } else {
+      std::size_t const per = std::size_t(g_.K()) * std::size_t(g_.P());
+      std::size_t const c = std::max<std::size_t>(1, (std::size_t(1) << 24) / std::max<std::size_t>(per, 1));
+      return int(std::min(c, std::max<std::size_t>(n, 1)));
+    }
+  }
+  // Scratch for columns, kept between calls (one call at a time per layer).
+  Kokkos::View<T*, MemorySpace> workspace(std::size_t size) const {
+    if (ws_.extent(0) < size)
+      ws_ = Kokkos::View<T*, MemorySpace>(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::Conv::workspace"), size);
+    return ws_;
+  }
+
+  std::size_t in_ = 0, out_ = 0;
+  Extents kernel_ = fill(1), stride_ = fill(1), padding_ = fill(0), dilation_ = fill(1);
+  bool use_bias_ = true;
+  detail::ConvGeometry g_{};
+  bool built_ = false;
+  mutable Kokkos::View<T*, MemorySpace> ws_;
+};
+
+/*! \brief 2-D convolution over samples [C, H, W]:
+ *  `Conv2D<T>(in, out, kernel, stride = 1, padding = 0, bias = true, dilation = 1)`.
+ *  \tparam T value type \tparam MemorySpace memory space \tparam Gemm GEMM policy */
+template <class T, class MemorySpace = DefaultMemorySpace, class Gemm = AutoGemm>
+using Conv2D = Convolution<T, 2, MemorySpace, Gemm>;
+
+/*! \brief 3-D convolution over samples [C, D, H, W]:
+ *  `Conv3D<T>(in, out, kernel, stride = 1, padding = 0, bias = true, dilation = 1)`.
+ *  \tparam T value type \tparam MemorySpace memory space \tparam Gemm GEMM policy */
+template <class T, class MemorySpace = DefaultMemorySpace, class Gemm = AutoGemm>
+using Conv3D = Convolution<T, 3, MemorySpace, Gemm>;
+
+} // namespace telar

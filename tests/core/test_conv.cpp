@@ -1,0 +1,230 @@
+// Convolution, pooling and flatten layers: finite-difference gradient checks
+// in double, a forward check against a naive direct convolution, and shape
+// errors.
+#include "support.hpp"
+
+#include <telar/core/sequential.hpp>
+#include <telar/layers/activation.hpp>
+#include <telar/layers/conv.hpp>
+#include <telar/layers/flatten.hpp>
+#include <telar/layers/pooling.hpp>
+#include <telar/testing/check_gradients.hpp>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <cmath>
+#include <string>
+
+using telar::Shape;
+using telar::test::random_matrix;
+using telar::test::to_host;
+using Exec = telar::DefaultMemorySpace::execution_space;
+
+namespace {
+
+template <class Layer>
+void require_gradients(Layer layer, Shape in, std::size_t samples, std::string const& what) {
+  auto const report = telar::check_gradients(layer, in, samples);
+  INFO(what << "\n" << report.str());
+  CHECK(report.passed(1e-6));
+}
+
+// y(n, co, oh, ow) by the definition, on the host.
+template <class Conv, class HX>
+std::vector<double> direct_conv2d(Conv& conv, HX const& hx, std::size_t n, std::size_t C,
+                                  std::size_t H, std::size_t W, std::size_t Co, int k, int s,
+                                  int p, int d, std::size_t Ho, std::size_t Wo) {
+  auto hw = to_host(conv.weight);
+  std::vector<double> y(n * Co * Ho * Wo, 0.0);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t co = 0; co < Co; ++co)
+      for (std::size_t oh = 0; oh < Ho; ++oh)
+        for (std::size_t ow = 0; ow < Wo; ++ow) {
+          double acc = conv.has_bias() ? double(to_host(conv.bias)(co)) : 0.0;
+          for (std::size_t c = 0; c < C; ++c)
+            for (int ky = 0; ky < k; ++ky)
+              for (int kx = 0; kx < k; ++kx) {
+                long const ih = long(oh) * s - p + ky * d, iw = long(ow) * s - p + kx * d;
+                if (ih < 0 || iw < 0 || ih >= long(H) || iw >= long(W))
+                  continue;
+                acc += double(hw(co, (c * k + ky) * k + kx)) *
+                       double(hx(i, (c * H + std::size_t(ih)) * W + std::size_t(iw)));
+              }
+          y[((i * Co + co) * Ho + oh) * Wo + ow] = acc;
+        }
+  return y;
+}
+
+} // namespace
+
+TEST_CASE("Conv2D gradients match finite differences", "[conv][fd]") {
+  using C2 = telar::Conv2D<double>;
+  require_gradients(C2(2, 3, 3), Shape{2, 5, 6}, 2, "3x3 s1 p0");
+  require_gradients(C2(2, 3, 3, 1, 1), Shape{2, 5, 4}, 2, "3x3 s1 p1");
+  require_gradients(C2(3, 2, 3, 2, 1), Shape{3, 7, 6}, 2, "3x3 s2 p1");
+  require_gradients(C2(2, 4, 3, 2, 0, false), Shape{2, 7, 5}, 2, "3x3 s2 p0 no bias");
+  require_gradients(C2(3, 2, 1), Shape{3, 4, 5}, 2, "1x1 (no im2col)");
+  require_gradients(C2(1, 2, 2, 1, 0, true, 2), Shape{1, 6, 5}, 2, "2x2 dilation 2");
+  require_gradients(C2(2, 3, {1, 3}, {1, 2}, {0, 1}), Shape{2, 4, 7}, 2, "1x3 stride (1,2)");
+}
+
+TEST_CASE("Conv3D gradients match finite differences", "[conv][fd]") {
+  using C3 = telar::Conv3D<double>;
+  require_gradients(C3(2, 2, 3, 1, 1), Shape{2, 3, 4, 3}, 2, "3x3x3 s1 p1");
+  require_gradients(C3(1, 3, 2, 2, 0, false), Shape{1, 4, 5, 4}, 1, "2x2x2 s2 p0 no bias");
+}
+
+TEST_CASE("Conv2D forward matches a direct convolution", "[conv]") {
+  struct Case {
+    std::size_t C, Co, H, W;
+    int k, s, p, d;
+    bool bias;
+  };
+  for (Case const c : {Case{3, 4, 7, 6, 3, 1, 1, 1, true}, Case{2, 5, 9, 8, 3, 2, 1, 1, false},
+                       Case{2, 3, 8, 8, 2, 2, 0, 1, true}, Case{1, 2, 7, 7, 3, 1, 2, 2, true}}) {
+    telar::Conv2D<double> conv(c.C, c.Co, std::size_t(c.k), std::size_t(c.s), std::size_t(c.p),
+                               c.bias, std::size_t(c.d));
+    Shape const in{c.C, c.H, c.W};
+    Shape const out = conv.output_shape(in);
+    conv.build(in);
+    conv.initialize(3);
+    std::size_t const n = 3;
+    auto x = random_matrix<double>(n, in.size(), 5);
+    telar::Matrix<double> y("y", n, out.size());
+    telar::Conv2D<double>::saved_type saved;
+    conv.forward(Exec{}, x, y, saved);
+    auto const want = direct_conv2d(conv, to_host(x), n, c.C, c.H, c.W, c.Co, c.k, c.s, c.p,
+                                    c.d, out[1], out[2]);
+    auto hy = to_host(y);
+    double worst = 0;
+    for (std::size_t i = 0; i < want.size(); ++i)
+      worst = std::max(worst, std::fabs(hy.data()[i] - want[i]));
+    INFO("C " << c.C << " Co " << c.Co << " k " << c.k << " s " << c.s << " p " << c.p);
+    CHECK(worst < 1e-12);
+  }
+}
+
+TEST_CASE("Conv2D in float with the reference GEMM agrees with the default policy", "[conv]") {
+  telar::Conv2D<float> a(3, 4, 3, 1, 1);
+  telar::Conv2D<float, telar::DefaultMemorySpace, telar::ReferenceGemm> b(3, 4, 3, 1, 1);
+  Shape const in{3, 6, 6};
+  a.build(in), b.build(in);
+  a.initialize(9), b.initialize(9);
+  auto x = random_matrix<float>(2, in.size(), 1);
+  telar::Matrix<float> ya("ya", 2, 4 * 36), yb("yb", 2, 4 * 36);
+  decltype(a)::saved_type sa;
+  decltype(b)::saved_type sb;
+  a.forward(Exec{}, x, ya, sa);
+  b.forward(Exec{}, x, yb, sb);
+  auto ha = to_host(ya), hb = to_host(yb);
+  for (std::size_t i = 0; i < ha.size(); ++i)
+    REQUIRE(std::fabs(ha.data()[i] - hb.data()[i]) < 1e-5f);
+}
+
+TEST_CASE("Conv2D initialisation follows PyTorch's bounds", "[conv]") {
+  telar::Conv2D<double> conv(4, 8, 3);
+  conv.build(Shape{4, 5, 5});
+  conv.initialize(1);
+  double const bound = 1.0 / std::sqrt(36.0);
+  auto hw = to_host(conv.weight);
+  auto hb = to_host(conv.bias);
+  REQUIRE(hw.extent(0) == 8);
+  REQUIRE(hw.extent(1) == 36);
+  double lo = 1, hi = -1;
+  for (std::size_t i = 0; i < hw.size(); ++i) {
+    lo = std::min(lo, hw.data()[i]);
+    hi = std::max(hi, hw.data()[i]);
+  }
+  CHECK(lo >= -bound);
+  CHECK(hi < bound);
+  CHECK(hi - lo > bound); // spread over the interval
+  for (std::size_t i = 0; i < hb.size(); ++i)
+    CHECK(std::fabs(hb(i)) <= bound);
+  CHECK(conv.flops(2, Shape{4, 5, 5}) == 2.0 * 2 * 8 * 9 * 36);
+}
+
+TEST_CASE("Pooling and Flatten gradients match finite differences", "[pool][fd]") {
+  // Inputs spaced apart so no two window entries tie within the FD step.
+  require_gradients(telar::MaxPool2D<double>(2), Shape{2, 4, 6}, 2, "max 2x2");
+  require_gradients(telar::MaxPool2D<double>(3, 2, 1), Shape{2, 5, 5}, 2, "max 3x3 s2 p1");
+  require_gradients(telar::MaxPool2D<double>(3, 1), Shape{1, 5, 4}, 2, "max 3x3 s1 (overlap)");
+  require_gradients(telar::AvgPool2D<double>(2), Shape{2, 4, 6}, 2, "avg 2x2");
+  require_gradients(telar::AvgPool2D<double>(3, 2, 1), Shape{2, 5, 6}, 2, "avg 3x3 s2 p1");
+  require_gradients(telar::GlobalAvgPool<double>{}, Shape{3, 4, 5}, 2, "global avg");
+  require_gradients(telar::GlobalAvgPool<double>{}, Shape{2, 2, 3, 2}, 2, "global avg 3-D");
+  require_gradients(telar::Flatten<double>{}, Shape{2, 3, 4}, 2, "flatten");
+}
+
+TEST_CASE("MaxPool2D and AvgPool2D forward values", "[pool]") {
+  // One channel 4x4 holding 0..15: 2x2 maxima 5 7 13 15, means 2.5 4.5 10.5 12.5.
+  telar::Matrix<double> x("x", 1, 16);
+  auto hx = Kokkos::create_mirror_view(x);
+  for (int i = 0; i < 16; ++i)
+    hx(0, i) = i;
+  Kokkos::deep_copy(x, hx);
+  telar::MaxPool2D<double> mp(2);
+  telar::AvgPool2D<double> ap(2);
+  mp.build(Shape{1, 4, 4});
+  ap.build(Shape{1, 4, 4});
+  telar::Matrix<double> ym("ym", 1, 4), ya("ya", 1, 4);
+  telar::MaxPool2D<double>::saved_type sm;
+  telar::NoSaved sa;
+  mp.forward(Exec{}, x, ym, sm);
+  ap.forward(Exec{}, x, ya, sa);
+  auto hm = to_host(ym), ha = to_host(ya);
+  double const wm[4] = {5, 7, 13, 15}, wa[4] = {2.5, 4.5, 10.5, 12.5};
+  for (int i = 0; i < 4; ++i) {
+    CHECK(hm(0, i) == wm[i]);
+    CHECK(ha(0, i) == wa[i]);
+  }
+}
+
+TEST_CASE("Conv and pooling layers report shape errors", "[conv][pool]") {
+  auto message = [](auto const& layer, Shape in) -> std::string {
+    try {
+      (void)layer.output_shape(in);
+    } catch (telar::ShapeError const& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  CHECK(message(telar::Conv2D<float>(3, 8, 3), Shape{1, 28, 28}).find(
+            "Conv2D expects inputs [3, H, W]") == 0);
+  CHECK(message(telar::Conv2D<float>(3, 8, 3), Shape{3 * 28 * 28}).find(
+            "Conv2D expects inputs [3, H, W]") == 0);
+  CHECK(message(telar::Conv2D<float>(3, 8, 5), Shape{3, 4, 9}).find("cover the kernel (5)") !=
+        std::string::npos);
+  CHECK(message(telar::Conv3D<float>(2, 8, 3), Shape{2, 8, 8}).find(
+            "Conv3D expects inputs [2, D, H, W]") == 0);
+  CHECK(message(telar::MaxPool2D<float>(2), Shape{16}).find("MaxPool2D expects inputs [C, H, W]") ==
+        0);
+  CHECK(message(telar::AvgPool2D<float>(4), Shape{1, 3, 8}).find("AvgPool2D expects inputs") == 0);
+  CHECK(message(telar::GlobalAvgPool<float>{}, Shape{10}).find("GlobalAvgPool expects") == 0);
+  CHECK(message(telar::Conv2D<float>(1, 4, 3, 1, 1), Shape{1, 28, 28}) == "no error");
+  CHECK(telar::Conv2D<float>(1, 4, 3, 2, 1).output_shape(Shape{1, 28, 27}) == (Shape{4, 14, 14}));
+  CHECK(telar::Conv3D<float>(1, 4, 3).output_shape(Shape{1, 5, 6, 7}) == (Shape{4, 3, 4, 5}));
+  CHECK(telar::MaxPool2D<float>(2).output_shape(Shape{8, 7, 7}) == (Shape{8, 3, 3}));
+  CHECK(telar::Flatten<float>{}.output_shape(Shape{8, 7, 7}) == telar::Shape(392));
+
+  // A mismatched chain names the layer and what it expects.
+  using Net = telar::Sequential<telar::Conv2D<float>, telar::ReLU<float>, telar::Conv2D<float>>;
+  Net net(telar::Conv2D<float>(1, 4, 3, 1, 1), {}, telar::Conv2D<float>(3, 4, 3));
+  bool threw = false;
+  try {
+    net.build(Shape{1, 8, 8});
+  } catch (telar::ShapeError const& e) {
+    threw = std::string(e.what()).find("Conv2D expects inputs [3, H, W]") != std::string::npos;
+  }
+  CHECK(threw);
+}
+
+TEST_CASE("A small CNN in a Sequential checks out", "[conv][fd]") {
+  using T = double;
+  using Net = telar::Sequential<telar::Conv2D<T>, telar::ReLU<T>, telar::MaxPool2D<T>,
+                                telar::Conv2D<T>, telar::GlobalAvgPool<T>>;
+  Net net(telar::Conv2D<T>(1, 3, 3, 1, 1), {}, telar::MaxPool2D<T>(2),
+          telar::Conv2D<T>(3, 2, 3, 1, 1), {});
+  auto const report = telar::check_gradients(net, Shape{1, 6, 6}, 2);
+  INFO(report.str());
+  CHECK(report.passed(1e-6));
+}

@@ -1,0 +1,57 @@
+# cmake -DEXE=cnn -DMPIEXEC=mpiexec -DCHECK=<train|dp> -P run_cnn.cmake
+# Quick checks of example 02 (the full 5-epoch run is too slow for ctest).
+set(data /usr/share/datasets/fashion-mnist)
+if(DEFINED ENV{TELAR_FASHION_MNIST_DIR})
+  set(data $ENV{TELAR_FASHION_MNIST_DIR})
+endif()
+if(NOT EXISTS ${data})
+  message(STATUS "Fashion-MNIST not installed in ${data}: skipped")
+  cmake_language(EXIT 77)
+endif()
+
+function(json_field json key out)
+  string(REGEX MATCH "\"${key}\":([-0-9.eE+]+)" _ "${json}")
+  set(${out} "${CMAKE_MATCH_1}" PARENT_SCOPE)
+endfunction()
+
+function(train out)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "cnn failed (${rc}):\n${o}\n${e}")
+  endif()
+  string(REGEX MATCH "{\"final_loss\"[^\n]*" json "${o}")
+  if(NOT json)
+    message(FATAL_ERROR "no JSON summary in:\n${o}\n${e}")
+  endif()
+  set(${out} "${json}" PARENT_SCOPE)
+endfunction()
+
+if(CHECK STREQUAL "train")
+  # 200 steps of 32: the mean training loss falls well below ln(10) = 2.30 and
+  # the accuracy on 2000 test images is far above chance (10%).
+  train(json ${EXE} --epochs 1 --batch 32 --limit-steps 200 --eval-limit 2000 --json
+        --data ${data})
+  json_field("${json}" test_accuracy acc)
+  json_field("${json}" final_loss loss)
+  message(STATUS "mean loss ${loss}, test accuracy ${acc}")
+  execute_process(COMMAND python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < 1.6 and float(sys.argv[2]) > 0.6 else 1)" ${loss} ${acc}
+                  RESULT_VARIABLE ok)
+  if(NOT ok EQUAL 0)
+    message(FATAL_ERROR "cnn did not learn: mean loss ${loss}, accuracy ${acc}: ${json}")
+  endif()
+elseif(CHECK STREQUAL "dp")
+  set(common --epochs 1 --limit-steps 10 --batch 32 --lr 0.01 --optimizer sgd --eval-limit 200
+      --json --data ${data})
+  train(s ${EXE} ${common})
+  train(d ${MPIEXEC} -np 2 ${EXE} ${common} --dp 2)
+  json_field("${s}" param_l2 ls)
+  json_field("${d}" param_l2 ld)
+  execute_process(COMMAND python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if abs(a-b)/a<=1e-5 else 1)" ${ls} ${ld}
+                  RESULT_VARIABLE close)
+  if(NOT close EQUAL 0)
+    message(FATAL_ERROR "dp=2 param_l2 ${ld} differs from serial ${ls} by more than 1e-5")
+  endif()
+  message(STATUS "param_l2 serial ${ls}, dp=2 ${ld}")
+else()
+  message(FATAL_ERROR "unknown CHECK ${CHECK}")
+endif()
