@@ -86,6 +86,16 @@ public:
   Body& body() { return body_; }
   /*! \brief The body. */
   Body const& body() const { return body_; }
+  /*! \brief The shortcut layer (projected blocks only). */
+  template <bool P = projected, class = std::enable_if_t<P>>
+  Projection& projection() {
+    return proj_;
+  }
+  /*! \brief The shortcut layer (projected blocks only). */
+  template <bool P = projected, class = std::enable_if_t<P>>
+  Projection const& projection() const {
+    return proj_;
+  }
 
   /*! \brief The body's output shape; with an identity shortcut it must equal
    *  the input's. \param in input shape */
