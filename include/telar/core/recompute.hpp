@@ -102,6 +102,65 @@ void for_each_stochastic(L& l, F& f) {
 }
 
 template <class L>
+struct RecomputeState {
+  using T = typename layer_traits<L>::value_type;
+  using M = typename layer_traits<L>::memory_space;
+  typename layer_traits<L>::saved_type inner; // L's saved state
+  Matrix<T, M> out;                           // output of the recomputed forward
+  std::uint64_t owner = 0;                    // token of the saved object holding it; 0: free
+};
+
+template <class L>
+struct RecomputeSaved {
+  using T = typename layer_traits<L>::value_type;
+  using M = typename layer_traits<L>::memory_space;
+  ConstMatrix<T, M> x;                                   // the checkpoint (a view, no copy)
+  std::vector<std::uint64_t> counters;                   // random counters before the forward
+  mutable std::shared_ptr<RecomputeState<L>> state;      // the rebuilt state, or null
+  mutable std::uint64_t token = 0;                       // state is ours while state->owner == token
+  mutable bool weight_done = false;                      // backward_weight ran since the forward
+};
+
+// The backward members Recompute<L> offers, by what L offers: split with a
+// weight part, split without, or fused. (Members disabled by SFINAE would
+// still be found by the concept's "wrong signature" checks.)
+template <class Derived, class L, bool Split = layer_traits<L>::has_split_backward,
+          bool Weight = layer_traits<L>::has_backward_weight>
+struct RecomputeBackward {
+  using T = typename layer_traits<L>::value_type;
+  using M = typename layer_traits<L>::memory_space;
+  template <class Exec>
+  void backward(Exec const& exec, ConstMatrix<T, M> dy, Matrix<T, M> dx,
+                RecomputeSaved<L> const& saved) {
+    static_cast<Derived*>(this)->fused_part(exec, dy, dx, saved);
+  }
+};
+template <class Derived, class L>
+struct RecomputeBackward<Derived, L, true, false> {
+  using T = typename layer_traits<L>::value_type;
+  using M = typename layer_traits<L>::memory_space;
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<T, M> dy, Matrix<T, M> dx,
+                      RecomputeSaved<L> const& saved) {
+    static_cast<Derived*>(this)->input_part(exec, dy, dx, saved);
+  }
+};
+template <class Derived, class L>
+struct RecomputeBackward<Derived, L, true, true> {
+  using T = typename layer_traits<L>::value_type;
+  using M = typename layer_traits<L>::memory_space;
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<T, M> dy, Matrix<T, M> dx,
+                      RecomputeSaved<L> const& saved) {
+    static_cast<Derived*>(this)->input_part(exec, dy, dx, saved);
+  }
+  template <class Exec>
+  void backward_weight(Exec const& exec, ConstMatrix<T, M> dy, RecomputeSaved<L> const& saved) {
+    static_cast<Derived*>(this)->weight_part(exec, dy, saved);
+  }
+};
+
+template <class L>
 constexpr char const* recompute_name() {
   if constexpr (is_detected_v<static_name_t, L>)
     return L::name();
@@ -137,12 +196,13 @@ constexpr bool recompute_preserves_shape() {
  *
  *  \tparam L a layer or block (checked against the Layer concept) */
 template <class L>
-class Recompute {
+class Recompute : public detail::RecomputeBackward<Recompute<L>, L> {
   static_assert(detail::check_layer<L>());
+  friend struct detail::RecomputeBackward<Recompute<L>, L>;
   using Traits = layer_traits<L>;
   using InnerSaved = typename Traits::saved_type;
-  static constexpr bool split = Traits::has_split_backward;
-  static constexpr bool with_weight = split && Traits::has_backward_weight;
+  static constexpr bool with_weight =
+      Traits::has_split_backward && Traits::has_backward_weight;
 
 public:
   /*! \brief Scalar type (L's). */
@@ -158,23 +218,13 @@ public:
   /*! \brief L's preserves_shape (false if it has none). */
   static constexpr bool preserves_shape = detail::recompute_preserves_shape<L>();
 
-  /*! \brief L's saved state and the output buffer of its recomputed forward:
-   *  one entry of the wrapper's workspace. */
-  struct State {
-    InnerSaved inner;                      //!< L's saved state
-    Matrix<value_type, memory_space> out;  //!< output of the recomputed forward
-    std::uint64_t owner = 0;               //!< token of the saved object holding it; 0: free
-  };
-
+  /*! \brief One entry of the wrapper's workspace: L's saved state and the
+   *  output buffer of its recomputed forward. */
+  using State = detail::RecomputeState<L>;
   /*! \brief What one micro-batch keeps: the input view (the checkpoint), the
    *  random counters of the stochastic layers inside at forward time, and,
    *  between backward_input and backward_weight only, the rebuilt state. */
-  struct saved_type {
-    ConstMatrix<value_type, memory_space> x;    //!< the checkpoint (a view, no copy)
-    std::vector<std::uint64_t> counters;        //!< random counters before the forward
-    mutable std::shared_ptr<State> state;       //!< the rebuilt state, or null
-    mutable std::uint64_t token = 0;            //!< state is ours while state->owner == token
-  };
+  using saved_type = detail::RecomputeSaved<L>;
 
   /*! \brief A default-constructed \p L. */
   Recompute() = default;
@@ -275,54 +325,7 @@ public:
     layer_.forward(exec, x, y, s->inner);
     release(s);
     saved.x = x;
-  }
-
-  /*! \brief Recomputes L's forward from the checkpoint (unless
-   *  backward_weight already did), then dL/dx; with a backward_weight to
-   *  come, the rebuilt state is kept for it.
-   *  \param exec execution space instance \param dy output gradient
-   *  \param dx input gradient \param saved state */
-  template <class Exec, bool S = split, std::enable_if_t<S, int> = 0>
-  void backward_input(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
-                      Matrix<value_type, memory_space> dx, saved_type const& saved) {
-    settle_pending(&saved);
-    bool const after_weight = owns(saved); // backward_weight ran first and kept it
-    std::shared_ptr<State> s = after_weight ? saved.state : rebuild(exec, saved);
-    layer_.backward_input(exec, dy, dx, s->inner);
-    if (after_weight || !with_weight)
-      drop(saved);
-  }
-
-  /*! \brief dL/dW of L: on the state rebuilt by backward_input, which is
-   *  then dropped; or, when backward_input has not run (the model's first
-   *  unit, or a schedule that runs W before B), on a state rebuilt here and
-   *  kept until this layer's next call (a backward_input of the same
-   *  micro-batch uses it).
-   *  \param exec execution space instance \param dy output gradient \param saved state */
-  template <class Exec, bool W = with_weight, std::enable_if_t<W, int> = 0>
-  void backward_weight(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
-                       saved_type const& saved) {
-    settle_pending(&saved);
-    if (owns(saved)) {
-      layer_.backward_weight(exec, dy, saved.state->inner);
-      drop(saved);
-    } else {
-      std::shared_ptr<State> s = rebuild(exec, saved);
-      layer_.backward_weight(exec, dy, s->inner);
-      pending_ = s;
-    }
-  }
-
-  /*! \brief Fused backward (when L has only that): recompute, then L's backward.
-   *  \param exec execution space instance \param dy output gradient
-   *  \param dx input gradient \param saved state */
-  template <class Exec, bool S = split, std::enable_if_t<!S, int> = 0>
-  void backward(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
-                Matrix<value_type, memory_space> dx, saved_type const& saved) {
-    settle_pending(&saved);
-    std::shared_ptr<State> s = rebuild(exec, saved);
-    layer_.backward(exec, dy, dx, s->inner);
-    drop(saved);
+    saved.weight_done = false;
   }
 
   /*! \brief Saved states of L this wrapper has allocated (its workspace): one
@@ -335,6 +338,55 @@ public:
   std::size_t states_live() const { return allocated_ - free_.size(); }
 
 private:
+  // Recomputes L's forward from the checkpoint (unless backward_weight
+  // just did), then dL/dx; with a backward_weight still to come, the rebuilt
+  // state is kept for it.
+  // \param exec execution space instance \param dy output gradient
+  // \param dx input gradient \param saved state
+  template <class Exec>
+  void input_part(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
+                      Matrix<value_type, memory_space> dx, saved_type const& saved) {
+    settle_pending(&saved);
+    bool const after_weight = owns(saved); // backward_weight ran first and kept it
+    std::shared_ptr<State> s = after_weight ? saved.state : rebuild(exec, saved);
+    layer_.backward_input(exec, dy, dx, s->inner);
+    if (after_weight || !with_weight || saved.weight_done)
+      drop(saved);
+  }
+
+  // dL/dW of L: on the state rebuilt by backward_input, which is
+  // then dropped; or, when backward_input has not run (the model's first
+  // unit, or a schedule that runs W before B), on a state rebuilt here and
+  // kept until this layer's next call (a backward_input of the same
+  // micro-batch uses it).
+  // \param exec execution space instance \param dy output gradient \param saved state
+  template <class Exec>
+  void weight_part(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
+                       saved_type const& saved) {
+    settle_pending(&saved);
+    saved.weight_done = true;
+    if (owns(saved)) {
+      layer_.backward_weight(exec, dy, saved.state->inner);
+      drop(saved);
+    } else {
+      std::shared_ptr<State> s = rebuild(exec, saved);
+      layer_.backward_weight(exec, dy, s->inner);
+      pending_ = s;
+    }
+  }
+
+  // Fused backward (when L has only that): recompute, then L's backward.
+  // \param exec execution space instance \param dy output gradient
+  // \param dx input gradient \param saved state
+  template <class Exec>
+  void fused_part(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
+                Matrix<value_type, memory_space> dx, saved_type const& saved) {
+    settle_pending(&saved);
+    std::shared_ptr<State> s = rebuild(exec, saved);
+    layer_.backward(exec, dy, dx, s->inner);
+    drop(saved);
+  }
+
   // Takes a state from the workspace (allocating one if none is free).
   std::shared_ptr<State> acquire() {
     std::shared_ptr<State> s;
