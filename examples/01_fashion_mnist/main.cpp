@@ -4,11 +4,14 @@
 //   fashion_mnist [--epochs 3] [--batch 64] [--lr 1e-3] [--optimizer adamw]
 //                 [--seed 1] [--hidden 256] [--data DIR] [--json]
 //                 [--dp N] [--pp N] [--tp N] [--schedule 1f1b] [--microbatches M]
-//                 [--timeline PREFIX] [--limit-steps N]
+//                 [--timeline PREFIX] [--limit-steps N] [--recompute none|full]
 //   mpirun -np 2 fashion_mnist --dp 2
 //
 // --batch is the global batch; each data-parallel rank trains on batch/dp of
 // it. Rank 0 shows progress; with --json it ends with one JSON line.
+// --recompute full wraps every layer in telar::Recompute (activation
+// recomputation: the same parameters and results, one more forward per step).
+#include <telar/core/recompute.hpp>
 #include <telar/data.hpp>
 #include <telar/layers/activation.hpp>
 #include <telar/layers/dense.hpp>
@@ -48,6 +51,7 @@ struct Args {
   int microbatches = 0; // 0: pp * 2 when pipelining, else 1
   std::string timeline;
   long limit_steps = -1;
+  std::string recompute = "none";
 };
 
 [[noreturn]] void usage(char const* why) {
@@ -57,7 +61,7 @@ struct Args {
                "[--optimizer sgd|momentum|adam|adamw|lamb] [--seed N] [--hidden N] [--data DIR] "
                "[--json] [--dp N] [--pp N] [--tp N] "
                "[--schedule gpipe|1f1b|interleaved|zb-h1|zb-h2] [--microbatches M] "
-               "[--timeline PREFIX] [--limit-steps N]\n",
+               "[--timeline PREFIX] [--limit-steps N] [--recompute none|full]\n",
                why);
   throw 2;
 }
@@ -109,6 +113,8 @@ Args parse(int argc, char** argv) {
       a.timeline = value(i);
     else if (f == "--limit-steps")
       a.limit_steps = number(i);
+    else if (f == "--recompute")
+      a.recompute = value(i);
     else if (f == "--help" || f == "-h")
       usage("help");
     else
@@ -116,6 +122,8 @@ Args parse(int argc, char** argv) {
   }
   if (a.epochs < 1 || a.batch < 1 || a.hidden < 1 || !(a.lr > 0))
     usage("--epochs, --batch, --hidden and --lr must be positive");
+  if (a.recompute != "none" && a.recompute != "full")
+    usage(("--recompute expects none or full, got '" + a.recompute + "'").c_str());
   return a;
 }
 
@@ -130,12 +138,15 @@ using Model = telar::Sequential<Col, R, Row, R, D>;
 using Strategy = telar::Strategy<telar::DataParallel<telar::RingAllreduce>,
                                  telar::PipelineParallel<telar::OneFOneB>, telar::TensorParallel<>>;
 
+// Full activation recomputation: every layer keeps only its input.
+using FullRecompute = telar::RecomputeAll<Model>;
+
 Model make_model(std::size_t hidden) {
   return Model(Col(784, hidden), {}, Row(hidden, hidden), {}, D(hidden, 10));
 }
 
-template <class Optimizer>
-int train(MPI_Comm comm, Args const& a, Optimizer opt) {
+template <class ModelT, class Optimizer>
+int train(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -153,7 +164,7 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
   long long const total_steps = (long long)steps_per_epoch * a.epochs;
   opts.lr = telar::warmup_cosine(a.lr, std::min<long long>(100, total_steps / 10), total_steps,
                                  a.lr * 0.05);
-  telar::Trainer<Model, Strategy, Optimizer> trainer(comm, make_model(a.hidden), opt, opts, 784);
+  telar::Trainer<ModelT, Strategy, Optimizer> trainer(comm, std::move(model), opt, opts, 784);
   int const dp = trainer.grid_shape().dp;
   if (a.batch % std::size_t(dp) != 0)
     throw telar::Error("fashion_mnist: --batch " + std::to_string(a.batch) +
@@ -162,11 +173,12 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
   if (root)
     std::fprintf(stderr,
                  "fashion_mnist: %zu train / %zu test samples, MLP 784-%zu-%zu-10, %s, "
-                 "layout %s, schedule %s, %d micro-batches, global batch %zu, gemm %s\n",
+                 "layout %s, schedule %s, %d micro-batches, global batch %zu, gemm %s, "
+                 "recompute %s\n",
                  data.train.size, data.test.size, a.hidden, a.hidden, Optimizer::name(),
                  trainer.layout().c_str(), trainer.pipeline_schedule().name.c_str(),
                  opts.microbatches, a.batch,
-                 telar::gemm_backend_name<T, telar::DefaultMemorySpace>());
+                 telar::gemm_backend_name<T, telar::DefaultMemorySpace>(), a.recompute.c_str());
 
   // The test set lives on the device once; training batches are gathered per step.
   telar::BatchGather<telar::DefaultMemorySpace> test_set;
@@ -258,6 +270,7 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
           .add("tp", trainer.grid_shape().tp)
           .add("schedule", trainer.pipeline_schedule().name)
           .add("microbatches", opts.microbatches)
+          .add("recompute", a.recompute)
           .add("gemm", telar::gemm_backend_name<T, telar::DefaultMemorySpace>());
       telar::JsonObject j;
       j.add("final_loss", last_loss)
@@ -275,6 +288,13 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
     }
   }
   return 0;
+}
+
+template <class Optimizer>
+int train(MPI_Comm comm, Args const& a, Optimizer opt) {
+  if (a.recompute == "full")
+    return train(comm, a, telar::recompute_all(make_model(a.hidden)), opt);
+  return train(comm, a, make_model(a.hidden), opt);
 }
 
 int run(MPI_Comm comm, Args const& a) {
