@@ -194,6 +194,10 @@ constexpr bool recompute_preserves_shape() {
  *  number of micro-batches between backward_input and backward_weight at
  *  once, at least one (see states_allocated()).
  *
+ *  backward_input and backward_weight (or backward) are inherited from
+ *  detail::RecomputeBackward, which offers exactly those \p L has (a layer
+ *  without parameters gets no backward_weight).
+ *
  *  \tparam L a layer or block (checked against the Layer concept) */
 template <class L>
 class Recompute : public detail::RecomputeBackward<Recompute<L>, L> {
@@ -231,12 +235,16 @@ public:
   /*! \brief Wraps \p layer. \param layer the layer or block to recompute */
   explicit Recompute(L layer) : layer_(std::move(layer)) {}
   /*! \brief A copy of the layer, with an empty workspace. \param o the original */
-  Recompute(Recompute const& o) : layer_(o.layer_) {}
+  Recompute(Recompute const& o)
+      : layer_(o.layer_), tp_size_(o.tp_size_), built_out_(o.built_out_) {}
   /*! \brief Moves the layer, with an empty workspace. \param o the original */
-  Recompute(Recompute&& o) noexcept : layer_(std::move(o.layer_)) {}
+  Recompute(Recompute&& o) noexcept
+      : layer_(std::move(o.layer_)), tp_size_(o.tp_size_), built_out_(o.built_out_) {}
   /*! \brief Copies the layer; the workspace is dropped. \param o the original */
   Recompute& operator=(Recompute const& o) {
     layer_ = o.layer_;
+    tp_size_ = o.tp_size_;
+    built_out_ = o.built_out_;
     free_.clear();
     pending_.reset();
     allocated_ = 0;
@@ -245,6 +253,8 @@ public:
   /*! \brief Moves the layer; the workspace is dropped. \param o the original */
   Recompute& operator=(Recompute&& o) noexcept {
     layer_ = std::move(o.layer_);
+    tp_size_ = o.tp_size_;
+    built_out_ = o.built_out_;
     free_.clear();
     pending_.reset();
     allocated_ = 0;

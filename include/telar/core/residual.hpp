@@ -170,6 +170,7 @@ public:
     // Not in place: the body's (or projection's) last layer may keep its
     // output for backward (ReLU does).
     auto out = buffer(saved.body_out, y.extent(0), y.extent(1));
+    saved.shortcut_input_done = false; // a reused saved object: a new micro-batch
     body_.forward(exec, x, out, saved.body);
     if constexpr (projected) {
       auto buf = buffer(saved.buffer, y.extent(0), y.extent(1));
