@@ -81,6 +81,9 @@ public:
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return projected ? "ProjectedResidual" : "Residual"; }
+  /*! \brief The body's backward_weight reuses its backward_input's inner
+   *  gradients: run together, the input part goes first. */
+  static constexpr bool backward_input_first = true;
 
   /*! \brief The body. */
   Body& body() { return body_; }
