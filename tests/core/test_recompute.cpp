@@ -269,6 +269,10 @@ TEST_CASE("Recompute: parameter names, shapes and names pass through", "[recompu
   using Act = telar::Recompute<telar::ReLU<float>>;
   static_assert(Act::preserves_shape == telar::ReLU<float>::preserves_shape);
   CHECK(std::string(Act::name()) == "ReLU");
+  // Run together, B goes first: one recomputation, reused by W.
+  static_assert(telar::layer_traits<telar::Recompute<D<float>>>::backward_input_first);
+  static_assert(telar::layer_traits<telar::Recompute<Mlp<float>>>::has_backward_weight);
+  static_assert(!telar::layer_traits<Act>::has_backward_weight);
 }
 
 TEST_CASE("Recompute: outputs and gradients are bitwise those of the plain model",

@@ -221,6 +221,10 @@ public:
   static constexpr Shape static_output_shape = Traits::static_output_shape;
   /*! \brief L's preserves_shape (false if it has none). */
   static constexpr bool preserves_shape = detail::recompute_preserves_shape<L>();
+  /*! \brief Run together (non-split schedules), the input part goes first:
+   *  it recomputes once and backward_weight reuses the rebuilt state (and a
+   *  block's inner gradients) right after, then drops it. */
+  static constexpr bool backward_input_first = true;
 
   /*! \brief One entry of the wrapper's workspace: L's saved state and the
    *  output buffer of its recomputed forward. */
