@@ -183,11 +183,12 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
   if (root)
     std::fprintf(stderr,
                  "cnn: %zu train / %zu test samples, CNN [1,28,28] 32-res32-64-%zu-10, %s, "
-                 "layout %s, schedule %s, %d micro-batches, global batch %zu, gemm %s\n",
+                 "layout %s, schedule %s, %d micro-batches, global batch %zu, gemm %s, conv %s\n",
                  data.train.size, data.test.size, a.hidden, Optimizer::name(),
                  trainer.layout().c_str(), trainer.pipeline_schedule().name.c_str(),
                  opts.microbatches, a.batch,
-                 telar::gemm_backend_name<T, telar::DefaultMemorySpace>());
+                 telar::gemm_backend_name<T, telar::DefaultMemorySpace>(),
+                 telar::conv_backend_name<T, telar::DefaultMemorySpace>());
 
   // The test set lives on the device once; training batches are gathered per step.
   telar::BatchGather<telar::DefaultMemorySpace> test_set;
@@ -283,7 +284,8 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
           .add("tp", trainer.grid_shape().tp)
           .add("schedule", trainer.pipeline_schedule().name)
           .add("microbatches", opts.microbatches)
-          .add("gemm", telar::gemm_backend_name<T, telar::DefaultMemorySpace>());
+          .add("gemm", telar::gemm_backend_name<T, telar::DefaultMemorySpace>())
+          .add("conv", telar::conv_backend_name<T, telar::DefaultMemorySpace>());
       telar::JsonObject j;
       j.add("final_loss", last_loss)
           .add("test_loss", test.loss)

@@ -148,6 +148,8 @@ TEST_CASE("Pooling and Flatten gradients match finite differences", "[pool][fd]"
   require_gradients(telar::MaxPool2D<double>(2), Shape{2, 4, 6}, 2, "max 2x2");
   require_gradients(telar::MaxPool2D<double>(3, 2, 1), Shape{2, 5, 5}, 2, "max 3x3 s2 p1");
   require_gradients(telar::MaxPool2D<double>(3, 1), Shape{1, 5, 4}, 2, "max 3x3 s1 (overlap)");
+  require_gradients(telar::MaxPool2D<double>(2), Shape{2, 5, 7}, 2, "max 2x2, odd extents (tiled path)");
+  require_gradients(telar::MaxPool2D<double>(3), Shape{2, 7, 6}, 2, "max 3x3 s3 (tiled path)");
   require_gradients(telar::AvgPool2D<double>(2), Shape{2, 4, 6}, 2, "avg 2x2");
   require_gradients(telar::AvgPool2D<double>(3, 2, 1), Shape{2, 5, 6}, 2, "avg 3x3 s2 p1");
   require_gradients(telar::GlobalAvgPool<double>{}, Shape{3, 4, 5}, 2, "global avg");

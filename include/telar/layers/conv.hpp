@@ -13,6 +13,10 @@
  *  - backward_weight: dW += dy_n col(x_n)^T (col recomputed: only x is kept),
  *    db += sums of dy over positions.
  *  A 1x1 convolution with stride 1 and no padding skips im2col (col(x) = x).
+ *
+ *  The convolution policy (telar/layers/conv_policy.hpp) may replace this
+ *  path: telar::AutoConv runs oneDNN's convolution primitives for float on
+ *  host memory when Telar was built with oneDNN (see docs/design.md).
  *  \code
  *  telar::Conv2D<float> conv(3, 16, 3, 1, 1);  // 3 -> 16 channels, 3x3, stride 1, padding 1
  *  \endcode
@@ -24,6 +28,8 @@
 #include <telar/core/layer.hpp>
 #include <telar/core/shape.hpp>
 #include <telar/core/tensor.hpp>
+#include <telar/layers/conv_policy.hpp>
+#include <telar/layers/detail/onednn_conv.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -32,6 +38,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 namespace telar {
 
@@ -233,10 +240,17 @@ using ConvSlice =
  *  \tparam T value type (float or double)
  *  \tparam Dims 2 or 3 spatial dimensions
  *  \tparam MemorySpace where parameters and activations live
- *  \tparam Gemm GEMM policy (see telar/core/gemm.hpp) */
-template <class T, int Dims, class MemorySpace = DefaultMemorySpace, class Gemm = AutoGemm>
+ *  \tparam Gemm GEMM policy of the im2col path (see telar/core/gemm.hpp)
+ *  \tparam ConvPolicy convolution policy (see telar/layers/conv_policy.hpp) */
+template <class T, int Dims, class MemorySpace = DefaultMemorySpace, class Gemm = AutoGemm,
+          class ConvPolicy = AutoConv>
 class Convolution {
   static_assert(Dims == 2 || Dims == 3, "telar::Convolution: Dims must be 2 or 3");
+  static_assert(is_conv_policy_v<ConvPolicy>,
+                "telar::Convolution: ConvPolicy must be a Telar convolution policy");
+  static_assert(ConvPolicy::template supports<T, MemorySpace>(),
+                "telar::Convolution: this convolution policy does not support the value type "
+                "or memory space (use telar::AutoConv)");
 
 public:
   /*! \brief Scalar type. */
@@ -268,6 +282,11 @@ public:
               bool bias = true, Extents dilation = fill(1))
       : in_(in), out_(out), kernel_(kernel), stride_(stride), padding_(padding),
         dilation_(dilation), use_bias_(bias) {}
+
+  /*! \brief The concrete convolution policy (AutoConv resolved). */
+  using conv_policy =
+      std::conditional_t<std::is_same_v<ConvPolicy, AutoConv>,
+                         typename AutoConv::template select<T, MemorySpace>, ConvPolicy>;
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return Dims == 2 ? "Conv2D" : "Conv3D"; }
@@ -331,6 +350,15 @@ public:
     auto const g = g_;
     int const K = g.K(), P = g.P(), Co = g.Co;
     std::size_t const n = x.extent(0);
+    if constexpr (use_onednn) {
+#if TELAR_HAVE_ONEDNN
+      exec.fence(); // oneDNN runs on the calling thread: earlier kernels must be done
+      if (n > 0)
+        onednn_.forward(g, n, x.data(), weight.data(), use_bias_ ? bias.data() : nullptr,
+                        y.data());
+      return;
+#endif
+    }
     T beta = 0;
     if (use_bias_) {
       detail::conv_fill_bias(exec, y, bias, P);
@@ -365,6 +393,14 @@ public:
     auto const g = g_;
     int const K = g.K(), P = g.P(), Co = g.Co;
     std::size_t const n = dy.extent(0);
+    if constexpr (use_onednn) {
+#if TELAR_HAVE_ONEDNN
+      exec.fence();
+      if (n > 0)
+        onednn_.backward_data(g, n, dy.data(), weight.data(), dx.data(), use_bias_);
+      return;
+#endif
+    }
     using Out = detail::ConvSlice<T, MemorySpace>;
     using In = detail::ConvSlice<const T, MemorySpace>;
     if (g.pointwise()) {
@@ -396,6 +432,15 @@ public:
     auto const g = g_;
     int const K = g.K(), P = g.P(), Co = g.Co;
     std::size_t const n = dy.extent(0);
+    if constexpr (use_onednn) {
+#if TELAR_HAVE_ONEDNN
+      exec.fence();
+      if (n > 0)
+        onednn_.backward_weights(g, n, x.data(), dy.data(), weight_grad.data(),
+                                 use_bias_ ? bias_grad.data() : nullptr);
+      return;
+#endif
+    }
     using In = detail::ConvSlice<const T, MemorySpace>;
     if (use_bias_)
       detail::conv_bias_grad(exec, dy, bias_grad, P);
@@ -508,24 +553,34 @@ private:
     return ws_;
   }
 
+  static constexpr bool use_onednn = std::is_same_v<conv_policy, OneDnnConv>;
+
   std::size_t in_ = 0, out_ = 0;
   Extents kernel_ = fill(1), stride_ = fill(1), padding_ = fill(0), dilation_ = fill(1);
   bool use_bias_ = true;
   detail::ConvGeometry g_{};
   bool built_ = false;
   mutable Kokkos::View<T*, MemorySpace> ws_;
+#if TELAR_HAVE_ONEDNN
+  // oneDNN primitives per batch size (empty unless conv_policy is OneDnnConv).
+  mutable detail::OneDnnConvCache onednn_;
+#endif
 };
 
 /*! \brief 2-D convolution over samples [C, H, W]:
  *  `Conv2D<T>(in, out, kernel, stride = 1, padding = 0, bias = true, dilation = 1)`.
- *  \tparam T value type \tparam MemorySpace memory space \tparam Gemm GEMM policy */
-template <class T, class MemorySpace = DefaultMemorySpace, class Gemm = AutoGemm>
-using Conv2D = Convolution<T, 2, MemorySpace, Gemm>;
+ *  \tparam T value type \tparam MemorySpace memory space \tparam Gemm GEMM policy
+ *  \tparam ConvPolicy convolution policy */
+template <class T, class MemorySpace = DefaultMemorySpace, class Gemm = AutoGemm,
+          class ConvPolicy = AutoConv>
+using Conv2D = Convolution<T, 2, MemorySpace, Gemm, ConvPolicy>;
 
 /*! \brief 3-D convolution over samples [C, D, H, W]:
  *  `Conv3D<T>(in, out, kernel, stride = 1, padding = 0, bias = true, dilation = 1)`.
- *  \tparam T value type \tparam MemorySpace memory space \tparam Gemm GEMM policy */
-template <class T, class MemorySpace = DefaultMemorySpace, class Gemm = AutoGemm>
-using Conv3D = Convolution<T, 3, MemorySpace, Gemm>;
+ *  \tparam T value type \tparam MemorySpace memory space \tparam Gemm GEMM policy
+ *  \tparam ConvPolicy convolution policy */
+template <class T, class MemorySpace = DefaultMemorySpace, class Gemm = AutoGemm,
+          class ConvPolicy = AutoConv>
+using Conv3D = Convolution<T, 3, MemorySpace, Gemm, ConvPolicy>;
 
 } // namespace telar

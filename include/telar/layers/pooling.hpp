@@ -41,12 +41,45 @@ KOKKOS_INLINE_FUNCTION void pool_cover(int i, int k, int s, int p, int out, int&
     hi = out;
 }
 
+// Windows that tile the input without padding or overlap (stride = kernel,
+// the usual 2 x 2 / 2): fast paths with no bounds checks and, backward, a
+// scatter of each output gradient to its maximum instead of a gather.
+KOKKOS_INLINE_FUNCTION bool pool_tiled(PoolGeometry const& g) { return g.p == 0 && g.s == g.k; }
+
 // y = window maxima, idx = position (h * W + w) of each maximum in its plane.
 template <class Exec, class X, class Y, class I>
 void maxpool_forward(Exec const& exec, PoolGeometry const g, X const& x, Y const& y,
                      I const& idx) {
   using T = typename Y::non_const_value_type;
   std::size_t const rows = x.extent(0) * std::size_t(g.C) * std::size_t(g.Ho);
+  if (pool_tiled(g)) {
+    Kokkos::parallel_for(
+        "telar::MaxPool2D::forward_tiled", Kokkos::RangePolicy<Exec>(exec, 0, rows),
+        KOKKOS_LAMBDA(std::size_t r) {
+          int const oh = int(r % std::size_t(g.Ho));
+          std::size_t const plane = r / std::size_t(g.Ho); // s * C + c
+          int const h0 = oh * g.k;
+          auto const* in = x.data() + plane * std::size_t(g.H) * std::size_t(g.W);
+          T* out = y.data() + r * std::size_t(g.Wo);
+          int* arg = idx.data() + r * std::size_t(g.Wo);
+          for (int ow = 0; ow < g.Wo; ++ow) {
+            int const w0 = ow * g.k;
+            int best = h0 * g.W + w0;
+            T m = in[best];
+            for (int h = h0; h < h0 + g.k; ++h)
+              for (int w = w0; w < w0 + g.k; ++w) {
+                T const v = in[h * g.W + w];
+                if (v > m) { // ties keep the first in row-major order
+                  m = v;
+                  best = h * g.W + w;
+                }
+              }
+            out[ow] = m;
+            arg[ow] = best;
+          }
+        });
+    return;
+  }
   Kokkos::parallel_for(
       "telar::MaxPool2D::forward", Kokkos::RangePolicy<Exec>(exec, 0, rows),
       KOKKOS_LAMBDA(std::size_t r) {
@@ -82,6 +115,30 @@ void maxpool_backward(Exec const& exec, PoolGeometry const g, DY const& dy, DX c
                       I const& idx) {
   using T = typename DX::non_const_value_type;
   std::size_t const rows = dx.extent(0) * std::size_t(g.C) * std::size_t(g.H);
+  if (pool_tiled(g)) {
+    // Input row h lies in output row h / k only: zero it, then write the
+    // gradients of that output row's maxima that fall in it.
+    Kokkos::parallel_for(
+        "telar::MaxPool2D::backward_input_tiled", Kokkos::RangePolicy<Exec>(exec, 0, rows),
+        KOKKOS_LAMBDA(std::size_t r) {
+          int const h = int(r % std::size_t(g.H));
+          std::size_t const plane = r / std::size_t(g.H);
+          T* out = dx.data() + r * std::size_t(g.W);
+          for (int w = 0; w < g.W; ++w)
+            out[w] = T(0);
+          int const oh = h / g.k;
+          if (oh >= g.Ho)
+            return;
+          std::size_t const o0 = (plane * std::size_t(g.Ho) + std::size_t(oh)) * std::size_t(g.Wo);
+          int const first = h * g.W;
+          for (int ow = 0; ow < g.Wo; ++ow) {
+            int const col = idx.data()[o0 + std::size_t(ow)] - first;
+            if (col >= 0 && col < g.W)
+              out[col] = dy.data()[o0 + std::size_t(ow)];
+          }
+        });
+    return;
+  }
   Kokkos::parallel_for(
       "telar::MaxPool2D::backward_input", Kokkos::RangePolicy<Exec>(exec, 0, rows),
       KOKKOS_LAMBDA(std::size_t r) {

@@ -1,0 +1,84 @@
+#pragma once
+/*! \file
+ *  \brief Convolution policies: which implementation telar::Convolution runs.
+ *
+ *  Like the GEMM policies (telar/core/gemm.hpp), chosen by measurement
+ *  (docs/design.md has the figures): on x86 hosts oneDNN's direct
+ *  convolutions (telar::OneDnnConv) are several times faster than lowering
+ *  each sample to a matrix and multiplying (telar::Im2colConv), which stays
+ *  the portable path (any value type, any memory space, GPUs included) and
+ *  the reference in tests. telar::AutoConv picks oneDNN for float on host
+ *  memory when Telar was built with it, and im2col + GEMM elsewhere.
+ *  \code
+ *  telar::Conv2D<float> a(3, 16, 3, 1, 1);  // AutoConv
+ *  telar::Conv2D<float, telar::DefaultMemorySpace, telar::AutoGemm, telar::Im2colConv> b(3, 16, 3);
+ *  \endcode
+ */
+#include <telar/config.hpp>
+#include <telar/core/tensor.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <type_traits>
+
+namespace telar {
+
+/*! \brief Portable convolution: im2col (a Kokkos kernel) and the layer's GEMM
+ *  policy per sample, col2im for the input gradient. */
+struct Im2colConv {
+  /*! \brief Name for logs. */
+  static constexpr char const* name() { return "im2col"; }
+  /*! \brief Whether this policy convolves T in MemorySpace (always).
+   *  \tparam T value type \tparam MemorySpace memory space */
+  template <class T, class MemorySpace>
+  static constexpr bool supports() {
+    return true;
+  }
+};
+
+/*! \brief oneDNN's convolution primitives (forward, backward data, backward
+ *  weights with bias) on host memory, float only. Primitives are created once
+ *  per layer and batch size and reused. */
+struct OneDnnConv {
+  /*! \brief Name for logs. */
+  static constexpr char const* name() { return "onednn"; }
+  /*! \brief Whether this policy convolves T in MemorySpace.
+   *  \tparam T value type \tparam MemorySpace memory space */
+  template <class T, class MemorySpace>
+  static constexpr bool supports() {
+    return TELAR_HAVE_ONEDNN && std::is_same_v<T, float> &&
+           Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
+  }
+};
+
+/*! \brief Picks, per value type and memory space, oneDNN when it supports
+ *  them, else im2col + GEMM. */
+struct AutoConv {
+  /*! \brief Name for logs. */
+  static constexpr char const* name() { return "auto"; }
+  /*! \brief Always usable. \tparam T value type \tparam MemorySpace memory space */
+  template <class T, class MemorySpace>
+  static constexpr bool supports() {
+    return true;
+  }
+  /*! \brief The concrete policy used for T in MemorySpace.
+   *  \tparam T value type \tparam MemorySpace memory space */
+  template <class T, class MemorySpace>
+  using select =
+      std::conditional_t<OneDnnConv::supports<T, MemorySpace>(), OneDnnConv, Im2colConv>;
+};
+
+/*! \brief True for the convolution policy types above. \tparam P a type */
+template <class P>
+inline constexpr bool is_conv_policy_v = std::is_same_v<P, Im2colConv> ||
+                                         std::is_same_v<P, OneDnnConv> ||
+                                         std::is_same_v<P, AutoConv>;
+
+/*! \brief Name of the policy AutoConv resolves to for T in MemorySpace.
+ *  \tparam T value type \tparam MemorySpace memory space */
+template <class T, class MemorySpace>
+constexpr char const* conv_backend_name() {
+  return AutoConv::select<T, MemorySpace>::name();
+}
+
+} // namespace telar

@@ -1,0 +1,346 @@
+#pragma once
+// oneDNN convolution primitives behind telar::OneDnnConv (host memory, float).
+//
+// Telar's activations are row-major [n, C*(D*)H*W], i.e. oneDNN's plain
+// NCHW / NCDHW, and its weights [Co, C*(kd*)kh*kw] are OIHW / OIDHW. Each
+// primitive is created with format "any" (or the plain formats, see
+// OneDnnConvCache::blocked) and oneDNN picks its layout; arguments whose
+// layout differs from the plain one go through cached reorders into cached
+// buffers. Everything (primitive descriptors, primitives, reorders, memory
+// objects, buffers) is created once per (geometry, batch size): a
+// steady-state step only sets data handles and executes.
+#include <telar/config.hpp>
+
+#if TELAR_HAVE_ONEDNN
+#include <telar/core/error.hpp>
+
+#include <dnnl.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace telar {
+namespace detail {
+
+// One process-wide CPU engine; one stream per thread (streams are cheap, and
+// a layer may run on several threads over its life).
+inline dnnl::engine& onednn_engine() {
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+inline dnnl::stream& onednn_stream() {
+  thread_local dnnl::stream s(onednn_engine());
+  return s;
+}
+
+// One argument of a primitive: the caller's plain buffer (`user`, whose
+// handle is set per call) and, when the primitive wants another layout, a
+// buffer in that layout with the reorder between them.
+struct OneDnnPort {
+  dnnl::memory user, inner;
+  dnnl::reorder convert; // user -> inner for inputs, inner -> user for outputs
+  bool reordered = false;
+
+  void init(dnnl::memory::desc const& plain, dnnl::memory::desc const& want, bool input) {
+    auto& eng = onednn_engine();
+    user = dnnl::memory(plain, eng, DNNL_MEMORY_NONE);
+    reordered = !(want == plain);
+    if (reordered) {
+      inner = dnnl::memory(want, eng);
+      convert = input ? dnnl::reorder(user, inner) : dnnl::reorder(inner, user);
+    } else {
+      inner = user;
+    }
+  }
+  // The primitive's input, from the caller's buffer p.
+  dnnl::memory& in(dnnl::stream& s, void const* p) {
+    user.set_data_handle(const_cast<void*>(p));
+    if (reordered)
+      convert.execute(s, user, inner);
+    return inner;
+  }
+  // The primitive's output; finish() moves it to the caller's buffer p.
+  dnnl::memory& out(void* p) {
+    user.set_data_handle(p);
+    return inner;
+  }
+  void finish(dnnl::stream& s) {
+    if (reordered)
+      convert.execute(s, inner, user);
+  }
+};
+
+// Convolution sizes in oneDNN's terms (dilation counts from 0), 2-D or 3-D.
+struct OneDnnConvShape {
+  dnnl::memory::dims src, wei, bias, dst, strides, dilates, pad_l, pad_r;
+  dnnl::memory::format_tag act, wt;
+};
+
+// Primitives of one convolution layer, per batch size. Copies start empty
+// (primitives are not shared between layer copies).
+class OneDnnConvCache {
+public:
+  using tag = dnnl::memory::format_tag;
+  using dt = dnnl::memory::data_type;
+
+  OneDnnConvCache() = default;
+  OneDnnConvCache(OneDnnConvCache const&) {}
+  OneDnnConvCache(OneDnnConvCache&&) noexcept = default;
+  OneDnnConvCache& operator=(OneDnnConvCache const&) {
+    entries_.clear();
+    return *this;
+  }
+  OneDnnConvCache& operator=(OneDnnConvCache&&) noexcept = default;
+
+  // true: let oneDNN pick blocked layouts (reorders around each call);
+  // false: plain NCHW / OIHW only. Measured in bench/conv (docs/design.md).
+  static constexpr bool blocked = true;
+
+  // y = conv(x) + b for x [n, C*D*H*W], y [n, Co*Do*Ho*Wo]; b may be null.
+  template <class G>
+  void forward(G const& g, std::size_t n, float const* x, float const* w, float const* b,
+               float* y) {
+    Entry& e = entry(g, n, b != nullptr);
+    e.make_forward();
+    auto& s = onednn_stream();
+    e.f_src.in(s, x);
+    e.f_wei.in(s, w);
+    if (b)
+      e.f_bias.in(s, b);
+    e.f_dst.out(y);
+    e.fwd.execute(s, e.f_args);
+    e.f_dst.finish(s);
+    s.wait();
+  }
+
+  // dx = conv^T(dy) (overwritten).
+  template <class G>
+  void backward_data(G const& g, std::size_t n, float const* dy, float const* w, float* dx,
+                     bool bias) {
+    Entry& e = entry(g, n, bias);
+    e.make_backward_data();
+    auto& s = onednn_stream();
+    e.d_ddst.in(s, dy);
+    e.d_wei.in(s, w);
+    e.d_dsrc.out(dx);
+    e.bwd_data.execute(s, e.d_args);
+    e.d_dsrc.finish(s);
+    s.wait();
+  }
+
+  // dw += dL/dW, db += dL/db (db may be null: no bias).
+  template <class G>
+  void backward_weights(G const& g, std::size_t n, float const* x, float const* dy, float* dw,
+                        float* db) {
+    Entry& e = entry(g, n, db != nullptr);
+    e.make_backward_weights();
+    auto& s = onednn_stream();
+    e.w_src.in(s, x);
+    e.w_ddst.in(s, dy);
+    e.bwd_weights.execute(s, e.w_args);
+    e.w_dwei.finish(s);
+    if (db)
+      e.w_dbias.finish(s);
+    s.wait();
+    // oneDNN overwrites its outputs; Telar's gradients accumulate.
+    float const* pw = e.dw.data();
+    for (std::size_t i = 0, m = e.dw.size(); i < m; ++i)
+      dw[i] += pw[i];
+    if (db) {
+      float const* pb = e.db.data();
+      for (std::size_t i = 0, m = e.db.size(); i < m; ++i)
+        db[i] += pb[i];
+    }
+  }
+
+  // Batch sizes with primitives (tests).
+  std::size_t size() const { return entries_.size(); }
+
+private:
+  struct Entry {
+    OneDnnConvShape sh;
+    std::size_t n = 0;
+    bool bias = false;
+    std::vector<int> key;
+
+    dnnl::convolution_forward::primitive_desc fpd;
+    dnnl::convolution_forward fwd;
+    // Arguments of each primitive, built once: memory objects are handles,
+    // so setting a port's data handle updates them.
+    std::unordered_map<int, dnnl::memory> f_args, d_args, w_args;
+    bool has_fwd_pd = false, has_fwd = false, has_bwd_data = false, has_bwd_weights = false;
+    OneDnnPort f_src, f_wei, f_bias, f_dst;
+
+    dnnl::convolution_backward_data bwd_data;
+    OneDnnPort d_ddst, d_wei, d_dsrc;
+
+    dnnl::convolution_backward_weights bwd_weights;
+    OneDnnPort w_src, w_ddst, w_dwei, w_dbias;
+    std::vector<float> dw, db;
+
+    dnnl::memory::desc plain(dnnl::memory::dims const& d, tag t) const {
+      return dnnl::memory::desc(d, dt::f32, t);
+    }
+    dnnl::memory::desc want(dnnl::memory::dims const& d, tag t) const {
+      return dnnl::memory::desc(d, dt::f32, blocked ? tag::any : t);
+    }
+
+    void make_fwd_pd() {
+      if (has_fwd_pd)
+        return;
+      auto const src = want(sh.src, sh.act), wei = want(sh.wei, sh.wt), dst = want(sh.dst, sh.act);
+      auto& eng = onednn_engine();
+      if (bias) {
+        dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training,
+                                          dnnl::algorithm::convolution_direct, src, wei,
+                                          plain(sh.bias, tag::x), dst, sh.strides, sh.dilates,
+                                          sh.pad_l, sh.pad_r);
+        fpd = dnnl::convolution_forward::primitive_desc(d, eng);
+      } else {
+        dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training,
+                                          dnnl::algorithm::convolution_direct, src, wei, dst,
+                                          sh.strides, sh.dilates, sh.pad_l, sh.pad_r);
+        fpd = dnnl::convolution_forward::primitive_desc(d, eng);
+      }
+      has_fwd_pd = true;
+    }
+    void make_forward() {
+      if (has_fwd)
+        return;
+      make_fwd_pd();
+      fwd = dnnl::convolution_forward(fpd);
+      f_src.init(plain(sh.src, sh.act), fpd.src_desc(), true);
+      f_wei.init(plain(sh.wei, sh.wt), fpd.weights_desc(), true);
+      if (bias)
+        f_bias.init(plain(sh.bias, tag::x), fpd.bias_desc(), true);
+      f_dst.init(plain(sh.dst, sh.act), fpd.dst_desc(), false);
+      f_args = {{DNNL_ARG_SRC, f_src.inner}, {DNNL_ARG_WEIGHTS, f_wei.inner},
+                {DNNL_ARG_DST, f_dst.inner}};
+      if (bias)
+        f_args.insert({DNNL_ARG_BIAS, f_bias.inner});
+      has_fwd = true;
+    }
+    void make_backward_data() {
+      if (has_bwd_data)
+        return;
+      make_fwd_pd();
+      // With very few input channels, the blocked backward-data kernels are
+      // slower than the plain ones (1 -> 32 at 28x28: 18 ms vs 5 ms).
+      bool const few = sh.src[1] < 4;
+      auto pick = [&](dnnl::memory::dims const& d, tag t) { return few ? plain(d, t) : want(d, t); };
+      dnnl::convolution_backward_data::desc d(
+          dnnl::algorithm::convolution_direct, pick(sh.src, sh.act), pick(sh.wei, sh.wt),
+          pick(sh.dst, sh.act), sh.strides, sh.dilates, sh.pad_l, sh.pad_r);
+      dnnl::convolution_backward_data::primitive_desc pd(d, onednn_engine(), fpd);
+      bwd_data = dnnl::convolution_backward_data(pd);
+      d_ddst.init(plain(sh.dst, sh.act), pd.diff_dst_desc(), true);
+      d_wei.init(plain(sh.wei, sh.wt), pd.weights_desc(), true);
+      d_dsrc.init(plain(sh.src, sh.act), pd.diff_src_desc(), false);
+      d_args = {{DNNL_ARG_DIFF_DST, d_ddst.inner}, {DNNL_ARG_WEIGHTS, d_wei.inner},
+                {DNNL_ARG_DIFF_SRC, d_dsrc.inner}};
+      has_bwd_data = true;
+    }
+    void make_backward_weights() {
+      if (has_bwd_weights)
+        return;
+      make_fwd_pd();
+      auto const src = want(sh.src, sh.act), wei = want(sh.wei, sh.wt), dst = want(sh.dst, sh.act);
+      auto& eng = onednn_engine();
+      dnnl::convolution_backward_weights::primitive_desc pd;
+      if (bias) {
+        dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, src, wei,
+                                                   plain(sh.bias, tag::x), dst, sh.strides,
+                                                   sh.dilates, sh.pad_l, sh.pad_r);
+        pd = dnnl::convolution_backward_weights::primitive_desc(d, eng, fpd);
+      } else {
+        dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, src, wei,
+                                                   dst, sh.strides, sh.dilates, sh.pad_l,
+                                                   sh.pad_r);
+        pd = dnnl::convolution_backward_weights::primitive_desc(d, eng, fpd);
+      }
+      bwd_weights = dnnl::convolution_backward_weights(pd);
+      w_src.init(plain(sh.src, sh.act), pd.src_desc(), true);
+      w_ddst.init(plain(sh.dst, sh.act), pd.diff_dst_desc(), true);
+      w_dwei.init(plain(sh.wei, sh.wt), pd.diff_weights_desc(), false);
+      std::size_t wsize = 1;
+      for (auto v : sh.wei)
+        wsize *= std::size_t(v);
+      dw.assign(wsize, 0.f);
+      w_dwei.out(dw.data()); // gradients go to dw / db, then are added
+      w_args = {{DNNL_ARG_SRC, w_src.inner}, {DNNL_ARG_DIFF_DST, w_ddst.inner},
+                {DNNL_ARG_DIFF_WEIGHTS, w_dwei.inner}};
+      if (bias) {
+        db.assign(std::size_t(sh.bias[0]), 0.f);
+        w_dbias.init(plain(sh.bias, tag::x), pd.diff_bias_desc(), false);
+        w_args.insert({DNNL_ARG_DIFF_BIAS, w_dbias.out(db.data())});
+      }
+      has_bwd_weights = true;
+    }
+  };
+
+  // At most this many batch sizes keep primitives (training, evaluation and
+  // a remainder batch); the oldest goes first.
+  static constexpr std::size_t max_entries = 4;
+
+  template <class G>
+  static std::vector<int> key_of(G const& g, std::size_t n, bool bias) {
+    return {g.C,  g.D,  g.H,  g.W,  g.Co, g.kd, g.kh, g.kw, g.sd, g.sh, g.sw, g.pd,
+            g.ph, g.pw, g.dd, g.dh, g.dw, g.Do, g.Ho, g.Wo, int(n), int(n >> 31), bias ? 1 : 0};
+  }
+
+  template <class G>
+  Entry& entry(G const& g, std::size_t n, bool bias) {
+    auto key = key_of(g, n, bias);
+    for (auto& e : entries_)
+      if (e->key == key)
+        return *e;
+    if (entries_.size() >= max_entries)
+      entries_.erase(entries_.begin());
+    auto e = std::make_unique<Entry>();
+    e->key = std::move(key);
+    e->n = n;
+    e->bias = bias;
+    using dims = dnnl::memory::dims;
+    using dim = dnnl::memory::dim;
+    bool const three = g.D != 1 || g.kd != 1 || g.Do != 1 || g.sd != 1 || g.pd != 0;
+    auto& sh = e->sh;
+    if (three) {
+      sh.src = dims{dim(n), g.C, g.D, g.H, g.W};
+      sh.wei = dims{g.Co, g.C, g.kd, g.kh, g.kw};
+      sh.dst = dims{dim(n), g.Co, g.Do, g.Ho, g.Wo};
+      sh.strides = dims{g.sd, g.sh, g.sw};
+      sh.dilates = dims{g.dd - 1, g.dh - 1, g.dw - 1};
+      sh.pad_l = dims{g.pd, g.ph, g.pw};
+      sh.act = tag::ncdhw;
+      sh.wt = tag::oidhw;
+    } else {
+      sh.src = dims{dim(n), g.C, g.H, g.W};
+      sh.wei = dims{g.Co, g.C, g.kh, g.kw};
+      sh.dst = dims{dim(n), g.Co, g.Ho, g.Wo};
+      sh.strides = dims{g.sh, g.sw};
+      sh.dilates = dims{g.dh - 1, g.dw - 1};
+      sh.pad_l = dims{g.ph, g.pw};
+      sh.act = tag::nchw;
+      sh.wt = tag::oihw;
+    }
+    // Right padding that gives Telar's output extent: oneDNN requires
+    // (in + l + r - span) / stride + 1 == out exactly, so r = l works
+    // (floor division, as in conv_out_extent).
+    sh.pad_r = sh.pad_l;
+    sh.bias = dims{g.Co};
+    entries_.push_back(std::move(e));
+    return *entries_.back();
+  }
+
+  std::vector<std::unique_ptr<Entry>> entries_;
+};
+
+} // namespace detail
+} // namespace telar
+
+#endif // TELAR_HAVE_ONEDNN

@@ -1,0 +1,190 @@
+// Convolution policies: oneDNN's primitives (telar::OneDnnConv) against the
+// portable im2col + GEMM path (telar::Im2colConv) in float, forward, input
+// and weight gradients (accumulated), over 2-D and 3-D geometries and batch
+// sizes; AutoConv's choice. oneDNN has no f64 convolutions: the finite-
+// difference checks in double stay on the portable path (test_conv.cpp).
+#include "support.hpp"
+
+#include <telar/core/sequential.hpp>
+#include <telar/layers/activation.hpp>
+#include <telar/layers/conv.hpp>
+#include <telar/layers/pooling.hpp>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+using telar::Shape;
+using telar::test::random_matrix;
+using telar::test::to_host;
+using Exec = telar::DefaultMemorySpace::execution_space;
+using M = telar::DefaultMemorySpace;
+
+namespace {
+
+// Largest |a - b| / (1 + |b|) over two views of the same size.
+template <class A, class B>
+double worst(A const& a, B const& b) {
+  auto ha = to_host(a);
+  auto hb = to_host(b);
+  REQUIRE(ha.size() == hb.size());
+  double w = 0;
+  for (std::size_t i = 0; i < ha.size(); ++i)
+    w = std::max(w, std::fabs(double(ha.data()[i]) - double(hb.data()[i])) /
+                        (1.0 + std::fabs(double(hb.data()[i]))));
+  return w;
+}
+
+// Runs forward, backward_input and backward_weight twice (gradients must
+// accumulate) on layers a and b made by make(), and compares everything.
+template <class A, class B, class Make>
+void compare(Make make, Shape in, std::size_t n, std::string const& what) {
+  INFO(what << ", batch " << n);
+  A a = make(A{});
+  B b = make(B{});
+  a.build(in), b.build(in);
+  a.initialize(7), b.initialize(7);
+  std::size_t const out = a.output_shape(in).size();
+  auto x = random_matrix<float>(n, in.size(), 11);
+  auto dy = random_matrix<float>(n, out, 12);
+  telar::Matrix<float> ya("ya", n, out), yb("yb", n, out), dxa("dxa", n, in.size()),
+      dxb("dxb", n, in.size());
+  typename A::saved_type sa;
+  typename B::saved_type sb;
+  for (int rep = 0; rep < 2; ++rep) {
+    Kokkos::deep_copy(dxa, 3.f); // overwritten, not accumulated
+    Kokkos::deep_copy(dxb, -3.f);
+    a.forward(Exec{}, x, ya, sa);
+    b.forward(Exec{}, x, yb, sb);
+    a.backward_input(Exec{}, dy, dxa, sa);
+    b.backward_input(Exec{}, dy, dxb, sb);
+    a.backward_weight(Exec{}, dy, sa);
+    b.backward_weight(Exec{}, dy, sb);
+    Exec{}.fence();
+    CHECK(worst(ya, yb) < 1e-5);
+    CHECK(worst(dxa, dxb) < 1e-5);
+    CHECK(worst(a.weight_grad, b.weight_grad) < 1e-4);
+    if (a.has_bias())
+      CHECK(worst(a.bias_grad, b.bias_grad) < 1e-4);
+  }
+}
+
+} // namespace
+
+TEST_CASE("AutoConv picks oneDNN for float on the host when available", "[conv][policy]") {
+  using F = telar::AutoConv::select<float, M>;
+  using D = telar::AutoConv::select<double, M>;
+  CHECK(std::is_same_v<D, telar::Im2colConv>);
+  CHECK(std::string(telar::conv_backend_name<double, M>()) == "im2col");
+  if constexpr (TELAR_HAVE_ONEDNN &&
+                Kokkos::SpaceAccessibility<Kokkos::HostSpace, M>::accessible) {
+    CHECK(std::is_same_v<F, telar::OneDnnConv>);
+    CHECK(std::is_same_v<telar::Conv2D<float>::conv_policy, telar::OneDnnConv>);
+  } else {
+    CHECK(std::is_same_v<F, telar::Im2colConv>);
+  }
+  CHECK(std::is_same_v<telar::Conv2D<double>::conv_policy, telar::Im2colConv>);
+}
+
+#if TELAR_HAVE_ONEDNN
+TEST_CASE("oneDNN Conv2D equals im2col + GEMM in float", "[conv][policy]") {
+  if constexpr (telar::OneDnnConv::supports<float, M>()) {
+    using A = telar::Conv2D<float, M, telar::AutoGemm, telar::OneDnnConv>;
+    using B = telar::Conv2D<float, M, telar::AutoGemm, telar::Im2colConv>;
+    using E = telar::Conv2D<float>::Extents;
+    struct Case {
+      std::size_t C, Co;
+      E k, s, p, d;
+      bool bias;
+      Shape in;
+      char const* what;
+    };
+    for (Case const& c :
+         {Case{1, 8, {3, 3}, {1, 1}, {1, 1}, {1, 1}, true, Shape{1, 9, 9}, "1->8 3x3 p1 (first layer)"},
+          Case{5, 7, {3, 3}, {1, 1}, {1, 1}, {1, 1}, true, Shape{5, 6, 7}, "3x3 s1 p1"},
+          Case{3, 4, {3, 3}, {2, 2}, {1, 1}, {1, 1}, true, Shape{3, 7, 6}, "3x3 s2 p1"},
+          Case{4, 6, {3, 3}, {2, 2}, {0, 0}, {1, 1}, false, Shape{4, 8, 9}, "3x3 s2 p0 no bias, rows left over"},
+          Case{6, 3, {1, 1}, {1, 1}, {0, 0}, {1, 1}, true, Shape{6, 4, 5}, "1x1"},
+          Case{2, 5, {2, 2}, {1, 1}, {0, 0}, {2, 2}, true, Shape{2, 6, 5}, "2x2 dilation 2"},
+          Case{2, 3, {1, 3}, {1, 2}, {0, 1}, {1, 1}, true, Shape{2, 4, 7}, "1x3 stride (1,2)"},
+          Case{32, 32, {3, 3}, {1, 1}, {1, 1}, {1, 1}, true, Shape{32, 14, 14}, "CNN 32->32 14x14"}}) {
+      auto make = [&c](auto l) {
+        return decltype(l)(c.C, c.Co, c.k, c.s, c.p, c.bias, c.d);
+      };
+      for (std::size_t n : {std::size_t(1), std::size_t(3)})
+        compare<A, B>(make, c.in, n, c.what);
+    }
+  }
+}
+
+TEST_CASE("oneDNN Conv3D equals im2col + GEMM in float", "[conv][policy]") {
+  if constexpr (telar::OneDnnConv::supports<float, M>()) {
+    using A = telar::Conv3D<float, M, telar::AutoGemm, telar::OneDnnConv>;
+    using B = telar::Conv3D<float, M, telar::AutoGemm, telar::Im2colConv>;
+    compare<A, B>([](auto l) { return decltype(l)(2, 3, 3, 1, 1); }, Shape{2, 3, 4, 5}, 2,
+                  "3x3x3 s1 p1");
+    compare<A, B>([](auto l) { return decltype(l)(3, 4, 2, 2, 0, false); }, Shape{3, 4, 5, 4}, 2,
+                  "2x2x2 s2 p0 no bias");
+  }
+}
+
+TEST_CASE("oneDNN Conv2D keeps primitives per batch size and in copies", "[conv][policy]") {
+  if constexpr (telar::OneDnnConv::supports<float, M>()) {
+    using A = telar::Conv2D<float, M, telar::AutoGemm, telar::OneDnnConv>;
+    using B = telar::Conv2D<float, M, telar::AutoGemm, telar::Im2colConv>;
+    auto make = [](auto l) { return decltype(l)(3, 4, 3, 1, 1); };
+    // Several batch sizes through one layer (training, evaluation, remainder),
+    // more than the cache holds, then back.
+    A a = make(A{});
+    B b = make(B{});
+    Shape const in{3, 5, 5};
+    a.build(in), b.build(in);
+    a.initialize(2), b.initialize(2);
+    A copy = a; // a copy starts with no primitives and shares none
+    for (std::size_t n : {4, 2, 7, 1, 5, 4, 2}) {
+      INFO("batch " << n);
+      auto x = random_matrix<float>(n, in.size(), n);
+      telar::Matrix<float> ya("ya", n, 4 * 25), yb("yb", n, 4 * 25), yc("yc", n, 4 * 25);
+      A::saved_type sa, sc;
+      B::saved_type sb;
+      a.forward(Exec{}, x, ya, sa);
+      b.forward(Exec{}, x, yb, sb);
+      copy.forward(Exec{}, x, yc, sc);
+      CHECK(worst(ya, yb) < 1e-5);
+      CHECK(worst(yc, yb) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("A float CNN trains the same with oneDNN and im2col convolutions", "[conv][policy]") {
+  if constexpr (telar::OneDnnConv::supports<float, M>()) {
+    using T = float;
+    auto run = [](auto conv) {
+      using C = decltype(conv);
+      using Net = telar::Sequential<C, telar::ReLU<T>, telar::MaxPool2D<T>, C>;
+      Net net(C(1, 4, 3, 1, 1), {}, telar::MaxPool2D<T>(2), C(4, 2, 3, 1, 1));
+      Shape const in{1, 8, 8};
+      net.build(in);
+      net.initialize(5);
+      auto x = random_matrix<T>(3, in.size(), 1);
+      auto dy = random_matrix<T>(3, 2 * 16, 2);
+      telar::Matrix<T> y("y", 3, 2 * 16), dx("dx", 3, in.size());
+      typename Net::saved_type saved;
+      net.forward(Exec{}, x, y, saved);
+      net.backward_input(Exec{}, dy, dx, saved);
+      net.backward_weight(Exec{}, dy, saved);
+      Exec{}.fence();
+      auto const& first = std::get<0>(net.layers());
+      return std::make_pair(to_host(y), to_host(first.weight_grad));
+    };
+    auto a = run(telar::Conv2D<T, M, telar::AutoGemm, telar::OneDnnConv>{});
+    auto b = run(telar::Conv2D<T, M, telar::AutoGemm, telar::Im2colConv>{});
+    CHECK(worst(a.first, b.first) < 1e-5);
+    CHECK(worst(a.second, b.second) < 1e-4);
+  }
+}
+#endif
