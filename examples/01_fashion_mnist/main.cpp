@@ -18,6 +18,7 @@
 #include <telar/parallel/tensor_parallel.hpp>
 #include <telar/profile/trace.hpp>
 #include <telar/schedule/svg.hpp>
+#include <telar/schedule/tags.hpp>
 #include <telar/train/json.hpp>
 #include <telar/train/progress.hpp>
 #include <telar/train/trainer.hpp>
@@ -29,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -50,16 +52,33 @@ struct Args {
   long limit_steps = -1;
 };
 
+// "gpipe|1f1b|...": the schedule tags' canonical names.
+std::string schedule_choices() {
+  std::string out;
+  for (auto const& n : telar::schedule::schedule_names())
+    out += (out.empty() ? "" : "|") + n;
+  return out;
+}
+
 [[noreturn]] void usage(char const* why) {
   std::fprintf(stderr,
                "fashion_mnist: %s\n"
                "usage: fashion_mnist [--epochs N] [--batch N] [--lr X] "
                "[--optimizer sgd|momentum|adam|adamw|lamb] [--seed N] [--hidden N] [--data DIR] "
                "[--json] [--dp N] [--pp N] [--tp N] "
-               "[--schedule gpipe|1f1b|interleaved|zb-h1|zb-h2] [--microbatches M] "
+               "[--schedule %s] [--microbatches M] "
                "[--timeline PREFIX] [--limit-steps N]\n",
-               why);
+               why, schedule_choices().c_str());
   throw 2;
+}
+
+// Any accepted spelling (zb_h1, ZB-H1, ...) becomes the canonical name.
+std::string schedule_name(std::string const& v) {
+  try {
+    return telar::schedule::canonical_name(v);
+  } catch (std::invalid_argument const& e) {
+    usage(e.what());
+  }
 }
 
 Args parse(int argc, char** argv) {
@@ -102,7 +121,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--tp")
       a.tp = int(number(i));
     else if (f == "--schedule")
-      a.schedule = value(i);
+      a.schedule = schedule_name(value(i));
     else if (f == "--microbatches")
       a.microbatches = int(number(i));
     else if (f == "--timeline")

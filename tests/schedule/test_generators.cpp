@@ -49,7 +49,7 @@ TEST_CASE("schedule: every generator passes the validator for all p, m", "[sched
     INFO(result.message());
     REQUIRE(result.ok());
     REQUIRE(static_cast<int>(s.ranks.size()) == s.stages);
-    bool const split = s.name.rfind("zb_", 0) == 0;
+    bool const split = s.name.rfind("zb-", 0) == 0;
     for (int r = 0; r < s.stages; ++r) {
       REQUIRE(s.ranks[r].back().op == Op::OptimizerStep);
       int const per_rank = s.microbatches * s.chunks;

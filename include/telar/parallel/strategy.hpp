@@ -14,57 +14,15 @@
  */
 #include <telar/comm/allreduce.hpp>
 #include <telar/core/detail/type_traits.hpp>
-#include <telar/schedule/generators.hpp>
 #include <telar/schedule/schedule.hpp>
+#include <telar/schedule/tags.hpp>
 
 #include <string>
 #include <type_traits>
 
 namespace telar {
 
-// ---- pipeline schedule tags ------------------------------------------------
-
-/*! \brief GPipe: all forwards, then all backwards (peak memory m micro-batches). */
-struct GPipe {
-  /*! \brief Name for logs and --schedule. */
-  static constexpr char const* name() { return "gpipe"; }
-  /*! \brief The schedule for \p p stages and \p m micro-batches. \param p stages \param m
-   * micro-batches */
-  static schedule::Schedule make(int p, int m) { return schedule::gpipe(p, m); }
-};
-/*! \brief 1F1B (PipeDream-Flush): one forward, one backward in steady state
- *  (peak memory p micro-batches). */
-struct OneFOneB {
-  /*! \brief Name for logs and --schedule. */
-  static constexpr char const* name() { return "1f1b"; }
-  /*! \brief The schedule. \param p stages \param m micro-batches */
-  static schedule::Schedule make(int p, int m) { return schedule::one_f_one_b(p, m); }
-};
-/*! \brief Interleaved 1F1B with \p V model chunks per rank (Megatron-LM).
- *  \tparam V chunks per rank */
-template <int V = 2>
-struct Interleaved1F1B {
-  static_assert(V >= 1, "telar::Interleaved1F1B: V (chunks per rank) must be at least 1");
-  /*! \brief Name for logs and --schedule. */
-  static constexpr char const* name() { return "interleaved"; }
-  /*! \brief The schedule. \param p stages \param m micro-batches */
-  static schedule::Schedule make(int p, int m) { return schedule::interleaved_1f1b(p, m, V); }
-};
-/*! \brief ZB-H1 (Qi et al.): weight gradients fill the 1F1B bubble, same memory as 1F1B. */
-struct ZeroBubbleH1 {
-  /*! \brief Name for logs and --schedule. */
-  static constexpr char const* name() { return "zb-h1"; }
-  /*! \brief The schedule. \param p stages \param m micro-batches */
-  static schedule::Schedule make(int p, int m) { return schedule::zb_h1(p, m); }
-};
-/*! \brief ZB-H2 (Qi et al.): no bubble once m >= 2p - 1, at up to 2p - 1 micro-batches of memory.
- */
-struct ZeroBubbleH2 {
-  /*! \brief Name for logs and --schedule. */
-  static constexpr char const* name() { return "zb-h2"; }
-  /*! \brief The schedule. \param p stages \param m micro-batches */
-  static schedule::Schedule make(int p, int m) { return schedule::zb_h2(p, m); }
-};
+// Pipeline schedule tags (GPipe, OneFOneB, ...): telar/schedule/tags.hpp.
 
 // ---- policies ----------------------------------------------------------------
 
@@ -129,6 +87,9 @@ struct DataParallel {
  *  ZeroBubbleH1, ZeroBubbleH2) */
 template <class Schedule = OneFOneB>
 struct PipelineParallel {
+  static_assert(is_schedule_tag_v<Schedule>,
+                "telar::PipelineParallel: Schedule must be a schedule tag such as telar::OneFOneB, "
+                "telar::Interleaved1F1B<2> or telar::ZeroBubbleH1");
   /*! \brief The default schedule tag. */
   using schedule = Schedule;
   /*! \brief Name for logs. */
@@ -241,6 +202,19 @@ struct Strategy {
     return n.empty() ? "serial" : n;
   }
 };
+
+namespace detail {
+// The strategy's schedule tag; 1F1B without pipeline parallelism (the
+// schedule of gradient accumulation).
+template <class S, class = void>
+struct pipeline_schedule_of {
+  using type = OneFOneB;
+};
+template <class S>
+struct pipeline_schedule_of<S, std::enable_if_t<S::has_pipeline_parallel>> {
+  using type = typename S::pipeline_parallel::schedule;
+};
+} // namespace detail
 
 /*! \brief Serial training: one rank, no communication. */
 using Serial = Strategy<>;

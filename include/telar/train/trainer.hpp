@@ -46,7 +46,8 @@ struct TrainerOptions {
   GridShape grid{};                          //!< dp x pp x tp; dp = 0 takes the ranks left over
   GridOrder grid_order = default_grid_order; //!< rank layout, outermost axis first
   /*! \brief Pipeline schedule by name (gpipe, 1f1b, interleaved, zb-h1,
-   *  zb-h2); empty: the strategy's PipelineParallel default. */
+   *  zb-h2; any case, `_` for `-`, see schedule::canonical_name()); empty:
+   *  the strategy's PipelineParallel default. */
   std::string schedule;
   int chunks = 2; //!< model chunks per rank for the interleaved schedule
   /*! \brief A hand-made schedule to run instead (validated first). */
@@ -478,45 +479,15 @@ private:
                     " micro-batches, the run has pp=" + std::to_string(p) + " and " +
                     std::to_string(m));
     } else {
-      std::string name = options_.schedule;
-      if (name.empty()) {
-        if constexpr (StrategyT::has_pipeline_parallel)
-          name = StrategyT::pipeline_parallel::schedule::name();
-        else
-          name = "1f1b";
-      }
-      bool const interleaved = name == "interleaved" || name == "interleaved_1f1b";
-      int v = interleaved ? options_.chunks : 1;
-      if constexpr (StrategyT::has_pipeline_parallel)
-        if (options_.schedule.empty() && interleaved)
-          v = interleaved_chunks(typename StrategyT::pipeline_parallel::schedule{});
-      if (p == 1)
-        v = 1; // chunks on one rank would only copy activations around
-      // Accept the command-line spellings (zb-h1, interleaved) and the
-      // generators' (zb_h1, interleaved_1f1b).
-      std::string gen = name;
-      std::replace(gen.begin(), gen.end(), '-', '_');
-      if (gen == "interleaved")
-        gen = "interleaved_1f1b";
-      if (gen == "interleaved_1f1b" && v == 1)
-        gen = "1f1b";
+      using Default = typename detail::pipeline_schedule_of<StrategyT>::type;
       try {
-        schedule_ = schedule::generate(gen, p, m, v);
+        schedule_ = schedule::make_for_run<Default>(options_.schedule, p, m, options_.chunks);
       } catch (std::invalid_argument const& e) {
         throw Error(std::string("telar::Trainer: ") + e.what());
       }
     }
     schedule::check(schedule_); // throws ScheduleError naming stage and instruction
   }
-  template <class S>
-  static int interleaved_chunks(S) {
-    return 1;
-  }
-  template <int V>
-  static int interleaved_chunks(Interleaved1F1B<V>) {
-    return V;
-  }
-
   void build_partition() {
     std::size_t const S = std::size_t(schedule_.virtual_stages());
     if (!options_.stage_boundaries.empty()) {
