@@ -4,8 +4,11 @@
 //   fashion_mnist [--epochs 3] [--batch 64] [--lr 1e-3] [--optimizer adamw]
 //                 [--seed 1] [--hidden 256] [--data DIR] [--json]
 //                 [--dp N] [--pp N] [--tp N] [--schedule 1f1b] [--microbatches M]
-//                 [--timeline PREFIX] [--limit-steps N]
+//                 [--zero 0|1|2] [--timeline PREFIX] [--limit-steps N]
 //   mpirun -np 2 fashion_mnist --dp 2
+//
+// --zero picks the data-parallel sharding: 0 none, 1 ZeRO-1 (optimizer
+// state), 2 ZeRO-2 (optimizer state and gradients).
 //
 // --batch is the global batch; each data-parallel rank trains on batch/dp of
 // it. Rank 0 shows progress; with --json it ends with one JSON line.
@@ -48,6 +51,7 @@ struct Args {
   int dp = 0, pp = 1, tp = 1;
   std::string schedule = "1f1b";
   int microbatches = 0; // 0: pp * 2 when pipelining, else 1
+  int zero = 0;         // ZeRO stage
   std::string timeline;
   long limit_steps = -1;
 };
@@ -66,7 +70,7 @@ std::string schedule_choices() {
                "usage: fashion_mnist [--epochs N] [--batch N] [--lr X] "
                "[--optimizer sgd|momentum|adam|adamw|lamb] [--seed N] [--hidden N] [--data DIR] "
                "[--json] [--dp N] [--pp N] [--tp N] "
-               "[--schedule %s] [--microbatches M] "
+               "[--schedule %s] [--microbatches M] [--zero 0|1|2] "
                "[--timeline PREFIX] [--limit-steps N]\n",
                why, schedule_choices().c_str());
   throw 2;
@@ -124,6 +128,8 @@ Args parse(int argc, char** argv) {
       a.schedule = schedule_name(value(i));
     else if (f == "--microbatches")
       a.microbatches = int(number(i));
+    else if (f == "--zero")
+      a.zero = int(number(i));
     else if (f == "--timeline")
       a.timeline = value(i);
     else if (f == "--limit-steps")
@@ -135,6 +141,8 @@ Args parse(int argc, char** argv) {
   }
   if (a.epochs < 1 || a.batch < 1 || a.hidden < 1 || !(a.lr > 0))
     usage("--epochs, --batch, --hidden and --lr must be positive");
+  if (a.zero < 0 || a.zero > 2)
+    usage("--zero takes 0 (no sharding), 1 (ZeRO-1) or 2 (ZeRO-2)");
   return a;
 }
 
@@ -145,15 +153,25 @@ using R = telar::ReLU<T>;
 using Col = telar::ColumnParallel<D>;
 using Row = telar::RowParallel<D>;
 using Model = telar::Sequential<Col, R, Row, R, D>;
-// One strategy type for every run: degrees left at 1 cost nothing.
-using Strategy = telar::Strategy<telar::DataParallel<telar::RingAllreduce>,
-                                 telar::PipelineParallel<telar::OneFOneB>, telar::TensorParallel<>>;
+// One strategy type per ZeRO stage: degrees left at 1 cost nothing.
+template <int Stage>
+struct ShardingFor {
+  using type = telar::ZeRO<Stage>;
+};
+template <>
+struct ShardingFor<0> {
+  using type = telar::NoSharding;
+};
+template <int Stage>
+using StrategyFor =
+    telar::Strategy<telar::DataParallel<telar::RingAllreduce, typename ShardingFor<Stage>::type>,
+                    telar::PipelineParallel<telar::OneFOneB>, telar::TensorParallel<>>;
 
 Model make_model(std::size_t hidden) {
   return Model(Col(784, hidden), {}, Row(hidden, hidden), {}, D(hidden, 10));
 }
 
-template <class Optimizer>
+template <class Strategy, class Optimizer>
 int train(MPI_Comm comm, Args const& a, Optimizer opt) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
@@ -277,6 +295,7 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
           .add("tp", trainer.grid_shape().tp)
           .add("schedule", trainer.pipeline_schedule().name)
           .add("microbatches", opts.microbatches)
+          .add("zero", a.zero)
           .add("gemm", telar::gemm_backend_name<T, telar::DefaultMemorySpace>());
       telar::JsonObject j;
       j.add("final_loss", last_loss)
@@ -296,20 +315,29 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
   return 0;
 }
 
+template <class Optimizer>
+int train_stage(MPI_Comm comm, Args const& a, Optimizer opt) {
+  if (a.zero == 1)
+    return train<StrategyFor<1>>(comm, a, opt);
+  if (a.zero == 2)
+    return train<StrategyFor<2>>(comm, a, opt);
+  return train<StrategyFor<0>>(comm, a, opt);
+}
+
 int run(MPI_Comm comm, Args const& a) {
   if (a.optimizer == "sgd")
-    return train(comm, a, telar::SGD<T>{});
+    return train_stage(comm, a, telar::SGD<T>{});
   if (a.optimizer == "momentum") {
     telar::SGD<T> o;
     o.momentum = 0.9f;
-    return train(comm, a, o);
+    return train_stage(comm, a, o);
   }
   if (a.optimizer == "adam")
-    return train(comm, a, telar::Adam<T>{});
+    return train_stage(comm, a, telar::Adam<T>{});
   if (a.optimizer == "adamw")
-    return train(comm, a, telar::AdamW<T>{});
+    return train_stage(comm, a, telar::AdamW<T>{});
   if (a.optimizer == "lamb")
-    return train(comm, a, telar::LAMB<T>{});
+    return train_stage(comm, a, telar::LAMB<T>{});
   usage(("unknown optimizer '" + a.optimizer + "'").c_str());
 }
 

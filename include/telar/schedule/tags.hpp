@@ -133,15 +133,21 @@ inline std::string normalized(std::string s) {
   return s;
 }
 
+// "gpipe, ..., zb-h2; also accepted: interleaved_1f1b, zb_h1, ...": the
+// canonical names, then the other spellings that differ by more than case.
 inline std::string known_names() {
   std::string known, also;
+  auto underscored = [](std::string s) {
+    for (char& c : s)
+      c = c == '-' ? '_' : c;
+    return s;
+  };
   for_each_tag([&](auto tag) {
     known += (known.empty() ? "" : ", ") + std::string(tag.name());
-    std::string const alias = tag.alias();
-    also += (also.empty() ? "" : ", ") + normalized(alias.empty() ? tag.name() : alias);
+    for (std::string const n : {std::string(tag.alias()), std::string(tag.name())})
+      if (!n.empty() && underscored(n) != tag.name())
+        also += (also.empty() ? "" : ", ") + underscored(n);
   });
-  for (char& c : also)
-    c = c == '-' ? '_' : c;
   return known + "; also accepted: " + also + ", in any case";
 }
 
