@@ -110,7 +110,6 @@ inline constexpr bool is_schedule_tag_v =
 template <int V>
 inline constexpr bool is_schedule_tag_v<Interleaved1F1B<V>> = true;
 
-namespace schedule {
 namespace detail {
 
 // Every tag that can be named at run time (the interleaved one with its
@@ -153,11 +152,13 @@ inline std::string known_names() {
 
 } // namespace detail
 
+namespace schedule {
+
 /*! \brief Canonical names of the schedules, as the tags spell them:
  *  "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2". */
 inline std::vector<std::string> schedule_names() {
   std::vector<std::string> out;
-  detail::for_each_tag([&](auto tag) { out.push_back(tag.name()); });
+  telar::detail::for_each_tag([&](auto tag) { out.push_back(tag.name()); });
   return out;
 }
 
@@ -167,15 +168,15 @@ inline std::vector<std::string> schedule_names() {
  *  \param name a name as a user wrote it
  *  \throws std::invalid_argument naming the known schedules */
 inline std::string canonical_name(std::string const& name) {
-  std::string const n = detail::normalized(name);
+  std::string const n = telar::detail::normalized(name);
   std::string found;
-  detail::for_each_tag([&](auto tag) {
+  telar::detail::for_each_tag([&](auto tag) {
     if (n == tag.name() || (*tag.alias() != 0 && n == tag.alias()))
       found = tag.name();
   });
   if (found.empty())
     throw std::invalid_argument("telar::schedule: unknown schedule \"" + name +
-                                "\" (known: " + detail::known_names() + ")");
+                                "\" (known: " + telar::detail::known_names() + ")");
   return found;
 }
 
@@ -189,7 +190,7 @@ inline std::string canonical_name(std::string const& name) {
 inline Schedule generate(std::string const& name, int p, int m, int v = 2) {
   std::string const canonical = canonical_name(name);
   Schedule out;
-  detail::for_each_tag([&](auto tag) {
+  telar::detail::for_each_tag([&](auto tag) {
     if (canonical == tag.name())
       out = tag.make(p, m, v);
   });

@@ -169,23 +169,7 @@ public:
     auto const t0 = std::chrono::steady_clock::now();
     double const tr0 = trace_.now();
     std::size_t const n = x.extent(0);
-    std::size_t const m = std::size_t(schedule_.microbatches);
-    std::string bad;
-    if (y.extent(0) != n)
-      bad = std::to_string(n) + " inputs but " + std::to_string(y.extent(0)) + " targets";
-    else if (n < m)
-      bad = "a batch of " + std::to_string(n) + " samples cannot be split into " +
-            std::to_string(m) + " micro-batches";
-    else if (x.extent(1) != features_.front())
-      bad = "inputs have " + std::to_string(x.extent(1)) + " values per sample, the model expects " +
-            shapes_.front().str() + " = " + std::to_string(features_.front());
-    // Agree before any collective: a bad batch on one rank stops every rank.
-    bool const anyone = world_ && world_->size() > 1 ? world_->any(!bad.empty()) : !bad.empty();
-    if (!bad.empty())
-      throw ShapeError("telar::Trainer::step: " + where() + bad);
-    if (anyone)
-      throw ShapeError("telar::Trainer::step: " + where() +
-                       "another rank's batch was rejected (see its message)");
+    check_batch(x, y);
     execution_space exec;
     params_.zero_grads(exec);
     value_type const scale = value_type(1) / value_type(global_count(exec, y, n));
@@ -344,6 +328,26 @@ private:
   int dp_size() const { return shape_.dp; }
   std::string where() const {
     return size() > 1 ? "rank " + std::to_string(rank()) + ": " : std::string();
+  }
+
+  // Agrees before any collective: a bad batch on one rank stops every rank.
+  void check_batch(ConstMatrix<value_type, memory_space> x, target_type const& y) const {
+    std::size_t const n = x.extent(0), m = std::size_t(schedule_.microbatches);
+    std::string bad;
+    if (y.extent(0) != n)
+      bad = std::to_string(n) + " inputs but " + std::to_string(y.extent(0)) + " targets";
+    else if (n < m)
+      bad = "a batch of " + std::to_string(n) + " samples cannot be split into " +
+            std::to_string(m) + " micro-batches";
+    else if (x.extent(1) != features_.front())
+      bad = "inputs have " + std::to_string(x.extent(1)) + " values per sample, the model expects " +
+            shapes_.front().str() + " = " + std::to_string(features_.front());
+    bool const anyone = world_ && world_->size() > 1 ? world_->any(!bad.empty()) : !bad.empty();
+    if (!bad.empty())
+      throw ShapeError("telar::Trainer::step: " + where() + bad);
+    if (anyone)
+      throw ShapeError("telar::Trainer::step: " + where() +
+                       "another rank's batch was rejected (see its message)");
   }
 
   // The constructor's phases, in order; each names what it builds.
