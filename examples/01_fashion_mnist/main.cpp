@@ -5,6 +5,7 @@
 //                 [--seed 1] [--hidden 256] [--data DIR] [--json]
 //                 [--dp N] [--pp N] [--tp N] [--schedule 1f1b] [--microbatches M]
 //                 [--zero 0|1|2] [--timeline PREFIX] [--limit-steps N]
+//                 [--recompute none|full]
 //   mpirun -np 2 fashion_mnist --dp 2
 //
 // --zero picks the data-parallel sharding: 0 none, 1 ZeRO-1 (optimizer
@@ -12,6 +13,9 @@
 //
 // --batch is the global batch; each data-parallel rank trains on batch/dp of
 // it. Rank 0 shows progress; with --json it ends with one JSON line.
+// --recompute full wraps every layer in telar::Recompute (activation
+// recomputation: the same parameters and results, one more forward per step).
+#include <telar/core/recompute.hpp>
 #include <telar/data.hpp>
 #include <telar/layers/activation.hpp>
 #include <telar/layers/dense.hpp>
@@ -54,6 +58,7 @@ struct Args {
   int zero = 0;         // ZeRO stage
   std::string timeline;
   long limit_steps = -1;
+  std::string recompute = "none";
 };
 
 // "gpipe|1f1b|...": the schedule tags' canonical names.
@@ -71,7 +76,7 @@ std::string schedule_choices() {
                "[--optimizer sgd|momentum|adam|adamw|lamb] [--seed N] [--hidden N] [--data DIR] "
                "[--json] [--dp N] [--pp N] [--tp N] "
                "[--schedule %s] [--microbatches M] [--zero 0|1|2] "
-               "[--timeline PREFIX] [--limit-steps N]\n",
+               "[--timeline PREFIX] [--limit-steps N] [--recompute none|full]\n",
                why, schedule_choices().c_str());
   throw 2;
 }
@@ -134,6 +139,8 @@ Args parse(int argc, char** argv) {
       a.timeline = value(i);
     else if (f == "--limit-steps")
       a.limit_steps = number(i);
+    else if (f == "--recompute")
+      a.recompute = value(i);
     else if (f == "--help" || f == "-h")
       usage("help");
     else
@@ -143,6 +150,8 @@ Args parse(int argc, char** argv) {
     usage("--epochs, --batch, --hidden and --lr must be positive");
   if (a.zero < 0 || a.zero > 2)
     usage("--zero takes 0 (no sharding), 1 (ZeRO-1) or 2 (ZeRO-2)");
+  if (a.recompute != "none" && a.recompute != "full")
+    usage(("--recompute expects none or full, got '" + a.recompute + "'").c_str());
   return a;
 }
 
@@ -167,12 +176,15 @@ using StrategyFor =
     telar::Strategy<telar::DataParallel<telar::RingAllreduce, typename ShardingFor<Stage>::type>,
                     telar::PipelineParallel<telar::OneFOneB>, telar::TensorParallel<>>;
 
+// Full activation recomputation: every layer keeps only its input.
+using FullRecompute = telar::RecomputeAll<Model>;
+
 Model make_model(std::size_t hidden) {
   return Model(Col(784, hidden), {}, Row(hidden, hidden), {}, D(hidden, 10));
 }
 
-template <class Strategy, class Optimizer>
-int train(MPI_Comm comm, Args const& a, Optimizer opt) {
+template <class Strategy, class ModelT, class Optimizer>
+int train(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -190,7 +202,7 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
   long long const total_steps = (long long)steps_per_epoch * a.epochs;
   opts.lr = telar::warmup_cosine(a.lr, std::min<long long>(100, total_steps / 10), total_steps,
                                  a.lr * 0.05);
-  telar::Trainer<Model, Strategy, Optimizer> trainer(comm, make_model(a.hidden), opt, opts, 784);
+  telar::Trainer<ModelT, Strategy, Optimizer> trainer(comm, std::move(model), opt, opts, 784);
   int const dp = trainer.grid_shape().dp;
   if (a.batch % std::size_t(dp) != 0)
     throw telar::Error("fashion_mnist: --batch " + std::to_string(a.batch) +
@@ -199,11 +211,12 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
   if (root)
     std::fprintf(stderr,
                  "fashion_mnist: %zu train / %zu test samples, MLP 784-%zu-%zu-10, %s, "
-                 "layout %s, schedule %s, %d micro-batches, global batch %zu, gemm %s\n",
+                 "layout %s, schedule %s, %d micro-batches, global batch %zu, gemm %s, "
+                 "recompute %s\n",
                  data.train.size, data.test.size, a.hidden, a.hidden, Optimizer::name(),
                  trainer.layout().c_str(), trainer.pipeline_schedule().name.c_str(),
                  opts.microbatches, a.batch,
-                 telar::gemm_backend_name<T, telar::DefaultMemorySpace>());
+                 telar::gemm_backend_name<T, telar::DefaultMemorySpace>(), a.recompute.c_str());
 
   // The test set lives on the device once; training batches are gathered per step.
   telar::BatchGather<telar::DefaultMemorySpace> test_set;
@@ -296,6 +309,7 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
           .add("schedule", trainer.pipeline_schedule().name)
           .add("microbatches", opts.microbatches)
           .add("zero", a.zero)
+          .add("recompute", a.recompute)
           .add("gemm", telar::gemm_backend_name<T, telar::DefaultMemorySpace>());
       telar::JsonObject j;
       j.add("final_loss", last_loss)
@@ -315,29 +329,38 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
   return 0;
 }
 
-template <class Optimizer>
-int train_stage(MPI_Comm comm, Args const& a, Optimizer opt) {
+// --zero: the strategy type of the stage.
+template <class ModelT, class Optimizer>
+int train_zero(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt) {
   if (a.zero == 1)
-    return train<StrategyFor<1>>(comm, a, opt);
+    return train<StrategyFor<1>>(comm, a, std::move(model), opt);
   if (a.zero == 2)
-    return train<StrategyFor<2>>(comm, a, opt);
-  return train<StrategyFor<0>>(comm, a, opt);
+    return train<StrategyFor<2>>(comm, a, std::move(model), opt);
+  return train<StrategyFor<0>>(comm, a, std::move(model), opt);
+}
+
+// --recompute: the model type.
+template <class Optimizer>
+int train_model(MPI_Comm comm, Args const& a, Optimizer opt) {
+  if (a.recompute == "full")
+    return train_zero(comm, a, telar::recompute_all(make_model(a.hidden)), opt);
+  return train_zero(comm, a, make_model(a.hidden), opt);
 }
 
 int run(MPI_Comm comm, Args const& a) {
   if (a.optimizer == "sgd")
-    return train_stage(comm, a, telar::SGD<T>{});
+    return train_model(comm, a, telar::SGD<T>{});
   if (a.optimizer == "momentum") {
     telar::SGD<T> o;
     o.momentum = 0.9f;
-    return train_stage(comm, a, o);
+    return train_model(comm, a, o);
   }
   if (a.optimizer == "adam")
-    return train_stage(comm, a, telar::Adam<T>{});
+    return train_model(comm, a, telar::Adam<T>{});
   if (a.optimizer == "adamw")
-    return train_stage(comm, a, telar::AdamW<T>{});
+    return train_model(comm, a, telar::AdamW<T>{});
   if (a.optimizer == "lamb")
-    return train_stage(comm, a, telar::LAMB<T>{});
+    return train_model(comm, a, telar::LAMB<T>{});
   usage(("unknown optimizer '" + a.optimizer + "'").c_str());
 }
 

@@ -126,6 +126,8 @@ using static_output_shape_t = decltype(Shape(L::static_output_shape));
 template <class L>
 using preserves_shape_t = decltype(bool(L::preserves_shape));
 template <class L>
+using backward_input_first_t = decltype(bool(L::backward_input_first));
+template <class L>
 using initialize_t = decltype(std::declval<L&>().initialize(std::uint64_t{}));
 template <class L>
 using static_name_t = decltype(L::name());
@@ -250,6 +252,16 @@ struct layer_traits {
   static constexpr bool has_backward_weight = detail::is_detected_v<detail::backward_weight_t, L>;
   /*! \brief The layer exposes parameters. */
   static constexpr bool has_parameters = detail::is_detected_v<detail::parameters_t, L>;
+  /*! \brief A split layer whose backward_weight needs what its
+   *  backward_input computes (a block's inner gradients): when both run
+   *  together, the input part goes first (`static constexpr bool
+   *  backward_input_first = true`). */
+  static constexpr bool backward_input_first = [] {
+    if constexpr (detail::is_detected_v<detail::backward_input_first_t, L>)
+      return bool(L::backward_input_first);
+    else
+      return false;
+  }();
   /*! \brief The layer has a build(input shape) hook. */
   static constexpr bool has_build = detail::is_detected_v<detail::build_t, L>;
   /*! \brief The layer has an initialize(seed) hook. */

@@ -81,11 +81,24 @@ public:
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return projected ? "ProjectedResidual" : "Residual"; }
+  /*! \brief The body's backward_weight reuses its backward_input's inner
+   *  gradients: run together, the input part goes first. */
+  static constexpr bool backward_input_first = true;
 
   /*! \brief The body. */
   Body& body() { return body_; }
   /*! \brief The body. */
   Body const& body() const { return body_; }
+  /*! \brief The shortcut layer (projected blocks only). */
+  template <bool P = projected, class = std::enable_if_t<P>>
+  Projection& projection() {
+    return proj_;
+  }
+  /*! \brief The shortcut layer (projected blocks only). */
+  template <bool P = projected, class = std::enable_if_t<P>>
+  Projection const& projection() const {
+    return proj_;
+  }
 
   /*! \brief The body's output shape; with an identity shortcut it must equal
    *  the input's. \param in input shape */
@@ -160,6 +173,7 @@ public:
     // Not in place: the body's (or projection's) last layer may keep its
     // output for backward (ReLU does).
     auto out = buffer(saved.body_out, y.extent(0), y.extent(1));
+    saved.shortcut_input_done = false; // a reused saved object: a new micro-batch
     body_.forward(exec, x, out, saved.body);
     if constexpr (projected) {
       auto buf = buffer(saved.buffer, y.extent(0), y.extent(1));

@@ -147,6 +147,9 @@ public:
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "Sequential"; }
+  /*! \brief backward_weight reuses the inner gradients of backward_input:
+   *  run together, the input part goes first (else it would be computed twice). */
+  static constexpr bool backward_input_first = true;
 
   /*! \brief Layer \p I. \tparam I index */
   template <std::size_t I>

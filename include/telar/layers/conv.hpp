@@ -158,15 +158,19 @@ void conv_col2im(Exec const& exec, ConvGeometry const g, Col const& dcol, std::s
       });
 }
 
-// y(s, co * P + p) = b(co).
+// y(s, co * P + p) = b(co): one work item per (sample, channel) row of P.
 template <class Exec, class Y, class B>
 void conv_fill_bias(Exec const& exec, Y const& y, B const& b, int P) {
-  std::size_t const n = y.extent(0) * y.extent(1);
+  std::size_t const Co = b.extent(0);
   auto* py = y.data();
-  std::size_t const per = y.extent(1);
   Kokkos::parallel_for(
-      "telar::Conv::forward_bias", Kokkos::RangePolicy<Exec>(exec, 0, n),
-      KOKKOS_LAMBDA(std::size_t i) { py[i] = b(int((i % per) / std::size_t(P))); });
+      "telar::Conv::forward_bias", Kokkos::RangePolicy<Exec>(exec, 0, y.extent(0) * Co),
+      KOKKOS_LAMBDA(std::size_t r) {
+        auto const v = b(r % Co);
+        auto* row = py + r * std::size_t(P);
+        for (int q = 0; q < P; ++q)
+          row[q] = v;
+      });
 }
 
 // db(co) += sum over samples and positions of dy(s, co * P + p).

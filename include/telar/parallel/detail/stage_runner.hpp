@@ -129,16 +129,17 @@ public:
   }
 
   // B + W per layer (non-split schedules): a split layer's weight gradient
-  // comes first, so its reduction can start while the input gradient runs.
+  // comes first, so its reduction can start while the input gradient runs;
+  // a block's comes after (it needs the inner gradients of the input part).
   template <class Exec, class Hooks>
   void backward(Exec const& exec, int slot, Hooks&& hooks) {
     for_each_stage_layer_reverse([&](auto k, auto& layer) {
       using L = std::decay_t<decltype(layer)>;
       hooks.before_backward(k);
-      if constexpr (layer_traits<L>::has_split_backward) {
+      if constexpr (layer_traits<L>::has_split_backward && !layer_traits<L>::backward_input_first) {
         weight_part(exec, slot, k, layer, hooks);
         input_part(exec, slot, k, layer);
-      } else { // the fused backward produces the weight gradient: announce it after
+      } else { // fused, or a block: the weight part needs what the input part made
         input_part(exec, slot, k, layer);
         weight_part(exec, slot, k, layer, hooks);
       }
