@@ -4,8 +4,12 @@
 //   fashion_mnist [--epochs 3] [--batch 64] [--lr 1e-3] [--optimizer adamw]
 //                 [--seed 1] [--hidden 256] [--data DIR] [--json]
 //                 [--dp N] [--pp N] [--tp N] [--schedule 1f1b] [--microbatches M]
-//                 [--timeline PREFIX] [--limit-steps N] [--recompute none|full]
+//                 [--zero 0|1|2] [--timeline PREFIX] [--limit-steps N]
+//                 [--recompute none|full]
 //   mpirun -np 2 fashion_mnist --dp 2
+//
+// --zero picks the data-parallel sharding: 0 none, 1 ZeRO-1 (optimizer
+// state), 2 ZeRO-2 (optimizer state and gradients).
 //
 // --batch is the global batch; each data-parallel rank trains on batch/dp of
 // it. Rank 0 shows progress; with --json it ends with one JSON line.
@@ -21,6 +25,7 @@
 #include <telar/parallel/tensor_parallel.hpp>
 #include <telar/profile/trace.hpp>
 #include <telar/schedule/svg.hpp>
+#include <telar/schedule/tags.hpp>
 #include <telar/train/json.hpp>
 #include <telar/train/progress.hpp>
 #include <telar/train/trainer.hpp>
@@ -32,6 +37,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -49,10 +55,19 @@ struct Args {
   int dp = 0, pp = 1, tp = 1;
   std::string schedule = "1f1b";
   int microbatches = 0; // 0: pp * 2 when pipelining, else 1
+  int zero = 0;         // ZeRO stage
   std::string timeline;
   long limit_steps = -1;
   std::string recompute = "none";
 };
+
+// "gpipe|1f1b|...": the schedule tags' canonical names.
+std::string schedule_choices() {
+  std::string out;
+  for (auto const& n : telar::schedule::schedule_names())
+    out += (out.empty() ? "" : "|") + n;
+  return out;
+}
 
 [[noreturn]] void usage(char const* why) {
   std::fprintf(stderr,
@@ -60,10 +75,19 @@ struct Args {
                "usage: fashion_mnist [--epochs N] [--batch N] [--lr X] "
                "[--optimizer sgd|momentum|adam|adamw|lamb] [--seed N] [--hidden N] [--data DIR] "
                "[--json] [--dp N] [--pp N] [--tp N] "
-               "[--schedule gpipe|1f1b|interleaved|zb-h1|zb-h2] [--microbatches M] "
+               "[--schedule %s] [--microbatches M] [--zero 0|1|2] "
                "[--timeline PREFIX] [--limit-steps N] [--recompute none|full]\n",
-               why);
+               why, schedule_choices().c_str());
   throw 2;
+}
+
+// Any accepted spelling (zb_h1, ZB-H1, ...) becomes the canonical name.
+std::string schedule_name(std::string const& v) {
+  try {
+    return telar::schedule::canonical_name(v);
+  } catch (std::invalid_argument const& e) {
+    usage(e.what());
+  }
 }
 
 Args parse(int argc, char** argv) {
@@ -106,9 +130,11 @@ Args parse(int argc, char** argv) {
     else if (f == "--tp")
       a.tp = int(number(i));
     else if (f == "--schedule")
-      a.schedule = value(i);
+      a.schedule = schedule_name(value(i));
     else if (f == "--microbatches")
       a.microbatches = int(number(i));
+    else if (f == "--zero")
+      a.zero = int(number(i));
     else if (f == "--timeline")
       a.timeline = value(i);
     else if (f == "--limit-steps")
@@ -122,6 +148,8 @@ Args parse(int argc, char** argv) {
   }
   if (a.epochs < 1 || a.batch < 1 || a.hidden < 1 || !(a.lr > 0))
     usage("--epochs, --batch, --hidden and --lr must be positive");
+  if (a.zero < 0 || a.zero > 2)
+    usage("--zero takes 0 (no sharding), 1 (ZeRO-1) or 2 (ZeRO-2)");
   if (a.recompute != "none" && a.recompute != "full")
     usage(("--recompute expects none or full, got '" + a.recompute + "'").c_str());
   return a;
@@ -134,9 +162,19 @@ using R = telar::ReLU<T>;
 using Col = telar::ColumnParallel<D>;
 using Row = telar::RowParallel<D>;
 using Model = telar::Sequential<Col, R, Row, R, D>;
-// One strategy type for every run: degrees left at 1 cost nothing.
-using Strategy = telar::Strategy<telar::DataParallel<telar::RingAllreduce>,
-                                 telar::PipelineParallel<telar::OneFOneB>, telar::TensorParallel<>>;
+// One strategy type per ZeRO stage: degrees left at 1 cost nothing.
+template <int Stage>
+struct ShardingFor {
+  using type = telar::ZeRO<Stage>;
+};
+template <>
+struct ShardingFor<0> {
+  using type = telar::NoSharding;
+};
+template <int Stage>
+using StrategyFor =
+    telar::Strategy<telar::DataParallel<telar::RingAllreduce, typename ShardingFor<Stage>::type>,
+                    telar::PipelineParallel<telar::OneFOneB>, telar::TensorParallel<>>;
 
 // Full activation recomputation: every layer keeps only its input.
 using FullRecompute = telar::RecomputeAll<Model>;
@@ -145,7 +183,7 @@ Model make_model(std::size_t hidden) {
   return Model(Col(784, hidden), {}, Row(hidden, hidden), {}, D(hidden, 10));
 }
 
-template <class ModelT, class Optimizer>
+template <class Strategy, class ModelT, class Optimizer>
 int train(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
@@ -270,6 +308,7 @@ int train(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt) {
           .add("tp", trainer.grid_shape().tp)
           .add("schedule", trainer.pipeline_schedule().name)
           .add("microbatches", opts.microbatches)
+          .add("zero", a.zero)
           .add("recompute", a.recompute)
           .add("gemm", telar::gemm_backend_name<T, telar::DefaultMemorySpace>());
       telar::JsonObject j;
@@ -290,27 +329,38 @@ int train(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt) {
   return 0;
 }
 
+// --zero: the strategy type of the stage.
+template <class ModelT, class Optimizer>
+int train_zero(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt) {
+  if (a.zero == 1)
+    return train<StrategyFor<1>>(comm, a, std::move(model), opt);
+  if (a.zero == 2)
+    return train<StrategyFor<2>>(comm, a, std::move(model), opt);
+  return train<StrategyFor<0>>(comm, a, std::move(model), opt);
+}
+
+// --recompute: the model type.
 template <class Optimizer>
-int train(MPI_Comm comm, Args const& a, Optimizer opt) {
+int train_model(MPI_Comm comm, Args const& a, Optimizer opt) {
   if (a.recompute == "full")
-    return train(comm, a, telar::recompute_all(make_model(a.hidden)), opt);
-  return train(comm, a, make_model(a.hidden), opt);
+    return train_zero(comm, a, telar::recompute_all(make_model(a.hidden)), opt);
+  return train_zero(comm, a, make_model(a.hidden), opt);
 }
 
 int run(MPI_Comm comm, Args const& a) {
   if (a.optimizer == "sgd")
-    return train(comm, a, telar::SGD<T>{});
+    return train_model(comm, a, telar::SGD<T>{});
   if (a.optimizer == "momentum") {
     telar::SGD<T> o;
     o.momentum = 0.9f;
-    return train(comm, a, o);
+    return train_model(comm, a, o);
   }
   if (a.optimizer == "adam")
-    return train(comm, a, telar::Adam<T>{});
+    return train_model(comm, a, telar::Adam<T>{});
   if (a.optimizer == "adamw")
-    return train(comm, a, telar::AdamW<T>{});
+    return train_model(comm, a, telar::AdamW<T>{});
   if (a.optimizer == "lamb")
-    return train(comm, a, telar::LAMB<T>{});
+    return train_model(comm, a, telar::LAMB<T>{});
   usage(("unknown optimizer '" + a.optimizer + "'").c_str());
 }
 

@@ -38,6 +38,14 @@ void check_grid(Communicator const& world, GridShape shape, telar::GridOrder ord
     ok = ok && pp[k] == grid.rank_of({c.dp, k, c.tp});
   for (int k = 0; k < s.tp; ++k)
     ok = ok && tp[k] == grid.rank_of({c.dp, c.pp, k});
+  // The model-parallel group: every rank with my dp coordinate, in world order.
+  auto mp = members(grid.mp(), me);
+  ok = ok && grid.mp().size() == s.pp * s.tp;
+  for (std::size_t k = 0; k < mp.size(); ++k)
+    ok = ok && grid.coords_of(mp[k]).dp == c.dp && (k == 0 || mp[k - 1] < mp[k]);
+  ok = ok && &grid.group(telar::GridGroup::mp) == &grid.mp() &&
+       &grid.group(telar::GridGroup::dp) == &grid.dp() &&
+       &grid.group(telar::GridGroup::world) == &grid.world();
   if (order == telar::default_grid_order)
     ok = ok && me == (c.pp * s.dp + c.dp) * s.tp + c.tp; // the documented layout
   for (int r = 0; r < world.size(); ++r)

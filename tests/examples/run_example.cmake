@@ -75,6 +75,21 @@ elseif(CHECK STREQUAL "dp")
     message(FATAL_ERROR "dp=2 param_l2 ${ld} differs from serial ${ls} by more than 1e-5")
   endif()
   message(STATUS "param_l2 serial ${ls}, dp=2 ${ld}")
+elseif(CHECK STREQUAL "zero")
+  # ZeRO-1 and ZeRO-2 at dp=2 train to the serial parameters.
+  train(s ${EXE} --epochs 1 --limit-steps 20 --lr 0.01 --optimizer adamw --json --data ${data})
+  json_field("${s}" param_l2 ls)
+  foreach(stage 1 2)
+    train(z ${MPIEXEC} -np 2 ${EXE} --epochs 1 --limit-steps 20 --lr 0.01 --optimizer adamw
+          --json --dp 2 --zero ${stage} --data ${data})
+    json_field("${z}" param_l2 lz)
+    execute_process(COMMAND python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if abs(a-b)/a<=1e-5 else 1)" ${ls} ${lz}
+                    RESULT_VARIABLE close)
+    if(NOT close EQUAL 0)
+      message(FATAL_ERROR "dp=2 --zero ${stage} param_l2 ${lz} differs from serial ${ls} by more than 1e-5")
+    endif()
+    message(STATUS "param_l2 serial ${ls}, dp=2 --zero ${stage} ${lz}")
+  endforeach()
 elseif(CHECK STREQUAL "recompute")
   # Full recomputation trains to the same parameters, bit for bit, serial and
   # under a zero-bubble pipeline.

@@ -3,11 +3,22 @@
 #include <telar/layers/activation.hpp>
 #include <telar/layers/dense.hpp>
 #include <telar/optim/sgd.hpp>
+#include <telar/data/error.hpp>
 #include <telar/train/trainer.hpp>
 
 #include <catch2/catch_test_macros.hpp>
 
 #include <mpi.h>
+
+#include <type_traits>
+
+// One base for every Telar exception: a caller catches telar::Error once.
+static_assert(std::is_base_of_v<telar::Error, telar::CommError>);
+static_assert(std::is_base_of_v<telar::Error, telar::CommTimeout>);
+static_assert(std::is_base_of_v<telar::Error, telar::GridError>);
+static_assert(std::is_base_of_v<telar::Error, telar::ShapeError>);
+static_assert(std::is_base_of_v<telar::Error, telar::DataError>);
+static_assert(std::is_base_of_v<telar::Error, telar::schedule::ScheduleError>);
 
 namespace {
 using Model = telar::Sequential<telar::Dense<float>, telar::ReLU<float>, telar::Dense<float>>;

@@ -2,6 +2,7 @@
 #include "grid.hpp"
 
 #include <telar/schedule/generators.hpp>
+#include <telar/schedule/tags.hpp>
 #include <telar/schedule/validate.hpp>
 
 #include <catch2/catch_test_macros.hpp>
@@ -49,7 +50,7 @@ TEST_CASE("schedule: every generator passes the validator for all p, m", "[sched
     INFO(result.message());
     REQUIRE(result.ok());
     REQUIRE(static_cast<int>(s.ranks.size()) == s.stages);
-    bool const split = s.name.rfind("zb_", 0) == 0;
+    bool const split = s.name.rfind("zb-", 0) == 0;
     for (int r = 0; r < s.stages; ++r) {
       REQUIRE(s.ranks[r].back().op == Op::OptimizerStep);
       int const per_rank = s.microbatches * s.chunks;
@@ -197,4 +198,35 @@ TEST_CASE("schedule: generators reject invalid sizes, naming function and values
     CHECK(s.microbatches == 5);
   }
   CHECK(generate("interleaved_1f1b", 3, 6, 3).chunks == 3);
+}
+
+TEST_CASE("schedule names: one canonical spelling, aliases accepted everywhere", "[schedule]") {
+  CHECK(schedule_names() == std::vector<std::string>{"gpipe", "1f1b", "interleaved", "zb-h1",
+                                                      "zb-h2"});
+  for (char const* n : {"zb-h1", "zb_h1", "ZB_H1", "Zb-H1"})
+    CHECK(canonical_name(n) == "zb-h1");
+  for (char const* n : {"interleaved", "interleaved_1f1b", "Interleaved-1F1B"})
+    CHECK(canonical_name(n) == "interleaved");
+  CHECK(canonical_name("GPipe") == "gpipe");
+  CHECK_THROWS_WITH(canonical_name("zb-h3"),
+                    ContainsSubstring("unknown schedule \"zb-h3\"") &&
+                        ContainsSubstring("known: gpipe, 1f1b, interleaved, zb-h1, zb-h2") &&
+                        ContainsSubstring("interleaved_1f1b"));
+  // The tags build what generate() builds, and name it canonically.
+  CHECK(telar::ZeroBubbleH1::make(3, 5).name == telar::ZeroBubbleH1::name());
+  CHECK(generate("ZB_H2", 3, 5).name == "zb-h2");
+  CHECK(telar::Interleaved1F1B<3>::make(2, 4).chunks == 3);
+}
+
+TEST_CASE("make_for_run: the strategy's tag, or the named one", "[schedule]") {
+  // Empty name: the default tag with its own chunk count.
+  CHECK(make_for_run<telar::Interleaved1F1B<3>>("", 2, 4, 2).chunks == 3);
+  CHECK(make_for_run<telar::ZeroBubbleH2>("", 2, 4, 2).name == "zb-h2");
+  // A name: that schedule, with the run's chunk count.
+  CHECK(make_for_run<telar::OneFOneB>("interleaved_1f1b", 2, 4, 2).chunks == 2);
+  CHECK(make_for_run<telar::OneFOneB>("ZB_H1", 2, 4, 2).name == "zb-h1");
+  // One pipeline rank or one chunk: interleaving is plain 1F1B.
+  CHECK(make_for_run<telar::OneFOneB>("interleaved", 1, 4, 2).name == "1f1b");
+  CHECK(make_for_run<telar::Interleaved1F1B<1>>("", 2, 4, 2).name == "1f1b");
+  CHECK_THROWS_AS(make_for_run<telar::OneFOneB>("pipedream", 2, 4, 2), std::invalid_argument);
 }

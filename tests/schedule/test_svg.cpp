@@ -139,7 +139,7 @@ TEST_CASE("svg: well-formed chart with one box per event", "[schedule]") {
       if (!is_compute(e.op) && e.duration() > 0)
         ++waits;
     }
-    int const per_mb = s.name.rfind("zb_", 0) == 0 ? 3 : 2;
+    int const per_mb = s.name.rfind("zb-", 0) == 0 ? 3 : 2;
     CHECK(compute == static_cast<std::size_t>(per_mb * s.stages * s.microbatches * s.chunks));
 
     SvgOptions plain;

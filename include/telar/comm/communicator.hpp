@@ -387,6 +387,32 @@ public:
     return Request(req, detail::RequestKind::collective, "MPI_Allreduce", -1, -1, h_);
   }
 
+  /*! \brief Starts a reduce-scatter in blocks of any size
+   *         (MPI_Ireduce_scatter): the reduction of every rank's \p send is
+   *         split in rank order, `counts[i]` elements ending on rank i.
+   *  \tparam T element type with an MPI datatype
+   *  \param send  the sum of \p counts elements, valid until the request completes
+   *  \param recv  this rank's block, `counts[rank()]` elements
+   *  \param counts elements per rank, the same on every rank; MPI reads
+   *                them until the request completes, so keep them alive
+   *  \param op    reduction
+   *  \return the pending request
+   */
+  template <class T>
+  Request ireduce_scatter(T const* send, T* recv, std::vector<int> const& counts,
+                          ReduceOp op = ReduceOp::sum) const {
+    auto const& h = handle();
+    if (static_cast<int>(counts.size()) != h.size)
+      throw CommError("MPI_Reduce_scatter on " + h.where() + ": counts has " +
+                          std::to_string(counts.size()) + " entries, expected one per rank",
+                      h.rank, "MPI_Reduce_scatter");
+    MPI_Request req = MPI_REQUEST_NULL;
+    h.check(MPI_Ireduce_scatter(send, recv, counts.data(), detail::mpi_type<T>(),
+                                detail::mpi_op(op), h.comm, &req),
+            "MPI_Ireduce_scatter");
+    return Request(req, detail::RequestKind::collective, "MPI_Reduce_scatter", -1, -1, h_);
+  }
+
   /*! \brief Tests \p req (see telar::Request::test).
    *  \param req request to test
    *  \return true when it has completed

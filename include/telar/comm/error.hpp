@@ -3,7 +3,8 @@
  *  \brief Exceptions raised by Telar's communication layer.
  */
 
-#include <stdexcept>
+#include <telar/core/error.hpp>
+
 #include <string>
 #include <utility>
 
@@ -16,9 +17,10 @@ namespace telar {
  *  operation, the peer where one is involved and MPI's own error string, e.g.
  *  `MPI_Recv from rank 1 (tag 7) failed on rank 0 of 2 (communicator 'world'):
  *  MPI_ERR_TRUNCATE: message truncated`. The fields are also available
- *  separately so callers can react without parsing text.
+ *  separately so callers can react without parsing text. A telar::Error
+ *  (and so a std::runtime_error), like every exception Telar throws.
  */
-class CommError : public std::runtime_error {
+class CommError : public Error {
 public:
   /*! \brief Builds the error from its full message and its parts.
    *  \param message   full text returned by what()
@@ -29,7 +31,7 @@ public:
    */
   CommError(std::string const& message, int rank, std::string operation, int peer = -1,
             int mpi_error = 0)
-      : std::runtime_error(message), rank_(rank), operation_(std::move(operation)), peer_(peer),
+      : Error(message), rank_(rank), operation_(std::move(operation)), peer_(peer),
         mpi_error_(mpi_error) {}
 
   /*! \brief Rank of the calling process in the communicator that failed (-1 if unknown). */
@@ -79,14 +81,14 @@ private:
  *
  *  Computed from deterministic data only (the shape and the world size), so
  *  every rank throws the same error with the same message, without
- *  communicating.
+ *  communicating. A telar::Error.
  */
-class GridError : public std::invalid_argument {
+class GridError : public Error {
 public:
   /*! \brief Builds the error from its message.
    *  \param message full text returned by what()
    */
-  explicit GridError(std::string const& message) : std::invalid_argument(message) {}
+  explicit GridError(std::string const& message) : Error(message) {}
 };
 
 } // namespace telar

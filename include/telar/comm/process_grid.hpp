@@ -1,7 +1,7 @@
 #pragma once
 /*! \file
  *  \brief telar::ProcessGrid: the world factored into data-, pipeline- and
- *         tensor-parallel sub-communicators.
+ *         tensor-parallel sub-communicators, and the model-parallel one.
  */
 
 #include <telar/comm/communicator.hpp>
@@ -35,6 +35,15 @@ using GridOrder = std::array<GridAxis, 3>;
 
 /*! \brief The default layout: pp outermost, then dp, tp innermost. */
 inline constexpr GridOrder default_grid_order = {GridAxis::pp, GridAxis::dp, GridAxis::tp};
+
+/*! \brief A named sub-communicator of the grid (see ProcessGrid::group()). */
+enum class GridGroup {
+  world, //!< every rank of the grid
+  dp,    //!< same pp and tp coordinates: the replicas that reduce gradients
+  pp,    //!< same dp and tp coordinates: the stages of one pipeline
+  tp,    //!< same dp and pp coordinates: the shards of one tensor-parallel layer
+  mp     //!< same dp coordinate: every rank that holds a part of one model replica
+};
 
 /*! \brief Coordinates of a rank on the grid. */
 struct GridCoord {
@@ -82,6 +91,8 @@ public:
     dp_ = sub(GridAxis::dp, "dp");
     pp_ = sub(GridAxis::pp, "pp");
     tp_ = sub(GridAxis::tp, "tp");
+    // One model replica: pipeline stages and tensor shards, ranked as in world.
+    mp_ = world_.split(coord_.dp, world_.rank(), "model_parallel");
   }
 
   /*! \brief The (resolved) shape: dp is never 0 here. */
@@ -98,6 +109,27 @@ public:
   Communicator const& pp() const noexcept { return pp_; }
   /*! \brief Processes with the same dp and pp coordinates; rank = tp coordinate. */
   Communicator const& tp() const noexcept { return tp_; }
+
+  /*! \brief Processes with the same dp coordinate: the pipeline stages and
+   *  tensor shards of one model replica (sums over the whole model, such as
+   *  norms, run here). */
+  Communicator const& mp() const noexcept { return mp_; }
+  /*! \brief The sub-communicator named \p g. \param g which group */
+  Communicator const& group(GridGroup g) const noexcept {
+    switch (g) {
+    case GridGroup::dp:
+      return dp_;
+    case GridGroup::pp:
+      return pp_;
+    case GridGroup::tp:
+      return tp_;
+    case GridGroup::mp:
+      return mp_;
+    case GridGroup::world:
+      break;
+    }
+    return world_;
+  }
 
   /*! \brief The shape as text, e.g. "dp=2 x pp=1 x tp=2". */
   std::string name() const { return describe(shape_); }
@@ -190,6 +222,7 @@ private:
   Communicator dp_;
   Communicator pp_;
   Communicator tp_;
+  Communicator mp_;
 };
 
 } // namespace telar

@@ -14,57 +14,15 @@
  */
 #include <telar/comm/allreduce.hpp>
 #include <telar/core/detail/type_traits.hpp>
-#include <telar/schedule/generators.hpp>
 #include <telar/schedule/schedule.hpp>
+#include <telar/schedule/tags.hpp>
 
 #include <string>
 #include <type_traits>
 
 namespace telar {
 
-// ---- pipeline schedule tags ------------------------------------------------
-
-/*! \brief GPipe: all forwards, then all backwards (peak memory m micro-batches). */
-struct GPipe {
-  /*! \brief Name for logs and --schedule. */
-  static constexpr char const* name() { return "gpipe"; }
-  /*! \brief The schedule for \p p stages and \p m micro-batches. \param p stages \param m
-   * micro-batches */
-  static schedule::Schedule make(int p, int m) { return schedule::gpipe(p, m); }
-};
-/*! \brief 1F1B (PipeDream-Flush): one forward, one backward in steady state
- *  (peak memory p micro-batches). */
-struct OneFOneB {
-  /*! \brief Name for logs and --schedule. */
-  static constexpr char const* name() { return "1f1b"; }
-  /*! \brief The schedule. \param p stages \param m micro-batches */
-  static schedule::Schedule make(int p, int m) { return schedule::one_f_one_b(p, m); }
-};
-/*! \brief Interleaved 1F1B with \p V model chunks per rank (Megatron-LM).
- *  \tparam V chunks per rank */
-template <int V = 2>
-struct Interleaved1F1B {
-  static_assert(V >= 1, "telar::Interleaved1F1B: V (chunks per rank) must be at least 1");
-  /*! \brief Name for logs and --schedule. */
-  static constexpr char const* name() { return "interleaved"; }
-  /*! \brief The schedule. \param p stages \param m micro-batches */
-  static schedule::Schedule make(int p, int m) { return schedule::interleaved_1f1b(p, m, V); }
-};
-/*! \brief ZB-H1 (Qi et al.): weight gradients fill the 1F1B bubble, same memory as 1F1B. */
-struct ZeroBubbleH1 {
-  /*! \brief Name for logs and --schedule. */
-  static constexpr char const* name() { return "zb-h1"; }
-  /*! \brief The schedule. \param p stages \param m micro-batches */
-  static schedule::Schedule make(int p, int m) { return schedule::zb_h1(p, m); }
-};
-/*! \brief ZB-H2 (Qi et al.): no bubble once m >= 2p - 1, at up to 2p - 1 micro-batches of memory.
- */
-struct ZeroBubbleH2 {
-  /*! \brief Name for logs and --schedule. */
-  static constexpr char const* name() { return "zb-h2"; }
-  /*! \brief The schedule. \param p stages \param m micro-batches */
-  static schedule::Schedule make(int p, int m) { return schedule::zb_h2(p, m); }
-};
+// Pipeline schedule tags (GPipe, OneFOneB, ...): telar/schedule/tags.hpp.
 
 // ---- policies ----------------------------------------------------------------
 
@@ -77,22 +35,32 @@ struct NoSharding {
   static constexpr char const* name() { return "none"; }
 };
 
-/*! \brief ZeRO sharding over the data-parallel group (Rajbhandari et al.).
- *  Stage 1 shards the optimizer state: each rank updates 1/dp of the
- *  parameters. When every data-parallel rank shares a node and parameters
- *  live in host memory, gradients are reduced straight out of the other
- *  ranks' buffers and the node keeps one copy of the parameters (MPI-3
- *  shared memory); otherwise gradients are reduce-scattered and the updated
- *  shards all-gathered.
- *  \tparam Stage ZeRO stage (1) */
+/*! \brief ZeRO sharding over the data-parallel group (Rajbhandari et al.):
+ *  rank r of the dp group owns 1/dp of the flat parameters and is the only
+ *  one to keep their optimizer state and update them; the updated shards are
+ *  then all-gathered.
+ *
+ *  - Stage 1 shards the optimizer state. After backward, each rank sums the
+ *    gradients of its shard. When every data-parallel rank shares a node and
+ *    parameters live in host memory, gradients are summed straight out of
+ *    the other ranks' buffers and the node keeps one copy of the parameters
+ *    (MPI-3 shared memory); otherwise gradients are reduce-scattered.
+ *  - Stage 2 shards the reduced gradients too: they are reduce-scattered
+ *    bucket by bucket while backward still runs, each rank receiving only
+ *    the part of each bucket inside its shard.
+ *
+ *  Both compose with pipeline and tensor parallelism, every schedule,
+ *  gradient clipping and every optimizer.
+ *  \tparam Stage ZeRO stage (1 or 2) */
 template <int Stage>
 struct ZeRO {
-  static_assert(Stage == 1, "telar::ZeRO: stage 1 (sharded optimizer state) is implemented; "
-                            "stages 2 and 3 are not yet, use telar::ZeRO<1>");
+  static_assert(Stage == 1 || Stage == 2,
+                "telar::ZeRO: stages 1 (sharded optimizer state) and 2 (and sharded gradients) "
+                "are implemented; stage 3 is not yet, use telar::ZeRO<1> or telar::ZeRO<2>");
   /*! \brief ZeRO stage. */
   static constexpr int stage = Stage;
   /*! \brief Name for logs. */
-  static constexpr char const* name() { return "zero1"; }
+  static constexpr char const* name() { return Stage == 1 ? "zero1" : "zero2"; }
 };
 
 /*! \brief True for the sharding policies. \tparam S a type */
@@ -104,23 +72,26 @@ inline constexpr bool is_sharding_v<ZeRO<Stage>> = true;
 
 /*! \brief Data parallelism: each dp rank trains on its share of the global
  *  batch; gradients are summed over the dp group in buckets that start while
- *  backward still runs (or, with ZeRO<1>, reduced to the rank that owns each
+ *  backward still runs (or, with ZeRO, reduced to the rank that owns each
  *  shard of the optimizer state).
  *  \tparam Algorithm allreduce policy (telar/comm/allreduce.hpp)
- *  \tparam Sharding NoSharding or ZeRO<1> */
+ *  \tparam Sharding NoSharding, ZeRO<1> or ZeRO<2> */
 template <class Algorithm = RingAllreduce, class Sharding = NoSharding>
 struct DataParallel {
   static_assert(is_allreduce_algorithm_v<Algorithm>,
                 "telar::DataParallel: Algorithm must be an allreduce policy such as "
                 "telar::RingAllreduce or telar::MpiAllreduce");
   static_assert(is_sharding_v<Sharding>,
-                "telar::DataParallel: Sharding must be telar::NoSharding or telar::ZeRO<1>");
+                "telar::DataParallel: Sharding must be telar::NoSharding, telar::ZeRO<1> or "
+                "telar::ZeRO<2>");
   /*! \brief The allreduce policy. */
   using algorithm = Algorithm;
   /*! \brief The sharding policy. */
   using sharding = Sharding;
   /*! \brief Name for logs. */
-  static constexpr char const* name() { return Sharding::stage == 0 ? "dp" : "dp+zero1"; }
+  static constexpr char const* name() {
+    return Sharding::stage == 0 ? "dp" : Sharding::stage == 1 ? "dp+zero1" : "dp+zero2";
+  }
 };
 
 /*! \brief Pipeline parallelism: the model's layers split into stages, run by a
@@ -129,6 +100,9 @@ struct DataParallel {
  *  ZeroBubbleH1, ZeroBubbleH2) */
 template <class Schedule = OneFOneB>
 struct PipelineParallel {
+  static_assert(is_schedule_tag_v<Schedule>,
+                "telar::PipelineParallel: Schedule must be a schedule tag such as telar::OneFOneB, "
+                "telar::Interleaved1F1B<2> or telar::ZeroBubbleH1");
   /*! \brief The default schedule tag. */
   using schedule = Schedule;
   /*! \brief Name for logs. */
@@ -241,6 +215,19 @@ struct Strategy {
     return n.empty() ? "serial" : n;
   }
 };
+
+namespace detail {
+// The strategy's schedule tag; 1F1B without pipeline parallelism (the
+// schedule of gradient accumulation).
+template <class S, class = void>
+struct pipeline_schedule_of {
+  using type = OneFOneB;
+};
+template <class S>
+struct pipeline_schedule_of<S, std::enable_if_t<S::has_pipeline_parallel>> {
+  using type = typename S::pipeline_parallel::schedule;
+};
+} // namespace detail
 
 /*! \brief Serial training: one rank, no communication. */
 using Serial = Strategy<>;

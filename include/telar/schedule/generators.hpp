@@ -28,7 +28,7 @@ inline Schedule gpipe(int p, int m) {
     for (int k = 0; k < m; ++k)
       list.push_back({Op::Backward, k});
   }
-  return detail::finish("gpipe", p, m, 1, std::move(ranks));
+  return detail::finish(detail::names::gpipe, p, m, 1, std::move(ranks));
 }
 
 /*! \brief 1F1B (PipeDream-Flush): rank r runs `min(p-r-1, m)` warm-up Forwards, then alternates
@@ -53,7 +53,7 @@ inline Schedule one_f_one_b(int p, int m) {
     for (int k = m - warmup; k < m; ++k)
       list.push_back({Op::Backward, k});
   }
-  return detail::finish("1f1b", p, m, 1, std::move(ranks));
+  return detail::finish(detail::names::one_f_one_b, p, m, 1, std::move(ranks));
 }
 
 /*! \brief Interleaved 1F1B (Narayanan et al., SC'21; Megatron-LM's virtual pipeline): each rank
@@ -107,7 +107,7 @@ inline Schedule interleaved_1f1b(int p, int m, int v) {
     for (int i = total - warmup; i < total; ++i)
       bwd(i);
   }
-  return detail::finish("interleaved_1f1b", p, m, v, std::move(ranks));
+  return detail::finish(detail::names::interleaved, p, m, v, std::move(ranks));
 }
 
 /*! \brief ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024): 1F1B with the
@@ -140,7 +140,7 @@ inline Schedule zb_h1(int p, int m) {
     while (nw < m)
       list.push_back({Op::BackwardWeight, nw++});
   }
-  return detail::finish("zb_h1", p, m, 1, std::move(ranks));
+  return detail::finish(detail::names::zb_h1, p, m, 1, std::move(ranks));
 }
 
 /*! \brief ZB-H2 (Qi et al., ICLR 2024): more memory, zero bubble.
@@ -180,36 +180,11 @@ inline Schedule zb_h2(int p, int m) {
     while (nw < m)
       list.push_back({Op::BackwardWeight, nw++});
   }
-  return detail::finish("zb_h2", p, m, 1, std::move(ranks));
-}
-
-/*! \brief Names accepted by generate(): "gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zb_h2". */
-inline std::vector<std::string> schedule_names() {
-  return {"gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zb_h2"};
-}
-
-/*! \brief Generator by name (see schedule_names()), for configuration files and tools.
-    \param name one of schedule_names()
-    \param p pipeline ranks
-    \param m micro-batches
-    \param v chunks per rank, used by "interleaved_1f1b" only.
-    \throws std::invalid_argument for an unknown name or invalid sizes. */
-inline Schedule generate(std::string const& name, int p, int m, int v = 2) {
-  if (name == "gpipe")
-    return gpipe(p, m);
-  if (name == "1f1b")
-    return one_f_one_b(p, m);
-  if (name == "interleaved_1f1b")
-    return interleaved_1f1b(p, m, v);
-  if (name == "zb_h1")
-    return zb_h1(p, m);
-  if (name == "zb_h2")
-    return zb_h2(p, m);
-  std::string known;
-  for (auto const& n : schedule_names())
-    known += (known.empty() ? "" : ", ") + n;
-  throw std::invalid_argument("telar::schedule::generate: unknown schedule \"" + name +
-                              "\" (known: " + known + ")");
+  return detail::finish(detail::names::zb_h2, p, m, 1, std::move(ranks));
 }
 
 } // namespace telar::schedule
+
+// generate(), schedule_names() and canonical_name() read the schedule tags,
+// which build their schedules with the generators above.
+#include <telar/schedule/tags.hpp>

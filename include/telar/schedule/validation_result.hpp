@@ -1,5 +1,6 @@
 #pragma once
 
+#include <telar/core/error.hpp>
 #include <telar/schedule/instruction.hpp>
 
 #include <cstddef>
@@ -74,13 +75,13 @@ struct ValidationResult {
   }
 };
 
-/*! \brief Thrown by check() and simulate() for an invalid schedule; what() lists the issues. It
-    is a std::invalid_argument, so callers may catch either. */
-class ScheduleError : public std::invalid_argument {
+/*! \brief Thrown by check() and simulate() for an invalid schedule; what() lists the issues. A
+    telar::Error, like every exception Telar throws. */
+class ScheduleError : public telar::Error {
 public:
   /*! \brief An error with message `what` and the issues behind it. */
   ScheduleError(std::string const& what, ValidationResult result)
-      : std::invalid_argument(what), result_(std::move(result)) {}
+      : telar::Error(what), result_(std::move(result)) {}
   /*! \brief The validation result that caused the error. */
   ValidationResult const& result() const noexcept { return result_; }
 

@@ -12,12 +12,14 @@
 #include <telar/optim/detail/engine.hpp>
 #include <telar/optim/lr_schedule.hpp>
 #include <telar/optim/optimizer.hpp>
-#include <telar/parallel/detail/gradient_buckets.hpp>
+#include <telar/parallel/detail/gradient_sync.hpp>
 #include <telar/parallel/detail/partition.hpp>
 #include <telar/parallel/detail/pipeline_executor.hpp>
-#include <telar/parallel/detail/zero_sharding.hpp>
+#include <telar/parallel/detail/step_hooks.hpp>
 #include <telar/parallel/strategy.hpp>
 #include <telar/parallel/tensor_parallel.hpp>
+#include <telar/profile/detail/region.hpp>
+#include <telar/profile/gather.hpp>
 #include <telar/profile/trace.hpp>
 #include <telar/schedule/generators.hpp>
 #include <telar/schedule/timeline.hpp>
@@ -30,7 +32,6 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
-#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,7 +47,8 @@ struct TrainerOptions {
   GridShape grid{};                          //!< dp x pp x tp; dp = 0 takes the ranks left over
   GridOrder grid_order = default_grid_order; //!< rank layout, outermost axis first
   /*! \brief Pipeline schedule by name (gpipe, 1f1b, interleaved, zb-h1,
-   *  zb-h2); empty: the strategy's PipelineParallel default. */
+   *  zb-h2; any case, `_` for `-`, see schedule::canonical_name()); empty:
+   *  the strategy's PipelineParallel default. */
   std::string schedule;
   int chunks = 2; //!< model chunks per rank for the interleaved schedule
   /*! \brief A hand-made schedule to run instead (validated first). */
@@ -167,49 +169,15 @@ public:
     auto const t0 = std::chrono::steady_clock::now();
     double const tr0 = trace_.now();
     std::size_t const n = x.extent(0);
-    std::size_t const m = std::size_t(schedule_.microbatches);
-    std::string bad;
-    if (y.extent(0) != n)
-      bad = std::to_string(n) + " inputs but " + std::to_string(y.extent(0)) + " targets";
-    else if (n < m)
-      bad = "a batch of " + std::to_string(n) + " samples cannot be split into " +
-            std::to_string(m) + " micro-batches";
-    else if (x.extent(1) != features_.front())
-      bad = "inputs have " + std::to_string(x.extent(1)) + " values per sample, the model expects " +
-            shapes_.front().str() + " = " + std::to_string(features_.front());
-    // Agree before any collective: a bad batch on one rank stops every rank.
-    bool const anyone = world_ && world_->size() > 1 ? world_->any(!bad.empty()) : !bad.empty();
-    if (!bad.empty())
-      throw ShapeError("telar::Trainer::step: " + where() + bad);
-    if (anyone)
-      throw ShapeError("telar::Trainer::step: " + where() +
-                       "another rank's batch was rejected (see its message)");
+    check_batch(x, y);
     execution_space exec;
     params_.zero_grads(exec);
-    buckets_.begin_step(int(m));
     value_type const scale = value_type(1) / value_type(global_count(exec, y, n));
-    LossSum local = executor_.run(
-        exec, schedule_, x, y, loss_, scale, [&](std::size_t k) { buckets_.layer_done(exec, k); },
-        [&] { buckets_.poll(); }, &trace_);
-    buckets_.finish(exec);
+    LossSum local = executor_.run(exec, schedule_, x, y, loss_, scale,
+                                  detail::StepHooks<Sync, execution_space>(sync_, exec), &trace_);
     StepResult r;
     r.lr = options_.lr(step_ + 1);
-    double const t_opt = trace_.now();
-    if (zero_.active()) {
-      zero_.reduce(exec, params_);
-      trace_.add("reduce shard", "comm", t_opt, trace_.now(), 1);
-    }
-    double const t_upd = trace_.now();
-    optimizer_step(exec, r.lr);
-    exec.fence();
-    if (zero_.active())
-      zero_.publish(exec, params_);
-    double const t_opt_end = trace_.now();
-    trace_.add("optimizer", "optimizer", t_upd, t_opt_end);
-    // The schedule's last instruction (with any ZeRO reduction), in the
-    // pipeline timeline too.
-    if (trace_.enabled())
-      executor_.add_event({coords_.pp, schedule::Op::OptimizerStep, -1, 0, t_opt, t_opt_end});
+    update(exec, r.lr);
     fill_result(r, reduce_loss(local));
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     trace_.add("step " + std::to_string(step_), "step", tr0, trace_.now(), 2);
@@ -312,30 +280,14 @@ public:
   /*! \brief e.g. "dp=2 x pp=1 x tp=1". */
   std::string layout() const { return ProcessGrid::describe(shape_); }
   /*! \brief Data-parallel gradient buckets on this rank. */
-  std::size_t bucket_count() const { return buckets_.bucket_count(); }
+  std::size_t bucket_count() const { return sync_.bucket_count(); }
   /*! \brief Timeline of the steps so far (TrainerOptions::trace). */
   TraceRecorder const& trace() const { return trace_; }
   /*! \brief Writes every rank's timeline (TrainerOptions::trace) into one
    *  Chrome trace file on rank 0, one process row per rank (collective).
    *  \param path output file \return true on rank 0 when written, true elsewhere */
   bool write_trace(std::string const& path) const {
-    std::string const mine = trace_.json_events(rank());
-    std::vector<std::string> lists{mine};
-    if (world_ && world_->size() > 1) {
-      int const n = world_->size();
-      int len = int(mine.size());
-      std::vector<int> lens(static_cast<std::size_t>(n));
-      world_->allgather(&len, 1, lens.data());
-      std::string all(static_cast<std::size_t>(std::accumulate(lens.begin(), lens.end(), 0)), ' ');
-      world_->allgatherv(mine.data(), lens, all.data());
-      lists.clear();
-      std::size_t at = 0;
-      for (int l : lens) {
-        lists.push_back(all.substr(at, std::size_t(l)));
-        at += std::size_t(l);
-      }
-    }
-    return rank() != 0 || write_chrome_trace(path, lists);
+    return gather_chrome_trace(world_ ? &*world_ : nullptr, trace_, path);
   }
   /*! \brief The measured pipeline timeline (TrainerOptions::trace) of the
    *  last step, or of every step so far, gathered from the ranks of this
@@ -351,29 +303,11 @@ public:
    *  MPI over shared memory, copied) the message.
    *  \param last_step_only only the last step */
   schedule::Timeline pipeline_timeline(bool last_step_only = true) const {
-    schedule::Timeline tl;
-    tl.name = schedule_.name + " (measured)";
-    tl.ranks = schedule_.stages;
-    std::vector<double> mine;
     auto const& events = executor_.events();
-    for (std::size_t i = last_step_only ? executor_.last_step_begin() : 0; i < events.size(); ++i) {
-      auto const& e = events[i];
-      mine.insert(mine.end(), {double(e.rank), double(int(e.op)), double(e.microbatch),
-                               double(e.chunk), e.start, e.end});
-    }
-    std::vector<double> all = mine;
-    if (grid_ && grid_->pp().size() > 1) {
-      auto const& pp = grid_->pp();
-      int len = int(mine.size());
-      std::vector<int> lens(static_cast<std::size_t>(pp.size()));
-      pp.allgather(&len, 1, lens.data());
-      all.assign(static_cast<std::size_t>(std::accumulate(lens.begin(), lens.end(), 0)), 0.0);
-      pp.allgatherv(mine.data(), lens, all.data());
-    }
-    for (std::size_t i = 0; i + 5 < all.size(); i += 6)
-      tl.events.push_back({int(all[i]), static_cast<schedule::Op>(int(all[i + 1])), int(all[i + 2]),
-                           int(all[i + 3]), all[i + 4], all[i + 5]});
-    return tl;
+    std::size_t const begin = last_step_only ? executor_.last_step_begin() : 0;
+    return gather_timeline(grid_ ? &grid_->pp() : nullptr,
+                           std::vector<schedule::Event>(events.begin() + long(begin), events.end()),
+                           schedule_.name + " (measured)", schedule_.stages);
   }
   /*! \brief Forgets the recorded timelines (e.g. after warm-up steps). */
   void clear_trace() {
@@ -384,48 +318,93 @@ public:
   ProcessGrid const* grid() const { return grid_ ? &*grid_ : nullptr; }
 
 private:
-  using Algorithm = std::conditional_t<StrategyT::has_data_parallel,
-                                       typename StrategyT::data_parallel, DataParallel<>>;
-  using Buckets = detail::GradientBuckets<value_type, memory_space, typename Algorithm::algorithm>;
-  static constexpr bool zero1 = StrategyT::has_data_parallel && Algorithm::sharding::stage == 1;
+  using DataParallelPolicy = std::conditional_t<StrategyT::has_data_parallel,
+                                                typename StrategyT::data_parallel, DataParallel<>>;
+  // The gradient-sync component of the strategy's sharding policy
+  // (parallel/detail/sync_*.hpp).
+  using Sync = detail::GradientSync<typename DataParallelPolicy::sharding, value_type, memory_space,
+                                    typename DataParallelPolicy::algorithm>;
 
   int dp_size() const { return shape_.dp; }
   std::string where() const {
     return size() > 1 ? "rank " + std::to_string(rank()) + ": " : std::string();
   }
 
+  // Agrees before any collective: a bad batch on one rank stops every rank.
+  void check_batch(ConstMatrix<value_type, memory_space> x, target_type const& y) const {
+    std::size_t const n = x.extent(0), m = std::size_t(schedule_.microbatches);
+    std::string bad;
+    if (y.extent(0) != n)
+      bad = std::to_string(n) + " inputs but " + std::to_string(y.extent(0)) + " targets";
+    else if (n < m)
+      bad = "a batch of " + std::to_string(n) + " samples cannot be split into " +
+            std::to_string(m) + " micro-batches";
+    else if (x.extent(1) != features_.front())
+      bad = "inputs have " + std::to_string(x.extent(1)) + " values per sample, the model expects " +
+            shapes_.front().str() + " = " + std::to_string(features_.front());
+    bool const anyone = world_ && world_->size() > 1 ? world_->any(!bad.empty()) : !bad.empty();
+    if (!bad.empty())
+      throw ShapeError("telar::Trainer::step: " + where() + bad);
+    if (anyone)
+      throw ShapeError("telar::Trainer::step: " + where() +
+                       "another rank's batch was rejected (see its message)");
+  }
+
+  // The constructor's phases, in order; each names what it builds.
   void setup(Optimizer const& optimizer, Shape const& in_shape) {
+    detail::ScopedRegion region("telar::Trainer::Trainer");
+    check_options();
+    build_grid();
+    start_clock();
+    build_shapes(in_shape);
+    build_schedule();
+    build_partition();
+    build_executor();
+    bind_parameters();
+    build_optimizer(optimizer);
+  }
+
+  // Degrees a policy the strategy lacks cannot have; at least one micro-batch.
+  void check_options() {
     if (options_.microbatches < 1)
       throw Error("telar::Trainer: microbatches must be at least 1, got " +
                   std::to_string(options_.microbatches));
-    // Degrees: a policy the strategy lacks has degree 1.
-    GridShape want = options_.grid;
     auto lacking = [&](bool has, int degree, char const* axis, char const* policy) {
       if (!has && degree > 1)
         throw Error(std::string("telar::Trainer: ") + axis + "=" + std::to_string(degree) +
                     " but the strategy (" + StrategyT::name() + ") has no " + policy +
                     "; add telar::" + policy + "<> to the Strategy or set " + axis + "=1");
     };
-    lacking(StrategyT::has_data_parallel, want.dp, "dp", "DataParallel");
-    lacking(StrategyT::has_pipeline_parallel, want.pp, "pp", "PipelineParallel");
-    lacking(StrategyT::has_tensor_parallel, want.tp, "tp", "TensorParallel");
+    lacking(StrategyT::has_data_parallel, options_.grid.dp, "dp", "DataParallel");
+    lacking(StrategyT::has_pipeline_parallel, options_.grid.pp, "pp", "PipelineParallel");
+    lacking(StrategyT::has_tensor_parallel, options_.grid.tp, "tp", "TensorParallel");
+  }
+
+  // The process grid and its sub-communicators (a policy the strategy lacks
+  // has degree 1).
+  void build_grid() {
+    GridShape want = options_.grid;
     if (!StrategyT::has_data_parallel)
       want.dp = 1;
     if (world_) {
       grid_.emplace(*world_, want, options_.grid_order);
       shape_ = grid_->shape();
       coords_ = grid_->coords();
-      if (shape_.dp > 1 && (shape_.pp > 1 || shape_.tp > 1))
-        mp_.emplace(world_->split(coords_.dp, world_->rank(), "telar::model_parallel"));
     } else {
       shape_ = ProcessGrid::resolve(1, want, options_.grid_order);
     }
+  }
 
-    if (world_) {
-      world_->barrier(); // a common time origin for every rank's timeline
-      trace_.reset_origin();
-    }
-    // Tensor-parallel layers learn their shard before shapes are computed.
+  // A common time origin for every rank's timeline.
+  void start_clock() {
+    if (world_)
+      world_->barrier();
+    trace_.reset_origin();
+  }
+
+  // Per-sample shapes along the model; tensor-parallel layers learn their
+  // shard first, the loss its input shape after.
+  void build_shapes(Shape const& in_shape) {
     if constexpr (StrategyT::has_tensor_parallel)
       if (grid_)
         set_tensor_parallel(
@@ -437,11 +416,17 @@ private:
       features_.push_back(sh.size());
     if constexpr (loss_traits<Loss>::has_build)
       loss_.build(shapes_.back());
-    build_schedule();
-    build_partition();
-    executor_ = detail::PipelineExecutor<Model>(&model_, features_, bounds_, schedule_.stages,
-                                                schedule_.chunks, coords_.pp,
-                                                grid_ ? &grid_->pp() : nullptr);
+  }
+
+  void build_executor() {
+    executor_ =
+        detail::PipelineExecutor<Model>(&model_, features_, bounds_, schedule_.stages,
+                                        schedule_.chunks, coords_.pp, grid_ ? &grid_->pp() : nullptr);
+  }
+
+  // Draws this rank's layers and hands them to the gradient-sync component,
+  // which chooses where parameters and gradients live.
+  void bind_parameters() {
     std::vector<bool> owned(Model::size, false);
     for (int c = 0; c < schedule_.chunks; ++c) {
       int const vs = c * schedule_.stages + coords_.pp;
@@ -449,23 +434,24 @@ private:
       for (std::size_t k = bounds_[vs]; k < bounds_[vs + 1]; ++k)
         owned[k] = true;
     }
-    if (zero1 && shape_.dp > 1) {
-      zero_ =
-          detail::ZeroOneSharding<value_type, memory_space>(&grid_->dp(), options_.shared_memory);
-      params_.bind(model_, owned, zero_.allocator(), zero_.copy_values(),
-                   std::size_t(shape_.dp) * params_.alignment);
-      zero_.bound(params_);
-    } else {
-      params_.bind(model_, owned);
+    detail::SyncContext ctx;
+    if (grid_) {
+      ctx.dp = &grid_->dp();
+      ctx.world = &grid_->world();
+      ctx.mp = &grid_->mp();
     }
+    ctx.bucket_bytes = options_.bucket_bytes;
+    ctx.shared_memory = options_.shared_memory;
+    ctx.trace = &trace_;
+    sync_ = Sync(ctx);
+    sync_.bind(model_, owned, params_);
     set_parameter_replicas(model_, params_, shape_.tp);
     collect_tensor_names();
     build_segments();
+  }
+
+  void build_optimizer(Optimizer const& optimizer) {
     engine_ = detail::OptimizerEngine<Optimizer, memory_space>(optimizer, opt_size_);
-    if constexpr (StrategyT::has_data_parallel)
-      if (shape_.dp > 1 && !zero1)
-        buckets_ = Buckets(&grid_->dp(), typename Algorithm::algorithm{}, params_,
-                           options_.bucket_bytes, &trace_);
   }
 
   void build_schedule() {
@@ -478,45 +464,15 @@ private:
                     " micro-batches, the run has pp=" + std::to_string(p) + " and " +
                     std::to_string(m));
     } else {
-      std::string name = options_.schedule;
-      if (name.empty()) {
-        if constexpr (StrategyT::has_pipeline_parallel)
-          name = StrategyT::pipeline_parallel::schedule::name();
-        else
-          name = "1f1b";
-      }
-      bool const interleaved = name == "interleaved" || name == "interleaved_1f1b";
-      int v = interleaved ? options_.chunks : 1;
-      if constexpr (StrategyT::has_pipeline_parallel)
-        if (options_.schedule.empty() && interleaved)
-          v = interleaved_chunks(typename StrategyT::pipeline_parallel::schedule{});
-      if (p == 1)
-        v = 1; // chunks on one rank would only copy activations around
-      // Accept the command-line spellings (zb-h1, interleaved) and the
-      // generators' (zb_h1, interleaved_1f1b).
-      std::string gen = name;
-      std::replace(gen.begin(), gen.end(), '-', '_');
-      if (gen == "interleaved")
-        gen = "interleaved_1f1b";
-      if (gen == "interleaved_1f1b" && v == 1)
-        gen = "1f1b";
+      using Default = typename detail::pipeline_schedule_of<StrategyT>::type;
       try {
-        schedule_ = schedule::generate(gen, p, m, v);
+        schedule_ = schedule::make_for_run<Default>(options_.schedule, p, m, options_.chunks);
       } catch (std::invalid_argument const& e) {
         throw Error(std::string("telar::Trainer: ") + e.what());
       }
     }
     schedule::check(schedule_); // throws ScheduleError naming stage and instruction
   }
-  template <class S>
-  static int interleaved_chunks(S) {
-    return 1;
-  }
-  template <int V>
-  static int interleaved_chunks(Interleaved1F1B<V>) {
-    return V;
-  }
-
   void build_partition() {
     std::size_t const S = std::size_t(schedule_.virtual_stages());
     if (!options_.stage_boundaries.empty()) {
@@ -562,8 +518,7 @@ private:
       segments_.push_back({p.offset, p.size, p.replicas});
       tensor_ids_.push_back(id_of(p.name));
     }
-    std::size_t const lo = zero_.active() ? zero_.begin() : 0;
-    std::size_t const hi = zero_.active() ? zero_.end() : params_.size();
+    auto const [lo, hi] = sync_.shard();
     for (auto const& [t, off, len] : params_.pieces(lo, hi)) {
       opt_segments_.push_back({off, len, entries[t].replicas});
       opt_tensor_ids_.push_back(id_of(entries[t].name));
@@ -574,10 +529,8 @@ private:
   // Sums doubles over the ranks that hold different parameters (pipeline
   // stages and tensor shards of one data-parallel replica).
   void reduce_model_parallel(double* v, std::size_t n) const {
-    if (mp_)
-      mp_->allreduce(v, n);
-    else if (world_ && world_->size() > 1 && shape_.dp == 1)
-      world_->allreduce(v, n);
+    if (grid_ && grid_->mp().size() > 1)
+      grid_->mp().allreduce(v, n);
   }
 
   std::vector<double> tensor_sq_norms() {
@@ -629,21 +582,26 @@ private:
     }
   }
 
-  void optimizer_step(execution_space const& exec, double lr) {
+  // The optimizer's part of the step: the summed gradient of this rank's
+  // shard, the update, the parameters back on every rank; timed as the
+  // schedule's OptimizerStep.
+  void update(execution_space const& exec, double lr) {
+    double const t0 = trace_.now();
+    sync_.reduce(exec, params_);
+    double const t_update = trace_.now();
     ++step_;
     StepInfo<value_type> info;
     info.lr = value_type(lr);
     info.step = step_;
-    if (zero_.active()) {
-      // Shards are distinct on every rank of the world: norms sum over all.
-      engine_.step(exec, zero_.values_shard(params_), zero_.grads_shard(params_), opt_segments_,
-                   opt_tensor_ids_, all_tensors_.size(), info, options_.clip_grad_norm,
-                   [this](double* v, std::size_t n) { world_->allreduce(v, n); });
-    } else {
-      engine_.step(exec, params_.values(), params_.grads(), opt_segments_, opt_tensor_ids_,
-                   all_tensors_.size(), info, options_.clip_grad_norm,
-                   [this](double* v, std::size_t n) { reduce_model_parallel(v, n); });
-    }
+    engine_.step(exec, sync_.values(params_), sync_.grads(params_), opt_segments_, opt_tensor_ids_,
+                 all_tensors_.size(), info, options_.clip_grad_norm,
+                 [this](double* v, std::size_t n) { sync_.sum_norms(v, n); });
+    exec.fence();
+    sync_.publish(exec, params_);
+    double const t1 = trace_.now();
+    trace_.add("optimizer", "optimizer", t_update, t1);
+    if (trace_.enabled())
+      executor_.add_event({coords_.pp, schedule::Op::OptimizerStep, -1, 0, t0, t1});
   }
 
   Model model_;
@@ -651,7 +609,6 @@ private:
   TraceRecorder trace_;
   std::optional<Communicator> world_;
   std::optional<ProcessGrid> grid_;
-  std::optional<Communicator> mp_;
   GridShape shape_{1, 1, 1};
   GridCoord coords_{};
   std::vector<Shape> shapes_;
@@ -660,9 +617,8 @@ private:
   std::vector<std::size_t> bounds_;
   detail::PipelineExecutor<Model> executor_;
   ParameterStore<value_type, memory_space> params_;
-  detail::ZeroOneSharding<value_type, memory_space> zero_;
+  Sync sync_;
   detail::OptimizerEngine<Optimizer, memory_space> engine_;
-  Buckets buckets_;
   Loss loss_;
   std::vector<std::string> all_tensors_;
   std::vector<detail::TensorSegment> segments_;

@@ -1,17 +1,16 @@
 #pragma once
-// Data-parallel gradient reduction in buckets. Buckets are contiguous ranges
-// of the flat gradient buffer, formed from whole layers in backward order, so
-// a bucket is complete as soon as its last layer's final micro-batch has run
-// backward_weight; its allreduce starts right then and progresses while
+// Data-parallel gradient allreduce in buckets (bucket_plan.hpp): a bucket's
+// allreduce starts as soon as backward has produced it and progresses while
 // backward goes on (each poll() advances every operation in flight).
 #include <telar/comm/allreduce.hpp>
 #include <telar/comm/communicator.hpp>
 #include <telar/comm/device_buffer.hpp>
 #include <telar/core/parameters.hpp>
+#include <telar/parallel/detail/bucket_plan.hpp>
 #include <telar/profile/trace.hpp>
 
 #include <algorithm>
-#include <map>
+#include <tuple>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,28 +28,10 @@ public:
   GradientBuckets(Communicator const* comm, Algorithm algorithm,
                   ParameterStore<T, MemorySpace> const& store, std::size_t bucket_bytes,
                   TraceRecorder* trace)
-      : comm_(comm), algorithm_(algorithm), grads_(store.grads()), trace_(trace) {
-    std::vector<std::size_t> layers;
-    for (auto const& p : store.entries())
-      if (layers.empty() || layers.back() != p.layer)
-        layers.push_back(p.layer);
-    std::reverse(layers.begin(), layers.end());
-    Bucket current;
-    for (std::size_t layer : layers) {
-      auto const [b, e] = store.layer_range(layer);
-      current.begin = current.layers.empty() ? b : std::min(current.begin, b);
-      current.end = current.layers.empty() ? e : std::max(current.end, e);
-      current.layers.push_back(layer);
-      if ((current.end - current.begin) * sizeof(T) >= bucket_bytes) {
-        buckets_.push_back(std::move(current));
-        current = Bucket{};
-      }
-    }
-    if (!current.layers.empty())
-      buckets_.push_back(std::move(current));
+      : comm_(comm), algorithm_(algorithm), grads_(store.grads()), trace_(trace),
+        plan_(store, bucket_bytes, sizeof(T)), buckets_(plan_.size()) {
     for (std::size_t i = 0; i < buckets_.size(); ++i)
-      for (std::size_t layer : buckets_[i].layers)
-        bucket_of_[layer] = i;
+      std::tie(buckets_[i].begin, buckets_[i].end) = plan_.range(i);
   }
 
   bool active() const { return comm_ != nullptr && comm_->size() > 1; }
@@ -61,10 +42,9 @@ public:
 
   // Start of a step: every layer will report `calls` times (micro-batches).
   void begin_step(int calls) {
-    for (auto& b : buckets_) {
-      b.remaining = int(b.layers.size()) * calls;
+    plan_.begin_step(calls);
+    for (auto& b : buckets_)
       b.started = false;
-    }
   }
 
   // One micro-batch's weight gradients of `layer` are accumulated.
@@ -72,12 +52,9 @@ public:
   void layer_done(Exec const& exec, std::size_t layer) {
     if (!active())
       return;
-    auto it = bucket_of_.find(layer);
-    if (it == bucket_of_.end())
-      return;
-    Bucket& b = buckets_[it->second];
-    if (--b.remaining == 0)
-      start(exec, b, it->second);
+    long const i = plan_.ready(layer);
+    if (i >= 0)
+      start(exec, buckets_[std::size_t(i)], std::size_t(i));
     poll();
   }
 
@@ -111,8 +88,6 @@ private:
                                        std::declval<std::pair<std::size_t, std::size_t>>()));
   struct Bucket {
     std::size_t begin = 0, end = 0;
-    std::vector<std::size_t> layers;
-    int remaining = 0;
     bool started = false;
     bool copied_back = true;
     bool recorded = false;
@@ -158,8 +133,8 @@ private:
   Algorithm algorithm_{};
   Grads grads_;
   TraceRecorder* trace_ = nullptr;
+  BucketPlan plan_;
   std::vector<Bucket> buckets_;
-  std::map<std::size_t, std::size_t> bucket_of_;
 };
 
 } // namespace telar::detail

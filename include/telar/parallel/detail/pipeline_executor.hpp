@@ -4,14 +4,16 @@
 // gradient accumulation and every pipeline schedule: receives are posted as
 // their Recv instruction comes up and completed just before the data is
 // used, sends never block (MPI_Isend; a slot whose buffers are still being
-// sent is released only once the send completes), and gradients of a layer
-// are announced (done(k)) after its last weight-gradient pass so data
-// parallelism can start reducing them.
+// sent is released only once the send completes). The executor reports to
+// one hooks object (step_hooks.hpp): step begin and end, before each layer's
+// forward and backward, each layer's accumulated weight gradient (so data
+// parallelism can start reducing it), and progress between instructions.
 #include <telar/comm/communicator.hpp>
 #include <telar/comm/device_buffer.hpp>
 #include <telar/comm/request.hpp>
 #include <telar/core/loss.hpp>
 #include <telar/parallel/detail/stage_runner.hpp>
+#include <telar/parallel/detail/step_hooks.hpp>
 #include <telar/profile/trace.hpp>
 #include <telar/schedule/schedule.hpp>
 #include <telar/schedule/timeline.hpp>
@@ -69,12 +71,13 @@ public:
   // batch (only the first virtual stage reads x, only the last reads y);
   // micro-batch i is rows [n*i/m, n*(i+1)/m). Returns the loss summed over
   // the micro-batches of the last virtual stage (zero elsewhere).
-  template <class Loss, class Done, class Poll>
+  template <class Loss, class Hooks>
   LossSum run(Exec const& exec, schedule::Schedule const& sched, CMat x,
-              typename Loss::target_type const& y, Loss const& loss, T scale, Done&& done,
-              Poll&& poll, TraceRecorder* trace) {
+              typename Loss::target_type const& y, Loss const& loss, T scale, Hooks&& hooks,
+              TraceRecorder* trace) {
     using Targets = typename Loss::target_type;
     int const m = sched.microbatches;
+    hooks.step_begin(m);
     std::size_t const n = x.extent(0);
     step_begin_ = events_.size();
     int const last_vs = virtual_stages() - 1;
@@ -170,7 +173,7 @@ public:
         // The loss belongs to the last virtual stage's Forward (as in the
         // schedule's cost model), so its time is recorded with it.
         timed("F", in, [&] {
-          runner.forward(exec, st.slot, input);
+          runner.forward(exec, st.slot, input, hooks);
           if (vs == last_vs) {
             auto [b, e] = rows_of(in.microbatch);
             total += loss.forward_backward(exec, CMat(runner.output(st.slot)),
@@ -200,22 +203,19 @@ public:
         MbState& st = state(in.microbatch, in.chunk);
         if (vs != last_vs)
           wait_recv(st, in, Op::RecvGrad);
-        timed("B", in,
-              [&] { runners_[in.chunk].backward(exec, st.slot, [&](std::size_t k) { done(k); }); });
+        timed("B", in, [&] { runners_[in.chunk].backward(exec, st.slot, hooks); });
         break;
       }
       case Op::BackwardInput: {
         MbState& st = state(in.microbatch, in.chunk);
         if (vs != last_vs)
           wait_recv(st, in, Op::RecvGrad);
-        timed("B", in, [&] { runners_[in.chunk].backward_input(exec, st.slot); });
+        timed("B", in, [&] { runners_[in.chunk].backward_input(exec, st.slot, hooks); });
         break;
       }
       case Op::BackwardWeight: {
         MbState& st = state(in.microbatch, in.chunk);
-        timed("W", in, [&] {
-          runners_[in.chunk].backward_weight(exec, st.slot, [&](std::size_t k) { done(k); });
-        });
+        timed("W", in, [&] { runners_[in.chunk].backward_weight(exec, st.slot, hooks); });
         break;
       }
       case Op::OptimizerStep:
@@ -224,9 +224,10 @@ public:
       if (in.microbatch >= 0 && last_use[{in.microbatch, in.chunk}] == index)
         live_[{in.microbatch, in.chunk}].finished = true;
       retire(false);
-      poll();
+      hooks.progress();
     }
     retire(true);
+    hooks.step_end();
     return total;
   }
 

@@ -8,6 +8,7 @@
 #include <telar/core/layer.hpp>
 #include <telar/core/sequential.hpp>
 #include <telar/core/tensor.hpp>
+#include <telar/parallel/detail/step_hooks.hpp>
 
 #include <string>
 #include <type_traits>
@@ -90,8 +91,9 @@ public:
   Mat output_grad(int slot) const { return slots_[slot].grad[last_]; }
   Mat input_grad(int slot) const { return slots_[slot].grad[first_]; }
 
-  template <class Exec>
-  void forward(Exec const& exec, int slot, CMat input) {
+  // Hooks: see step_hooks.hpp (before_forward before each layer).
+  template <class Exec, class Hooks = NoStepHooks>
+  void forward(Exec const& exec, int slot, CMat input, Hooks&& hooks = Hooks{}) {
     Slot& s = slots_[slot];
     if (input.extent(0) != s.rows || input.extent(1) != features_[first_])
       throw ShapeError("telar: stage input is [" + std::to_string(input.extent(0)) + ", " +
@@ -103,38 +105,43 @@ public:
       if (k < first_ || k >= last_)
         return;
       CMat x = k == first_ ? s.input : CMat(s.act[k]);
+      hooks.before_forward(k);
       layer.forward(exec, x, s.act[k + 1], std::get<k>(s.saved));
     });
   }
 
   // dL/dx for every layer of the stage, last to first; the weight part too
   // for layers with only a fused backward.
-  template <class Exec>
-  void backward_input(Exec const& exec, int slot) {
-    for_each_stage_layer_reverse([&](auto k, auto& layer) { input_part(exec, slot, k, layer); });
+  template <class Exec, class Hooks>
+  void backward_input(Exec const& exec, int slot, Hooks&& hooks) {
+    for_each_stage_layer_reverse([&](auto k, auto& layer) {
+      hooks.before_backward(k);
+      input_part(exec, slot, k, layer);
+    });
   }
 
-  // dL/dW accumulation, last layer first; `done(k)` after each layer with
-  // parameters so gradient reductions can start.
-  template <class Exec, class Done>
-  void backward_weight(Exec const& exec, int slot, Done&& done) {
+  // dL/dW accumulation, last layer first; hooks.gradient_ready(k) after each
+  // layer with parameters so gradient reductions can start.
+  template <class Exec, class Hooks>
+  void backward_weight(Exec const& exec, int slot, Hooks&& hooks) {
     for_each_stage_layer_reverse(
-        [&](auto k, auto& layer) { weight_part(exec, slot, k, layer, done); });
+        [&](auto k, auto& layer) { weight_part(exec, slot, k, layer, hooks); });
   }
 
   // B + W per layer (non-split schedules): a split layer's weight gradient
   // comes first, so its reduction can start while the input gradient runs;
   // a block's comes after (it needs the inner gradients of the input part).
-  template <class Exec, class Done>
-  void backward(Exec const& exec, int slot, Done&& done) {
+  template <class Exec, class Hooks>
+  void backward(Exec const& exec, int slot, Hooks&& hooks) {
     for_each_stage_layer_reverse([&](auto k, auto& layer) {
       using L = std::decay_t<decltype(layer)>;
+      hooks.before_backward(k);
       if constexpr (layer_traits<L>::has_split_backward && !layer_traits<L>::backward_input_first) {
-        weight_part(exec, slot, k, layer, done);
+        weight_part(exec, slot, k, layer, hooks);
         input_part(exec, slot, k, layer);
       } else { // fused, or a block: the weight part needs what the input part made
         input_part(exec, slot, k, layer);
-        weight_part(exec, slot, k, layer, done);
+        weight_part(exec, slot, k, layer, hooks);
       }
     });
   }
@@ -173,15 +180,16 @@ private:
     }
   }
 
-  // The weight gradient of a split layer; done(k) for layers with parameters.
-  template <class Exec, class K, class L, class Done>
-  void weight_part(Exec const& exec, int slot, K, L& layer, Done& done) {
+  // The weight gradient of a split layer; gradient_ready(k) for layers with
+  // parameters.
+  template <class Exec, class K, class L, class Hooks>
+  void weight_part(Exec const& exec, int slot, K, L& layer, Hooks& hooks) {
     constexpr std::size_t k = K::value;
     Slot& s = slots_[slot];
     if constexpr (layer_traits<L>::has_split_backward && layer_traits<L>::has_backward_weight)
       layer.backward_weight(exec, CMat(s.grad[k + 1]), std::get<k>(s.saved));
     if constexpr (layer_traits<L>::has_parameters)
-      done(k);
+      hooks.gradient_ready(k);
   }
 
   // dx of a fused layer whose input needs no gradient still needs somewhere

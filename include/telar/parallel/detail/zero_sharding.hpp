@@ -25,6 +25,21 @@
 
 namespace telar::detail {
 
+// Every rank's updated shard [r chunk, (r+1) chunk) of `values`, gathered
+// into `values` on every rank of `dp` (ZeRO stages 1 and 2, messages).
+template <class Exec, class T, class MemorySpace>
+void allgather_shards(Exec const& exec, Communicator const& dp,
+                      Vector<T, MemorySpace> const& values, std::size_t chunk) {
+  using Vec = Vector<T, MemorySpace>;
+  exec.fence();
+  Vec shard("telar::ZeRO::shard_values", chunk);
+  Kokkos::deep_copy(shard, Vec(values.data() + std::size_t(dp.rank()) * chunk, chunk));
+  HostBuffer<Vec> send(shard, true);
+  HostBuffer<Vec> recv(values, false);
+  dp.allgather(send.data(), chunk, recv.data());
+  recv.copy_back();
+}
+
 template <class T, class MemorySpace>
 class ZeroOneSharding {
 public:
@@ -137,17 +152,12 @@ public:
   // Makes every rank's updated shard visible to all.
   template <class Exec>
   void publish(Exec const& exec, ParameterStore<T, MemorySpace> const& store) {
-    exec.fence();
     if (shared_) {
+      exec.fence();
       if constexpr (host_memory)
         values_window_.fence();
     } else {
-      Vec shard("telar::ZeRO::shard_values", chunk_);
-      Kokkos::deep_copy(shard, values_shard(store));
-      HostBuffer<Vec> send(shard, true);
-      HostBuffer<Vec> recv(store.values(), false);
-      dp_->allgather(send.data(), chunk_, recv.data());
-      recv.copy_back();
+      allgather_shards(exec, *dp_, store.values(), chunk_);
     }
   }
 

@@ -1,0 +1,59 @@
+#pragma once
+// The gradient-synchronisation component: what the data-parallel ranks do
+// with the gradients between backward and the optimizer, and with the
+// parameters after it. One specialisation per sharding policy, each in its
+// own file (CUTLASS keeps one collective per dispatch policy the same way):
+//
+//   sync_no_sharding.hpp  NoSharding: allreduce in buckets during backward
+//   sync_zero1.hpp        ZeRO<1>: reduce each rank's shard after backward,
+//                         update the shard, all-gather the parameters
+//   sync_zero2.hpp        ZeRO<2>: reduce-scatter bucket by bucket during
+//                         backward into a shard-sized buffer, as ZeRO<1> after
+//
+// Every specialisation offers, for ParameterStore<T, MemorySpace> store:
+//   GradientSync(SyncContext const&)
+//   bind(model, owned, store)       binds the store (its buffers are the sync's to choose)
+//   shard()                         [begin, end) of the flat store this rank's optimizer updates
+//   begin_step(calls)               every layer will report `calls` times
+//   gradient_ready(exec, layer)     one micro-batch's gradient of `layer` is accumulated
+//   poll()                          advance communication in flight
+//   end_backward(exec)              every gradient is produced: finish what overlaps backward
+//   reduce(exec, store)             make grads() the summed gradient of the shard
+//   values(store), grads(store)     what the optimizer updates (shard() long)
+//   sum_norms(v, n)                 sums per-tensor norm pieces over the ranks that hold them
+//   publish(exec, store)            every rank sees the updated parameters
+//   bucket_count()                  buckets that overlap backward
+#include <telar/comm/communicator.hpp>
+#include <telar/core/detail/type_traits.hpp>
+#include <telar/profile/trace.hpp>
+
+#include <cstddef>
+
+namespace telar::detail {
+
+// What a gradient-sync component works with (collective objects owned by the
+// process grid, which outlives it).
+struct SyncContext {
+  Communicator const* dp = nullptr;    // null or one rank: nothing to synchronise
+  Communicator const* world = nullptr; // every rank: where shard norms are summed
+  Communicator const* mp = nullptr;    // the ranks of one model replica
+  std::size_t bucket_bytes = std::size_t(8) << 20;
+  bool shared_memory = true; // ZeRO: may use MPI-3 shared memory on one node
+  TraceRecorder* trace = nullptr;
+
+  bool data_parallel() const { return dp != nullptr && dp->size() > 1; }
+  // Sums v over the ranks of one model replica (pipeline stages, tensor shards).
+  void sum_model_parallel(double* v, std::size_t n) const {
+    if (mp != nullptr && mp->size() > 1)
+      mp->allreduce(v, n);
+  }
+};
+
+template <class Sharding, class T, class MemorySpace, class Algorithm>
+class GradientSync {
+  static_assert(dependent_false<Sharding>,
+                "telar::DataParallel: no gradient synchronisation for this sharding policy; use "
+                "telar::NoSharding, telar::ZeRO<1> or telar::ZeRO<2>");
+};
+
+} // namespace telar::detail
