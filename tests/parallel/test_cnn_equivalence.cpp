@@ -147,7 +147,11 @@ TEMPLATE_TEST_CASE("A residual CNN matches serial training under every strategy"
     layouts.push_back({2, 2, 1, "1f1b", 2});           // dp x pp
     layouts.push_back({2, 2, 1, "zb-h1", 2});
     layouts.push_back({2, 1, 2, "1f1b", 1});           // dp x tp
+    layouts.push_back({1, 2, 2, "1f1b", 2});           // pp x tp
+    layouts.push_back({1, 2, 2, "interleaved", 4});
   }
+  if (n == 8)
+    layouts.push_back({2, 2, 2, "zb-h1", 2});          // dp x pp x tp
 
   telar::TrainerOptions ref = base;
   ref.grid = {1, 1, 1};
