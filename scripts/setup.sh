@@ -27,9 +27,28 @@ echo "setup: installing ${missing[*]}"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 
+# The Debian archive apt already uses for bookworm (one-line or deb822
+# sources): backports come from the same mirror, whichever it is.
+bookworm_mirror() {
+  local f
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -f "$f" ] || continue
+    awk '$1 == "deb" && $0 ~ / bookworm / {for (i = 2; i <= NF; ++i) if ($i ~ /^[a-z]+:\/\//) {print $i; exit}}' "$f"
+  done
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    awk 'BEGIN {RS = ""} /Suites:[^\n]* bookworm( |\n|$)/ && /Types:[^\n]*deb( |\n|$)/ {
+           if (match($0, /URIs: *[^ \n]+/)) {u = substr($0, RSTART, RLENGTH); sub(/URIs: */, "", u); print u; exit}}' "$f"
+  done
+}
 # Catch2 v3 lives in bookworm-backports only.
 if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
-  echo "deb http://deb.debian.org/debian bookworm-backports main" |
+  mirror=$(bookworm_mirror | head -n 1)
+  if [ -z "$mirror" ]; then
+    echo "setup: no bookworm source in apt's configuration to take the backports mirror from" >&2
+    exit 1
+  fi
+  echo "deb $mirror bookworm-backports main" |
     $SUDO tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
 fi
 # Open MPI stays the default MPI (mpicc, mpicxx, mpirun, libmpi.so, mpi.pc);
