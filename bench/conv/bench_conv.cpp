@@ -40,8 +40,8 @@ void conv_case(benchmark::State& state, char const* phase) {
       conv.backward_weight(exec, dy, saved);
     exec.fence();
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(conv.flops(n, in) * state.iterations() / 1e9,
-                                                 benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(conv.flops(n, in) * state.iterations() / 1e9, benchmark::Counter::kIsRate);
   state.SetLabel(std::string(Policy::name()) + "/" + Gemm::name());
 }
 

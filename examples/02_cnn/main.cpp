@@ -253,8 +253,7 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
   if (!a.timeline.empty()) {
     std::string const path = a.timeline + ".json";
     if (trainer.write_trace(path) && root)
-      std::fprintf(stderr, "cnn: timeline written to %s (open in ui.perfetto.dev)\n",
-                   path.c_str());
+      std::fprintf(stderr, "cnn: timeline written to %s (open in ui.perfetto.dev)\n", path.c_str());
     // The last training step's pipeline, drawn like the simulator's charts.
     auto const tl = trainer.pipeline_timeline();
     if (root && trainer.grid_shape().pp > 1) {
@@ -262,8 +261,8 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
       telar::schedule::SvgOptions svg;
       svg.title = tl.name + ", last step";
       telar::schedule::write_svg(tl, a.timeline + ".svg", svg);
-      std::fprintf(stderr, "cnn: pipeline chart %s.svg (bubble %.1f%%)\n",
-                   a.timeline.c_str(), 100 * stats.bubble_fraction);
+      std::fprintf(stderr, "cnn: pipeline chart %s.svg (bubble %.1f%%)\n", a.timeline.c_str(),
+                   100 * stats.bubble_fraction);
     }
   }
 

@@ -168,27 +168,31 @@ TEST_CASE("Nested blocks: shapes along the chain and parameter names", "[blocks]
   CHECK(net.output_shape(telar::Shape(4)) == telar::Shape(3));
   net.build(telar::Shape{5, 4});
   net.initialize(1);
-  CHECK(names(net) == std::vector<std::string>{
-                          "0.weight", "0.bias", "2.0.weight", "2.0.bias", "3.0.weight", "3.0.bias",
-                          "3.1.weight", "3.1.bias", "3.3.weight", "3.3.bias", "4.0.weight",
-                          "4.0.bias", "4.shortcut.weight", "4.shortcut.bias"});
+  CHECK(names(net) == std::vector<std::string>{"0.weight", "0.bias", "2.0.weight", "2.0.bias",
+                                               "3.0.weight", "3.0.bias", "3.1.weight", "3.1.bias",
+                                               "3.3.weight", "3.3.bias", "4.0.weight", "4.0.bias",
+                                               "4.shortcut.weight", "4.shortcut.bias"});
   auto bf = make_block_first<float>();
   bf.build(telar::Shape(6));
   bf.initialize(1);
   CHECK(names(bf) == std::vector<std::string>{"0.0.weight", "0.0.bias", "0.1.weight", "0.1.bias",
                                               "0.3.weight", "0.3.bias", "1.0.weight", "1.0.bias",
-                                              "2.0.0.weight", "2.0.0.bias",
-                                              "2.0.shortcut.weight", "2.0.shortcut.bias"});
+                                              "2.0.0.weight", "2.0.0.bias", "2.0.shortcut.weight",
+                                              "2.0.shortcut.bias"});
 }
 
 TEST_CASE("Nested blocks: run-time shape errors name the layer and both shapes", "[blocks]") {
   // A declared input shape, at the top and inside a block.
   telar::Sequential<MnistOnly> mnist;
-  CHECK(message_of([&] { mnist.shapes(telar::Shape{3, 32, 32}); }) ==
+  CHECK(message_of([&] {
+          mnist.shapes(telar::Shape{3, 32, 32});
+        }) ==
         "telar::Sequential: layer 0 (MnistOnly) expects input [1, 28, 28] but the model input "
         "produces [3, 32, 32]");
   telar::Sequential<telar::ReLU<float>, telar::Sequential<MnistOnly>> nested;
-  CHECK(message_of([&] { nested.build(telar::Shape{3, 32, 32}); }) ==
+  CHECK(message_of([&] {
+          nested.build(telar::Shape{3, 32, 32});
+        }) ==
         "telar::Sequential: layer 1 (Sequential) expects input [1, 28, 28] but layer 0 (ReLU) "
         "produces [3, 32, 32]");
   CHECK(nested.output_shape(telar::Shape{1, 28, 28}) == telar::Shape{1, 28, 28});
@@ -203,7 +207,9 @@ TEST_CASE("Nested blocks: run-time shape errors name the layer and both shapes",
 
   // Residual bodies that change the shape.
   telar::Sequential<telar::Residual<D<float>>> res(telar::Residual<D<float>>(D<float>(4, 3)));
-  CHECK(message_of([&] { res.shapes(telar::Shape{2, 4}); }) ==
+  CHECK(message_of([&] {
+          res.shapes(telar::Shape{2, 4});
+        }) ==
         "telar::Sequential: layer 0 (Residual) cannot take input [2, 4] from the model input: the "
         "body turns [2, 4] into [2, 3]; use telar::ProjectedResidual to add a projection of the "
         "input");
@@ -250,7 +256,9 @@ TEST_CASE("Nested blocks: backward_weight alone computes the inner gradients", "
     CHECK(max_abs_diff(full.grads, full2.grads) == 0.0);
     CHECK(max_abs_diff(full.dx, full2.dx) == 0.0);
   };
-  SECTION("blocks inside the chain") { check(make_net<double>(), make_net<double>(), {3, 4}, 4); }
+  SECTION("blocks inside the chain") {
+    check(make_net<double>(), make_net<double>(), {3, 4}, 4);
+  }
   SECTION("blocks first, fused shortcut") {
     check(make_block_first<double>(), make_block_first<double>(), {6}, 5);
   }
@@ -294,56 +302,66 @@ template <class T, class MemorySpace = telar::DefaultMemorySpace>
 struct ChannelScale {
   using value_type = T;
   using memory_space = MemorySpace;
-  struct saved_type { telar::ConstMatrix<T, MemorySpace> x; };   // per micro-batch
+  struct saved_type {
+    telar::ConstMatrix<T, MemorySpace> x;
+  }; // per micro-batch
 
   explicit ChannelScale(std::size_t channels = 0) : c(channels) {}
   static constexpr char const* name() { return "ChannelScale"; }
 
-  telar::Shape output_shape(telar::Shape const& in) const {      // checked before allocation
+  telar::Shape output_shape(telar::Shape const& in) const { // checked before allocation
     if (in.rank != 3 || in[0] != c)
       throw telar::ShapeError("ChannelScale expects [" + std::to_string(c) + ", H, W]");
     return in;
   }
-  void build(telar::Shape const& in) { shape = in; }              // remember H and W
+  void build(telar::Shape const& in) { shape = in; } // remember H and W
 
-  void initialize(std::uint64_t) {                               // only on owning ranks
+  void initialize(std::uint64_t) { // only on owning ranks
     scale = telar::Vector<T, MemorySpace>("scale", c);
     scale_grad = telar::Vector<T, MemorySpace>("scale_grad", c);
     Kokkos::deep_copy(scale, T(1));
   }
-  template <class F> void parameters(F&& f) { f("scale", scale, scale_grad); }
+  template <class F>
+  void parameters(F&& f) {
+    f("scale", scale, scale_grad);
+  }
 
   template <class Exec>
   void forward(Exec const& exec, telar::ConstMatrix<T, MemorySpace> x,
                telar::Matrix<T, MemorySpace> y, saved_type& saved) const {
-    saved.x = x;                                                  // a view: no copy
-    auto xi = telar::as_tensor<3>(x, shape);                      // xi(n, c, h, w)
+    saved.x = x;                             // a view: no copy
+    auto xi = telar::as_tensor<3>(x, shape); // xi(n, c, h, w)
     auto yi = telar::as_tensor<3>(y, shape);
-    auto s = scale;                                               // capture views, never `this`
-    Kokkos::parallel_for("ChannelScale::forward",
-        Kokkos::MDRangePolicy<Exec, Kokkos::Rank<4>>(exec, {0, 0, 0, 0},
-            {xi.extent(0), xi.extent(1), xi.extent(2), xi.extent(3)}),
+    auto s = scale; // capture views, never `this`
+    Kokkos::parallel_for(
+        "ChannelScale::forward",
+        Kokkos::MDRangePolicy<Exec, Kokkos::Rank<4>>(
+            exec, {0, 0, 0, 0}, {xi.extent(0), xi.extent(1), xi.extent(2), xi.extent(3)}),
         KOKKOS_LAMBDA(int n, int ch, int h, int w) { yi(n, ch, h, w) = xi(n, ch, h, w) * s(ch); });
   }
-  template <class Exec>   // dL/dx: on the pipeline's critical path
+  template <class Exec> // dL/dx: on the pipeline's critical path
   void backward_input(Exec const& exec, telar::ConstMatrix<T, MemorySpace> dy,
                       telar::Matrix<T, MemorySpace> dx, saved_type const&) const {
     auto dyi = telar::as_tensor<3>(dy, shape);
     auto dxi = telar::as_tensor<3>(dx, shape);
     auto s = scale;
-    Kokkos::parallel_for("ChannelScale::backward_input",
-        Kokkos::MDRangePolicy<Exec, Kokkos::Rank<4>>(exec, {0, 0, 0, 0},
-            {dyi.extent(0), dyi.extent(1), dyi.extent(2), dyi.extent(3)}),
-        KOKKOS_LAMBDA(int n, int ch, int h, int w) { dxi(n, ch, h, w) = dyi(n, ch, h, w) * s(ch); });
+    Kokkos::parallel_for(
+        "ChannelScale::backward_input",
+        Kokkos::MDRangePolicy<Exec, Kokkos::Rank<4>>(
+            exec, {0, 0, 0, 0}, {dyi.extent(0), dyi.extent(1), dyi.extent(2), dyi.extent(3)}),
+        KOKKOS_LAMBDA(int n, int ch, int h, int w) {
+          dxi(n, ch, h, w) = dyi(n, ch, h, w) * s(ch);
+        });
   }
-  template <class Exec>   // dL/dW: accumulate (+=), several micro-batches add up
+  template <class Exec> // dL/dW: accumulate (+=), several micro-batches add up
   void backward_weight(Exec const& exec, telar::ConstMatrix<T, MemorySpace> dy,
                        saved_type const& saved) const {
     auto dyi = telar::as_tensor<3>(dy, shape);
     auto xi = telar::as_tensor<3>(saved.x, shape);
     auto g = scale_grad;
-    Kokkos::parallel_for("ChannelScale::backward_weight",
-        Kokkos::RangePolicy<Exec>(exec, 0, c), KOKKOS_LAMBDA(int ch) {
+    Kokkos::parallel_for(
+        "ChannelScale::backward_weight", Kokkos::RangePolicy<Exec>(exec, 0, c),
+        KOKKOS_LAMBDA(int ch) {
           T acc = 0;
           for (std::size_t n = 0; n < dyi.extent(0); ++n)
             for (std::size_t h = 0; h < dyi.extent(2); ++h)

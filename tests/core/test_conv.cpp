@@ -32,8 +32,8 @@ void require_gradients(Layer layer, Shape in, std::size_t samples, std::string c
 // y(n, co, oh, ow) by the definition, on the host.
 template <class Conv, class HX>
 std::vector<double> direct_conv2d(Conv& conv, HX const& hx, std::size_t n, std::size_t C,
-                                  std::size_t H, std::size_t W, std::size_t Co, int k, int s,
-                                  int p, int d, std::size_t Ho, std::size_t Wo) {
+                                  std::size_t H, std::size_t W, std::size_t Co, int k, int s, int p,
+                                  int d, std::size_t Ho, std::size_t Wo) {
   auto hw = to_host(conv.weight);
   std::vector<double> y(n * Co * Ho * Wo, 0.0);
   for (std::size_t i = 0; i < n; ++i)
@@ -93,8 +93,8 @@ TEST_CASE("Conv2D forward matches a direct convolution", "[conv]") {
     telar::Matrix<double> y("y", n, out.size());
     telar::Conv2D<double>::saved_type saved;
     conv.forward(Exec{}, x, y, saved);
-    auto const want = direct_conv2d(conv, to_host(x), n, c.C, c.H, c.W, c.Co, c.k, c.s, c.p,
-                                    c.d, out[1], out[2]);
+    auto const want =
+        direct_conv2d(conv, to_host(x), n, c.C, c.H, c.W, c.Co, c.k, c.s, c.p, c.d, out[1], out[2]);
     auto hy = to_host(y);
     double worst = 0;
     for (std::size_t i = 0; i < want.size(); ++i)
@@ -148,7 +148,8 @@ TEST_CASE("Pooling and Flatten gradients match finite differences", "[pool][fd]"
   require_gradients(telar::MaxPool2D<double>(2), Shape{2, 4, 6}, 2, "max 2x2");
   require_gradients(telar::MaxPool2D<double>(3, 2, 1), Shape{2, 5, 5}, 2, "max 3x3 s2 p1");
   require_gradients(telar::MaxPool2D<double>(3, 1), Shape{1, 5, 4}, 2, "max 3x3 s1 (overlap)");
-  require_gradients(telar::MaxPool2D<double>(2), Shape{2, 5, 7}, 2, "max 2x2, odd extents (tiled path)");
+  require_gradients(telar::MaxPool2D<double>(2), Shape{2, 5, 7}, 2,
+                    "max 2x2, odd extents (tiled path)");
   require_gradients(telar::MaxPool2D<double>(3), Shape{2, 7, 6}, 2, "max 3x3 s3 (tiled path)");
   require_gradients(telar::AvgPool2D<double>(2), Shape{2, 4, 6}, 2, "avg 2x2");
   require_gradients(telar::AvgPool2D<double>(3, 2, 1), Shape{2, 5, 6}, 2, "avg 3x3 s2 p1");
@@ -190,14 +191,14 @@ TEST_CASE("Conv and pooling layers report shape errors", "[conv][pool]") {
     }
     return "no error";
   };
-  CHECK(message(telar::Conv2D<float>(3, 8, 3), Shape{1, 28, 28}).find(
-            "Conv2D expects inputs [3, H, W]") == 0);
-  CHECK(message(telar::Conv2D<float>(3, 8, 3), Shape{3 * 28 * 28}).find(
-            "Conv2D expects inputs [3, H, W]") == 0);
+  CHECK(message(telar::Conv2D<float>(3, 8, 3), Shape{1, 28, 28})
+            .find("Conv2D expects inputs [3, H, W]") == 0);
+  CHECK(message(telar::Conv2D<float>(3, 8, 3), Shape{3 * 28 * 28})
+            .find("Conv2D expects inputs [3, H, W]") == 0);
   CHECK(message(telar::Conv2D<float>(3, 8, 5), Shape{3, 4, 9}).find("cover the kernel (5)") !=
         std::string::npos);
-  CHECK(message(telar::Conv3D<float>(2, 8, 3), Shape{2, 8, 8}).find(
-            "Conv3D expects inputs [2, D, H, W]") == 0);
+  CHECK(message(telar::Conv3D<float>(2, 8, 3), Shape{2, 8, 8})
+            .find("Conv3D expects inputs [2, D, H, W]") == 0);
   CHECK(message(telar::MaxPool2D<float>(2), Shape{16}).find("MaxPool2D expects inputs [C, H, W]") ==
         0);
   CHECK(message(telar::AvgPool2D<float>(4), Shape{1, 3, 8}).find("AvgPool2D expects inputs") == 0);

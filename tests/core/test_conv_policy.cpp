@@ -80,8 +80,7 @@ TEST_CASE("AutoConv picks oneDNN for float on the host when available", "[conv][
   using D = telar::AutoConv::select<double, M>;
   CHECK(std::is_same_v<D, telar::Im2colConv>);
   CHECK(std::string(telar::conv_backend_name<double, M>()) == "im2col");
-  if constexpr (TELAR_HAVE_ONEDNN &&
-                Kokkos::SpaceAccessibility<Kokkos::HostSpace, M>::accessible) {
+  if constexpr (TELAR_HAVE_ONEDNN && Kokkos::SpaceAccessibility<Kokkos::HostSpace, M>::accessible) {
     CHECK(std::is_same_v<F, telar::OneDnnConv>);
     CHECK(std::is_same_v<telar::Conv2D<float>::conv_policy, telar::OneDnnConv>);
   } else {
@@ -104,17 +103,39 @@ TEST_CASE("oneDNN Conv2D equals im2col + GEMM in float", "[conv][policy]") {
       char const* what;
     };
     for (Case const& c :
-         {Case{1, 8, {3, 3}, {1, 1}, {1, 1}, {1, 1}, true, Shape{1, 9, 9}, "1->8 3x3 p1 (first layer)"},
+         {Case{1,
+               8,
+               {3, 3},
+               {1, 1},
+               {1, 1},
+               {1, 1},
+               true,
+               Shape{1, 9, 9},
+               "1->8 3x3 p1 (first layer)"},
           Case{5, 7, {3, 3}, {1, 1}, {1, 1}, {1, 1}, true, Shape{5, 6, 7}, "3x3 s1 p1"},
           Case{3, 4, {3, 3}, {2, 2}, {1, 1}, {1, 1}, true, Shape{3, 7, 6}, "3x3 s2 p1"},
-          Case{4, 6, {3, 3}, {2, 2}, {0, 0}, {1, 1}, false, Shape{4, 8, 9}, "3x3 s2 p0 no bias, rows left over"},
+          Case{4,
+               6,
+               {3, 3},
+               {2, 2},
+               {0, 0},
+               {1, 1},
+               false,
+               Shape{4, 8, 9},
+               "3x3 s2 p0 no bias, rows left over"},
           Case{6, 3, {1, 1}, {1, 1}, {0, 0}, {1, 1}, true, Shape{6, 4, 5}, "1x1"},
           Case{2, 5, {2, 2}, {1, 1}, {0, 0}, {2, 2}, true, Shape{2, 6, 5}, "2x2 dilation 2"},
           Case{2, 3, {1, 3}, {1, 2}, {0, 1}, {1, 1}, true, Shape{2, 4, 7}, "1x3 stride (1,2)"},
-          Case{32, 32, {3, 3}, {1, 1}, {1, 1}, {1, 1}, true, Shape{32, 14, 14}, "CNN 32->32 14x14"}}) {
-      auto make = [&c](auto l) {
-        return decltype(l)(c.C, c.Co, c.k, c.s, c.p, c.bias, c.d);
-      };
+          Case{32,
+               32,
+               {3, 3},
+               {1, 1},
+               {1, 1},
+               {1, 1},
+               true,
+               Shape{32, 14, 14},
+               "CNN 32->32 14x14"}}) {
+      auto make = [&c](auto l) { return decltype(l)(c.C, c.Co, c.k, c.s, c.p, c.bias, c.d); };
       for (std::size_t n : {std::size_t(1), std::size_t(3)})
         compare<A, B>(make, c.in, n, c.what);
     }

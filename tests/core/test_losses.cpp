@@ -101,21 +101,22 @@ TEST_CASE("MeanSquaredError: value, count and gradient", "[losses][fd]") {
                     "not match");
 }
 
-TEST_CASE("PositionwiseCrossEntropy: values by hand, ignore_index and accuracy",
-          "[losses][fd]") {
+TEST_CASE("PositionwiseCrossEntropy: values by hand, ignore_index and accuracy", "[losses][fd]") {
   telar::PositionwiseCrossEntropy<double> ce; // ignore_index -100
   ce.build(telar::Shape{3, 2});
   // 2 samples x 3 positions x 2 classes.
-  Mat y = matrix(2, 6, {0, 0, /**/ 2, 0, /**/ 0, 1, //
-                        1, 3, /**/ 5, 5, /**/ 0, 0});
-  auto l = labels(2, 3, {0, 0, -100, //
-                         1, -100, 1});
+  Mat y = matrix(2, 6,
+                 {0, 0, /**/ 2, 0, /**/ 0, 1, //
+                  1, 3, /**/ 5, 5, /**/ 0, 0});
+  auto l = labels(2, 3,
+                  {0, 0, -100, //
+                   1, -100, 1});
   CHECK(ce.count(Exec{}, l) == 4);
   Mat dy("dy", 2, 6);
   auto r = ce.forward_backward(Exec{}, y, l, dy, 0.25);
   // log(1 + e^(other - label)) per position that counts.
-  double const expect = std::log(2.0) + std::log(1 + std::exp(-2.0)) + std::log(1 + std::exp(-2.0)) +
-                        std::log(2.0);
+  double const expect =
+      std::log(2.0) + std::log(1 + std::exp(-2.0)) + std::log(1 + std::exp(-2.0)) + std::log(2.0);
   CHECK(r.loss == Approx(expect).epsilon(1e-12));
   CHECK(r.count == 4);
   CHECK(r.samples == 2);
@@ -264,8 +265,8 @@ TEST_CASE("A Trainer fits a per-position classifier with PositionwiseCrossEntrop
     for (std::size_t b = 0; b + 32 <= 128; b += 32)
       trainer.step(telar::rows(x, b, b + 32), telar::rows(y, b, b + 32));
   auto const after = trainer.evaluate(x, y);
-  INFO("loss " << before.loss << " -> " << after.loss << ", accuracy " << before.accuracy
-               << " -> " << after.accuracy);
+  INFO("loss " << before.loss << " -> " << after.loss << ", accuracy " << before.accuracy << " -> "
+               << after.accuracy);
   CHECK(after.loss < 0.5 * before.loss);
   CHECK(after.accuracy > 0.85);
 }

@@ -104,8 +104,8 @@ TEST_CASE("LayerNorm matches its definition", "[normalization]") {
   CHECK(host_param(ln, "bias") == std::vector<double>(6, 0.0));
   randomize_affine(ln, 9);
   auto const g = host_param(ln, "weight"), b = host_param(ln, "bias");
-  CHECK(max_diff_to_reference(ln, 3, 6, 6, 1, g, b) < 1e-12);      // [6]
-  CHECK(max_diff_to_reference(ln, 3, 4 * 6, 6, 1, g, b) < 1e-12);  // [4, 6]: each position
+  CHECK(max_diff_to_reference(ln, 3, 6, 6, 1, g, b) < 1e-12);     // [6]
+  CHECK(max_diff_to_reference(ln, 3, 4 * 6, 6, 1, g, b) < 1e-12); // [4, 6]: each position
   CHECK(ln.output_shape(telar::Shape{4, 6}) == telar::Shape{4, 6});
   CHECK_THROWS_WITH(ln.output_shape(telar::Shape{6, 4}), "LayerNorm expects inputs [..., 6]");
 }
@@ -171,8 +171,9 @@ TEST_CASE("GroupNorm and LayerNorm say what they accept", "[normalization]") {
   telar::LayerNorm<float> ln(5);
   ln.initialize(0);
   telar::LayerNorm<float>::saved_type ls;
-  CHECK_THROWS_WITH(ln.forward(Exec{}, x, y, ls),
-                    "telar::LayerNorm::forward: expected [n, k * 5] twice, got [2, 16] and [2, 16]");
+  CHECK_THROWS_WITH(
+      ln.forward(Exec{}, x, y, ls),
+      "telar::LayerNorm::forward: expected [n, k * 5] twice, got [2, 16] and [2, 16]");
 }
 
 TEST_CASE("Normalisation in float: zero mean, unit variance per group", "[normalization]") {

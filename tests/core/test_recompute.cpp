@@ -275,8 +275,7 @@ TEST_CASE("Recompute: parameter names, shapes and names pass through", "[recompu
   static_assert(!telar::layer_traits<Act>::has_backward_weight);
 }
 
-TEST_CASE("Recompute: outputs and gradients are bitwise those of the plain model",
-          "[recompute]") {
+TEST_CASE("Recompute: outputs and gradients are bitwise those of the plain model", "[recompute]") {
   telar::Shape const in{3, 4};
   auto const data = batches(3, 2, 12, 9, 21);
   for (Order order : {Order::input_then_weight, Order::weight_then_input, Order::weight_only}) {

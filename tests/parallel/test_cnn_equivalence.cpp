@@ -32,11 +32,11 @@ std::size_t const features = 2 * 8 * 8, classes = 4;
 
 // conv, residual block, max-pool, flatten, a Megatron pair.
 template <class T>
-using Cnn = telar::Sequential<
-    telar::Conv2D<T>, telar::ReLU<T>,
-    telar::Residual<telar::Conv2D<T>, telar::ReLU<T>, telar::Conv2D<T>>, telar::ReLU<T>,
-    telar::MaxPool2D<T>, telar::Flatten<T>, telar::ColumnParallel<telar::Dense<T>>,
-    telar::ReLU<T>, telar::RowParallel<telar::Dense<T>>>;
+using Cnn = telar::Sequential<telar::Conv2D<T>, telar::ReLU<T>,
+                              telar::Residual<telar::Conv2D<T>, telar::ReLU<T>, telar::Conv2D<T>>,
+                              telar::ReLU<T>, telar::MaxPool2D<T>, telar::Flatten<T>,
+                              telar::ColumnParallel<telar::Dense<T>>, telar::ReLU<T>,
+                              telar::RowParallel<telar::Dense<T>>>;
 template <class T>
 Cnn<T> make_cnn() {
   using C = telar::Conv2D<T>;
@@ -137,21 +137,21 @@ TEMPLATE_TEST_CASE("A residual CNN matches serial training under every strategy"
   base.seed = 11;
   base.lr = telar::constant_lr(0.05);
 
-  std::vector<Layout> layouts{{n, 1, 1, "1f1b", 1}};   // data parallel
+  std::vector<Layout> layouts{{n, 1, 1, "1f1b", 1}}; // data parallel
   if (n > 1) {
-    layouts.push_back({1, n, 1, "1f1b", 4});           // pipeline
+    layouts.push_back({1, n, 1, "1f1b", 4}); // pipeline
     layouts.push_back({1, n, 1, "zb-h1", 4});
-    layouts.push_back({1, 1, n, "1f1b", 1});           // tensor parallel
+    layouts.push_back({1, 1, n, "1f1b", 1}); // tensor parallel
   }
   if (n == 4) {
-    layouts.push_back({2, 2, 1, "1f1b", 2});           // dp x pp
+    layouts.push_back({2, 2, 1, "1f1b", 2}); // dp x pp
     layouts.push_back({2, 2, 1, "zb-h1", 2});
-    layouts.push_back({2, 1, 2, "1f1b", 1});           // dp x tp
-    layouts.push_back({1, 2, 2, "1f1b", 2});           // pp x tp
+    layouts.push_back({2, 1, 2, "1f1b", 1}); // dp x tp
+    layouts.push_back({1, 2, 2, "1f1b", 2}); // pp x tp
     layouts.push_back({1, 2, 2, "interleaved", 4});
   }
   if (n == 8)
-    layouts.push_back({2, 2, 2, "zb-h1", 2});          // dp x pp x tp
+    layouts.push_back({2, 2, 2, "zb-h1", 2}); // dp x pp x tp
 
   telar::TrainerOptions ref = base;
   ref.grid = {1, 1, 1};

@@ -280,8 +280,7 @@ void check_zero(Opt opt, telar::TrainerOptions base, char const* sched, bool sha
 }
 } // namespace
 
-TEST_CASE("ZeRO-2 (sharded gradients and optimizer state) matches serial",
-          "[equivalence][zero]") {
+TEST_CASE("ZeRO-2 (sharded gradients and optimizer state) matches serial", "[equivalence][zero]") {
   telar::TrainerOptions base;
   base.seed = 5;
   base.lr = telar::constant_lr(0.02);

@@ -26,8 +26,8 @@ namespace {
 using T = double;
 using Labels2 = telar::PositionwiseCrossEntropy<T>::target_type;
 // [5, 6] -> [5, 3]: Dense works on every position, LayerNorm on each.
-using Model = telar::Sequential<telar::Dense<T>, telar::LayerNorm<T>, telar::ReLU<T>,
-                                telar::Dense<T>>;
+using Model =
+    telar::Sequential<telar::Dense<T>, telar::LayerNorm<T>, telar::ReLU<T>, telar::Dense<T>>;
 Model make_model() {
   return Model(telar::Dense<T>(6, 8), telar::LayerNorm<T>(8), {}, telar::Dense<T>(8, 3));
 }
@@ -81,18 +81,19 @@ struct Result {
 };
 
 template <class Strategy, class Loss, class Targets>
-Result train(MPI_Comm comm, telar::TrainerOptions opts, telar::Matrix<T> const& x,
-             Targets const& y, std::size_t batch, int steps, Loss loss) {
+Result train(MPI_Comm comm, telar::TrainerOptions opts, telar::Matrix<T> const& x, Targets const& y,
+             std::size_t batch, int steps, Loss loss) {
   telar::SGD<T> sgd;
   sgd.momentum = 0.9;
   telar::Trainer<Model, Strategy, telar::SGD<T>, Loss> trainer(comm, make_model(), sgd, opts,
-                                                              telar::Shape{P, F}, loss);
+                                                               telar::Shape{P, F}, loss);
   int const dp = trainer.grid_shape().dp, d = trainer.grid_coords().dp;
   std::size_t const local = batch / std::size_t(dp);
   Result r;
   for (int s = 0; s < steps; ++s) {
     std::size_t const b = std::size_t(s) * batch + std::size_t(d) * local;
-    auto const step = trainer.step(telar::rows(x, b, b + local), Targets(telar::rows(y, b, b + local)));
+    auto const step =
+        trainer.step(telar::rows(x, b, b + local), Targets(telar::rows(y, b, b + local)));
     r.losses.push_back(step.loss);
     r.accuracies.push_back(step.accuracy);
   }
@@ -131,8 +132,7 @@ void compare_layouts(Targets const& y, Loss loss, char const* name) {
   base.lr = telar::constant_lr(0.1);
   telar::TrainerOptions serial_opts = base;
   serial_opts.grid = {1, 1, 1};
-  Result const want =
-      train<telar::Serial>(MPI_COMM_SELF, serial_opts, x, y, batch, steps, loss);
+  Result const want = train<telar::Serial>(MPI_COMM_SELF, serial_opts, x, y, batch, steps, loss);
   for (int pp : {1, 2})
     for (int m : {1, 2})
       if (n % pp == 0) {

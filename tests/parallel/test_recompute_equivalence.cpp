@@ -186,7 +186,8 @@ TEMPLATE_TEST_CASE("Full recomputation matches serial training without it", "[re
 
 TEST_CASE("Selective recomputation (one block) matches serial training", "[recompute]") {
   using T = double;
-  using Sel = telar::Sequential<telar::Recompute<Pair<T>>, telar::GELU<T>, Tail<T>, telar::Dense<T>>;
+  using Sel =
+      telar::Sequential<telar::Recompute<Pair<T>>, telar::GELU<T>, Tail<T>, telar::Dense<T>>;
   int const n = world_size();
   std::size_t const batch = 24;
   auto const data = make_data<T>(batch * 3);

@@ -1,9 +1,9 @@
 // Degrees that do not fit the world or the strategy: the same clear message
 // on every rank, no hang.
+#include <telar/data/error.hpp>
 #include <telar/layers/activation.hpp>
 #include <telar/layers/dense.hpp>
 #include <telar/optim/sgd.hpp>
-#include <telar/data/error.hpp>
 #include <telar/train/trainer.hpp>
 
 #include <catch2/catch_test_macros.hpp>

@@ -201,8 +201,8 @@ TEST_CASE("schedule: generators reject invalid sizes, naming function and values
 }
 
 TEST_CASE("schedule names: one canonical spelling, aliases accepted everywhere", "[schedule]") {
-  CHECK(schedule_names() == std::vector<std::string>{"gpipe", "1f1b", "interleaved", "zb-h1",
-                                                      "zb-h2"});
+  CHECK(schedule_names() ==
+        std::vector<std::string>{"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"});
   for (char const* n : {"zb-h1", "zb_h1", "ZB_H1", "Zb-H1"})
     CHECK(canonical_name(n) == "zb-h1");
   for (char const* n : {"interleaved", "interleaved_1f1b", "Interleaved-1F1B"})

@@ -365,10 +365,11 @@ constexpr bool check_layer() {
                   !is_detected_v<backward_weight_t, L> && !is_detected_v<backward_fused_t, L>),
                 "telar::Sequential: a layer with parameters and backward_input must also provide "
                 "`backward_weight(exec, ConstMatrix<T> dy, saved_type const&)`");
-  static_assert(!is_detected_v<backward_weight_t, L> || is_detected_v<parameters_t, L>,
-                "telar::Sequential: a layer with backward_weight must expose its parameters: add "
-                "`template <class F> void parameters(F&& f) { f(\"weight\", weight, weight_grad); }` "
-                "(without it Telar cannot reduce, shard or update them, and they never train)");
+  static_assert(
+      !is_detected_v<backward_weight_t, L> || is_detected_v<parameters_t, L>,
+      "telar::Sequential: a layer with backward_weight must expose its parameters: add "
+      "`template <class F> void parameters(F&& f) { f(\"weight\", weight, weight_grad); }` "
+      "(without it Telar cannot reduce, shard or update them, and they never train)");
   static_assert(!is_detected_v<parameter_replicas_t, L> || is_detected_v<set_tensor_parallel_t, L>,
                 "telar::Sequential: a layer with parameter_replicas must also provide `void "
                 "set_tensor_parallel(telar::TensorParallelContext const&)` (it cannot know the "

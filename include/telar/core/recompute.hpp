@@ -13,7 +13,8 @@
  *  \code
  *  using Block = telar::Sequential<telar::Dense<float>, telar::GELU<float>, telar::Dense<float>>;
  *  // Selective: only the middle block is recomputed.
- *  using Model = telar::Sequential<telar::Dense<float>, telar::Recompute<Block>, telar::Dense<float>>;
+ *  using Model = telar::Sequential<telar::Dense<float>, telar::Recompute<Block>,
+ * telar::Dense<float>>;
  *  // Full: every top-level unit is recomputed.
  *  using Plain = telar::Sequential<telar::Dense<float>, Block, telar::Dense<float>>;
  *  telar::RecomputeAll<Plain> full = telar::recompute_all(Plain(...));
@@ -80,7 +81,7 @@ inline constexpr bool is_recompute_v<Recompute<L>> = true;
 /// True for a layer whose randomness is keyed by a counter it exposes.
 template <class L>
 inline constexpr bool is_stochastic_v =
-    is_detected_v<random_counter_t, L> && is_detected_v<set_random_counter_t, L>;
+    is_detected_v<random_counter_t, L>&& is_detected_v<set_random_counter_t, L>;
 
 // Calls f(layer) for every stochastic layer in `l`, depth first, in a fixed
 // order: through Sequential, Residual blocks (body, then projection) and
@@ -114,11 +115,11 @@ template <class L>
 struct RecomputeSaved {
   using T = typename layer_traits<L>::value_type;
   using M = typename layer_traits<L>::memory_space;
-  ConstMatrix<T, M> x;                                   // the checkpoint (a view, no copy)
-  std::vector<std::uint64_t> counters;                   // random counters before the forward
-  mutable std::shared_ptr<RecomputeState<L>> state;      // the rebuilt state, or null
-  mutable std::uint64_t token = 0;                       // state is ours while state->owner == token
-  mutable bool weight_done = false;                      // backward_weight ran since the forward
+  ConstMatrix<T, M> x;                              // the checkpoint (a view, no copy)
+  std::vector<std::uint64_t> counters;              // random counters before the forward
+  mutable std::shared_ptr<RecomputeState<L>> state; // the rebuilt state, or null
+  mutable std::uint64_t token = 0;                  // state is ours while state->owner == token
+  mutable bool weight_done = false;                 // backward_weight ran since the forward
 };
 
 // The backward members Recompute<L> offers, by what L offers: split with a
@@ -205,8 +206,7 @@ class Recompute : public detail::RecomputeBackward<Recompute<L>, L> {
   friend struct detail::RecomputeBackward<Recompute<L>, L>;
   using Traits = layer_traits<L>;
   using InnerSaved = typename Traits::saved_type;
-  static constexpr bool with_weight =
-      Traits::has_split_backward && Traits::has_backward_weight;
+  static constexpr bool with_weight = Traits::has_split_backward && Traits::has_backward_weight;
 
 public:
   /*! \brief Scalar type (L's). */
@@ -359,7 +359,7 @@ private:
   // \param dx input gradient \param saved state
   template <class Exec>
   void input_part(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
-                      Matrix<value_type, memory_space> dx, saved_type const& saved) {
+                  Matrix<value_type, memory_space> dx, saved_type const& saved) {
     settle_pending(&saved);
     bool const after_weight = owns(saved); // backward_weight ran first and kept it
     std::shared_ptr<State> s = after_weight ? saved.state : rebuild(exec, saved);
@@ -376,7 +376,7 @@ private:
   // \param exec execution space instance \param dy output gradient \param saved state
   template <class Exec>
   void weight_part(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
-                       saved_type const& saved) {
+                   saved_type const& saved) {
     settle_pending(&saved);
     saved.weight_done = true;
     if (owns(saved)) {
@@ -394,7 +394,7 @@ private:
   // \param dx input gradient \param saved state
   template <class Exec>
   void fused_part(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
-                Matrix<value_type, memory_space> dx, saved_type const& saved) {
+                  Matrix<value_type, memory_space> dx, saved_type const& saved) {
     settle_pending(&saved);
     std::shared_ptr<State> s = rebuild(exec, saved);
     layer_.backward(exec, dy, dx, s->inner);

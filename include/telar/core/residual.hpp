@@ -61,12 +61,12 @@ public:
    *  outputs (kept until backward: the last layer of either may have saved
    *  its output, so y is a separate sum) and the projection's input gradient. */
   struct saved_type {
-    typename Body::saved_type body;                     //!< the body's state
-    ProjSaved proj;                                     //!< the projection's state
-    mutable Matrix<value_type, memory_space> body_out;  //!< body(x)
-    mutable Matrix<value_type, memory_space> buffer;    //!< shortcut output
-    mutable Matrix<value_type, memory_space> grad;      //!< the shortcut's dx
-    mutable bool shortcut_input_done = false;           //!< a fused projection already ran
+    typename Body::saved_type body;                    //!< the body's state
+    ProjSaved proj;                                    //!< the projection's state
+    mutable Matrix<value_type, memory_space> body_out; //!< body(x)
+    mutable Matrix<value_type, memory_space> buffer;   //!< shortcut output
+    mutable Matrix<value_type, memory_space> grad;     //!< the shortcut's dx
+    mutable bool shortcut_input_done = false;          //!< a fused projection already ran
   };
 
   /*! \brief Default-constructed layers. */
@@ -221,8 +221,8 @@ public:
   }
 
 private:
-  static Matrix<value_type, memory_space> buffer(Matrix<value_type, memory_space>& b,
-                                                 std::size_t n, std::size_t k) {
+  static Matrix<value_type, memory_space> buffer(Matrix<value_type, memory_space>& b, std::size_t n,
+                                                 std::size_t k) {
     if (b.extent(0) != n || b.extent(1) != k)
       b = Matrix<value_type, memory_space>(
           Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::Residual::buffer"), n, k);

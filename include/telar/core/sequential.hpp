@@ -299,7 +299,7 @@ public:
   /*! \brief What a nested chain keeps per micro-batch: its layers' saved
    *  state and its inner activations and gradients (reused between steps). */
   struct saved_type {
-    saved_tuple inner;                       //!< each layer's saved state
+    saved_tuple inner;                                 //!< each layer's saved state
     std::vector<Matrix<value_type, memory_space>> act; //!< act[k]: input of layer k, k >= 1
     mutable std::vector<Matrix<value_type, memory_space>> grad; //!< grad[k]: dL/d act[k]
     mutable Matrix<value_type, memory_space> scratch; //!< dx of a first fused layer, unused
@@ -343,8 +343,9 @@ public:
       constexpr std::size_t k = decltype(index)::value;
       using L = std::decay_t<decltype(l)>;
       if constexpr (layer_traits<L>::has_split_backward && layer_traits<L>::has_backward_weight)
-        l.backward_weight(exec, k + 1 == size ? dy : ConstMatrix<value_type, memory_space>(saved.grad[k + 1]),
-                          std::get<k>(saved.inner));
+        l.backward_weight(
+            exec, k + 1 == size ? dy : ConstMatrix<value_type, memory_space>(saved.grad[k + 1]),
+            std::get<k>(saved.inner));
     });
     saved.grads_ready = false;
   }
@@ -395,8 +396,9 @@ private:
     bufs.resize(size + 1);
     for (std::size_t k = 1; k < size; ++k)
       if (bufs[k].extent(0) != n || bufs[k].extent(1) != shapes_[k].size())
-        bufs[k] = Matrix<value_type, memory_space>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)),
-                                                   n, shapes_[k].size());
+        bufs[k] = Matrix<value_type, memory_space>(
+            Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), n,
+            shapes_[k].size());
   }
 
   template <class Exec>
@@ -412,7 +414,9 @@ private:
         if (k > 0 || need_dx)
           l.backward_input(exec, dyk, k == 0 ? dx : saved.grad[k], std::get<k>(saved.inner));
       } else {
-        Matrix<value_type, memory_space> dxk = k > 0 ? saved.grad[k] : need_dx ? dx : scratch(saved, n);
+        Matrix<value_type, memory_space> dxk = k > 0     ? saved.grad[k]
+                                               : need_dx ? dx
+                                                         : scratch(saved, n);
         l.backward(exec, dyk, dxk, std::get<k>(saved.inner));
       }
     });

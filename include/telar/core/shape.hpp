@@ -27,8 +27,8 @@ struct Shape {
   /*! \brief The largest rank. */
   static constexpr int max_rank = 4;
 
-  int rank = 0;                               //!< number of dimensions (0: unknown)
-  std::array<std::size_t, max_rank> dims{};   //!< extents, outermost first
+  int rank = 0;                             //!< number of dimensions (0: unknown)
+  std::array<std::size_t, max_rank> dims{}; //!< extents, outermost first
 
   /*! \brief Unknown shape. */
   constexpr Shape() = default;

@@ -47,21 +47,21 @@ namespace detail {
 // Sizes of one convolution over [C, D, H, W] samples (D = 1 in 2-D), passed
 // by value to kernels.
 struct ConvGeometry {
-  int C = 0, D = 1, H = 0, W = 0;   // input
-  int Co = 0;                       // output channels
-  int kd = 1, kh = 1, kw = 1;       // kernel
-  int sd = 1, sh = 1, sw = 1;       // stride
-  int pd = 0, ph = 0, pw = 0;       // padding
-  int dd = 1, dh = 1, dw = 1;       // dilation
-  int Do = 1, Ho = 0, Wo = 0;       // output
+  int C = 0, D = 1, H = 0, W = 0; // input
+  int Co = 0;                     // output channels
+  int kd = 1, kh = 1, kw = 1;     // kernel
+  int sd = 1, sh = 1, sw = 1;     // stride
+  int pd = 0, ph = 0, pw = 0;     // padding
+  int dd = 1, dh = 1, dw = 1;     // dilation
+  int Do = 1, Ho = 0, Wo = 0;     // output
 
   KOKKOS_INLINE_FUNCTION int kvol() const { return kd * kh * kw; }
   KOKKOS_INLINE_FUNCTION int K() const { return C * kd * kh * kw; }
   KOKKOS_INLINE_FUNCTION int P() const { return Do * Ho * Wo; }
   KOKKOS_INLINE_FUNCTION int in_size() const { return C * D * H * W; }
   bool pointwise() const {
-    return kd == 1 && kh == 1 && kw == 1 && sd == 1 && sh == 1 && sw == 1 && pd == 0 &&
-           ph == 0 && pw == 0;
+    return kd == 1 && kh == 1 && kw == 1 && sd == 1 && sh == 1 && sw == 1 && pd == 0 && ph == 0 &&
+           pw == 0;
   }
 };
 
@@ -354,8 +354,7 @@ public:
 #if TELAR_HAVE_ONEDNN
       exec.fence(); // oneDNN runs on the calling thread: earlier kernels must be done
       if (n > 0)
-        onednn_.forward(g, n, x.data(), weight.data(), use_bias_ ? bias.data() : nullptr,
-                        y.data());
+        onednn_.forward(g, n, x.data(), weight.data(), use_bias_ ? bias.data() : nullptr, y.data());
       return;
 #endif
     }
@@ -541,7 +540,8 @@ private:
       return 1;
     } else {
       std::size_t const per = std::size_t(g_.K()) * std::size_t(g_.P());
-      std::size_t const c = std::max<std::size_t>(1, (std::size_t(1) << 24) / std::max<std::size_t>(per, 1));
+      std::size_t const c =
+          std::max<std::size_t>(1, (std::size_t(1) << 24) / std::max<std::size_t>(per, 1));
       return int(std::min(c, std::max<std::size_t>(n, 1)));
     }
   }

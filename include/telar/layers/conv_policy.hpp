@@ -64,15 +64,13 @@ struct AutoConv {
   /*! \brief The concrete policy used for T in MemorySpace.
    *  \tparam T value type \tparam MemorySpace memory space */
   template <class T, class MemorySpace>
-  using select =
-      std::conditional_t<OneDnnConv::supports<T, MemorySpace>(), OneDnnConv, Im2colConv>;
+  using select = std::conditional_t<OneDnnConv::supports<T, MemorySpace>(), OneDnnConv, Im2colConv>;
 };
 
 /*! \brief True for the convolution policy types above. \tparam P a type */
 template <class P>
-inline constexpr bool is_conv_policy_v = std::is_same_v<P, Im2colConv> ||
-                                         std::is_same_v<P, OneDnnConv> ||
-                                         std::is_same_v<P, AutoConv>;
+inline constexpr bool is_conv_policy_v =
+    std::is_same_v<P, Im2colConv> || std::is_same_v<P, OneDnnConv> || std::is_same_v<P, AutoConv>;
 
 /*! \brief Name of the policy AutoConv resolves to for T in MemorySpace.
  *  \tparam T value type \tparam MemorySpace memory space */

@@ -161,8 +161,7 @@ struct MeanSquaredError {
   LossSum forward_backward(Exec const& exec, ConstMatrix<T, MemorySpace> y,
                            target_type const& targets, Matrix<T, MemorySpace> dy, T scale) const {
     std::size_t const n = y.extent(0), k = y.extent(1);
-    if (targets.extent(0) != n || targets.extent(1) != k || dy.extent(0) != n ||
-        dy.extent(1) != k)
+    if (targets.extent(0) != n || targets.extent(1) != k || dy.extent(0) != n || dy.extent(1) != k)
       throw ShapeError("telar::MeanSquaredError: outputs " + detail::extents_str(n, k) +
                        ", targets " + detail::extents_str(targets.extent(0), targets.extent(1)) +
                        ", gradient " + detail::extents_str(dy.extent(0), dy.extent(1)) +
@@ -253,25 +252,26 @@ struct PositionwiseCrossEntropy {
                       P > 0 && k % P == 0 && (positions_ == 0 || P == positions_) &&
                       (classes_ == 0 || k == P * classes_);
     if (!fits)
-      throw ShapeError(
-          "telar::PositionwiseCrossEntropy: logits " + detail::extents_str(n, k) + ", labels " +
-          detail::extents_str(labels.extent(0), P) + ", gradient " +
-          detail::extents_str(dlogits.extent(0), dlogits.extent(1)) + " do not match" +
-          (positions_ ? " [n, " + std::to_string(positions_) + " * " + std::to_string(classes_) +
-                            "] and [n, " + std::to_string(positions_) + "]"
-                      : std::string()));
+      throw ShapeError("telar::PositionwiseCrossEntropy: logits " + detail::extents_str(n, k) +
+                       ", labels " + detail::extents_str(labels.extent(0), P) + ", gradient " +
+                       detail::extents_str(dlogits.extent(0), dlogits.extent(1)) + " do not match" +
+                       (positions_ ? " [n, " + std::to_string(positions_) + " * " +
+                                         std::to_string(classes_) + "] and [n, " +
+                                         std::to_string(positions_) + "]"
+                                   : std::string()));
     LossSum out;
     out.samples = static_cast<long long>(n);
     std::size_t const rows = n * P;
     if (rows == 0)
       return out;
     if (row_loss_.extent(0) < rows) {
-      row_loss_ = Kokkos::View<double*, MemorySpace>("telar::PositionwiseCrossEntropy::row_loss",
-                                                     rows);
-      row_flag_ = Kokkos::View<int*, MemorySpace>("telar::PositionwiseCrossEntropy::row_flag", rows);
+      row_loss_ =
+          Kokkos::View<double*, MemorySpace>("telar::PositionwiseCrossEntropy::row_loss", rows);
+      row_flag_ =
+          Kokkos::View<int*, MemorySpace>("telar::PositionwiseCrossEntropy::row_flag", rows);
     }
     detail::positionwise_ce_rows<Exec, T, MemorySpace>(exec, logits, labels, dlogits, scale,
-                                                        ignore_index_, row_loss_, row_flag_);
+                                                       ignore_index_, row_loss_, row_flag_);
     auto row_loss = row_loss_;
     double loss = 0;
     Kokkos::parallel_reduce(
@@ -280,9 +280,8 @@ struct PositionwiseCrossEntropy {
     long long const bad = detail::count_flag(exec, row_flag_, rows, 2);
     if (bad > 0)
       throw ShapeError("telar::PositionwiseCrossEntropy: " + std::to_string(bad) + " of " +
-                       std::to_string(rows) + " labels are outside [0, " +
-                       std::to_string(k / P) + ") and not the ignore_index " +
-                       std::to_string(ignore_index_));
+                       std::to_string(rows) + " labels are outside [0, " + std::to_string(k / P) +
+                       ") and not the ignore_index " + std::to_string(ignore_index_));
     long long const ignored = detail::count_flag(exec, row_flag_, rows, 3);
     out.loss = loss;
     out.correct = detail::count_flag(exec, row_flag_, rows, 1);

@@ -44,8 +44,7 @@ struct NormGeometry {
 // functions); views captured by value; one team per row.
 template <class Exec, class T, class M>
 void norm_forward(Exec const& exec, ConstMatrix<T, M> x, Matrix<T, M> y, Vector<T, M> mean,
-                  Vector<T, M> rstd, Vector<T, M> gamma, Vector<T, M> beta, NormGeometry g,
-                  T eps) {
+                  Vector<T, M> rstd, Vector<T, M> gamma, Vector<T, M> beta, NormGeometry g, T eps) {
   using Policy = Kokkos::TeamPolicy<Exec>;
   using Member = typename Policy::member_type;
   std::size_t const rows = x.extent(0) * g.sample / g.row;
@@ -280,8 +279,8 @@ public:
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
                       saved_type const& saved) const {
     check("backward_input", dy.extent(0), dy.extent(1), dx.extent(0), dx.extent(1));
-    detail::norm_backward_input<Exec, T, MemorySpace>(exec, dy, dx, saved.x, saved.mean,
-                                                      saved.rstd, weight, geometry(dy.extent(1)));
+    detail::norm_backward_input<Exec, T, MemorySpace>(exec, dy, dx, saved.x, saved.mean, saved.rstd,
+                                                      weight, geometry(dy.extent(1)));
   }
   /*! \brief dgamma += sum dy x_hat, dbeta += sum dy (accumulates).
    *  \param exec execution space instance \param dy output gradient
@@ -290,9 +289,8 @@ public:
   void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
                        saved_type const& saved) const {
     check("backward_weight", dy.extent(0), dy.extent(1), saved.x.extent(0), saved.x.extent(1));
-    detail::norm_backward_weight<Exec, T, MemorySpace>(exec, dy, saved.x, saved.mean, saved.rstd,
-                                                       weight_grad, bias_grad,
-                                                       geometry(dy.extent(1)));
+    detail::norm_backward_weight<Exec, T, MemorySpace>(
+        exec, dy, saved.x, saved.mean, saved.rstd, weight_grad, bias_grad, geometry(dy.extent(1)));
   }
 
   Vector<T, MemorySpace> weight;      //!< gamma [normalized_size]
@@ -306,8 +304,8 @@ private:
   }
   void check(char const* what, std::size_t an, std::size_t ak, std::size_t bn,
              std::size_t bk) const {
-    bool const ok = size_ > 0 && ak % size_ == 0 && an == bn && ak == bk &&
-                    weight.extent(0) == size_;
+    bool const ok =
+        size_ > 0 && ak % size_ == 0 && an == bn && ak == bk && weight.extent(0) == size_;
     if (!ok)
       throw ShapeError(std::string("telar::LayerNorm::") + what + ": expected [n, k * " +
                        std::to_string(size_) + "] twice, got [" + std::to_string(an) + ", " +
@@ -427,8 +425,8 @@ public:
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
                       saved_type const& saved) const {
     check("backward_input", dy.extent(0), dy.extent(1), dx.extent(0), dx.extent(1));
-    detail::norm_backward_input<Exec, T, MemorySpace>(exec, dy, dx, saved.x, saved.mean,
-                                                      saved.rstd, weight, geometry(dy.extent(1)));
+    detail::norm_backward_input<Exec, T, MemorySpace>(exec, dy, dx, saved.x, saved.mean, saved.rstd,
+                                                      weight, geometry(dy.extent(1)));
   }
   /*! \brief dgamma[c] += sum dy x_hat, dbeta[c] += sum dy (accumulates; nothing
    *  without affine). \param exec execution space instance
@@ -439,9 +437,8 @@ public:
     if (!affine_)
       return;
     check("backward_weight", dy.extent(0), dy.extent(1), saved.x.extent(0), saved.x.extent(1));
-    detail::norm_backward_weight<Exec, T, MemorySpace>(exec, dy, saved.x, saved.mean, saved.rstd,
-                                                       weight_grad, bias_grad,
-                                                       geometry(dy.extent(1)));
+    detail::norm_backward_weight<Exec, T, MemorySpace>(
+        exec, dy, saved.x, saved.mean, saved.rstd, weight_grad, bias_grad, geometry(dy.extent(1)));
   }
 
   Vector<T, MemorySpace> weight;      //!< gamma [channels] (empty without affine)
@@ -461,10 +458,9 @@ private:
     bool const ok = channels_ > 0 && ak > 0 && ak % channels_ == 0 && an == bn && ak == bk && ready;
     if (!ok)
       throw ShapeError(std::string("telar::GroupNorm::") + what + ": expected [n, " +
-                       std::to_string(channels_) + " * spatial] twice, got [" +
-                       std::to_string(an) + ", " + std::to_string(ak) + "] and [" +
-                       std::to_string(bn) + ", " + std::to_string(bk) + "]" +
-                       (ready ? "" : " (layer not initialised)"));
+                       std::to_string(channels_) + " * spatial] twice, got [" + std::to_string(an) +
+                       ", " + std::to_string(ak) + "] and [" + std::to_string(bn) + ", " +
+                       std::to_string(bk) + "]" + (ready ? "" : " (layer not initialised)"));
   }
 
   std::size_t groups_ = 1;

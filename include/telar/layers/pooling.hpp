@@ -44,12 +44,13 @@ KOKKOS_INLINE_FUNCTION void pool_cover(int i, int k, int s, int p, int out, int&
 // Windows that tile the input without padding or overlap (stride = kernel,
 // the usual 2 x 2 / 2): fast paths with no bounds checks and, backward, a
 // scatter of each output gradient to its maximum instead of a gather.
-KOKKOS_INLINE_FUNCTION bool pool_tiled(PoolGeometry const& g) { return g.p == 0 && g.s == g.k; }
+KOKKOS_INLINE_FUNCTION bool pool_tiled(PoolGeometry const& g) {
+  return g.p == 0 && g.s == g.k;
+}
 
 // y = window maxima, idx = position (h * W + w) of each maximum in its plane.
 template <class Exec, class X, class Y, class I>
-void maxpool_forward(Exec const& exec, PoolGeometry const g, X const& x, Y const& y,
-                     I const& idx) {
+void maxpool_forward(Exec const& exec, PoolGeometry const g, X const& x, Y const& y, I const& idx) {
   using T = typename Y::non_const_value_type;
   std::size_t const rows = x.extent(0) * std::size_t(g.C) * std::size_t(g.Ho);
   if (pool_tiled(g)) {
@@ -346,8 +347,8 @@ public:
     check(name(), "forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
     if (saved.argmax.extent(0) != y.extent(0) || saved.argmax.extent(1) != y.extent(1))
       saved.argmax = Kokkos::View<int**, Kokkos::LayoutRight, MemorySpace>(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::MaxPool2D::argmax"),
-          y.extent(0), y.extent(1));
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::MaxPool2D::argmax"), y.extent(0),
+          y.extent(1));
     detail::maxpool_forward(exec, g_, x, y, saved.argmax);
   }
   /*! \brief dx = dy routed to each window's maximum. \param exec execution space instance
@@ -460,8 +461,8 @@ private:
                     std::size_t yf) {
     if (xn != yn || yf == 0 || xf % yf != 0)
       throw ShapeError(std::string("telar::GlobalAvgPool::") + what + ": expected [n, C * S] -> " +
-                       "[n, C], got [" + std::to_string(xn) + ", " + std::to_string(xf) +
-                       "] -> [" + std::to_string(yn) + ", " + std::to_string(yf) + "]");
+                       "[n, C], got [" + std::to_string(xn) + ", " + std::to_string(xf) + "] -> [" +
+                       std::to_string(yn) + ", " + std::to_string(yf) + "]");
   }
 };
 

@@ -40,7 +40,8 @@ inline bool gather_chrome_trace(Communicator const* comm, TraceRecorder const& t
   std::vector<std::string> lists{mine};
   if (comm && comm->size() > 1) {
     std::vector<int> lens;
-    auto const all = detail::allgather_all(*comm, std::vector<char>(mine.begin(), mine.end()), lens);
+    auto const all =
+        detail::allgather_all(*comm, std::vector<char>(mine.begin(), mine.end()), lens);
     lists.clear();
     std::size_t at = 0;
     for (int l : lens) {

@@ -34,11 +34,11 @@ namespace telar {
 struct GradientReport {
   /*! \brief One checked tensor. */
   struct Entry {
-    std::string tensor;   //!< "input" or the parameter's name
-    double worst = 0;     //!< max over entries of |fd - analytic| / max(|fd|, |analytic|, floor)
-    std::size_t at = 0;   //!< flat index of the worst entry
-    double analytic = 0;  //!< the layer's gradient there
-    double numeric = 0;   //!< the central difference there
+    std::string tensor;  //!< "input" or the parameter's name
+    double worst = 0;    //!< max over entries of |fd - analytic| / max(|fd|, |analytic|, floor)
+    std::size_t at = 0;  //!< flat index of the worst entry
+    double analytic = 0; //!< the layer's gradient there
+    double numeric = 0;  //!< the central difference there
   };
   std::vector<Entry> tensors; //!< input first, then each parameter
   /*! \brief The largest difference over all tensors. */
@@ -63,11 +63,11 @@ struct GradientReport {
 
 /*! \brief Settings of check_gradients. */
 struct GradientCheckOptions {
-  double step = 1e-6;        //!< central-difference step h
-  double floor = 1e-3;       //!< relative differences use max(|a|, |b|, floor) below
-  std::uint64_t seed = 1;    //!< seeds the input, R and initialize()
-  double input_scale = 1.0;  //!< inputs uniform in [-input_scale, input_scale)
-  bool initialize = true;    //!< call initialize(seed) if the layer has it
+  double step = 1e-6;       //!< central-difference step h
+  double floor = 1e-3;      //!< relative differences use max(|a|, |b|, floor) below
+  std::uint64_t seed = 1;   //!< seeds the input, R and initialize()
+  double input_scale = 1.0; //!< inputs uniform in [-input_scale, input_scale)
+  bool initialize = true;   //!< call initialize(seed) if the layer has it
 };
 
 namespace detail {

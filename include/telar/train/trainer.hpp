@@ -70,8 +70,8 @@ struct StepResult {
   double accuracy = 0;       //!< fraction of the terms predicted correctly (if has_accuracy)
   bool has_accuracy = false; //!< the loss defines accuracy (telar::loss_traits)
   long long samples = 0;     //!< samples in the global batch
-  double seconds = 0;    //!< wall time of the step on this rank
-  double lr = 0;         //!< learning rate used
+  double seconds = 0;        //!< wall time of the step on this rank
+  double lr = 0;             //!< learning rate used
 };
 
 /*! \brief Trains a telar::Sequential under a strategy with an optimizer.
@@ -340,8 +340,9 @@ private:
       bad = "a batch of " + std::to_string(n) + " samples cannot be split into " +
             std::to_string(m) + " micro-batches";
     else if (x.extent(1) != features_.front())
-      bad = "inputs have " + std::to_string(x.extent(1)) + " values per sample, the model expects " +
-            shapes_.front().str() + " = " + std::to_string(features_.front());
+      bad = "inputs have " + std::to_string(x.extent(1)) +
+            " values per sample, the model expects " + shapes_.front().str() + " = " +
+            std::to_string(features_.front());
     bool const anyone = world_ && world_->size() > 1 ? world_->any(!bad.empty()) : !bad.empty();
     if (!bad.empty())
       throw ShapeError("telar::Trainer::step: " + where() + bad);
@@ -419,9 +420,9 @@ private:
   }
 
   void build_executor() {
-    executor_ =
-        detail::PipelineExecutor<Model>(&model_, features_, bounds_, schedule_.stages,
-                                        schedule_.chunks, coords_.pp, grid_ ? &grid_->pp() : nullptr);
+    executor_ = detail::PipelineExecutor<Model>(&model_, features_, bounds_, schedule_.stages,
+                                                schedule_.chunks, coords_.pp,
+                                                grid_ ? &grid_->pp() : nullptr);
   }
 
   // Draws this rank's layers and hands them to the gradient-sync component,

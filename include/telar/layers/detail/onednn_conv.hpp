@@ -196,10 +196,9 @@ private:
       auto const src = want(sh.src, sh.act), wei = want(sh.wei, sh.wt), dst = want(sh.dst, sh.act);
       auto& eng = onednn_engine();
       if (bias) {
-        dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training,
-                                          dnnl::algorithm::convolution_direct, src, wei,
-                                          plain(sh.bias, tag::x), dst, sh.strides, sh.dilates,
-                                          sh.pad_l, sh.pad_r);
+        dnnl::convolution_forward::desc d(
+            dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src, wei,
+            plain(sh.bias, tag::x), dst, sh.strides, sh.dilates, sh.pad_l, sh.pad_r);
         fpd = dnnl::convolution_forward::primitive_desc(d, eng);
       } else {
         dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training,
@@ -219,7 +218,8 @@ private:
       if (bias)
         f_bias.init(plain(sh.bias, tag::x), fpd.bias_desc(), true);
       f_dst.init(plain(sh.dst, sh.act), fpd.dst_desc(), false);
-      f_args = {{DNNL_ARG_SRC, f_src.inner}, {DNNL_ARG_WEIGHTS, f_wei.inner},
+      f_args = {{DNNL_ARG_SRC, f_src.inner},
+                {DNNL_ARG_WEIGHTS, f_wei.inner},
                 {DNNL_ARG_DST, f_dst.inner}};
       if (bias)
         f_args.insert({DNNL_ARG_BIAS, f_bias.inner});
@@ -232,7 +232,9 @@ private:
       // With very few input channels, the blocked backward-data kernels are
       // slower than the plain ones (1 -> 32 at 28x28: 18 ms vs 5 ms).
       bool const few = sh.src[1] < 4;
-      auto pick = [&](dnnl::memory::dims const& d, tag t) { return few ? plain(d, t) : want(d, t); };
+      auto pick = [&](dnnl::memory::dims const& d, tag t) {
+        return few ? plain(d, t) : want(d, t);
+      };
       dnnl::convolution_backward_data::desc d(
           dnnl::algorithm::convolution_direct, pick(sh.src, sh.act), pick(sh.wei, sh.wt),
           pick(sh.dst, sh.act), sh.strides, sh.dilates, sh.pad_l, sh.pad_r);
@@ -241,7 +243,8 @@ private:
       d_ddst.init(plain(sh.dst, sh.act), pd.diff_dst_desc(), true);
       d_wei.init(plain(sh.wei, sh.wt), pd.weights_desc(), true);
       d_dsrc.init(plain(sh.src, sh.act), pd.diff_src_desc(), false);
-      d_args = {{DNNL_ARG_DIFF_DST, d_ddst.inner}, {DNNL_ARG_WEIGHTS, d_wei.inner},
+      d_args = {{DNNL_ARG_DIFF_DST, d_ddst.inner},
+                {DNNL_ARG_WEIGHTS, d_wei.inner},
                 {DNNL_ARG_DIFF_SRC, d_dsrc.inner}};
       has_bwd_data = true;
     }
@@ -259,8 +262,7 @@ private:
         pd = dnnl::convolution_backward_weights::primitive_desc(d, eng, fpd);
       } else {
         dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, src, wei,
-                                                   dst, sh.strides, sh.dilates, sh.pad_l,
-                                                   sh.pad_r);
+                                                   dst, sh.strides, sh.dilates, sh.pad_l, sh.pad_r);
         pd = dnnl::convolution_backward_weights::primitive_desc(d, eng, fpd);
       }
       bwd_weights = dnnl::convolution_backward_weights(pd);
@@ -272,7 +274,8 @@ private:
         wsize *= std::size_t(v);
       dw.assign(wsize, 0.f);
       w_dwei.out(dw.data()); // gradients go to dw / db, then are added
-      w_args = {{DNNL_ARG_SRC, w_src.inner}, {DNNL_ARG_DIFF_DST, w_ddst.inner},
+      w_args = {{DNNL_ARG_SRC, w_src.inner},
+                {DNNL_ARG_DIFF_DST, w_ddst.inner},
                 {DNNL_ARG_DIFF_WEIGHTS, w_dwei.inner}};
       if (bias) {
         db.assign(std::size_t(sh.bias[0]), 0.f);
@@ -289,7 +292,7 @@ private:
 
   template <class G>
   static std::vector<int> key_of(G const& g, std::size_t n, bool bias) {
-    return {g.C,  g.D,  g.H,  g.W,  g.Co, g.kd, g.kh, g.kw, g.sd, g.sh, g.sw, g.pd,
+    return {g.C,  g.D,  g.H,  g.W,  g.Co, g.kd, g.kh, g.kw, g.sd,   g.sh,         g.sw,        g.pd,
             g.ph, g.pw, g.dd, g.dh, g.dw, g.Do, g.Ho, g.Wo, int(n), int(n >> 31), bias ? 1 : 0};
   }
 

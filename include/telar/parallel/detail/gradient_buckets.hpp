@@ -10,9 +10,9 @@
 #include <telar/profile/trace.hpp>
 
 #include <algorithm>
-#include <tuple>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace telar::detail {

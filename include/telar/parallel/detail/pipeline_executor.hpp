@@ -176,9 +176,9 @@ public:
           runner.forward(exec, st.slot, input, hooks);
           if (vs == last_vs) {
             auto [b, e] = rows_of(in.microbatch);
-            total += loss.forward_backward(exec, CMat(runner.output(st.slot)),
-                                           Targets(rows(y, b, e)), runner.output_grad(st.slot),
-                                           scale);
+            total +=
+                loss.forward_backward(exec, CMat(runner.output(st.slot)), Targets(rows(y, b, e)),
+                                      runner.output_grad(st.slot), scale);
           }
         });
         break;

@@ -124,9 +124,9 @@ public:
 
 private:
   struct Bucket {
-    std::size_t begin = 0, end = 0;   // in the flat store
-    std::size_t out = 0;              // where this rank's block lands in shard_grads_
-    std::vector<int> counts;          // block of each rank (MPI reads it until completion)
+    std::size_t begin = 0, end = 0; // in the flat store
+    std::size_t out = 0;            // where this rank's block lands in shard_grads_
+    std::vector<int> counts;        // block of each rank (MPI reads it until completion)
     bool started = false, received = true;
     Request request;
     std::unique_ptr<HostBuffer<Vec>> send, recv;
