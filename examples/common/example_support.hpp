@@ -1,0 +1,366 @@
+// What the numbered examples share: the common flags, the training loop with
+// its progress and per-epoch evaluation, the timeline files and the JSON
+// summary. Each example keeps its model, its own flags and its strategy.
+#pragma once
+
+#include <telar/data.hpp>
+#include <telar/optim/adam.hpp>
+#include <telar/optim/lamb.hpp>
+#include <telar/optim/sgd.hpp>
+#include <telar/profile/trace.hpp>
+#include <telar/schedule/svg.hpp>
+#include <telar/schedule/tags.hpp>
+#include <telar/train/json.hpp>
+#include <telar/train/progress.hpp>
+#include <telar/train/trainer.hpp>
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <vector>
+
+namespace example {
+
+// An example's usage message; it throws the exit code 2.
+using Usage = void (*)(char const* why);
+
+// The flags every example takes. The defaults that differ come from the example.
+struct CommonArgs {
+  CommonArgs(int default_epochs, std::size_t default_hidden)
+      : epochs(default_epochs), hidden(default_hidden) {}
+  int epochs;
+  std::size_t batch = 64;
+  double lr = 1e-3;
+  std::string optimizer = "adamw";
+  std::uint64_t seed = 1;
+  std::size_t hidden;
+  std::string data = telar::default_fashion_mnist_dir();
+  bool json = false;
+  int dp = 0, pp = 1, tp = 1;
+  std::string schedule = "1f1b";
+  int microbatches = 0; // 0: pp * 2 when pipelining, else 1
+  std::string timeline;
+  long limit_steps = -1;
+};
+
+// "gpipe|1f1b|...": the schedule tags' canonical names.
+inline std::string schedule_choices() {
+  std::string out;
+  for (auto const& n : telar::schedule::schedule_names())
+    out += (out.empty() ? "" : "|") + n;
+  return out;
+}
+
+// Walks argv flag by flag; a missing or malformed value ends in usage().
+class ArgReader {
+public:
+  ArgReader(int argc, char** argv, Usage usage) : argc_(argc), argv_(argv), usage_(usage) {}
+
+  // Moves to the next flag; false past the last one.
+  bool next() {
+    if (++i_ >= argc_)
+      return false;
+    flag_ = argv_[i_];
+    return true;
+  }
+  std::string const& flag() const { return flag_; }
+
+  // The current flag's value (the next argument).
+  std::string value() {
+    if (i_ + 1 >= argc_)
+      fail(flag_ + " needs a value");
+    return argv_[++i_];
+  }
+
+  long number() {
+    std::string const v = value();
+    char* end = nullptr;
+    long const x = std::strtol(v.c_str(), &end, 10);
+    if (*end != 0 || v.empty())
+      fail(flag_ + " expects an integer, got '" + v + "'");
+    return x;
+  }
+
+  [[noreturn]] void fail(std::string const& why) const {
+    usage_(why.c_str());
+    throw 2; // usage() throws already; this tells the compiler
+  }
+
+private:
+  int argc_;
+  char** argv_;
+  Usage usage_;
+  int i_ = 0;
+  std::string flag_;
+};
+
+// Reads the current flag into `a` when it is a common one; false otherwise.
+// --schedule is left to the example (one checks the spelling, one does not).
+inline bool read_common_flag(ArgReader& r, CommonArgs& a) {
+  std::string const& f = r.flag();
+  if (f == "--epochs")
+    a.epochs = int(r.number());
+  else if (f == "--batch")
+    a.batch = std::size_t(r.number());
+  else if (f == "--lr")
+    a.lr = std::atof(r.value().c_str());
+  else if (f == "--optimizer")
+    a.optimizer = r.value();
+  else if (f == "--seed")
+    a.seed = std::uint64_t(r.number());
+  else if (f == "--hidden")
+    a.hidden = std::size_t(r.number());
+  else if (f == "--data")
+    a.data = r.value();
+  else if (f == "--json")
+    a.json = true;
+  else if (f == "--dp")
+    a.dp = int(r.number());
+  else if (f == "--pp")
+    a.pp = int(r.number());
+  else if (f == "--tp")
+    a.tp = int(r.number());
+  else if (f == "--microbatches")
+    a.microbatches = int(r.number());
+  else if (f == "--timeline")
+    a.timeline = r.value();
+  else if (f == "--limit-steps")
+    a.limit_steps = r.number();
+  else if (f == "--help" || f == "-h")
+    r.fail("help");
+  else
+    return false;
+  return true;
+}
+
+inline void check_common(CommonArgs const& a, Usage usage) {
+  if (a.epochs < 1 || a.batch < 1 || a.hidden < 1 || !(a.lr > 0))
+    usage("--epochs, --batch, --hidden and --lr must be positive");
+}
+
+// Calls train(optimizer) with the optimizer --optimizer names.
+template <class T, class Train>
+int with_optimizer(std::string const& name, Usage usage, Train train) {
+  if (name == "sgd")
+    return train(telar::SGD<T>{});
+  if (name == "momentum") {
+    telar::SGD<T> o;
+    o.momentum = 0.9f;
+    return train(o);
+  }
+  if (name == "adam")
+    return train(telar::Adam<T>{});
+  if (name == "adamw")
+    return train(telar::AdamW<T>{});
+  if (name == "lamb")
+    return train(telar::LAMB<T>{});
+  usage(("unknown optimizer '" + name + "'").c_str());
+  return 2; // not reached: usage() throws
+}
+
+// Grid, schedule and a warm-up + cosine learning rate over the whole run.
+inline telar::TrainerOptions trainer_options(CommonArgs const& a, std::size_t train_size) {
+  telar::TrainerOptions opts;
+  opts.seed = a.seed;
+  opts.grid = {a.dp, a.pp, a.tp};
+  opts.schedule = a.schedule;
+  opts.microbatches = a.microbatches > 0 ? a.microbatches : (a.pp > 1 ? 2 * a.pp : 1);
+  opts.trace = !a.timeline.empty();
+  std::size_t const steps_per_epoch = train_size / a.batch;
+  long long const total_steps = (long long)steps_per_epoch * a.epochs;
+  opts.lr = telar::warmup_cosine(a.lr, std::min<long long>(100, total_steps / 10), total_steps,
+                                 a.lr * 0.05);
+  return opts;
+}
+
+// Each data-parallel rank trains on an equal share of the global batch.
+inline std::size_t local_batch(CommonArgs const& a, int dp, char const* program) {
+  if (a.batch % std::size_t(dp) != 0)
+    throw telar::Error(std::string(program) + ": --batch " + std::to_string(a.batch) +
+                       " is not divisible by dp=" + std::to_string(dp));
+  return a.batch / std::size_t(dp);
+}
+
+// The first `count` test samples, on the device once for every evaluation.
+inline telar::BatchGather<telar::DefaultMemorySpace> test_set(telar::Dataset const& test,
+                                                              std::size_t count) {
+  telar::BatchGather<telar::DefaultMemorySpace> set;
+  std::vector<std::size_t> all(count);
+  for (std::size_t i = 0; i < all.size(); ++i)
+    all[i] = i;
+  set.gather(test, all);
+  return set;
+}
+
+// What a run measured.
+struct Result {
+  double last_loss = 0;     // mean training loss of the last epoch
+  telar::StepResult test{}; // the test set after the last epoch
+  long long samples = 0, steps = 0;
+  double train_seconds = 0;
+  double median_ms = 0; // median step time
+  double param_l2 = 0;
+};
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// One epoch's steps, with a progress bar on rank 0; false once --limit-steps is reached.
+template <class TrainerT>
+bool train_epoch(TrainerT& trainer, CommonArgs const& a, telar::Dataset const& train,
+                 telar::BatchLoader& loader, telar::BatchGather<telar::DefaultMemorySpace>& gather,
+                 int epoch, std::vector<double>& step_ms, Result& r) {
+  telar::ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(a.epochs),
+                         (long long)loader.size(), trainer.rank() == 0);
+  double sum = 0;
+  long long n = 0;
+  bool go_on = true;
+  telar::LocalBatch batch;
+  for (std::size_t s = 0; s < loader.size(); ++s) {
+    loader.batch(s, batch);
+    gather(train, batch);
+    auto step = trainer.step(gather.x(), gather.y());
+    step_ms.push_back(step.seconds * 1e3);
+    r.train_seconds += step.seconds;
+    r.samples += step.samples;
+    sum += step.loss;
+    ++n;
+    ++r.steps;
+    if (s % 20 == 0 || s + 1 == loader.size()) {
+      char m[96];
+      std::snprintf(m, sizeof m, "loss %.4f lr %.2e", sum / double(n), step.lr);
+      bar.update((long long)s + 1, m, double(a.batch));
+    }
+    if (a.limit_steps > 0 && r.steps >= a.limit_steps) {
+      go_on = false;
+      break;
+    }
+  }
+  r.last_loss = sum / double(std::max<long long>(1, n));
+  return go_on;
+}
+
+// Trains --epochs epochs (or --limit-steps steps), evaluating after each.
+template <class TrainerT>
+Result fit(TrainerT& trainer, CommonArgs const& a, telar::FashionMnist const& data,
+           telar::BatchGather<telar::DefaultMemorySpace>& test_set, std::size_t local) {
+  telar::DistributedSampler sampler(data.train.size, trainer.grid_shape().dp,
+                                    trainer.grid_coords().dp, a.seed, true, telar::LastBatch::drop);
+  telar::BatchLoader loader(sampler, local);
+  telar::BatchGather<telar::DefaultMemorySpace> gather(local, 784);
+  std::vector<double> step_ms;
+  Result r;
+  bool go_on = true;
+  for (int epoch = 0; epoch < a.epochs && go_on; ++epoch) {
+    loader.set_epoch(std::uint64_t(epoch));
+    go_on = train_epoch(trainer, a, data.train, loader, gather, epoch, step_ms, r);
+    r.test = trainer.evaluate(test_set.x(), test_set.y());
+    if (trainer.rank() == 0)
+      std::fprintf(stderr, "epoch %d: train loss %.4f, test loss %.4f, test accuracy %.2f%%\n",
+                   epoch + 1, r.last_loss, r.test.loss, 100 * r.test.accuracy);
+  }
+  r.param_l2 = trainer.param_l2(); // collective: every rank
+  r.median_ms = median(step_ms);
+  return r;
+}
+
+// --timeline: a Chrome trace of every rank and, when pipelining, an SVG chart
+// of the last step (collective).
+template <class TrainerT>
+void write_timeline(TrainerT& trainer, std::string const& prefix, char const* program) {
+  if (prefix.empty())
+    return;
+  bool const root = trainer.rank() == 0;
+  std::string const path = prefix + ".json";
+  if (trainer.write_trace(path) && root)
+    std::fprintf(stderr, "%s: timeline written to %s (open in ui.perfetto.dev)\n", program,
+                 path.c_str());
+  // The last training step's pipeline, drawn like the simulator's charts.
+  auto const tl = trainer.pipeline_timeline();
+  if (root && trainer.grid_shape().pp > 1) {
+    auto const stats = telar::schedule::analyze(tl);
+    telar::schedule::SvgOptions svg;
+    svg.title = tl.name + ", last step";
+    telar::schedule::write_svg(tl, prefix + ".svg", svg);
+    std::fprintf(stderr, "%s: pipeline chart %s.svg (bubble %.1f%%)\n", program, prefix.c_str(),
+                 100 * stats.bubble_fraction);
+  }
+}
+
+// The "config" keys every example reports, in order; the example appends its own.
+template <class Model, class Strategy, class Optimizer>
+telar::JsonObject common_config(telar::Trainer<Model, Strategy, Optimizer> const& trainer,
+                                CommonArgs const& a) {
+  telar::JsonObject config;
+  config.add("epochs", a.epochs)
+      .add("batch", (long long)a.batch)
+      .add("lr", a.lr)
+      .add("optimizer", Optimizer::name())
+      .add("seed", (long long)a.seed)
+      .add("hidden", (long long)a.hidden)
+      .add("ranks", trainer.size())
+      .add("dp", trainer.grid_shape().dp)
+      .add("pp", trainer.grid_shape().pp)
+      .add("tp", trainer.grid_shape().tp)
+      .add("schedule", trainer.pipeline_schedule().name)
+      .add("microbatches", trainer.options().microbatches);
+  return config;
+}
+
+// Rank 0: the final line and, with --json, the one-line summary the tests parse.
+template <class TrainerT>
+void report(TrainerT const& trainer, CommonArgs const& a, Result const& r,
+            telar::JsonObject const& config) {
+  if (trainer.rank() != 0)
+    return;
+  double const samples_per_s = double(r.samples) / r.train_seconds;
+  std::fprintf(stderr, "final: test accuracy %.2f%%, median step %.2f ms, %.0f samples/s\n",
+               100 * r.test.accuracy, r.median_ms, samples_per_s);
+  if (!a.json)
+    return;
+  telar::JsonObject j;
+  j.add("final_loss", r.last_loss)
+      .add("test_loss", r.test.loss)
+      .add("test_accuracy", r.test.accuracy)
+      .add("samples_per_s", samples_per_s)
+      .add("step_ms_median", r.median_ms)
+      .add("param_l2", r.param_l2)
+      .add("steps", r.steps)
+      .add("strategy", trainer.strategy_name())
+      .add("layout", trainer.layout())
+      .add("config", config);
+  std::printf("%s\n", j.str().c_str());
+  std::fflush(stdout);
+}
+
+// MPI and Kokkos around run(comm, argc, argv); a usage error exits with its
+// code, any other error is reported by every rank (they all reach it).
+template <class Run>
+int run_main(int argc, char** argv, char const* program, Run run) {
+  MPI_Init(&argc, &argv);
+  int rc = 0;
+  {
+    Kokkos::ScopeGuard kokkos(argc, argv);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    try {
+      rc = run(MPI_COMM_WORLD, argc, argv);
+    } catch (int code) {
+      rc = code;
+    } catch (std::exception const& e) {
+      std::fprintf(stderr, "%s: rank %d: %s\n", program, rank, e.what());
+      rc = 1;
+    }
+  }
+  MPI_Finalize();
+  return rc;
+}
+
+} // namespace example
