@@ -11,6 +11,7 @@ pkgs=(
   mpich libmpich-dev
   libbenchmark-dev doxygen
   dataset-fashion-mnist
+  slurm-wlm munge fortunes
 )
 backports=(catch2)
 
