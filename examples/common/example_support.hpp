@@ -17,10 +17,13 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -77,12 +80,28 @@ public:
     return argv_[++i_];
   }
 
-  long number() {
+  // The value as an integer in [lo, hi]: trailing characters, overflow and
+  // values out of range are errors naming the flag and the value as typed.
+  long long integer(long long lo = 0, long long hi = std::numeric_limits<int>::max()) {
     std::string const v = value();
     char* end = nullptr;
-    long const x = std::strtol(v.c_str(), &end, 10);
-    if (*end != 0 || v.empty())
-      fail(flag_ + " expects an integer, got '" + v + "'");
+    errno = 0;
+    long long const x = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end != 0 || errno == ERANGE || x < lo || x > hi)
+      fail(flag_ + " expects an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
+           ", got '" + v + "'");
+    return x;
+  }
+  long number() { return long(integer(0)); }
+
+  // The value as a finite real greater than zero.
+  double positive_real() {
+    std::string const v = value();
+    char* end = nullptr;
+    errno = 0;
+    double const x = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != 0 || errno == ERANGE || !std::isfinite(x) || !(x > 0))
+      fail(flag_ + " expects a finite number greater than 0, got '" + v + "'");
     return x;
   }
 
@@ -104,33 +123,33 @@ private:
 inline bool read_common_flag(ArgReader& r, CommonArgs& a) {
   std::string const& f = r.flag();
   if (f == "--epochs")
-    a.epochs = int(r.number());
+    a.epochs = int(r.integer(1));
   else if (f == "--batch")
-    a.batch = std::size_t(r.number());
+    a.batch = std::size_t(r.integer(1));
   else if (f == "--lr")
-    a.lr = std::atof(r.value().c_str());
+    a.lr = r.positive_real();
   else if (f == "--optimizer")
     a.optimizer = r.value();
   else if (f == "--seed")
-    a.seed = std::uint64_t(r.number());
+    a.seed = std::uint64_t(r.integer(0, std::numeric_limits<long long>::max()));
   else if (f == "--hidden")
-    a.hidden = std::size_t(r.number());
+    a.hidden = std::size_t(r.integer(1));
   else if (f == "--data")
     a.data = r.value();
   else if (f == "--json")
     a.json = true;
   else if (f == "--dp")
-    a.dp = int(r.number());
+    a.dp = int(r.integer(0)); // 0: the ranks left over
   else if (f == "--pp")
-    a.pp = int(r.number());
+    a.pp = int(r.integer(1));
   else if (f == "--tp")
-    a.tp = int(r.number());
+    a.tp = int(r.integer(1));
   else if (f == "--microbatches")
-    a.microbatches = int(r.number());
+    a.microbatches = int(r.integer(1));
   else if (f == "--timeline")
     a.timeline = r.value();
   else if (f == "--limit-steps")
-    a.limit_steps = r.number();
+    a.limit_steps = long(r.integer(1, std::numeric_limits<long>::max()));
   else if (f == "--help" || f == "-h")
     r.fail("help");
   else
@@ -172,6 +191,9 @@ inline telar::TrainerOptions trainer_options(CommonArgs const& a, std::size_t tr
   opts.microbatches = a.microbatches > 0 ? a.microbatches : (a.pp > 1 ? 2 * a.pp : 1);
   opts.trace = !a.timeline.empty();
   std::size_t const steps_per_epoch = train_size / a.batch;
+  if (steps_per_epoch == 0) // a run that trains nothing must not report success
+    throw telar::Error("--batch " + std::to_string(a.batch) + " is larger than the " +
+                       std::to_string(train_size) + " training samples: no step would run");
   long long const total_steps = (long long)steps_per_epoch * a.epochs;
   opts.lr = telar::warmup_cosine(a.lr, std::min<long long>(100, total_steps / 10), total_steps,
                                  a.lr * 0.05);
@@ -247,10 +269,46 @@ bool train_epoch(TrainerT& trainer, CommonArgs const& a, telar::Dataset const& t
   return go_on;
 }
 
+// Whether `path` can be written (rank 0 tries; a file it had to create is removed again).
+inline bool writable(std::string const& path) {
+  std::FILE* probe = std::fopen(path.c_str(), "r");
+  bool const existed = probe != nullptr;
+  if (probe != nullptr)
+    std::fclose(probe);
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (f == nullptr)
+    return false;
+  std::fclose(f);
+  if (!existed)
+    std::remove(path.c_str());
+  return true;
+}
+
+// The files the run will write are checked before it trains, so a run never
+// trains for hours and then fails to save what it produced (collective).
+template <class TrainerT>
+void check_outputs(TrainerT const& trainer, CommonArgs const& a) {
+  std::string bad;
+  if (trainer.rank() == 0 && !a.timeline.empty())
+    for (char const* ext : {".json", ".svg"})
+      if (bad.empty() && !writable(a.timeline + ext))
+        bad = "--timeline " + a.timeline + ": cannot write " + a.timeline + ext;
+  // Rank 0's verdict, word for word on every rank.
+  if (auto const* grid = trainer.grid(); grid != nullptr && grid->world().size() > 1) {
+    unsigned long long n = bad.size();
+    grid->world().broadcast(&n, 1, 0);
+    bad.resize(std::size_t(n));
+    grid->world().broadcast(bad.data(), bad.size(), 0);
+  }
+  if (!bad.empty())
+    throw telar::Error(bad);
+}
+
 // Trains --epochs epochs (or --limit-steps steps), evaluating after each.
 template <class TrainerT>
 Result fit(TrainerT& trainer, CommonArgs const& a, telar::FashionMnist const& data,
            telar::BatchGather<telar::DefaultMemorySpace>& test_set, std::size_t local) {
+  check_outputs(trainer, a);
   telar::DistributedSampler sampler(data.train.size, trainer.grid_shape().dp,
                                     trainer.grid_coords().dp, a.seed, true, telar::LastBatch::drop);
   telar::BatchLoader loader(sampler, local);
