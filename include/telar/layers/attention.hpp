@@ -194,8 +194,8 @@ public:
    *  \param bias biases in the projections
    *  \throws Error when heads is 0 or does not divide hidden */
   CausalSelfAttention(std::size_t hidden, std::size_t heads, bool bias = true)
-      : hidden_(hidden), heads_(heads), q_(hidden, hidden, bias), k_(hidden, hidden, bias),
-        v_(hidden, hidden, bias), proj_(hidden, hidden, bias) {
+      : hidden_(hidden), heads_(heads), heads_local_(heads), q_(hidden, hidden, bias),
+        k_(hidden, hidden, bias), v_(hidden, hidden, bias), proj_(hidden, hidden, bias) {
     if (heads == 0 || hidden % heads != 0)
       throw Error("telar::CausalSelfAttention: hidden size " + std::to_string(hidden) +
                   " cannot be split into " + std::to_string(heads) + " heads");
@@ -219,7 +219,8 @@ public:
    *  two seq x seq x d products. \param samples rows \param in [seq, hidden] */
   double flops(std::size_t samples, Shape const& in) const {
     double const s = double(samples), seq = double(in[0]), h = double(hidden_);
-    return s * (8.0 * seq * h * h + 4.0 * seq * seq * h);
+    double const local = double(heads_local_ * (hidden_ / heads_)); // this rank's heads x d
+    return s * (8.0 * seq * h * local + 4.0 * seq * seq * local);
   }
 
   /*! \brief Allocates and draws the four projections. \param seed stream seed */
@@ -244,8 +245,28 @@ public:
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
                saved_type& saved) const {
+    forward_impl(exec, x, y, saved, [](auto const&) {});
+  }
+
+  /*! \brief dL/dx, keeping the inner gradients for backward_weight.
+   *  \param exec execution space instance \param dy output gradient
+   *  \param dx input gradient \param saved state of the matching forward */
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
+                      saved_type const& saved) const {
+    backward_input_impl(exec, dy, dx, saved, [](auto const&) {});
+  }
+
+  /*! \brief forward, with \p reduce(view) summing the output projection's
+   *  partial products over the heads' owners before the bias is added (a
+   *  no-op when this layer holds every head).
+   *  \param exec execution space instance \param x [n, seq * hidden] \param y as x
+   *  \param saved Q, K, V, O, log-sum-exp \param reduce callable on a Matrix */
+  template <class Exec, class Reduce>
+  void forward_impl(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
+                    saved_type& saved, Reduce&& reduce) const {
     auto const g = geometry("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
-    std::size_t const n = g.n, k = x.extent(1);
+    std::size_t const n = g.n, k = g.seq * g.width();
     detail::attn_ensure(saved.q, "telar::CausalSelfAttention::q", n, k);
     detail::attn_ensure(saved.k, "telar::CausalSelfAttention::k", n, k);
     detail::attn_ensure(saved.v, "telar::CausalSelfAttention::v", n, k);
@@ -258,15 +279,29 @@ public:
     k_.forward(exec, x, saved.k, unused);
     v_.forward(exec, x, saved.v, unused);
     core_forward(exec, saved, g);
-    proj_.forward(exec, saved.out, y, unused);
+    // y = O Wo^T, summed over the heads' owners, then + bo once.
+    std::size_t const rows = n * g.seq;
+    auto const yr = as_rows(y, rows, hidden_);
+    gemm(Gemm{}, exec, 'N', 'T', T(1), as_rows(saved.out, rows, g.width()), proj_.weight, T(0), yr);
+    reduce(y);
+    if (proj_.has_bias()) {
+      auto b = proj_.bias;
+      Kokkos::parallel_for(
+          "telar::CausalSelfAttention::proj_bias",
+          Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {yr.extent(0), yr.extent(1)}),
+          KOKKOS_LAMBDA(std::size_t i, std::size_t j) { yr(i, j) += b(j); });
+    }
   }
 
-  /*! \brief dL/dx, keeping the inner gradients for backward_weight.
+  /*! \brief backward_input, with \p reduce(dx) summing the partial input
+   *  gradients over the heads' owners (a no-op when this layer holds every head).
    *  \param exec execution space instance \param dy output gradient
-   *  \param dx input gradient \param saved state of the matching forward */
-  template <class Exec>
-  void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
-                      saved_type const& saved) const {
+   *  \param dx input gradient \param saved state of the matching forward
+   *  \param reduce callable on a Matrix */
+  template <class Exec, class Reduce>
+  void backward_input_impl(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
+                           Matrix<T, MemorySpace> dx, saved_type const& saved,
+                           Reduce&& reduce) const {
     auto const g =
         geometry("backward_input", dx.extent(0), dx.extent(1), dy.extent(0), dy.extent(1));
     inner_gradients(exec, dy, saved, g);
@@ -276,6 +311,7 @@ public:
     gemm(Gemm{}, exec, 'N', 'N', T(1), as_rows(saved.dq, rows, g.width()), q_.weight, T(0), dxr);
     gemm(Gemm{}, exec, 'N', 'N', T(1), as_rows(saved.dk, rows, g.width()), k_.weight, T(1), dxr);
     gemm(Gemm{}, exec, 'N', 'N', T(1), as_rows(saved.dv, rows, g.width()), v_.weight, T(1), dxr);
+    reduce(dx);
   }
 
   /*! \brief dW and db of the four projections (accumulates).
@@ -364,7 +400,7 @@ public:
    *  forward, 2 seq^2 after a backward), whatever the micro-batches in flight. */
   std::size_t score_workspace_size() const { return ws_.s.size() + ws_.dp.size(); }
 
-private:
+protected:
   // One (sample, head) at a time: per-head copies [seq, d] and the scores
   // [seq, seq] (plus dP in backward), shared by every micro-batch.
   struct Workspace {
@@ -392,20 +428,21 @@ private:
 
   detail::AttentionGeometry geometry(char const* what, std::size_t an, std::size_t ak,
                                      std::size_t bn, std::size_t bk) const {
-    std::size_t const w = q_.weight.extent(0);
+    std::size_t const w = q_.weight.extent(0), local = heads_local_ * (hidden_ / heads_);
     bool const ok =
-        hidden_ > 0 && an == bn && ak == bk && ak % hidden_ == 0 && ak > 0 && w == hidden_;
+        hidden_ > 0 && an == bn && ak == bk && ak % hidden_ == 0 && ak > 0 && w == local && w > 0;
     if (!ok)
       throw ShapeError(std::string("telar::CausalSelfAttention::") + what +
                        ": expected [n, seq * " + std::to_string(hidden_) + "] twice, got [" +
                        std::to_string(an) + ", " + std::to_string(ak) + "] and [" +
                        std::to_string(bn) + ", " + std::to_string(bk) + "]" +
-                       (w != hidden_ ? " (layer not initialised)" : ""));
-    return detail::AttentionGeometry{an, ak / hidden_, heads_, hidden_ / heads_};
+                       (w != local ? " (layer not initialised)" : ""));
+    return detail::AttentionGeometry{an, ak / hidden_, heads_local_, hidden_ / heads_};
   }
 
   std::size_t hidden_ = 0;
   std::size_t heads_ = 1;
+  std::size_t heads_local_ = 1; // heads computed here (all, unless split by telar::HeadParallel)
   Proj q_, k_, v_, proj_;
   mutable Workspace ws_;
 };
