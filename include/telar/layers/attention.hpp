@@ -180,10 +180,15 @@ public:
    *  inner gradients backward_input leaves for backward_weight. */
   struct saved_type {
     ConstMatrix<T, MemorySpace> x;    //!< the input [n, seq * hidden]
-    Mat q, k, v;                      //!< projections [n, seq * hidden]
-    Mat out;                          //!< concatenated heads [n, seq * hidden]
+    Mat q;                            //!< queries [n, seq * heads d]
+    Mat k;                            //!< keys, as q
+    Mat v;                            //!< values, as q
+    Mat out;                          //!< concatenated heads, as q
     Vec lse;                          //!< log-sum-exp per (sample, head, query)
-    mutable Mat dq, dk, dv, dout;     //!< their gradients
+    mutable Mat dq;                   //!< dL/dq
+    mutable Mat dk;                   //!< dL/dk
+    mutable Mat dv;                   //!< dL/dv
+    mutable Mat dout;                 //!< dL/dout
     mutable Vec rowdot;               //!< sum_c dO O per (sample, head, query)
     mutable bool grads_ready = false; //!< backward_input ran since the forward
   };
@@ -401,6 +406,15 @@ public:
   std::size_t score_workspace_size() const { return ws_.s.size() + ws_.dp.size(); }
 
 protected:
+  std::size_t hidden_ = 0;      //!< model width
+  std::size_t heads_ = 1;       //!< all heads
+  std::size_t heads_local_ = 1; //!< heads computed here (all, unless split by telar::HeadParallel)
+  Proj q_;                      //!< query projection [heads_local d, hidden]
+  Proj k_;                      //!< key projection, as q_
+  Proj v_;                      //!< value projection, as q_
+  Proj proj_;                   //!< output projection [hidden, heads_local d]
+
+private:
   // One (sample, head) at a time: per-head copies [seq, d] and the scores
   // [seq, seq] (plus dP in backward), shared by every micro-batch.
   struct Workspace {
@@ -440,10 +454,6 @@ protected:
     return detail::AttentionGeometry{an, ak / hidden_, heads_local_, hidden_ / heads_};
   }
 
-  std::size_t hidden_ = 0;
-  std::size_t heads_ = 1;
-  std::size_t heads_local_ = 1; // heads computed here (all, unless split by telar::HeadParallel)
-  Proj q_, k_, v_, proj_;
   mutable Workspace ws_;
 };
 

@@ -264,7 +264,7 @@ public:
   }
 
   /*! \brief y = x + table[:seq]. \param exec execution space instance
-   *  \param x [n, seq * hidden] \param y as x \param saved unused */
+   *  \param x [n, seq * hidden] \param y as x */
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
                NoSaved&) const {
