@@ -1,6 +1,6 @@
 #pragma once
 /*! \file
- *  \brief Element-wise activation layers: ReLU and GELU. */
+ *  \brief Element-wise activation layers: ReLU, GELU (exact) and GELUTanh. */
 #include <telar/core/detail/elementwise.hpp>
 #include <telar/core/detail/math.hpp>
 #include <telar/core/layer.hpp>
@@ -78,6 +78,22 @@ struct GeluOp {
     return cdf + x * pdf;
   }
 };
+struct GeluTanhOp {
+  // 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3): GPT-2's form.
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T value(T x) {
+    T const u = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
+    return T(0.5) * x * (T(1) + detail::tanh(u));
+  }
+  // Called with the input x.
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T slope(T x) {
+    T const u = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
+    T const t = detail::tanh(u);
+    T const du = T(0.79788456080286535588) * (T(1) + T(3 * 0.044715) * x * x);
+    return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du;
+  }
+};
 } // namespace detail
 
 /*! \brief Rectified linear unit, y = max(x, 0). Keeps y for backward.
@@ -94,6 +110,16 @@ template <class T = float, class MemorySpace = DefaultMemorySpace>
 struct GELU : detail::Elementwise<detail::GeluOp, T, MemorySpace, true> {
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "GELU"; }
+};
+
+/*! \brief GELU with the tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x +
+ *  0.044715 x^3))), as GPT-2 and PyTorch's `nn.GELU(approximate='tanh')`.
+ *  Keeps x for backward. telar::GELU is the exact (erf) form.
+ *  \tparam T value type \tparam MemorySpace memory space */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+struct GELUTanh : detail::Elementwise<detail::GeluTanhOp, T, MemorySpace, true> {
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "GELUTanh"; }
 };
 
 } // namespace telar

@@ -1,7 +1,7 @@
 #pragma once
 /*! \file
- *  \brief Per-sample normalisation layers: telar::LayerNorm and
- *  telar::GroupNorm.
+ *  \brief Per-sample normalisation layers: telar::LayerNorm,
+ *  telar::RMSNorm and telar::GroupNorm.
  *
  *  Both compute their statistics within one sample, so a sample's output does
  *  not depend on the rest of the batch: they give the same result whatever the
@@ -185,6 +185,74 @@ void norm_allocate(Vector<T, M>& w, Vector<T, M>& wg, Vector<T, M>& b, Vector<T,
   Kokkos::deep_copy(w, T(1));
 }
 
+// RMSNorm over rows of `row` values: y = gamma * x * rstd, rstd = 1 /
+// sqrt(mean(x^2) + eps). One team per row.
+template <class Exec, class T, class M>
+void rms_forward(Exec const& exec, ConstMatrix<T, M> x, Matrix<T, M> y, Vector<T, M> rstd,
+                 Vector<T, M> gamma, std::size_t row, T eps) {
+  using Policy = Kokkos::TeamPolicy<Exec>;
+  using Member = typename Policy::member_type;
+  auto const xr = as_rows(x, rstd.extent(0), row);
+  auto const yr = as_rows(y, rstd.extent(0), row);
+  Kokkos::parallel_for(
+      "telar::RMSNorm::forward", Policy(exec, int(rstd.extent(0)), Kokkos::AUTO),
+      KOKKOS_LAMBDA(Member const& team) {
+        std::size_t const r = std::size_t(team.league_rank());
+        T sq = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, row),
+            [&](std::size_t j, T& acc) { acc += xr(r, j) * xr(r, j); }, sq);
+        T const rs = T(1) / detail::sqrt(sq / T(row) + eps);
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { rstd(r) = rs; });
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, row),
+                             [&](std::size_t j) { yr(r, j) = xr(r, j) * rs * gamma(j); });
+      });
+}
+
+// dx = rstd (g - xh mean(g xh)), g = dy gamma, xh = x rstd.
+template <class Exec, class T, class M>
+void rms_backward_input(Exec const& exec, ConstMatrix<T, M> dy, Matrix<T, M> dx,
+                        ConstMatrix<T, M> x, Vector<T, M> rstd, Vector<T, M> gamma,
+                        std::size_t row) {
+  using Policy = Kokkos::TeamPolicy<Exec>;
+  using Member = typename Policy::member_type;
+  std::size_t const rows = rstd.extent(0);
+  auto const dyr = as_rows(dy, rows, row);
+  auto const dxr = as_rows(dx, rows, row);
+  auto const xr = as_rows(x, rows, row);
+  Kokkos::parallel_for(
+      "telar::RMSNorm::backward_input", Policy(exec, int(rows), Kokkos::AUTO),
+      KOKKOS_LAMBDA(Member const& team) {
+        std::size_t const r = std::size_t(team.league_rank());
+        T const rs = rstd(r);
+        T a = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, row),
+            [&](std::size_t j, T& acc) { acc += dyr(r, j) * gamma(j) * xr(r, j) * rs; }, a);
+        a /= T(row);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, row), [&](std::size_t j) {
+          dxr(r, j) = rs * (dyr(r, j) * gamma(j) - xr(r, j) * rs * a);
+        });
+      });
+}
+
+// dgamma[j] += sum over rows of dy xh: one thread per j, rows in order.
+template <class Exec, class T, class M>
+void rms_backward_weight(Exec const& exec, ConstMatrix<T, M> dy, ConstMatrix<T, M> x,
+                         Vector<T, M> rstd, Vector<T, M> gamma_grad, std::size_t row) {
+  std::size_t const rows = rstd.extent(0);
+  auto const dyr = as_rows(dy, rows, row);
+  auto const xr = as_rows(x, rows, row);
+  Kokkos::parallel_for(
+      "telar::RMSNorm::backward_weight", Kokkos::RangePolicy<Exec>(exec, 0, row),
+      KOKKOS_LAMBDA(std::size_t j) {
+        T s = 0;
+        for (std::size_t r = 0; r < rows; ++r)
+          s += dyr(r, j) * xr(r, j) * rstd(r);
+        gamma_grad(j) += s;
+      });
+}
+
 } // namespace detail
 
 /*! \brief Layer normalisation over the last extent (Ba et al. 2016; PyTorch's
@@ -308,6 +376,121 @@ private:
         size_ > 0 && ak % size_ == 0 && an == bn && ak == bk && weight.extent(0) == size_;
     if (!ok)
       throw ShapeError(std::string("telar::LayerNorm::") + what + ": expected [n, k * " +
+                       std::to_string(size_) + "] twice, got [" + std::to_string(an) + ", " +
+                       std::to_string(ak) + "] and [" + std::to_string(bn) + ", " +
+                       std::to_string(bk) + "]" +
+                       (weight.extent(0) != size_ ? " (layer not initialised)" : ""));
+  }
+
+  std::size_t size_ = 0;
+  double eps_ = 1e-5;
+};
+
+/*! \brief Root-mean-square normalisation over the last extent (Zhang &
+ *  Sennrich 2019; PyTorch's `nn.RMSNorm(normalized_size, eps)`): each row of
+ *  \p normalized_size values, a sample of [features] or every position of
+ *  [sequence, hidden], is divided by sqrt(mean(x^2) + eps) and scaled by
+ *  gamma (no shift, no mean subtraction).
+ *
+ *  Parameter "weight" (gamma, initialised to 1) is allocated by
+ *  initialize(). Statistics are per sample and position (exact under data
+ *  parallelism). backward_input and backward_weight are split; the saved
+ *  state is the input and each row's 1/rms.
+ *  \tparam T value type \tparam MemorySpace memory space */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+class RMSNorm {
+public:
+  /*! \brief Scalar type. */
+  using value_type = T;
+  /*! \brief Memory space of parameters and activations. */
+  using memory_space = MemorySpace;
+  /*! \brief The output has the input's shape (lets Sequential see through it). */
+  static constexpr bool preserves_shape = true;
+  /*! \brief What backward needs from forward. */
+  struct saved_type {
+    ConstMatrix<T, MemorySpace> x; //!< the forward input
+    Vector<T, MemorySpace> rstd;   //!< 1 / sqrt(mean(x^2) + eps) of each row
+  };
+
+  /*! \brief An empty layer; assign a configured one before use. */
+  RMSNorm() = default;
+  /*! \brief \param normalized_size the last extent of the input
+   *  \param eps added to the mean square */
+  explicit RMSNorm(std::size_t normalized_size, double eps = 1e-5)
+      : size_(normalized_size), eps_(eps) {}
+
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "RMSNorm"; }
+  /*! \brief The input's shape. \param in [..., normalized_size]
+   *  \throws ShapeError when the last extent differs */
+  Shape output_shape(Shape const& in) const {
+    if (in.back() != size_)
+      throw ShapeError("RMSNorm expects inputs [..., " + std::to_string(size_) + "]");
+    return in;
+  }
+  /*! \brief The normalised extent. */
+  std::size_t normalized_size() const { return size_; }
+  /*! \brief The mean-square offset. */
+  double eps() const { return eps_; }
+  /*! \brief Cost estimate. \param samples rows \param in input shape */
+  double flops(std::size_t samples, Shape const& in) const {
+    return 5.0 * double(samples) * double(in.size());
+  }
+
+  /*! \brief Allocates gamma = 1 and its gradient.
+   *  \param seed unused (the initial values are fixed) */
+  void initialize(std::uint64_t seed) {
+    (void)seed;
+    weight = Vector<T, MemorySpace>("telar::RMSNorm::weight", size_);
+    weight_grad = Vector<T, MemorySpace>("telar::RMSNorm::weight_grad", size_);
+    Kokkos::deep_copy(weight, T(1));
+  }
+  /*! \brief Visits ("weight", gamma). \param f callable as f(char const*, View&, View&) */
+  template <class F>
+  void parameters(F&& f) {
+    f("weight", weight, weight_grad);
+  }
+
+  /*! \brief y = gamma * x / sqrt(mean(x^2) + eps) per row.
+   *  \param exec execution space instance \param x input [n, k * normalized_size]
+   *  \param y output, as x \param saved keeps x and the row statistics */
+  template <class Exec>
+  void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
+               saved_type& saved) const {
+    check("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
+    detail::norm_ensure(saved.rstd, x.extent(0) * (x.extent(1) / size_), "telar::RMSNorm::rstd");
+    saved.x = x;
+    detail::rms_forward<Exec, T, MemorySpace>(exec, x, y, saved.rstd, weight, size_, T(eps_));
+  }
+  /*! \brief dL/dx. \param exec execution space instance \param dy output gradient
+   *  \param dx input gradient \param saved state of the matching forward */
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
+                      saved_type const& saved) const {
+    check("backward_input", dy.extent(0), dy.extent(1), dx.extent(0), dx.extent(1));
+    detail::rms_backward_input<Exec, T, MemorySpace>(exec, dy, dx, saved.x, saved.rstd, weight,
+                                                     size_);
+  }
+  /*! \brief dgamma += sum dy x_hat (accumulates). \param exec execution space instance
+   *  \param dy output gradient \param saved state of the matching forward */
+  template <class Exec>
+  void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
+                       saved_type const& saved) const {
+    check("backward_weight", dy.extent(0), dy.extent(1), saved.x.extent(0), saved.x.extent(1));
+    detail::rms_backward_weight<Exec, T, MemorySpace>(exec, dy, saved.x, saved.rstd, weight_grad,
+                                                      size_);
+  }
+
+  Vector<T, MemorySpace> weight;      //!< gamma [normalized_size]
+  Vector<T, MemorySpace> weight_grad; //!< dL/dgamma
+
+private:
+  void check(char const* what, std::size_t an, std::size_t ak, std::size_t bn,
+             std::size_t bk) const {
+    bool const ok =
+        size_ > 0 && ak % size_ == 0 && an == bn && ak == bk && weight.extent(0) == size_;
+    if (!ok)
+      throw ShapeError(std::string("telar::RMSNorm::") + what + ": expected [n, k * " +
                        std::to_string(size_) + "] twice, got [" + std::to_string(an) + ", " +
                        std::to_string(ak) + "] and [" + std::to_string(bn) + ", " +
                        std::to_string(bk) + "]" +

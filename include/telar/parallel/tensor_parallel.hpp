@@ -17,7 +17,9 @@
  *  \endcode
  *  The pair costs one allreduce of [n, out] in forward (RowParallel) and one
  *  of [n, in] in backward (ColumnParallel::backward_input); the activation
- *  between them stays sharded. docs/tensor_parallel.md has the details.
+ *  between them stays sharded. Both are position-wise, like Dense: on
+ *  [seq, in] samples they map every position (x [n, seq * in]).
+ *  docs/tensor_parallel.md has the details.
  */
 #include <telar/comm/allreduce.hpp>
 #include <telar/comm/communicator.hpp>
@@ -219,10 +221,15 @@ public:
   /*! \brief The group this layer belongs to. */
   TensorParallelContext const& tensor_parallel() const { return ctx_; }
 
-  /*! \brief Input shape (replicated: the full [in]). */
-  Shape input_shape() const { return Shape(this->in_); }
-  /*! \brief This rank's output shape, [out_local]. */
-  Shape output_shape(Shape const&) const { return Shape(shard_size()); }
+  /*! \brief This rank's output shape, [..., out_local], for a replicated
+   *  input [..., in] (position-wise over [seq, in] samples).
+   *  \param in the input shape \throws ShapeError when the last extent is not in */
+  Shape output_shape(Shape const& in) const {
+    if (in.back() != this->in_)
+      throw ShapeError(std::string(name()) + " expects inputs [..., " + std::to_string(this->in_) +
+                       "], got " + in.str());
+    return in.with_back(shard_size());
+  }
   /*! \brief First output feature (row of the full W) this rank holds. */
   std::size_t shard_begin() const {
     return detail::tp_block(this->out_, ctx_.size, ctx_.rank).begin;
@@ -357,10 +364,16 @@ public:
   /*! \brief The group this layer belongs to. */
   TensorParallelContext const& tensor_parallel() const { return ctx_; }
 
-  /*! \brief This rank's input features, in_local. */
-  Shape input_shape() const { return Shape(shard_size()); }
-  /*! \brief Output features (replicated: the full count). */
-  Shape output_shape(Shape const&) const { return Shape(this->out_); }
+  /*! \brief The replicated output shape [..., out] for this rank's input
+   *  block [..., in_local] (position-wise over [seq, in_local] samples).
+   *  \param in the input shape \throws ShapeError when the last extent is not in_local */
+  Shape output_shape(Shape const& in) const {
+    if (in.back() != shard_size())
+      throw ShapeError(std::string(name()) + " at tp rank " + std::to_string(ctx_.rank) + " of " +
+                       std::to_string(ctx_.size) + " expects its input block [..., " +
+                       std::to_string(shard_size()) + "], got " + in.str());
+    return in.with_back(this->out_);
+  }
   /*! \brief First input feature (column of the full W) this rank holds. */
   std::size_t shard_begin() const {
     return detail::tp_block(this->in_, ctx_.size, ctx_.rank).begin;
@@ -403,15 +416,17 @@ public:
       return;
     }
     saved.x = x;
-    gemm(Gemm{}, exec, 'N', 'T', T(1), x, this->weight, T(0), y);
+    std::size_t const r = this->positions(x, y); // samples x positions per sample
+    auto const yr = as_rows(y, r, this->out_);
+    gemm(Gemm{}, exec, 'N', 'T', T(1), as_rows(x, r, shard_size()), this->weight, T(0), yr);
     ctx_.allreduce_sum(exec, y);
     if (this->use_bias_) {
       // After the sum: b is replicated, adding it before would count it p times.
       auto b = this->bias;
       Kokkos::parallel_for(
           "telar::RowParallel::forward_bias",
-          Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {y.extent(0), y.extent(1)}),
-          KOKKOS_LAMBDA(std::size_t i, std::size_t j) { y(i, j) += b(j); });
+          Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {yr.extent(0), yr.extent(1)}),
+          KOKKOS_LAMBDA(std::size_t i, std::size_t j) { yr(i, j) += b(j); });
     }
   }
 

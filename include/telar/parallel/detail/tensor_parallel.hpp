@@ -33,11 +33,15 @@ inline std::string tp_where(char const* layer, char const* method, int rank, int
          " of " + std::to_string(size) + ": ";
 }
 
-// Throws ShapeError unless a is [n, a_cols] and b is [n, b_cols] (same n).
+// Throws ShapeError unless a is [n, p * a_cols] and b is [n, p * b_cols] (same
+// n, p positions per sample).
 inline void tp_check_pair(char const* layer, char const* method, int rank, int size,
                           char const* a_name, std::size_t an, std::size_t af, std::size_t a_cols,
                           char const* b_name, std::size_t bn, std::size_t bf, std::size_t b_cols) {
-  if (af != a_cols || bf != b_cols || an != bn)
+  // Position-wise: [n, p * a_cols] against [n, p * b_cols] for p positions.
+  std::size_t p = a_cols > 0 ? af / a_cols : b_cols > 0 ? bf / b_cols : 1;
+  p = p == 0 ? 1 : p;
+  if (af != p * a_cols || bf != p * b_cols || an != bn)
     throw ShapeError(tp_where(layer, method, rank, size) + "expected " + a_name + " [n, " +
                      std::to_string(a_cols) + "] and " + b_name + " [n, " + std::to_string(b_cols) +
                      "], got " + a_name + " " + tp_shape(an, af) + " and " + b_name + " " +

@@ -1,0 +1,460 @@
+#pragma once
+/*! \file
+ *  \brief telar::CausalSelfAttention: multi-head causal self-attention over
+ *  [sequence, hidden] samples (GPT-2's attention, without dropout).
+ *
+ *  Per sample and head h (d = hidden / heads):
+ *  Q, K, V = x Wq^T + bq, x Wk^T + bk, x Wv^T + bv (position-wise, all heads
+ *  at once); S = Q_h K_h^T / sqrt(d); P = softmax(S) over keys j <= i (causal
+ *  mask); O_h = P V_h; y = concat_h(O_h) Wo^T + bo.
+ *
+ *  Memory of the score matrix (the hot spot, seq^2 per head): forward keeps
+ *  no scores. It computes one (sample, head) at a time in a single
+ *  [seq, seq] workspace owned by the layer (shared by every micro-batch) and
+ *  saves, per micro-batch, Q, K, V and the concatenated heads O (4 x seq x
+ *  hidden values per sample) plus each query row's log-sum-exp (heads x seq).
+ *  Backward recomputes S = Q K^T of one head at a time and rebuilds P from
+ *  the log-sum-exp, in two [seq, seq] workspaces. What it saves: keeping P
+ *  would cost heads x seq^2 values per sample and micro-batch in flight
+ *  (GPT-2 small, seq 1024, 12 heads: 12.6 M values per sample, against
+ *  3.1 M for Q, K, V and O); the price is one extra seq x seq x d product per
+ *  head in backward (7 instead of 6 such products per head and step).
+ *
+ *  Products go through telar::gemm on contiguous per-head copies ([seq, d])
+ *  of Q, K, V, so every GEMM policy applies. The per-head loop runs on the
+ *  host and launches a handful of kernels per (sample, head); batching
+ *  heads in one launch is left for the GPU tuning.
+ */
+#include <telar/core/detail/math.hpp>
+#include <telar/core/error.hpp>
+#include <telar/core/gemm.hpp>
+#include <telar/core/layer.hpp>
+#include <telar/core/shape.hpp>
+#include <telar/core/tensor.hpp>
+#include <telar/layers/dense.hpp>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace telar {
+
+namespace detail {
+
+// Geometry of one micro-batch: n samples of seq positions; `width` columns
+// (heads x d) of the Q, K, V and O matrices as [n * seq, width].
+struct AttentionGeometry {
+  std::size_t n = 0, seq = 0, heads = 0, d = 0;
+  std::size_t width() const { return heads * d; }
+};
+
+// dst[seq, d] = rows [r0, r0 + seq), columns [c0, c0 + d) of src.
+template <class Exec, class Src, class Dst>
+void attn_gather(Exec const& exec, Src const& src, std::size_t r0, std::size_t c0, Dst const& dst) {
+  Kokkos::parallel_for(
+      "telar::CausalSelfAttention::gather",
+      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {dst.extent(0), dst.extent(1)}),
+      KOKKOS_LAMBDA(std::size_t i, std::size_t c) { dst(i, c) = src(r0 + i, c0 + c); });
+}
+
+// Rows [r0, r0 + seq), columns [c0, c0 + d) of dst = src[seq, d].
+template <class Exec, class Src, class Dst>
+void attn_scatter(Exec const& exec, Src const& src, Dst const& dst, std::size_t r0,
+                  std::size_t c0) {
+  Kokkos::parallel_for(
+      "telar::CausalSelfAttention::scatter",
+      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {src.extent(0), src.extent(1)}),
+      KOKKOS_LAMBDA(std::size_t i, std::size_t c) { dst(r0 + i, c0 + c) = src(i, c); });
+}
+
+// In place on scaled scores s [seq, seq]: row i becomes the softmax over
+// j <= i (0 beyond); lse(o + i) = log sum_j exp(s(i, j)).
+template <class Exec, class S, class L>
+void attn_softmax(Exec const& exec, S const& s, L const& lse, std::size_t o) {
+  using T = typename S::non_const_value_type;
+  std::size_t const seq = s.extent(0);
+  Kokkos::parallel_for(
+      "telar::CausalSelfAttention::softmax", Kokkos::RangePolicy<Exec>(exec, 0, seq),
+      KOKKOS_LAMBDA(std::size_t i) {
+        T m = s(i, 0);
+        for (std::size_t j = 1; j <= i; ++j)
+          m = detail::max(m, s(i, j));
+        T sum = 0;
+        for (std::size_t j = 0; j <= i; ++j) {
+          s(i, j) = detail::exp(s(i, j) - m);
+          sum += s(i, j);
+        }
+        T const inv = T(1) / sum;
+        for (std::size_t j = 0; j < seq; ++j)
+          s(i, j) = j <= i ? s(i, j) * inv : T(0);
+        lse(o + i) = m + detail::log(sum);
+      });
+}
+
+// In place on recomputed scaled scores: P = exp(S - lse), 0 beyond i.
+template <class Exec, class S, class L>
+void attn_probabilities(Exec const& exec, S const& s, L const& lse, std::size_t o) {
+  using T = typename S::non_const_value_type;
+  Kokkos::parallel_for(
+      "telar::CausalSelfAttention::probabilities",
+      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {s.extent(0), s.extent(1)}),
+      KOKKOS_LAMBDA(std::size_t i, std::size_t j) {
+        s(i, j) = j <= i ? detail::exp(s(i, j) - lse(o + i)) : T(0);
+      });
+}
+
+// In place: dp becomes dS = scale * P .* (dP - D_i), D_i = sum_c dO(i, c) O(i, c)
+// (= sum_j P(i, j) dP(i, j)), the softmax's backward with the 1/sqrt(d) folded in.
+template <class Exec, class P, class DP, class D>
+void attn_dscores(Exec const& exec, P const& p, DP const& dp, D const& rowdot, std::size_t o,
+                  typename DP::non_const_value_type scale) {
+  Kokkos::parallel_for(
+      "telar::CausalSelfAttention::dscores",
+      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {p.extent(0), p.extent(1)}),
+      KOKKOS_LAMBDA(std::size_t i, std::size_t j) {
+        dp(i, j) = scale * p(i, j) * (dp(i, j) - rowdot(o + i));
+      });
+}
+
+// rowdot((s * heads + h) * seq + i) = sum_c dO(s * seq + i, h * d + c) O(...).
+template <class Exec, class A, class B, class D>
+void attn_rowdot(Exec const& exec, A const& dout, B const& out, D const& rowdot,
+                 AttentionGeometry g) {
+  using T = typename D::non_const_value_type;
+  Kokkos::parallel_for(
+      "telar::CausalSelfAttention::rowdot",
+      Kokkos::RangePolicy<Exec>(exec, 0, g.n * g.heads * g.seq), KOKKOS_LAMBDA(std::size_t r) {
+        std::size_t const i = r % g.seq, h = r / g.seq % g.heads, s = r / (g.seq * g.heads);
+        T acc = 0;
+        for (std::size_t c = 0; c < g.d; ++c)
+          acc += dout(s * g.seq + i, h * g.d + c) * out(s * g.seq + i, h * g.d + c);
+        rowdot(r) = acc;
+      });
+}
+
+template <class V, class... Ext>
+void attn_ensure(V& v, char const* label, Ext... ext) {
+  bool same = true;
+  std::size_t const e[] = {std::size_t(ext)...};
+  for (std::size_t i = 0; i < sizeof...(Ext); ++i)
+    same = same && v.extent(i) == e[i];
+  if (!same)
+    v = V(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), ext...);
+}
+
+} // namespace detail
+
+/*! \brief Multi-head causal self-attention on [seq, hidden] samples (GPT-2's
+ *  `CausalSelfAttention`, dropout left out): query, key and value
+ *  projections, per head softmax(Q K^T / sqrt(d)) with a causal mask times
+ *  V, and an output projection. See the file's notes for what is saved and
+ *  what is recomputed.
+ *
+ *  Parameters, all initialised like telar::Dense (PyTorch's nn.Linear):
+ *  "query.weight" [hidden, hidden], "query.bias", "key.weight", "key.bias",
+ *  "value.weight", "value.bias", "proj.weight", "proj.bias". Row
+ *  h * d + c of the query, key and value weights belongs to head h.
+ *  backward_input and backward_weight are split; backward_input computes
+ *  every inner gradient, which backward_weight then uses.
+ *  \code
+ *  telar::CausalSelfAttention<float> attn(768, 12);  // on [1024, 768]
+ *  \endcode
+ *  \tparam T value type \tparam MemorySpace memory space \tparam Gemm GEMM policy */
+template <class T = float, class MemorySpace = DefaultMemorySpace, class Gemm = AutoGemm>
+class CausalSelfAttention {
+  using Proj = Dense<T, MemorySpace, Gemm>;
+  using Mat = Matrix<T, MemorySpace>;
+  using Vec = Vector<T, MemorySpace>;
+
+public:
+  /*! \brief Scalar type. */
+  using value_type = T;
+  /*! \brief Memory space of parameters and activations. */
+  using memory_space = MemorySpace;
+  /*! \brief The output has the input's shape. */
+  static constexpr bool preserves_shape = true;
+  /*! \brief Run together, the input part goes first: it makes the inner
+   *  gradients the weight part needs. */
+  static constexpr bool backward_input_first = true;
+  /*! \brief What backward needs from forward (reused between steps), and the
+   *  inner gradients backward_input leaves for backward_weight. */
+  struct saved_type {
+    ConstMatrix<T, MemorySpace> x;    //!< the input [n, seq * hidden]
+    Mat q;                            //!< queries [n, seq * heads d]
+    Mat k;                            //!< keys, as q
+    Mat v;                            //!< values, as q
+    Mat out;                          //!< concatenated heads, as q
+    Vec lse;                          //!< log-sum-exp per (sample, head, query)
+    mutable Mat dq;                   //!< dL/dq
+    mutable Mat dk;                   //!< dL/dk
+    mutable Mat dv;                   //!< dL/dv
+    mutable Mat dout;                 //!< dL/dout
+    mutable Vec rowdot;               //!< sum_c dO O per (sample, head, query)
+    mutable bool grads_ready = false; //!< backward_input ran since the forward
+  };
+
+  /*! \brief An empty layer; assign a configured one before use. */
+  CausalSelfAttention() = default;
+  /*! \brief \param hidden model width \param heads attention heads (must divide hidden)
+   *  \param bias biases in the projections
+   *  \throws Error when heads is 0 or does not divide hidden */
+  CausalSelfAttention(std::size_t hidden, std::size_t heads, bool bias = true)
+      : hidden_(hidden), heads_(heads), heads_local_(heads), q_(hidden, hidden, bias),
+        k_(hidden, hidden, bias), v_(hidden, hidden, bias), proj_(hidden, hidden, bias) {
+    if (heads == 0 || hidden % heads != 0)
+      throw Error("telar::CausalSelfAttention: hidden size " + std::to_string(hidden) +
+                  " cannot be split into " + std::to_string(heads) + " heads");
+  }
+
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "CausalSelfAttention"; }
+  /*! \brief The input's shape. \param in [seq, hidden]
+   *  \throws ShapeError for another shape */
+  Shape output_shape(Shape const& in) const {
+    if (in.rank != 2 || in[1] != hidden_ || in[0] == 0)
+      throw ShapeError("CausalSelfAttention expects [seq, " + std::to_string(hidden_) + "], got " +
+                       in.str());
+    return in;
+  }
+  /*! \brief Model width. */
+  std::size_t hidden() const { return hidden_; }
+  /*! \brief Number of heads. */
+  std::size_t heads() const { return heads_; }
+  /*! \brief Forward multiply-adds times 2: four projections and, per head,
+   *  two seq x seq x d products. \param samples rows \param in [seq, hidden] */
+  double flops(std::size_t samples, Shape const& in) const {
+    double const s = double(samples), seq = double(in[0]), h = double(hidden_);
+    double const local = double(heads_local_ * (hidden_ / heads_)); // this rank's heads x d
+    return s * (8.0 * seq * h * local + 4.0 * seq * seq * local);
+  }
+
+  /*! \brief Allocates and draws the four projections. \param seed stream seed */
+  void initialize(std::uint64_t seed) {
+    q_.initialize(detail::mix_seed(seed, 0));
+    k_.initialize(detail::mix_seed(seed, 1));
+    v_.initialize(detail::mix_seed(seed, 2));
+    proj_.initialize(detail::mix_seed(seed, 3));
+  }
+  /*! \brief Visits the projections' weights and biases (see the class notes).
+   *  \param f callable as f(char const*, View&, View&) */
+  template <class F>
+  void parameters(F&& f) {
+    visit(f, q_, "query.weight", "query.bias");
+    visit(f, k_, "key.weight", "key.bias");
+    visit(f, v_, "value.weight", "value.bias");
+    visit(f, proj_, "proj.weight", "proj.bias");
+  }
+
+  /*! \brief y = attention(x). \param exec execution space instance
+   *  \param x [n, seq * hidden] \param y as x \param saved Q, K, V, O, log-sum-exp */
+  template <class Exec>
+  void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
+               saved_type& saved) const {
+    forward_impl(exec, x, y, saved, [](auto const&) {});
+  }
+
+  /*! \brief dL/dx, keeping the inner gradients for backward_weight.
+   *  \param exec execution space instance \param dy output gradient
+   *  \param dx input gradient \param saved state of the matching forward */
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
+                      saved_type const& saved) const {
+    backward_input_impl(exec, dy, dx, saved, [](auto const&) {});
+  }
+
+  /*! \brief forward, with \p reduce(view) summing the output projection's
+   *  partial products over the heads' owners before the bias is added (a
+   *  no-op when this layer holds every head).
+   *  \param exec execution space instance \param x [n, seq * hidden] \param y as x
+   *  \param saved Q, K, V, O, log-sum-exp \param reduce callable on a Matrix */
+  template <class Exec, class Reduce>
+  void forward_impl(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
+                    saved_type& saved, Reduce&& reduce) const {
+    auto const g = geometry("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
+    std::size_t const n = g.n, k = g.seq * g.width();
+    detail::attn_ensure(saved.q, "telar::CausalSelfAttention::q", n, k);
+    detail::attn_ensure(saved.k, "telar::CausalSelfAttention::k", n, k);
+    detail::attn_ensure(saved.v, "telar::CausalSelfAttention::v", n, k);
+    detail::attn_ensure(saved.out, "telar::CausalSelfAttention::out", n, k);
+    detail::attn_ensure(saved.lse, "telar::CausalSelfAttention::lse", n * g.heads * g.seq);
+    saved.x = x;
+    saved.grads_ready = false;
+    typename Proj::saved_type unused;
+    q_.forward(exec, x, saved.q, unused);
+    k_.forward(exec, x, saved.k, unused);
+    v_.forward(exec, x, saved.v, unused);
+    core_forward(exec, saved, g);
+    // y = O Wo^T, summed over the heads' owners, then + bo once.
+    std::size_t const rows = n * g.seq;
+    auto const yr = as_rows(y, rows, hidden_);
+    gemm(Gemm{}, exec, 'N', 'T', T(1), as_rows(saved.out, rows, g.width()), proj_.weight, T(0), yr);
+    reduce(y);
+    if (proj_.has_bias()) {
+      auto b = proj_.bias;
+      Kokkos::parallel_for(
+          "telar::CausalSelfAttention::proj_bias",
+          Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {yr.extent(0), yr.extent(1)}),
+          KOKKOS_LAMBDA(std::size_t i, std::size_t j) { yr(i, j) += b(j); });
+    }
+  }
+
+  /*! \brief backward_input, with \p reduce(dx) summing the partial input
+   *  gradients over the heads' owners (a no-op when this layer holds every head).
+   *  \param exec execution space instance \param dy output gradient
+   *  \param dx input gradient \param saved state of the matching forward
+   *  \param reduce callable on a Matrix */
+  template <class Exec, class Reduce>
+  void backward_input_impl(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
+                           Matrix<T, MemorySpace> dx, saved_type const& saved,
+                           Reduce&& reduce) const {
+    auto const g =
+        geometry("backward_input", dx.extent(0), dx.extent(1), dy.extent(0), dy.extent(1));
+    inner_gradients(exec, dy, saved, g);
+    // dx = dQ Wq + dK Wk + dV Wv, position-wise.
+    std::size_t const rows = g.n * g.seq;
+    auto const dxr = as_rows(dx, rows, hidden_);
+    gemm(Gemm{}, exec, 'N', 'N', T(1), as_rows(saved.dq, rows, g.width()), q_.weight, T(0), dxr);
+    gemm(Gemm{}, exec, 'N', 'N', T(1), as_rows(saved.dk, rows, g.width()), k_.weight, T(1), dxr);
+    gemm(Gemm{}, exec, 'N', 'N', T(1), as_rows(saved.dv, rows, g.width()), v_.weight, T(1), dxr);
+    reduce(dx);
+  }
+
+  /*! \brief dW and db of the four projections (accumulates).
+   *  \param exec execution space instance \param dy output gradient
+   *  \param saved state of the matching forward */
+  template <class Exec>
+  void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
+                       saved_type const& saved) const {
+    auto const g = geometry("backward_weight", saved.x.extent(0), saved.x.extent(1), dy.extent(0),
+                            dy.extent(1));
+    if (!saved.grads_ready)
+      inner_gradients(exec, dy, saved, g);
+    proj_.backward_weight(exec, dy, typename Proj::saved_type{saved.out});
+    q_.backward_weight(exec, saved.dq, typename Proj::saved_type{saved.x});
+    k_.backward_weight(exec, saved.dk, typename Proj::saved_type{saved.x});
+    v_.backward_weight(exec, saved.dv, typename Proj::saved_type{saved.x});
+    saved.grads_ready = false;
+  }
+
+  /*! \brief Per (sample, head): S = Q K^T / sqrt(d), causal softmax, O = P V,
+   *  in one [seq, seq] workspace. \param exec execution space instance
+   *  \param saved holds Q, K, V; receives O and the log-sum-exp \param g geometry */
+  template <class Exec>
+  void core_forward(Exec const& exec, saved_type& saved, detail::AttentionGeometry g) const {
+    workspace(g, false);
+    std::size_t const rows = g.n * g.seq;
+    auto const q = as_rows(saved.q, rows, g.width()), k = as_rows(saved.k, rows, g.width()),
+               v = as_rows(saved.v, rows, g.width()), o = as_rows(saved.out, rows, g.width());
+    T const scale = T(1) / detail::sqrt(T(g.d));
+    for (std::size_t s = 0; s < g.n; ++s)
+      for (std::size_t h = 0; h < g.heads; ++h) {
+        std::size_t const r0 = s * g.seq, c0 = h * g.d, l0 = (s * g.heads + h) * g.seq;
+        detail::attn_gather(exec, q, r0, c0, ws_.q);
+        detail::attn_gather(exec, k, r0, c0, ws_.k);
+        detail::attn_gather(exec, v, r0, c0, ws_.v);
+        gemm(Gemm{}, exec, 'N', 'T', scale, ws_.q, ws_.k, T(0), ws_.s);
+        detail::attn_softmax(exec, ws_.s, saved.lse, l0);
+        gemm(Gemm{}, exec, 'N', 'N', T(1), ws_.s, ws_.v, T(0), ws_.o);
+        detail::attn_scatter(exec, ws_.o, o, r0, c0);
+      }
+  }
+
+  /*! \brief dO from dy, then per (sample, head) the recomputed P and dQ, dK,
+   *  dV, into saved. \param exec execution space instance \param dy output gradient
+   *  \param saved state of the matching forward \param g geometry */
+  template <class Exec>
+  void inner_gradients(Exec const& exec, ConstMatrix<T, MemorySpace> dy, saved_type const& saved,
+                       detail::AttentionGeometry g) const {
+    std::size_t const n = g.n, kk = g.seq * g.width();
+    detail::attn_ensure(saved.dq, "telar::CausalSelfAttention::dq", n, kk);
+    detail::attn_ensure(saved.dk, "telar::CausalSelfAttention::dk", n, kk);
+    detail::attn_ensure(saved.dv, "telar::CausalSelfAttention::dv", n, kk);
+    detail::attn_ensure(saved.dout, "telar::CausalSelfAttention::dout", n, kk);
+    detail::attn_ensure(saved.rowdot, "telar::CausalSelfAttention::rowdot", n * g.heads * g.seq);
+    proj_.backward_input(exec, dy, saved.dout, typename Proj::saved_type{saved.out});
+    std::size_t const rows = n * g.seq;
+    auto const q = as_rows(saved.q, rows, g.width()), k = as_rows(saved.k, rows, g.width()),
+               v = as_rows(saved.v, rows, g.width()), o = as_rows(saved.out, rows, g.width());
+    auto const dq = as_rows(saved.dq, rows, g.width()), dk = as_rows(saved.dk, rows, g.width()),
+               dv = as_rows(saved.dv, rows, g.width()), dout = as_rows(saved.dout, rows, g.width());
+    detail::attn_rowdot(exec, dout, o, saved.rowdot, g);
+    workspace(g, true);
+    T const scale = T(1) / detail::sqrt(T(g.d));
+    for (std::size_t s = 0; s < n; ++s)
+      for (std::size_t h = 0; h < g.heads; ++h) {
+        std::size_t const r0 = s * g.seq, c0 = h * g.d, l0 = (s * g.heads + h) * g.seq;
+        detail::attn_gather(exec, q, r0, c0, ws_.q);
+        detail::attn_gather(exec, k, r0, c0, ws_.k);
+        detail::attn_gather(exec, v, r0, c0, ws_.v);
+        detail::attn_gather(exec, dout, r0, c0, ws_.o);
+        gemm(Gemm{}, exec, 'N', 'T', scale, ws_.q, ws_.k, T(0), ws_.s);
+        detail::attn_probabilities(exec, ws_.s, saved.lse, l0);
+        gemm(Gemm{}, exec, 'T', 'N', T(1), ws_.s, ws_.o, T(0), ws_.dv); // dV = P^T dO
+        gemm(Gemm{}, exec, 'N', 'T', T(1), ws_.o, ws_.v, T(0), ws_.dp); // dP = dO V^T
+        detail::attn_dscores(exec, ws_.s, ws_.dp, saved.rowdot, l0, scale);
+        gemm(Gemm{}, exec, 'N', 'N', T(1), ws_.dp, ws_.k, T(0), ws_.dq); // dQ = dS K
+        gemm(Gemm{}, exec, 'T', 'N', T(1), ws_.dp, ws_.q, T(0), ws_.dk); // dK = dS^T Q
+        detail::attn_scatter(exec, ws_.dq, dq, r0, c0);
+        detail::attn_scatter(exec, ws_.dk, dk, r0, c0);
+        detail::attn_scatter(exec, ws_.dv, dv, r0, c0);
+      }
+    saved.grads_ready = true;
+  }
+
+  /*! \brief Score-sized values the layer's workspace holds now (seq^2 in
+   *  forward, 2 seq^2 after a backward), whatever the micro-batches in flight. */
+  std::size_t score_workspace_size() const { return ws_.s.size() + ws_.dp.size(); }
+
+protected:
+  std::size_t hidden_ = 0;      //!< model width
+  std::size_t heads_ = 1;       //!< all heads
+  std::size_t heads_local_ = 1; //!< heads computed here (all, unless split by telar::HeadParallel)
+  Proj q_;                      //!< query projection [heads_local d, hidden]
+  Proj k_;                      //!< key projection, as q_
+  Proj v_;                      //!< value projection, as q_
+  Proj proj_;                   //!< output projection [hidden, heads_local d]
+
+private:
+  // One (sample, head) at a time: per-head copies [seq, d] and the scores
+  // [seq, seq] (plus dP in backward), shared by every micro-batch.
+  struct Workspace {
+    Mat q, k, v, o, dq, dk, dv, s, dp;
+  };
+
+  template <class F>
+  static void visit(F& f, Proj& p, char const* w, char const* b) {
+    f(w, p.weight, p.weight_grad);
+    if (p.has_bias())
+      f(b, p.bias, p.bias_grad);
+  }
+
+  void workspace(detail::AttentionGeometry g, bool backward) const {
+    char const* l = "telar::CausalSelfAttention::workspace";
+    for (Mat* m : {&ws_.q, &ws_.k, &ws_.v, &ws_.o})
+      detail::attn_ensure(*m, l, g.seq, g.d);
+    detail::attn_ensure(ws_.s, l, g.seq, g.seq);
+    if (backward) {
+      for (Mat* m : {&ws_.dq, &ws_.dk, &ws_.dv})
+        detail::attn_ensure(*m, l, g.seq, g.d);
+      detail::attn_ensure(ws_.dp, l, g.seq, g.seq);
+    }
+  }
+
+  detail::AttentionGeometry geometry(char const* what, std::size_t an, std::size_t ak,
+                                     std::size_t bn, std::size_t bk) const {
+    std::size_t const w = q_.weight.extent(0), local = heads_local_ * (hidden_ / heads_);
+    bool const ok =
+        hidden_ > 0 && an == bn && ak == bk && ak % hidden_ == 0 && ak > 0 && w == local && w > 0;
+    if (!ok)
+      throw ShapeError(std::string("telar::CausalSelfAttention::") + what +
+                       ": expected [n, seq * " + std::to_string(hidden_) + "] twice, got [" +
+                       std::to_string(an) + ", " + std::to_string(ak) + "] and [" +
+                       std::to_string(bn) + ", " + std::to_string(bk) + "]" +
+                       (w != local ? " (layer not initialised)" : ""));
+    return detail::AttentionGeometry{an, ak / hidden_, heads_local_, hidden_ / heads_};
+  }
+
+  mutable Workspace ws_;
+};
+
+} // namespace telar
