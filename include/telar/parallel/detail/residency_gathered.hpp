@@ -12,9 +12,11 @@
 // half of a split backward (W) needs no values, only the gradient buffers.
 //
 // ZeRO3Gather::PerStep keeps a gathered group until the step ends (one
-// gather per group per step); PerMicrobatch frees the groups used by an
-// instruction after it (the executor's progress() call) and gathers again at
-// the next use. Every dp rank starts the same gathers in the same order: the
+// gather per group per step); PerMicrobatch frees a group as soon as the
+// layers move on to another group (its layers are done for this pass), and
+// whatever an instruction used after it (the executor's progress() call),
+// and gathers again at the next use: at most the group in use and the one
+// prefetched are gathered. Every dp rank starts the same gathers in the same order: the
 // decisions depend only on the sequence of hooks, never on whether a
 // request happened to complete.
 #include <telar/comm/communicator.hpp>
@@ -110,6 +112,7 @@ public:
       for (auto& g : groups_)
         if (g.used)
           release(g);
+    current_ = -1;
   }
 
   void end_step() {
@@ -120,6 +123,7 @@ public:
       }
     for (auto& g : groups_)
       release(g);
+    current_ = -1;
   }
 
   // Peak gather-buffer bytes: every group (PerStep keeps them all for the
@@ -170,6 +174,9 @@ private:
     long const i = plan_.bucket_of(layer);
     if (i < 0)
       return;
+    if (mode_ == ZeRO3Gather::PerMicrobatch && current_ >= 0 && current_ != i)
+      release(groups_[std::size_t(current_)]);
+    current_ = i;
     Group& g = groups_[std::size_t(i)];
     if (g.state == State::idle)
       start(std::size_t(i));
@@ -226,6 +233,7 @@ private:
   std::size_t chunk_ = 0, lo_ = 0;
   Vec shard_;
   std::vector<Group> groups_;
+  long current_ = -1; // the group the last layer used
 };
 
 } // namespace telar::detail
