@@ -30,7 +30,9 @@ namespace {
 using D = telar::Dense<float>;
 using R = telar::ReLU<float>;
 using Model = telar::Sequential<D, R, D, R, D, R, D>;
-Model make_model() { return Model(D(784, 1024), {}, D(1024, 1024), {}, D(1024, 1024), {}, D(1024, 10)); }
+Model make_model() {
+  return Model(D(784, 1024), {}, D(1024, 1024), {}, D(1024, 1024), {}, D(1024, 10));
+}
 constexpr double psi = 784.0 * 1024 + 1024 + 2 * (1024.0 * 1024 + 1024) + 1024.0 * 10 + 10;
 
 // Live and peak bytes per category of Kokkos allocation label.
@@ -166,8 +168,8 @@ int main(int argc, char** argv) {
                   "batch %zu, %d timed steps, buckets/groups >= %zu KiB\n",
                   P, size, batch, steps, bucket >> 10);
       std::printf("%-22s %9s %9s %9s %9s %10s %10s %7s %12s %8s %9s\n", "sharding", "params",
-                  "grads", "optim", "gathered", "model-state", "formula", "ratio",
-                  "sent/step", "vs dp", "step ms");
+                  "grads", "optim", "gathered", "model-state", "formula", "ratio", "sent/step",
+                  "vs dp", "step ms");
       for (auto const& r : rows) {
         double const ms = double(r.peak[parameters] + r.peak[gradients] + r.peak[optimizer]);
         std::printf("%-22s %9.2f %9.2f %9.2f %9.2f %10.2f %10.2f %7.3f %10.2f MiB %7.3f %9.3f\n",

@@ -369,8 +369,8 @@ TEST_CASE("ZeRO-3 parameters(), evaluate() and norms match serial", "[equivalenc
   serial_opts.grid = {1, 1, 1};
   int const n = world_size();
   std::size_t const local = batch / std::size_t(n);
-  telar::Trainer<Mlp<double>, Z3, telar::Adam<double>> zero(MPI_COMM_WORLD, make_mlp<double>(),
-                                                            {}, opts, 12);
+  telar::Trainer<Mlp<double>, Z3, telar::Adam<double>> zero(MPI_COMM_WORLD, make_mlp<double>(), {},
+                                                            opts, 12);
   telar::Trainer<Mlp<double>, telar::Serial, telar::Adam<double>> ref(
       MPI_COMM_SELF, make_mlp<double>(), {}, serial_opts, 12);
   for (std::size_t s = 0; s < 2; ++s) {

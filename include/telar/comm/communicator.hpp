@@ -441,7 +441,8 @@ public:
                       T* recv) const {
     auto const& h = handle();
     if (static_cast<int>(counts.size()) != h.size || displs.size() != counts.size())
-      throw CommError("MPI_Iallgatherv on " + h.where() + ": counts and displs need one entry per rank",
+      throw CommError("MPI_Iallgatherv on " + h.where() +
+                          ": counts and displs need one entry per rank",
                       h.rank, "MPI_Iallgatherv");
     long long total = 0;
     for (int c : counts)

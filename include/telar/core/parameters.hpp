@@ -97,19 +97,19 @@ public:
     entries_.clear();
     owned_ = owned;
     std::size_t total = 0;
-    for_each_tensor(model, [&](std::size_t, auto& value, auto& grad, std::size_t index,
-                               char const* name) {
-      static_assert(std::is_same_v<std::decay_t<decltype(value)>, std::decay_t<decltype(grad)>>,
-                    "telar::ParameterStore: a parameter's value and gradient views must have "
-                    "the same type");
-      ParameterInfo info;
-      info.name = "layer" + std::to_string(index) + "." + name;
-      info.layer = index;
-      info.offset = total;
-      info.size = value.size();
-      entries_.push_back(info);
-      total += (info.size + alignment - 1) / alignment * alignment;
-    });
+    for_each_tensor(
+        model, [&](std::size_t, auto& value, auto& grad, std::size_t index, char const* name) {
+          static_assert(std::is_same_v<std::decay_t<decltype(value)>, std::decay_t<decltype(grad)>>,
+                        "telar::ParameterStore: a parameter's value and gradient views must have "
+                        "the same type");
+          ParameterInfo info;
+          info.name = "layer" + std::to_string(index) + "." + name;
+          info.layer = index;
+          info.offset = total;
+          info.size = value.size();
+          entries_.push_back(info);
+          total += (info.size + alignment - 1) / alignment * alignment;
+        });
     if (multiple > 1)
       total = (total + multiple - 1) / multiple * multiple;
     total_ = total;
@@ -130,8 +130,8 @@ public:
    *  \param end one past the last \param buffer at least end - begin
    *  elements, or empty \param part values or grads */
   template <class Model>
-  void rebind(Model& model, std::size_t begin, std::size_t end, Vector<T, MemorySpace> const& buffer,
-              Part part) const {
+  void rebind(Model& model, std::size_t begin, std::size_t end,
+              Vector<T, MemorySpace> const& buffer, Part part) const {
     for_each_tensor(model, [&](std::size_t k, auto& value, auto& grad) {
       std::size_t const off = entries_[k].offset;
       if (off < begin || off >= end)

@@ -249,10 +249,10 @@ public:
    *  ZeRO-3 shard), gradients (the flat store's, the ZeRO shard's and any
    *  group buffer alive), gathered ZeRO-3 values, and optimizer state. */
   struct HeldBytes {
-    std::size_t parameters = 0;    //!< parameter values
-    std::size_t gradients = 0;     //!< gradients
-    std::size_t gathered = 0;      //!< ZeRO-3 gather buffers
-    std::size_t optimizer = 0;     //!< optimizer state
+    std::size_t parameters = 0; //!< parameter values
+    std::size_t gradients = 0;  //!< gradients
+    std::size_t gathered = 0;   //!< ZeRO-3 gather buffers
+    std::size_t optimizer = 0;  //!< optimizer state
   };
   /*! \brief See HeldBytes (between steps: the gather and group buffers are freed). */
   HeldBytes held_bytes() const {

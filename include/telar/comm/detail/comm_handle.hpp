@@ -11,9 +11,9 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstdint>
 #include <map>
 #include <memory>
 #include <new>

@@ -236,8 +236,8 @@ public:
   // `hooks`: step_begin(1), before_forward per layer, step_end (e.g. to
   // gather sharded parameters).
   template <class Loss, class Hooks = NoStepHooks>
-  LossSum evaluate(Exec const& exec, CMat x, typename Loss::target_type const& y,
-                   Loss const& loss, Hooks&& hooks = Hooks{}) {
+  LossSum evaluate(Exec const& exec, CMat x, typename Loss::target_type const& y, Loss const& loss,
+                   Hooks&& hooks = Hooks{}) {
     LossSum total;
     hooks.step_begin(1);
     int const S = virtual_stages();

@@ -128,8 +128,9 @@ public:
 
   // Peak gather-buffer bytes: every group (PerStep keeps them all for the
   // step), or the two largest neighbours (one in use, one prefetched).
-  static std::size_t planned_gather_bytes(
-      std::vector<std::pair<std::size_t, std::size_t>> const& groups, ZeRO3Gather mode) {
+  static std::size_t
+  planned_gather_bytes(std::vector<std::pair<std::size_t, std::size_t>> const& groups,
+                       ZeRO3Gather mode) {
     std::size_t all = 0, pair = 0;
     for (std::size_t i = 0; i < groups.size(); ++i) {
       std::size_t const n = groups[i].second - groups[i].first;

@@ -47,7 +47,9 @@ public:
     std::size_t const p = std::size_t(ctx_.dp->size());
     store.bind(
         model, owned,
-        [](std::size_t n) { return std::make_pair(Vec("telar::ParameterStore::values", n), Vec()); },
+        [](std::size_t n) {
+          return std::make_pair(Vec("telar::ParameterStore::values", n), Vec());
+        },
         true, p * store.alignment);
     size_ = store.size();
     chunk_ = size_ / p;
@@ -68,8 +70,8 @@ public:
                 int microbatches = 1) {
     ModelStateBytes b;
     b.parameters = padded_store_elements * sizeof(T);
-    b.gradients = dp > 1 ? GroupGradients<T, MemorySpace>::planned_bytes(
-                               padded_store_elements, dp, group_ranges, microbatches)
+    b.gradients = dp > 1 ? GroupGradients<T, MemorySpace>::planned_bytes(padded_store_elements, dp,
+                                                                         group_ranges, microbatches)
                          : padded_store_elements * sizeof(T);
     return b;
   }
