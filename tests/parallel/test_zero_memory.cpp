@@ -166,6 +166,18 @@ TEST_CASE("ZeRO-2 holds no full gradient buffer, ZeRO-3 no full parameter buffer
     // Gathered per use: never every group at once.
     CHECK(meter.peak_of("telar::ZeRO::gathered") > 0);
     CHECK(meter.peak_of("telar::ZeRO::gathered") < full);
+    // What a memory plan would predict: exact for the shard, an upper bound
+    // of the peaks for the rest.
+    using Sync = telar::detail::GradientSync<telar::ZeRO<3>, float, telar::DefaultMemorySpace,
+                                             telar::RingAllreduce>;
+    auto const groups =
+        telar::detail::BucketPlan(t.parameter_store(), opts.bucket_bytes, sizeof(float)).ranges();
+    auto const plan = Sync::planned_bytes(t.parameter_store().size(), n, groups);
+    CHECK(std::int64_t(plan.parameters) == full / n);
+    CHECK(std::int64_t(plan.gradients) >=
+          meter.peak_of("telar::ZeRO::shard_grads") + meter.peak_of("telar::ZeRO::group_grads"));
+    CHECK(std::int64_t(plan.communication) >= meter.peak_of("telar::ZeRO::gathered"));
+    CHECK(std::int64_t(plan.communication) < full);
   }
   SECTION("ZeRO-3, per step") {
     using Z = telar::ZeRO<3, telar::ZeRO3Gather::PerStep>;

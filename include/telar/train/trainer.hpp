@@ -201,8 +201,10 @@ public:
     std::size_t const per = (n + dp - 1) / dp;
     for (std::size_t b = 0; b < per; b += chunk) {
       std::size_t const lo = std::min(e0, b0 + b), hi = std::min(e0, b0 + b + chunk);
-      if (lo == hi)
-        continue; // the same on every rank of a pipeline: they skip together
+      if (lo == hi) { // the same on every rank of a pipeline: they skip together
+        gather_without_compute();
+        continue;
+      }
       local += executor_.evaluate(exec, rows(x, lo, hi), target_type(rows(y, lo, hi)), loss_,
                                   detail::ResidencyHooks<Residency>(residency_));
     }
@@ -568,6 +570,22 @@ private:
   void reduce_model_parallel(double* v, std::size_t n) const {
     if (grid_ && grid_->mp().size() > 1)
       grid_->mp().allreduce(v, n);
+  }
+
+  // An evaluation chunk with no sample here: the other data-parallel ranks
+  // still gather the sharded parameters (collectives), so take part in the
+  // same gathers, in the executor's order (chunks, then layers).
+  void gather_without_compute() {
+    if (!residency_.sharded())
+      return;
+    detail::ResidencyHooks<Residency> hooks(residency_);
+    hooks.step_begin(1);
+    for (int c = 0; c < schedule_.chunks; ++c) {
+      int const vs = c * schedule_.stages + coords_.pp;
+      for (std::size_t k = bounds_[vs]; k < bounds_[vs + 1]; ++k)
+        hooks.before_forward(k);
+    }
+    hooks.step_end();
   }
 
   // What the optimizer updates: this rank's shard of the values.
