@@ -223,6 +223,7 @@ private:
     if (g.state != State::ready)
       return; // a prefetch in flight stays until it is used or the step ends
     g.state = State::idle;
+    Kokkos::fence(); // kernels still reading the values may be in flight (devices)
     g.values = Vec();
     rebind_(g.begin, g.end, Vec());
   }
