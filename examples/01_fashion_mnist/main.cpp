@@ -4,12 +4,13 @@
 //   fashion_mnist [--epochs 3] [--batch 64] [--lr 1e-3] [--optimizer adamw]
 //                 [--seed 1] [--hidden 256] [--data DIR] [--json]
 //                 [--dp N] [--pp N] [--tp N] [--schedule 1f1b] [--microbatches M]
-//                 [--zero 0|1|2] [--timeline PREFIX] [--limit-steps N]
+//                 [--zero 0|1|2|3] [--timeline PREFIX] [--limit-steps N]
 //                 [--recompute none|full]
 //   mpirun -np 2 fashion_mnist --dp 2
 //
 // --zero picks the data-parallel sharding: 0 none, 1 ZeRO-1 (optimizer
-// state), 2 ZeRO-2 (optimizer state and gradients).
+// state), 2 ZeRO-2 (optimizer state and gradients), 3 ZeRO-3 (and the
+// parameters, gathered per micro-batch).
 //
 // --batch is the global batch; each data-parallel rank trains on batch/dp of
 // it. Rank 0 shows progress; with --json it ends with one JSON line.
@@ -40,7 +41,7 @@ struct Args : example::CommonArgs {
                "usage: fashion_mnist [--epochs N] [--batch N] [--lr X] "
                "[--optimizer sgd|momentum|adam|adamw|lamb] [--seed N] [--hidden N] [--data DIR] "
                "[--json] [--dp N] [--pp N] [--tp N] "
-               "[--schedule %s] [--microbatches M] [--zero 0|1|2] "
+               "[--schedule %s] [--microbatches M] [--zero 0|1|2|3] "
                "[--timeline PREFIX] [--limit-steps N] [--recompute none|full]\n",
                why, example::schedule_choices().c_str());
   throw 2;
@@ -70,8 +71,8 @@ Args parse(int argc, char** argv) {
       usage(("unknown flag " + f).c_str());
   }
   example::check_common(a, usage);
-  if (a.zero < 0 || a.zero > 2)
-    usage("--zero takes 0 (no sharding), 1 (ZeRO-1) or 2 (ZeRO-2)");
+  if (a.zero < 0 || a.zero > 3)
+    usage("--zero takes 0 (no sharding), 1 (ZeRO-1), 2 (ZeRO-2) or 3 (ZeRO-3)");
   if (a.recompute != "none" && a.recompute != "full")
     usage(("--recompute expects none or full, got '" + a.recompute + "'").c_str());
   return a;
@@ -136,6 +137,8 @@ int train_zero(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt) {
     return train<StrategyFor<1>>(comm, a, std::move(model), opt);
   if (a.zero == 2)
     return train<StrategyFor<2>>(comm, a, std::move(model), opt);
+  if (a.zero == 3)
+    return train<StrategyFor<3>>(comm, a, std::move(model), opt);
   return train<StrategyFor<0>>(comm, a, std::move(model), opt);
 }
 

@@ -75,11 +75,16 @@ elseif(CHECK STREQUAL "dp")
     message(FATAL_ERROR "dp=2 param_l2 ${ld} differs from serial ${ls} by more than 1e-5")
   endif()
   message(STATUS "param_l2 serial ${ls}, dp=2 ${ld}")
-elseif(CHECK STREQUAL "zero")
-  # ZeRO-1 and ZeRO-2 at dp=2 train to the serial parameters.
+elseif(CHECK STREQUAL "zero" OR CHECK STREQUAL "zero3")
+  # ZeRO-1 and ZeRO-2 (CHECK=zero) or ZeRO-3 (CHECK=zero3) at dp=2 train to
+  # the serial parameters.
   train(s ${EXE} --epochs 1 --limit-steps 20 --lr 0.01 --optimizer adamw --json --data ${data})
   json_field("${s}" param_l2 ls)
-  foreach(stage 1 2)
+  set(stages 1 2)
+  if(CHECK STREQUAL "zero3")
+    set(stages 3)
+  endif()
+  foreach(stage ${stages})
     train(z ${MPIEXEC} -np 2 ${EXE} --epochs 1 --limit-steps 20 --lr 0.01 --optimizer adamw
           --json --dp 2 --zero ${stage} --data ${data})
     json_field("${z}" param_l2 lz)

@@ -15,9 +15,12 @@
 
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_floating_point.hpp>
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <string>
 
@@ -253,12 +256,12 @@ struct NormedLion {
   }
 };
 
-// Trains with ZeRO<Stage> under every layout of the world with pp, tp in
-// {1, 2}, and compares with serial training.
-template <int Stage, class Opt>
-void check_zero(Opt opt, telar::TrainerOptions base, char const* sched, bool shared,
-                std::string const& what) {
-  using Zero = telar::Strategy<telar::DataParallel<telar::RingAllreduce, telar::ZeRO<Stage>>,
+// Trains with a ZeRO sharding policy under every layout of the world with
+// pp, tp in {1, 2}, and compares with serial training.
+template <class Sharding, class Opt>
+void check_sharding(Opt opt, telar::TrainerOptions base, char const* sched, bool shared,
+                    std::string const& what) {
+  using Zero = telar::Strategy<telar::DataParallel<telar::RingAllreduce, Sharding>,
                                telar::PipelineParallel<>, telar::TensorParallel<>>;
   int const n = world_size();
   std::size_t const batch = 24;
@@ -277,6 +280,11 @@ void check_zero(Opt opt, telar::TrainerOptions base, char const* sched, bool sha
         require_same(train<double, Zero>(MPI_COMM_WORLD, opt, opts, data, batch, 3), want, 1e-11,
                      where);
       }
+}
+template <int Stage, class Opt>
+void check_zero(Opt opt, telar::TrainerOptions base, char const* sched, bool shared,
+                std::string const& what) {
+  check_sharding<telar::ZeRO<Stage>>(opt, base, sched, shared, what);
 }
 } // namespace
 
@@ -309,4 +317,89 @@ TEST_CASE("ZeRO-1 under every schedule, with a user's optimizer, matches serial"
   for (char const* sched : {"gpipe", "interleaved", "zb-h1", "zb-h2"})
     for (bool shared : {true, false})
       check_zero<1>(NormedLion<double>{}, base, sched, shared, "user optimizer");
+}
+
+namespace {
+// ZeRO-3 in one gather mode: every schedule, SGD with momentum, AdamW, LAMB
+// and a user's optimizer, with clipping; small groups (most across shard
+// boundaries) and one group.
+template <telar::ZeRO3Gather Gather>
+void check_zero3(char const* mode) {
+  using Z3 = telar::ZeRO<3, Gather>;
+  telar::TrainerOptions base;
+  base.seed = 5;
+  base.lr = telar::constant_lr(0.02);
+  base.clip_grad_norm = 0.5;
+  base.bucket_bytes = 256;
+  telar::SGD<double> momentum;
+  momentum.momentum = 0.9;
+  std::string const m = std::string(mode) + " ";
+  for (char const* sched : {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"}) {
+    check_sharding<Z3>(momentum, base, sched, false, m + "sgd");
+    check_sharding<Z3>(telar::AdamW<double>{}, base, sched, false, m + "adamw");
+    check_sharding<Z3>(telar::LAMB<double>{}, base, sched, false, m + "lamb");
+    check_sharding<Z3>(NormedLion<double>{}, base, sched, false, m + "user optimizer");
+  }
+  telar::TrainerOptions one_group = base;
+  one_group.bucket_bytes = std::size_t(1) << 30;
+  check_sharding<Z3>(telar::Adam<double>{}, one_group, "1f1b", false, m + "adam, one group");
+}
+} // namespace
+
+TEST_CASE("ZeRO-3 (sharded parameters, gathered per micro-batch) matches serial",
+          "[equivalence][zero][zero3]") {
+  check_zero3<telar::ZeRO3Gather::PerMicrobatch>("per micro-batch");
+}
+
+TEST_CASE("ZeRO-3 (sharded parameters, gathered once per step) matches serial",
+          "[equivalence][zero][zero3]") {
+  check_zero3<telar::ZeRO3Gather::PerStep>("per step");
+}
+
+TEST_CASE("ZeRO-3 parameters(), evaluate() and norms match serial", "[equivalence][zero][zero3]") {
+  using Z3 = telar::Strategy<telar::DataParallel<telar::RingAllreduce, telar::ZeRO<3>>>;
+  std::size_t const batch = 24;
+  auto const data = make_data<double>(batch * 3);
+  telar::TrainerOptions opts;
+  opts.seed = 5;
+  opts.lr = telar::constant_lr(0.02);
+  opts.bucket_bytes = 256;
+  opts.microbatches = 2;
+  telar::TrainerOptions serial_opts = opts;
+  serial_opts.grid = {1, 1, 1};
+  int const n = world_size();
+  std::size_t const local = batch / std::size_t(n);
+  telar::Trainer<Mlp<double>, Z3, telar::Adam<double>> zero(MPI_COMM_WORLD, make_mlp<double>(), {},
+                                                            opts, 12);
+  telar::Trainer<Mlp<double>, telar::Serial, telar::Adam<double>> ref(
+      MPI_COMM_SELF, make_mlp<double>(), {}, serial_opts, 12);
+  for (std::size_t s = 0; s < 2; ++s) {
+    std::size_t const b = s * batch + std::size_t(zero.grid_coords().dp) * local;
+    zero.step(telar::rows(data.x, b, b + local), telar::rows(data.y, b, b + local));
+    ref.step(telar::rows(data.x, s * batch, (s + 1) * batch),
+             telar::rows(data.y, s * batch, (s + 1) * batch));
+  }
+  // No full copy of the parameters is kept: the store has no values.
+  CHECK(zero.parameter_store().values().size() == 0);
+  CHECK(zero.parameter_store().grads().size() == 0);
+  auto const got = zero.parameters(), want = ref.parameters();
+  REQUIRE(got.size() == want.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, std::abs(got[i] - want[i]));
+  CHECK(worst <= 1e-12);
+  CHECK_THAT(zero.evaluate(data.x, data.y).loss,
+             Catch::Matchers::WithinAbs(ref.evaluate(data.x, data.y).loss, 1e-12));
+  // n + 1 samples one at a time: some ranks have a chunk without samples
+  // but must still take part in the gathers.
+  std::size_t const m = std::size_t(n) + 1;
+  auto const xs = telar::rows(data.x, 0, m);
+  auto const ys = telar::rows(data.y, 0, m);
+  CHECK_THAT(zero.evaluate(xs, ys, 1).loss,
+             Catch::Matchers::WithinAbs(ref.evaluate(xs, ys, 1).loss, 1e-12));
+  CHECK(telar::test::rel_diff(zero.param_l2(), ref.param_l2()) <= 1e-11);
+  auto const zn = zero.tensor_norms(), rn = ref.tensor_norms();
+  REQUIRE(zn.size() == rn.size());
+  for (auto const& [name, v] : rn)
+    CHECK(telar::test::rel_diff(zn.at(name), v) <= 1e-11);
 }

@@ -70,6 +70,7 @@ public:
     comm_->check(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(n), mpi_type<T>(), MPI_SUM,
                                 comm_->comm, &req_),
                  "MPI_Iallreduce");
+    comm_->count_collective(2.0 * double(n * sizeof(T))); // a ring's reduce-scatter + allgather
   }
   ~MpiAllreduceState() override { release(0.05); }
   bool advance() override {

@@ -14,6 +14,7 @@
 
 #include <climits>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -177,6 +178,7 @@ public:
     MPI_Request req = MPI_REQUEST_NULL;
     h.check(MPI_Ibcast(data, count(n, "MPI_Bcast"), detail::mpi_type<T>(), root, h.comm, &req),
             "MPI_Ibcast", root);
+    handle().count_collective(double(n * sizeof(T)));
     detail::wait_request(h, req, MPI_STATUS_IGNORE, "MPI_Bcast", root, -1, "from root");
   }
 
@@ -202,6 +204,7 @@ public:
   void allreduce(T const* in, T* out, std::size_t n, ReduceOp op = ReduceOp::sum) const {
     auto const& h = handle();
     MPI_Request req = MPI_REQUEST_NULL;
+    handle().count_collective(2.0 * double(n * sizeof(T)));
     h.check(MPI_Iallreduce(in, out, count(n, "MPI_Allreduce"), detail::mpi_type<T>(),
                            detail::mpi_op(op), h.comm, &req),
             "MPI_Iallreduce");
@@ -232,6 +235,7 @@ public:
     auto const& h = handle();
     MPI_Request req = MPI_REQUEST_NULL;
     auto const c = count(n, "MPI_Allgather");
+    handle().count_collective(double(n * sizeof(T)) * h.size);
     h.check(MPI_Iallgather(send, c, detail::mpi_type<T>(), recv, c, detail::mpi_type<T>(), h.comm,
                            &req),
             "MPI_Iallgather");
@@ -261,6 +265,7 @@ public:
       displs[i] = static_cast<int>(total);
       total += counts[i];
     }
+    handle().count_collective(double(total) * sizeof(T));
     MPI_Request req = MPI_REQUEST_NULL;
     h.check(MPI_Iallgatherv(send, counts[static_cast<std::size_t>(h.rank)], detail::mpi_type<T>(),
                             recv, counts.data(), displs.data(), detail::mpi_type<T>(), h.comm,
@@ -284,6 +289,7 @@ public:
     auto const& h = handle();
     MPI_Request req = MPI_REQUEST_NULL;
     void const* s = send == recv ? MPI_IN_PLACE : static_cast<void const*>(send);
+    handle().count_collective(double(recv_n * sizeof(T)) * h.size);
     h.check(MPI_Ireduce_scatter_block(s, recv, count(recv_n, "MPI_Reduce_scatter_block"),
                                       detail::mpi_type<T>(), detail::mpi_op(op), h.comm, &req),
             "MPI_Ireduce_scatter_block");
@@ -349,6 +355,7 @@ public:
     MPI_Request req = MPI_REQUEST_NULL;
     h.check(MPI_Isend(data, count(n, "MPI_Isend"), detail::mpi_type<T>(), dest, tag, h.comm, &req),
             "MPI_Isend", dest, tag, "to");
+    handle().bytes_sent += n * sizeof(T);
     return Request(req, detail::RequestKind::send, "MPI_Send", dest, tag, h_);
   }
 
@@ -381,6 +388,7 @@ public:
   Request iallreduce(T* inout, std::size_t n, ReduceOp op = ReduceOp::sum) const {
     auto const& h = handle();
     MPI_Request req = MPI_REQUEST_NULL;
+    handle().count_collective(2.0 * double(n * sizeof(T)));
     h.check(MPI_Iallreduce(MPI_IN_PLACE, inout, count(n, "MPI_Iallreduce"), detail::mpi_type<T>(),
                            detail::mpi_op(op), h.comm, &req),
             "MPI_Iallreduce");
@@ -406,12 +414,58 @@ public:
       throw CommError("MPI_Reduce_scatter on " + h.where() + ": counts has " +
                           std::to_string(counts.size()) + " entries, expected one per rank",
                       h.rank, "MPI_Reduce_scatter");
+    long long total = 0;
+    for (int c : counts)
+      total += c;
+    handle().count_collective(double(total) * sizeof(T));
     MPI_Request req = MPI_REQUEST_NULL;
     h.check(MPI_Ireduce_scatter(send, recv, counts.data(), detail::mpi_type<T>(),
                                 detail::mpi_op(op), h.comm, &req),
             "MPI_Ireduce_scatter");
     return Request(req, detail::RequestKind::collective, "MPI_Reduce_scatter", -1, -1, h_);
   }
+
+  /*! \brief Starts gathering a variable number of elements from every rank
+   *         (MPI_Iallgatherv): rank i's `counts[i]` elements land at offset
+   *         `displs[i]` of \p recv.
+   *  \tparam T element type with an MPI datatype
+   *  \param send   this rank's `counts[rank()]` elements, valid until the request completes
+   *  \param counts elements of every rank (the same on every rank)
+   *  \param displs where each rank's elements land in \p recv; MPI reads
+   *                \p counts and \p displs until the request completes, so keep them alive
+   *  \param recv   output, valid until the request completes
+   *  \return the pending request
+   */
+  template <class T>
+  Request iallgatherv(T const* send, std::vector<int> const& counts, std::vector<int> const& displs,
+                      T* recv) const {
+    auto const& h = handle();
+    if (static_cast<int>(counts.size()) != h.size || displs.size() != counts.size())
+      throw CommError("MPI_Iallgatherv on " + h.where() +
+                          ": counts and displs need one entry per rank",
+                      h.rank, "MPI_Iallgatherv");
+    long long total = 0;
+    for (int c : counts)
+      total += c;
+    handle().count_collective(double(total) * sizeof(T));
+    MPI_Request req = MPI_REQUEST_NULL;
+    h.check(MPI_Iallgatherv(send, counts[static_cast<std::size_t>(h.rank)], detail::mpi_type<T>(),
+                            recv, counts.data(), displs.data(), detail::mpi_type<T>(), h.comm,
+                            &req),
+            "MPI_Iallgatherv");
+    return Request(req, detail::RequestKind::collective, "MPI_Allgatherv", -1, -1, h_);
+  }
+
+  /*! \brief Bytes this rank has handed to MPI to send on this communicator:
+   *         point-to-point messages (Telar's own allreduce algorithms
+   *         included) exactly; a collective that moves T bytes over the N
+   *         ranks in all (allgather, allgatherv, reduce-scatter: T the full
+   *         gathered or reduced length; broadcast: T the message) as
+   *         (N-1)/N T, what a ring sends; MPI's allreduce as 2(N-1)/N T.
+   *         Counted, not measured on the wire. */
+  std::uint64_t bytes_sent() const { return handle().bytes_sent; }
+  /*! \brief Sets bytes_sent() back to zero (e.g. after warm-up steps). */
+  void reset_bytes_sent() const { handle().bytes_sent = 0; }
 
   /*! \brief Tests \p req (see telar::Request::test).
    *  \param req request to test

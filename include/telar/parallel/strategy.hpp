@@ -35,62 +35,91 @@ struct NoSharding {
   static constexpr char const* name() { return "none"; }
 };
 
+/*! \brief When ZeRO-3 gathers a group's parameters: memory traded for traffic. */
+enum class ZeRO3Gather {
+  /*! \brief Gather each group once per step and keep it until the step ends
+   *  (forward and backward of every micro-batch reuse it): one all-gather of
+   *  the parameters per step, but every group stays gathered for the step. */
+  PerStep,
+  /*! \brief Gather for each forward and each backward use and free after it:
+   *  only the groups in use (and the one prefetched) are ever gathered, at
+   *  2 all-gathers of the parameters per micro-batch. */
+  PerMicrobatch
+};
+
 /*! \brief ZeRO sharding over the data-parallel group (Rajbhandari et al.):
  *  rank r of the dp group owns 1/dp of the flat parameters and is the only
- *  one to keep their optimizer state and update them; the updated shards are
- *  then all-gathered.
+ *  one to keep their optimizer state and update them.
  *
  *  - Stage 1 shards the optimizer state. After backward, each rank sums the
  *    gradients of its shard. When every data-parallel rank shares a node and
  *    parameters live in host memory, gradients are summed straight out of
  *    the other ranks' buffers and the node keeps one copy of the parameters
- *    (MPI-3 shared memory); otherwise gradients are reduce-scattered.
+ *    (MPI-3 shared memory); otherwise gradients are reduce-scattered. The
+ *    updated shards are then all-gathered.
  *  - Stage 2 shards the reduced gradients too: they are reduce-scattered
- *    bucket by bucket while backward still runs, each rank receiving only
- *    the part of each bucket inside its shard.
+ *    group by group (buckets of layers) while backward still runs, each rank
+ *    receiving only the part of each group inside its shard, and no rank
+ *    holds the full gradient: only the buffers of the groups being
+ *    accumulated or reduced.
+ *  - Stage 3 shards the parameters too: a rank keeps its shard of the
+ *    values, gradients and optimizer state (16Ψ/N bytes for fp32 Adam).
+ *    Before a group of layers runs forward or backward its parameters are
+ *    all-gathered, the next group's gather overlapping the compute
+ *    (prefetch); \p Gather chooses whether a gathered group is kept for the
+ *    step or freed after each use. Nothing is all-gathered after the
+ *    optimizer: the next step's gathers read the updated shards.
  *
- *  Both compose with pipeline and tensor parallelism, every schedule,
+ *  All compose with pipeline and tensor parallelism, every schedule,
  *  gradient clipping and every optimizer.
- *  \tparam Stage ZeRO stage (1 or 2) */
-template <int Stage>
+ *  \tparam Stage ZeRO stage (1, 2 or 3)
+ *  \tparam Gather stage 3's gather policy (ignored by stages 1 and 2) */
+template <int Stage, ZeRO3Gather Gather = ZeRO3Gather::PerMicrobatch>
 struct ZeRO {
-  static_assert(Stage == 1 || Stage == 2,
-                "telar::ZeRO: stages 1 (sharded optimizer state) and 2 (and sharded gradients) "
-                "are implemented; stage 3 is not yet, use telar::ZeRO<1> or telar::ZeRO<2>");
+  static_assert(Stage >= 1 && Stage <= 3,
+                "telar::ZeRO: stages 1 (sharded optimizer state), 2 (and sharded gradients) "
+                "and 3 (and sharded parameters) exist");
   /*! \brief ZeRO stage. */
   static constexpr int stage = Stage;
+  /*! \brief Stage 3's gather policy. */
+  static constexpr ZeRO3Gather gather = Gather;
   /*! \brief Name for logs. */
-  static constexpr char const* name() { return Stage == 1 ? "zero1" : "zero2"; }
+  static constexpr char const* name() {
+    return Stage == 1 ? "zero1" : Stage == 2 ? "zero2" : "zero3";
+  }
 };
 
 /*! \brief True for the sharding policies. \tparam S a type */
 template <class S>
 inline constexpr bool is_sharding_v = std::is_same_v<S, NoSharding>;
-/*! \brief True for the sharding policies. \tparam Stage ZeRO stage */
-template <int Stage>
-inline constexpr bool is_sharding_v<ZeRO<Stage>> = true;
+/*! \brief True for the sharding policies. \tparam Stage ZeRO stage \tparam G gather policy */
+template <int Stage, ZeRO3Gather G>
+inline constexpr bool is_sharding_v<ZeRO<Stage, G>> = true;
 
 /*! \brief Data parallelism: each dp rank trains on its share of the global
  *  batch; gradients are summed over the dp group in buckets that start while
  *  backward still runs (or, with ZeRO, reduced to the rank that owns each
  *  shard of the optimizer state).
  *  \tparam Algorithm allreduce policy (telar/comm/allreduce.hpp)
- *  \tparam Sharding NoSharding, ZeRO<1> or ZeRO<2> */
+ *  \tparam Sharding NoSharding, ZeRO<1>, ZeRO<2> or ZeRO<3, Gather> */
 template <class Algorithm = RingAllreduce, class Sharding = NoSharding>
 struct DataParallel {
   static_assert(is_allreduce_algorithm_v<Algorithm>,
                 "telar::DataParallel: Algorithm must be an allreduce policy such as "
                 "telar::RingAllreduce or telar::MpiAllreduce");
   static_assert(is_sharding_v<Sharding>,
-                "telar::DataParallel: Sharding must be telar::NoSharding, telar::ZeRO<1> or "
-                "telar::ZeRO<2>");
+                "telar::DataParallel: Sharding must be telar::NoSharding, telar::ZeRO<1>, "
+                "telar::ZeRO<2> or telar::ZeRO<3>");
   /*! \brief The allreduce policy. */
   using algorithm = Algorithm;
   /*! \brief The sharding policy. */
   using sharding = Sharding;
   /*! \brief Name for logs. */
   static constexpr char const* name() {
-    return Sharding::stage == 0 ? "dp" : Sharding::stage == 1 ? "dp+zero1" : "dp+zero2";
+    return Sharding::stage == 0   ? "dp"
+           : Sharding::stage == 1 ? "dp+zero1"
+           : Sharding::stage == 2 ? "dp+zero2"
+                                  : "dp+zero3";
   }
 };
 

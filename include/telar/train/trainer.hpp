@@ -15,6 +15,7 @@
 #include <telar/parallel/detail/gradient_sync.hpp>
 #include <telar/parallel/detail/partition.hpp>
 #include <telar/parallel/detail/pipeline_executor.hpp>
+#include <telar/parallel/detail/residency.hpp>
 #include <telar/parallel/detail/step_hooks.hpp>
 #include <telar/parallel/strategy.hpp>
 #include <telar/parallel/tensor_parallel.hpp>
@@ -173,8 +174,9 @@ public:
     execution_space exec;
     params_.zero_grads(exec);
     value_type const scale = value_type(1) / value_type(global_count(exec, y, n));
-    LossSum local = executor_.run(exec, schedule_, x, y, loss_, scale,
-                                  detail::StepHooks<Sync, execution_space>(sync_, exec), &trace_);
+    LossSum local = executor_.run(
+        exec, schedule_, x, y, loss_, scale,
+        detail::StepHooks<Residency, Sync, execution_space>(residency_, sync_, exec), &trace_);
     StepResult r;
     r.lr = options_.lr(step_ + 1);
     update(exec, r.lr);
@@ -199,9 +201,12 @@ public:
     std::size_t const per = (n + dp - 1) / dp;
     for (std::size_t b = 0; b < per; b += chunk) {
       std::size_t const lo = std::min(e0, b0 + b), hi = std::min(e0, b0 + b + chunk);
-      if (lo == hi)
-        continue; // the same on every rank of a pipeline: they skip together
-      local += executor_.evaluate(exec, rows(x, lo, hi), target_type(rows(y, lo, hi)), loss_);
+      if (lo == hi) { // the same on every rank of a pipeline: they skip together
+        gather_without_compute();
+        continue;
+      }
+      local += executor_.evaluate(exec, rows(x, lo, hi), target_type(rows(y, lo, hi)), loss_,
+                                  detail::ResidencyHooks<Residency>(residency_));
     }
     StepResult r;
     fill_result(r, reduce_loss(local));
@@ -229,9 +234,10 @@ public:
     return out;
   }
 
-  /*! \brief This rank's parameters, flattened in model order (padding removed), on the host. */
+  /*! \brief This rank's parameters, flattened in model order (padding removed), on the host
+   *  (collective over the data-parallel group under ZeRO-3, which gathers them). */
   std::vector<value_type> parameters() const {
-    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, params_.values());
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, full_values());
     std::vector<value_type> out;
     for (auto const& p : params_.entries())
       out.insert(out.end(), h.data() + p.offset, h.data() + p.offset + p.size);
@@ -240,7 +246,28 @@ public:
 
   /*! \brief The model (this rank's layers bound to the trainer's buffers). */
   Model& model() { return model_; }
-  /*! \brief This rank's flat parameter store. */
+  /*! \brief Bytes of model state this rank holds now, read off the buffers
+   *  the components allocated: parameter values (the flat store, or the
+   *  ZeRO-3 shard), gradients (the flat store's, the ZeRO shard's and any
+   *  group buffer alive), gathered ZeRO-3 values, and optimizer state. */
+  struct HeldBytes {
+    std::size_t parameters = 0; //!< parameter values
+    std::size_t gradients = 0;  //!< gradients
+    std::size_t gathered = 0;   //!< ZeRO-3 gather buffers
+    std::size_t optimizer = 0;  //!< optimizer state
+  };
+  /*! \brief See HeldBytes (between steps: the gather and group buffers are freed). */
+  HeldBytes held_bytes() const {
+    HeldBytes b;
+    std::size_t const e = sizeof(value_type);
+    b.parameters = (params_.values().size() + residency_.shard().size()) * e;
+    b.gradients = params_.grads().size() * e + sync_.gradient_bytes_held();
+    if constexpr (detail::is_detected_v<gathered_bytes_t, Residency>)
+      b.gathered = residency_.gathered_bytes();
+    b.optimizer = (engine_.state().size() + engine_.direction_size()) * e;
+    return b;
+  }
+  /*! \brief This rank's flat parameter store (layout only, no values, under ZeRO-3). */
   ParameterStore<value_type, memory_space> const& parameter_store() const { return params_; }
   /*! \brief Steps taken. */
   long long steps() const { return step_; }
@@ -324,6 +351,12 @@ private:
   // (parallel/detail/sync_*.hpp).
   using Sync = detail::GradientSync<typename DataParallelPolicy::sharding, value_type, memory_space,
                                     typename DataParallelPolicy::algorithm>;
+  // Where the parameter values live (parallel/detail/residency_*.hpp).
+  using ResidencyOf =
+      detail::residency_of<typename DataParallelPolicy::sharding, value_type, memory_space>;
+  using Residency = typename ResidencyOf::type;
+  template <class R>
+  using gathered_bytes_t = decltype(std::declval<R const&>().gathered_bytes());
 
   int dp_size() const { return shape_.dp; }
   std::string where() const {
@@ -431,7 +464,6 @@ private:
     std::vector<bool> owned(Model::size, false);
     for (int c = 0; c < schedule_.chunks; ++c) {
       int const vs = c * schedule_.stages + coords_.pp;
-      model_.initialize(options_.seed, bounds_[vs], bounds_[vs + 1]);
       for (std::size_t k = bounds_[vs]; k < bounds_[vs + 1]; ++k)
         owned[k] = true;
     }
@@ -444,6 +476,12 @@ private:
     ctx.bucket_bytes = options_.bucket_bytes;
     ctx.shared_memory = options_.shared_memory;
     ctx.trace = &trace_;
+    // The residency draws the layers (one at a time: the same values as all
+    // at once) and, under ZeRO-3, lays the store out around its value shard;
+    // the sync then binds the rest.
+    residency_ = ResidencyOf::make(ctx);
+    residency_.bind(model_, owned, params_,
+                    [this](std::size_t k) { model_.initialize(options_.seed, k, k + 1); });
     sync_ = Sync(ctx);
     sync_.bind(model_, owned, params_);
     set_parameter_replicas(model_, params_, shape_.tp);
@@ -534,14 +572,65 @@ private:
       grid_->mp().allreduce(v, n);
   }
 
+  // An evaluation chunk with no sample here: the other data-parallel ranks
+  // still gather the sharded parameters (collectives), so take part in the
+  // same gathers, in the executor's order (chunks, then layers).
+  void gather_without_compute() {
+    if (!residency_.sharded())
+      return;
+    detail::ResidencyHooks<Residency> hooks(residency_);
+    hooks.step_begin(1);
+    for (int c = 0; c < schedule_.chunks; ++c) {
+      int const vs = c * schedule_.stages + coords_.pp;
+      for (std::size_t k = bounds_[vs]; k < bounds_[vs + 1]; ++k)
+        hooks.before_forward(k);
+    }
+    hooks.step_end();
+  }
+
+  // What the optimizer updates: this rank's shard of the values.
+  Vector<value_type, memory_space> optimizer_values() const {
+    return residency_.sharded() ? residency_.shard() : sync_.values(params_);
+  }
+
+  // Every value of this rank's layers, flat (ZeRO-3: all-gathered over the
+  // data-parallel group, a collective).
+  Vector<value_type, memory_space> full_values() const {
+    if (!residency_.sharded())
+      return params_.values();
+    execution_space().fence();
+    Vector<value_type, memory_space> full("telar::Trainer::full_values", params_.size());
+    auto const& shard = residency_.shard();
+    HostBuffer<Vector<value_type, memory_space>> send(shard, true);
+    HostBuffer<Vector<value_type, memory_space>> recv(full, false);
+    grid_->dp().allgather(send.data(), shard.size(), recv.data());
+    recv.copy_back();
+    return full;
+  }
+
   std::vector<double> tensor_sq_norms() {
     execution_space exec;
+    if (residency_.sharded())
+      return sharded_sq_norms(exec);
     auto sq = engine_.segment_sq_norms(exec, params_.values(), segments_);
     std::vector<double> all(all_tensors_.size(), 0.0);
     for (std::size_t s = 0; s < segments_.size(); ++s)
       all[tensor_ids_[s]] += sq[s] / segments_[s].replicas;
     if (!all.empty())
       reduce_model_parallel(all.data(), all.size());
+    return all;
+  }
+
+  // Norms from the value shards: each rank's pieces, summed over the world
+  // (shards are distinct on every rank; replicated tensor-parallel pieces
+  // count once).
+  std::vector<double> sharded_sq_norms(execution_space const& exec) {
+    auto sq = engine_.segment_sq_norms(exec, residency_.shard(), opt_segments_);
+    std::vector<double> all(all_tensors_.size(), 0.0);
+    for (std::size_t s = 0; s < opt_segments_.size(); ++s)
+      all[opt_tensor_ids_[s]] += sq[s] / opt_segments_[s].replicas;
+    if (!all.empty())
+      sync_.sum_norms(all.data(), all.size());
     return all;
   }
 
@@ -594,7 +683,7 @@ private:
     StepInfo<value_type> info;
     info.lr = value_type(lr);
     info.step = step_;
-    engine_.step(exec, sync_.values(params_), sync_.grads(params_), opt_segments_, opt_tensor_ids_,
+    engine_.step(exec, optimizer_values(), sync_.grads(params_), opt_segments_, opt_tensor_ids_,
                  all_tensors_.size(), info, options_.clip_grad_norm,
                  [this](double* v, std::size_t n) { sync_.sum_norms(v, n); });
     exec.fence();
@@ -618,6 +707,7 @@ private:
   std::vector<std::size_t> bounds_;
   detail::PipelineExecutor<Model> executor_;
   ParameterStore<value_type, memory_space> params_;
+  Residency residency_;
   Sync sync_;
   detail::OptimizerEngine<Optimizer, memory_space> engine_;
   Loss loss_;

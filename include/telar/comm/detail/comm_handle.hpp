@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -92,6 +93,14 @@ struct CommHandle {
   // Sub-communicators made for HierarchicalAllreduce, keyed by group size.
   std::map<int, std::pair<std::shared_ptr<CommHandle>, std::shared_ptr<CommHandle>>> hier;
   int auto_group_size = 0;
+  // Bytes this rank handed to MPI to send (see Communicator::bytes_sent).
+  std::uint64_t bytes_sent = 0;
+  // Ring-equivalent bytes this rank sends in a collective moving `total`
+  // bytes over the group in all: (size - 1) / size of them.
+  void count_collective(double total) {
+    if (size > 1)
+      bytes_sent += static_cast<std::uint64_t>(total * double(size - 1) / double(size));
+  }
 
   CommHandle() = default;
   CommHandle(CommHandle const&) = delete;

@@ -408,6 +408,8 @@ private:
     if (x.kind == Xfer::send) {
       rc = MPI_Isend(data_ + x.off, n, mpi_type<T>(), x.peer, c.tag, c.comm, req);
       ++sends_in_flight_;
+      if (owner_)
+        owner_->bytes_sent += x.cnt * sizeof(T);
     } else {
       T* dst = data_ + x.off;
       if (x.kind == Xfer::recv_reduce) {

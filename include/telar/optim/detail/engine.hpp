@@ -41,6 +41,7 @@ public:
   Optimizer const& optimizer() const { return opt_; }
   Vector<T, MemorySpace> const& state() const { return state_; }
   std::size_t size() const { return n_; }
+  std::size_t direction_size() const { return direction_.size(); }
 
   // Sum of squares of v over each segment.
   template <class Exec, class V>

@@ -48,6 +48,20 @@ public:
     return {buckets_[i].begin, buckets_[i].end};
   }
 
+  // The bucket holding `layer`, or -1 (a layer without parameters here).
+  long bucket_of(std::size_t layer) const {
+    auto it = bucket_of_.find(layer);
+    return it == bucket_of_.end() ? -1 : long(it->second);
+  }
+  std::vector<std::size_t> const& layers(std::size_t i) const { return buckets_[i].layers; }
+  // Every bucket's flat range, in backward order.
+  std::vector<std::pair<std::size_t, std::size_t>> ranges() const {
+    std::vector<std::pair<std::size_t, std::size_t>> out;
+    for (std::size_t i = 0; i < size(); ++i)
+      out.push_back(range(i));
+    return out;
+  }
+
   // Start of a step: every layer will report `calls` times (micro-batches).
   void begin_step(int calls) {
     for (auto& b : buckets_)

@@ -7,19 +7,34 @@
 //   sync_no_sharding.hpp  NoSharding: allreduce in buckets during backward
 //   sync_zero1.hpp        ZeRO<1>: reduce each rank's shard after backward,
 //                         update the shard, all-gather the parameters
-//   sync_zero2.hpp        ZeRO<2>: reduce-scatter bucket by bucket during
-//                         backward into a shard-sized buffer, as ZeRO<1> after
+//   sync_zero2.hpp        ZeRO<2>: reduce-scatter group by group during
+//                         backward into a shard-sized buffer, holding only the
+//                         groups in progress (group_gradients.hpp), as ZeRO<1> after
+//   sync_zero3.hpp        ZeRO<3, Gather>: gradients as ZeRO<2>; the values are
+//                         the residency's shard (residency_gathered.hpp), so
+//                         nothing is published
+//
+// Where the parameter values live is the residency component's
+// (residency.hpp): it draws the layers and, under ZeRO-3, lays the store out
+// before bind() runs.
 //
 // Every specialisation offers, for ParameterStore<T, MemorySpace> store:
 //   GradientSync(SyncContext const&)
 //   bind(model, owned, store)       binds the store (its buffers are the sync's to choose)
+//   planned_bytes(padded elements, dp, group ranges[, micro-batches])
+//                                   static: {parameters, peak gradients, gather
+//                                   buffers} it will hold per rank (formula in each file)
+//   gradient_bytes_held()           gradient bytes besides the store's flat buffer
 //   shard()                         [begin, end) of the flat store this rank's optimizer updates
 //   begin_step(calls)               every layer will report `calls` times
+//   before_backward(layer)          a layer's backward is about to run (ZeRO-2/3:
+//                                   its group's gradient buffer must exist)
 //   gradient_ready(exec, layer)     one micro-batch's gradient of `layer` is accumulated
 //   poll()                          advance communication in flight
 //   end_backward(exec)              every gradient is produced: finish what overlaps backward
 //   reduce(exec, store)             make grads() the summed gradient of the shard
-//   values(store), grads(store)     what the optimizer updates (shard() long)
+//   values(store), grads(store)     what the optimizer updates (shard() long;
+//                                   ZeRO-3: the residency's shard instead of values)
 //   sum_norms(v, n)                 sums per-tensor norm pieces over the ranks that hold them
 //   publish(exec, store)            every rank sees the updated parameters
 //   bucket_count()                  buckets that overlap backward
@@ -53,7 +68,7 @@ template <class Sharding, class T, class MemorySpace, class Algorithm>
 class GradientSync {
   static_assert(dependent_false<Sharding>,
                 "telar::DataParallel: no gradient synchronisation for this sharding policy; use "
-                "telar::NoSharding, telar::ZeRO<1> or telar::ZeRO<2>");
+                "telar::NoSharding, telar::ZeRO<1>, telar::ZeRO<2> or telar::ZeRO<3>");
 };
 
 } // namespace telar::detail

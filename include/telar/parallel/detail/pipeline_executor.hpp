@@ -233,10 +233,13 @@ public:
 
   // Forward only, for evaluation: virtual stages in order, each rank doing
   // its own; returns the loss of the last virtual stage's rank.
-  template <class Loss>
-  LossSum evaluate(Exec const& exec, CMat x, typename Loss::target_type const& y,
-                   Loss const& loss) {
+  // `hooks`: step_begin(1), before_forward per layer, step_end (e.g. to
+  // gather sharded parameters).
+  template <class Loss, class Hooks = NoStepHooks>
+  LossSum evaluate(Exec const& exec, CMat x, typename Loss::target_type const& y, Loss const& loss,
+                   Hooks&& hooks = Hooks{}) {
     LossSum total;
+    hooks.step_begin(1);
     int const S = virtual_stages();
     int prev_slot = -1, prev_chunk = -1;
     std::vector<Request> sends;
@@ -260,7 +263,7 @@ public:
         msg.buffer.copy_back();
         input = runner.input_buffer(slot);
       }
-      runner.forward(exec, slot, input);
+      runner.forward(exec, slot, input, hooks);
       if (vs == S - 1) {
         total += evaluate_loss(loss, exec, CMat(runner.output(slot)), y);
       } else if (stages_ > 1) {
@@ -277,6 +280,7 @@ public:
     wait_all(sends);
     if (prev_slot >= 0)
       runners_[prev_chunk].release(prev_slot);
+    hooks.step_end();
     return total;
   }
 

@@ -25,23 +25,56 @@ struct NoStepHooks {
   void step_end() {}
 };
 
-// The Trainer's hooks: the gradient-sync component (parameters stay resident,
-// nothing is recomputed; ZeRO-3 and recomputation add their components here).
-template <class Sync, class Exec>
+// The Trainer's hooks: the parameter-residency component (where values
+// live: resident, or gathered on demand under ZeRO-3), then the
+// gradient-sync component.
+template <class Residency, class Sync, class Exec>
 class StepHooks {
 public:
-  StepHooks(Sync& sync, Exec const& exec) : sync_(sync), exec_(exec) {}
+  StepHooks(Residency& residency, Sync& sync, Exec const& exec)
+      : residency_(residency), sync_(sync), exec_(exec) {}
 
-  void step_begin(int calls) { sync_.begin_step(calls); }
-  void before_forward(std::size_t) {}
-  void before_backward(std::size_t) {}
+  void step_begin(int calls) {
+    residency_.begin_step(calls);
+    sync_.begin_step(calls);
+  }
+  void before_forward(std::size_t layer) { residency_.before_forward(layer); }
+  void before_backward(std::size_t layer) {
+    residency_.before_backward(layer);
+    sync_.before_backward(layer);
+  }
   void gradient_ready(std::size_t layer) { sync_.gradient_ready(exec_, layer); }
-  void progress() { sync_.poll(); }
-  void step_end() { sync_.end_backward(exec_); }
+  void progress() {
+    residency_.progress();
+    sync_.poll();
+  }
+  void step_end() {
+    residency_.end_step();
+    sync_.end_backward(exec_);
+  }
 
 private:
+  Residency& residency_;
   Sync& sync_;
   Exec exec_;
+};
+
+// Forward only (evaluation): the residency component alone, so sharded
+// parameters are gathered there too.
+template <class Residency>
+class ResidencyHooks {
+public:
+  explicit ResidencyHooks(Residency& residency) : residency_(residency) {}
+
+  void step_begin(int calls) { residency_.begin_step(calls); }
+  void before_forward(std::size_t layer) { residency_.before_forward(layer); }
+  void before_backward(std::size_t layer) { residency_.before_backward(layer); }
+  void gradient_ready(std::size_t) {}
+  void progress() { residency_.progress(); }
+  void step_end() { residency_.end_step(); }
+
+private:
+  Residency& residency_;
 };
 
 } // namespace telar::detail

@@ -6,6 +6,7 @@
 // its shard, and the parameters are all-gathered (see zero_sharding.hpp).
 #include <telar/core/parameters.hpp>
 #include <telar/parallel/detail/gradient_sync_decl.hpp>
+#include <telar/parallel/detail/model_state_bytes.hpp>
 #include <telar/parallel/detail/zero_sharding.hpp>
 #include <telar/parallel/strategy.hpp>
 
@@ -14,11 +15,13 @@
 
 namespace telar::detail {
 
-template <class T, class MemorySpace, class Algorithm>
-class GradientSync<ZeRO<1>, T, MemorySpace, Algorithm> {
+// (Stage 3's gather policy means nothing here.)
+template <ZeRO3Gather G, class T, class MemorySpace, class Algorithm>
+class GradientSync<ZeRO<1, G>, T, MemorySpace, Algorithm> {
 public:
   using Store = ParameterStore<T, MemorySpace>;
   using Vec = Vector<T, MemorySpace>;
+  static constexpr bool resident = true; // store.values() holds every local parameter
 
   GradientSync() = default;
   explicit GradientSync(SyncContext const& ctx) : ctx_(ctx) {}
@@ -42,9 +45,23 @@ public:
                           : std::make_pair(std::size_t(0), size_);
   }
   std::size_t bucket_count() const { return 0; }
+  // Gradient bytes held besides the store's flat buffer (the reduced shard).
+  std::size_t gradient_bytes_held() const { return zero_.shard_grads_size() * sizeof(T); }
+
+  // {parameters, gradients, communication} bytes per rank: Ψ values and Ψ
+  // gradients (the full flat buffer the shard is reduced out of; in shared
+  // mode one value copy per node), plus the reduced shard Ψ/N in message
+  // mode; nothing gathered.
+  static ModelStateBytes planned_bytes(std::size_t padded_store_elements, int dp,
+                                       std::vector<std::pair<std::size_t, std::size_t>> const&,
+                                       int = 1) {
+    std::size_t const shard = dp > 1 ? padded_store_elements / std::size_t(dp) : 0;
+    return {padded_store_elements * sizeof(T), (padded_store_elements + shard) * sizeof(T), 0};
+  }
 
   // Nothing overlaps backward: the shard is reduced once it is complete.
   void begin_step(int) {}
+  void before_backward(std::size_t) {}
   template <class Exec>
   void gradient_ready(Exec const&, std::size_t) {}
   void poll() {}

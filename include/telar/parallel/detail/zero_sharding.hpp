@@ -111,6 +111,7 @@ public:
   std::size_t begin() const { return lo_; }
   std::size_t end() const { return hi_; }
   std::size_t chunk() const { return chunk_; }
+  std::size_t shard_grads_size() const { return shard_grads_.size(); }
 
   Vec values_shard(ParameterStore<T, MemorySpace> const& store) const {
     return Vec(store.values().data() + lo_, chunk_);

@@ -1,0 +1,241 @@
+#pragma once
+// Parameter residency, gathered on demand (ZeRO-3): a rank keeps only its
+// shard [r N/dp, (r+1) N/dp) of the flat values ("telar::ZeRO::param_shard",
+// the store padded to a multiple of dp * alignment). Layers are grouped as
+// the gradients are (BucketPlan buckets). Before a layer of a group runs
+// forward or backward, the group's full values are all-gathered
+// (MPI_Iallgatherv: each rank contributes the part of the group's flat range
+// inside its shard) into a buffer ("telar::ZeRO::gathered") and the layers'
+// value views are rebound into it; the next group in the direction of travel
+// (forward order in forward, backward order in backward) is prefetched so its
+// gather overlaps the compute. Backward gathers again; the weight-gradient
+// half of a split backward (W) needs no values, only the gradient buffers.
+//
+// ZeRO3Gather::PerStep keeps a gathered group until the step ends (one
+// gather per group per step); PerMicrobatch frees a group as soon as the
+// layers move on to another group (its layers are done for this pass), and
+// whatever an instruction used after it (the executor's progress() call),
+// and gathers again at the next use: at most the group in use and the one
+// prefetched are gathered. Every dp rank starts the same gathers in the same order: the
+// decisions depend only on the sequence of hooks, never on whether a
+// request happened to complete.
+#include <telar/comm/communicator.hpp>
+#include <telar/comm/device_buffer.hpp>
+#include <telar/core/parameters.hpp>
+#include <telar/parallel/detail/bucket_plan.hpp>
+#include <telar/parallel/detail/gradient_sync_decl.hpp>
+#include <telar/parallel/strategy.hpp>
+
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace telar::detail {
+
+template <class T, class MemorySpace>
+class GatheredParameters {
+public:
+  using Store = ParameterStore<T, MemorySpace>;
+  using Vec = Vector<T, MemorySpace>;
+
+  GatheredParameters() = default;
+  GatheredParameters(SyncContext const& ctx, ZeRO3Gather mode) : ctx_(ctx), mode_(mode) {}
+
+  // Without MPI there is nothing to shard: the layers are drawn and the
+  // gradient sync binds them as usual.
+  bool sharded() const { return ctx_.dp != nullptr; }
+  Vec const& shard() const { return shard_; }
+  std::size_t group_count() const { return groups_.size(); }
+  // Bytes of gathered values held now (tests).
+  std::size_t gathered_bytes() const {
+    std::size_t n = 0;
+    for (auto const& g : groups_)
+      n += g.values.size();
+    return n * sizeof(T);
+  }
+
+  // Draws the layers one at a time, never the whole model: a first pass
+  // learns the shapes (dropping each layer's values), the store is laid out,
+  // a second pass draws each layer again (the same values: one stream per
+  // layer) and keeps the part inside this rank's shard. Layers with
+  // parameters are assumed to allocate them in initialize().
+  template <class Model, class Init>
+  void bind(Model& model, std::vector<bool> const& owned, Store& store, Init&& init) {
+    if (!sharded()) {
+      for (std::size_t k = 0; k < owned.size(); ++k)
+        if (owned[k])
+          init(k);
+      return;
+    }
+    for (std::size_t k = 0; k < owned.size(); ++k)
+      if (owned[k]) {
+        init(k);
+        Store::drop(model, k);
+      }
+    std::size_t const p = std::size_t(ctx_.dp->size());
+    store.layout(model, owned, p * Store::alignment);
+    chunk_ = store.size() / p;
+    lo_ = std::size_t(ctx_.dp->rank()) * chunk_;
+    shard_ = Vec("telar::ZeRO::param_shard", chunk_); // zero padding
+    for (std::size_t k = 0; k < owned.size(); ++k)
+      if (owned[k]) {
+        init(k);
+        auto const [b, e] = store.layer_range(k);
+        std::size_t const lo = std::max(b, lo_), hi = std::min(e, lo_ + chunk_);
+        if (lo < hi)
+          store.copy_values(model, lo, hi, Vec(shard_.data() + (lo - lo_), hi - lo));
+        Store::drop(model, k);
+      }
+    plan_ = BucketPlan(store, ctx_.bucket_bytes, sizeof(T));
+    groups_ = std::vector<Group>(plan_.size());
+    for (std::size_t i = 0; i < groups_.size(); ++i)
+      split(groups_[i], plan_.range(i), p);
+    rebind_ = [&model, &store](std::size_t b, std::size_t e, Vec const& buf) {
+      store.rebind(model, b, e, buf, Store::Part::values);
+    };
+  }
+
+  void begin_step(int) {}
+  void before_forward(std::size_t layer) { use(layer, true); }
+  void before_backward(std::size_t layer) { use(layer, false); }
+
+  // Between instructions: advance the gathers in flight; PerMicrobatch frees
+  // what the instruction used.
+  void progress() {
+    for (std::size_t i = 0; i < groups_.size(); ++i)
+      if (groups_[i].state == State::in_flight && groups_[i].request.test())
+        arrived(i);
+    if (mode_ == ZeRO3Gather::PerMicrobatch)
+      for (auto& g : groups_)
+        if (g.used)
+          release(g);
+    current_ = -1;
+  }
+
+  void end_step() {
+    for (std::size_t i = 0; i < groups_.size(); ++i)
+      if (groups_[i].state == State::in_flight) {
+        groups_[i].request.wait();
+        arrived(i);
+      }
+    for (auto& g : groups_)
+      release(g);
+    current_ = -1;
+  }
+
+  // Peak gather-buffer bytes: every group (PerStep keeps them all for the
+  // step), or the two largest neighbours (one in use, one prefetched).
+  static std::size_t
+  planned_gather_bytes(std::vector<std::pair<std::size_t, std::size_t>> const& groups,
+                       ZeRO3Gather mode) {
+    std::size_t all = 0, pair = 0;
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      std::size_t const n = groups[i].second - groups[i].first;
+      std::size_t const prev = i > 0 ? groups[i - 1].second - groups[i - 1].first : 0;
+      all += n;
+      pair = std::max(pair, n + prev);
+    }
+    return (mode == ZeRO3Gather::PerStep ? all : pair) * sizeof(T);
+  }
+
+private:
+  enum class State { idle, in_flight, ready };
+  struct Group {
+    std::size_t begin = 0, end = 0;  // in the flat store
+    std::size_t send_offset = 0;     // this rank's part, in the shard
+    std::vector<int> counts, displs; // MPI reads them until completion
+    State state = State::idle;
+    bool used = false; // rebound for a layer since the last progress()
+    Vec values;
+    Request request;
+    std::unique_ptr<HostBuffer<Vec>> send, recv;
+    double t_start = 0;
+  };
+
+  // Rank q's part of a group: the part of [b, e) inside q's shard, landing
+  // at its offset from b (shards are in rank order, so parts are too).
+  void split(Group& g, std::pair<std::size_t, std::size_t> range, std::size_t p) const {
+    auto const [b, e] = range;
+    g.begin = b;
+    g.end = e;
+    g.counts.assign(p, 0);
+    g.displs.assign(p, 0);
+    for (std::size_t q = 0; q < p; ++q) {
+      std::size_t const lo = std::max(b, q * chunk_), hi = std::min(e, (q + 1) * chunk_);
+      g.counts[q] = hi > lo ? int(hi - lo) : 0;
+      g.displs[q] = hi > lo ? int(lo - b) : 0;
+    }
+    g.send_offset = std::clamp(b, lo_, lo_ + chunk_) - lo_;
+  }
+
+  void use(std::size_t layer, bool forward) {
+    long const i = plan_.bucket_of(layer);
+    if (i < 0)
+      return;
+    if (mode_ == ZeRO3Gather::PerMicrobatch && current_ >= 0 && current_ != i)
+      release(groups_[std::size_t(current_)]);
+    current_ = i;
+    Group& g = groups_[std::size_t(i)];
+    if (g.state == State::idle)
+      start(std::size_t(i));
+    if (g.state == State::in_flight) {
+      g.request.wait();
+      arrived(std::size_t(i));
+    }
+    g.used = true;
+    // Buckets are numbered in backward order: forward travels to i - 1.
+    long const next = forward ? i - 1 : i + 1;
+    if (next >= 0 && next < long(groups_.size()) && groups_[std::size_t(next)].state == State::idle)
+      start(std::size_t(next));
+  }
+
+  void start(std::size_t i) {
+    Group& g = groups_[i];
+    g.state = State::in_flight;
+    g.values = Vec(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::ZeRO::gathered"),
+                   g.end - g.begin);
+    std::size_t const mine = std::size_t(g.counts[std::size_t(ctx_.dp->rank())]);
+    g.send = std::make_unique<HostBuffer<Vec>>(Vec(shard_.data() + g.send_offset, mine), true);
+    g.recv = std::make_unique<HostBuffer<Vec>>(g.values, false);
+    g.t_start = ctx_.trace ? ctx_.trace->now() : 0;
+    g.request = ctx_.dp->iallgatherv(g.send->data(), g.counts, g.displs, g.recv->data());
+  }
+
+  // The gather completed: the layers' values point into it.
+  void arrived(std::size_t i) {
+    Group& g = groups_[i];
+    g.state = State::ready;
+    g.recv->copy_back();
+    g.send.reset();
+    g.recv.reset();
+    rebind_(g.begin, g.end, g.values);
+    if (ctx_.trace)
+      ctx_.trace->add("all-gather group " + std::to_string(i) + " (" +
+                          std::to_string((g.end - g.begin) * sizeof(T) >> 10) + " KiB)",
+                      "comm", g.t_start, ctx_.trace->now(), 1);
+  }
+
+  void release(Group& g) {
+    g.used = false;
+    if (g.state != State::ready)
+      return; // a prefetch in flight stays until it is used or the step ends
+    g.state = State::idle;
+    Kokkos::fence(); // kernels still reading the values may be in flight (devices)
+    g.values = Vec();
+    rebind_(g.begin, g.end, Vec());
+  }
+
+  SyncContext ctx_;
+  ZeRO3Gather mode_ = ZeRO3Gather::PerMicrobatch;
+  std::function<void(std::size_t, std::size_t, Vec const&)> rebind_;
+  BucketPlan plan_;
+  std::size_t chunk_ = 0, lo_ = 0;
+  Vec shard_;
+  std::vector<Group> groups_;
+  long current_ = -1; // the group the last layer used
+};
+
+} // namespace telar::detail

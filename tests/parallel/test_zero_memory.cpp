@@ -1,0 +1,215 @@
+// What ZeRO-2 and ZeRO-3 ranks hold: no full gradient buffer (ZeRO-2/3), no
+// full parameter buffer (ZeRO-3), read off the Kokkos allocations by label;
+// and the bytes each sends per step, from the communicators' counters.
+#include "support.hpp"
+
+#include <telar/data/synthetic.hpp>
+#include <telar/layers/activation.hpp>
+#include <telar/layers/dense.hpp>
+#include <telar/optim/adam.hpp>
+#include <telar/train/trainer.hpp>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace {
+
+using Model = telar::Sequential<telar::Dense<float>, telar::ReLU<float>, telar::Dense<float>,
+                                telar::ReLU<float>, telar::Dense<float>>;
+Model make_model() {
+  return Model(telar::Dense<float>(32, 64), {}, telar::Dense<float>(64, 64), {},
+               telar::Dense<float>(64, 8));
+}
+constexpr std::size_t model_values = 32 * 64 + 64 + 64 * 64 + 64 + 64 * 8 + 8;
+
+// Live and peak bytes per Kokkos allocation label (Kokkos Tools callbacks).
+struct Meter {
+  std::map<std::string, std::int64_t> live, peak;
+  std::map<void const*, std::pair<std::string, std::int64_t>> where;
+  void reset_peaks() { peak = live; }
+  std::int64_t peak_of(std::string const& label) const {
+    auto it = peak.find(label);
+    return it == peak.end() ? 0 : it->second;
+  }
+};
+Meter meter;
+
+void on_alloc(Kokkos::Profiling::SpaceHandle, char const* label, void const* ptr,
+              std::uint64_t size) {
+  std::string const l(label);
+  meter.where[ptr] = {l, std::int64_t(size)};
+  auto& v = meter.live[l];
+  v += std::int64_t(size);
+  meter.peak[l] = std::max(meter.peak[l], v);
+}
+void on_free(Kokkos::Profiling::SpaceHandle, char const*, void const* ptr, std::uint64_t) {
+  auto it = meter.where.find(ptr);
+  if (it == meter.where.end())
+    return;
+  meter.live[it->second.first] -= it->second.second;
+  meter.where.erase(it);
+}
+
+struct Watch {
+  Watch() {
+    meter = Meter{};
+    Kokkos::Tools::Experimental::set_allocate_data_callback(on_alloc);
+    Kokkos::Tools::Experimental::set_deallocate_data_callback(on_free);
+  }
+  ~Watch() {
+    Kokkos::Tools::Experimental::set_allocate_data_callback(nullptr);
+    Kokkos::Tools::Experimental::set_deallocate_data_callback(nullptr);
+  }
+};
+
+int world_size() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+struct Batch {
+  telar::Matrix<float> x;
+  telar::Labels<> y;
+};
+Batch make_batch(std::size_t n) {
+  auto ds = telar::make_synthetic(n, 32, 8, 7);
+  Batch b{telar::Matrix<float>("x", n, 32), telar::Labels<>("y", n)};
+  auto hx = Kokkos::create_mirror_view(b.x);
+  auto hy = Kokkos::create_mirror_view(b.y);
+  for (std::size_t i = 0; i < n; ++i) {
+    hy(i) = ds.y[i];
+    for (std::size_t j = 0; j < 32; ++j)
+      hx(i, j) = ds.x[i * 32 + j];
+  }
+  Kokkos::deep_copy(b.x, hx);
+  Kokkos::deep_copy(b.y, hy);
+  return b;
+}
+
+template <class Sharding>
+using Dp = telar::Strategy<telar::DataParallel<telar::RingAllreduce, Sharding>>;
+
+// Bytes the data-parallel group's communicator counted for one step (the
+// second: the first may differ by one-off exchanges).
+template <class Sharding>
+std::uint64_t bytes_per_step(Batch const& batch, int microbatches) {
+  telar::TrainerOptions opts;
+  opts.bucket_bytes = 4096;
+  opts.microbatches = microbatches;
+  opts.shared_memory = false;
+  telar::Trainer<Model, Dp<Sharding>, telar::Adam<float>> t(MPI_COMM_WORLD, make_model(), {}, opts,
+                                                            32);
+  std::size_t const local = batch.x.extent(0) / std::size_t(world_size());
+  std::size_t const b = std::size_t(t.grid_coords().dp) * local;
+  auto x = telar::rows(batch.x, b, b + local);
+  auto y = telar::rows(batch.y, b, b + local);
+  t.step(x, y);
+  t.grid()->dp().reset_bytes_sent();
+  t.step(x, y);
+  return t.grid()->dp().bytes_sent();
+}
+
+} // namespace
+
+TEST_CASE("ZeRO-2 holds no full gradient buffer, ZeRO-3 no full parameter buffer",
+          "[zero][memory]") {
+  int const n = world_size();
+  auto const batch = make_batch(std::size_t(8 * n));
+  std::size_t const local = 8;
+  telar::TrainerOptions opts;
+  opts.bucket_bytes = 1024; // one group per Dense layer
+  Watch watch;
+  SECTION("ZeRO-2") {
+    telar::Trainer<Model, Dp<telar::ZeRO<2>>, telar::Adam<float>> t(MPI_COMM_WORLD, make_model(),
+                                                                    {}, opts, 32);
+    std::size_t const d = std::size_t(t.grid_coords().dp) * local;
+    meter.reset_peaks();
+    t.step(telar::rows(batch.x, d, d + local), telar::rows(batch.y, d, d + local));
+    if (n > 1) {
+      CHECK(meter.peak_of("telar::ParameterStore::grads") == 0);
+      CHECK(t.parameter_store().grads().size() == 0);
+      std::int64_t const full = std::int64_t(t.parameter_store().size() * sizeof(float));
+      // Group buffers come and go: fewer than all of them at once.
+      CHECK(meter.peak_of("telar::ZeRO::group_grads") > 0);
+      CHECK(meter.peak_of("telar::ZeRO::group_grads") < full);
+      CHECK(meter.live["telar::ZeRO::group_grads"] == 0);
+      CHECK(meter.peak_of("telar::ZeRO::shard_grads") == full / n);
+      CHECK(t.held_bytes().gradients == std::size_t(full / n));
+    }
+    CHECK(meter.peak_of("telar::ParameterStore::values") >=
+          std::int64_t(model_values * sizeof(float)));
+  }
+  SECTION("ZeRO-3, per micro-batch") {
+    telar::Trainer<Model, Dp<telar::ZeRO<3>>, telar::Adam<float>> t(MPI_COMM_WORLD, make_model(),
+                                                                    {}, opts, 32);
+    // Construction drew one layer at a time: never the whole model at once.
+    CHECK(meter.peak_of("telar::Dense::weight") < std::int64_t(model_values * sizeof(float)));
+    CHECK(meter.live["telar::Dense::weight"] == 0);
+    std::size_t const d = std::size_t(t.grid_coords().dp) * local;
+    meter.reset_peaks();
+    t.step(telar::rows(batch.x, d, d + local), telar::rows(batch.y, d, d + local));
+    std::int64_t const full = std::int64_t(t.parameter_store().size() * sizeof(float));
+    CHECK(meter.peak_of("telar::ParameterStore::values") == 0);
+    CHECK(meter.peak_of("telar::ParameterStore::grads") == 0);
+    CHECK(t.parameter_store().values().size() == 0);
+    CHECK(meter.live["telar::ZeRO::param_shard"] == full / n);
+    CHECK(t.held_bytes().parameters == std::size_t(full / n));
+    CHECK(t.held_bytes().gathered == 0);
+    CHECK(meter.live["telar::ZeRO::gathered"] == 0);
+    // Gathered per use: never every group at once.
+    CHECK(meter.peak_of("telar::ZeRO::gathered") > 0);
+    CHECK(meter.peak_of("telar::ZeRO::gathered") < full);
+    // What a memory plan would predict: exact for the shard, an upper bound
+    // of the peaks for the rest.
+    using Sync = telar::detail::GradientSync<telar::ZeRO<3>, float, telar::DefaultMemorySpace,
+                                             telar::RingAllreduce>;
+    auto const groups =
+        telar::detail::BucketPlan(t.parameter_store(), opts.bucket_bytes, sizeof(float)).ranges();
+    auto const plan = Sync::planned_bytes(t.parameter_store().size(), n, groups);
+    CHECK(std::int64_t(plan.parameters) == full / n);
+    CHECK(std::int64_t(plan.gradients) >=
+          meter.peak_of("telar::ZeRO::shard_grads") + meter.peak_of("telar::ZeRO::group_grads"));
+    CHECK(std::int64_t(plan.communication) >= meter.peak_of("telar::ZeRO::gathered"));
+    CHECK(std::int64_t(plan.communication) < full);
+  }
+  SECTION("ZeRO-3, per step") {
+    using Z = telar::ZeRO<3, telar::ZeRO3Gather::PerStep>;
+    telar::Trainer<Model, Dp<Z>, telar::Adam<float>> t(MPI_COMM_WORLD, make_model(), {}, opts, 32);
+    std::size_t const d = std::size_t(t.grid_coords().dp) * local;
+    meter.reset_peaks();
+    t.step(telar::rows(batch.x, d, d + local), telar::rows(batch.y, d, d + local));
+    CHECK(meter.peak_of("telar::ParameterStore::values") == 0);
+    CHECK(meter.live["telar::ZeRO::gathered"] == 0);
+    CHECK(meter.peak_of("telar::ZeRO::gathered") >=
+          std::int64_t(model_values * sizeof(float)) - 64 * std::int64_t(sizeof(float)));
+  }
+}
+
+TEST_CASE("bytes sent per step: ZeRO-3 at most 1.5x data parallelism, counted", "[zero][traffic]") {
+  int const n = world_size();
+  if (n < 2)
+    return; // one rank sends nothing
+  auto const batch = make_batch(std::size_t(8 * n));
+  auto const dp = bytes_per_step<telar::NoSharding>(batch, 1);
+  auto const z2 = bytes_per_step<telar::ZeRO<2>>(batch, 1);
+  auto const z3 = bytes_per_step<telar::ZeRO<3>>(batch, 1);
+  auto const z3_step = bytes_per_step<telar::ZeRO<3, telar::ZeRO3Gather::PerStep>>(batch, 2);
+  auto const z3_mb = bytes_per_step<telar::ZeRO<3, telar::ZeRO3Gather::PerMicrobatch>>(batch, 2);
+  INFO("dp " << dp << " zero2 " << z2 << " zero3 " << z3 << " zero3 per step (2 mb) " << z3_step
+             << " per micro-batch (2 mb) " << z3_mb);
+  // Ψ = the parameters' bytes: a ring allreduce sends 2(N-1)/N Ψ.
+  double const psi = double(model_values * sizeof(float));
+  CHECK(double(dp) >= 2.0 * (n - 1) / n * psi);
+  CHECK(double(z2) <= 1.05 * double(dp));
+  CHECK(double(z3) <= 1.5 * double(dp));
+  CHECK(double(z3) > double(z2));
+  // Gathering once per step sends less than once per micro-batch.
+  CHECK(z3_step < z3_mb);
+}
