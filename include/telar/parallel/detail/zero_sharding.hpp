@@ -17,6 +17,7 @@
 #include <telar/comm/shared_window.hpp>
 #include <telar/core/parameters.hpp>
 #include <telar/optim/detail/engine.hpp>
+#include <telar/profile/memory.hpp>
 
 #include <memory>
 #include <optional>
@@ -84,6 +85,10 @@ public:
           peers_.push_back(static_cast<T*>(grads_window_.base(r)));
         Vec values(static_cast<T*>(values_window_.base(0)), n);
         Vec grads(static_cast<T*>(grads_window_.base(node_->rank())), n);
+        // Windows are MPI's memory, not Kokkos': record them for the meter.
+        if (node_->rank() == 0)
+          values_record_ = MemoryRecord("telar::ParameterStore::values", values.data(), bytes);
+        grads_record_ = MemoryRecord("telar::ParameterStore::grads", grads.data(), bytes);
         Kokkos::deep_copy(grads, T(0));
         if (node_->rank() == 0)
           Kokkos::deep_copy(values, T(0));
@@ -167,6 +172,7 @@ private:
   bool shared_ = false;
   SharedWindow values_window_;
   SharedWindow grads_window_;
+  MemoryRecord values_record_, grads_record_;
   std::vector<T*> peers_;
   std::size_t chunk_ = 0, lo_ = 0, hi_ = 0;
   Vec shard_grads_;
