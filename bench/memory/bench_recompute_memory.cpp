@@ -48,8 +48,8 @@ Row measure(std::string name, Model model, Args const& a, telar::Matrix<T> const
   telar::TrainerOptions opts;
   opts.microbatches = a.microbatches;
   opts.batch_size = a.batch;
-  telar::Trainer<Model, telar::Serial, telar::AdamW<T>> trainer(std::move(model),
-                                                                telar::AdamW<T>{}, opts, 784);
+  telar::Trainer<Model, telar::Serial, telar::AdamW<T>> trainer(std::move(model), telar::AdamW<T>{},
+                                                                opts, 784);
   std::vector<double> ms;
   for (int s = 0; s < a.steps; ++s) {
     auto const t0 = std::chrono::steady_clock::now();

@@ -38,14 +38,15 @@ struct Args : example::CommonArgs {
 };
 
 [[noreturn]] void usage(char const* why) {
-  std::fprintf(stderr,
-               "fashion_mnist: %s\n"
-               "usage: fashion_mnist [--epochs N] [--batch N] [--lr X] "
-               "[--optimizer sgd|momentum|adam|adamw|lamb] [--seed N] [--hidden N] [--data DIR] "
-               "[--json] [--dp N] [--pp N] [--tp N] "
-               "[--schedule %s] [--microbatches M] [--zero 0|1|2] "
-               "[--timeline PREFIX] [--limit-steps N] [--recompute none|full] [--memory-budget SIZE]\n",
-               why, example::schedule_choices().c_str());
+  std::fprintf(
+      stderr,
+      "fashion_mnist: %s\n"
+      "usage: fashion_mnist [--epochs N] [--batch N] [--lr X] "
+      "[--optimizer sgd|momentum|adam|adamw|lamb] [--seed N] [--hidden N] [--data DIR] "
+      "[--json] [--dp N] [--pp N] [--tp N] "
+      "[--schedule %s] [--microbatches M] [--zero 0|1|2] "
+      "[--timeline PREFIX] [--limit-steps N] [--recompute none|full] [--memory-budget SIZE]\n",
+      why, example::schedule_choices().c_str());
   throw 2;
 }
 

@@ -56,8 +56,8 @@ inline std::size_t parse_bytes(std::string const& text) {
   double const v = std::strtod(text.c_str(), &end);
   std::string const unit(end);
   static std::pair<char const*, double> const units[] = {
-      {"", 1},         {"B", 1},          {"KB", 1e3},      {"MB", 1e6},     {"GB", 1e9},
-      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+      {"", 1},     {"B", 1},        {"KB", 1e3},        {"MB", 1e6},
+      {"GB", 1e9}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
   for (auto const& [name, scale] : units)
     if (unit == name && end != text.c_str() && v > 0)
       return std::size_t(v * scale);
@@ -152,8 +152,7 @@ inline bool read_common_flag(ArgReader& r, CommonArgs& a) {
     if (a.memory_budget == 0)
       r.fail("--memory-budget takes a size such as 1.5GB, 512MiB or 100000 (B, KB, MB, GB, KiB, "
              "MiB, GiB)");
-  }
-  else if (f == "--help" || f == "-h")
+  } else if (f == "--help" || f == "-h")
     r.fail("help");
   else
     return false;

@@ -130,8 +130,8 @@ void check_layouts(bool shared_memory) {
         std::fprintf(stderr, "  rank %d measured %s\n  rank %d planned  %s\n", trainer.rank(),
                      trainer.memory().json().c_str(), trainer.rank(),
                      trainer.memory_plan().bytes.json().c_str());
-      INFO("rank " << trainer.rank() << " " << trainer.memory_plan().layout() << " "
-                   << l.schedule << ": measured " << trainer.memory().str() << " | planned "
+      INFO("rank " << trainer.rank() << " " << trainer.memory_plan().layout() << " " << l.schedule
+                   << ": measured " << trainer.memory().str() << " | planned "
                    << trainer.memory_plan().bytes.str() << " | " << off);
       CHECK(off.empty());
     }
@@ -163,8 +163,8 @@ TEST_CASE("The plan allocates nothing", "[memory]") {
   std::uint64_t const before = meter.allocations();
   telar::TrainerOptions opts;
   opts.batch_size = 64;
-  auto plan = telar::plan_memory<Mlp, Strat<telar::ZeRO<1>>, telar::AdamW<T>>(make_mlp(), opts,
-                                                                              64, 4, 1);
+  auto plan =
+      telar::plan_memory<Mlp, Strat<telar::ZeRO<1>>, telar::AdamW<T>>(make_mlp(), opts, 64, 4, 1);
   CHECK(meter.allocations() == before);
   CHECK(plan.bytes[telar::MemoryCategory::optimizer_state] > 0);
   telar::Vector<T> probe("telar::probe", 8); // the meter does see allocations

@@ -31,7 +31,8 @@ struct MemoryPlan {
 
   /*! \brief e.g. "ZeRO<1> over dp=2 x pp=2 x tp=1". */
   std::string layout() const {
-    return (zero_stage > 0 ? "ZeRO<" + std::to_string(zero_stage) + ">" : std::string("NoSharding")) +
+    return (zero_stage > 0 ? "ZeRO<" + std::to_string(zero_stage) + ">"
+                           : std::string("NoSharding")) +
            " over " + ProcessGrid::describe(grid);
   }
 };
@@ -66,9 +67,9 @@ namespace telar {
  *  \param in per-sample input shape \param world_size ranks of the run
  *  \param rank rank to plan
  *  \throws GridError or Error when the degrees or the schedule do not fit */
-template <class Model, class StrategyT, class Optimizer,
-          class Loss =
-              SoftmaxCrossEntropy<typename Model::value_type, typename Model::memory_space>>
+template <
+    class Model, class StrategyT, class Optimizer,
+    class Loss = SoftmaxCrossEntropy<typename Model::value_type, typename Model::memory_space>>
 MemoryPlan plan_memory(Model const& model, TrainerOptions const& options, Shape const& in,
                        int world_size, int rank) {
   GridShape want = options.grid;

@@ -112,13 +112,13 @@ struct MemoryBytes {
  *
  *  Installed while any telar::Trainer lives (install() / uninstall() count);
  *  a profiling tool loaded before keeps receiving its callbacks (the meter
- *  calls the previous ones). An allocation is counted when its label starts
- *  with "telar::" or when it happens inside a Scope (a Trainer's
- *  construction, step or evaluation), except the Kokkos runtime's own
- *  ("Kokkos::" labels: process-wide, made once, not the trainer's); it is categorised by label first
- *  (detail/memory_labels.hpp), else by the innermost Scope's category.
- *  Thread-safe. Peaks are kept per tracker (start_tracking()), so several
- *  trainers each see the peaks since their own start. */
+ *  calls the previous ones). An allocation is counted when it happens inside
+ *  a Scope (a Trainer's construction, step or evaluation), except the Kokkos
+ *  runtime's own ("Kokkos::" labels: process-wide, made once, not the
+ *  trainer's); it is categorised by label
+ * first (detail/memory_labels.hpp), else by the innermost Scope's category. Thread-safe. Peaks are
+ * kept per tracker (start_tracking()), so several trainers each see the peaks since their own
+ * start. */
 class MemoryMeter {
 public:
   /*! \brief The process's meter. */
@@ -181,7 +181,7 @@ public:
   int start_tracking() {
     std::lock_guard<std::mutex> lock(mutex_);
     int const id = next_tracker_++;
-    trackers_[id] = Peaks{current_, current_.total()};
+    trackers_[id] = Peaks{current_, current_.total(), false};
     return id;
   }
   /*! \brief Per-category peaks of tracker \p id since it started.
@@ -194,6 +194,14 @@ public:
     if (total_peak)
       *total_peak = it->second.total;
     return it->second.bytes;
+  }
+  /*! \brief Stops (false) or resumes (true) updating tracker \p id's peaks.
+   *  \param id tracker \param on whether it follows allocations */
+  void set_tracking(int id, bool on) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = trackers_.find(id);
+    if (it != trackers_.end())
+      it->second.paused = !on;
   }
   /*! \brief Forgets tracker \p id. \param id tracker */
   void stop_tracking(int id) {
@@ -221,6 +229,7 @@ private:
   struct Peaks {
     MemoryBytes bytes;
     std::size_t total = 0;
+    bool paused = false;
   };
   struct Record {
     MemoryCategory category;
@@ -246,8 +255,8 @@ private:
     if (m.previous_.allocate_data)
       m.previous_.allocate_data(handle, label, ptr, size);
   }
-  static void on_deallocate(Kokkos_Profiling_SpaceHandle handle, char const* label,
-                            void const* ptr, std::uint64_t size) {
+  static void on_deallocate(Kokkos_Profiling_SpaceHandle handle, char const* label, void const* ptr,
+                            std::uint64_t size) {
     MemoryMeter& m = instance();
     {
       std::lock_guard<std::mutex> lock(m.mutex_);
@@ -267,6 +276,8 @@ private:
     current_[c] += bytes;
     std::size_t const total = current_.total();
     for (auto& [id, p] : trackers_) {
+      if (p.paused)
+        continue;
       p.bytes[c] = std::max(p.bytes[c], current_[c]);
       p.total = std::max(p.total, total);
     }

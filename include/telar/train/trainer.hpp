@@ -170,6 +170,16 @@ public:
   StepResult evaluate(ConstMatrix<value_type, memory_space> x, target_type const& y,
                       std::size_t chunk = 1000) {
     MemoryMeter::Scope scope(MemoryCategory::workspace);
+    // memory() is the training steps': evaluation's chunks are not counted,
+    // and its slots are freed after (the next step sizes them again).
+    MemoryMeter::instance().set_tracking(tracker_, false);
+    struct Resume {
+      Trainer* t;
+      ~Resume() {
+        t->executor_.clear_slots();
+        MemoryMeter::instance().set_tracking(t->tracker_, true);
+      }
+    } resume{this};
     auto const t0 = std::chrono::steady_clock::now();
     execution_space exec;
     std::size_t const n = x.extent(0), dp = std::size_t(dp_size()), d = std::size_t(coords_.dp);
@@ -294,9 +304,9 @@ public:
     trace_.clear();
     executor_.clear_events();
   }
-  /*! \brief Measured peak bytes per category on this rank since the end
-   *  of construction (the steady state of training; an evaluation's larger
-   *  batch counts too). */
+  /*! \brief Measured peak bytes per category on this rank over the
+   *  training steps since the end of construction (the steady state;
+   *  evaluate() is not counted). */
   MemoryBytes memory() const { return MemoryMeter::instance().peaks(tracker_); }
   /*! \brief Measured peak bytes per category during construction (layers'
    *  own parameter buffers exist there next to the flat store). */
@@ -366,8 +376,8 @@ private:
   // message needed, so every rank decides alike) and refuses the layout if
   // the worst one is over, naming the cheapest layout that fits.
   void check_memory_budget(Shape const& in_shape) {
-    plan_ = plan_memory<Model, StrategyT, Optimizer, Loss>(model_, options_, in_shape, size(),
-                                                           rank());
+    plan_ =
+        plan_memory<Model, StrategyT, Optimizer, Loss>(model_, options_, in_shape, size(), rank());
     if (options_.memory_budget == 0)
       return;
     MemoryPlan const worst = detail::plan_worst<Model, StrategyT, Optimizer, Loss>(

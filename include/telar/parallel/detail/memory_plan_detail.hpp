@@ -221,8 +221,9 @@ MemoryPlan plan_rank(Model model, TrainerOptions const& options, Shape const& in
   ms.value_bytes = sizeof(T);
   ms.dp = shape.dp;
   ms.stage = plan.zero_stage;
-  ms.shared = stage == 1 && options.shared_memory &&
-              Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Model::memory_space>::accessible;
+  ms.shared =
+      stage == 1 && options.shared_memory &&
+      Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Model::memory_space>::accessible;
   ms.node_leader = at.dp == 0;
   ms.state_size = std::size_t(optimizer_traits<Optimizer>::state_size);
   ms.layerwise = optimizer_traits<Optimizer>::layerwise;
@@ -240,7 +241,8 @@ MemoryPlan plan_worst(Model const& model, TrainerOptions const& options, Shape c
   int const world = shape.dp * shape.pp * shape.tp;
   MemoryPlan worst;
   for (int r = 0; r < world; ++r) {
-    MemoryPlan p = plan_rank<Model, StrategyT, Optimizer, Loss>(model, options, in, shape, r, stage);
+    MemoryPlan p =
+        plan_rank<Model, StrategyT, Optimizer, Loss>(model, options, in, shape, r, stage);
     if (r == 0 || p.bytes.total() > worst.bytes.total())
       worst = std::move(p);
   }

@@ -61,6 +61,10 @@ public:
   }
   bool has_last_stage() const { return rank_ == (virtual_stages() - 1) % stages_; }
   bool has_first_stage() const { return rank_ == 0; }
+  void clear_slots() {
+    for (auto& r : runners_)
+      r.clear_slots();
+  }
   std::size_t slots_allocated() const {
     std::size_t n = 0;
     for (auto const& r : runners_)

@@ -15,11 +15,11 @@ struct ModelStateInput {
   std::size_t alignment = 1; // ParameterStore::alignment
   std::size_t value_bytes = 4;
   int dp = 1;
-  int stage = 0;             // ZeRO stage (0: NoSharding)
-  bool shared = false;       // ZeRO<1> shared-memory mode (every dp rank on one node)
-  bool node_leader = true;   // shared mode: the node rank that holds the parameter window
-  std::size_t state_size = 0; // optimizer state values per parameter
-  bool layerwise = false;     // the optimizer keeps a direction buffer (LAMB)
+  int stage = 0;                  // ZeRO stage (0: NoSharding)
+  bool shared = false;            // ZeRO<1> shared-memory mode (every dp rank on one node)
+  bool node_leader = true;        // shared mode: the node rank that holds the parameter window
+  std::size_t state_size = 0;     // optimizer state values per parameter
+  bool layerwise = false;         // the optimizer keeps a direction buffer (LAMB)
   std::size_t group_elements = 0; // ZeRO<3>: the two largest adjacent bucket groups
 };
 

@@ -38,8 +38,8 @@ inline std::size_t find_message(schedule::Schedule const& s, int rank, schedule:
 
 // For each (micro-batch, chunk) of `rank`: the instruction index after which
 // its slot is released (keep_to_end: at the end of the step).
-inline std::map<std::pair<int, int>, std::size_t>
-slot_release_points(schedule::Schedule const& s, int rank) {
+inline std::map<std::pair<int, int>, std::size_t> slot_release_points(schedule::Schedule const& s,
+                                                                      int rank) {
   using schedule::Channel;
   using schedule::Op;
   auto const& list = s.ranks[std::size_t(rank)];

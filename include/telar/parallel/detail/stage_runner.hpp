@@ -78,6 +78,11 @@ public:
     s.input = CMat();
   }
   std::size_t slots_allocated() const { return slots_.size(); }
+  // Frees every slot (after an evaluation sized them for its chunks).
+  void clear_slots() {
+    slots_.clear();
+    scratch_ = Mat();
+  }
 
   // A buffer to receive the stage input into (pipeline stages after the first).
   Mat input_buffer(int slot) {

@@ -10,7 +10,9 @@ enum class MemoryCategory : int;
 
 namespace telar::detail {
 
-inline bool is_telar_label(std::string const& label) { return label.rfind("telar::", 0) == 0; }
+inline bool is_telar_label(std::string const& label) {
+  return label.rfind("telar::", 0) == 0;
+}
 
 inline bool label_starts(std::string const& label, char const* prefix) {
   return label.rfind(prefix, 0) == 0;
@@ -20,10 +22,11 @@ inline bool label_ends(std::string const& label, char const* suffix) {
   return label.size() >= n && label.compare(label.size() - n, n, suffix) == 0;
 }
 
-// Counted: Telar's labels always, others inside a scope, except the Kokkos
-// runtime's own (reduction scratch: process-wide, allocated once).
+// Counted: what is allocated inside a scope (a Trainer's construction, step
+// or evaluation), except the Kokkos runtime's own (reduction scratch:
+// process-wide, allocated once). Data sets and loaders allocate outside.
 inline bool counts_label(std::string const& label, bool in_scope) {
-  return is_telar_label(label) || (in_scope && !label_starts(label, "Kokkos::"));
+  return in_scope && !label_starts(label, "Kokkos::");
 }
 
 // `fallback`: the category of the innermost scope (workspace outside any).
