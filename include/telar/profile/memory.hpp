@@ -217,6 +217,7 @@ public:
     explicit Scope(MemoryCategory category) : previous_(current_scope()) {
       current_scope() = int(category);
     }
+    /*! \brief Restores the enclosing scope's category. */
     ~Scope() { current_scope() = previous_; }
     Scope(Scope const&) = delete;
     Scope& operator=(Scope const&) = delete;
@@ -303,7 +304,9 @@ private:
 /*! \brief The meter installed for the lifetime of this object (a Trainer holds one). */
 class MemoryMeterInstall {
 public:
+  /*! \brief Installs the meter (counted). */
   MemoryMeterInstall() { MemoryMeter::instance().install(); }
+  /*! \brief Undoes the install. */
   ~MemoryMeterInstall() { MemoryMeter::instance().uninstall(); }
   MemoryMeterInstall(MemoryMeterInstall const&) = delete;
   MemoryMeterInstall& operator=(MemoryMeterInstall const&) = delete;

@@ -138,6 +138,7 @@ public:
   // The executor points at model_: a Trainer stays where it was built.
   Trainer(Trainer const&) = delete;
   Trainer& operator=(Trainer const&) = delete;
+  /*! \brief Stops tracking this trainer's memory peaks. */
   ~Trainer() { MemoryMeter::instance().stop_tracking(tracker_); }
 
   /*! \brief One optimizer step on this rank's share of the global batch.
