@@ -1,9 +1,11 @@
 // Full recomputation (telar::recompute_all): peak saved-activation bytes and
 // median step time with and without, measured by telar::MemoryMeter, for an
 // MLP of `blocks` residual-free blocks [Dense, GELU, Dense, GELU] (hidden H)
-// and a plain chain of the same layers. Serial, fp32, AdamW, synthetic data.
-//   bench_recompute_memory [--batch 256] [--hidden 1024] [--blocks 4] [--steps 20]
-//        [--microbatches 1]
+// (fp32, AdamW, synthetic data), serially or as a pipeline under mpirun.
+//   [mpirun -np P] bench_recompute_memory [--batch 256] [--hidden 1024] [--steps 20]
+//        [--microbatches 1] [--schedule 1f1b]
+// Under mpirun the ranks form a pipeline of P stages; figures are rank 0's
+// (the first stage keeps the most micro-batches in flight).
 // Prints a table (activations = the executor's slots plus every layer's
 // saved state) and the planned activations next to the measured ones.
 #include <telar/core/recompute.hpp>
@@ -11,6 +13,8 @@
 #include <telar/layers/dense.hpp>
 #include <telar/optim/adam.hpp>
 #include <telar/train/trainer.hpp>
+
+#include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
@@ -26,7 +30,9 @@ using Blocked = telar::Sequential<telar::Dense<T>, Block, Block, Block, Block, t
 struct Args {
   std::size_t batch = 256, hidden = 1024;
   int steps = 20, microbatches = 1;
+  std::string schedule = "1f1b";
 };
+using Pipeline = telar::Strategy<telar::PipelineParallel<>>;
 
 Block block(std::size_t h) {
   return Block(telar::Dense<T>(h, h), {}, telar::Dense<T>(h, h), {});
@@ -45,11 +51,15 @@ struct Row {
 template <class Model>
 Row measure(std::string name, Model model, Args const& a, telar::Matrix<T> const& x,
             telar::Labels<> const& y) {
+  int p = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
   telar::TrainerOptions opts;
   opts.microbatches = a.microbatches;
   opts.batch_size = a.batch;
-  telar::Trainer<Model, telar::Serial, telar::AdamW<T>> trainer(std::move(model), telar::AdamW<T>{},
-                                                                opts, 784);
+  opts.grid = {1, p, 1};
+  opts.schedule = a.schedule;
+  telar::Trainer<Model, Pipeline, telar::AdamW<T>> trainer(MPI_COMM_WORLD, std::move(model),
+                                                           telar::AdamW<T>{}, opts, 784);
   std::vector<double> ms;
   for (int s = 0; s < a.steps; ++s) {
     auto const t0 = std::chrono::steady_clock::now();
@@ -66,9 +76,8 @@ Row measure(std::string name, Model model, Args const& a, telar::Matrix<T> const
   r.median_ms = ms[ms.size() / 2];
   return r;
 }
-} // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   Kokkos::ScopeGuard kokkos(argc, argv);
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -81,7 +90,12 @@ int main(int argc, char** argv) {
       a.steps = std::stoi(v);
     else if (f == "--microbatches")
       a.microbatches = std::stoi(v);
+    else if (f == "--schedule")
+      a.schedule = v;
   }
+  int rank = 0, p = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
   telar::Matrix<T> x("bench::x", a.batch, 784);
   telar::Labels<> y("bench::y", a.batch);
   Kokkos::deep_copy(x, T(0.1));
@@ -90,9 +104,11 @@ int main(int argc, char** argv) {
   rows.push_back(measure("blocks, no recomputation", blocked(a.hidden), a, x, y));
   rows.push_back(
       measure("blocks, recompute_all", telar::recompute_all(blocked(a.hidden)), a, x, y));
-  std::printf("recomputation: batch %zu, hidden %zu, 4 blocks [Dense GELU Dense GELU], %d "
-              "micro-batch(es), median of %d steps\n",
-              a.batch, a.hidden, a.microbatches, a.steps);
+  if (rank != 0)
+    return 0;
+  std::printf("recomputation: batch %zu, hidden %zu, 4 blocks [Dense GELU Dense GELU], pp=%d "
+              "(%s), %d micro-batch(es), rank 0, median of %d steps\n",
+              a.batch, a.hidden, p, p > 1 ? a.schedule.c_str() : "serial", a.microbatches, a.steps);
   std::printf("%-28s %16s %16s %14s %12s\n", "model", "activations", "planned", "total", "step ms");
   for (Row const& r : rows)
     std::printf("%-28s %16s %16s %14s %12.2f\n", r.name.c_str(),
@@ -103,4 +119,12 @@ int main(int argc, char** argv) {
               100.0 * (1.0 - double(rows[1].activations) / double(rows[0].activations)),
               100.0 * (rows[1].median_ms / rows[0].median_ms - 1.0));
   return 0;
+}
+} // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rc = run(argc, argv);
+  MPI_Finalize();
+  return rc;
 }

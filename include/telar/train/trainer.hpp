@@ -357,7 +357,10 @@ private:
     detail::ScopedRegion region("telar::Trainer::Trainer");
     MemoryMeter& meter = MemoryMeter::instance();
     MemoryMeter::Scope scope(MemoryCategory::workspace);
-    int const construction = meter.start_tracking();
+    struct Tracking { // stops even when a phase throws
+      int id;
+      ~Tracking() { MemoryMeter::instance().stop_tracking(id); }
+    } const construction{meter.start_tracking()};
     check_options();
     build_grid();
     start_clock();
@@ -368,8 +371,7 @@ private:
     build_executor();
     bind_parameters();
     build_optimizer(optimizer);
-    construction_peak_ = meter.peaks(construction);
-    meter.stop_tracking(construction);
+    construction_peak_ = meter.peaks(construction.id);
     tracker_ = meter.start_tracking();
   }
 
