@@ -5,6 +5,7 @@
 // allocation, with the same message on every rank.
 #include "support.hpp"
 
+#include <telar/core/recompute.hpp>
 #include <telar/data/synthetic.hpp>
 #include <telar/layers/activation.hpp>
 #include <telar/layers/dense.hpp>
@@ -91,8 +92,13 @@ std::string compare(telar::MemoryBytes const& got, telar::MemoryBytes const& wan
   return off;
 }
 
-template <class Sharding>
-void check_layouts(bool shared_memory) {
+using RecomputedMlp = telar::RecomputeAll<Mlp>;
+RecomputedMlp make_recomputed() {
+  return telar::recompute_all(make_mlp());
+}
+
+template <class Sharding, class Model = Mlp>
+void check_layouts(bool shared_memory, Model (*make)() = make_mlp) {
   int const n = world_size();
   std::size_t const batch = 32;
   auto const ds = telar::make_synthetic(batch, 64, 16, 5);
@@ -119,8 +125,8 @@ void check_layouts(bool shared_memory) {
     if (std::getenv("TELAR_TEST_VERBOSE"))
       std::fprintf(stderr, "layout dp=%d pp=%d tp=%d %s\n", l.dp, l.pp, l.tp, l.schedule.c_str());
     {
-      telar::Trainer<Mlp, Strat<Sharding>, telar::AdamW<T>> trainer(MPI_COMM_WORLD, make_mlp(),
-                                                                    telar::AdamW<T>{}, opts, 64);
+      telar::Trainer<Model, Strat<Sharding>, telar::AdamW<T>> trainer(MPI_COMM_WORLD, make(),
+                                                                      telar::AdamW<T>{}, opts, 64);
       std::size_t const local = batch / std::size_t(l.dp), b = trainer.grid_coords().dp * local;
       for (int s = 0; s < 2; ++s)
         trainer.step(telar::rows(x, b, b + local), telar::rows(y, b, b + local));
@@ -154,6 +160,12 @@ TEST_CASE("The memory plan matches the meter: ZeRO<1> shared memory", "[memory]"
 }
 TEST_CASE("The memory plan matches the meter: ZeRO<2>", "[memory]") {
   check_layouts<telar::ZeRO<2>>(true);
+}
+
+// Recompute keeps one rebuilt state per layer (more between the split
+// backward halves of zero-bubble schedules) instead of saved state per slot.
+TEST_CASE("The memory plan matches the meter: recompute_all", "[memory]") {
+  check_layouts<telar::NoSharding>(true, make_recomputed);
 }
 
 TEST_CASE("The plan allocates nothing", "[memory]") {

@@ -302,11 +302,13 @@ public:
     else
       return 0;
   }
-  /*! \brief Per micro-batch only the checkpoint view is kept; the state
-   *  rebuilt in backward (L's saved state and output, one micro-batch at a
-   *  time per layer, kept for reuse) is counted here, an upper bound when
-   *  several micro-batches are in flight. \param samples rows \param in input shape */
-  std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
+  /*! \brief Per micro-batch only the checkpoint (a view) is kept: 0. */
+  std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
+  /*! \brief One state rebuilt in backward (L's saved state and output),
+   *  kept by the layer for reuse: the layer holds as many as micro-batches
+   *  between backward_input and backward_weight at once (one when they run
+   *  together). \param samples rows \param in input shape */
+  std::size_t rebuilt_bytes(std::size_t samples, Shape const& in) const {
     std::size_t n = samples * built_out_ * sizeof(value_type);
     if constexpr (layer_traits<L>::has_saved_bytes)
       n += layer_.saved_bytes(samples, in);

@@ -110,6 +110,42 @@ RankLayers plan_parameters(Model& model, std::vector<bool> const& owned, std::si
   return r;
 }
 
+template <class L>
+using rebuilt_bytes_t = decltype(std::size_t(
+    std::declval<L const&>().rebuilt_bytes(std::size_t{}, std::declval<Shape const&>())));
+
+// Bytes layers [first, last) keep per layer rather than per slot (the states
+// telar::Recompute rebuilds in backward): `split` states each for a layer
+// with a weight part (held from backward_input to backward_weight), else one.
+template <class Model>
+std::size_t plan_rebuilt(Model const& model, std::vector<Shape> const& shapes, std::size_t first,
+                         std::size_t last, std::size_t rows, std::size_t split) {
+  std::size_t n = 0;
+  model.for_each_layer([&](auto index, auto const& layer) {
+    using L = std::decay_t<decltype(layer)>;
+    if constexpr (is_detected_v<rebuilt_bytes_t, L>)
+      if (index >= first && index < last)
+        n += layer.rebuilt_bytes(rows, shapes[index]) *
+             (layer_traits<L>::has_backward_weight ? split : 1);
+  });
+  return n;
+}
+
+// Micro-batches of `chunk` at once between BackwardInput and BackwardWeight
+// on `rank` (1 when backward runs fused): the rebuilt states a layer keeps.
+inline std::size_t rebuilt_states(schedule::Schedule const& s, int rank, int chunk) {
+  std::size_t open = 0, most = 1;
+  for (auto const& in : s.ranks[std::size_t(rank)]) {
+    if (in.chunk != chunk)
+      continue;
+    if (in.op == schedule::Op::BackwardInput)
+      most = std::max(most, ++open);
+    else if (in.op == schedule::Op::BackwardWeight && open > 0)
+      --open;
+  }
+  return most;
+}
+
 // Saved-state bytes of layers [first, last) for `rows` samples.
 template <class Model>
 std::size_t plan_saved(Model const& model, std::vector<Shape> const& shapes, std::size_t first,
@@ -172,7 +208,8 @@ void plan_activations(Model const& model, std::vector<Shape> const& shapes,
       slot += 2 * feat(k); // activation and its gradient
     if (first > 0)
       slot += 2 * feat(first); // received input and its gradient
-    act += slot * schedule_slots(sched, pp_rank, c);
+    act += slot * schedule_slots(sched, pp_rank, c) +
+           plan_rebuilt(model, shapes, first, last, rows, rebuilt_states(sched, pp_rank, c));
     if (first == 0) // a fused first layer's dx goes to a scratch buffer
       model.for_each_layer([&](auto index, auto const& layer) {
         using L = std::decay_t<decltype(layer)>;
