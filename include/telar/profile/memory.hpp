@@ -5,6 +5,7 @@
  *  allocation points), and telar::MemoryBytes, a count per category. */
 #include <telar/core/error.hpp>
 #include <telar/profile/detail/memory_labels.hpp>
+#include <telar/profile/memory_category.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -17,16 +18,6 @@
 #include <string>
 
 namespace telar {
-
-/*! \brief What a byte of a rank's memory is for. */
-enum class MemoryCategory : int {
-  parameters,      //!< parameter values (and shards of them)
-  gradients,       //!< gradient buffers (full, shards, bucket groups)
-  optimizer_state, //!< the optimizer's state (moments, directions)
-  activations,     //!< activations, their gradients and layers' saved state
-  communication,   //!< message staging and gathered parameters
-  workspace        //!< everything else Telar allocates while training
-};
 
 /*! \brief Thrown when a memory plan exceeds TrainerOptions::memory_budget
  *  (identically on every rank, before anything is allocated). */

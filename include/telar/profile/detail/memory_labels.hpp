@@ -1,12 +1,10 @@
 #pragma once
 // Which telar::MemoryCategory an allocation label belongs to. Labels decide
 // first; an unknown label takes the category of the scope it was made in.
+#include <telar/profile/memory_category.hpp>
+
 #include <cstring>
 #include <string>
-
-namespace telar {
-enum class MemoryCategory : int;
-} // namespace telar
 
 namespace telar::detail {
 
@@ -30,32 +28,36 @@ inline bool counts_label(std::string const& label, bool in_scope) {
 }
 
 // `fallback`: the category of the innermost scope (workspace outside any).
-template <class Category>
-Category memory_category_of(std::string const& label, Category fallback) {
+inline MemoryCategory memory_category_of(std::string const& label, MemoryCategory fallback) {
+  using C = MemoryCategory;
   // Host mirrors of device views are message staging (HostBuffer).
   if (label_ends(label, "_mirror"))
-    return Category(4);
-  static char const* const exact[][2] = {{"telar::ParameterStore::values", "0"},
-                                         {"telar::ZeRO::param_shard", "0"},
-                                         {"telar::ParameterStore::grads", "1"},
-                                         {"telar::ZeRO::shard_grads", "1"},
-                                         {"telar::ZeRO::group_grads", "1"},
-                                         {"telar::activation", "3"},
-                                         {"telar::activation_grad", "3"},
-                                         {"telar::stage_input", "3"},
-                                         {"telar::ZeRO::gathered", "4"},
-                                         {"telar::ZeRO::shard_values", "4"},
-                                         {"telar::scratch", "5"}};
-  for (auto const& e : exact)
-    if (label == e[0])
-      return Category(e[1][0] - '0');
+    return C::communication;
+  struct Exact {
+    char const* label;
+    C category;
+  };
+  static Exact const exact[] = {{"telar::ParameterStore::values", C::parameters},
+                                {"telar::ZeRO::param_shard", C::parameters},
+                                {"telar::ParameterStore::grads", C::gradients},
+                                {"telar::ZeRO::shard_grads", C::gradients},
+                                {"telar::ZeRO::group_grads", C::gradients},
+                                {"telar::activation", C::activations},
+                                {"telar::activation_grad", C::activations},
+                                {"telar::stage_input", C::activations},
+                                {"telar::ZeRO::gathered", C::communication},
+                                {"telar::ZeRO::shard_values", C::communication},
+                                {"telar::scratch", C::workspace}};
+  for (Exact const& e : exact)
+    if (label == e.label)
+      return e.category;
   if (label_starts(label, "telar::Optimizer::"))
-    return Category(2);
+    return C::optimizer_state;
   if (label_starts(label, "telar::Recompute::"))
-    return Category(3);
+    return C::activations;
   // Buffers layers keep for one call only (convolution columns, loss scratch).
   if (label_ends(label, "::workspace") || label_ends(label, "::scratch"))
-    return Category(5);
+    return C::workspace;
   return fallback;
 }
 
