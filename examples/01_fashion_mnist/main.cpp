@@ -5,7 +5,7 @@
 //                 [--seed 1] [--hidden 256] [--data DIR] [--json]
 //                 [--dp N] [--pp N] [--tp N] [--schedule 1f1b] [--microbatches M]
 //                 [--zero 0|1|2|3] [--timeline PREFIX] [--limit-steps N]
-//                 [--recompute none|full]
+//                 [--recompute none|full] [--memory-budget SIZE]
 //   mpirun -np 2 fashion_mnist --dp 2
 //
 // --zero picks the data-parallel sharding: 0 none, 1 ZeRO-1 (optimizer
@@ -16,6 +16,9 @@
 // it. Rank 0 shows progress; with --json it ends with one JSON line.
 // --recompute full wraps every layer in telar::Recompute (activation
 // recomputation: the same parameters and results, one more forward per step).
+// --memory-budget 1.5GB refuses, before allocating, a layout whose memory
+// plan needs more on some rank, naming a layout that fits; the summary (and
+// the JSON's "memory" and "memory_plan") gives measured and planned peaks.
 #include <telar/core/recompute.hpp>
 #include <telar/layers/activation.hpp>
 #include <telar/layers/dense.hpp>
@@ -36,14 +39,15 @@ struct Args : example::CommonArgs {
 };
 
 [[noreturn]] void usage(char const* why) {
-  std::fprintf(stderr,
-               "fashion_mnist: %s\n"
-               "usage: fashion_mnist [--epochs N] [--batch N] [--lr X] "
-               "[--optimizer sgd|momentum|adam|adamw|lamb] [--seed N] [--hidden N] [--data DIR] "
-               "[--json] [--dp N] [--pp N] [--tp N] "
-               "[--schedule %s] [--microbatches M] [--zero 0|1|2|3] "
-               "[--timeline PREFIX] [--limit-steps N] [--recompute none|full]\n",
-               why, example::schedule_choices().c_str());
+  std::fprintf(
+      stderr,
+      "fashion_mnist: %s\n"
+      "usage: fashion_mnist [--epochs N] [--batch N] [--lr X] "
+      "[--optimizer sgd|momentum|adam|adamw|lamb] [--seed N] [--hidden N] [--data DIR] "
+      "[--json] [--dp N] [--pp N] [--tp N] "
+      "[--schedule %s] [--microbatches M] [--zero 0|1|2|3] "
+      "[--timeline PREFIX] [--limit-steps N] [--recompute none|full] [--memory-budget SIZE]\n",
+      why, example::schedule_choices().c_str());
   throw 2;
 }
 

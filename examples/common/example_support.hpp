@@ -49,7 +49,23 @@ struct CommonArgs {
   int microbatches = 0; // 0: pp * 2 when pipelining, else 1
   std::string timeline;
   long limit_steps = -1;
+  std::size_t memory_budget = 0; // bytes per rank (0: none)
 };
+
+// "1.5GB", "512MiB", "2000000": bytes (B, KB, MB, GB powers of 1000; KiB,
+// MiB, GiB powers of 1024); 0 when malformed.
+inline std::size_t parse_bytes(std::string const& text) {
+  char* end = nullptr;
+  double const v = std::strtod(text.c_str(), &end);
+  std::string const unit(end);
+  static std::pair<char const*, double> const units[] = {
+      {"", 1},     {"B", 1},        {"KB", 1e3},        {"MB", 1e6},
+      {"GB", 1e9}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+  for (auto const& [name, scale] : units)
+    if (unit == name && end != text.c_str() && v > 0)
+      return std::size_t(v * scale);
+  return 0;
+}
 
 // "gpipe|1f1b|...": the schedule tags' canonical names.
 inline std::string schedule_choices() {
@@ -150,7 +166,12 @@ inline bool read_common_flag(ArgReader& r, CommonArgs& a) {
     a.timeline = r.value();
   else if (f == "--limit-steps")
     a.limit_steps = long(r.integer(1, std::numeric_limits<long>::max()));
-  else if (f == "--help" || f == "-h")
+  else if (f == "--memory-budget") {
+    a.memory_budget = parse_bytes(r.value());
+    if (a.memory_budget == 0)
+      r.fail("--memory-budget takes a size such as 1.5GB, 512MiB or 100000 (B, KB, MB, GB, KiB, "
+             "MiB, GiB)");
+  } else if (f == "--help" || f == "-h")
     r.fail("help");
   else
     return false;
@@ -190,6 +211,8 @@ inline telar::TrainerOptions trainer_options(CommonArgs const& a, std::size_t tr
   opts.schedule = a.schedule;
   opts.microbatches = a.microbatches > 0 ? a.microbatches : (a.pp > 1 ? 2 * a.pp : 1);
   opts.trace = !a.timeline.empty();
+  opts.memory_budget = a.memory_budget;
+  opts.batch_size = a.batch; // for the memory plan's activations
   std::size_t const steps_per_epoch = train_size / a.batch;
   if (steps_per_epoch == 0) // a run that trains nothing must not report success
     throw telar::Error("--batch " + std::to_string(a.batch) + " is larger than the " +
@@ -381,6 +404,8 @@ void report(TrainerT const& trainer, CommonArgs const& a, Result const& r,
   double const samples_per_s = double(r.samples) / r.train_seconds;
   std::fprintf(stderr, "final: test accuracy %.2f%%, median step %.2f ms, %.0f samples/s\n",
                100 * r.test.accuracy, r.median_ms, samples_per_s);
+  std::fprintf(stderr, "memory (rank 0, peak since construction): %s\nmemory plan (rank 0): %s\n",
+               trainer.memory().str().c_str(), trainer.memory_plan().bytes.str().c_str());
   if (!a.json)
     return;
   telar::JsonObject j;
@@ -393,6 +418,8 @@ void report(TrainerT const& trainer, CommonArgs const& a, Result const& r,
       .add("steps", r.steps)
       .add("strategy", trainer.strategy_name())
       .add("layout", trainer.layout())
+      .raw("memory", trainer.memory().json())
+      .raw("memory_plan", trainer.memory_plan().bytes.json())
       .add("config", config);
   std::printf("%s\n", j.str().c_str());
   std::fflush(stdout);

@@ -65,7 +65,12 @@
  *  - `static constexpr char const* name()` or a `name()` member, used in
  *    messages and traces;
  *  - `double flops(std::size_t samples, telar::Shape const& in) const`: cost
- *    estimate for balancing pipeline stages.
+ *    estimate for balancing pipeline stages;
+ *  - `std::size_t parameter_count() const` (valid after build()): parameter
+ *    values this rank holds (a tensor-parallel shard's), for memory plans;
+ *  - `std::size_t saved_bytes(std::size_t samples, telar::Shape const& in)
+ *    const`: bytes the layer allocates into its saved state per micro-batch
+ *    of \p samples (0 when it keeps only views), for memory plans.
  *
  *  Optional members for tensor parallelism (telar/parallel/tensor_parallel.hpp):
  *  - `void set_tensor_parallel(telar::TensorParallelContext const& ctx)`: the
@@ -131,6 +136,11 @@ template <class L>
 using initialize_t = decltype(std::declval<L&>().initialize(std::uint64_t{}));
 template <class L>
 using static_name_t = decltype(L::name());
+template <class L>
+using parameter_count_t = decltype(std::size_t(std::declval<L const&>().parameter_count()));
+template <class L>
+using saved_bytes_t = decltype(std::size_t(
+    std::declval<L const&>().saved_bytes(std::size_t{}, std::declval<Shape const&>())));
 template <class L>
 using flops_t =
     decltype(double(std::declval<L const&>().flops(std::size_t{}, std::declval<Shape const&>())));
@@ -262,6 +272,12 @@ struct layer_traits {
     else
       return false;
   }();
+  /*! \brief The layer says how many parameter values it holds
+   *  (parameter_count(), for memory plans). */
+  static constexpr bool has_parameter_count = detail::is_detected_v<detail::parameter_count_t, L>;
+  /*! \brief The layer says how many bytes its saved state allocates per
+   *  micro-batch (saved_bytes(samples, in), for memory plans). */
+  static constexpr bool has_saved_bytes = detail::is_detected_v<detail::saved_bytes_t, L>;
   /*! \brief The layer has a build(input shape) hook. */
   static constexpr bool has_build = detail::is_detected_v<detail::build_t, L>;
   /*! \brief The layer has an initialize(seed) hook. */

@@ -295,6 +295,25 @@ public:
     if constexpr (Traits::has_initialize)
       layer_.initialize(seed);
   }
+  /*! \brief L's parameter count (0 if it has none). */
+  std::size_t parameter_count() const {
+    if constexpr (layer_traits<L>::has_parameter_count)
+      return layer_.parameter_count();
+    else
+      return 0;
+  }
+  /*! \brief Per micro-batch only the checkpoint (a view) is kept: 0. */
+  std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
+  /*! \brief One state rebuilt in backward (L's saved state and output),
+   *  kept by the layer for reuse: the layer holds as many as micro-batches
+   *  between backward_input and backward_weight at once (one when they run
+   *  together). \param samples rows \param in input shape */
+  std::size_t rebuilt_bytes(std::size_t samples, Shape const& in) const {
+    std::size_t n = samples * built_out_ * sizeof(value_type);
+    if constexpr (layer_traits<L>::has_saved_bytes)
+      n += layer_.saved_bytes(samples, in);
+    return n;
+  }
   /*! \brief L's cost estimate (the default, samples x inputs, if it has none);
    *  the recomputation is not counted. \param samples rows \param in input shape */
   double flops(std::size_t samples, Shape const& in) const {

@@ -241,6 +241,33 @@ public:
     return total;
   }
 
+  /*! \brief Parameter values of every layer (layers without
+   *  parameter_count() count 0; see detail::plan_layer_bytes). */
+  std::size_t parameter_count() const {
+    std::size_t n = 0;
+    for_each_layer([&](auto, auto const& l) {
+      using L = std::decay_t<decltype(l)>;
+      if constexpr (layer_traits<L>::has_parameter_count)
+        n += l.parameter_count();
+    });
+    return n;
+  }
+  /*! \brief What a nested chain keeps per micro-batch: its inner
+   *  activations and their gradients plus every layer's saved state.
+   *  \param samples rows \param in input shape */
+  std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
+    auto const s = shapes(in);
+    std::size_t n = 0;
+    for (std::size_t k = 1; k < size; ++k)
+      n += 2 * samples * s[k].size() * sizeof(value_type);
+    for_each_layer([&](auto index, auto const& l) {
+      using L = std::decay_t<decltype(l)>;
+      if constexpr (layer_traits<L>::has_saved_bytes)
+        n += l.saved_bytes(samples, s[index]);
+    });
+    return n;
+  }
+
   /*! \brief Calls initialize on layers [first, last) that have one, each with
    *  its own stream derived from \p seed and the layer index, so the values do
    *  not depend on which rank initialises which layer.

@@ -317,6 +317,13 @@ public:
     return 2.0 * double(samples) * double(g.Co) * double(g.P()) * double(g.K());
   }
 
+  /*! \brief Values of W and b. */
+  std::size_t parameter_count() const {
+    return out_ * in_ * volume(kernel_) + (use_bias_ ? out_ : 0);
+  }
+  /*! \brief Keeps a view of x only (its column workspace is per layer): 0. */
+  std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
+
   /*! \brief Allocates W, b and their gradients and draws W and b.
    *  \param seed stream seed (telar::Sequential derives one per layer) */
   void initialize(std::uint64_t seed) {

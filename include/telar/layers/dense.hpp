@@ -87,6 +87,11 @@ public:
     return 2.0 * double(samples) * double(in.size()) * double(out_);
   }
 
+  /*! \brief Values of W and b. */
+  std::size_t parameter_count() const { return out_ * in_ + (use_bias_ ? out_ : 0); }
+  /*! \brief Keeps a view of x only: 0. */
+  std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
+
   /*! \brief Allocates W, b and their gradients and draws W and b.
    *  \param seed stream seed (telar::Sequential derives one per layer) */
   void initialize(std::uint64_t seed) {

@@ -312,6 +312,13 @@ public:
     return 8.0 * double(samples) * double(in.size());
   }
 
+  /*! \brief Values of gamma and beta. */
+  std::size_t parameter_count() const { return 2 * size_; }
+  /*! \brief Mean and 1/std of every normalised row. \param samples rows \param in input shape */
+  std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
+    return 2 * samples * (size_ ? in.size() / size_ : 0) * sizeof(T);
+  }
+
   /*! \brief Allocates gamma = 1, beta = 0 and their gradients.
    *  \param seed unused (the initial values are fixed) */
   void initialize(std::uint64_t seed) {
@@ -570,6 +577,13 @@ public:
   /*! \brief Cost estimate. \param samples rows \param in input shape */
   double flops(std::size_t samples, Shape const& in) const {
     return 8.0 * double(samples) * double(in.size());
+  }
+
+  /*! \brief Values of gamma and beta (0 without affine). */
+  std::size_t parameter_count() const { return affine_ ? 2 * channels_ : 0; }
+  /*! \brief Mean and 1/std of every (sample, group). \param samples rows */
+  std::size_t saved_bytes(std::size_t samples, Shape const&) const {
+    return 2 * samples * groups_ * sizeof(T);
   }
 
   /*! \brief Allocates gamma = 1, beta = 0 and their gradients (if affine).

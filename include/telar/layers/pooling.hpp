@@ -339,6 +339,10 @@ public:
     auto const g = geometry(in, name());
     return double(samples) * g.C * g.Ho * g.Wo * g.k * g.k;
   }
+  /*! \brief The argmax of every output. \param samples rows \param in input shape */
+  std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
+    return samples * output_shape(in).size() * sizeof(int);
+  }
   /*! \brief y = window maxima. \param exec execution space instance
    *  \param x input [n, C*H*W] \param y output [n, C*Ho*Wo] \param saved keeps the argmax */
   template <class Exec>

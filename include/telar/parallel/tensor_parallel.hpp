@@ -80,6 +80,9 @@ struct TensorParallelContext {
   int size = 1;                                        //!< ranks in the group
   TensorParallelAllreduce algorithm = RingAllreduce{}; //!< how activations are summed
   TensorParallelTraffic* traffic = nullptr;            //!< optional counter of what is reduced
+  /*! \brief Sizes only (memory plans): a group of `size` without a
+   *  communicator, for shapes and parameter counts; never run a layer with it. */
+  bool shape_only = false;
 
   /*! \brief A group of one: no communication. */
   TensorParallelContext() = default;
@@ -104,7 +107,7 @@ struct TensorParallelContext {
     std::string const at = api + ": invalid TensorParallelContext: ";
     if (size < 1 || rank < 0 || rank >= size)
       throw Error(at + "rank " + std::to_string(rank) + " of " + std::to_string(size));
-    if (comm == nullptr && size > 1)
+    if (comm == nullptr && size > 1 && !shape_only)
       throw Error(at + "size " + std::to_string(size) + " without a communicator");
     if (comm != nullptr && (!comm->valid() || comm->size() != size || comm->rank() != rank))
       throw Error(at + "rank " + std::to_string(rank) + " of " + std::to_string(size) +
@@ -244,6 +247,12 @@ public:
   double flops(std::size_t samples, Shape const&) const {
     return 2.0 * double(samples) * double(this->in_) * double(shard_size());
   }
+  /*! \brief Values of this rank's shard of W and b. */
+  std::size_t parameter_count() const {
+    return shard_size() * (this->in_ + (this->use_bias_ ? 1 : 0));
+  }
+  /*! \brief Keeps a view of x only: 0. */
+  std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
   /*! \brief Every parameter is a shard: 1. \param name parameter name */
   int parameter_replicas(std::string const& name) const {
     (void)name;
@@ -388,6 +397,12 @@ public:
   double flops(std::size_t samples, Shape const&) const {
     return 2.0 * double(samples) * double(shard_size()) * double(this->out_);
   }
+  /*! \brief Values of this rank's block of W plus the (replicated) b. */
+  std::size_t parameter_count() const {
+    return shard_size() * this->out_ + (this->use_bias_ ? this->out_ : 0);
+  }
+  /*! \brief Keeps a view of x only: 0. */
+  std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
   /*! \brief The bias is replicated on every rank of the group (its size); W
    *  is a shard (1). \param name parameter name */
   int parameter_replicas(std::string const& name) const { return name == "bias" ? ctx_.size : 1; }

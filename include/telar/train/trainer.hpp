@@ -17,14 +17,17 @@
 #include <telar/parallel/detail/pipeline_executor.hpp>
 #include <telar/parallel/detail/residency.hpp>
 #include <telar/parallel/detail/step_hooks.hpp>
+#include <telar/parallel/memory_plan.hpp>
 #include <telar/parallel/strategy.hpp>
 #include <telar/parallel/tensor_parallel.hpp>
 #include <telar/profile/detail/region.hpp>
 #include <telar/profile/gather.hpp>
+#include <telar/profile/memory.hpp>
 #include <telar/profile/trace.hpp>
 #include <telar/schedule/generators.hpp>
 #include <telar/schedule/timeline.hpp>
 #include <telar/schedule/validate.hpp>
+#include <telar/train/options.hpp>
 
 #include <mpi.h>
 
@@ -38,32 +41,6 @@
 #include <vector>
 
 namespace telar {
-
-/*! \brief Run-time settings of a Trainer. */
-struct TrainerOptions {
-  std::uint64_t seed = 0;                    //!< parameter initialisation seed
-  LRSchedule lr = constant_lr(0.01);         //!< learning rate per step
-  double clip_grad_norm = 0;                 //!< clip the global gradient norm to this (0: off)
-  int microbatches = 1;                      //!< micro-batches per step (pipeline / accumulation)
-  GridShape grid{};                          //!< dp x pp x tp; dp = 0 takes the ranks left over
-  GridOrder grid_order = default_grid_order; //!< rank layout, outermost axis first
-  /*! \brief Pipeline schedule by name (gpipe, 1f1b, interleaved, zb-h1,
-   *  zb-h2; any case, `_` for `-`, see schedule::canonical_name()); empty:
-   *  the strategy's PipelineParallel default. */
-  std::string schedule;
-  int chunks = 2; //!< model chunks per rank for the interleaved schedule
-  /*! \brief A hand-made schedule to run instead (validated first). */
-  std::optional<schedule::Schedule> custom_schedule;
-  /*! \brief Layer boundaries of the p*v pipeline stages (p*v + 1 values from
-   *  0 to the layer count); empty: balanced by the layers' flops(). */
-  std::vector<std::size_t> stage_boundaries;
-  std::size_t bucket_bytes = std::size_t(8) << 20; //!< data-parallel gradient bucket size
-  /*! \brief With ZeRO<1>, let the data-parallel ranks of one node share
-   *  parameters and read each other's gradients through MPI-3 shared memory
-   *  (false: reduce-scatter and all-gather messages, as across nodes). */
-  bool shared_memory = true;
-  bool trace = false; //!< record a timeline of every step (see Trainer::trace())
-};
 
 /*! \brief What one training step (or an evaluation) reports, over all ranks. */
 struct StepResult {
@@ -162,11 +139,14 @@ public:
   // The executor points at model_: a Trainer stays where it was built.
   Trainer(Trainer const&) = delete;
   Trainer& operator=(Trainer const&) = delete;
+  /*! \brief Stops tracking this trainer's memory peaks. */
+  ~Trainer() { MemoryMeter::instance().stop_tracking(tracker_); }
 
   /*! \brief One optimizer step on this rank's share of the global batch.
    *  \param x inputs [local batch, in_shape.size()] \param y targets, first
    *  extent the local batch \return loss (and accuracy) over the global batch */
   StepResult step(ConstMatrix<value_type, memory_space> x, target_type const& y) {
+    MemoryMeter::Scope scope(MemoryCategory::workspace);
     auto const t0 = std::chrono::steady_clock::now();
     double const tr0 = trace_.now();
     std::size_t const n = x.extent(0);
@@ -192,6 +172,17 @@ public:
    *  \param y targets, first extent n \param chunk samples per forward pass */
   StepResult evaluate(ConstMatrix<value_type, memory_space> x, target_type const& y,
                       std::size_t chunk = 1000) {
+    MemoryMeter::Scope scope(MemoryCategory::workspace);
+    // memory() is the training steps': evaluation's chunks are not counted,
+    // and its slots are freed after (the next step sizes them again).
+    MemoryMeter::instance().set_tracking(tracker_, false);
+    struct Resume {
+      Trainer* t;
+      ~Resume() {
+        t->executor_.clear_slots();
+        MemoryMeter::instance().set_tracking(t->tracker_, true);
+      }
+    } resume{this};
     auto const t0 = std::chrono::steady_clock::now();
     execution_space exec;
     std::size_t const n = x.extent(0), dp = std::size_t(dp_size()), d = std::size_t(coords_.dp);
@@ -341,6 +332,16 @@ public:
     trace_.clear();
     executor_.clear_events();
   }
+  /*! \brief Measured peak bytes per category on this rank over the
+   *  training steps since the end of construction (the steady state;
+   *  evaluate() is not counted). */
+  MemoryBytes memory() const { return MemoryMeter::instance().peaks(tracker_); }
+  /*! \brief Measured peak bytes per category during construction (layers'
+   *  own parameter buffers exist there next to the flat store). */
+  MemoryBytes memory_at_construction() const { return construction_peak_; }
+  /*! \brief This rank's predicted peak bytes per category (telar::plan_memory). */
+  MemoryPlan const& memory_plan() const { return plan_; }
+
   /*! \brief The process grid (absent for a trainer without MPI). */
   ProcessGrid const* grid() const { return grid_ ? &*grid_ : nullptr; }
 
@@ -387,15 +388,43 @@ private:
   // The constructor's phases, in order; each names what it builds.
   void setup(Optimizer const& optimizer, Shape const& in_shape) {
     detail::ScopedRegion region("telar::Trainer::Trainer");
+    MemoryMeter& meter = MemoryMeter::instance();
+    MemoryMeter::Scope scope(MemoryCategory::workspace);
+    struct Tracking { // stops even when a phase throws
+      int id;
+      ~Tracking() { MemoryMeter::instance().stop_tracking(id); }
+    } const construction{meter.start_tracking()};
     check_options();
     build_grid();
     start_clock();
     build_shapes(in_shape);
     build_schedule();
     build_partition();
+    check_memory_budget(in_shape);
     build_executor();
     bind_parameters();
     build_optimizer(optimizer);
+    construction_peak_ = meter.peaks(construction.id);
+    tracker_ = meter.start_tracking();
+  }
+
+  // This rank's plan; with a budget, every rank plans every rank (no
+  // message needed, so every rank decides alike) and refuses the layout if
+  // the worst one is over, naming the cheapest layout that fits.
+  void check_memory_budget(Shape const& in_shape) {
+    plan_ =
+        plan_memory<Model, StrategyT, Optimizer, Loss>(model_, options_, in_shape, size(), rank());
+    if (options_.memory_budget == 0)
+      return;
+    MemoryPlan const worst = detail::plan_worst<Model, StrategyT, Optimizer, Loss>(
+        model_, options_, in_shape, shape_, detail::strategy_zero_stage<StrategyT>());
+    if (worst.bytes.total() <= options_.memory_budget)
+      return;
+    MemoryPlan smallest;
+    MemoryPlan const fits = detail::plan_fitting<Model, StrategyT, Optimizer, Loss>(
+        model_, options_, in_shape, shape_, options_.memory_budget, smallest);
+    throw MemoryError(
+        detail::budget_message(worst, options_.memory_budget, fits, smallest, size()));
   }
 
   // Degrees a policy the strategy lacks cannot have; at least one micro-batch.
@@ -462,6 +491,7 @@ private:
   // which chooses where parameters and gradients live.
   void bind_parameters() {
     std::vector<bool> owned(Model::size, false);
+    MemoryMeter::Scope layers_own(MemoryCategory::parameters); // until the store takes over
     for (int c = 0; c < schedule_.chunks; ++c) {
       int const vs = c * schedule_.stages + coords_.pp;
       for (std::size_t k = bounds_[vs]; k < bounds_[vs + 1]; ++k)
@@ -512,22 +542,10 @@ private:
     }
     schedule::check(schedule_); // throws ScheduleError naming stage and instruction
   }
+  // The same boundaries the memory plan assumes.
   void build_partition() {
-    std::size_t const S = std::size_t(schedule_.virtual_stages());
-    if (!options_.stage_boundaries.empty()) {
-      detail::check_partition(options_.stage_boundaries, Model::size, S);
-      bounds_ = options_.stage_boundaries;
-      return;
-    }
-    std::vector<double> costs;
-    model_.for_each_layer([&](auto index, auto const& layer) {
-      using L = std::decay_t<decltype(layer)>;
-      double c = 1e-3; // element-wise layers: small but not free
-      if constexpr (detail::is_detected_v<detail::flops_t, L>)
-        c = std::max(c, layer.flops(1, shapes_[index]));
-      costs.push_back(c);
-    });
-    bounds_ = detail::balanced_partition(costs, S);
+    bounds_ = detail::plan_stage_bounds(model_, shapes_, std::size_t(schedule_.virtual_stages()),
+                                        options_);
   }
 
   void collect_tensor_names() {
@@ -683,6 +701,7 @@ private:
     StepInfo<value_type> info;
     info.lr = value_type(lr);
     info.step = step_;
+    MemoryMeter::Scope state(MemoryCategory::optimizer_state);
     engine_.step(exec, optimizer_values(), sync_.grads(params_), opt_segments_, opt_tensor_ids_,
                  all_tensors_.size(), info, options_.clip_grad_norm,
                  [this](double* v, std::size_t n) { sync_.sum_norms(v, n); });
@@ -694,6 +713,7 @@ private:
       executor_.add_event({coords_.pp, schedule::Op::OptimizerStep, -1, 0, t0, t1});
   }
 
+  MemoryMeterInstall meter_install_; // first: sees every allocation, removed last
   Model model_;
   TrainerOptions options_;
   TraceRecorder trace_;
@@ -718,6 +738,9 @@ private:
   std::vector<std::size_t> opt_tensor_ids_;
   std::size_t opt_size_ = 0;
   long long step_ = 0;
+  MemoryPlan plan_;
+  MemoryBytes construction_peak_;
+  int tracker_ = -1;
 };
 
 } // namespace telar

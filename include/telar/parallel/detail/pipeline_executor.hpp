@@ -12,6 +12,7 @@
 #include <telar/comm/device_buffer.hpp>
 #include <telar/comm/request.hpp>
 #include <telar/core/loss.hpp>
+#include <telar/parallel/detail/slot_release.hpp>
 #include <telar/parallel/detail/stage_runner.hpp>
 #include <telar/parallel/detail/step_hooks.hpp>
 #include <telar/profile/trace.hpp>
@@ -60,6 +61,10 @@ public:
   }
   bool has_last_stage() const { return rank_ == (virtual_stages() - 1) % stages_; }
   bool has_first_stage() const { return rank_ == 0; }
+  void clear_slots() {
+    for (auto& r : runners_)
+      r.clear_slots();
+  }
   std::size_t slots_allocated() const {
     std::size_t n = 0;
     for (auto const& r : runners_)
@@ -130,13 +135,10 @@ public:
       }
     };
 
-    // A micro-batch's slot is released after its last instruction on this
-    // rank (and once its sends have completed).
-    std::map<std::pair<int, int>, std::size_t> last_use;
+    // A micro-batch's slot is released at a point fixed by the schedule
+    // (slot_release.hpp), so the number of slots does not depend on timing.
+    auto const release = slot_release_points(sched, rank_);
     auto const& list = sched.ranks[rank_];
-    for (std::size_t i = 0; i < list.size(); ++i)
-      if (list[i].microbatch >= 0)
-        last_use[{list[i].microbatch, list[i].chunk}] = i;
 
     for (std::size_t index = 0; index < list.size(); ++index) {
       schedule::Instruction const& in = list[index];
@@ -221,12 +223,10 @@ public:
       case Op::OptimizerStep:
         break;
       }
-      if (in.microbatch >= 0 && last_use[{in.microbatch, in.chunk}] == index)
-        live_[{in.microbatch, in.chunk}].finished = true;
-      retire(false);
+      release_due(release, index);
       hooks.progress();
     }
-    retire(true);
+    retire_all();
     hooks.step_end();
     return total;
   }
@@ -307,7 +307,6 @@ private:
     std::unique_ptr<Message> recv;
     Request recv_req;
     std::vector<std::pair<std::unique_ptr<Message>, Request>> sends;
-    bool finished = false; // no instruction of this rank uses it any more
   };
 
   void complete_recv(MbState& st) {
@@ -322,26 +321,32 @@ private:
     Request r = pp_->isend(msg->buffer.data(), msg->buffer.size(), peer, tag);
     st.sends.emplace_back(std::move(msg), std::move(r));
   }
-  // Releases the slots of micro-batches whose backward is complete and whose
-  // sends have gone; with `all`, waits for the sends.
-  void retire(bool all) {
+  // Waits for the sends of the micro-batches released after instruction
+  // `index` (their receives are known to be posted) and frees their slots.
+  void release_due(std::map<std::pair<int, int>, std::size_t> const& release, std::size_t index) {
     for (auto it = live_.begin(); it != live_.end();) {
-      MbState& st = it->second;
-      bool sent = true;
-      for (auto& [msg, req] : st.sends) {
-        if (all)
-          req.wait();
-        else if (!req.test())
-          sent = false;
-      }
-      if ((st.finished || all) && sent) {
-        if (st.slot >= 0)
-          runners_[it->first.second].release(st.slot);
-        it = live_.erase(it);
-      } else {
+      auto const r = release.find(it->first);
+      if (r == release.end() || r->second != index) {
         ++it;
+        continue;
       }
+      for (auto& send : it->second.sends)
+        send.second.wait();
+      if (it->second.slot >= 0)
+        runners_[it->first.second].release(it->second.slot);
+      it = live_.erase(it);
     }
+  }
+
+  // End of the step: waits for every send and frees every slot.
+  void retire_all() {
+    for (auto& [key, st] : live_) {
+      for (auto& send : st.sends)
+        send.second.wait();
+      if (st.slot >= 0)
+        runners_[key.second].release(st.slot);
+    }
+    live_.clear();
   }
 
   int stages_ = 1, chunks_ = 1, rank_ = 0;

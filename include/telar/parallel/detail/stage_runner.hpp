@@ -9,6 +9,7 @@
 #include <telar/core/sequential.hpp>
 #include <telar/core/tensor.hpp>
 #include <telar/parallel/detail/step_hooks.hpp>
+#include <telar/profile/memory.hpp>
 
 #include <string>
 #include <type_traits>
@@ -77,6 +78,11 @@ public:
     s.input = CMat();
   }
   std::size_t slots_allocated() const { return slots_.size(); }
+  // Frees every slot (after an evaluation sized them for its chunks).
+  void clear_slots() {
+    slots_.clear();
+    scratch_ = Mat();
+  }
 
   // A buffer to receive the stage input into (pipeline stages after the first).
   Mat input_buffer(int slot) {
@@ -106,6 +112,7 @@ public:
         return;
       CMat x = k == first_ ? s.input : CMat(s.act[k]);
       hooks.before_forward(k);
+      MemoryMeter::Scope saved_state(MemoryCategory::activations); // what the layer keeps
       layer.forward(exec, x, s.act[k + 1], std::get<k>(s.saved));
     });
   }
@@ -171,6 +178,7 @@ private:
     constexpr std::size_t k = K::value;
     Slot& s = slots_[slot];
     CMat dy = s.grad[k + 1];
+    MemoryMeter::Scope saved_state(MemoryCategory::activations); // blocks' inner gradients
     if constexpr (layer_traits<L>::has_split_backward) {
       if (k > 0)
         layer.backward_input(exec, dy, s.grad[k], std::get<k>(s.saved));
@@ -186,8 +194,10 @@ private:
   void weight_part(Exec const& exec, int slot, K, L& layer, Hooks& hooks) {
     constexpr std::size_t k = K::value;
     Slot& s = slots_[slot];
-    if constexpr (layer_traits<L>::has_split_backward && layer_traits<L>::has_backward_weight)
+    if constexpr (layer_traits<L>::has_split_backward && layer_traits<L>::has_backward_weight) {
+      MemoryMeter::Scope saved_state(MemoryCategory::activations);
       layer.backward_weight(exec, CMat(s.grad[k + 1]), std::get<k>(s.saved));
+    }
     if constexpr (layer_traits<L>::has_parameters)
       hooks.gradient_ready(k);
   }

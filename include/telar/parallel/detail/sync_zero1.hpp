@@ -45,18 +45,18 @@ public:
                           : std::make_pair(std::size_t(0), size_);
   }
   std::size_t bucket_count() const { return 0; }
-  // Gradient bytes held besides the store's flat buffer (the reduced shard).
-  std::size_t gradient_bytes_held() const { return zero_.shard_grads_size() * sizeof(T); }
+  // Gradient bytes held besides the store's flat buffer (none: the shard is
+  // reduced in place).
+  std::size_t gradient_bytes_held() const { return 0; }
 
   // {parameters, gradients, communication} bytes per rank: Ψ values and Ψ
-  // gradients (the full flat buffer the shard is reduced out of; in shared
-  // mode one value copy per node), plus the reduced shard Ψ/N in message
-  // mode; nothing gathered.
+  // gradients (the full flat buffer the shard is reduced into, in place; in
+  // shared mode one value copy per node); nothing gathered.
   static ModelStateBytes planned_bytes(std::size_t padded_store_elements, int dp,
                                        std::vector<std::pair<std::size_t, std::size_t>> const&,
                                        int = 1) {
-    std::size_t const shard = dp > 1 ? padded_store_elements / std::size_t(dp) : 0;
-    return {padded_store_elements * sizeof(T), (padded_store_elements + shard) * sizeof(T), 0};
+    (void)dp;
+    return {padded_store_elements * sizeof(T), padded_store_elements * sizeof(T), 0};
   }
 
   // Nothing overlaps backward: the shard is reduced once it is complete.

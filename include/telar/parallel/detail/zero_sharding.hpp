@@ -17,6 +17,7 @@
 #include <telar/comm/shared_window.hpp>
 #include <telar/core/parameters.hpp>
 #include <telar/optim/detail/engine.hpp>
+#include <telar/profile/memory.hpp>
 
 #include <memory>
 #include <optional>
@@ -84,6 +85,10 @@ public:
           peers_.push_back(static_cast<T*>(grads_window_.base(r)));
         Vec values(static_cast<T*>(values_window_.base(0)), n);
         Vec grads(static_cast<T*>(grads_window_.base(node_->rank())), n);
+        // Windows are MPI's memory, not Kokkos': record them for the meter.
+        if (node_->rank() == 0)
+          values_record_ = MemoryRecord("telar::ParameterStore::values", values.data(), bytes);
+        grads_record_ = MemoryRecord("telar::ParameterStore::grads", grads.data(), bytes);
         Kokkos::deep_copy(grads, T(0));
         if (node_->rank() == 0)
           Kokkos::deep_copy(values, T(0));
@@ -102,8 +107,6 @@ public:
     chunk_ = n / p; // bind() rounded n up to a multiple of p
     lo_ = r * chunk_;
     hi_ = lo_ + chunk_;
-    if (!shared_)
-      shard_grads_ = Vec("telar::ZeRO::shard_grads", chunk_);
     if (shared_)
       values_window_.fence(); // rank 0's initial values are visible to all
   }
@@ -111,13 +114,12 @@ public:
   std::size_t begin() const { return lo_; }
   std::size_t end() const { return hi_; }
   std::size_t chunk() const { return chunk_; }
-  std::size_t shard_grads_size() const { return shard_grads_.size(); }
 
   Vec values_shard(ParameterStore<T, MemorySpace> const& store) const {
     return Vec(store.values().data() + lo_, chunk_);
   }
   Vec grads_shard(ParameterStore<T, MemorySpace> const& store) const {
-    return shared_ ? Vec(store.grads().data() + lo_, chunk_) : shard_grads_;
+    return Vec(store.grads().data() + (shared_ ? lo_ : 0), chunk_);
   }
 
   // Sums the data-parallel gradients of this rank's shard into grads_shard().
@@ -143,10 +145,11 @@ public:
         Kokkos::DefaultHostExecutionSpace().fence();
       }
     } else {
-      HostBuffer<Vec> send(store.grads(), true);
-      HostBuffer<Vec> recv(shard_grads_, false);
-      dp_->reduce_scatter(send.data(), recv.data(), chunk_);
-      recv.copy_back();
+      // In place: the summed shard lands at the start of the gradient buffer
+      // (no second, shard-sized gradient buffer; the next step zeroes it).
+      HostBuffer<Vec> grads(store.grads(), true);
+      dp_->reduce_scatter(grads.data(), grads.data(), chunk_);
+      grads.copy_back();
     }
   }
 
@@ -168,9 +171,9 @@ private:
   bool shared_ = false;
   SharedWindow values_window_;
   SharedWindow grads_window_;
+  MemoryRecord values_record_, grads_record_;
   std::vector<T*> peers_;
   std::size_t chunk_ = 0, lo_ = 0, hi_ = 0;
-  Vec shard_grads_;
 };
 
 } // namespace telar::detail

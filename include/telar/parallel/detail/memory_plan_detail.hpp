@@ -1,0 +1,364 @@
+#pragma once
+// The pieces of telar::plan_memory (memory_plan.hpp): one rank's layers,
+// slots, activations, model states; and the budget's search for a layout
+// that fits. Nothing here allocates through Kokkos or talks to MPI.
+#include <telar/comm/process_grid.hpp>
+#include <telar/core/detail/type_traits.hpp>
+#include <telar/core/error.hpp>
+#include <telar/core/layer.hpp>
+#include <telar/core/parameters.hpp>
+#include <telar/optim/optimizer.hpp>
+#include <telar/parallel/detail/partition.hpp>
+#include <telar/parallel/detail/plan_model_states.hpp>
+#include <telar/parallel/detail/slot_release.hpp>
+#include <telar/parallel/strategy.hpp>
+#include <telar/parallel/tensor_parallel.hpp>
+#include <telar/profile/memory.hpp>
+#include <telar/schedule/schedule.hpp>
+#include <telar/schedule/tags.hpp>
+#include <telar/train/options.hpp>
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace telar::detail {
+
+template <class StrategyT>
+constexpr int strategy_zero_stage() {
+  if constexpr (StrategyT::has_data_parallel)
+    return StrategyT::data_parallel::sharding::stage;
+  else
+    return 0;
+}
+
+// ZeRO<3, PerStep>: every group stays gathered for the step.
+template <class StrategyT>
+constexpr bool zero3_gathers_per_step() {
+  if constexpr (StrategyT::has_data_parallel)
+    if constexpr (StrategyT::data_parallel::sharding::stage == 3)
+      return StrategyT::data_parallel::sharding::gather == ZeRO3Gather::PerStep;
+  return false;
+}
+
+// Coordinates of `rank` in a grid of `shape` laid out in `order` (as ProcessGrid).
+inline GridCoord grid_coords_of(GridShape shape, GridOrder order, int rank) {
+  GridCoord c;
+  for (int i = 2; i >= 0; --i) {
+    GridAxis const a = order[std::size_t(i)];
+    int const d = a == GridAxis::dp ? shape.dp : a == GridAxis::pp ? shape.pp : shape.tp;
+    int const v = rank % d;
+    rank /= d;
+    (a == GridAxis::dp ? c.dp : a == GridAxis::pp ? c.pp : c.tp) = v;
+  }
+  return c;
+}
+
+template <class StrategyT>
+schedule::Schedule plan_schedule(TrainerOptions const& options, int p) {
+  if (options.custom_schedule)
+    return *options.custom_schedule;
+  using Default = typename pipeline_schedule_of<StrategyT>::type;
+  try {
+    return schedule::make_for_run<Default>(options.schedule, p, options.microbatches,
+                                           options.chunks);
+  } catch (std::invalid_argument const& e) {
+    throw Error(std::string("telar::plan_memory: ") + e.what());
+  }
+}
+
+// Layer boundaries of the S virtual stages: the options' or balanced by flops
+// (the Trainer uses this too, so plan and run agree).
+template <class Model>
+std::vector<std::size_t> plan_stage_bounds(Model const& model, std::vector<Shape> const& shapes,
+                                           std::size_t S, TrainerOptions const& options) {
+  if (!options.stage_boundaries.empty()) {
+    check_partition(options.stage_boundaries, Model::size, S);
+    return options.stage_boundaries;
+  }
+  std::vector<double> costs;
+  model.for_each_layer([&](auto index, auto const& layer) {
+    using L = std::decay_t<decltype(layer)>;
+    double c = 1e-3; // element-wise layers: small but not free
+    if constexpr (is_detected_v<flops_t, L>)
+      c = std::max(c, layer.flops(1, shapes[index]));
+    costs.push_back(c);
+  });
+  return balanced_partition(costs, S);
+}
+
+// What one rank's layers need: parameter elements (padded per layer),
+// per-layer sizes in backward order (buckets), saved bytes per sample row.
+struct RankLayers {
+  std::size_t elements = 0;
+  std::vector<std::size_t> layer_elements; // backward order
+};
+
+template <class Model>
+RankLayers plan_parameters(Model& model, std::vector<bool> const& owned, std::size_t alignment,
+                           std::vector<std::string>& warnings) {
+  RankLayers r;
+  model.for_each_layer([&](auto index, auto const& layer) {
+    using L = std::decay_t<decltype(layer)>;
+    if constexpr (layer_traits<L>::has_parameters) {
+      if (!owned[index])
+        return;
+      std::size_t n = 0;
+      if constexpr (layer_traits<L>::has_parameter_count)
+        n = (layer.parameter_count() + alignment - 1) / alignment * alignment;
+      else
+        warnings.push_back("layer " + std::to_string(index) + " (" + layer_name(layer) +
+                           ") has no parameter_count(): its parameters are counted as 0");
+      r.elements += n;
+      r.layer_elements.insert(r.layer_elements.begin(), n);
+    }
+  });
+  return r;
+}
+
+template <class L>
+using rebuilt_bytes_t = decltype(std::size_t(
+    std::declval<L const&>().rebuilt_bytes(std::size_t{}, std::declval<Shape const&>())));
+
+// Bytes layers [first, last) keep per layer rather than per slot (the states
+// telar::Recompute rebuilds in backward): `split` states each for a layer
+// with a weight part (held from backward_input to backward_weight), else one.
+template <class Model>
+std::size_t plan_rebuilt(Model const& model, std::vector<Shape> const& shapes, std::size_t first,
+                         std::size_t last, std::size_t rows, std::size_t split) {
+  std::size_t n = 0;
+  model.for_each_layer([&](auto index, auto const& layer) {
+    using L = std::decay_t<decltype(layer)>;
+    if constexpr (is_detected_v<rebuilt_bytes_t, L>)
+      if (index >= first && index < last)
+        n += layer.rebuilt_bytes(rows, shapes[index]) *
+             (layer_traits<L>::has_backward_weight ? split : 1);
+  });
+  return n;
+}
+
+// Micro-batches of `chunk` at once between BackwardInput and BackwardWeight
+// on `rank` (1 when backward runs fused): the rebuilt states a layer keeps.
+inline std::size_t rebuilt_states(schedule::Schedule const& s, int rank, int chunk) {
+  std::size_t open = 0, most = 1;
+  for (auto const& in : s.ranks[std::size_t(rank)]) {
+    if (in.chunk != chunk)
+      continue;
+    if (in.op == schedule::Op::BackwardInput)
+      most = std::max(most, ++open);
+    else if (in.op == schedule::Op::BackwardWeight && open > 0)
+      --open;
+  }
+  return most;
+}
+
+// Saved-state bytes of layers [first, last) for `rows` samples.
+template <class Model>
+std::size_t plan_saved(Model const& model, std::vector<Shape> const& shapes, std::size_t first,
+                       std::size_t last, std::size_t rows, std::vector<std::string>& warnings) {
+  std::size_t n = 0;
+  model.for_each_layer([&](auto index, auto const& layer) {
+    using L = std::decay_t<decltype(layer)>;
+    if (index < first || index >= last)
+      return;
+    if constexpr (layer_traits<L>::has_saved_bytes)
+      n += layer.saved_bytes(rows, shapes[index]);
+    else if constexpr (!std::is_same_v<typename layer_traits<L>::saved_type, NoSaved>)
+      warnings.push_back("layer " + std::to_string(index) + " (" + layer_name(layer) +
+                         ") has no saved_bytes(): its saved state is counted as 0");
+  });
+  return n;
+}
+
+// Bucket groups' elements in backward order, as BucketPlan forms them: whole
+// layers, last first, until a group reaches `bucket_elements`.
+inline std::vector<std::size_t> plan_groups(std::vector<std::size_t> const& layers,
+                                            std::size_t bucket_elements) {
+  std::vector<std::size_t> groups;
+  std::size_t cur = 0;
+  bool open = false;
+  for (std::size_t n : layers) {
+    cur += n;
+    open = true;
+    if (cur >= bucket_elements) {
+      groups.push_back(cur);
+      cur = 0;
+      open = false;
+    }
+  }
+  if (open)
+    groups.push_back(cur);
+  return groups;
+}
+
+// Activations and workspace of one pipeline rank (see stage_runner.hpp).
+template <class Model, class Loss>
+void plan_activations(Model const& model, std::vector<Shape> const& shapes,
+                      std::vector<std::size_t> const& bounds, schedule::Schedule const& sched,
+                      int pp_rank, std::size_t local_batch, MemoryPlan& plan) {
+  using T = typename Model::value_type;
+  if (local_batch == 0) {
+    plan.warnings.push_back("TrainerOptions::batch_size is 0: activations are not planned");
+    return;
+  }
+  std::size_t const rows = local_batch / std::size_t(sched.microbatches);
+  auto feat = [&](std::size_t k) { return rows * shapes[k].size() * sizeof(T); };
+  std::size_t act = 0, work = 0;
+  for (int c = 0; c < sched.chunks; ++c) {
+    int const vs = sched.virtual_stage(pp_rank, c);
+    std::size_t const first = bounds[std::size_t(vs)], last = bounds[std::size_t(vs) + 1];
+    if (first == last)
+      continue;
+    std::size_t slot = plan_saved(model, shapes, first, last, rows, plan.warnings);
+    for (std::size_t k = first + 1; k <= last; ++k)
+      slot += 2 * feat(k); // activation and its gradient
+    if (first > 0)
+      slot += 2 * feat(first); // received input and its gradient
+    act += slot * schedule_slots(sched, pp_rank, c) +
+           plan_rebuilt(model, shapes, first, last, rows, rebuilt_states(sched, pp_rank, c));
+    if (first == 0) // a fused first layer's dx goes to a scratch buffer
+      model.for_each_layer([&](auto index, auto const& layer) {
+        using L = std::decay_t<decltype(layer)>;
+        if constexpr (decltype(index)::value == 0 && !layer_traits<L>::has_split_backward)
+          work += feat(0);
+      });
+    if (vs == sched.virtual_stages() - 1) // the loss's per-row sums and flags
+      work += rows * (sizeof(double) + sizeof(int));
+  }
+  plan.bytes[MemoryCategory::activations] = act;
+  plan.bytes[MemoryCategory::workspace] = work;
+}
+
+// The plan of `rank` for degrees `shape` and ZeRO stage `stage`.
+template <class Model, class StrategyT, class Optimizer, class Loss>
+MemoryPlan plan_rank(Model model, TrainerOptions const& options, Shape const& in, GridShape shape,
+                     int rank, int stage) {
+  MemoryPlan plan;
+  plan.grid = shape;
+  plan.zero_stage = shape.dp > 1 ? stage : 0;
+  plan.rank = rank;
+  GridCoord const at = grid_coords_of(shape, options.grid_order, rank);
+  if constexpr (StrategyT::has_tensor_parallel) {
+    TensorParallelContext ctx;
+    ctx.size = shape.tp;
+    ctx.rank = at.tp;
+    ctx.shape_only = true;
+    set_tensor_parallel(model, ctx);
+  }
+  std::vector<Shape> const shapes = model.build(in);
+  schedule::Schedule const sched = plan_schedule<StrategyT>(options, shape.pp);
+  std::vector<std::size_t> const bounds =
+      plan_stage_bounds(model, shapes, std::size_t(sched.virtual_stages()), options);
+  std::vector<bool> owned(Model::size, false);
+  for (int c = 0; c < sched.chunks; ++c) {
+    int const vs = sched.virtual_stage(at.pp, c);
+    for (std::size_t k = bounds[std::size_t(vs)]; k < bounds[std::size_t(vs) + 1]; ++k)
+      owned[k] = true;
+  }
+  using T = typename Model::value_type;
+  using Store = ParameterStore<T, typename Model::memory_space>;
+  RankLayers const layers = plan_parameters(model, owned, Store::alignment, plan.warnings);
+  ModelStateInput ms;
+  ms.elements = layers.elements;
+  ms.alignment = Store::alignment;
+  ms.value_bytes = sizeof(T);
+  ms.dp = shape.dp;
+  ms.stage = plan.zero_stage;
+  ms.shared =
+      stage == 1 && options.shared_memory &&
+      Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Model::memory_space>::accessible;
+  ms.node_leader = at.dp == 0;
+  ms.state_size = std::size_t(optimizer_traits<Optimizer>::state_size);
+  ms.layerwise = optimizer_traits<Optimizer>::layerwise;
+  ms.groups = plan_groups(layers.layer_elements, options.bucket_bytes / sizeof(T));
+  ms.microbatches = sched.microbatches;
+  ms.gather_per_step = zero3_gathers_per_step<StrategyT>();
+  plan.bytes = plan_model_states(ms);
+  std::size_t const local = options.batch_size / std::size_t(shape.dp);
+  plan_activations<Model, Loss>(model, shapes, bounds, sched, at.pp, local, plan);
+  return plan;
+}
+
+// The rank with the largest planned total of a layout.
+template <class Model, class StrategyT, class Optimizer, class Loss>
+MemoryPlan plan_worst(Model const& model, TrainerOptions const& options, Shape const& in,
+                      GridShape shape, int stage) {
+  int const world = shape.dp * shape.pp * shape.tp;
+  MemoryPlan worst;
+  for (int r = 0; r < world; ++r) {
+    MemoryPlan p =
+        plan_rank<Model, StrategyT, Optimizer, Loss>(model, options, in, shape, r, stage);
+    if (r == 0 || p.bytes.total() > worst.bytes.total())
+      worst = std::move(p);
+  }
+  return worst;
+}
+
+// The cheapest layout of the same world that fits `budget`: ZeRO stages at
+// the current degrees first, then every other factorisation with the axes
+// the strategy has; nullopt-like (total 0, rank -1) when none fits, with the
+// smallest in `smallest`.
+template <class Model, class StrategyT, class Optimizer, class Loss>
+MemoryPlan plan_fitting(Model const& model, TrainerOptions const& options, Shape const& in,
+                        GridShape current, std::size_t budget, MemoryPlan& smallest) {
+  int const world = current.dp * current.pp * current.tp;
+  int const max_stage = StrategyT::has_data_parallel ? 3 : 0;
+  MemoryPlan best;
+  best.rank = -1;
+  bool have_smallest = false;
+  auto consider = [&](GridShape g, int stage) {
+    TrainerOptions o = options;
+    o.grid = g;
+    o.stage_boundaries.clear();
+    o.custom_schedule.reset();
+    MemoryPlan p;
+    try {
+      p = plan_worst<Model, StrategyT, Optimizer, Loss>(model, o, in, g, stage);
+    } catch (std::exception const&) {
+      return; // this layout cannot run (schedule, partition, shapes)
+    }
+    if (!have_smallest || p.bytes.total() < smallest.bytes.total()) {
+      smallest = p;
+      have_smallest = true;
+    }
+    if (p.bytes.total() <= budget && (best.rank < 0 || p.bytes.total() < best.bytes.total()))
+      best = p;
+  };
+  for (int s = 0; s <= max_stage; ++s)
+    consider(current, s);
+  if (best.rank >= 0)
+    return best;
+  for (int pp = 1; pp <= world; ++pp)
+    for (int tp = 1; tp <= world / pp; ++tp) {
+      if (world % (pp * tp) != 0 || (pp > 1 && !StrategyT::has_pipeline_parallel) ||
+          (tp > 1 && !StrategyT::has_tensor_parallel))
+        continue;
+      GridShape const g{world / (pp * tp), pp, tp};
+      if (g.dp > 1 && !StrategyT::has_data_parallel)
+        continue;
+      for (int s = 0; s <= (g.dp > 1 ? max_stage : 0); ++s)
+        consider(g, s);
+    }
+  return best;
+}
+
+// The refusal, the same text on every rank (it depends only on the plans).
+inline std::string budget_message(MemoryPlan const& worst, std::size_t budget,
+                                  MemoryPlan const& fits, MemoryPlan const& smallest, int world) {
+  MemoryCategory const big = worst.bytes.largest();
+  std::string key = MemoryBytes::key(big);
+  std::replace(key.begin(), key.end(), '_', ' ');
+  std::string msg = "telar::Trainer: rank " + std::to_string(worst.rank) + " needs " +
+                    MemoryBytes::human(worst.bytes.total()) + " (" + key + " " +
+                    MemoryBytes::human(worst.bytes[big]) + " is the largest), over the budget of " +
+                    MemoryBytes::human(budget) + " (" + worst.layout() + "); ";
+  if (fits.rank >= 0)
+    return msg + fits.layout() + " needs " + MemoryBytes::human(fits.bytes.total()) + " per rank";
+  return msg + "no layout of " + std::to_string(world) + " ranks fits; the smallest (" +
+         smallest.layout() + ") needs " + MemoryBytes::human(smallest.bytes.total()) + " per rank";
+}
+
+} // namespace telar::detail

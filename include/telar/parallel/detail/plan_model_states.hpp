@@ -1,0 +1,82 @@
+#pragma once
+// Model states (parameters, gradients, optimizer state, and what sharding
+// gathers) per ZeRO stage, as the gradient-sync components allocate them.
+// The ONE place that knows these formulas: when a sync component changes
+// what it allocates, change the matching branch here (memory_plan.hpp and
+// the budget search use nothing else).
+#include <telar/profile/memory.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+namespace telar::detail {
+
+struct ModelStateInput {
+  std::size_t elements = 0;  // the rank's parameter store, tensors padded to `alignment`
+  std::size_t alignment = 1; // ParameterStore::alignment
+  std::size_t value_bytes = 4;
+  int dp = 1;
+  int stage = 0;                  // ZeRO stage (0: NoSharding)
+  bool shared = false;            // ZeRO<1> shared-memory mode (every dp rank on one node)
+  bool node_leader = true;        // shared mode: the node rank that holds the parameter window
+  std::size_t state_size = 0;     // optimizer state values per parameter
+  bool layerwise = false;         // the optimizer keeps a direction buffer (LAMB)
+  std::vector<std::size_t> groups; // ZeRO<2, 3>: bucket groups' elements, backward order
+  int microbatches = 1;             // > 1: every group's gradient lives for the whole step
+  bool gather_per_step = false;     // ZeRO<3, PerStep>: every group stays gathered
+};
+
+// Peak elements of the group buffers: a group and the one before it (whose
+// reduction or gather is still in flight), or all of them.
+inline std::size_t plan_group_peak(std::vector<std::size_t> const& groups, bool all) {
+  std::size_t sum = 0, pair = 0;
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    sum += groups[i];
+    pair = std::max(pair, groups[i] + (i > 0 ? groups[i - 1] : 0));
+  }
+  return all ? sum : pair;
+}
+
+inline MemoryBytes plan_model_states(ModelStateInput const& in) {
+  MemoryBytes out;
+  auto bytes = [&](std::size_t elements) { return elements * in.value_bytes; };
+  bool const sharded = in.stage > 0 && in.dp > 1;
+  std::size_t const multiple = sharded ? std::size_t(in.dp) * in.alignment : 1;
+  std::size_t const psi = (in.elements + multiple - 1) / multiple * multiple;
+  std::size_t const shard = sharded ? psi / std::size_t(in.dp) : psi;
+  out[MemoryCategory::optimizer_state] = bytes(shard * in.state_size + (in.layerwise ? shard : 0));
+  if (!sharded) { // NoSharding, or ZeRO over one rank: the plain store
+    out[MemoryCategory::parameters] = bytes(psi);
+    out[MemoryCategory::gradients] = bytes(psi);
+    return out;
+  }
+  // Group gradient buffers (group_gradients.hpp) and gathered groups
+  // (residency_gathered.hpp) are temporary buffers of the collectives:
+  // communication, as the ZeRO paper counts them apart from model states.
+  std::size_t const group_grads = plan_group_peak(in.groups, in.microbatches > 1);
+  switch (in.stage) {
+  case 1:
+    out[MemoryCategory::gradients] = bytes(psi);
+    if (in.shared) { // one parameter window per node, a gradient window per rank
+      out[MemoryCategory::parameters] = in.node_leader ? bytes(psi) : 0;
+      return out;
+    }
+    out[MemoryCategory::parameters] = bytes(psi);
+    out[MemoryCategory::communication] = bytes(shard); // the all-gather's shard copy
+    return out;
+  case 2: // full parameters; the gradient shard; group buffers, then the shard copy
+    out[MemoryCategory::parameters] = bytes(psi);
+    out[MemoryCategory::gradients] = bytes(shard);
+    out[MemoryCategory::communication] = bytes(std::max(group_grads, shard));
+    return out;
+  default: // 3: parameter and gradient shards; gathered groups and group gradients
+    out[MemoryCategory::parameters] = bytes(shard);
+    out[MemoryCategory::gradients] = bytes(shard);
+    out[MemoryCategory::communication] =
+        bytes(plan_group_peak(in.groups, in.gather_per_step) + group_grads);
+    return out;
+  }
+}
+
+} // namespace telar::detail
