@@ -5,8 +5,9 @@
 // blocks; 1F1B, ZB-H1, interleaved) and tensor parallelism (heads over tp)
 // and their products: checked on the L2 norm of every parameter tensor and
 // of all of them (relative 1e-5 in float, 1e-11 in double) after a few
-// steps, at whatever world size the test runs with. The dropout masks are
-// keyed by the global sample index, so they too are the same in every layout.
+// steps, at whatever world size the test runs with. The Trainer keys the
+// dropout masks by step and global sample, so they too are the same in every
+// layout.
 #include "support.hpp"
 
 #include <telar/layers/dropout.hpp>
@@ -94,7 +95,7 @@ Result train(MPI_Comm comm, Opt opt, telar::TrainerOptions opts, Data<T> const& 
   std::size_t const local = batch / std::size_t(dp);
   for (int s = 0; s < steps; ++s) {
     std::size_t const b = std::size_t(s) * batch + std::size_t(d) * local;
-    telar::set_random_position(trainer.model(), std::uint64_t(s), b);
+    // The Trainer keys the dropout masks by (step, global sample) itself.
     trainer.step(telar::rows(data.x, b, b + local), telar::rows(data.y, b, b + local));
   }
   return {trainer.param_l2(), trainer.tensor_norms()};
