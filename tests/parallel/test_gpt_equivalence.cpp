@@ -2,7 +2,7 @@
 // transformer blocks with head-parallel attention and a Column/Row MLP, a
 // final LayerNorm and a vocabulary projection, PositionwiseCrossEntropy)
 // trains to the serial parameters under data, pipeline (stages split between
-// blocks; 1F1B, ZB-H1, interleaved) and tensor parallelism (heads over tp)
+// blocks; GPipe, 1F1B, ZB-H1, ZB-H2, interleaved) and tensor parallelism (heads over tp)
 // and their products: checked on the L2 norm of every parameter tensor and
 // of all of them (relative 1e-5 in float, 1e-11 in double) after a few
 // steps, at whatever world size the test runs with. The Trainer keys the
@@ -148,6 +148,8 @@ TEMPLATE_TEST_CASE("A tiny GPT matches serial training under every strategy",
   if (n > 1 && n <= 4) { // 7 top-level layers and 4 heads: at most 4 stages, tp <= 4
     layouts.push_back({1, n, 1, "1f1b", 4}); // pipeline
     layouts.push_back({1, n, 1, "zb-h1", 4});
+    layouts.push_back({1, n, 1, "gpipe", 4});
+    layouts.push_back({1, n, 1, "zb-h2", 4});
     layouts.push_back({1, 1, n, "1f1b", 1}); // tensor parallel (heads over tp)
   }
   if (n == 4) {
