@@ -24,6 +24,7 @@
 #include <mpi.h>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,9 +38,9 @@ template <class T>
 using Gpt = telar::Sequential<telar::Embedding<T>, telar::PositionalEmbedding<T>, telar::Dropout<T>,
                               Block<T>, Block<T>, telar::LayerNorm<T>, telar::Dense<T>>;
 template <class T>
-Gpt<T> make_gpt() {
+Gpt<T> make_gpt(double dropout = 0.1) {
   return Gpt<T>(telar::Embedding<T>(vocab, hidden), telar::PositionalEmbedding<T>(seq, hidden),
-                telar::Dropout<T>(0.1),
+                telar::Dropout<T>(dropout),
                 telar::make_tensor_parallel_transformer_block<T>(hidden, heads),
                 telar::make_tensor_parallel_transformer_block<T>(hidden, heads),
                 telar::LayerNorm<T>(hidden), telar::Dense<T>(hidden, vocab));
@@ -179,4 +180,23 @@ TEMPLATE_TEST_CASE("A tiny GPT matches serial training under every strategy",
                              " m=" + std::to_string(l.microbatches);
     require_same(train<T, Full>(MPI_COMM_WORLD, sgd, opts, data, batch, steps), want, tol, what);
   }
+}
+
+TEST_CASE("The Trainer evaluates without dropout and trains with it", "[transformer][dropout]") {
+  auto const data = make_data<double>(8);
+  telar::TrainerOptions opts;
+  opts.seed = 5;
+  opts.grid = {1, 1, 1};
+  opts.schedule.clear();
+  auto trainer = [&](double p) {
+    return std::make_unique<
+        telar::Trainer<Gpt<double>, telar::Serial, telar::SGD<double>, Loss<double>>>(
+        MPI_COMM_SELF, make_gpt<double>(p), telar::SGD<double>{}, opts, telar::Shape(seq));
+  };
+  auto with = trainer(0.5), without = trainer(0.0); // the same parameters: dropout has none
+  double const e = with->evaluate(data.x, data.y).loss;
+  CHECK(e == without->evaluate(data.x, data.y).loss); // evaluation: dropout is the identity
+  CHECK(e == with->evaluate(data.x, data.y).loss);
+  // Training after evaluate(): dropout is on again, so the losses differ.
+  CHECK(with->step(data.x, data.y).loss != without->step(data.x, data.y).loss);
 }
