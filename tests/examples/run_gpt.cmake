@@ -27,14 +27,15 @@ function(train out)
 endfunction()
 
 if(CHECK STREQUAL "train")
-  # 150 steps of 16 windows of 32 bytes: the validation loss falls well below
-  # ln(256) = 5.55 (a uniform guess) and below the loss of the bytes' unigram
-  # frequencies (about 3.2 nats on English text).
-  train(json ${EXE} --steps 150 --layers 2 --hidden 64 --heads 4 --context 32 --batch 16
+  # 400 steps of 16 windows of 64 bytes (about 20 s): the validation loss
+  # falls well below ln(256) = 5.55 (a uniform guess) and below 3.32, the
+  # entropy of the fortunes' byte frequencies (what a model without context
+  # can reach); it reaches about 2.6.
+  train(json ${EXE} --steps 400 --layers 2 --hidden 64 --heads 4 --context 64 --batch 16
         --lr 3e-3 --eval-limit 128 --sample 40 --json --data ${data})
   json_field("${json}" val_loss loss)
   message(STATUS "validation loss ${loss}: ${json}")
-  execute_process(COMMAND python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < 3.0 else 1)" ${loss}
+  execute_process(COMMAND python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < 2.8 else 1)" ${loss}
                   RESULT_VARIABLE ok)
   if(NOT ok EQUAL 0)
     message(FATAL_ERROR "gpt did not learn: validation loss ${loss}: ${json}")
