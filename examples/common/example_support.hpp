@@ -376,8 +376,8 @@ void write_timeline(TrainerT& trainer, std::string const& prefix, char const* pr
 }
 
 // The "config" keys every example reports, in order; the example appends its own.
-template <class Model, class Strategy, class Optimizer>
-telar::JsonObject common_config(telar::Trainer<Model, Strategy, Optimizer> const& trainer,
+template <class Model, class Strategy, class Optimizer, class Loss>
+telar::JsonObject common_config(telar::Trainer<Model, Strategy, Optimizer, Loss> const& trainer,
                                 CommonArgs const& a) {
   telar::JsonObject config;
   config.add("epochs", a.epochs)

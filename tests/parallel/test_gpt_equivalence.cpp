@@ -2,11 +2,12 @@
 // transformer blocks with head-parallel attention and a Column/Row MLP, a
 // final LayerNorm and a vocabulary projection, PositionwiseCrossEntropy)
 // trains to the serial parameters under data, pipeline (stages split between
-// blocks; 1F1B, ZB-H1, interleaved) and tensor parallelism (heads over tp)
+// blocks; GPipe, 1F1B, ZB-H1, ZB-H2, interleaved) and tensor parallelism (heads over tp)
 // and their products: checked on the L2 norm of every parameter tensor and
 // of all of them (relative 1e-5 in float, 1e-11 in double) after a few
-// steps, at whatever world size the test runs with. The dropout masks are
-// keyed by the global sample index, so they too are the same in every layout.
+// steps, at whatever world size the test runs with. The Trainer keys the
+// dropout masks by step and global sample, so they too are the same in every
+// layout.
 #include "support.hpp"
 
 #include <telar/layers/dropout.hpp>
@@ -23,6 +24,7 @@
 #include <mpi.h>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -36,9 +38,9 @@ template <class T>
 using Gpt = telar::Sequential<telar::Embedding<T>, telar::PositionalEmbedding<T>, telar::Dropout<T>,
                               Block<T>, Block<T>, telar::LayerNorm<T>, telar::Dense<T>>;
 template <class T>
-Gpt<T> make_gpt() {
+Gpt<T> make_gpt(double dropout = 0.1) {
   return Gpt<T>(telar::Embedding<T>(vocab, hidden), telar::PositionalEmbedding<T>(seq, hidden),
-                telar::Dropout<T>(0.1),
+                telar::Dropout<T>(dropout),
                 telar::make_tensor_parallel_transformer_block<T>(hidden, heads),
                 telar::make_tensor_parallel_transformer_block<T>(hidden, heads),
                 telar::LayerNorm<T>(hidden), telar::Dense<T>(hidden, vocab));
@@ -94,7 +96,7 @@ Result train(MPI_Comm comm, Opt opt, telar::TrainerOptions opts, Data<T> const& 
   std::size_t const local = batch / std::size_t(dp);
   for (int s = 0; s < steps; ++s) {
     std::size_t const b = std::size_t(s) * batch + std::size_t(d) * local;
-    telar::set_random_position(trainer.model(), std::uint64_t(s), b);
+    // The Trainer keys the dropout masks by (step, global sample) itself.
     trainer.step(telar::rows(data.x, b, b + local), telar::rows(data.y, b, b + local));
   }
   return {trainer.param_l2(), trainer.tensor_norms()};
@@ -134,7 +136,7 @@ TEMPLATE_TEST_CASE("A tiny GPT matches serial training under every strategy",
   using T = TestType;
   int const n = world_size();
   double const tol = std::is_same_v<T, float> ? 1e-5 : 1e-11;
-  std::size_t const batch = 8;
+  std::size_t const batch = n == 8 ? 16 : 8; // two samples per micro-batch at dp 8
   int const steps = 3;
   auto const data = make_data<T>(batch * steps);
   telar::SGD<T> sgd;
@@ -144,9 +146,11 @@ TEMPLATE_TEST_CASE("A tiny GPT matches serial training under every strategy",
   base.lr = telar::constant_lr(0.1);
 
   std::vector<Layout> layouts{{n, 1, 1, "1f1b", 1}, {n, 1, 1, "1f1b", 2}}; // data parallel
-  if (n > 1) {
+  if (n > 1 && n <= 4) { // 7 top-level layers and 4 heads: at most 4 stages, tp <= 4
     layouts.push_back({1, n, 1, "1f1b", 4}); // pipeline
     layouts.push_back({1, n, 1, "zb-h1", 4});
+    layouts.push_back({1, n, 1, "gpipe", 4});
+    layouts.push_back({1, n, 1, "zb-h2", 4});
     layouts.push_back({1, 1, n, "1f1b", 1}); // tensor parallel (heads over tp)
   }
   if (n == 4) {
@@ -155,8 +159,11 @@ TEMPLATE_TEST_CASE("A tiny GPT matches serial training under every strategy",
     layouts.push_back({1, 2, 2, "1f1b", 2}); // pp x tp
     layouts.push_back({1, 2, 2, "interleaved", 4});
   }
-  if (n == 8)
-    layouts.push_back({2, 2, 2, "zb-h1", 2}); // dp x pp x tp
+  if (n == 8) { // dp x pp x tp
+    layouts.push_back({2, 2, 2, "zb-h1", 2});
+    layouts.push_back({2, 2, 2, "1f1b", 4});
+    layouts.push_back({1, 2, 4, "interleaved", 4});
+  }
 
   telar::TrainerOptions ref = base;
   ref.grid = {1, 1, 1};
@@ -173,4 +180,23 @@ TEMPLATE_TEST_CASE("A tiny GPT matches serial training under every strategy",
                              " m=" + std::to_string(l.microbatches);
     require_same(train<T, Full>(MPI_COMM_WORLD, sgd, opts, data, batch, steps), want, tol, what);
   }
+}
+
+TEST_CASE("The Trainer evaluates without dropout and trains with it", "[transformer][dropout]") {
+  auto const data = make_data<double>(8);
+  telar::TrainerOptions opts;
+  opts.seed = 5;
+  opts.grid = {1, 1, 1};
+  opts.schedule.clear();
+  auto trainer = [&](double p) {
+    return std::make_unique<
+        telar::Trainer<Gpt<double>, telar::Serial, telar::SGD<double>, Loss<double>>>(
+        MPI_COMM_SELF, make_gpt<double>(p), telar::SGD<double>{}, opts, telar::Shape(seq));
+  };
+  auto with = trainer(0.5), without = trainer(0.0); // the same parameters: dropout has none
+  double const e = with->evaluate(data.x, data.y).loss;
+  CHECK(e == without->evaluate(data.x, data.y).loss); // evaluation: dropout is the identity
+  CHECK(e == with->evaluate(data.x, data.y).loss);
+  // Training after evaluate(): dropout is on again, so the losses differ.
+  CHECK(with->step(data.x, data.y).loss != without->step(data.x, data.y).loss);
 }

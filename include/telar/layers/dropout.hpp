@@ -16,9 +16,11 @@
  *  The cursor is the layer's random counter in telar::Recompute's convention
  *  (random_counter() / set_random_counter()), so a recomputed forward
  *  replays exactly the mask of the first one.
+ *  telar::Trainer does both itself (the position before each step, training
+ *  off around evaluate()); a loop driving a model by hand does:
  *  \code
- *  telar::set_random_position(trainer.model(), step, rank_first_sample);  // before each step
- *  telar::set_training(model, false);                                     // evaluation: identity
+ *  telar::set_random_position(model, step, rank_first_sample);  // before each step
+ *  telar::set_training(model, false);                           // evaluation: identity
  *  \endcode
  */
 #include <telar/core/detail/counter_rng.hpp>

@@ -8,6 +8,7 @@
 #include <telar/core/sequential.hpp>
 #include <telar/core/shape.hpp>
 #include <telar/core/tensor.hpp>
+#include <telar/layers/dropout.hpp>
 #include <telar/layers/softmax_cross_entropy.hpp>
 #include <telar/optim/detail/engine.hpp>
 #include <telar/optim/lr_schedule.hpp>
@@ -153,6 +154,8 @@ public:
     check_batch(x, y);
     execution_space exec;
     params_.zero_grads(exec);
+    // Dropout masks keyed by (step, global sample): the same in every layout.
+    set_random_position(model_, std::uint64_t(step_), std::uint64_t(coords_.dp) * n);
     value_type const scale = value_type(1) / value_type(global_count(exec, y, n));
     LossSum local = executor_.run(
         exec, schedule_, x, y, loss_, scale,
@@ -188,6 +191,7 @@ public:
     std::size_t const n = x.extent(0), dp = std::size_t(dp_size()), d = std::size_t(coords_.dp);
     std::size_t const b0 = n * d / dp, e0 = n * (d + 1) / dp;
     LossSum local;
+    set_training(model_, false); // dropout off while evaluating
     // Every rank runs the same number of chunks, so pipeline ranks pair up.
     std::size_t const per = (n + dp - 1) / dp;
     for (std::size_t b = 0; b < per; b += chunk) {
@@ -199,6 +203,7 @@ public:
       local += executor_.evaluate(exec, rows(x, lo, hi), target_type(rows(y, lo, hi)), loss_,
                                   detail::ResidencyHooks<Residency>(residency_));
     }
+    set_training(model_, true);
     StepResult r;
     fill_result(r, reduce_loss(local));
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -1,0 +1,172 @@
+// Pre-norm transformer blocks (LayerNorm, causal attention, LayerNorm, MLP
+// h -> 4h -> h with GELU) in fp32: the median over repetitions of one
+// forward + backward (input and weight gradients) of --blocks blocks on
+// [batch, seq, hidden].
+//
+//   OMP_NUM_THREADS=1 ./bench_transformer [--batch 8] [--seq 128] [--hidden 512]
+//       [--heads 8] [--blocks 1] [--reps 20] [--warmup 3]
+//   OMP_NUM_THREADS=1 mpiexec -np 2 ./bench_transformer ...
+//
+// At one rank it times telar::TransformerBlock (block_torch.py times the same
+// computation with torch.nn). At p ranks the blocks are
+// TensorParallelTransformerBlock with the heads and the MLP split over a tp
+// group of every rank: it prints the slowest rank's median and the bytes the
+// layers handed to allreduce per step next to Megatron's formula, 4
+// allreduces of batch x seq x hidden values per block per step (2 forward,
+// 2 backward).
+#include <telar/comm/communicator.hpp>
+#include <telar/layers/transformer.hpp>
+#include <telar/parallel/tensor_parallel_attention.hpp>
+
+#include <Kokkos_Core.hpp>
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace {
+
+using T = float;
+using Mat = telar::Matrix<T>;
+using Exec = Kokkos::DefaultExecutionSpace;
+
+struct Options {
+  std::size_t batch = 8, seq = 128, hidden = 512, heads = 8, blocks = 1;
+  int reps = 20, warmup = 3;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; i += 2) {
+    std::string const k = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "bench_transformer: %s needs a value\n", k.c_str());
+      std::exit(2);
+    }
+    long const v = std::atol(argv[i + 1]);
+    if (v < 1) {
+      std::fprintf(stderr, "bench_transformer: %s wants a positive integer\n", k.c_str());
+      std::exit(2);
+    }
+    if (k == "--batch")
+      o.batch = std::size_t(v);
+    else if (k == "--seq")
+      o.seq = std::size_t(v);
+    else if (k == "--hidden")
+      o.hidden = std::size_t(v);
+    else if (k == "--heads")
+      o.heads = std::size_t(v);
+    else if (k == "--blocks")
+      o.blocks = std::size_t(v);
+    else if (k == "--reps")
+      o.reps = int(v);
+    else if (k == "--warmup")
+      o.warmup = int(v);
+    else {
+      std::fprintf(stderr, "bench_transformer: unknown flag %s\n", k.c_str());
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+Mat random(std::size_t n, std::size_t k, unsigned seed) {
+  Mat m("m", n, k);
+  auto h = Kokkos::create_mirror_view(m);
+  std::srand(seed);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < k; ++j)
+      h(i, j) = T(std::rand()) / T(RAND_MAX) - T(0.5);
+  Kokkos::deep_copy(m, h);
+  return m;
+}
+
+// Median over reps of the slowest rank's forward + backward of every block.
+template <class Block>
+double time_blocks(std::vector<Block>& blocks, Options const& o, MPI_Comm comm,
+                   telar::TensorParallelTraffic* traffic, telar::TensorParallelTraffic* counted) {
+  telar::Shape const in{o.seq, o.hidden};
+  std::size_t const n = o.batch, k = o.seq * o.hidden, L = blocks.size();
+  std::vector<typename telar::layer_traits<Block>::saved_type> saved(L);
+  std::vector<Mat> act(L + 1), grad(L + 1);
+  act[0] = random(n, k, 1);
+  grad[L] = random(n, k, 2);
+  for (std::size_t l = 0; l < L; ++l) {
+    blocks[l].build(in);
+    blocks[l].initialize(7 + l);
+    act[l + 1] = Mat("a", n, k);
+    grad[l] = Mat("g", n, k);
+  }
+  std::vector<double> ms;
+  for (int r = 0; r < o.warmup + o.reps; ++r) {
+    if (r == o.warmup && traffic != nullptr)
+      traffic->reset(); // count one step only
+    MPI_Barrier(comm);
+    auto const t0 = std::chrono::steady_clock::now();
+    for (std::size_t l = 0; l < L; ++l)
+      blocks[l].forward(Exec{}, act[l], act[l + 1], saved[l]);
+    for (std::size_t l = L; l-- > 0;) {
+      blocks[l].backward_input(Exec{}, grad[l + 1], grad[l], saved[l]);
+      blocks[l].backward_weight(Exec{}, grad[l + 1], saved[l]);
+    }
+    Exec{}.fence();
+    double t =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
+    if (r >= o.warmup)
+      ms.push_back(t);
+    if (r == o.warmup && traffic != nullptr)
+      *counted = *traffic; // the first timed step
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  {
+    Kokkos::ScopeGuard kokkos(argc, argv);
+    Options const o = parse(argc, argv);
+    int p = 1, me = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &p);
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    double const tokens = double(o.batch * o.seq);
+    if (p == 1) {
+      std::vector<telar::TransformerBlock<T>> blocks;
+      for (std::size_t l = 0; l < o.blocks; ++l)
+        blocks.push_back(telar::make_transformer_block<T>(o.hidden, o.heads));
+      double const ms = time_blocks(blocks, o, MPI_COMM_WORLD, nullptr, nullptr);
+      std::printf("telar TransformerBlock x%zu: batch %zu seq %zu hidden %zu heads %zu fp32, "
+                  "forward+backward median %.2f ms (%.0f tokens/s), %d reps, threads %d\n",
+                  o.blocks, o.batch, o.seq, o.hidden, o.heads, ms, tokens / ms * 1e3, o.reps,
+                  Exec().concurrency());
+    } else {
+      telar::Communicator world(MPI_COMM_WORLD, "bench_transformer");
+      telar::TensorParallelTraffic traffic;
+      telar::TensorParallelContext ctx(world, telar::RingAllreduce{}, &traffic);
+      std::vector<telar::TensorParallelTransformerBlock<T>> blocks;
+      for (std::size_t l = 0; l < o.blocks; ++l) {
+        blocks.push_back(telar::make_tensor_parallel_transformer_block<T>(o.hidden, o.heads));
+        telar::set_tensor_parallel(blocks.back(), ctx);
+      }
+      telar::TensorParallelTraffic step;
+      double const ms = time_blocks(blocks, o, MPI_COMM_WORLD, &traffic, &step);
+      double const formula = 4.0 * double(o.blocks) * tokens * double(o.hidden) * sizeof(T);
+      if (me == 0)
+        std::printf("telar TensorParallelTransformerBlock x%zu at tp=%d: batch %zu seq %zu hidden "
+                    "%zu heads %zu fp32, forward+backward median %.2f ms (slowest rank), "
+                    "allreduced per step %llu calls, %.3f MB (formula 4 x blocks x batch x seq x "
+                    "hidden x 4 B = %.3f MB)\n",
+                    o.blocks, p, o.batch, o.seq, o.hidden, o.heads, ms,
+                    (unsigned long long)step.allreduces, double(step.bytes) / 1e6, formula / 1e6);
+    }
+  }
+  MPI_Finalize();
+  return 0;
+}

@@ -1,0 +1,362 @@
+// Example 03: a byte-level GPT on English text (the fortunes of Debian's
+// `fortunes` package; every 20th fortune is validation), serial or under any
+// composition of data, pipeline and tensor parallelism:
+//
+//   token embedding (256 bytes) + positional embedding, dropout
+//   layers x pre-norm transformer block (attention split by heads under --tp,
+//            MLP hidden -> 4 hidden -> hidden a Megatron pair)
+//   LayerNorm, Dense hidden -> 256, position-wise cross-entropy
+//
+//   gpt [--epochs 1] [--batch 32] [--lr 1e-3] [--optimizer adamw] [--seed 1]
+//       [--context 128] [--layers 4] [--hidden 256] [--heads 4] [--dropout 0.1]
+//       [--steps N] [--eval-every N] [--eval-limit 256] [--sample 200]
+//       [--temperature 0.8] [--prompt TEXT] [--data DIR] [--json]
+//       [--dp N] [--pp N] [--tp N] [--schedule 1f1b] [--microbatches M] [--timeline PREFIX]
+//
+//   mpirun -np 2 gpt --tp 2
+//
+// Reports the training loss and the validation loss and perplexity every
+// --eval-every steps (0: after each epoch), then prints a sample generated
+// from a prompt (temperature 0: greedy; otherwise seeded sampling). The
+// sample is generated when the whole model is on every rank (pp = 1): every
+// rank runs the same forwards (a tensor-parallel group together), rank 0
+// prints; under pipelining it is skipped.
+#include <telar/data/text.hpp>
+#include <telar/layers/dropout.hpp>
+#include <telar/layers/embedding.hpp>
+#include <telar/layers/losses.hpp>
+#include <telar/layers/normalization.hpp>
+#include <telar/parallel/tensor_parallel_attention.hpp>
+
+#include "example_support.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+struct Args : example::CommonArgs {
+  Args() : CommonArgs(/*epochs*/ 1, /*hidden*/ 256) {
+    batch = 32;
+    data = telar::default_fortunes_dir();
+  }
+  std::size_t context = 128, layers = 4, heads = 4;
+  double dropout = 0.1, temperature = 0.8;
+  long eval_every = 0, eval_limit = 256, sample = 200;
+  std::string prompt = "The ";
+};
+
+[[noreturn]] void usage(char const* why) {
+  std::fprintf(stderr,
+               "gpt: %s\n"
+               "usage: gpt [--epochs N] [--batch N] [--lr X] "
+               "[--optimizer sgd|momentum|adam|adamw|lamb] [--seed N] [--context N] [--layers N] "
+               "[--hidden N] [--heads N] [--dropout X] [--steps N] [--eval-every N] "
+               "[--eval-limit N] [--sample N] [--temperature X] [--prompt TEXT] [--data DIR] "
+               "[--json] [--dp N] [--pp N] [--tp N] [--schedule %s] [--microbatches M] "
+               "[--timeline PREFIX]\n",
+               why, example::schedule_choices().c_str());
+  throw 2;
+}
+
+// A real in [0, hi), "0" included (the ArgReader's reals are positive).
+double fraction(example::ArgReader& r, double hi) {
+  std::string const f = r.flag(), v = r.value();
+  char* end = nullptr;
+  double const x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != 0 || !(x >= 0 && x < hi))
+    r.fail(f + " expects a number from 0 up to " + (hi == 1 ? "1 (excluded)" : "any") + ", got '" +
+           v + "'");
+  return x;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  example::ArgReader r(argc, argv, usage);
+  while (r.next()) {
+    std::string const& f = r.flag();
+    if (f == "--schedule")
+      a.schedule = r.value(); // the trainer checks it
+    else if (f == "--context")
+      a.context = std::size_t(r.integer(1, 1 << 16));
+    else if (f == "--layers")
+      a.layers = std::size_t(r.integer(1, 1024));
+    else if (f == "--heads")
+      a.heads = std::size_t(r.integer(1, 1 << 16));
+    else if (f == "--dropout")
+      a.dropout = fraction(r, 1);
+    else if (f == "--temperature")
+      a.temperature = fraction(r, 1e6);
+    else if (f == "--steps")
+      a.limit_steps = long(r.integer(1));
+    else if (f == "--eval-every")
+      a.eval_every = r.number();
+    else if (f == "--eval-limit")
+      a.eval_limit = long(r.integer(1));
+    else if (f == "--sample")
+      a.sample = r.number();
+    else if (f == "--prompt")
+      a.prompt = r.value();
+    else if (!example::read_common_flag(r, a))
+      usage(("unknown flag " + f).c_str());
+  }
+  example::check_common(a, usage);
+  if (a.hidden % a.heads != 0)
+    r.fail("--hidden " + std::to_string(a.hidden) + " is not divisible by --heads " +
+           std::to_string(a.heads));
+  if (a.heads % std::size_t(a.tp) != 0)
+    r.fail("--heads " + std::to_string(a.heads) + " cannot be split evenly over --tp " +
+           std::to_string(a.tp));
+  if (a.prompt.empty())
+    r.fail("--prompt must not be empty");
+  return a;
+}
+
+using T = float;
+using Block = telar::TensorParallelTransformerBlock<T>; // the plain block at tp 1
+using Loss = telar::PositionwiseCrossEntropy<T>;
+// One strategy type for every run: degrees left at 1 cost nothing.
+using Strategy = telar::Strategy<telar::DataParallel<telar::RingAllreduce>,
+                                 telar::PipelineParallel<telar::OneFOneB>, telar::TensorParallel<>>;
+
+// Blocks are top-level layers (pipeline stages split between them), so their
+// number is part of the model's type: --layers picks one of these.
+template <std::size_t, class B>
+using Same = B;
+template <class Seq>
+struct GptOf;
+template <std::size_t... I>
+struct GptOf<std::index_sequence<I...>> {
+  using type =
+      telar::Sequential<telar::Embedding<T>, telar::PositionalEmbedding<T>, telar::Dropout<T>,
+                        Same<I, Block>..., telar::LayerNorm<T>, telar::Dense<T>>;
+  static type make(Args const& a) {
+    return type(
+        telar::Embedding<T>(telar::byte_vocab, a.hidden),
+        telar::PositionalEmbedding<T>(a.context, a.hidden), telar::Dropout<T>(a.dropout),
+        Same<I, Block>(telar::make_tensor_parallel_transformer_block<T>(a.hidden, a.heads))...,
+        telar::LayerNorm<T>(a.hidden), telar::Dense<T>(a.hidden, telar::byte_vocab));
+  }
+};
+template <std::size_t L>
+using Gpt = GptOf<std::make_index_sequence<L>>;
+
+// Device copies of a set of windows: token ids and next-token targets.
+struct Windows {
+  telar::Matrix<T> x;
+  Loss::target_type y;
+};
+Windows gather(telar::TextWindows const& text, std::vector<std::size_t> const& idx) {
+  std::size_t const c = text.context();
+  Windows w{telar::Matrix<T>("x", idx.size(), c), Loss::target_type("y", idx.size(), c)};
+  auto hx = Kokkos::create_mirror_view(w.x);
+  auto hy = Kokkos::create_mirror_view(w.y);
+  for (std::size_t i = 0; i < idx.size(); ++i)
+    text.window(idx[i], &hx(i, 0), &hy(i, 0));
+  Kokkos::deep_copy(w.x, hx);
+  Kokkos::deep_copy(w.y, hy);
+  return w;
+}
+
+// Next byte after `prompt`, one forward over the last context bytes per
+// byte (causal attention: the filler after the last real byte is not seen).
+template <class Model>
+std::string generate(Model& model, Args const& a) {
+  telar::set_training(model, false);
+  std::mt19937_64 rng(a.seed);
+  std::uniform_real_distribution<double> uniform(0, 1);
+  std::string text = a.prompt;
+  telar::Matrix<T> x("x", 1, a.context), y("y", 1, a.context * telar::byte_vocab);
+  auto hx = Kokkos::create_mirror_view(x);
+  typename telar::layer_traits<Model>::saved_type saved;
+  std::vector<double> p(telar::byte_vocab);
+  for (long n = 0; n < a.sample; ++n) {
+    std::size_t const first = text.size() > a.context ? text.size() - a.context : 0;
+    std::size_t const len = text.size() - first;
+    for (std::size_t i = 0; i < a.context; ++i)
+      hx(0, i) = i < len ? T(static_cast<unsigned char>(text[first + i])) : T(' ');
+    Kokkos::deep_copy(x, hx);
+    model.forward(Kokkos::DefaultExecutionSpace{}, x, y, saved);
+    auto hy = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, y);
+    T const* logits = &hy(0, (len - 1) * telar::byte_vocab);
+    std::size_t best = std::size_t(std::max_element(logits, logits + telar::byte_vocab) - logits);
+    if (a.temperature > 0) { // softmax(logits / temperature), drawn with the seeded generator
+      double sum = 0;
+      for (std::size_t c = 0; c < p.size(); ++c)
+        sum += p[c] = std::exp((double(logits[c]) - double(logits[best])) / a.temperature);
+      double u = uniform(rng) * sum;
+      for (best = 0; best + 1 < p.size() && u >= p[best]; ++best)
+        u -= p[best];
+    }
+    text += char(best);
+  }
+  telar::set_training(model, true);
+  return text;
+}
+
+// Validation loss every --eval-every steps (0: after each epoch).
+struct Report {
+  double train_loss = 0, val_loss = 0;
+  long long steps = 0, tokens = 0;
+  double train_seconds = 0, median_ms = 0, param_l2 = 0;
+};
+
+template <class Trainer>
+Report fit(Trainer& trainer, Args const& a, telar::TextWindows const& train, Windows const& val,
+           std::size_t local) {
+  example::check_outputs(trainer, a);
+  bool const root = trainer.rank() == 0;
+  telar::DistributedSampler sampler(train.size(), trainer.grid_shape().dp, trainer.grid_coords().dp,
+                                    a.seed, true, telar::LastBatch::drop);
+  telar::BatchLoader loader(sampler, local);
+  std::vector<double> step_ms;
+  Report r;
+  double sum = 0;
+  long long n = 0;
+  auto evaluate = [&](char const* when) {
+    r.train_loss = sum / double(std::max<long long>(1, n));
+    r.val_loss = trainer.evaluate(val.x, val.y, 64).loss;
+    if (root)
+      std::fprintf(stderr, "%s %lld: train loss %.4f, val loss %.4f, perplexity %.2f\n", when,
+                   r.steps, r.train_loss, r.val_loss, std::exp(r.val_loss));
+    sum = 0;
+    n = 0;
+  };
+  bool go_on = true;
+  for (int epoch = 0; epoch < a.epochs && go_on; ++epoch) {
+    loader.set_epoch(std::uint64_t(epoch));
+    telar::LocalBatch batch;
+    for (std::size_t s = 0; s < loader.size() && go_on; ++s) {
+      loader.batch(s, batch);
+      Windows const w = gather(train, batch.indices);
+      auto const step = trainer.step(w.x, w.y);
+      step_ms.push_back(step.seconds * 1e3);
+      r.train_seconds += step.seconds;
+      r.tokens += step.samples * (long long)train.context();
+      sum += step.loss;
+      ++n;
+      ++r.steps;
+      go_on = a.limit_steps <= 0 || r.steps < a.limit_steps;
+      if (a.eval_every > 0 && r.steps % a.eval_every == 0)
+        evaluate("step");
+      else if (root && r.steps % 20 == 0)
+        std::fprintf(stderr, "step %lld: loss %.4f, lr %.2e, %.0f ms\n", r.steps, step.loss,
+                     step.lr, step.seconds * 1e3);
+    }
+    if (n > 0)
+      evaluate(go_on ? "epoch" : "step");
+  }
+  r.param_l2 = trainer.param_l2(); // collective: every rank
+  r.median_ms = example::median(step_ms);
+  return r;
+}
+
+template <std::size_t L, class Optimizer>
+int train(MPI_Comm comm, Args const& a, Optimizer opt) {
+  telar::TextSplit const text = telar::load_fortunes(a.data);
+  telar::TextWindows const train_set(text.train, a.context), val_set(text.validation, a.context);
+  telar::TrainerOptions opts = example::trainer_options(a, train_set.size());
+  if (a.limit_steps > 0) { // warm-up and cosine over the steps that run
+    long long const total =
+        std::min<long long>(a.limit_steps, (long long)(train_set.size() / a.batch) * a.epochs);
+    opts.lr = telar::warmup_cosine(a.lr, std::min<long long>(100, total / 10), total, a.lr * 0.05);
+  }
+  using Model = typename Gpt<L>::type;
+  telar::Trainer<Model, Strategy, Optimizer, Loss> trainer(comm, Gpt<L>::make(a), opt, opts,
+                                                           telar::Shape(a.context));
+  std::size_t const local = example::local_batch(a, trainer.grid_shape().dp, "gpt");
+  bool const root = trainer.rank() == 0;
+  std::size_t const nval = std::min<std::size_t>(val_set.size(), std::size_t(a.eval_limit));
+  std::vector<std::size_t> vi(nval);
+  for (std::size_t i = 0; i < nval; ++i)
+    vi[i] = i * (val_set.size() / nval); // spread over the validation text
+  Windows const val = gather(val_set, vi);
+  if (root)
+    std::fprintf(stderr,
+                 "gpt: %zu fortunes from %zu files in %s: %zu train / %zu validation bytes, "
+                 "%zu train windows, %zu validation windows evaluated; GPT %zu x [hidden %zu, "
+                 "%zu heads], context %zu, %s, layout %s, schedule %s, %d micro-batches, global "
+                 "batch %zu\n",
+                 text.fortunes, text.files, a.data.c_str(), text.train.size(),
+                 text.validation.size(), train_set.size(), nval, L, a.hidden, a.heads, a.context,
+                 Optimizer::name(), trainer.layout().c_str(),
+                 trainer.pipeline_schedule().name.c_str(), opts.microbatches, a.batch);
+
+  Report const r = fit(trainer, a, train_set, val, local);
+  example::write_timeline(trainer, a.timeline, "gpt");
+  double const tokens_per_s = double(r.tokens) / r.train_seconds;
+  std::string sample;
+  if (a.sample > 0 && trainer.grid_shape().pp == 1)
+    sample = generate(trainer.model(), a);
+  if (!root)
+    return 0;
+  std::fprintf(stderr,
+               "final: val loss %.4f, perplexity %.2f, median step %.1f ms, %.0f tokens/s\n",
+               r.val_loss, std::exp(r.val_loss), r.median_ms, tokens_per_s);
+  if (a.sample > 0)
+    std::fprintf(stderr,
+                 trainer.grid_shape().pp == 1
+                     ? "sample (temperature %.2f, seed %llu):\n%s\n"
+                     : "sample skipped under pipelining (temperature %.2f, seed %llu)%s\n",
+                 a.temperature, (unsigned long long)a.seed, sample.c_str());
+  if (!a.json)
+    return 0;
+  telar::JsonObject config = example::common_config(trainer, a);
+  config.add("context", (long long)a.context)
+      .add("layers", (long long)L)
+      .add("heads", (long long)a.heads)
+      .add("dropout", a.dropout);
+  telar::JsonObject j;
+  j.add("final_loss", r.train_loss)
+      .add("val_loss", r.val_loss)
+      .add("perplexity", std::exp(r.val_loss))
+      .add("tokens_per_s", tokens_per_s)
+      .add("step_ms_median", r.median_ms)
+      .add("param_l2", r.param_l2)
+      .add("steps", r.steps)
+      .add("strategy", trainer.strategy_name())
+      .add("layout", trainer.layout())
+      .add("config", config);
+  std::printf("%s\n", j.str().c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+// AdamW (default) or SGD: each optimizer and depth is a Trainer instantiation.
+template <std::size_t L>
+int with_optimizer(MPI_Comm comm, Args const& a) {
+  if (a.optimizer == "adamw")
+    return train<L>(comm, a, telar::AdamW<T>{});
+  if (a.optimizer == "sgd")
+    return train<L>(comm, a, telar::SGD<T>{});
+  usage(("gpt supports --optimizer adamw or sgd, got '" + a.optimizer + "'").c_str());
+}
+
+int run(MPI_Comm comm, int argc, char** argv) {
+  Args const a = parse(argc, argv);
+  switch (a.layers) {
+  case 1:
+    return with_optimizer<1>(comm, a);
+  case 2:
+    return with_optimizer<2>(comm, a);
+  case 4:
+    return with_optimizer<4>(comm, a);
+  case 6:
+    return with_optimizer<6>(comm, a);
+  case 8:
+    return with_optimizer<8>(comm, a);
+  default:
+    usage(("--layers must be 1, 2, 4, 6 or 8, got " + std::to_string(a.layers)).c_str());
+  }
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  return example::run_main(argc, argv, "gpt", run);
+}
