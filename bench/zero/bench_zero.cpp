@@ -40,12 +40,13 @@ enum Category { parameters, gradients, optimizer, gathered, other, categories };
 Category category_of(std::string const& l) {
   if (l == "telar::ParameterStore::values" || l == "telar::ZeRO::param_shard")
     return parameters;
-  if (l == "telar::ParameterStore::grads" || l == "telar::ZeRO::shard_grads" ||
-      l == "telar::ZeRO::group_grads")
+  if (l == "telar::ParameterStore::grads" || l == "telar::ZeRO::shard_grads")
     return gradients;
   if (l.rfind("telar::Optimizer::", 0) == 0)
     return optimizer;
-  if (l == "telar::ZeRO::gathered")
+  // Temporary buffers of the collectives, apart from model states as in the
+  // ZeRO paper: gathered groups and groups' gradients awaiting reduction.
+  if (l == "telar::ZeRO::gathered" || l == "telar::ZeRO::group_grads")
     return gathered;
   return other;
 }
@@ -168,7 +169,7 @@ int main(int argc, char** argv) {
                   "batch %zu, %d timed steps, buckets/groups >= %zu KiB\n",
                   P, size, batch, steps, bucket >> 10);
       std::printf("%-22s %9s %9s %9s %9s %10s %10s %7s %12s %8s %9s\n", "sharding", "params",
-                  "grads", "optim", "gathered", "model-state", "formula", "ratio", "sent/step",
+                  "grads", "optim", "buffers", "model-state", "formula", "ratio", "sent/step",
                   "vs dp", "step ms");
       for (auto const& r : rows) {
         double const ms = double(r.peak[parameters] + r.peak[gradients] + r.peak[optimizer]);
@@ -179,8 +180,9 @@ int main(int argc, char** argv) {
                     rows[0].bytes_per_step > 0 ? r.bytes_per_step / rows[0].bytes_per_step : 0.0,
                     r.median_ms);
       }
-      std::printf("(MiB per rank; params/grads/optim/gathered: peak bytes allocated under those "
-                  "labels; model-state = params + grads + optim peaks; sent/step: the dp "
+      std::printf("(MiB per rank; params/grads/optim: peak bytes allocated under those labels; "
+                  "buffers: gathered groups and group gradients awaiting reduction (temporary); "
+                  "model-state = params + grads + optim peaks; sent/step: the dp "
                   "communicator's counted bytes)\n");
       std::printf("step time vs zero 1: zero 2 %.3fx, zero 3 per-microbatch %.3fx, zero 3 "
                   "per-step %.3fx\n",

@@ -238,7 +238,7 @@ MemoryPlan plan_rank(Model model, TrainerOptions const& options, Shape const& in
                      int rank, int stage) {
   MemoryPlan plan;
   plan.grid = shape;
-  plan.zero_stage = shape.dp > 1 ? stage : 0;
+  plan.zero_stage = shape.dp > 1 || stage == 3 ? stage : 0;
   plan.rank = rank;
   GridCoord const at = grid_coords_of(shape, options.grid_order, rank);
   if constexpr (StrategyT::has_tensor_parallel) {

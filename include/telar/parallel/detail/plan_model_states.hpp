@@ -17,14 +17,14 @@ struct ModelStateInput {
   std::size_t alignment = 1; // ParameterStore::alignment
   std::size_t value_bytes = 4;
   int dp = 1;
-  int stage = 0;                  // ZeRO stage (0: NoSharding)
-  bool shared = false;            // ZeRO<1> shared-memory mode (every dp rank on one node)
-  bool node_leader = true;        // shared mode: the node rank that holds the parameter window
-  std::size_t state_size = 0;     // optimizer state values per parameter
-  bool layerwise = false;         // the optimizer keeps a direction buffer (LAMB)
+  int stage = 0;                   // ZeRO stage (0: NoSharding)
+  bool shared = false;             // ZeRO<1> shared-memory mode (every dp rank on one node)
+  bool node_leader = true;         // shared mode: the node rank that holds the parameter window
+  std::size_t state_size = 0;      // optimizer state values per parameter
+  bool layerwise = false;          // the optimizer keeps a direction buffer (LAMB)
   std::vector<std::size_t> groups; // ZeRO<2, 3>: bucket groups' elements, backward order
-  int microbatches = 1;             // > 1: every group's gradient lives for the whole step
-  bool gather_per_step = false;     // ZeRO<3, PerStep>: every group stays gathered
+  int microbatches = 1;            // > 1: every group's gradient lives for the whole step
+  bool gather_per_step = false;    // ZeRO<3, PerStep>: every group stays gathered
 };
 
 // Peak elements of the group buffers: a group and the one before it (whose
@@ -41,7 +41,9 @@ inline std::size_t plan_group_peak(std::vector<std::size_t> const& groups, bool 
 inline MemoryBytes plan_model_states(ModelStateInput const& in) {
   MemoryBytes out;
   auto bytes = [&](std::size_t elements) { return elements * in.value_bytes; };
-  bool const sharded = in.stage > 0 && in.dp > 1;
+  // ZeRO-1/2 over one rank are the plain store; ZeRO-3 keeps its gathers
+  // (its shard is everything, the gathers are copies).
+  bool const sharded = in.stage == 3 || (in.stage > 0 && in.dp > 1);
   std::size_t const multiple = sharded ? std::size_t(in.dp) * in.alignment : 1;
   std::size_t const psi = (in.elements + multiple - 1) / multiple * multiple;
   std::size_t const shard = sharded ? psi / std::size_t(in.dp) : psi;
