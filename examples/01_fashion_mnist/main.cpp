@@ -19,10 +19,7 @@
 // --memory-budget 1.5GB refuses, before allocating, a layout whose memory
 // plan needs more on some rank, naming a layout that fits; the summary (and
 // the JSON's "memory" and "memory_plan") gives measured and planned peaks.
-#include <telar/core/recompute.hpp>
-#include <telar/layers/activation.hpp>
-#include <telar/layers/dense.hpp>
-#include <telar/parallel/tensor_parallel.hpp>
+#include <telar/telar.hpp> // one include for all of Telar
 
 #include "example_support.hpp"
 

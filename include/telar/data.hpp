@@ -1,8 +1,8 @@
 #pragma once
 /*! \file
  *  \brief Telar's data room in one include: IDX / Fashion-MNIST reader,
- *  synthetic data, the random number generator, the distributed sampler and
- *  the batch loader. Uses no MPI. */
+ *  synthetic data, the fortunes text reader, the random number generator, the
+ *  distributed sampler and the batch loader. Uses no MPI. */
 
 #include <telar/data/dataset.hpp>
 #include <telar/data/error.hpp>
@@ -11,3 +11,4 @@
 #include <telar/data/random.hpp>
 #include <telar/data/sampler.hpp>
 #include <telar/data/synthetic.hpp>
+#include <telar/data/text.hpp>
