@@ -10,7 +10,10 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 using Exec = telar::DefaultMemorySpace::execution_space;
 
@@ -206,4 +209,38 @@ TEST_CASE("Trainer rejects bad batches with a clear message", "[train]") {
   CHECK_THROWS_AS((telar::Trainer<Mlp<float>, telar::Serial, telar::SGD<float>>(
                       make_mlp<float>(5, 4, 2), {}, telar::TrainerOptions{}, 4)),
                   telar::ShapeError);
+}
+
+namespace {
+std::vector<std::string> regions_seen;
+void on_push_region(char const* name) {
+  regions_seen.emplace_back(name);
+}
+} // namespace
+
+TEST_CASE("Every phase of a step is a Kokkos Tools region named telar::...", "[train][regions]") {
+  auto const xy = blobs<float>(64, 16, 4, 2);
+  telar::TrainerOptions opts;
+  telar::Trainer<Mlp<float>, telar::Serial, telar::Adam<float>> trainer(make_mlp<float>(16, 32, 4),
+                                                                        {}, opts, 16);
+  // A tool's push-region callback, as a profiler would register it (the
+  // Trainer's memory meter shares the callback table and must keep it).
+  auto const previous = Kokkos::Tools::Experimental::get_callbacks();
+  regions_seen.clear();
+  Kokkos::Tools::Experimental::set_push_region_callback(on_push_region);
+  trainer.step(xy.first, xy.second);
+  trainer.evaluate(xy.first, xy.second);
+  Kokkos::Tools::Experimental::set_callbacks(previous);
+  for (char const* phase :
+       {"telar::Trainer::step", "telar::Trainer::step::forward_backward",
+        "telar::Trainer::step::reduce_gradients", "telar::Trainer::step::optimizer",
+        "telar::Trainer::step::publish_parameters", "telar::Trainer::step::reduce_loss",
+        "telar::Trainer::evaluate"}) {
+    INFO(phase);
+    CHECK(std::find(regions_seen.begin(), regions_seen.end(), phase) != regions_seen.end());
+  }
+  for (auto const& name : regions_seen) { // Telar's own regions are all telar::
+    INFO(name);
+    CHECK(name.rfind("telar::", 0) == 0);
+  }
 }

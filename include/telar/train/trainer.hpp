@@ -147,6 +147,7 @@ public:
    *  \param x inputs [local batch, in_shape.size()] \param y targets, first
    *  extent the local batch \return loss (and accuracy) over the global batch */
   StepResult step(ConstMatrix<value_type, memory_space> x, target_type const& y) {
+    detail::ScopedRegion region("telar::Trainer::step");
     MemoryMeter::Scope scope(MemoryCategory::workspace);
     auto const t0 = std::chrono::steady_clock::now();
     double const tr0 = trace_.now();
@@ -157,12 +158,17 @@ public:
     // Dropout masks keyed by (step, global sample): the same in every layout.
     set_random_position(model_, std::uint64_t(step_), std::uint64_t(coords_.dp) * n);
     value_type const scale = value_type(1) / value_type(global_count(exec, y, n));
-    LossSum local = executor_.run(
-        exec, schedule_, x, y, loss_, scale,
-        detail::StepHooks<Residency, Sync, execution_space>(residency_, sync_, exec), &trace_);
+    LossSum local;
+    {
+      detail::ScopedRegion phase("telar::Trainer::step::forward_backward");
+      local = executor_.run(
+          exec, schedule_, x, y, loss_, scale,
+          detail::StepHooks<Residency, Sync, execution_space>(residency_, sync_, exec), &trace_);
+    }
     StepResult r;
     r.lr = options_.lr(step_ + 1);
     update(exec, r.lr);
+    detail::ScopedRegion phase("telar::Trainer::step::reduce_loss");
     fill_result(r, reduce_loss(local));
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     trace_.add("step " + std::to_string(step_), "step", tr0, trace_.now(), 2);
@@ -175,6 +181,7 @@ public:
    *  \param y targets, first extent n \param chunk samples per forward pass */
   StepResult evaluate(ConstMatrix<value_type, memory_space> x, target_type const& y,
                       std::size_t chunk = 1000) {
+    detail::ScopedRegion region("telar::Trainer::evaluate");
     MemoryMeter::Scope scope(MemoryCategory::workspace);
     // memory() is the training steps': evaluation's chunks are not counted,
     // and its slots are freed after (the next step sizes them again).
@@ -700,18 +707,27 @@ private:
   // schedule's OptimizerStep.
   void update(execution_space const& exec, double lr) {
     double const t0 = trace_.now();
-    sync_.reduce(exec, params_);
+    {
+      detail::ScopedRegion phase("telar::Trainer::step::reduce_gradients");
+      sync_.reduce(exec, params_);
+    }
     double const t_update = trace_.now();
     ++step_;
     StepInfo<value_type> info;
     info.lr = value_type(lr);
     info.step = step_;
-    MemoryMeter::Scope state(MemoryCategory::optimizer_state);
-    engine_.step(exec, optimizer_values(), sync_.grads(params_), opt_segments_, opt_tensor_ids_,
-                 all_tensors_.size(), info, options_.clip_grad_norm,
-                 [this](double* v, std::size_t n) { sync_.sum_norms(v, n); });
-    exec.fence();
-    sync_.publish(exec, params_);
+    {
+      detail::ScopedRegion phase("telar::Trainer::step::optimizer");
+      MemoryMeter::Scope state(MemoryCategory::optimizer_state);
+      engine_.step(exec, optimizer_values(), sync_.grads(params_), opt_segments_, opt_tensor_ids_,
+                   all_tensors_.size(), info, options_.clip_grad_norm,
+                   [this](double* v, std::size_t n) { sync_.sum_norms(v, n); });
+      exec.fence();
+    }
+    {
+      detail::ScopedRegion phase("telar::Trainer::step::publish_parameters");
+      sync_.publish(exec, params_);
+    }
     double const t1 = trace_.now();
     trace_.add("optimizer", "optimizer", t_update, t1);
     if (trace_.enabled())
