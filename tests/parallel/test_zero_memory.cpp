@@ -141,7 +141,8 @@ TEST_CASE("ZeRO-2 holds no full gradient buffer, ZeRO-3 no full parameter buffer
       CHECK(meter.peak_of("telar::ZeRO::group_grads") < full);
       CHECK(meter.live["telar::ZeRO::group_grads"] == 0);
       CHECK(meter.peak_of("telar::ZeRO::shard_grads") == full / n);
-      CHECK(t.held_bytes().gradients == std::size_t(full / n));
+      // The Trainer's own meter agrees: its gradients are the shard.
+      CHECK(t.memory()[telar::MemoryCategory::gradients] == std::size_t(full / n));
     }
     CHECK(meter.peak_of("telar::ParameterStore::values") >=
           std::int64_t(model_values * sizeof(float)));
@@ -160,24 +161,19 @@ TEST_CASE("ZeRO-2 holds no full gradient buffer, ZeRO-3 no full parameter buffer
     CHECK(meter.peak_of("telar::ParameterStore::grads") == 0);
     CHECK(t.parameter_store().values().size() == 0);
     CHECK(meter.live["telar::ZeRO::param_shard"] == full / n);
-    CHECK(t.held_bytes().parameters == std::size_t(full / n));
-    CHECK(t.held_bytes().gathered == 0);
+    CHECK(t.memory()[telar::MemoryCategory::parameters] == std::size_t(full / n));
     CHECK(meter.live["telar::ZeRO::gathered"] == 0);
     // Gathered per use: never every group at once.
     CHECK(meter.peak_of("telar::ZeRO::gathered") > 0);
     CHECK(meter.peak_of("telar::ZeRO::gathered") < full);
-    // What a memory plan would predict: exact for the shard, an upper bound
-    // of the peaks for the rest.
-    using Sync = telar::detail::GradientSync<telar::ZeRO<3>, float, telar::DefaultMemorySpace,
-                                             telar::RingAllreduce>;
-    auto const groups =
-        telar::detail::BucketPlan(t.parameter_store(), opts.bucket_bytes, sizeof(float)).ranges();
-    auto const plan = Sync::planned_bytes(t.parameter_store().size(), n, groups);
-    CHECK(std::int64_t(plan.parameters) == full / n);
-    CHECK(std::int64_t(plan.gradients) >=
-          meter.peak_of("telar::ZeRO::shard_grads") + meter.peak_of("telar::ZeRO::group_grads"));
-    CHECK(std::int64_t(plan.communication) >= meter.peak_of("telar::ZeRO::gathered"));
-    CHECK(std::int64_t(plan.communication) < full);
+    // The Trainer's memory plan: exact for the shard, an upper bound of the
+    // temporary buffers (gathered groups and group gradients).
+    auto const& plan = t.memory_plan().bytes;
+    CHECK(std::int64_t(plan[telar::MemoryCategory::parameters]) == full / n);
+    CHECK(std::int64_t(plan[telar::MemoryCategory::gradients]) == full / n);
+    CHECK(std::int64_t(plan[telar::MemoryCategory::communication]) >=
+          meter.peak_of("telar::ZeRO::gathered"));
+    CHECK(std::int64_t(plan[telar::MemoryCategory::communication]) < 2 * full);
   }
   SECTION("ZeRO-3, per step") {
     using Z = telar::ZeRO<3, telar::ZeRO3Gather::PerStep>;

@@ -249,27 +249,6 @@ public:
 
   /*! \brief The model (this rank's layers bound to the trainer's buffers). */
   Model& model() { return model_; }
-  /*! \brief Bytes of model state this rank holds now, read off the buffers
-   *  the components allocated: parameter values (the flat store, or the
-   *  ZeRO-3 shard), gradients (the flat store's, the ZeRO shard's and any
-   *  group buffer alive), gathered ZeRO-3 values, and optimizer state. */
-  struct HeldBytes {
-    std::size_t parameters = 0; //!< parameter values
-    std::size_t gradients = 0;  //!< gradients
-    std::size_t gathered = 0;   //!< ZeRO-3 gather buffers
-    std::size_t optimizer = 0;  //!< optimizer state
-  };
-  /*! \brief See HeldBytes (between steps: the gather and group buffers are freed). */
-  HeldBytes held_bytes() const {
-    HeldBytes b;
-    std::size_t const e = sizeof(value_type);
-    b.parameters = (params_.values().size() + residency_.shard().size()) * e;
-    b.gradients = params_.grads().size() * e + sync_.gradient_bytes_held();
-    if constexpr (detail::is_detected_v<gathered_bytes_t, Residency>)
-      b.gathered = residency_.gathered_bytes();
-    b.optimizer = (engine_.state().size() + engine_.direction_size()) * e;
-    return b;
-  }
   /*! \brief This rank's flat parameter store (layout only, no values, under ZeRO-3). */
   ParameterStore<value_type, memory_space> const& parameter_store() const { return params_; }
   /*! \brief Steps taken. */
@@ -368,8 +347,6 @@ private:
   using ResidencyOf =
       detail::residency_of<typename DataParallelPolicy::sharding, value_type, memory_space>;
   using Residency = typename ResidencyOf::type;
-  template <class R>
-  using gathered_bytes_t = decltype(std::declval<R const&>().gathered_bytes());
 
   int dp_size() const { return shape_.dp; }
   std::string where() const {

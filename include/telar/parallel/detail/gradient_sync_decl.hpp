@@ -21,10 +21,6 @@
 // Every specialisation offers, for ParameterStore<T, MemorySpace> store:
 //   GradientSync(SyncContext const&)
 //   bind(model, owned, store)       binds the store (its buffers are the sync's to choose)
-//   planned_bytes(padded elements, dp, group ranges[, micro-batches])
-//                                   static: {parameters, peak gradients, gather
-//                                   buffers} it will hold per rank (formula in each file)
-//   gradient_bytes_held()           gradient bytes besides the store's flat buffer
 //   shard()                         [begin, end) of the flat store this rank's optimizer updates
 //   begin_step(calls)               every layer will report `calls` times
 //   before_backward(layer)          a layer's backward is about to run (ZeRO-2/3:

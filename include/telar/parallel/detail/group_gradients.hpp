@@ -22,7 +22,6 @@
 #include <telar/core/parameters.hpp>
 #include <telar/parallel/detail/bucket_plan.hpp>
 #include <telar/parallel/detail/gradient_sync_decl.hpp>
-#include <telar/parallel/detail/model_state_bytes.hpp>
 
 #include <algorithm>
 #include <functional>
@@ -60,29 +59,6 @@ public:
   std::size_t begin() const { return lo_; }
   // The summed gradient of this rank's shard (after end_backward).
   Vec const& shard() const { return shard_; }
-  // Gradient bytes held now (shard and live groups), for tests.
-  std::size_t bytes_held() const {
-    std::size_t n = shard_.size();
-    for (auto const& g : groups_)
-      n += g.grads.size();
-    return n * sizeof(T);
-  }
-
-  // Peak gradient bytes: the shard, plus every group when several
-  // micro-batches keep them all live, else the two largest neighbours (one
-  // accumulating while the previous one is reduced).
-  static std::size_t planned_bytes(std::size_t padded_elements, int dp,
-                                   std::vector<std::pair<std::size_t, std::size_t>> const& groups,
-                                   int microbatches) {
-    std::size_t live = 0, all = 0;
-    for (std::size_t i = 0; i < groups.size(); ++i) {
-      std::size_t const n = groups[i].second - groups[i].first;
-      all += n;
-      std::size_t const prev = i > 0 ? groups[i - 1].second - groups[i - 1].first : 0;
-      live = std::max(live, n + prev);
-    }
-    return (padded_elements / std::size_t(dp) + (microbatches > 1 ? all : live)) * sizeof(T);
-  }
 
   void begin_step(int calls) {
     plan_.begin_step(calls);

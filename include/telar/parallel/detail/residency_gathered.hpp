@@ -49,13 +49,6 @@ public:
   bool sharded() const { return ctx_.dp != nullptr; }
   Vec const& shard() const { return shard_; }
   std::size_t group_count() const { return groups_.size(); }
-  // Bytes of gathered values held now (tests).
-  std::size_t gathered_bytes() const {
-    std::size_t n = 0;
-    for (auto const& g : groups_)
-      n += g.values.size();
-    return n * sizeof(T);
-  }
 
   // Draws the layers one at a time, never the whole model: a first pass
   // learns the shapes (dropping each layer's values), the store is laid out,
@@ -124,21 +117,6 @@ public:
     for (auto& g : groups_)
       release(g);
     current_ = -1;
-  }
-
-  // Peak gather-buffer bytes: every group (PerStep keeps them all for the
-  // step), or the two largest neighbours (one in use, one prefetched).
-  static std::size_t
-  planned_gather_bytes(std::vector<std::pair<std::size_t, std::size_t>> const& groups,
-                       ZeRO3Gather mode) {
-    std::size_t all = 0, pair = 0;
-    for (std::size_t i = 0; i < groups.size(); ++i) {
-      std::size_t const n = groups[i].second - groups[i].first;
-      std::size_t const prev = i > 0 ? groups[i - 1].second - groups[i - 1].first : 0;
-      all += n;
-      pair = std::max(pair, n + prev);
-    }
-    return (mode == ZeRO3Gather::PerStep ? all : pair) * sizeof(T);
   }
 
 private:

@@ -5,7 +5,6 @@
 #include <telar/core/parameters.hpp>
 #include <telar/parallel/detail/gradient_buckets.hpp>
 #include <telar/parallel/detail/gradient_sync_decl.hpp>
-#include <telar/parallel/detail/model_state_bytes.hpp>
 #include <telar/parallel/strategy.hpp>
 
 #include <utility>
@@ -31,18 +30,8 @@ public:
       buckets_ = Buckets(ctx_.dp, Algorithm{}, store, ctx_.bucket_bytes, ctx_.trace);
   }
 
-  // {parameters, gradients, communication} bytes per rank: Ψ values and Ψ
-  // gradients, nothing gathered.
-  static ModelStateBytes planned_bytes(std::size_t padded_store_elements, int,
-                                       std::vector<std::pair<std::size_t, std::size_t>> const&,
-                                       int = 1) {
-    return {padded_store_elements * sizeof(T), padded_store_elements * sizeof(T), 0};
-  }
-
   std::pair<std::size_t, std::size_t> shard() const { return {0, size_}; }
   std::size_t bucket_count() const { return buckets_.bucket_count(); }
-  // Gradient bytes held besides the store's flat buffer.
-  std::size_t gradient_bytes_held() const { return 0; }
 
   void begin_step(int calls) { buckets_.begin_step(calls); }
   void before_backward(std::size_t) {}

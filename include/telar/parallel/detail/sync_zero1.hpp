@@ -6,7 +6,6 @@
 // its shard, and the parameters are all-gathered (see zero_sharding.hpp).
 #include <telar/core/parameters.hpp>
 #include <telar/parallel/detail/gradient_sync_decl.hpp>
-#include <telar/parallel/detail/model_state_bytes.hpp>
 #include <telar/parallel/detail/zero_sharding.hpp>
 #include <telar/parallel/strategy.hpp>
 
@@ -45,19 +44,6 @@ public:
                           : std::make_pair(std::size_t(0), size_);
   }
   std::size_t bucket_count() const { return 0; }
-  // Gradient bytes held besides the store's flat buffer (none: the shard is
-  // reduced in place).
-  std::size_t gradient_bytes_held() const { return 0; }
-
-  // {parameters, gradients, communication} bytes per rank: Ψ values and Ψ
-  // gradients (the full flat buffer the shard is reduced into, in place; in
-  // shared mode one value copy per node); nothing gathered.
-  static ModelStateBytes planned_bytes(std::size_t padded_store_elements, int dp,
-                                       std::vector<std::pair<std::size_t, std::size_t>> const&,
-                                       int = 1) {
-    (void)dp;
-    return {padded_store_elements * sizeof(T), padded_store_elements * sizeof(T), 0};
-  }
 
   // Nothing overlaps backward: the shard is reduced once it is complete.
   void begin_step(int) {}

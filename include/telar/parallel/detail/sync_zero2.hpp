@@ -14,7 +14,6 @@
 #include <telar/core/parameters.hpp>
 #include <telar/parallel/detail/gradient_sync_decl.hpp>
 #include <telar/parallel/detail/group_gradients.hpp>
-#include <telar/parallel/detail/model_state_bytes.hpp>
 #include <telar/parallel/detail/zero_sharding.hpp>
 #include <telar/parallel/strategy.hpp>
 
@@ -60,26 +59,8 @@ public:
         });
   }
 
-  // {parameters, peak gradients, communication} bytes per rank: the full
-  // padded values Ψ; the gradient shard Ψ/N plus the live groups (see
-  // GroupGradients::planned_bytes); no gather buffer. (The optimizer's
-  // state, k Ψ/N, is the optimizer's.)
-  static ModelStateBytes
-  planned_bytes(std::size_t padded_store_elements, int dp,
-                std::vector<std::pair<std::size_t, std::size_t>> const& group_ranges,
-                int microbatches = 1) {
-    ModelStateBytes b;
-    b.parameters = padded_store_elements * sizeof(T);
-    b.gradients = dp > 1 ? GroupGradients<T, MemorySpace>::planned_bytes(padded_store_elements, dp,
-                                                                         group_ranges, microbatches)
-                         : padded_store_elements * sizeof(T);
-    return b;
-  }
-
   std::pair<std::size_t, std::size_t> shard() const { return {lo_, lo_ + chunk_}; }
   std::size_t bucket_count() const { return active() ? grads_.group_count() : 0; }
-  // Gradient bytes held now (tests: no full gradient buffer).
-  std::size_t gradient_bytes_held() const { return active() ? grads_.bytes_held() : 0; }
 
   void begin_step(int calls) {
     if (active())

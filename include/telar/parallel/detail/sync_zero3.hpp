@@ -12,7 +12,6 @@
 #include <telar/core/parameters.hpp>
 #include <telar/parallel/detail/gradient_sync_decl.hpp>
 #include <telar/parallel/detail/group_gradients.hpp>
-#include <telar/parallel/detail/model_state_bytes.hpp>
 #include <telar/parallel/detail/residency_gathered.hpp>
 #include <telar/parallel/strategy.hpp>
 
@@ -47,27 +46,8 @@ public:
         });
   }
 
-  // {parameters, peak gradients, communication} bytes per rank: the value
-  // shard Ψ/N; the gradient shard Ψ/N plus the live groups (see
-  // GroupGradients::planned_bytes); the gather buffers (every group with
-  // PerStep, else the two largest neighbouring groups). (The optimizer's
-  // state, k Ψ/N, is the optimizer's.)
-  static ModelStateBytes
-  planned_bytes(std::size_t padded_store_elements, int dp,
-                std::vector<std::pair<std::size_t, std::size_t>> const& group_ranges,
-                int microbatches = 1) {
-    ModelStateBytes b;
-    b.parameters = padded_store_elements / std::size_t(dp) * sizeof(T);
-    b.gradients = GroupGradients<T, MemorySpace>::planned_bytes(padded_store_elements, dp,
-                                                                group_ranges, microbatches);
-    b.communication = GatheredParameters<T, MemorySpace>::planned_gather_bytes(group_ranges, G);
-    return b;
-  }
-
   std::pair<std::size_t, std::size_t> shard() const { return {lo_, lo_ + chunk_}; }
   std::size_t bucket_count() const { return active() ? grads_.group_count() : 0; }
-  // Gradient bytes held now (tests: no full gradient buffer).
-  std::size_t gradient_bytes_held() const { return active() ? grads_.bytes_held() : 0; }
 
   void begin_step(int calls) {
     if (active())
