@@ -18,6 +18,7 @@
 #include <telar/parallel/detail/pipeline_executor.hpp>
 #include <telar/parallel/detail/residency.hpp>
 #include <telar/parallel/detail/step_hooks.hpp>
+#include <telar/parallel/detail/tensor_index.hpp>
 #include <telar/parallel/memory_plan.hpp>
 #include <telar/parallel/strategy.hpp>
 #include <telar/parallel/tensor_parallel.hpp>
@@ -232,8 +233,8 @@ public:
   std::map<std::string, double> tensor_norms() {
     auto sq = tensor_sq_norms();
     std::map<std::string, double> out;
-    for (std::size_t i = 0; i < all_tensors_.size(); ++i)
-      out[all_tensors_[i]] = std::sqrt(sq[i]);
+    for (std::size_t i = 0; i < tensors_.names().size(); ++i)
+      out[tensors_.names()[i]] = std::sqrt(sq[i]);
     return out;
   }
 
@@ -504,12 +505,11 @@ private:
     sync_ = Sync(ctx);
     sync_.bind(model_, owned, params_);
     set_parameter_replicas(model_, params_, shape_.tp);
-    collect_tensor_names();
-    build_segments();
+    tensors_.build(model_, params_, sync_.shard());
   }
 
   void build_optimizer(Optimizer const& optimizer) {
-    engine_ = detail::OptimizerEngine<Optimizer, memory_space>(optimizer, opt_size_);
+    engine_ = detail::OptimizerEngine<Optimizer, memory_space>(optimizer, tensors_.shard_size());
   }
 
   void build_schedule() {
@@ -535,41 +535,6 @@ private:
   void build_partition() {
     bounds_ = detail::plan_stage_bounds(model_, shapes_, std::size_t(schedule_.virtual_stages()),
                                         options_);
-  }
-
-  void collect_tensor_names() {
-    all_tensors_.clear();
-    model_.for_each_layer([&](auto index, auto& layer) {
-      using L = std::decay_t<decltype(layer)>;
-      if constexpr (layer_traits<L>::has_parameters)
-        layer.parameters([&](char const* name, auto&, auto&) {
-          all_tensors_.push_back("layer" + std::to_string(index) + "." + name);
-        });
-    });
-  }
-
-  // segments_: every local tensor (norms); opt_*: what the optimizer owns
-  // (all of it, or this rank's ZeRO shard).
-  void build_segments() {
-    segments_.clear();
-    tensor_ids_.clear();
-    opt_segments_.clear();
-    opt_tensor_ids_.clear();
-    auto id_of = [&](std::string const& name) {
-      return std::size_t(std::find(all_tensors_.begin(), all_tensors_.end(), name) -
-                         all_tensors_.begin());
-    };
-    auto const& entries = params_.entries();
-    for (auto const& p : entries) {
-      segments_.push_back({p.offset, p.size, p.replicas});
-      tensor_ids_.push_back(id_of(p.name));
-    }
-    auto const [lo, hi] = sync_.shard();
-    for (auto const& [t, off, len] : params_.pieces(lo, hi)) {
-      opt_segments_.push_back({off, len, entries[t].replicas});
-      opt_tensor_ids_.push_back(id_of(entries[t].name));
-    }
-    opt_size_ = hi - lo;
   }
 
   // Sums doubles over the ranks that hold different parameters (pipeline
@@ -615,30 +580,16 @@ private:
     return full;
   }
 
+  // Per-tensor squared norms (by TensorIndex id), the same on every rank:
+  // ZeRO-3 from the value shards summed over the world, else from the
+  // resident values summed over the model-parallel ranks.
   std::vector<double> tensor_sq_norms() {
     execution_space exec;
     if (residency_.sharded())
-      return sharded_sq_norms(exec);
-    auto sq = engine_.segment_sq_norms(exec, params_.values(), segments_);
-    std::vector<double> all(all_tensors_.size(), 0.0);
-    for (std::size_t s = 0; s < segments_.size(); ++s)
-      all[tensor_ids_[s]] += sq[s] / segments_[s].replicas;
-    if (!all.empty())
-      reduce_model_parallel(all.data(), all.size());
-    return all;
-  }
-
-  // Norms from the value shards: each rank's pieces, summed over the world
-  // (shards are distinct on every rank; replicated tensor-parallel pieces
-  // count once).
-  std::vector<double> sharded_sq_norms(execution_space const& exec) {
-    auto sq = engine_.segment_sq_norms(exec, residency_.shard(), opt_segments_);
-    std::vector<double> all(all_tensors_.size(), 0.0);
-    for (std::size_t s = 0; s < opt_segments_.size(); ++s)
-      all[opt_tensor_ids_[s]] += sq[s] / opt_segments_[s].replicas;
-    if (!all.empty())
-      sync_.sum_norms(all.data(), all.size());
-    return all;
+      return tensors_.sq_norms(engine_, exec, residency_.shard(), tensors_.shard(),
+                               [this](double* v, std::size_t n) { sync_.sum_norms(v, n); });
+    return tensors_.sq_norms(engine_, exec, params_.values(), tensors_.local(),
+                             [this](double* v, std::size_t n) { reduce_model_parallel(v, n); });
   }
 
   LossSum reduce_loss(LossSum local) const {
@@ -696,8 +647,9 @@ private:
     {
       detail::ScopedRegion phase("telar::Trainer::step::optimizer");
       MemoryMeter::Scope state(MemoryCategory::optimizer_state);
-      engine_.step(exec, optimizer_values(), sync_.grads(params_), opt_segments_, opt_tensor_ids_,
-                   all_tensors_.size(), info, options_.clip_grad_norm,
+      engine_.step(exec, optimizer_values(), sync_.grads(params_), tensors_.shard().segments,
+                   tensors_.shard().tensor_ids, tensors_.names().size(), info,
+                   options_.clip_grad_norm,
                    [this](double* v, std::size_t n) { sync_.sum_norms(v, n); });
       exec.fence();
     }
@@ -729,12 +681,7 @@ private:
   Sync sync_;
   detail::OptimizerEngine<Optimizer, memory_space> engine_;
   Loss loss_;
-  std::vector<std::string> all_tensors_;
-  std::vector<detail::TensorSegment> segments_;
-  std::vector<std::size_t> tensor_ids_;
-  std::vector<detail::TensorSegment> opt_segments_;
-  std::vector<std::size_t> opt_tensor_ids_;
-  std::size_t opt_size_ = 0;
+  detail::TensorIndex tensors_;
   long long step_ = 0;
   MemoryPlan plan_;
   MemoryBytes construction_peak_;
