@@ -13,7 +13,7 @@
 // is reduced once, after its last micro-batch.
 #include <telar/core/parameters.hpp>
 #include <telar/parallel/detail/gradient_sync_decl.hpp>
-#include <telar/parallel/detail/group_gradients.hpp>
+#include <telar/parallel/detail/sync_group_gradients.hpp>
 #include <telar/parallel/detail/zero_sharding.hpp>
 #include <telar/parallel/strategy.hpp>
 
@@ -24,92 +24,42 @@ namespace telar::detail {
 
 // (Stage 3's gather policy means nothing here.)
 template <ZeRO3Gather G, class T, class MemorySpace, class Algorithm>
-class GradientSync<ZeRO<2, G>, T, MemorySpace, Algorithm> {
+class GradientSync<ZeRO<2, G>, T, MemorySpace, Algorithm>
+    : public GroupGradientSync<T, MemorySpace> {
+  using Base = GroupGradientSync<T, MemorySpace>;
+
 public:
-  using Store = ParameterStore<T, MemorySpace>;
-  using Vec = Vector<T, MemorySpace>;
+  using typename Base::Store;
+  using typename Base::Vec;
   static constexpr bool resident = true; // store.values() holds every local parameter
 
   GradientSync() = default;
-  explicit GradientSync(SyncContext const& ctx) : ctx_(ctx) {}
+  explicit GradientSync(SyncContext const& ctx) : Base(ctx) {}
 
   // Equal shards: the store's length is rounded up to a multiple of dp; no
   // flat gradient buffer. With one data-parallel rank there is nothing to
   // shard: as NoSharding.
   template <class Model>
   void bind(Model& model, std::vector<bool> const& owned, Store& store) {
-    if (!active()) {
-      store.bind(model, owned);
-      size_ = chunk_ = store.size();
-      return;
-    }
-    std::size_t const p = std::size_t(ctx_.dp->size());
+    if (!this->ctx_.data_parallel())
+      return this->bind_unsharded(model, owned, store);
     store.bind(
         model, owned,
         [](std::size_t n) {
           return std::make_pair(Vec("telar::ParameterStore::values", n), Vec());
         },
-        true, p * store.alignment);
-    size_ = store.size();
-    chunk_ = size_ / p;
-    lo_ = std::size_t(ctx_.dp->rank()) * chunk_;
-    grads_ = GroupGradients<T, MemorySpace>(
-        ctx_, store, [&model, &store](std::size_t b, std::size_t e, Vec const& buf) {
-          store.rebind(model, b, e, buf, Store::Part::grads);
-        });
+        true, std::size_t(this->ctx_.dp->size()) * store.alignment);
+    this->shard_gradients(model, store);
   }
 
-  std::pair<std::size_t, std::size_t> shard() const { return {lo_, lo_ + chunk_}; }
-  std::size_t bucket_count() const { return active() ? grads_.group_count() : 0; }
-
-  void begin_step(int calls) {
-    if (active())
-      grads_.begin_step(calls);
-  }
-  void before_backward(std::size_t layer) {
-    if (active())
-      grads_.before_backward(layer);
-  }
-  template <class Exec>
-  void gradient_ready(Exec const& exec, std::size_t layer) {
-    if (active())
-      grads_.gradient_ready(exec, layer);
-  }
-  void poll() {
-    if (active())
-      grads_.poll();
-  }
-  template <class Exec>
-  void end_backward(Exec const& exec) {
-    if (active())
-      grads_.end_backward(exec);
-  }
-
-  template <class Exec>
-  void reduce(Exec const&, Store const&) {} // the groups did it
   Vec values(Store const& store) const {
-    return active() ? Vec(store.values().data() + lo_, chunk_) : store.values();
-  }
-  Vec grads(Store const& store) const { return active() ? grads_.shard() : store.grads(); }
-  // Shards are distinct on every rank of the world: norms sum over all.
-  void sum_norms(double* v, std::size_t n) const {
-    if (active())
-      ctx_.world->allreduce(v, n);
-    else
-      ctx_.sum_model_parallel(v, n);
+    return this->active_ ? Vec(store.values().data() + this->lo_, this->chunk_) : store.values();
   }
   template <class Exec>
   void publish(Exec const& exec, Store const& store) {
-    if (active())
-      allgather_shards(exec, *ctx_.dp, store.values(), chunk_);
+    if (this->active_)
+      allgather_shards(exec, *this->ctx_.dp, store.values(), this->chunk_);
   }
-
-private:
-  bool active() const { return ctx_.data_parallel(); }
-
-  SyncContext ctx_;
-  std::size_t size_ = 0, chunk_ = 0, lo_ = 0;
-  GroupGradients<T, MemorySpace> grads_;
 };
 
 } // namespace telar::detail
