@@ -20,4 +20,13 @@ public:
   explicit ShapeError(std::string const& what) : Error(what) {}
 };
 
+/*! \brief A training step met a loss or gradient that is not finite (NaN or
+ *  infinity): the message names the step and the first tensor, in model
+ *  order, whose gradient is not finite. Every rank throws the same one. */
+class NonFiniteError : public Error {
+public:
+  /*! \brief \param what the message */
+  explicit NonFiniteError(std::string const& what) : Error(what) {}
+};
+
 } // namespace telar

@@ -34,6 +34,12 @@
  *    (reported as accuracy);
  *  - `evaluate(exec, y, targets)`: the loss without a gradient (default:
  *    forward_backward into a scratch gradient with scale 0);
+ *  - `template <class Exec> long long invalid_targets(Exec const&, target_type
+ *    const&, Shape const& out) const` and `std::string
+ *    invalid_targets_what(Shape const& out) const`: targets the loss cannot
+ *    take (e.g. labels outside [0, classes)) and what they are, for messages;
+ *    the Trainer counts them over the global batch before a step and stops
+ *    every rank with one message;
  *  - `name()`.
  */
 #include <telar/core/detail/type_traits.hpp>
@@ -84,6 +90,10 @@ using loss_count_t = decltype((long long)(std::declval<L const&>().count(
 template <class L>
 using loss_build_t = decltype(std::declval<L&>().build(std::declval<Shape const&>()));
 template <class L>
+using loss_invalid_targets_t = decltype((long long)(std::declval<L const&>().invalid_targets(
+    std::declval<typename L::memory_space::execution_space const&>(),
+    std::declval<typename L::target_type const&>(), std::declval<Shape const&>())));
+template <class L>
 using has_accuracy_t = decltype(bool(L::has_accuracy));
 
 template <class L>
@@ -116,6 +126,9 @@ struct loss_traits {
   static constexpr bool has_count = detail::is_detected_v<detail::loss_count_t, L>;
   /*! \brief The loss has a build(output shape) hook. */
   static constexpr bool has_build = detail::is_detected_v<detail::loss_build_t, L>;
+  /*! \brief The loss says which targets it cannot take (invalid_targets()). */
+  static constexpr bool has_invalid_targets =
+      detail::is_detected_v<detail::loss_invalid_targets_t, L>;
 };
 
 /*! \brief The loss of a batch without its gradient: the loss's evaluate(), or

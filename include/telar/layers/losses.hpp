@@ -111,6 +111,23 @@ long long count_not_ignored(Exec const& exec,
       c);
   return c;
 }
+
+// Labels of a [n, positions] batch outside [0, classes) and not ignore_index.
+template <class Exec, class M>
+long long count_labels_outside(Exec const& exec,
+                               Kokkos::View<int**, Kokkos::LayoutRight, M> const& labels,
+                               std::size_t classes, int ignore_index) {
+  std::size_t const P = labels.extent(1), rows = labels.extent(0) * P;
+  long long c = 0;
+  Kokkos::parallel_reduce(
+      "telar::PositionwiseCrossEntropy::invalid", Kokkos::RangePolicy<Exec>(exec, 0, rows),
+      KOKKOS_LAMBDA(std::size_t r, long long& acc) {
+        int const y = labels(r / P, r % P);
+        acc += y != ignore_index && (y < 0 || std::size_t(y) >= classes) ? 1 : 0;
+      },
+      c);
+  return c;
+}
 } // namespace detail
 
 /*! \brief Mean squared error, as PyTorch's `MSELoss(reduction='mean')`: the
@@ -231,6 +248,22 @@ struct PositionwiseCrossEntropy {
   template <class Exec>
   long long count(Exec const& exec, target_type const& labels) const {
     return detail::count_not_ignored<Exec, MemorySpace>(exec, labels, ignore_index_);
+  }
+
+  /*! \brief Labels outside [0, classes) and not the ignore_index (the
+   *  Trainer counts them over the global batch before a step).
+   *  \param exec execution space instance \param labels [n, positions]
+   *  \param out the model's per-sample output shape [positions, classes] */
+  template <class Exec>
+  long long invalid_targets(Exec const& exec, target_type const& labels, Shape const& out) const {
+    return detail::count_labels_outside<Exec, MemorySpace>(exec, labels, out[out.rank - 1],
+                                                           ignore_index_);
+  }
+  /*! \brief What invalid_targets() counts, for messages: "labels outside
+   *  [0, 10) and not the ignore_index -100". \param out the output shape */
+  std::string invalid_targets_what(Shape const& out) const {
+    return "labels outside [0, " + std::to_string(out[out.rank - 1]) +
+           ") and not the ignore_index " + std::to_string(ignore_index_);
   }
 
   /*! \brief Loss of a batch and its gradient.

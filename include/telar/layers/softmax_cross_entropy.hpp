@@ -41,6 +41,28 @@ struct SoftmaxCrossEntropy {
                        "[positions, classes])");
   }
 
+  /*! \brief Labels outside [0, classes) (the Trainer counts them over the
+   *  global batch before a step). \param exec execution space instance
+   *  \param labels [n] \param out the model's per-sample output shape [classes] */
+  template <class Exec>
+  long long invalid_targets(Exec const& exec, Labels<MemorySpace> const& labels,
+                            Shape const& out) const {
+    std::size_t const c = out[0];
+    long long bad = 0;
+    Kokkos::parallel_reduce(
+        "telar::SoftmaxCrossEntropy::invalid", Kokkos::RangePolicy<Exec>(exec, 0, labels.extent(0)),
+        KOKKOS_LAMBDA(std::size_t i, long long& acc) {
+          acc += labels(i) < 0 || std::size_t(labels(i)) >= c ? 1 : 0;
+        },
+        bad);
+    return bad;
+  }
+  /*! \brief What invalid_targets() counts, for messages: "labels outside
+   *  [0, 10)". \param out the model's per-sample output shape */
+  std::string invalid_targets_what(Shape const& out) const {
+    return "labels outside [0, " + std::to_string(out[0]) + ")";
+  }
+
   /*! \brief Loss of a batch and its gradient.
    *  \param exec execution space instance
    *  \param logits [n, classes] \param labels [n], each in [0, classes)

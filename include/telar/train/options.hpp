@@ -13,6 +13,13 @@
 
 namespace telar {
 
+/*! \brief What a step does when its loss or a gradient is not finite
+ *  (NaN or infinity); the same decision on every rank. */
+enum class NonFinite {
+  stop, //!< throw telar::NonFiniteError naming the step and the first such tensor
+  skip  //!< leave parameters and optimizer state as they were (StepResult::skipped)
+};
+
 /*! \brief Run-time settings of a Trainer. */
 struct TrainerOptions {
   std::uint64_t seed = 0;                    //!< parameter initialisation seed
@@ -44,6 +51,9 @@ struct TrainerOptions {
   /*! \brief Samples per step over all data-parallel ranks, for the memory
    *  plan's activations (0: activations are not planned). */
   std::size_t batch_size = 0;
+  /*! \brief A step whose loss or gradient is not finite: stop (the default)
+   *  or skip the update, as dynamic loss scaling does. */
+  NonFinite nonfinite = NonFinite::stop;
 };
 
 } // namespace telar

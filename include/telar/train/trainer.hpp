@@ -29,6 +29,7 @@
 #include <telar/schedule/generators.hpp>
 #include <telar/schedule/timeline.hpp>
 #include <telar/schedule/validate.hpp>
+#include <telar/train/detail/nonfinite.hpp>
 #include <telar/train/options.hpp>
 
 #include <mpi.h>
@@ -52,6 +53,9 @@ struct StepResult {
   long long samples = 0;     //!< samples in the global batch
   double seconds = 0;        //!< wall time of the step on this rank
   double lr = 0;             //!< learning rate used
+  /*! \brief The loss or a gradient was not finite and the update was
+   *  skipped (TrainerOptions::nonfinite = NonFinite::skip). */
+  bool skipped = false;
 };
 
 /*! \brief Trains a telar::Sequential under a strategy with an optimizer.
@@ -168,9 +172,8 @@ public:
     }
     StepResult r;
     r.lr = options_.lr(step_ + 1);
-    update(exec, r.lr);
-    detail::ScopedRegion phase("telar::Trainer::step::reduce_loss");
-    fill_result(r, reduce_loss(local));
+    r.skipped = update(exec, r.lr, local);
+    fill_result(r, local);
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     trace_.add("step " + std::to_string(step_), "step", tr0, trace_.now(), 2);
     return r;
@@ -198,6 +201,12 @@ public:
     execution_space exec;
     std::size_t const n = x.extent(0), dp = std::size_t(dp_size()), d = std::size_t(coords_.dp);
     std::size_t const b0 = n * d / dp, e0 = n * (d + 1) / dp;
+    // Every rank holds the whole set: the same verdict everywhere, no message.
+    if constexpr (loss_traits<Loss>::has_invalid_targets)
+      if (long long const bad = loss_.invalid_targets(exec, y, shapes_.back()))
+        throw ShapeError("telar::Trainer::evaluate: " + std::to_string(bad) + " of " +
+                         std::to_string(y.size()) + " targets are " +
+                         loss_.invalid_targets_what(shapes_.back()));
     LossSum local;
     set_training(model_, false); // dropout off while evaluating
     // Every rank runs the same number of chunks, so pipeline ranks pair up.
@@ -252,8 +261,11 @@ public:
   Model& model() { return model_; }
   /*! \brief This rank's flat parameter store (layout only, no values, under ZeRO-3). */
   ParameterStore<value_type, memory_space> const& parameter_store() const { return params_; }
-  /*! \brief Steps taken. */
+  /*! \brief Steps taken (skipped ones included). */
   long long steps() const { return step_; }
+  /*! \brief Steps whose update was skipped for a loss or gradient that was
+   *  not finite (TrainerOptions::nonfinite = NonFinite::skip). */
+  long long skipped_steps() const { return skipped_; }
   /*! \brief Options in use. */
   TrainerOptions const& options() const { return options_; }
   /*! \brief Values per sample along the model (this rank's view under tensor parallelism). */
@@ -367,12 +379,27 @@ private:
       bad = "inputs have " + std::to_string(x.extent(1)) +
             " values per sample, the model expects " + shapes_.front().str() + " = " +
             std::to_string(features_.front());
-    bool const anyone = world_ && world_->size() > 1 ? world_->any(!bad.empty()) : !bad.empty();
+    // One message: [ranks rejecting their batch, invalid targets, targets],
+    // the targets counted where the loss is (once per data-parallel share).
+    double v[3] = {bad.empty() ? 0.0 : 1.0, 0.0, 0.0};
+    if constexpr (loss_traits<Loss>::has_invalid_targets)
+      if (bad.empty() && executor_.has_last_stage() && coords_.tp == 0) {
+        v[1] = double(loss_.invalid_targets(execution_space(), y, shapes_.back()));
+        v[2] = double(y.size());
+      }
+    if (world_ && world_->size() > 1)
+      world_->allreduce(v, 3);
     if (!bad.empty())
       throw ShapeError("telar::Trainer::step: " + where() + bad);
-    if (anyone)
+    if (v[0] > 0)
       throw ShapeError("telar::Trainer::step: " + where() +
                        "another rank's batch was rejected (see its message)");
+    if constexpr (loss_traits<Loss>::has_invalid_targets)
+      if (v[1] > 0)
+        throw ShapeError("telar::Trainer::step: step " + std::to_string(step_ + 1) + ": " +
+                         std::to_string((long long)v[1]) + " of " +
+                         std::to_string((long long)v[2]) + " targets in the global batch are " +
+                         loss_.invalid_targets_what(shapes_.back()));
   }
 
   // The constructor's phases, in order; each names what it builds.
@@ -592,13 +619,18 @@ private:
                              [this](double* v, std::size_t n) { reduce_model_parallel(v, n); });
   }
 
-  LossSum reduce_loss(LossSum local) const {
+  // `extra`, if given, is summed over every rank in the same message.
+  LossSum reduce_loss(LossSum local, double* extra = nullptr) const {
     // The last stage's tensor-parallel ranks hold the same loss: count one.
     bool const counts = executor_.has_last_stage() && coords_.tp == 0;
-    double v[4] = {counts ? local.loss : 0.0, counts ? double(local.correct) : 0.0,
-                   counts ? double(local.samples) : 0.0, counts ? double(local.count) : 0.0};
+    double v[5] = {counts ? local.loss : 0.0, counts ? double(local.correct) : 0.0,
+                   counts ? double(local.samples) : 0.0, counts ? double(local.count) : 0.0,
+                   extra ? *extra : 0.0};
+    int const n = extra ? 5 : 4;
     if (world_ && world_->size() > 1)
-      world_->allreduce(v, 4);
+      world_->allreduce(v, n);
+    if (extra)
+      *extra = v[4];
     LossSum out;
     out.loss = v[0];
     out.correct = static_cast<long long>(v[1]);
@@ -631,20 +663,32 @@ private:
   }
 
   // The optimizer's part of the step: the summed gradient of this rank's
-  // shard, the update, the parameters back on every rank; timed as the
-  // schedule's OptimizerStep.
-  void update(execution_space const& exec, double lr) {
+  // shard, the loss reduced (in: this rank's, out: the global batch's) with
+  // the shard's non-finite count, the update unless that skips it, the
+  // parameters back on every rank; timed as the schedule's OptimizerStep.
+  // Returns true when the update was skipped.
+  bool update(execution_space const& exec, double lr, LossSum& loss) {
     double const t0 = trace_.now();
     {
       detail::ScopedRegion phase("telar::Trainer::step::reduce_gradients");
       sync_.reduce(exec, params_);
     }
+    auto const grads = sync_.grads(params_);
+    double bad = detail::count_nonfinite(exec, grads, 0, tensors_.shard_size());
+    {
+      detail::ScopedRegion phase("telar::Trainer::step::reduce_loss");
+      loss = reduce_loss(loss, &bad);
+    }
     double const t_update = trace_.now();
     ++step_;
+    bool const skip = detail::skip_nonfinite(
+        options_.nonfinite, step_, loss.count ? loss.loss / double(loss.count) : loss.loss, bad,
+        exec, grads, tensors_, [this](double* v, std::size_t n) { sync_.sum_norms(v, n); });
+    skipped_ += skip ? 1 : 0;
     StepInfo<value_type> info;
     info.lr = value_type(lr);
-    info.step = step_;
-    {
+    info.step = step_ - skipped_; // the optimizer's own count: skipped steps do not age it
+    if (!skip) {
       detail::ScopedRegion phase("telar::Trainer::step::optimizer");
       MemoryMeter::Scope state(MemoryCategory::optimizer_state);
       engine_.step(exec, optimizer_values(), sync_.grads(params_), tensors_.shard().segments,
@@ -661,6 +705,7 @@ private:
     trace_.add("optimizer", "optimizer", t_update, t1);
     if (trace_.enabled())
       executor_.add_event({coords_.pp, schedule::Op::OptimizerStep, -1, 0, t0, t1});
+    return skip;
   }
 
   MemoryMeterInstall meter_install_; // first: sees every allocation, removed last
@@ -683,6 +728,7 @@ private:
   Loss loss_;
   detail::TensorIndex tensors_;
   long long step_ = 0;
+  long long skipped_ = 0;
   MemoryPlan plan_;
   MemoryBytes construction_peak_;
   int tracker_ = -1;

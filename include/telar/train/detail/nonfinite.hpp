@@ -1,0 +1,96 @@
+#pragma once
+// A step whose loss or gradient is not finite (TrainerOptions::nonfinite).
+//
+// One pass over this rank's gradient shard counts NaN and infinities; the
+// count rides on the allreduce the loss needs anyway, so every rank reaches
+// the same verdict without an extra message. Only when something is not
+// finite are the counts split by tensor (one more small reduction, over the
+// ranks that hold the pieces) to name the first tensor in model order; the
+// message is built from reduced values only, so it is the same on every rank.
+#include <telar/core/error.hpp>
+#include <telar/core/tensor.hpp>
+#include <telar/parallel/detail/tensor_index.hpp>
+#include <telar/train/options.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace telar::detail {
+
+// Values of v in [lo, hi) that are NaN or infinite: x - x is 0 exactly for
+// finite x (portable to every Kokkos version; no math function needed).
+template <class Exec, class V>
+double count_nonfinite(Exec const& exec, V const& v, std::size_t lo, std::size_t hi) {
+  double bad = 0;
+  if (hi <= lo)
+    return bad;
+  Kokkos::parallel_reduce(
+      "telar::Trainer::count_nonfinite", Kokkos::RangePolicy<Exec>(exec, lo, hi),
+      KOKKOS_LAMBDA(std::size_t i, double& a) {
+        auto const x = v(i);
+        a += (x - x == decltype(x)(0)) ? 0.0 : 1.0;
+      },
+      bad);
+  return bad;
+}
+
+// Non-finite values of every tensor (by TensorIndex id): this rank's pieces
+// of `grads`, summed over the ranks that hold pieces by `sum(v, n)`.
+template <class Exec, class V, class Sum>
+std::vector<double> tensor_nonfinite(Exec const& exec, V const& grads, TensorIndex const& index,
+                                     TensorIndex::Pieces const& pieces, Sum&& sum) {
+  std::vector<double> all(index.names().size(), 0.0);
+  for (std::size_t s = 0; s < pieces.segments.size(); ++s) {
+    auto const& seg = pieces.segments[s];
+    all[pieces.tensor_ids[s]] += count_nonfinite(exec, grads, seg.offset, seg.offset + seg.size) /
+                                 double(seg.replicas);
+  }
+  if (!all.empty())
+    sum(all.data(), all.size());
+  return all;
+}
+
+// "step 7: the gradient of layer2.weight has 12 values that are NaN or
+// infinite (the first such tensor in model order; the loss is nan)".
+inline std::string nonfinite_message(long long step, double loss,
+                                     std::vector<std::string> const& names,
+                                     std::vector<double> const& counts) {
+  std::ostringstream os;
+  os << "telar::Trainer::step: step " << step << ": ";
+  std::size_t first = 0;
+  while (first < counts.size() && !(counts[first] > 0))
+    ++first;
+  if (first < counts.size()) {
+    double total = 0;
+    for (double c : counts)
+      total += c;
+    os << "the gradient of " << names[first] << " has " << (long long)(counts[first] + 0.5)
+       << " values that are NaN or infinite (the first such tensor in model order; "
+       << (long long)(total + 0.5) << " in all, the loss is " << loss << ")";
+  } else {
+    os << "the loss is " << loss << " (every gradient is finite)";
+  }
+  os << "; lower the learning rate, check the inputs, or set TrainerOptions::nonfinite = "
+        "telar::NonFinite::skip to skip such steps";
+  return os.str();
+}
+
+// The verdict of one step. `bad` is the non-finite count of every rank's
+// gradient shard, summed, and `loss` the reduced loss: the same on every
+// rank, so every rank decides alike. Returns true when the step must skip its
+// update; throws NonFiniteError under NonFinite::stop.
+template <class Exec, class V, class Sum>
+bool skip_nonfinite(NonFinite mode, long long step, double loss, double bad, Exec const& exec,
+                    V const& grads, TensorIndex const& index, Sum&& sum) {
+  if (std::isfinite(loss) && !(bad > 0))
+    return false;
+  if (mode == NonFinite::skip)
+    return true;
+  auto const counts = tensor_nonfinite(exec, grads, index, index.shard(), sum);
+  throw NonFiniteError(nonfinite_message(step, loss, index.names(), counts));
+}
+
+} // namespace telar::detail
