@@ -4,7 +4,7 @@
 //   fashion_mnist [--epochs 3] [--batch 64] [--lr 1e-3] [--optimizer adamw]
 //                 [--seed 1] [--hidden 256] [--data DIR] [--json]
 //                 [--dp N] [--pp N] [--tp N] [--schedule 1f1b] [--microbatches M]
-//                 [--zero 0|1|2|3] [--timeline PREFIX] [--limit-steps N]
+//                 [--nonfinite stop|skip] [--zero 0|1|2|3] [--timeline PREFIX] [--limit-steps N]
 //                 [--recompute none|full] [--memory-budget SIZE]
 //   mpirun -np 2 fashion_mnist --dp 2
 //
@@ -42,7 +42,7 @@ struct Args : example::CommonArgs {
       "usage: fashion_mnist [--epochs N] [--batch N] [--lr X] "
       "[--optimizer sgd|momentum|adam|adamw|lamb] [--seed N] [--hidden N] [--data DIR] "
       "[--json] [--dp N] [--pp N] [--tp N] "
-      "[--schedule %s] [--microbatches M] [--zero 0|1|2|3] "
+      "[--schedule %s] [--microbatches M] [--nonfinite stop|skip] [--zero 0|1|2|3] "
       "[--timeline PREFIX] [--limit-steps N] [--recompute none|full] [--memory-budget SIZE]\n",
       why, example::schedule_choices().c_str());
   throw 2;

@@ -319,6 +319,7 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
       .add("step_ms_median", r.median_ms)
       .add("param_l2", r.param_l2)
       .add("steps", r.steps)
+      .add("skipped_steps", trainer.skipped_steps())
       .add("strategy", trainer.strategy_name())
       .add("layout", trainer.layout())
       .add("config", config);

@@ -50,6 +50,7 @@ struct CommonArgs {
   std::string timeline;
   long limit_steps = -1;
   std::size_t memory_budget = 0; // bytes per rank (0: none)
+  telar::NonFinite nonfinite = telar::NonFinite::stop; // a step with a NaN or infinity
 };
 
 // "1.5GB", "512MiB", "2000000": bytes (B, KB, MB, GB powers of 1000; KiB,
@@ -171,6 +172,11 @@ inline bool read_common_flag(ArgReader& r, CommonArgs& a) {
     if (a.memory_budget == 0)
       r.fail("--memory-budget takes a size such as 1.5GB, 512MiB or 100000 (B, KB, MB, GB, KiB, "
              "MiB, GiB)");
+  } else if (f == "--nonfinite") {
+    std::string const v = r.value();
+    if (v != "stop" && v != "skip")
+      r.fail("--nonfinite expects stop or skip, got '" + v + "'");
+    a.nonfinite = v == "stop" ? telar::NonFinite::stop : telar::NonFinite::skip;
   } else if (f == "--help" || f == "-h")
     r.fail("help");
   else
@@ -203,16 +209,22 @@ int with_optimizer(std::string const& name, Usage usage, Train train) {
   return 2; // not reached: usage() throws
 }
 
+// Micro-batches per step: --microbatches, else 2 x pp when pipelining, else 1.
+inline int microbatches_of(CommonArgs const& a) {
+  return a.microbatches > 0 ? a.microbatches : (a.pp > 1 ? 2 * a.pp : 1);
+}
+
 // Grid, schedule and a warm-up + cosine learning rate over the whole run.
 inline telar::TrainerOptions trainer_options(CommonArgs const& a, std::size_t train_size) {
   telar::TrainerOptions opts;
   opts.seed = a.seed;
   opts.grid = {a.dp, a.pp, a.tp};
   opts.schedule = a.schedule;
-  opts.microbatches = a.microbatches > 0 ? a.microbatches : (a.pp > 1 ? 2 * a.pp : 1);
+  opts.microbatches = microbatches_of(a);
   opts.trace = !a.timeline.empty();
   opts.memory_budget = a.memory_budget;
   opts.batch_size = a.batch; // for the memory plan's activations
+  opts.nonfinite = a.nonfinite;
   std::size_t const steps_per_epoch = train_size / a.batch;
   if (steps_per_epoch == 0) // a run that trains nothing must not report success
     throw telar::Error("--batch " + std::to_string(a.batch) + " is larger than the " +
@@ -223,12 +235,22 @@ inline telar::TrainerOptions trainer_options(CommonArgs const& a, std::size_t tr
   return opts;
 }
 
-// Each data-parallel rank trains on an equal share of the global batch.
+// Each data-parallel rank trains on an equal share of the global batch, cut
+// into the micro-batches (checked here, before any step).
 inline std::size_t local_batch(CommonArgs const& a, int dp, char const* program) {
   if (a.batch % std::size_t(dp) != 0)
     throw telar::Error(std::string(program) + ": --batch " + std::to_string(a.batch) +
                        " is not divisible by dp=" + std::to_string(dp));
-  return a.batch / std::size_t(dp);
+  std::size_t const local = a.batch / std::size_t(dp);
+  int const m = microbatches_of(a);
+  if (std::size_t(m) > local)
+    throw telar::Error(std::string(program) + ": " +
+                       (a.microbatches > 0 ? "--microbatches " + std::to_string(m)
+                                           : std::to_string(m) + " micro-batches (2 x pp)") +
+                       " is more than the local batch of " + std::to_string(local) +
+                       " samples (--batch " + std::to_string(a.batch) +
+                       " over dp=" + std::to_string(dp) + "): every micro-batch needs a sample");
+  return local;
 }
 
 // The first `count` test samples, on the device once for every evaluation.
@@ -246,7 +268,7 @@ inline telar::BatchGather<telar::DefaultMemorySpace> test_set(telar::Dataset con
 struct Result {
   double last_loss = 0;     // mean training loss of the last epoch
   telar::StepResult test{}; // the test set after the last epoch
-  long long samples = 0, steps = 0;
+  long long samples = 0, steps = 0, skipped_steps = 0;
   double train_seconds = 0;
   double median_ms = 0; // median step time
   double param_l2 = 0;
@@ -349,6 +371,7 @@ Result fit(TrainerT& trainer, CommonArgs const& a, telar::FashionMnist const& da
   }
   r.param_l2 = trainer.param_l2(); // collective: every rank
   r.median_ms = median(step_ms);
+  r.skipped_steps = trainer.skipped_steps();
   return r;
 }
 
@@ -416,6 +439,7 @@ void report(TrainerT const& trainer, CommonArgs const& a, Result const& r,
       .add("step_ms_median", r.median_ms)
       .add("param_l2", r.param_l2)
       .add("steps", r.steps)
+      .add("skipped_steps", r.skipped_steps)
       .add("strategy", trainer.strategy_name())
       .add("layout", trainer.layout())
       .raw("memory", trainer.memory().json())
@@ -425,8 +449,11 @@ void report(TrainerT const& trainer, CommonArgs const& a, Result const& r,
   std::fflush(stdout);
 }
 
-// MPI and Kokkos around run(comm, argc, argv); a usage error exits with its
-// code, any other error is reported by every rank (they all reach it).
+// MPI and Kokkos around run(comm, argc, argv); a usage error (the same on
+// every rank: they parse the same flags) exits with its code. Any other error
+// is printed by the rank that raised it, which then ends the whole job with
+// MPI_Abort: the other ranks may be waiting for it in a collective, and would
+// otherwise wait out the communication timeout (or hang in MPI_Finalize).
 template <class Run>
 int run_main(int argc, char** argv, char const* program, Run run) {
   MPI_Init(&argc, &argv);
@@ -441,6 +468,11 @@ int run_main(int argc, char** argv, char const* program, Run run) {
       rc = code;
     } catch (std::exception const& e) {
       std::fprintf(stderr, "%s: rank %d: %s\n", program, rank, e.what());
+      std::fflush(stderr);
+      int size = 1;
+      MPI_Comm_size(MPI_COMM_WORLD, &size);
+      if (size > 1)
+        MPI_Abort(MPI_COMM_WORLD, 1);
       rc = 1;
     }
   }

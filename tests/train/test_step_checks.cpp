@@ -149,17 +149,14 @@ void each_layout(Check check) {
 
 } // namespace
 
-TEST_CASE("A gradient that is not finite stops every rank, naming step and tensor",
-          "[nonfinite]") {
-  each_layout([](telar::GridShape g, char const* what, auto s) {
-    check_stop<decltype(s)>(g, what);
-  });
+TEST_CASE("A gradient that is not finite stops every rank, naming step and tensor", "[nonfinite]") {
+  each_layout(
+      [](telar::GridShape g, char const* what, auto s) { check_stop<decltype(s)>(g, what); });
 }
 
 TEST_CASE("NonFinite::skip leaves parameters and optimizer state untouched", "[nonfinite]") {
-  each_layout([](telar::GridShape g, char const* what, auto s) {
-    check_skip<decltype(s)>(g, what);
-  });
+  each_layout(
+      [](telar::GridShape g, char const* what, auto s) { check_skip<decltype(s)>(g, what); });
 }
 
 TEST_CASE("Labels out of range: one message with the count over the global batch", "[targets]") {

@@ -199,14 +199,18 @@ public:
     struct Pop {
       ~Pop() { Kokkos::Profiling::popRegion(); }
     } pop;
-    detail::wait_until([&] { return s.finished(); }, s.comm().timeout,
-                       [&](double waited) {
-                         s.comm().timed_out(waited,
-                                            std::string(s.algorithm()) + " (waiting for " +
-                                                s.describe() + ")",
-                                            s.algorithm(), s.pending_peer());
-                       },
-                       &s);
+    detail::wait_until(
+        [&] { return s.finished(); }, s.comm().timeout,
+        [&](double waited) {
+          s.comm().timed_out(waited,
+                             std::string(s.algorithm()) + " (waiting for " + s.describe() + ")",
+                             s.algorithm(), s.pending_peer());
+        },
+        &s,
+        [&](double) {
+          s.comm().check_peers(std::string(s.algorithm()) + " (waiting for " + s.describe() + ")",
+                               s.algorithm(), s.pending_peer());
+        });
   }
 
 private:

@@ -511,6 +511,10 @@ private:
         h.timeout,
         [&](double waited) {
           h.timed_out(waited, detail::what_op("MPI_Recv", source, tag, "from"), "MPI_Recv", source);
+        },
+        nullptr,
+        [&](double) {
+          h.check_peers(detail::what_op("MPI_Recv", source, tag, "from"), "MPI_Recv", source);
         });
     int const from = st.MPI_SOURCE, got_tag = st.MPI_TAG;
     int got = 0;

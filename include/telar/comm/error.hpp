@@ -77,6 +77,27 @@ private:
   double seconds_;
 };
 
+/*! \brief A peer this rank was waiting for has died (its process is gone):
+ *         found by asking the operating system about the peers on this
+ *         host while a wait lasts (peers on other hosts end in
+ *         telar::CommTimeout instead).
+ *
+ *  The message names the lost rank (in the communicator waited on), its pid
+ *  and host, and the operation this rank was waiting in.
+ *  The usual reaction is telar::abort_on_error, which ends the whole job.
+ */
+class PeerLost : public CommError {
+public:
+  /*! \brief Builds the error.
+   *  \param message   full text returned by what()
+   *  \param rank      rank of the waiting process in the communicator
+   *  \param operation operation waited in
+   *  \param peer      the lost rank in the communicator
+   */
+  PeerLost(std::string const& message, int rank, std::string operation, int peer)
+      : CommError(message, rank, std::move(operation), peer, 0) {}
+};
+
 /*! \brief A telar::ProcessGrid shape does not fit the communicator.
  *
  *  Computed from deterministic data only (the shape and the world size), so

@@ -140,9 +140,12 @@ private:
     }
     if (!completed && req_ != MPI_REQUEST_NULL) {
       if (kind_ == detail::RequestKind::collective) {
-        std::fprintf(stderr,
-                     "telar: warning: %s: pending %s abandoned by a destroyed telar::Request\n",
-                     comm_->where().c_str(), op_);
+        // Unwinding from an error (a timeout, a lost peer): that error is
+        // the news, not the request it leaves behind.
+        if (std::uncaught_exceptions() == 0)
+          std::fprintf(stderr,
+                       "telar: warning: %s: pending %s abandoned by a destroyed telar::Request\n",
+                       comm_->where().c_str(), op_);
       } else {
         MPI_Request_free(&req_);
       }
@@ -193,6 +196,13 @@ inline void wait_all(std::vector<Request>& requests) {
         Request& r = *it;
         r.comm_->timed_out(waited, detail::what_op(r.op_, r.peer_, r.tag_, r.direction()), r.op_,
                            r.peer_);
+      },
+      nullptr,
+      [&](double) {
+        for (auto& r : requests)
+          if (r.active())
+            r.comm_->check_peers(detail::what_op(r.op_, r.peer_, r.tag_, r.direction()), r.op_,
+                                 r.peer_);
       });
 }
 

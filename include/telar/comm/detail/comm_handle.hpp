@@ -5,6 +5,7 @@
 // operations hold a shared_ptr to it, so the MPI_Comm outlives them even if
 // the Communicator object is destroyed first.
 
+#include <telar/comm/detail/liveness.hpp>
 #include <telar/comm/detail/progress.hpp>
 #include <telar/comm/error.hpp>
 
@@ -93,6 +94,8 @@ struct CommHandle {
   // Sub-communicators made for HierarchicalAllreduce, keyed by group size.
   std::map<int, std::pair<std::shared_ptr<CommHandle>, std::shared_ptr<CommHandle>>> hier;
   int auto_group_size = 0;
+  // Every rank's host and pid (see liveness.hpp), by rank; empty until exchanged.
+  std::vector<PeerInfo> peers;
   // Bytes this rank handed to MPI to send (see Communicator::bytes_sent).
   std::uint64_t bytes_sent = 0;
   // Ring-equivalent bytes this rank sends in a collective moving `total`
@@ -136,7 +139,37 @@ struct CommHandle {
        << "; the peer may have failed, be stuck, or call the operations in a different "
           "order (raise the bound with TELAR_COMM_TIMEOUT=<seconds> or "
           "Communicator::set_timeout, 0 = no bound)";
+    os << stopped_peers();
     throw CommTimeout(os.str(), rank, op, peer, waited);
+  }
+
+  // A wait's watch: throws PeerLost when `peer` (every rank for -1) is on
+  // this host and its process is gone.
+  void check_peers(std::string const& what, const char* op, int peer) const {
+    if (peers.empty())
+      return;
+    PeerInfo const& self = peers[static_cast<std::size_t>(rank)];
+    int const lo = peer >= 0 ? peer : 0, hi = peer >= 0 ? peer + 1 : size;
+    for (int r = lo; r < hi && r < int(peers.size()); ++r) {
+      if (r == rank || peer_state(peers[std::size_t(r)], self) != PeerState::gone)
+        continue;
+      throw PeerLost(describe_peer(peers[std::size_t(r)]) + " is gone; rank " +
+                         std::to_string(rank) + " was waiting for it in " + what + " on " + where(),
+                     rank, op, r);
+    }
+  }
+
+  // "; rank 3 (pid 1234 on host x) is stopped": peers on this host that are
+  // alive but do not run (SIGSTOP, a debugger), for the timeout message.
+  std::string stopped_peers() const {
+    std::string out;
+    if (peers.empty())
+      return out;
+    for (int r = 0; r < int(peers.size()); ++r)
+      if (r != rank &&
+          peer_state(peers[std::size_t(r)], peers[std::size_t(rank)]) == PeerState::stopped)
+        out += "; " + describe_peer(peers[std::size_t(r)]) + " is stopped (SIGSTOP or a debugger)";
+    return out;
   }
 
   // Next tag for one of Telar's own operations on `coll`. All ranks start
@@ -196,7 +229,8 @@ inline void wait_request(CommHandle const& h, MPI_Request& req, MPI_Status* stat
         return flag != 0;
       },
       h.timeout,
-      [&](double waited) { h.timed_out(waited, what_op(op, peer, tag, direction), op, peer); });
+      [&](double waited) { h.timed_out(waited, what_op(op, peer, tag, direction), op, peer); },
+      nullptr, [&](double) { h.check_peers(what_op(op, peer, tag, direction), op, peer); });
 }
 
 // A barrier that throws CommTimeout instead of hanging; put before blocking
@@ -205,6 +239,18 @@ inline void bounded_barrier(CommHandle const& h) {
   MPI_Request req = MPI_REQUEST_NULL;
   h.check(MPI_Ibarrier(h.comm, &req), "MPI_Ibarrier");
   wait_request(h, req, MPI_STATUS_IGNORE, "MPI_Barrier", -1, -1, "with");
+}
+
+// Every rank's host and pid, for the liveness watch (bounded collective).
+inline void exchange_peers(CommHandle& h) {
+  PeerInfo const me = self_peer_info(h.rank);
+  std::vector<PeerInfo> all(static_cast<std::size_t>(h.size));
+  MPI_Request req = MPI_REQUEST_NULL;
+  h.check(MPI_Iallgather(&me, int(sizeof me), MPI_BYTE, all.data(), int(sizeof me), MPI_BYTE,
+                         h.comm, &req),
+          "MPI_Iallgather");
+  wait_request(h, req, MPI_STATUS_IGNORE, "MPI_Allgather (host and pid)", -1, -1, "with");
+  h.peers = std::move(all);
 }
 
 // Makes a fresh handle owning `comm` (already a private communicator).
@@ -220,6 +266,7 @@ inline std::shared_ptr<CommHandle> adopt(MPI_Comm comm, std::string name, double
   h->check(MPI_Comm_size(comm, &h->size), "MPI_Comm_size");
   std::string const mpi_name = "telar:" + h->name;
   MPI_Comm_set_name(comm, mpi_name.c_str());
+  exchange_peers(*h);
   return h;
 }
 

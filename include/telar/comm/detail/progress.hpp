@@ -93,17 +93,27 @@ inline bool progress_all(Progressable* focus = nullptr) {
 // Default bound of every wait, from TELAR_COMM_TIMEOUT (seconds; 0 = none).
 inline constexpr double default_timeout_seconds = 300.0;
 
+// A wait's periodic check (see wait_until): none.
+struct NoWatch {
+  void operator()(double) const {}
+};
+// Seconds a wait lasts before its first watch call, and between calls.
+inline constexpr double watch_interval_seconds = 1.0;
+
 // Polls done() until it returns true or timeout_s seconds have passed
 // (timeout_s <= 0: no bound), then calls on_timeout(seconds_waited), which
-// must throw. Each poll advances `focus` and some other in-flight operations. Backoff: spin first
-// (latency of short waits), then yield (ranks sharing cores, as under oversubscription), and only
-// after a long idle stretch sleep, because a sleeping rank stops driving MPI's progress.
-template <class Done, class OnTimeout>
+// must throw. Once a second while it waits, watch(seconds_waited) may throw
+// too (a lost peer: see liveness.hpp). Each poll advances `focus` and some other in-flight
+// operations. Backoff: spin first (latency of short waits), then yield (ranks sharing cores, as
+// under oversubscription), and only after a long idle stretch sleep, because a sleeping rank stops
+// driving MPI's progress.
+template <class Done, class OnTimeout, class Watch = NoWatch>
 void wait_until(Done&& done, double timeout_s, OnTimeout&& on_timeout,
-                Progressable* focus = nullptr) {
+                Progressable* focus = nullptr, Watch&& watch = Watch{}) {
   using clock = std::chrono::steady_clock;
   auto const start = clock::now();
   auto last_change = start;
+  double next_watch = watch_interval_seconds;
   for (;;) {
     bool const changed = progress_all(focus);
     if (done())
@@ -115,6 +125,10 @@ void wait_until(Done&& done, double timeout_s, OnTimeout&& on_timeout,
     if (timeout_s > 0 && waited >= timeout_s) {
       on_timeout(waited);
       return; // on_timeout is expected to throw
+    }
+    if (waited >= next_watch) {
+      watch(waited);
+      next_watch = waited + watch_interval_seconds;
     }
     // Spin while the operation is moving (a pipelined transfer completes a
     // segment every few microseconds: yielding there can cost a whole time

@@ -45,8 +45,8 @@ std::vector<double> tensor_nonfinite(Exec const& exec, V const& grads, TensorInd
   std::vector<double> all(index.names().size(), 0.0);
   for (std::size_t s = 0; s < pieces.segments.size(); ++s) {
     auto const& seg = pieces.segments[s];
-    all[pieces.tensor_ids[s]] += count_nonfinite(exec, grads, seg.offset, seg.offset + seg.size) /
-                                 double(seg.replicas);
+    all[pieces.tensor_ids[s]] +=
+        count_nonfinite(exec, grads, seg.offset, seg.offset + seg.size) / double(seg.replicas);
   }
   if (!all.empty())
     sum(all.data(), all.size());
