@@ -34,8 +34,8 @@ if [[ $launcher == keep ]]; then
     flags=(-disable-auto-cleanup)
   fi
 fi
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
 
 # The rank processes: descendants of the launcher named like the program.
 ranks_of() {
@@ -58,14 +58,25 @@ failed=0
 for layout in $layouts; do
   times=() telar=0
   for ((r = 0; r < reps; ++r)); do
+    log=$logs/$layout.$r.log # one per run: a late writer cannot fool the next
+    : >"$log"
     "$mpiexec" "${flags[@]}" -np 2 "$program" --"$layout" 2 --epochs 50 --batch 64 \
       --data "$data" >"$log" 2>&1 </dev/null &
     launcher_pid=$!
     until grep -q "epoch 1/" "$log" || ! kill -0 "$launcher_pid" 2>/dev/null; do sleep 0.1; done
     sleep 1 # mid-run: inside a step, a collective or a pipeline transfer
-    mapfile -t pids < <(ranks_of "$launcher_pid" | sort -n)
+    pids=()
+    for ((k = 0; k < 50 && ${#pids[@]} < 2; ++k)); do
+      mapfile -t pids < <(ranks_of "$launcher_pid" | sort -n)
+      [[ ${#pids[@]} -ge 2 ]] || sleep 0.1
+    done
     if [[ ${#pids[@]} -lt 2 ]]; then
-      echo "$layout run $r: the job did not start"; cat "$log"; failed=$((failed + 1)); continue
+      echo "$layout run $r: found ${#pids[@]} rank processes under launcher $launcher_pid"
+      tail -n 5 "$log"
+      kill -KILL "$launcher_pid" "${pids[@]}" 2>/dev/null
+      wait "$launcher_pid" 2>/dev/null
+      failed=$((failed + 1))
+      continue
     fi
     t0=$(date +%s.%N)
     kill -KILL "${pids[-1]}"

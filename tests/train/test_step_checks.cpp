@@ -108,6 +108,7 @@ void check_stop(telar::GridShape grid, char const* what) {
                   0) == 0);
   CHECK(same_everywhere(msg));
   CHECK(t.tensor_norms() == before);
+  CHECK(t.steps() == 1); // the refused step is not counted
 }
 
 // Skip: the poisoned step changes nothing and is counted; the run then goes
@@ -175,5 +176,13 @@ TEST_CASE("Labels out of range: one message with the count over the global batch
     CHECK(msg == "telar::Trainer::step: step 2: " + std::to_string(2 * dp) + " of " +
                      std::to_string(4 * dp) +
                      " targets in the global batch are labels outside [0, 3)");
+    // evaluate() gets the whole set on every rank: the same verdict, no message.
+    msg.clear();
+    try {
+      t.evaluate(bad.x, bad.y);
+    } catch (telar::ShapeError const& e) {
+      msg = e.what();
+    }
+    CHECK(msg == "telar::Trainer::evaluate: 2 of 4 targets are labels outside [0, 3)");
   });
 }

@@ -680,10 +680,11 @@ private:
       loss = reduce_loss(loss, &bad);
     }
     double const t_update = trace_.now();
-    ++step_;
+    // Throws before counting the step under NonFinite::stop.
     bool const skip = detail::skip_nonfinite(
-        options_.nonfinite, step_, loss.count ? loss.loss / double(loss.count) : loss.loss, bad,
+        options_.nonfinite, step_ + 1, loss.count ? loss.loss / double(loss.count) : loss.loss, bad,
         exec, grads, tensors_, [this](double* v, std::size_t n) { sync_.sum_norms(v, n); });
+    ++step_;
     skipped_ += skip ? 1 : 0;
     StepInfo<value_type> info;
     info.lr = value_type(lr);

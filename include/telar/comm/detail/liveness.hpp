@@ -26,7 +26,23 @@ struct PeerInfo {
   unsigned long long start = 0; // process start time (Linux /proc), 0 if unknown
   int rank = -1;                // rank in the communicator that exchanged it
   char host[64] = {};
+  // The same host for certain: the kernel's boot id and the pid namespace
+  // (Linux; empty elsewhere), so equal host names on different machines or
+  // containers never make a stranger's pid look like the peer's.
+  char boot_id[40] = {};
+  char pid_ns[40] = {};
 };
+
+// The first line of a small file, or "" (Linux /proc and /proc/sys).
+inline void read_line(char const* path, char* out, std::size_t n) {
+  out[0] = 0;
+  if (std::FILE* f = std::fopen(path, "r")) {
+    if (std::fgets(out, int(n), f) == nullptr)
+      out[0] = 0;
+    std::fclose(f);
+    out[std::strcspn(out, "\n")] = 0;
+  }
+}
 
 enum class PeerState { alive, gone, stopped, unknown };
 
@@ -67,6 +83,11 @@ inline PeerInfo self_peer_info(int rank) {
     me.host[0] = 0;
   char state = 0;
   read_proc_stat(me.pid, state, me.start);
+#if defined(__linux__)
+  read_line("/proc/sys/kernel/random/boot_id", me.boot_id, sizeof me.boot_id);
+  ssize_t const len = ::readlink("/proc/self/ns/pid", me.pid_ns, sizeof me.pid_ns - 1);
+  me.pid_ns[len > 0 ? len : 0] = 0;
+#endif
 #endif
   return me;
 }
@@ -74,8 +95,10 @@ inline PeerInfo self_peer_info(int rank) {
 // The state of a peer on this host; unknown for one elsewhere (or without POSIX).
 inline PeerState peer_state(PeerInfo const& peer, PeerInfo const& self) {
 #ifdef TELAR_HAS_POSIX_PROCESSES
-  if (peer.pid <= 0 || std::strncmp(peer.host, self.host, sizeof peer.host) != 0)
-    return PeerState::unknown;
+  if (peer.pid <= 0 || std::strncmp(peer.host, self.host, sizeof peer.host) != 0 ||
+      std::strncmp(peer.boot_id, self.boot_id, sizeof peer.boot_id) != 0 ||
+      std::strncmp(peer.pid_ns, self.pid_ns, sizeof peer.pid_ns) != 0)
+    return PeerState::unknown; // another machine or pid namespace: cannot be asked
   if (::kill(static_cast<pid_t>(peer.pid), 0) != 0 && errno == ESRCH)
     return PeerState::gone;
   char state = 0;
