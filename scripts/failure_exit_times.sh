@@ -28,7 +28,7 @@ data=${TELAR_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 flags=()
 if [[ $launcher == keep ]]; then
-  if "$mpiexec" --version 2>&1 | grep -q "Open MPI"; then
+  if "$mpiexec" --version 2>&1 | grep -qE "Open MPI|OpenRTE"; then
     flags=(--mca orte_abort_on_non_zero_status 0)
   else
     flags=(-disable-auto-cleanup)

@@ -10,7 +10,7 @@
 set -uo pipefail
 mpiexec=$1 probe=$2
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-if "$mpiexec" --version 2>&1 | grep -q "Open MPI"; then
+if "$mpiexec" --version 2>&1 | grep -qE "Open MPI|OpenRTE"; then
   keep=(--mca orte_abort_on_non_zero_status 0)
 else
   keep=(-disable-auto-cleanup)
