@@ -560,7 +560,9 @@ using Communicator = BasicCommunicator<MpiBackend>;
 
 /*! \brief Runs \p body; if it throws, prints `telar: rank R: <message>` to
  *         stderr and calls MPI_Abort on \p comm's duplicate, so the whole job
- *         ends instead of hanging on the ranks that did not fail.
+ *         ends instead of hanging on the ranks that did not fail. Peers on
+ *         this host that are stopped (SIGSTOP) are continued first, so that
+ *         the launcher's termination signal reaches them.
  *
  *  \code
  *  telar::Communicator comm(app_comm, "world"); // app_comm: the application's MPI_Comm
@@ -586,8 +588,13 @@ void abort_on_error(Communicator const& comm, F&& body, int exit_code = 1) {
     std::fflush(stderr);
     // MPI_Abort on the library's duplicate: Telar never names the world communicator,
     // and aborting any communicator ends the whole job in practice.
-    if (c != MPI_COMM_NULL)
+    if (c != MPI_COMM_NULL) {
+      auto const& peers = comm.handle_ptr()->peers;
+      if (std::size_t(rank) < peers.size()) // so that the launcher's SIGTERM reaches them
+        for (auto const& p : peers)
+          detail::continue_if_stopped(p, peers[std::size_t(rank)]);
       MPI_Abort(c, exit_code);
+    }
     std::abort();
   };
   try {

@@ -116,6 +116,18 @@ inline PeerState peer_state(PeerInfo const& peer, PeerInfo const& self) {
 #endif
 }
 
+// Lets a stopped peer run again (SIGCONT), for a job being aborted: a
+// launcher may end processes with SIGTERM (MPICH's hydra does), which a
+// stopped process never acts on, so the job would outlive MPI_Abort.
+inline void continue_if_stopped(PeerInfo const& peer, PeerInfo const& self) {
+#ifdef TELAR_HAS_POSIX_PROCESSES
+  if (peer_state(peer, self) == PeerState::stopped)
+    ::kill(static_cast<pid_t>(peer.pid), SIGCONT);
+#else
+  (void)peer, (void)self;
+#endif
+}
+
 // "rank 3 (pid 1234 on host node7)"
 inline std::string describe_peer(PeerInfo const& p) {
   return "rank " + std::to_string(p.rank) + " (pid " + std::to_string(p.pid) + " on host " +
