@@ -27,8 +27,9 @@ public:
 
 private:
   static std::string message(long long step, double loss) {
-    char v[32];
-    std::snprintf(v, sizeof v, "%g", loss);
+    char v[32] = "nan"; // not "-nan": the same text on every platform
+    if (!std::isnan(loss))
+      std::snprintf(v, sizeof v, "%g", loss);
     return step > 0 ? "diverged at step " + std::to_string(step) + ": loss " + v
                     : std::string("diverged: validation loss ") + v;
   }
