@@ -17,8 +17,7 @@
 // and ranks last. Rank 0 prints the leaderboard and, with --json, writes it.
 // The same --seed gives the same leaderboard, whatever --groups (to rounding
 // across group sizes).
-#include <telar/telar.hpp>
-#include <telar/train/hpsearch.hpp>
+#include <telar/telar.hpp> // one include for all of Telar, the search included
 
 #include "example_support.hpp"
 
@@ -219,7 +218,7 @@ void check_json(telar::Communicator const& world, std::string const& path) {
 void report(telar::SearchResult const& r, Args const& a) {
   std::printf("%s", r.table().c_str());
   std::printf("search: %zu configurations, %zu rounds, %d groups x %d ranks, wall %.2f s; "
-              "the same trials one after another on one group: %.2f s\n",
+              "the trials' own times add up to %.2f s\n",
               r.leaderboard.size(), r.rounds.size(), r.options.groups, r.group_size,
               r.wall_seconds, r.trial_seconds());
   std::fflush(stdout);
@@ -244,8 +243,9 @@ int run(MPI_Comm comm, int argc, char** argv) {
   bool const root = world.rank() == 0;
   opts.on_round = [root](telar::RoundSummary const& s) {
     if (root)
-      std::fprintf(stderr, "round %d/%d: %d configurations x %lld steps, %d failed, %.2f s\n",
-                   s.round + 1, s.rounds, s.configurations, s.budget, s.failed, s.seconds);
+      std::fprintf(stderr, "round %d/%d: %d configuration%s x %lld steps, %d failed, %.2f s\n",
+                   s.round + 1, s.rounds, s.configurations, s.configurations == 1 ? "" : "s",
+                   s.budget, s.failed, s.seconds);
   };
   auto const result = telar::successive_halving(
       comm, space(a).grid(), opts, [&](telar::Trial const& trial) {

@@ -2,8 +2,8 @@
 /*! \file
  *  \brief All of Telar in one include, as Kokkos_Core.hpp and ArborX.hpp do:
  *  shapes, layers and blocks, losses, optimizers, communication, strategies,
- *  schedules, the Trainer, data, the memory plan and meter, and the
- *  gradient checker. Each room also has its own headers
+ *  schedules, the Trainer, data, the memory plan and meter, the gradient
+ *  checker and the hyper-parameter search. Each room also has its own headers
  *  (telar/core/..., telar/layers/..., telar/data.hpp, telar/schedule.hpp)
  *  for programs that want fewer.
  *  \code
@@ -45,6 +45,7 @@
 #include <telar/profile/trace.hpp>
 #include <telar/schedule.hpp>
 #include <telar/testing/check_gradients.hpp>
+#include <telar/train/hpsearch.hpp>
 #include <telar/train/json.hpp>
 #include <telar/train/progress.hpp>
 #include <telar/train/trainer.hpp>

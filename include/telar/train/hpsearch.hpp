@@ -58,8 +58,9 @@ struct SearchResult {
   int group_size = 1;                   //!< ranks per group
   double wall_seconds = 0;              //!< wall time of the whole search (this rank)
 
-  /*! \brief Wall time of every configuration in every round, summed: the
-   *  search run one configuration after another on one group. */
+  /*! \brief Wall time of every configuration in every round, summed: about
+   *  the search run one configuration after another on one group, where the
+   *  groups do not slow each other down (they share no cores). */
   double trial_seconds() const {
     double s = 0;
     for (auto const& r : leaderboard)
