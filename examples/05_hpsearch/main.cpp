@@ -166,8 +166,8 @@ telar::TrialOutcome train(telar::Trial const& trial, Args const& a, Data& d, Opt
       trial.comm(), make_model(std::size_t(c.integer("hidden"))), opt, o, 784);
   int const dp = trainer.grid_shape().dp;
   if (a.batch % std::size_t(dp) != 0)
-    throw telar::Error("--batch " + std::to_string(a.batch) + " is not divisible by dp=" +
-                       std::to_string(dp));
+    throw telar::Error("--batch " + std::to_string(a.batch) +
+                       " is not divisible by dp=" + std::to_string(dp));
   std::size_t const local = a.batch / std::size_t(dp);
   telar::DistributedSampler sampler(d.train_count, dp, trainer.grid_coords().dp, trial.seed());
   telar::BatchLoader loader(sampler, local);
@@ -219,8 +219,8 @@ void report(telar::SearchResult const& r, Args const& a) {
   std::printf("%s", r.table().c_str());
   std::printf("search: %zu configurations, %zu rounds, %d groups x %d ranks, wall %.2f s; "
               "the trials' own times add up to %.2f s\n",
-              r.leaderboard.size(), r.rounds.size(), r.options.groups, r.group_size,
-              r.wall_seconds, r.trial_seconds());
+              r.leaderboard.size(), r.rounds.size(), r.options.groups, r.group_size, r.wall_seconds,
+              r.trial_seconds());
   std::fflush(stdout);
   if (!a.json.empty()) {
     r.write_json(a.json);
@@ -247,8 +247,8 @@ int run(MPI_Comm comm, int argc, char** argv) {
                    s.round + 1, s.rounds, s.configurations, s.configurations == 1 ? "" : "s",
                    s.budget, s.failed, s.seconds);
   };
-  auto const result = telar::successive_halving(
-      comm, space(a).grid(), opts, [&](telar::Trial const& trial) {
+  auto const result =
+      telar::successive_halving(comm, space(a).grid(), opts, [&](telar::Trial const& trial) {
         return with_optimizer(trial.config().get("optimizer"),
                               [&](auto opt) { return train(trial, a, d, opt); });
       });
@@ -259,4 +259,6 @@ int run(MPI_Comm comm, int argc, char** argv) {
 
 } // namespace
 
-int main(int argc, char** argv) { return example::run_main(argc, argv, "hpsearch", run); }
+int main(int argc, char** argv) {
+  return example::run_main(argc, argv, "hpsearch", run);
+}

@@ -127,8 +127,8 @@ TEST_CASE("Diverged and failed configurations are recorded and rank last", "[hps
   opts.groups = world_size() >= 2 ? 2 : 1;
   opts.rounds = 2;
   opts.budget = 4;
-  auto const r = telar::successive_halving(
-      MPI_COMM_WORLD, space.grid(), opts, [](telar::Trial const& t) {
+  auto const r =
+      telar::successive_halving(MPI_COMM_WORLD, space.grid(), opts, [](telar::Trial const& t) {
         std::string const& k = t.config().get("kind");
         if (k == "nan")
           t.check(3, std::numeric_limits<double>::quiet_NaN());

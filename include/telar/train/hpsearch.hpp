@@ -37,9 +37,10 @@ struct RoundSummary {
 
 /*! \brief Settings of telar::successive_halving. */
 struct HalvingOptions {
-  int groups = 1;        //!< equal groups of world / groups ranks, each training one configuration at a time
-  int eta = 2;           //!< each round keeps the best 1/eta and trains them eta times longer
-  int rounds = 0;        //!< rounds (0: until one configuration is left)
+  int groups =
+      1;       //!< equal groups of world / groups ranks, each training one configuration at a time
+  int eta = 2; //!< each round keeps the best 1/eta and trains them eta times longer
+  int rounds = 0;         //!< rounds (0: until one configuration is left)
   long long budget = 100; //!< steps per configuration in the first round
   std::uint64_t seed = 0; //!< handed to every configuration's training (Trial::seed())
   /*! \brief Seconds a group may wait for the others at a round's end (0: no
@@ -52,7 +53,8 @@ struct HalvingOptions {
 
 /*! \brief What a search found: the leaderboard, best first, on every rank. */
 struct SearchResult {
-  std::vector<TrialRecord> leaderboard; //!< survivors of the last round first, then by round reached and validation loss; diverged and failed last
+  std::vector<TrialRecord> leaderboard; //!< survivors of the last round first, then by round
+                                        //!< reached and validation loss; diverged and failed last
   std::vector<RoundSummary> rounds;     //!< one per round run
   HalvingOptions options;               //!< the settings (on_round dropped)
   int group_size = 1;                   //!< ranks per group
@@ -197,7 +199,8 @@ inline std::vector<int> promote(std::vector<TrialRecord>& recs, std::vector<int>
     auto const &x = recs[std::size_t(a)], &y = recs[std::size_t(b)];
     return x.val_loss != y.val_loss ? x.val_loss < y.val_loss : a < b;
   });
-  std::size_t const keep = std::min(ok.size(), std::max<std::size_t>(1, trained.size() / eta));
+  std::size_t const keep =
+      std::min(ok.size(), std::max<std::size_t>(1, trained.size() / std::size_t(eta)));
   for (std::size_t i = keep; i < ok.size(); ++i) {
     TrialRecord& t = recs[std::size_t(ok[i])];
     t.status = TrialStatus::stopped;
@@ -275,7 +278,8 @@ SearchResult successive_halving(MPI_Comm comm, std::vector<HyperParams> const& c
   Communicator world(comm, "telar::hpsearch");
   detail::check_search(world.size(), configs.size(), options);
   int const group_size = world.size() / options.groups, gid = world.rank() / group_size;
-  Communicator group = world.split(gid, world.rank(), "telar::hpsearch/group" + std::to_string(gid));
+  Communicator group =
+      world.split(gid, world.rank(), "telar::hpsearch/group" + std::to_string(gid));
   world.set_timeout(options.round_timeout); // from here on it only waits at rounds' ends
   int const rounds =
       options.rounds > 0 ? options.rounds : detail::halving_rounds(configs.size(), options.eta);
@@ -309,8 +313,8 @@ SearchResult successive_halving(MPI_Comm comm, std::vector<HyperParams> const& c
     for (auto const& r : results)
       s.failed += r.status != TrialStatus::finished;
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
-    alive = round + 1 < rounds ? detail::promote(recs, alive, round, options.eta)
-                               : std::vector<int>{};
+    alive =
+        round + 1 < rounds ? detail::promote(recs, alive, round, options.eta) : std::vector<int>{};
     result.rounds.push_back(s);
     if (options.on_round)
       options.on_round(s);
@@ -319,7 +323,8 @@ SearchResult successive_halving(MPI_Comm comm, std::vector<HyperParams> const& c
   result.leaderboard = detail::ranked(std::move(recs));
   result.options = options;
   result.group_size = group_size;
-  result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  result.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return result;
 }
 

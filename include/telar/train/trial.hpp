@@ -110,8 +110,8 @@ inline char const* status_name(TrialStatus s) {
 
 /*! \brief One configuration's line in the leaderboard: its last round's result. */
 struct TrialRecord {
-  int id = 0;                             //!< position in the search's list
-  HyperParams config;                     //!< the configuration
+  int id = 0;                                 //!< position in the search's list
+  HyperParams config;                         //!< the configuration
   TrialStatus status = TrialStatus::finished; //!< where it ended
   std::string reason; //!< why it stopped, diverged or failed (empty when finished)
   double val_loss = std::numeric_limits<double>::quiet_NaN(); //!< last round's validation loss

@@ -23,9 +23,9 @@ struct RoundResult {
 
 // Fixed fields as doubles (exact for these magnitudes), then the reason's bytes.
 inline void pack(RoundResult const& r, std::string& out) {
-  double const head[8] = {double(r.id),     double(int(r.status)), r.val_loss,
-                          r.val_accuracy,   double(r.steps),       r.seconds,
-                          double(r.group),  double(r.reason.size())};
+  double const head[8] = {double(r.id),    double(int(r.status)),  r.val_loss,
+                          r.val_accuracy,  double(r.steps),        r.seconds,
+                          double(r.group), double(r.reason.size())};
   out.append(reinterpret_cast<char const*>(head), sizeof head);
   out += r.reason;
 }
