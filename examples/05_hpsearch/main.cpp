@@ -2,11 +2,12 @@
 // halving, the configurations trained side by side on groups of ranks.
 //
 //   hpsearch [--groups G] [--lr 1e-3,1e-2] [--optimizer sgd,adamw] [--hidden 64]
-//            [--tp 1] [--steps 100] [--eta 2] [--rounds 0] [--batch 64]
+//            [--tp 1,2] [--steps 100] [--eta 2] [--rounds 0] [--batch 64]
 //            [--val 5000] [--seed 1] [--data DIR] [--json FILE]
 //   mpirun -np 4 hpsearch --groups 2 --lr 1e-3,1e-2 --optimizer sgd,adamw --json search.json
 //
-// The grid is the product of the lists (--lr, --optimizer, --hidden, --tp).
+// The grid is the product of the lists (--lr, --optimizer, --hidden and, if
+// given, --tp).
 // The world is split into --groups groups of equal size; each trains one
 // configuration at a time with dp = group size / tp (--tp > 1: the MLP's
 // first two layers are a Megatron pair). Round r trains each surviving
@@ -29,7 +30,7 @@ namespace {
 
 struct Args {
   int groups = 1;
-  std::vector<std::string> lr{"1e-3", "1e-2"}, optimizer{"sgd", "adamw"}, hidden{"64"}, tp{"1"};
+  std::vector<std::string> lr{"1e-3", "1e-2"}, optimizer{"sgd", "adamw"}, hidden{"64"}, tp;
   long long steps = 100;
   int eta = 2, rounds = 0;
   std::size_t batch = 64, val = 5000;
@@ -159,7 +160,7 @@ telar::TrialOutcome train(telar::Trial const& trial, Args const& a, Data& d, Opt
   long long const budget = trial.budget();
   telar::TrainerOptions o;
   o.seed = trial.seed();
-  o.grid = {0, 1, int(c.integer("tp"))};
+  o.grid = {0, 1, c.has("tp") ? int(c.integer("tp")) : 1};
   o.lr = telar::warmup_cosine(lr, budget / 10, budget, lr * 0.05);
   o.batch_size = a.batch;
   telar::Trainer<Model, Strategy, Optimizer> trainer(
@@ -203,7 +204,9 @@ telar::TrialOutcome with_optimizer(std::string const& name, Train train) {
 
 telar::SearchSpace space(Args const& a) {
   telar::SearchSpace s;
-  s.add("lr", a.lr).add("optimizer", a.optimizer).add("hidden", a.hidden).add("tp", a.tp);
+  s.add("lr", a.lr).add("optimizer", a.optimizer).add("hidden", a.hidden);
+  if (!a.tp.empty()) // an axis only when asked for: tp=1 on every line says nothing
+    s.add("tp", a.tp);
   return s;
 }
 
