@@ -3,7 +3,7 @@
 //
 //   hpsearch [--groups G] [--lr 1e-3,1e-2] [--optimizer sgd,adamw] [--hidden 64]
 //            [--tp 1,2] [--steps 100] [--eta 2] [--rounds 0] [--batch 64]
-//            [--val 5000] [--seed 1] [--data DIR] [--json FILE]
+//            [--val 5000] [--seed 1] [--data DIR] [--json FILE] [--assign dynamic]
 //   mpirun -np 4 hpsearch --groups 2 --lr 1e-3,1e-2 --optimizer sgd,adamw --json search.json
 //
 // The grid is the product of the lists (--lr, --optimizer, --hidden and, if
@@ -13,11 +13,11 @@
 // first two layers are a Megatron pair). Round r trains each surviving
 // configuration for steps * eta^r steps from scratch and keeps the best
 // 1/eta by validation loss (the last --val training images, not trained on);
-// --rounds 0 goes on until one is left. A configuration that diverges or
-// fails (a --tp that does not fit the group, ...) is recorded with its reason
-// and ranks last. Rank 0 prints the leaderboard and, with --json, writes it.
-// The same --seed gives the same leaderboard, whatever --groups (to rounding
-// across group sizes).
+// --rounds 0 goes on until one is left. --assign dynamic: a group done with a
+// configuration takes the next one nobody has started; static: round-robin. A configuration that
+// diverges or fails (a --tp that does not fit the group, ...) is recorded with its reason and ranks
+// last. Rank 0 prints the leaderboard and, with --json, writes it. The same --seed gives the same
+// leaderboard, whatever --groups (to rounding across group sizes).
 #include <telar/telar.hpp> // one include for all of Telar, the search included
 
 #include "example_support.hpp"
@@ -37,6 +37,7 @@ struct Args {
   std::uint64_t seed = 1;
   std::string data = telar::default_fashion_mnist_dir();
   std::string json;
+  bool dynamic = true; // --assign dynamic|static
 };
 
 [[noreturn]] void usage(char const* why) {
@@ -45,7 +46,7 @@ struct Args {
                "usage: hpsearch [--groups G] [--lr X,Y,...] "
                "[--optimizer sgd|momentum|adam|adamw|lamb,...] [--hidden N,...] [--tp N,...] "
                "[--steps N] [--eta N] [--rounds N] [--batch N] [--val N] [--seed N] "
-               "[--data DIR] [--json FILE]\n",
+               "[--data DIR] [--json FILE] [--assign dynamic|static]\n",
                why);
   throw 2;
 }
@@ -112,7 +113,12 @@ Args parse(int argc, char** argv) {
       a.data = r.value();
     else if (f == "--json")
       a.json = r.value();
-    else if (f == "--help" || f == "-h")
+    else if (f == "--assign") {
+      std::string const v = r.value();
+      if (v != "dynamic" && v != "static")
+        r.fail("--assign expects dynamic or static, got '" + v + "'");
+      a.dynamic = v == "dynamic";
+    } else if (f == "--help" || f == "-h")
       r.fail("help");
     else
       r.fail("unknown flag " + f);
@@ -243,6 +249,7 @@ int run(MPI_Comm comm, int argc, char** argv) {
   opts.rounds = a.rounds;
   opts.budget = a.steps;
   opts.seed = a.seed;
+  opts.dynamic = a.dynamic;
   bool const root = world.rank() == 0;
   opts.on_round = [root](telar::RoundSummary const& s) {
     if (root)

@@ -13,9 +13,12 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 using Catch::Matchers::ContainsSubstring;
@@ -118,6 +121,32 @@ TEST_CASE("Successive halving keeps the best 1/eta and multiplies the budget", "
         telar::successive_halving(MPI_COMM_WORLD, lr_space().grid(), opts, fake_train),
         ContainsSubstring("cannot be split into " + std::to_string(world + 1) + " equal groups"));
   }
+}
+
+TEST_CASE("Groups take the next configuration when they are done with one", "[hpsearch]") {
+  int const world = world_size();
+  telar::SearchSpace space;
+  space.add("cost", {"5", "0", "0", "0", "0", "0", "0", "0"});
+  telar::HalvingOptions opts;
+  opts.groups = world;
+  opts.rounds = 1;
+  std::vector<int> mine; // the configurations this rank's group trained
+  auto const r =
+      telar::successive_halving(MPI_COMM_WORLD, space.grid(), opts, [&](telar::Trial const& t) {
+        mine.push_back(t.id());
+        if (t.config().integer("cost") > 0 && world > 1) // config 0 is slow: the rest go elsewhere
+          std::this_thread::sleep_for(std::chrono::milliseconds(600));
+        return telar::TrialOutcome{double(t.id()), 0, 1};
+      });
+  REQUIRE(r.leaderboard.size() == 8);
+  for (auto const& t : r.leaderboard)
+    CHECK(t.status == telar::TrialStatus::finished);
+  // The slow one's group trained nothing else (round-robin would have given it 0 and 4 at 4 ranks).
+  if (world > 1 && std::find(mine.begin(), mine.end(), 0) != mine.end())
+    CHECK(mine == std::vector<int>{0});
+  int trained = int(mine.size());
+  MPI_Allreduce(MPI_IN_PLACE, &trained, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  CHECK(trained == 8); // each once, whatever the timing
 }
 
 TEST_CASE("Diverged and failed configurations are recorded and rank last", "[hpsearch]") {
@@ -245,6 +274,13 @@ TEST_CASE("A search of real trainers is deterministic and survives a diverging o
   for (std::size_t i = 0; i < a.leaderboard.size(); ++i)
     if (std::isfinite(a.leaderboard[i].val_loss)) // same seed: bit for bit
       CHECK(b.leaderboard[i].val_loss == a.leaderboard[i].val_loss);
+
+  opts.dynamic = false; // round-robin instead of first come, first served: the same results
+  auto const d = telar::successive_halving(MPI_COMM_WORLD, configs, opts, train_real);
+  REQUIRE(ids(d) == ids(a));
+  for (std::size_t i = 0; i < a.leaderboard.size(); ++i)
+    if (std::isfinite(a.leaderboard[i].val_loss))
+      CHECK(d.leaderboard[i].val_loss == a.leaderboard[i].val_loss);
 
   opts.groups = 1; // dp = the whole world: the same values up to rounding
   auto const c = telar::successive_halving(MPI_COMM_WORLD, configs, opts, train_real);

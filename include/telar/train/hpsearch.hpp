@@ -5,6 +5,7 @@
 #include <telar/comm/communicator.hpp>
 #include <telar/core/error.hpp>
 #include <telar/train/detail/hpsearch_exchange.hpp>
+#include <telar/train/detail/hpsearch_queue.hpp>
 #include <telar/train/detail/hpsearch_report.hpp>
 #include <telar/train/json.hpp>
 #include <telar/train/search_space.hpp>
@@ -19,6 +20,7 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -47,6 +49,12 @@ struct HalvingOptions {
    *  bound). Rounds last as long as their slowest group, which may be far
    *  longer than TELAR_COMM_TIMEOUT, so unbounded by default. */
   double round_timeout = 0;
+  /*! \brief How a round's configurations reach the groups. Dynamic (the
+   *  default): a group that finishes one takes the next that nobody has
+   *  started (a shared counter, MPI-3 fetch-and-add on rank 0), so no group
+   *  idles while another has several left; which group trains what then
+   *  depends on timing, the results do not. Static: round-robin by id. */
+  bool dynamic = true;
   /*! \brief Called on every rank after each round (progress output). */
   std::function<void(RoundSummary const&)> on_round;
 };
@@ -79,6 +87,7 @@ struct SearchResult {
         .add("groups", options.groups)
         .add("group_size", group_size)
         .add("eta", options.eta)
+        .add("assignment", options.dynamic && options.groups > 1 ? "dynamic" : "static")
         .add("first_budget", options.budget)
         .add("seed", (long long)options.seed)
         .add("wall_seconds", wall_seconds)
@@ -141,6 +150,38 @@ inline void check_search(int world, std::size_t n, HalvingOptions const& o) {
   if (last > 1e15)
     throw Error(api + "the last round's budget overflows: lower rounds, eta or the budget");
 }
+
+// Positions in a round's list of configurations for this group: round-robin,
+// or drawn from the shared counter by the group's leader and broadcast to the
+// group. Every group draws once past the end, so each round moves the
+// counter by (configurations + groups) and every rank knows where it starts.
+class Dealer {
+public:
+  // drawn: the counter's value at the round's start, moved to the next round's.
+  Dealer(HalvingOptions const& o, int gid, Communicator const& group, WorkCounter* counter,
+         std::size_t n, long long& drawn)
+      : group_(group), counter_(counter), n_(n), stride_(std::size_t(o.groups)),
+        next_(std::size_t(gid)), base_(drawn) {
+    drawn += (long long)(n + stride_);
+  }
+  std::size_t next() {
+    if (counter_ == nullptr) {
+      std::size_t const i = next_;
+      next_ += stride_;
+      return i;
+    }
+    long long k = group_.rank() == 0 ? counter_->next() - base_ : 0;
+    if (group_.size() > 1)
+      group_.broadcast(&k, 1, 0);
+    return std::size_t(std::min<long long>(k, (long long)n_));
+  }
+
+private:
+  Communicator const& group_;
+  WorkCounter* counter_;
+  std::size_t n_, stride_, next_;
+  long long base_;
+};
 
 // One configuration trained by one group; every rank of the group returns
 // the same result. Errors become a status and a reason, never an exception.
@@ -281,6 +322,10 @@ SearchResult successive_halving(MPI_Comm comm, std::vector<HyperParams> const& c
   Communicator group =
       world.split(gid, world.rank(), "telar::hpsearch/group" + std::to_string(gid));
   world.set_timeout(options.round_timeout); // from here on it only waits at rounds' ends
+  std::optional<detail::WorkCounter> counter;
+  long long drawn = 0; // the counter's value at a round's start
+  if (options.dynamic && options.groups > 1)
+    counter.emplace(world);
   int const rounds =
       options.rounds > 0 ? options.rounds : detail::halving_rounds(configs.size(), options.eta);
 
@@ -296,7 +341,8 @@ SearchResult successive_halving(MPI_Comm comm, std::vector<HyperParams> const& c
   for (int round = 0; round < rounds && !alive.empty(); ++round, budget *= options.eta) {
     auto const r0 = std::chrono::steady_clock::now();
     std::vector<detail::RoundResult> mine;
-    for (std::size_t i = std::size_t(gid); i < alive.size(); i += std::size_t(options.groups)) {
+    detail::Dealer deal(options, gid, group, counter ? &*counter : nullptr, alive.size(), drawn);
+    for (std::size_t i; (i = deal.next()) < alive.size();) {
       int const id = alive[i];
       auto r = detail::run_trial(group, gid, configs[std::size_t(id)], id, round, budget,
                                  options.seed, train);
