@@ -192,8 +192,11 @@ RoundResult run_trial(Communicator const& group, int group_id, HyperParams const
   RoundResult r;
   r.id = id;
   r.group = group_id;
+  // A communicator of its own: a collective left pending by a rank that gave
+  // up on a partner must not match the agreement below or the next trial's.
+  Communicator const work = group.dup("telar::hpsearch/trial");
   try {
-    TrialOutcome const out = train(Trial(group.native(), config, id, round, budget, seed));
+    TrialOutcome const out = train(Trial(work.native(), config, id, round, budget, seed));
     r.val_loss = out.val_loss;
     r.val_accuracy = out.val_accuracy;
     r.steps = out.steps;
@@ -322,6 +325,10 @@ SearchResult successive_halving(MPI_Comm comm, std::vector<HyperParams> const& c
   Communicator group =
       world.split(gid, world.rank(), "telar::hpsearch/group" + std::to_string(gid));
   world.set_timeout(options.round_timeout); // from here on it only waits at rounds' ends
+  // The group agrees after each configuration: a rank that failed alone
+  // waits there for partners still in a Trainer collective until their own
+  // bounded wait (TELAR_COMM_TIMEOUT) gives up, so this wait is unbounded.
+  group.set_timeout(0);
   std::optional<detail::WorkCounter> counter;
   long long drawn = 0; // the counter's value at a round's start
   if (options.dynamic && options.groups > 1)
