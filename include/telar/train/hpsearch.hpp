@@ -255,6 +255,30 @@ inline std::vector<int> promote(std::vector<TrialRecord>& recs, std::vector<int>
   return ok;
 }
 
+inline RoundSummary summarize(std::vector<RoundResult> const& results, int round, int rounds,
+                              std::size_t trained, long long budget,
+                              std::chrono::steady_clock::time_point start) {
+  RoundSummary s;
+  s.round = round;
+  s.rounds = rounds;
+  s.configurations = int(trained);
+  s.budget = budget;
+  for (auto const& r : results)
+    s.failed += r.status != TrialStatus::finished;
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return s;
+}
+
+// The configurations, all alive, none trained yet.
+inline std::vector<TrialRecord> initial_records(std::vector<HyperParams> const& configs) {
+  std::vector<TrialRecord> recs(configs.size());
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    recs[i].id = int(i);
+    recs[i].config = configs[i];
+  }
+  return recs;
+}
+
 // Best first: by round reached, then validation loss; failures last, by id.
 inline std::vector<TrialRecord> ranked(std::vector<TrialRecord> recs) {
   auto key = [](TrialRecord const& r) { return has_result(r) ? -r.rounds : 1; };
@@ -274,14 +298,14 @@ inline std::vector<TrialRecord> ranked(std::vector<TrialRecord> recs) {
  *
  *  The world is split into options.groups groups of equal size (consecutive
  *  ranks). Round r trains each surviving configuration for budget * eta^r
- *  steps, from scratch, and keeps the best 1/eta by validation loss. A
- *  round's configurations are dealt to the groups round-robin (by id); a
- *  group trains its share one after another without waiting for the others,
- *  and the round ends with one exchange over the world, where the halving
- *  needs every result. Retraining from scratch makes each result a function
- *  of the configuration and the budget alone, so the leaderboard does not
- *  depend on the number of groups or on timing (bit for bit at a given
- *  group size; to rounding across group sizes, whose degrees differ).
+ *  steps, from scratch, and keeps the best 1/eta by validation loss. A group
+ *  done with a configuration takes the round's next one that nobody has
+ *  started (HalvingOptions::dynamic; else round-robin by id), without
+ *  waiting for the other groups; the round ends with one exchange over the
+ *  world, where the halving needs every result. Retraining from scratch makes each result a
+ * function of the configuration and the budget alone, so the leaderboard does not depend on the
+ * number of groups or on timing (bit for bit at a given group size; to rounding across group sizes,
+ * whose degrees differ).
  *
  *  A configuration whose loss is not finite (Trial::check(), or the returned
  *  validation loss) is recorded as diverged, one that throws (a layout that
@@ -336,13 +360,10 @@ SearchResult successive_halving(MPI_Comm comm, std::vector<HyperParams> const& c
   int const rounds =
       options.rounds > 0 ? options.rounds : detail::halving_rounds(configs.size(), options.eta);
 
-  std::vector<TrialRecord> recs(configs.size());
-  std::vector<int> alive;
-  for (std::size_t i = 0; i < configs.size(); ++i) {
-    recs[i].id = int(i);
-    recs[i].config = configs[i];
-    alive.push_back(int(i));
-  }
+  std::vector<TrialRecord> recs = detail::initial_records(configs);
+  std::vector<int> alive(configs.size());
+  for (std::size_t i = 0; i < alive.size(); ++i)
+    alive[i] = int(i);
   SearchResult result;
   long long budget = options.budget;
   for (int round = 0; round < rounds && !alive.empty(); ++round, budget *= options.eta) {
@@ -358,14 +379,7 @@ SearchResult successive_halving(MPI_Comm comm, std::vector<HyperParams> const& c
     }
     auto const results = detail::gather_round(world, mine);
     detail::record_round(recs, results, round);
-    RoundSummary s;
-    s.round = round;
-    s.rounds = rounds;
-    s.configurations = int(alive.size());
-    s.budget = budget;
-    for (auto const& r : results)
-      s.failed += r.status != TrialStatus::finished;
-    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
+    RoundSummary const s = detail::summarize(results, round, rounds, alive.size(), budget, r0);
     alive =
         round + 1 < rounds ? detail::promote(recs, alive, round, options.eta) : std::vector<int>{};
     result.rounds.push_back(s);
