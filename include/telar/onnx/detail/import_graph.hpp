@@ -461,9 +461,9 @@ struct Block {
   std::size_t row0 = 0, col0 = 0, rows = 0, cols = 0;
   bool replicated = false;
 };
-template <class L>
+template <class L> // a layer outside a tensor-parallel pair: every tp rank has it all
 Block block_of(L const&, std::string const&, std::size_t rows, std::size_t cols) {
-  return {0, 0, rows, cols, false};
+  return {0, 0, rows, cols, true};
 }
 template <class T, class M>
 Block block_of(ColumnParallel<Dense<T, M>> const& l, std::string const&, std::size_t,
