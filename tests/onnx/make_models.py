@@ -13,6 +13,7 @@ plus refusal fixtures: bad_op.onnx (Elu), bad_opset.onnx (opset 99),
 float64.onnx (a double model), branch.onnx (a tensor feeding two layers),
 residual.onnx (x + f(x)), and manifest.txt (N, BATCH, STEPS, LR).
 Run: /usr/bin/python3 make_models.py OUT_DIR
+With --fashion after OUT_DIR: only fashion_mlp.onnx, example 04's model.
 """
 import os
 import sys
@@ -122,9 +123,17 @@ def make_refusals(out):
     export(Res(), (6,), os.path.join(out, "residual.onnx"))
 
 
+def fashion_mlp():
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10))
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "."
     os.makedirs(out, exist_ok=True)
+    if len(sys.argv) > 2 and sys.argv[2] == "--fashion":  # example 04's model only
+        torch.manual_seed(1)
+        export(fashion_mlp(), (1, 28, 28), os.path.join(out, "fashion_mlp.onnx"))
+        return
     for name in MODELS:
         make(out, name)
     make_refusals(out)
