@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Fixtures for Telar's ONNX tests, written with PyTorch's own exporter.
 
-For each model (an MLP and a CNN) writes into OUT_DIR:
+For each model (an MLP, a CNN and an MLP with a residual block) writes into OUT_DIR:
   <name>.onnx            torch.onnx.export, opset 13, constant folding, dynamic batch
   <name>_x.bin           input [N, ...] float32 (forward check)
   <name>_y.bin           PyTorch's output on it
@@ -11,7 +11,7 @@ For each model (an MLP and a CNN) writes into OUT_DIR:
   <name>_trained.bin     PyTorch's trained parameters, float32, in initializer order
 plus refusal fixtures: bad_op.onnx (Elu), bad_opset.onnx (opset 99),
 float64.onnx (a double model), branch.onnx (a tensor feeding two layers),
-residual.onnx (x + f(x)), and manifest.txt (N, BATCH, STEPS, LR).
+nested.onnx (a residual inside a residual branch), and manifest.txt (N, BATCH, STEPS, LR).
 Run: /usr/bin/python3 make_models.py OUT_DIR
 With --fashion after OUT_DIR: only fashion_mlp.onnx, example 04's model.
 """
@@ -38,7 +38,23 @@ def cnn():
                          nn.Linear(8, 3))
 
 
-MODELS = {"mlp": (mlp, (2, 6), 4), "cnn": (cnn, (1, 10, 10), 3)}
+class Res(nn.Module):
+    """x + body(x)."""
+
+    def __init__(self, *body):
+        super().__init__()
+        self.body = nn.Sequential(*body)
+
+    def forward(self, x):
+        return x + self.body(x)
+
+
+def resmlp():
+    return nn.Sequential(nn.Linear(12, 8), nn.ReLU(), Res(nn.Linear(8, 8), nn.Tanh()),
+                         nn.Linear(8, 4))
+
+
+MODELS = {"mlp": (mlp, (2, 6), 4), "cnn": (cnn, (1, 10, 10), 3), "resmlp": (resmlp, (12,), 4)}
 
 
 class Branch(nn.Module):
@@ -50,15 +66,6 @@ class Branch(nn.Module):
 
     def forward(self, x):
         return torch.cat([self.a(x), self.b(x)], dim=1)
-
-
-class Res(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(6, 6)
-
-    def forward(self, x):
-        return x + torch.relu(self.fc(x))
 
 
 def export(model, shape, path, opset=13):
@@ -79,7 +86,7 @@ def initializer_names(path):
 
 def make(out, name):
     factory, shape, classes = MODELS[name]
-    torch.manual_seed(7 if name == "mlp" else 11)
+    torch.manual_seed({"mlp": 7, "cnn": 11}.get(name, 13))
     model = factory()
     path = os.path.join(out, name + ".onnx")
     export(model, shape, path)
@@ -120,7 +127,7 @@ def make_refusals(out):
     export(nn.Sequential(nn.Linear(6, 4), nn.ReLU(), nn.Linear(4, 3)).double(), (6,),
            os.path.join(out, "float64.onnx"))
     export(Branch(), (6,), os.path.join(out, "branch.onnx"))
-    export(Res(), (6,), os.path.join(out, "residual.onnx"))
+    export(Res(nn.Linear(6, 6), Res(nn.Linear(6, 6))), (6,), os.path.join(out, "nested.onnx"))
 
 
 def fashion_mlp():

@@ -34,7 +34,7 @@ struct variant_index<L, std::variant<Ts...>> {
         return i;
     return sizeof...(Ts);
   }();
-  static_assert(value < sizeof...(Ts), "telar::DynamicSequential: layer type not in the variant");
+  static constexpr bool found = value < sizeof...(Ts);
 };
 
 // Saved states of a run-time chain: entry k holds layer k's saved_type, made
@@ -48,6 +48,8 @@ class DynamicSaved<std::variant<Ls...>> {
 public:
   template <class L>
   typename layer_traits<L>::saved_type& at(std::size_t k) {
+    static_assert(variant_index<L, std::variant<Ls...>>::found,
+                  "telar::DynamicSequential: layer type not in the variant");
     constexpr std::size_t i = variant_index<L, std::variant<Ls...>>::value + 1;
     if (entries_.size() <= k)
       entries_.resize(k + 1);
@@ -274,6 +276,176 @@ private:
   std::vector<Variant> layers_;
   std::vector<Shape> shapes_;
   initializer init_;
+};
+
+/*! \brief A residual block over a run-time chain: y = x + body(x), the body a
+ *  telar::DynamicSequential (e.g. the branch of an ONNX Add onto its input).
+ *  Its parameters are named "<k>.<name>" by body layer, as a nested
+ *  telar::Sequential's. \tparam Variant the body's layer variant */
+template <class Variant>
+class DynamicResidual {
+  using Body = DynamicSequential<Variant>;
+
+public:
+  /*! \brief Scalar type. */
+  using value_type = typename Body::value_type;
+  /*! \brief Memory space of parameters and activations. */
+  using memory_space = typename Body::memory_space;
+  /*! \brief backward_weight reuses the inner gradients of backward_input. */
+  static constexpr bool backward_input_first = true;
+
+  /*! \brief What one micro-batch keeps: the body's saved states, its inner
+   *  activations and their gradients. */
+  struct saved_type {
+    mutable detail::DynamicSaved<Variant> inner;                //!< each body layer's state
+    std::vector<Matrix<value_type, memory_space>> act;          //!< act[k]: input of layer k, act[n]: body output
+    mutable std::vector<Matrix<value_type, memory_space>> grad; //!< grad[k]: dL/d act[k]
+    mutable Matrix<value_type, memory_space> scratch;           //!< dx nobody reads
+    mutable bool grads_ready = false; //!< backward_input ran since the last backward_weight
+  };
+
+  /*! \brief An empty block. */
+  DynamicResidual() = default;
+  /*! \brief \param body the branch (its output shape must equal its input's) */
+  explicit DynamicResidual(Body body) : body_(std::move(body)) {}
+
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "DynamicResidual"; }
+  /*! \brief The branch. */
+  Body& body() { return body_; }
+  /*! \brief The branch. */
+  Body const& body() const { return body_; }
+
+  /*! \brief \p in; the body must map it to itself. \param in the input shape
+   *  \throws ShapeError otherwise */
+  Shape output_shape(Shape const& in) const {
+    Shape const out = body_.output_shape(in);
+    if (out != in)
+      throw ShapeError("DynamicResidual: the body maps " + in.str() + " to " + out.str() +
+                       "; a residual connection needs the same shape");
+    return in;
+  }
+  /*! \brief Tells the body its input shape. \param in the input shape */
+  void build(Shape const& in) { shapes_ = body_.build(in); }
+  /*! \brief The body's flops plus the addition. \param samples rows \param in input shape */
+  double flops(std::size_t samples, Shape const& in) const {
+    return body_.flops(samples, in) + double(samples) * double(in.size());
+  }
+  /*! \brief The body's parameter values. */
+  std::size_t parameter_count() const { return body_.parameter_count(); }
+  /*! \brief Inner activations and gradients per micro-batch.
+   *  \param samples rows \param in input shape */
+  std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
+    auto const s = body_.shapes(in);
+    std::size_t n = 0;
+    for (std::size_t k = 1; k < s.size(); ++k)
+      n += 2 * samples * s[k].size() * sizeof(value_type);
+    return n;
+  }
+  /*! \brief Draws the body's parameters. \param seed stream seed */
+  void initialize(std::uint64_t seed) { body_.initialize(seed); }
+  /*! \brief Visits the body's parameters as "<k>.<name>".
+   *  \param f callable as f(char const*, View&, View&) */
+  template <class F>
+  void parameters(F&& f) {
+    body_.parameters(f);
+  }
+
+  /*! \brief y = x + body(x). \param exec execution space instance \param x input
+   *  \param y output \param saved per-micro-batch state */
+  template <class Exec>
+  void forward(Exec const& exec, ConstMatrix<value_type, memory_space> x,
+               Matrix<value_type, memory_space> y, saved_type& saved) const {
+    std::size_t const n = body_.layer_count();
+    ensure(saved.act, x.extent(0), "telar::DynamicResidual::activation");
+    saved.grads_ready = false;
+    for (std::size_t k = 0; k < n; ++k)
+      std::visit(
+          [&](auto const& l) {
+            using L = std::decay_t<decltype(l)>;
+            ConstMatrix<value_type, memory_space> in = k == 0 ? x : saved.act[k];
+            l.forward(exec, in, saved.act[k + 1], saved.inner.template at<L>(k));
+          },
+          body_.layer(k));
+    // The body's output has its own buffer: its last layer may keep it (ReLU,
+    // Tanh and Sigmoid keep y), so the sum must not overwrite it.
+    Kokkos::deep_copy(exec, y, saved.act[n]);
+    detail::add_batch(exec, y, x);
+  }
+  /*! \brief dx = dy + body'(x)^T dy. \param exec execution space instance
+   *  \param dy gradient of the output \param dx gradient of the input \param saved state */
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
+                      Matrix<value_type, memory_space> dx, saved_type const& saved) const {
+    propagate(exec, dy, dx, saved);
+    detail::add_batch(exec, dx, dy);
+  }
+  /*! \brief The body's weight gradients. \param exec execution space instance
+   *  \param dy gradient of the output \param saved state */
+  template <class Exec>
+  void backward_weight(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
+                       saved_type const& saved) const {
+    if (!saved.grads_ready)
+      propagate(exec, dy, scratch(saved, dy.extent(0)), saved);
+    std::size_t const n = body_.layer_count();
+    for (std::size_t k = n; k-- > 0;)
+      std::visit(
+          [&](auto const& l) {
+            using L = std::decay_t<decltype(l)>;
+            if constexpr (layer_traits<L>::has_split_backward &&
+                          layer_traits<L>::has_backward_weight)
+              l.backward_weight(exec,
+                                k + 1 == n ? dy
+                                           : ConstMatrix<value_type, memory_space>(saved.grad[k + 1]),
+                                saved.inner.template at<L>(k));
+          },
+          body_.layer(k));
+    saved.grads_ready = false;
+  }
+
+private:
+  void ensure(std::vector<Matrix<value_type, memory_space>>& bufs, std::size_t rows,
+              char const* label) const {
+    std::size_t const n = body_.layer_count();
+    if (shapes_.size() != n + 1)
+      throw Error("telar::DynamicResidual: run before build(input shape)");
+    bufs.resize(n + 1);
+    for (std::size_t k = 1; k <= n; ++k) // act[n]: the body's output
+      if (bufs[k].extent(0) != rows || bufs[k].extent(1) != shapes_[k].size())
+        bufs[k] = Matrix<value_type, memory_space>(
+            Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), rows,
+            shapes_[k].size());
+  }
+  Matrix<value_type, memory_space> scratch(saved_type const& saved, std::size_t rows) const {
+    if (saved.scratch.extent(0) != rows || saved.scratch.extent(1) != shapes_[0].size())
+      saved.scratch = Matrix<value_type, memory_space>(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::DynamicResidual::scratch"), rows,
+          shapes_[0].size());
+    return saved.scratch;
+  }
+  // Body input gradients, last layer first, into saved.grad and dx.
+  template <class Exec>
+  void propagate(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
+                 Matrix<value_type, memory_space> dx, saved_type const& saved) const {
+    std::size_t const n = body_.layer_count();
+    ensure(saved.grad, dy.extent(0), "telar::DynamicResidual::activation_grad");
+    for (std::size_t k = n; k-- > 0;)
+      std::visit(
+          [&](auto const& l) {
+            using L = std::decay_t<decltype(l)>;
+            ConstMatrix<value_type, memory_space> dyk = k + 1 == n ? dy : saved.grad[k + 1];
+            Matrix<value_type, memory_space> dxk = k == 0 ? dx : saved.grad[k];
+            if constexpr (layer_traits<L>::has_split_backward)
+              l.backward_input(exec, dyk, dxk, saved.inner.template at<L>(k));
+            else
+              l.backward(exec, dyk, dxk, saved.inner.template at<L>(k));
+          },
+          body_.layer(k));
+    saved.grads_ready = true;
+  }
+
+  Body body_;
+  std::vector<Shape> shapes_;
 };
 
 /*! \brief telar::DynamicSequential trains as a telar::Sequential does.

@@ -16,7 +16,17 @@
 
 namespace telar::onnx {
 
-/*! \brief The built-in layers an imported model is made of.
+/*! \brief The layers a residual branch of an imported model is made of.
+ *  \tparam T value type \tparam MemorySpace memory space */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+using BranchLayer =
+    std::variant<Dense<T, MemorySpace>, ReLU<T, MemorySpace>, GELU<T, MemorySpace>,
+                 Sigmoid<T, MemorySpace>, Tanh<T, MemorySpace>, Flatten<T, MemorySpace>,
+                 Conv2D<T, MemorySpace>, MaxPool2D<T, MemorySpace>, AvgPool2D<T, MemorySpace>,
+                 GlobalAvgPool<T, MemorySpace>>;
+
+/*! \brief The built-in layers an imported model is made of: the branch
+ *  layers, the tensor-parallel Dense pair and residual blocks over a branch.
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
 using Layer =
@@ -24,7 +34,7 @@ using Layer =
                  RowParallel<Dense<T, MemorySpace>>, ReLU<T, MemorySpace>, GELU<T, MemorySpace>,
                  Sigmoid<T, MemorySpace>, Tanh<T, MemorySpace>, Flatten<T, MemorySpace>,
                  Conv2D<T, MemorySpace>, MaxPool2D<T, MemorySpace>, AvgPool2D<T, MemorySpace>,
-                 GlobalAvgPool<T, MemorySpace>>;
+                 GlobalAvgPool<T, MemorySpace>, DynamicResidual<BranchLayer<T, MemorySpace>>>;
 
 /*! \brief The run-time model an import builds.
  *  \tparam T value type \tparam MemorySpace memory space */

@@ -121,6 +121,9 @@ private:
       std::string out;
       if (gelu_pattern(cur, rs, out))
         return out;
+      for (int i = 0; i < 2; ++i)
+        if (is_residual_add(*rs[i], cur))
+          return residual(cur, *rs[i], *rs[1 - i]);
     }
     if (rs.size() != 1) {
       std::string who;
@@ -144,6 +147,56 @@ private:
     if (n.input(0) != cur)
       fail(n, "the activation '" + cur + "' must be the first input");
     return map_node(n);
+  }
+
+  bool is_residual_add(::onnx::NodeProto const& n, std::string const& cur) const {
+    return n.op_type() == "Add" && n.input_size() == 2 && !index_.is_constant(n.input(0)) &&
+           !index_.is_constant(n.input(1)) && (n.input(0) == cur) != (n.input(1) == cur);
+  }
+
+  // cur -> branch (from `first`) -> Add(branch, cur): a DynamicResidual whose
+  // body is the branch, its parameters named "<k>.<name>" by body layer.
+  std::string residual(std::string const& cur, ::onnx::NodeProto const& add,
+                       ::onnx::NodeProto const& first) {
+    std::string const end = add.input(0) == cur ? add.input(1) : add.input(0);
+    auto outer = std::move(plan_.layers);
+    plan_.layers.clear();
+    std::size_t const first_binding = plan_.bindings.size();
+    Shape const in = shape_;
+    used_.insert(&first);
+    if (first.input(0) != cur)
+      fail(first, "the activation '" + cur + "' must be the first input");
+    std::string t = map_node(first);
+    while (t != end)
+      t = step(t);
+    if (shape_ != in)
+      fail(add, "the residual branch maps " + in.str() + " to " + shape_.str() +
+                    "; only identity shortcuts (same shape) are supported");
+    using Branch = BranchLayer<T, M>;
+    DynamicSequential<Branch> body;
+    for (auto& l : plan_.layers)
+      std::visit(
+          [&](auto& layer) {
+            using L = std::decay_t<decltype(layer)>;
+            if constexpr (telar::detail::variant_index<L, Branch>::found)
+              body.push_back(std::move(layer));
+            else
+              fail(add, std::string("a ") + L::name() +
+                            " inside a residual branch is not supported (nested residual "
+                            "connections or tensor-parallel layers)");
+          },
+          l);
+    if (body.layer_count() == 0)
+      fail(add, "adds an activation to itself; a residual branch needs at least one layer");
+    for (std::size_t b = first_binding; b < plan_.bindings.size(); ++b) {
+      auto& binding = plan_.bindings[b];
+      binding.param = std::to_string(binding.layer) + "." + binding.param;
+      binding.layer = outer.size();
+    }
+    plan_.layers = std::move(outer);
+    plan_.layers.push_back(DynamicResidual<Branch>(std::move(body)));
+    used_.insert(&add);
+    return add.output(0);
   }
 
   std::string map_node(::onnx::NodeProto const& n) {
@@ -439,7 +492,7 @@ private:
 template <class Layers>
 void make_tensor_parallel_pairs(Layers& layers) {
   auto dense = [&](std::size_t k) { return k < layers.size() && layers[k].index() == 0; };
-  auto elementwise = [&](std::size_t k) {
+  auto elementwise = [&](std::size_t k) { // ReLU, GELU, Sigmoid, Tanh in telar::onnx::Layer
     return k < layers.size() && layers[k].index() >= 3 && layers[k].index() <= 6;
   };
   for (std::size_t k = 0; k + 2 < layers.size(); ++k)
