@@ -11,7 +11,8 @@ For each model (an MLP, a CNN and an MLP with a residual block) writes into OUT_
   <name>_trained.bin     PyTorch's trained parameters, float32, in initializer order
 plus refusal fixtures: bad_op.onnx (Elu), bad_opset.onnx (opset 99),
 float64.onnx (a double model), branch.onnx (a tensor feeding two layers),
-nested.onnx (a residual inside a residual branch), and manifest.txt (N, BATCH, STEPS, LR).
+nested.onnx (a residual inside a residual branch), batchnorm.onnx (a
+BatchNorm1d after a Linear), and manifest.txt (N, BATCH, STEPS, LR).
 Run: /usr/bin/python3 make_models.py OUT_DIR
 With --fashion after OUT_DIR: only fashion_mlp.onnx, example 04's model.
 """
@@ -128,6 +129,10 @@ def make_refusals(out):
            os.path.join(out, "float64.onnx"))
     export(Branch(), (6,), os.path.join(out, "branch.onnx"))
     export(Res(nn.Linear(6, 6), Res(nn.Linear(6, 6))), (6,), os.path.join(out, "nested.onnx"))
+    # Conv + BatchNorm2d is folded by the exporter (accepted); BatchNorm1d after a Linear is not.
+    export(nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(2 * 4 * 4, 6), nn.BatchNorm1d(6), nn.Linear(6, 3)),
+           (1, 6, 6), os.path.join(out, "batchnorm.onnx"))
 
 
 def fashion_mlp():

@@ -268,5 +268,7 @@ TEST_CASE("ONNX import refuses what it does not support, naming it", "[onnx]") {
              ContainsSubstring("not a chain") && ContainsSubstring("(Gemm)"));
   CHECK_THAT(refuse("nested.onnx"), ContainsSubstring("(Add)") &&
                                         ContainsSubstring("DynamicResidual inside a residual branch"));
+  CHECK_THAT(refuse("batchnorm.onnx"), ContainsSubstring("(BatchNormalization)") &&
+                                           ContainsSubstring("fold this one"));
   CHECK_THAT(refuse("missing.onnx"), ContainsSubstring("cannot open"));
 }

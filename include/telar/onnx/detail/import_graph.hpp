@@ -243,9 +243,9 @@ private:
       return n.output(0);
     }
     if (op == "BatchNormalization")
-      fail(n, "BatchNormalization is not supported: export in eval mode "
-              "(torch.onnx.export(..., training=torch.onnx.TrainingMode.EVAL, "
-              "do_constant_folding=True) folds it into the Conv before it) or remove it");
+      fail(n, "BatchNormalization is not supported: torch.onnx.export in eval mode (the default "
+              "TrainingMode.EVAL) folds a BatchNorm that follows a Conv into the Conv; fold this "
+              "one into the layer before it yourself, or remove it");
     if (op == "Add")
       fail(n, "an Add that is not the bias of a MatMul is not supported (residual connections "
               "are not supported yet)");
@@ -473,7 +473,7 @@ private:
 
   void check_all_used() const {
     for (auto const& n : g_.node())
-      if (n.op_type() != "Constant" && !used_.count(&n))
+      if (n.op_type() != "Constant" && !used_.count(&n) && !index_.aliases.count(&n))
         fail(n, "is not on the chain from input '" + plan_.input_name + "' to output '" +
                     plan_.output_name + "'; Telar imports chains");
   }

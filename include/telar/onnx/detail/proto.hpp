@@ -11,6 +11,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -104,6 +105,7 @@ inline std::string string_attr(::onnx::NodeProto const& n, char const* name, std
 struct GraphIndex {
   std::map<std::string, ::onnx::TensorProto const*> constants;
   std::map<std::string, std::vector<::onnx::NodeProto const*>> consumers;
+  std::set<::onnx::NodeProto const*> aliases; // Identity nodes of a constant
 
   explicit GraphIndex(::onnx::GraphProto const& g) {
     for (auto const& t : g.initializer())
@@ -112,6 +114,12 @@ struct GraphIndex {
       if (n.op_type() == "Constant" && n.output_size() == 1) {
         if (auto const* v = find_attr(n, "value"))
           constants[n.output(0)] = &v->t();
+        continue;
+      }
+      // PyTorch shares one initializer between uses through Identity nodes.
+      if (n.op_type() == "Identity" && n.input_size() == 1 && constants.count(n.input(0))) {
+        constants[n.output(0)] = constants[n.input(0)];
+        aliases.insert(&n);
         continue;
       }
       for (auto const& in : n.input())
