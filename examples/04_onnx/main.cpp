@@ -81,8 +81,7 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
   io.tensor_parallel = a.tp > 1;
   auto const imported = telar::onnx::import_model<T>(a.model, io);
   if (imported.input_shape.size() != 784)
-    throw telar::Error("onnx_train: '" + a.model + "' takes inputs " +
-                       imported.input_shape.str() +
+    throw telar::Error("onnx_train: '" + a.model + "' takes inputs " + imported.input_shape.str() +
                        "; Fashion-MNIST needs 784 values per sample ([784] or [1, 28, 28])");
   telar::FashionMnist data = telar::load_fashion_mnist(a.data);
   telar::TrainerOptions const opts = example::trainer_options(a, data.train.size);
@@ -120,4 +119,6 @@ int run(MPI_Comm comm, int argc, char** argv) {
 
 } // namespace
 
-int main(int argc, char** argv) { return example::run_main(argc, argv, "onnx_train", run); }
+int main(int argc, char** argv) {
+  return example::run_main(argc, argv, "onnx_train", run);
+}

@@ -34,7 +34,9 @@ using Full =
 // reach the shards, and the export must gather them.
 using Zero3 = telar::Strategy<telar::DataParallel<telar::RingAllreduce, telar::ZeRO<3>>>;
 
-std::string fixture(std::string const& name) { return std::string(TELAR_ONNX_FIXTURES) + "/" + name; }
+std::string fixture(std::string const& name) {
+  return std::string(TELAR_ONNX_FIXTURES) + "/" + name;
+}
 
 template <class T>
 std::vector<T> read_bin(std::string const& name) {
@@ -187,13 +189,13 @@ TEST_CASE("ONNX import: SGD training equals PyTorch's; the export reloads", "[on
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     Trained const t =
         train(name, MPI_COMM_SELF, serial_options(), false, rank == 0 ? name + "_telar" : "");
-    double const err = rel_err(in_file_order(t.imported, t.params),
-                               read_bin<float>(name + "_trained.bin"));
+    double const err =
+        rel_err(in_file_order(t.imported, t.params), read_bin<float>(name + "_trained.bin"));
     INFO("parameters after training: relative error " << err);
     CHECK(err <= 1e-4);
     if (rank == 0) {
-      double const out = rel_err(read_bin<float>(name + "_telar_y.bin"),
-                                 read_bin<float>(name + "_trained_y.bin"));
+      double const out =
+          rel_err(read_bin<float>(name + "_telar_y.bin"), read_bin<float>(name + "_trained_y.bin"));
       INFO("outputs after training: relative error " << out);
       CHECK(out <= 1e-4);
       // The written file imports again with the trained values.
@@ -221,8 +223,7 @@ TEST_CASE("ONNX import: dp2, pp2, tp2 and ZeRO-3 train to the serial parameters"
     telar::TrainerOptions o;
     o.grid = {2, 1, 1};
     std::string name;
-    double const worst =
-        worst_error(train<Zero3>("mlp", MPI_COMM_WORLD, o, false), ref, name);
+    double const worst = worst_error(train<Zero3>("mlp", MPI_COMM_WORLD, o, false), ref, name);
     INFO("mlp ZeRO-3 dp=2: worst relative error " << worst << " (" << name << ")");
     CHECK(worst <= 1e-5);
   }
@@ -266,9 +267,10 @@ TEST_CASE("ONNX import refuses what it does not support, naming it", "[onnx]") {
              ContainsSubstring("DOUBLE") && ContainsSubstring("float32 (FLOAT)"));
   CHECK_THAT(refuse("branch.onnx"),
              ContainsSubstring("not a chain") && ContainsSubstring("(Gemm)"));
-  CHECK_THAT(refuse("nested.onnx"), ContainsSubstring("(Add)") &&
-                                        ContainsSubstring("DynamicResidual inside a residual branch"));
-  CHECK_THAT(refuse("batchnorm.onnx"), ContainsSubstring("(BatchNormalization)") &&
-                                           ContainsSubstring("fold this one"));
+  CHECK_THAT(refuse("nested.onnx"),
+             ContainsSubstring("(Add)") &&
+                 ContainsSubstring("DynamicResidual inside a residual branch"));
+  CHECK_THAT(refuse("batchnorm.onnx"),
+             ContainsSubstring("(BatchNormalization)") && ContainsSubstring("fold this one"));
   CHECK_THAT(refuse("missing.onnx"), ContainsSubstring("cannot open"));
 }

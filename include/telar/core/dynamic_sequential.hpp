@@ -297,8 +297,9 @@ public:
   /*! \brief What one micro-batch keeps: the body's saved states, its inner
    *  activations and their gradients. */
   struct saved_type {
-    mutable detail::DynamicSaved<Variant> inner;                //!< each body layer's state
-    std::vector<Matrix<value_type, memory_space>> act;          //!< act[k]: input of layer k, act[n]: body output
+    mutable detail::DynamicSaved<Variant> inner; //!< each body layer's state
+    std::vector<Matrix<value_type, memory_space>>
+        act; //!< act[k]: input of layer k, act[n]: body output
     mutable std::vector<Matrix<value_type, memory_space>> grad; //!< grad[k]: dL/d act[k]
     mutable Matrix<value_type, memory_space> scratch;           //!< dx nobody reads
     mutable bool grads_ready = false; //!< backward_input ran since the last backward_weight
@@ -394,10 +395,9 @@ public:
             using L = std::decay_t<decltype(l)>;
             if constexpr (layer_traits<L>::has_split_backward &&
                           layer_traits<L>::has_backward_weight)
-              l.backward_weight(exec,
-                                k + 1 == n ? dy
-                                           : ConstMatrix<value_type, memory_space>(saved.grad[k + 1]),
-                                saved.inner.template at<L>(k));
+              l.backward_weight(
+                  exec, k + 1 == n ? dy : ConstMatrix<value_type, memory_space>(saved.grad[k + 1]),
+                  saved.inner.template at<L>(k));
           },
           body_.layer(k));
     saved.grads_ready = false;

@@ -86,8 +86,9 @@ void export_model(Imported<T, M> const& imported,
     ParameterBinding const& b = *it->second;
     auto const v = values.find(t.name());
     if (v == values.end() || v->second.size() != b.rows * b.cols)
-      throw OnnxError("telar::onnx::export_model: no values (or the wrong count) for initializer '" +
-                      t.name() + "' of layer " + std::to_string(b.layer));
+      throw OnnxError(
+          "telar::onnx::export_model: no values (or the wrong count) for initializer '" + t.name() +
+          "' of layer " + std::to_string(b.layer));
     std::vector<float> f(b.rows * b.cols);
     for (std::size_t i = 0; i < b.rows; ++i)
       for (std::size_t j = 0; j < b.cols; ++j)

@@ -40,9 +40,9 @@ struct Imported {
   /*! \brief "Softmax" or "LogSoftmax" when the graph ends with one (left out
    *  of the model: the loss takes the logits), else empty. */
   std::string output_activation;
-  std::vector<ParameterBinding> bindings;     //!< every parameter, model order
-  std::shared_ptr<::onnx::ModelProto> proto;  //!< the file as read (export writes into a copy)
-  std::string path;                           //!< the file
+  std::vector<ParameterBinding> bindings;    //!< every parameter, model order
+  std::shared_ptr<::onnx::ModelProto> proto; //!< the file as read (export writes into a copy)
+  std::string path;                          //!< the file
   /*! \brief Starting values by initializer name, in Telar's layout. */
   std::shared_ptr<std::map<std::string, std::vector<T>>> start;
 };

@@ -73,8 +73,9 @@ private:
     for (auto const& o : m_.opset_import())
       if (o.domain().empty() || o.domain() == "ai.onnx")
         if (o.version() < min_opset || o.version() > max_opset)
-          fail("opset " + std::to_string(o.version()) + " of the default domain is not supported (" +
-               std::to_string(min_opset) + " to " + std::to_string(max_opset) +
+          fail("opset " + std::to_string(o.version()) +
+               " of the default domain is not supported (" + std::to_string(min_opset) + " to " +
+               std::to_string(max_opset) +
                "; export with e.g. torch.onnx.export(..., opset_version=13))");
   }
 
@@ -142,8 +143,8 @@ private:
     auto const& n = *rs[0];
     used_.insert(&n);
     if (!n.domain().empty() && n.domain() != "ai.onnx")
-      fail(n, "operator domain '" + n.domain() + "' is not supported; supported: " +
-                  supported_ops());
+      fail(n,
+           "operator domain '" + n.domain() + "' is not supported; supported: " + supported_ops());
     if (n.input(0) != cur)
       fail(n, "the activation '" + cur + "' must be the first input");
     return map_node(n);
@@ -310,8 +311,8 @@ private:
     std::size_t const out = std::size_t(tb ? w.dims(0) : w.dims(1));
     std::size_t const in = std::size_t(tb ? w.dims(1) : w.dims(0));
     if (in != shape_[0])
-      fail(n, "weight '" + w.name() + "' takes " + std::to_string(in) + " features, the input has " +
-                  std::to_string(shape_[0]));
+      fail(n, "weight '" + w.name() + "' takes " + std::to_string(in) +
+                  " features, the input has " + std::to_string(shape_[0]));
     bool const bias = n.input_size() > 2 && !n.input(2).empty();
     bind("weight", w, !tb, out, in);
     if (bias) {
@@ -362,7 +363,8 @@ private:
       fail(n, "its shape must be a constant");
     auto const v = ints_of(*s);
     bool const ok = v.size() == 2 && (v[0] == 0 || v[0] == -1) &&
-                    (v[1] == -1 || std::size_t(v[1]) == shape_.size()) && !(v[0] == -1 && v[1] == -1);
+                    (v[1] == -1 || std::size_t(v[1]) == shape_.size()) &&
+                    !(v[0] == -1 && v[1] == -1);
     if (!ok)
       fail(n, "only a reshape to [batch, features] (a flatten) is supported");
     return add(n, Flatten<T, M>{});

@@ -34,7 +34,8 @@ inline std::shared_ptr<::onnx::ModelProto> read_model(std::string const& path) {
     throw OnnxError("telar::onnx::import_model: cannot open '" + path + "'");
   auto m = std::make_shared<::onnx::ModelProto>();
   if (!m->ParseFromIstream(&in))
-    throw OnnxError("telar::onnx::import_model: '" + path + "' is not an ONNX model (protobuf parse failed)");
+    throw OnnxError("telar::onnx::import_model: '" + path +
+                    "' is not an ONNX model (protobuf parse failed)");
   return m;
 }
 
