@@ -343,8 +343,9 @@ public:
       n += 2 * samples * s[k].size() * sizeof(value_type);
     return n;
   }
-  /*! \brief Draws the body's parameters. \param seed stream seed */
-  void initialize(std::uint64_t seed) { body_.initialize(seed); }
+  /*! \brief Draws the body's parameters (the streams telar::Residual uses).
+   *  \param seed stream seed */
+  void initialize(std::uint64_t seed) { body_.initialize(detail::mix_seed(seed, 0)); }
   /*! \brief Visits the body's parameters as "<k>.<name>".
    *  \param f callable as f(char const*, View&, View&) */
   template <class F>
