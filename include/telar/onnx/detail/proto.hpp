@@ -40,6 +40,10 @@ inline std::shared_ptr<::onnx::ModelProto> read_model(std::string const& path) {
 }
 
 inline std::vector<float> floats_of(::onnx::TensorProto const& t) {
+  if (t.data_location() == ::onnx::TensorProto::EXTERNAL)
+    throw OnnxError("telar::onnx: tensor '" + t.name() +
+                    "' keeps its data in an external file, which is not supported (save the "
+                    "model with its weights inside: onnx.save(model, path))");
   std::size_t n = 1;
   for (auto d : t.dims())
     n *= std::size_t(d);
