@@ -3,10 +3,10 @@
 # dependencies Telar was configured with.
 #
 # Inputs (cache options or variables): TELAR_ENABLE_KOKKOSKERNELS,
-# TELAR_ENABLE_ONEDNN (ON, OFF or AUTO).
-# Outputs: TELAR_HAVE_KOKKOSKERNELS, TELAR_HAVE_ONEDNN and the targets
-# Kokkos::kokkos, MPI::MPI_CXX, ZLIB::ZLIB, [Kokkos::kokkoskernels],
-# [Telar::dnnl].
+# TELAR_ENABLE_ONEDNN, TELAR_ENABLE_ONNX (ON, OFF or AUTO).
+# Outputs: TELAR_HAVE_KOKKOSKERNELS, TELAR_HAVE_ONEDNN, TELAR_HAVE_ONNX and the
+# targets Kokkos::kokkos, MPI::MPI_CXX, ZLIB::ZLIB, [Kokkos::kokkoskernels],
+# [Telar::dnnl], [Telar::onnx].
 
 include(CMakeFindDependencyMacro)
 
@@ -101,6 +101,26 @@ if(NOT TELAR_ENABLE_ONEDNN STREQUAL "OFF")
   elseif(TELAR_ENABLE_ONEDNN STREQUAL "ON")
     message(FATAL_ERROR "Telar: TELAR_ENABLE_ONEDNN=ON but dnnl.h/libdnnl were "
                         "not found (Debian: libdnnl-dev)")
+  endif()
+endif()
+
+# ONNX import/export (telar/onnx/*.hpp): Debian's libonnx-dev and protobuf.
+# Only code that includes those headers links Telar::onnx.
+set(TELAR_HAVE_ONNX OFF)
+if(NOT TELAR_ENABLE_ONNX STREQUAL "OFF")
+  find_package(Protobuf QUIET)
+  if(Protobuf_FOUND OR TARGET protobuf::libprotobuf)
+    find_package(ONNX QUIET)
+  endif()
+  if(TARGET onnx_proto AND TARGET protobuf::libprotobuf)
+    if(NOT TARGET Telar::onnx)
+      add_library(Telar::onnx INTERFACE IMPORTED)
+      set_target_properties(Telar::onnx PROPERTIES INTERFACE_LINK_LIBRARIES "onnx_proto")
+    endif()
+    set(TELAR_HAVE_ONNX ON)
+  elseif(TELAR_ENABLE_ONNX STREQUAL "ON")
+    message(FATAL_ERROR "Telar: TELAR_ENABLE_ONNX=ON but ONNX or Protobuf was not found "
+                        "(Debian: libonnx-dev libprotobuf-dev)")
   endif()
 endif()
 

@@ -11,6 +11,7 @@ pkgs=(
   mpich libmpich-dev
   libbenchmark-dev doxygen
   dataset-fashion-mnist
+  libonnx-dev python3-onnx libprotobuf-dev python3-torch python3-numpy
   slurm-wlm munge fortunes
 )
 backports=(catch2)

@@ -12,6 +12,7 @@
 #include <telar/comm/allreduce.hpp>
 #include <telar/comm/communicator.hpp>
 #include <telar/comm/process_grid.hpp>
+#include <telar/core/dynamic_sequential.hpp>
 #include <telar/core/gemm.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/loss.hpp>

@@ -75,6 +75,13 @@ void for_each_indexed_reverse(Tuple& t, F&& f, std::index_sequence<I...>) {
   (f(std::integral_constant<std::size_t, n - 1 - I>{}, std::get<n - 1 - I>(t)), ...);
 }
 
+// Layer k's saved state in a compile-time chain (integral_constant index);
+// DynamicSequential's run-time overload is found by argument lookup.
+template <class Index, class L, class... S>
+auto& saved_at(std::tuple<S...>& saved, Index, L&) {
+  return std::get<Index::value>(saved);
+}
+
 // "layer 2 (Conv2D)" in a message.
 inline std::string layer_label(std::size_t index, std::string const& name) {
   return "layer " + std::to_string(index) + " (" + name + ")";
@@ -139,6 +146,8 @@ public:
 
   /*! \brief Number of layers. */
   static constexpr std::size_t size = sizeof...(Layers);
+  /*! \brief Number of layers (as telar::DynamicSequential::layer_count). */
+  static constexpr std::size_t layer_count() { return size; }
 
   /*! \brief Default-constructed layers. */
   Sequential() = default;

@@ -491,9 +491,10 @@ private:
 /*! \brief Calls set_tensor_parallel(\p ctx) on every layer of \p model that
  *  has it, nested blocks included (the first step of building a
  *  tensor-parallel model, before build() and initialize()).
- *  \param model a telar::Sequential \param ctx the tensor-parallel group */
-template <class... Layers>
-void set_tensor_parallel(Sequential<Layers...>& model, TensorParallelContext const& ctx) {
+ *  \param model a telar::Sequential (or DynamicSequential) \param ctx the tensor-parallel group */
+template <class Model>
+std::enable_if_t<is_sequential_v<Model>> set_tensor_parallel(Model& model,
+                                                             TensorParallelContext const& ctx) {
   model.for_each_layer([&](auto, auto& layer) {
     using L = std::decay_t<decltype(layer)>;
     if constexpr (layer_traits<L>::has_tensor_parallel)
@@ -507,9 +508,9 @@ void set_tensor_parallel(Sequential<Layers...>& model, TensorParallelContext con
  *  \param model the telar::Sequential \p store was bound to
  *  \param store parameters bound with ParameterStore::bind
  *  \param tp_size ranks in the tensor-parallel group */
-template <class T, class MemorySpace, class... Layers>
-void set_parameter_replicas(Sequential<Layers...>& model, ParameterStore<T, MemorySpace>& store,
-                            int tp_size) {
+template <class T, class MemorySpace, class Model>
+std::enable_if_t<is_sequential_v<Model>>
+set_parameter_replicas(Model& model, ParameterStore<T, MemorySpace>& store, int tp_size) {
   auto& entries = store.entries();
   model.for_each_layer([&](auto index, auto& layer) {
     using L = std::decay_t<decltype(layer)>;
