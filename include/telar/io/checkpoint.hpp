@@ -204,7 +204,7 @@ inline H5Handle memory_space(std::size_t n, std::string const& file) {
 
 // Test hook: rank 1 (0 alone) dies after writing dataset k (tests only).
 inline void maybe_die(Communicator const* comm, std::size_t written) {
-  static char const* const env = std::getenv("TELAR_CHECKPOINT_TEST_KILL_AFTER_TENSOR");
+  char const* const env = std::getenv("TELAR_CHECKPOINT_TEST_KILL_AFTER_TENSOR");
   if (env == nullptr)
     return;
   int const victim = comm != nullptr && comm->size() > 1 ? 1 : 0;
