@@ -407,10 +407,10 @@ Result fit(TrainerT& trainer, CommonArgs const& a, telar::FashionMnist const& da
       std::fprintf(stderr, "epoch %d: train loss %.4f, test loss %.4f, test accuracy %.2f%%\n",
                    epoch + 1, r.last_loss, r.test.loss, 100 * r.test.accuracy);
   }
-  if (go_on) // every epoch done: the next run starts after them
+  if (r.steps > 0 && go_on) // every epoch done: a resumed run starts after them
     save(trainer, a, epoch, 0);
-  else
-    save(trainer, a, epoch - 1, (long long)(trainer.steps() - (long long)loader.size() * (epoch - 1)));
+  else if (r.steps > 0) // stopped in epoch - 1 (earlier epochs ran whole)
+    save(trainer, a, epoch - 1, trainer.steps() - (long long)loader.size() * (epoch - 1));
   r.param_l2 = trainer.param_l2(); // collective: every rank
   r.median_ms = median(step_ms);
   return r;
