@@ -2,12 +2,10 @@
 /*! \file
  *  \brief telar::gather_model: every parameter tensor of a trained model,
  *  whole and unsharded, on one rank or on all (no HDF5 needed). */
-#include <telar/comm/detail/mpi_type.hpp>
 #include <telar/io/detail/model_pieces.hpp>
 #include <telar/io/detail/trainer_access.hpp>
 
-#include <mpi.h>
-
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -36,27 +34,36 @@ inline std::string part_name(std::vector<std::string> const& names, std::size_t 
   return part == 0 ? names[t] : "optim/slot" + std::to_string(part - 1) + "/" + names[t];
 }
 
-// Variable-length gather of v to root (root < 0: to every rank).
+// Variable-length gather of v to root (root < 0: to every rank), in rank
+// order, through the communicator's bounded operations.
 template <class U>
 std::vector<U> gather_all(Communicator const& comm, std::vector<U> const& v, int root) {
   int const n = int(v.size()), size = comm.size();
-  std::vector<int> counts(std::size_t(size), 0), displs(std::size_t(size), 0);
-  if (root < 0) {
-    comm.allgather(&n, 1, counts.data());
-  } else {
-    MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, root, comm.native());
-  }
+  std::vector<int> counts(std::size_t(size), 0);
+  comm.allgather(&n, 1, counts.data());
   std::size_t total = 0;
-  for (int i = 0; i < size; ++i) {
-    displs[std::size_t(i)] = int(total);
-    total += std::size_t(counts[std::size_t(i)]);
-  }
-  std::vector<U> out(root < 0 || comm.rank() == root ? total : 0);
-  if (root < 0)
+  for (int c : counts)
+    total += std::size_t(c);
+  if (root < 0) {
+    std::vector<U> out(total);
     comm.allgatherv(v.data(), counts, out.data());
-  else
-    MPI_Gatherv(v.data(), n, mpi_type<U>(), out.data(), counts.data(), displs.data(),
-                mpi_type<U>(), root, comm.native());
+    return out;
+  }
+  if (comm.rank() != root) {
+    if (n > 0)
+      comm.send(v.data(), v.size(), root, 7);
+    return {};
+  }
+  std::vector<U> out(total);
+  std::size_t at = 0;
+  for (int r = 0; r < size; ++r) {
+    std::size_t const c = std::size_t(counts[std::size_t(r)]);
+    if (r == root)
+      std::copy(v.begin(), v.end(), out.begin() + long(at));
+    else if (c > 0)
+      comm.recv(out.data() + at, c, r, 7);
+    at += c;
+  }
   return out;
 }
 
