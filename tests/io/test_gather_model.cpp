@@ -65,3 +65,25 @@ TEST_CASE("gather_model gives the serial tensors under every layout", "[gather]"
     MPI_Barrier(MPI_COMM_WORLD);
   }
 }
+
+TEST_CASE("Pieces that do not cover a tensor exactly once are refused", "[gather]") {
+  telar::detail::ModelPieces m;
+  m.names = {"layer0.scale"};
+  m.shapes = {{8}};
+  telar::detail::TensorPiece p;
+  p.tensor = 0;
+  p.size = 4;
+  p.local_cols = 4;
+  p.owner = true;
+  m.pieces = {p}; // half of it: a sharded layer that does not say where its half lies
+  try {
+    telar::detail::TrainerAccess::check_cover(nullptr, m);
+    FAIL("no error");
+  } catch (telar::CheckpointError const& e) {
+    CHECK(std::string(e.what()).find("tensor layer0.scale [8] has 8 elements but the ranks hold 4") !=
+          std::string::npos);
+  }
+  m.pieces[0].size = 8;
+  m.pieces[0].local_cols = 8;
+  CHECK_NOTHROW(telar::detail::TrainerAccess::check_cover(nullptr, m));
+}

@@ -4,12 +4,14 @@
 // the host, and setting them back (then publishing the values to the ranks
 // that hold copies, as after an optimizer step).
 #include <telar/io/detail/model_pieces.hpp>
+#include <telar/io/error.hpp>
 #include <telar/optim/optimizer.hpp>
 #include <telar/train/trainer.hpp>
 
 #include <Kokkos_Core.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -94,7 +96,30 @@ struct TrainerAccess {
       p.owner = (sharded || coords.dp == 0) && (entry.replicas == 1 || coords.tp == 0);
       m.pieces.push_back(p);
     }
+    check_cover(comm(t), m);
     return m;
+  }
+
+  // The owned pieces of every tensor must cover it exactly once (a layer
+  // that shards a tensor without saying where, parameter_block, would not).
+  static void check_cover(Communicator const* comm, ModelPieces const& m) {
+    std::vector<std::uint64_t> owned(m.names.size(), 0);
+    for (auto const& p : m.pieces)
+      if (p.owner)
+        owned[p.tensor] += p.size;
+    if (comm != nullptr && comm->size() > 1 && !owned.empty())
+      comm->allreduce(owned.data(), owned.size());
+    for (std::size_t t = 0; t < m.names.size(); ++t) {
+      std::uint64_t n = 1;
+      for (std::size_t d : m.shapes[t])
+        n *= d;
+      if (owned[t] != n)
+        throw CheckpointError("telar::checkpoint: tensor " + m.names[t] + " " +
+                              shape_str(m.shapes[t]) + " has " + std::to_string(n) +
+                              " elements but the ranks hold " + std::to_string(owned[t]) +
+                              " distinct ones: is its layer tensor-parallel without "
+                              "parameter_block (telar/core/layer.hpp)?");
+    }
   }
 
   // The shard's values (what the optimizer updates), on the host.
