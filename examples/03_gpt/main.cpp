@@ -55,7 +55,7 @@ struct Args : example::CommonArgs {
   std::fprintf(stderr,
                "gpt: %s\n"
                "usage: gpt [--epochs N] [--batch N] [--lr X] "
-               "[--optimizer sgd|momentum|adam|adamw|lamb] [--seed N] [--context N] [--layers N] "
+               "[--optimizer adamw|sgd] [--seed N] [--context N] [--layers N] "
                "[--hidden N] [--heads N] [--dropout X] [--steps N] [--eval-every N] "
                "[--eval-limit N] [--sample N] [--temperature X] [--prompt TEXT] [--data DIR] "
                "[--json] [--dp N] [--pp N] [--tp N] [--schedule %s] [--microbatches M] "

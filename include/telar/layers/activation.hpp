@@ -2,6 +2,7 @@
 /*! \file
  *  \brief Element-wise activation layers: ReLU, GELU (exact) and GELUTanh. */
 #include <telar/core/detail/elementwise.hpp>
+#include <telar/core/detail/fast_math.hpp>
 #include <telar/core/detail/math.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/tensor.hpp>
@@ -69,13 +70,13 @@ struct GeluOp {
   // Exact GELU, x Phi(x), as PyTorch's default.
   template <class T>
   KOKKOS_INLINE_FUNCTION static T value(T x) {
-    return T(0.5) * x * (T(1) + detail::erf(x * T(0.70710678118654752440)));
+    return T(0.5) * x * (T(1) + detail::fast_erf(x * T(0.70710678118654752440)));
   }
   // Called with the input x: Phi(x) + x phi(x).
   template <class T>
   KOKKOS_INLINE_FUNCTION static T slope(T x) {
-    T const cdf = T(0.5) * (T(1) + detail::erf(x * T(0.70710678118654752440)));
-    T const pdf = T(0.39894228040143267794) * detail::exp(T(-0.5) * x * x);
+    T const cdf = T(0.5) * (T(1) + detail::fast_erf(x * T(0.70710678118654752440)));
+    T const pdf = T(0.39894228040143267794) * detail::fast_exp(T(-0.5) * x * x);
     return cdf + x * pdf;
   }
 };
