@@ -20,7 +20,13 @@
 #include <telar/core/residual.hpp>
 #include <telar/core/sequential.hpp>
 #include <telar/core/shape.hpp>
+#include <telar/config.hpp>
 #include <telar/data.hpp>
+#include <telar/io/error.hpp>
+#include <telar/io/gather.hpp>
+#if TELAR_HAVE_HDF5
+#include <telar/io/checkpoint.hpp>
+#endif
 #include <telar/layers/activation.hpp>
 #include <telar/layers/attention.hpp>
 #include <telar/layers/conv.hpp>

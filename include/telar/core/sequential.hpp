@@ -331,6 +331,22 @@ public:
     });
     return r;
   }
+  /*! \brief Where this rank's parameter "<index>.<name>" lies in the whole
+   *  tensor: its layer's answer. \param name as passed to parameters(f)
+   *  \param local the local tensor's extents */
+  TensorBlock parameter_block(std::string const& name, std::vector<std::size_t> const& local) const {
+    std::size_t const dot = name.find('.');
+    TensorBlock b{local, std::vector<std::size_t>(local.size(), 0)};
+    if (dot == std::string::npos)
+      return b;
+    std::size_t const which = std::stoul(name.substr(0, dot));
+    std::string const rest = name.substr(dot + 1);
+    for_each_layer([&](auto index, auto const& l) {
+      if (index == which)
+        b = telar::parameter_block(l, rest, local);
+    });
+    return b;
+  }
 
   /*! \brief What a nested chain keeps per micro-batch: its layers' saved
    *  state and its inner activations and gradients (reused between steps). */

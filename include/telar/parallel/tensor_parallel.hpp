@@ -258,6 +258,15 @@ public:
     (void)name;
     return 1;
   }
+  /*! \brief This rank's rows of W [out, in] and entries of b [out].
+   *  \param name "weight" or "bias" \param local the local tensor's extents */
+  TensorBlock parameter_block(std::string const& name, std::vector<std::size_t> const& local) const {
+    (void)name;
+    TensorBlock b{local, std::vector<std::size_t>(local.size(), 0)};
+    b.shape[0] = this->out_;
+    b.offset[0] = shard_begin();
+    return b;
+  }
 
   /*! \brief Allocates this rank's block of W and b and draws the serial values
    *  of that block. \param seed the same seed the serial Dense gets */
@@ -406,6 +415,16 @@ public:
   /*! \brief The bias is replicated on every rank of the group (its size); W
    *  is a shard (1). \param name parameter name */
   int parameter_replicas(std::string const& name) const { return name == "bias" ? ctx_.size : 1; }
+  /*! \brief This rank's columns of W [out, in]; all of b.
+   *  \param name "weight" or "bias" \param local the local tensor's extents */
+  TensorBlock parameter_block(std::string const& name, std::vector<std::size_t> const& local) const {
+    TensorBlock b{local, std::vector<std::size_t>(local.size(), 0)};
+    if (name == "weight") {
+      b.shape[1] = this->in_;
+      b.offset[1] = shard_begin();
+    }
+    return b;
+  }
 
   /*! \brief Allocates this rank's columns of W and all of b and draws the
    *  serial values. \param seed the same seed the serial Dense gets */

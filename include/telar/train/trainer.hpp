@@ -44,6 +44,10 @@
 
 namespace telar {
 
+namespace detail {
+struct TrainerAccess; // io/detail/trainer_access.hpp: checkpoints and gather_model
+} // namespace detail
+
 /*! \brief What one training step (or an evaluation) reports, over all ranks. */
 struct StepResult {
   double loss = 0;           //!< mean loss over the loss terms of the global batch
@@ -339,6 +343,7 @@ public:
   ProcessGrid const* grid() const { return grid_ ? &*grid_ : nullptr; }
 
 private:
+  friend struct detail::TrainerAccess;
   using DataParallelPolicy = std::conditional_t<StrategyT::has_data_parallel,
                                                 typename StrategyT::data_parallel, DataParallel<>>;
   // The gradient-sync component of the strategy's sharding policy
