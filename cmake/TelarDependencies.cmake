@@ -3,10 +3,10 @@
 # dependencies Telar was configured with.
 #
 # Inputs (cache options or variables): TELAR_ENABLE_KOKKOSKERNELS,
-# TELAR_ENABLE_ONEDNN (ON, OFF or AUTO).
-# Outputs: TELAR_HAVE_KOKKOSKERNELS, TELAR_HAVE_ONEDNN and the targets
-# Kokkos::kokkos, MPI::MPI_CXX, ZLIB::ZLIB, [Kokkos::kokkoskernels],
-# [Telar::dnnl].
+# TELAR_ENABLE_ONEDNN, TELAR_ENABLE_ONNX, TELAR_ENABLE_HDF5 (ON, OFF or AUTO).
+# Outputs: TELAR_HAVE_KOKKOSKERNELS, TELAR_HAVE_ONEDNN, TELAR_HAVE_ONNX,
+# TELAR_HAVE_HDF5 and the targets Kokkos::kokkos, MPI::MPI_CXX, ZLIB::ZLIB,
+# [Kokkos::kokkoskernels], [Telar::dnnl], [Telar::onnx], [Telar::hdf5].
 
 include(CMakeFindDependencyMacro)
 
@@ -104,5 +104,85 @@ if(NOT TELAR_ENABLE_ONEDNN STREQUAL "OFF")
   endif()
 endif()
 
+# ONNX import/export (telar/onnx/*.hpp): Debian's libonnx-dev and protobuf.
+# Only code that includes those headers links Telar::onnx.
+set(TELAR_HAVE_ONNX OFF)
+if(NOT TELAR_ENABLE_ONNX STREQUAL "OFF")
+  find_package(Protobuf QUIET)
+  if(Protobuf_FOUND OR TARGET protobuf::libprotobuf)
+    find_package(ONNX QUIET)
+  endif()
+  if(TARGET onnx_proto AND TARGET protobuf::libprotobuf)
+    if(NOT TARGET Telar::onnx)
+      add_library(Telar::onnx INTERFACE IMPORTED)
+      set_target_properties(Telar::onnx PROPERTIES INTERFACE_LINK_LIBRARIES "onnx_proto")
+    endif()
+    set(TELAR_HAVE_ONNX ON)
+  elseif(TELAR_ENABLE_ONNX STREQUAL "ON")
+    message(FATAL_ERROR "Telar: TELAR_ENABLE_ONNX=ON but ONNX or Protobuf was not found "
+                        "(Debian: libonnx-dev libprotobuf-dev)")
+  endif()
+endif()
+
 find_dependency(MPI COMPONENTS CXX)
 find_dependency(ZLIB)
+
+# Parallel HDF5 for checkpoints (telar/io/checkpoint.hpp): it must be built
+# against the MPI in use. Debian installs one per MPI flavour
+# (/usr/lib/<arch>/hdf5/{openmpi,mpich}, h5pcc.{openmpi,mpich}); pick the
+# flavour's compiler wrapper unless the user pointed HDF5_ROOT or
+# HDF5_C_COMPILER_EXECUTABLE elsewhere.
+set(TELAR_HAVE_HDF5 OFF)
+if(NOT DEFINED TELAR_ENABLE_HDF5)
+  set(TELAR_ENABLE_HDF5 AUTO)
+endif()
+if(NOT TELAR_ENABLE_HDF5 STREQUAL "OFF")
+  include(CheckCXXSourceCompiles)
+  set(CMAKE_REQUIRED_LIBRARIES MPI::MPI_CXX)
+  check_cxx_source_compiles("#include <mpi.h>
+#ifndef OPEN_MPI
+#error not Open MPI
+#endif
+int main() { return 0; }" TELAR_MPI_IS_OPEN_MPI)
+  check_cxx_source_compiles("#include <mpi.h>
+#ifndef MPICH_VERSION
+#error not MPICH
+#endif
+int main() { return 0; }" TELAR_MPI_IS_MPICH)
+  unset(CMAKE_REQUIRED_LIBRARIES)
+  set(_telar_h5_flavour "")
+  if(TELAR_MPI_IS_OPEN_MPI)
+    set(_telar_h5_flavour openmpi)
+  elseif(TELAR_MPI_IS_MPICH)
+    set(_telar_h5_flavour mpich)
+  endif()
+  if(_telar_h5_flavour AND NOT HDF5_ROOT AND NOT HDF5_C_COMPILER_EXECUTABLE)
+    find_program(TELAR_H5PCC NAMES h5pcc.${_telar_h5_flavour})
+    if(TELAR_H5PCC)
+      set(HDF5_C_COMPILER_EXECUTABLE ${TELAR_H5PCC})
+    endif()
+  endif()
+  # FindHDF5 probes with the C compiler.
+  get_property(_telar_languages GLOBAL PROPERTY ENABLED_LANGUAGES)
+  if(NOT "C" IN_LIST _telar_languages)
+    enable_language(C)
+  endif()
+  set(HDF5_PREFER_PARALLEL TRUE)
+  find_package(HDF5 QUIET COMPONENTS C)
+  if(HDF5_FOUND AND HDF5_IS_PARALLEL)
+    if(NOT TARGET Telar::hdf5)
+      add_library(Telar::hdf5 INTERFACE IMPORTED)
+      set_target_properties(Telar::hdf5 PROPERTIES
+        INTERFACE_INCLUDE_DIRECTORIES "${HDF5_C_INCLUDE_DIRS}"
+        INTERFACE_LINK_LIBRARIES "${HDF5_C_LIBRARIES};MPI::MPI_CXX"
+        INTERFACE_COMPILE_DEFINITIONS "${HDF5_C_DEFINITIONS}")
+    endif()
+    set(TELAR_HAVE_HDF5 ON)
+  elseif(TELAR_ENABLE_HDF5 STREQUAL "ON")
+    message(FATAL_ERROR "Telar: TELAR_ENABLE_HDF5=ON but no parallel HDF5 matching this MPI "
+                        "was found (Debian: libhdf5-openmpi-dev or libhdf5-mpich-dev; or set "
+                        "HDF5_ROOT)")
+  elseif(HDF5_FOUND)
+    message(STATUS "Telar: HDF5 ${HDF5_VERSION} is not parallel; checkpoints disabled")
+  endif()
+endif()

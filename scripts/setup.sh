@@ -9,8 +9,10 @@ pkgs=(
   libopenblas-dev libdnnl-dev
   libopenmpi-dev openmpi-bin
   mpich libmpich-dev
+  libhdf5-openmpi-dev libhdf5-mpich-dev python3-h5py
   libbenchmark-dev doxygen
   dataset-fashion-mnist
+  libonnx-dev python3-onnx libprotobuf-dev python3-torch python3-numpy
   slurm-wlm munge fortunes
 )
 backports=(catch2)

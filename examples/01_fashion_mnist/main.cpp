@@ -6,6 +6,7 @@
 //                 [--dp N] [--pp N] [--tp N] [--schedule 1f1b] [--microbatches M]
 //                 [--nonfinite stop|skip] [--zero 0|1|2|3] [--timeline PREFIX] [--limit-steps N]
 //                 [--recompute none|full] [--memory-budget SIZE]
+//                 [--checkpoint-dir DIR] [--checkpoint-every N] [--resume]
 //   mpirun -np 2 fashion_mnist --dp 2
 //
 // --zero picks the data-parallel sharding: 0 none, 1 ZeRO-1 (optimizer
@@ -43,7 +44,8 @@ struct Args : example::CommonArgs {
       "[--optimizer sgd|momentum|adam|adamw|lamb] [--seed N] [--hidden N] [--data DIR] "
       "[--json] [--dp N] [--pp N] [--tp N] "
       "[--schedule %s] [--microbatches M] [--nonfinite stop|skip] [--zero 0|1|2|3] "
-      "[--timeline PREFIX] [--limit-steps N] [--recompute none|full] [--memory-budget SIZE]\n",
+      "[--timeline PREFIX] [--limit-steps N] [--recompute none|full] [--memory-budget SIZE] "
+      "[--checkpoint-dir DIR] [--checkpoint-every N] [--resume]\n",
       why, example::schedule_choices().c_str());
   throw 2;
 }

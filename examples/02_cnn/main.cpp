@@ -10,6 +10,7 @@
 //       [--seed 1] [--hidden 128] [--data DIR] [--json]
 //       [--dp N] [--pp N] [--tp N] [--schedule 1f1b] [--microbatches M]
 //       [--timeline PREFIX] [--limit-steps N] [--eval-limit N]
+//       [--checkpoint-dir DIR] [--checkpoint-every N] [--resume]
 //
 // --eval-limit evaluates on the first N test images only (quick checks).
 //   mpirun -np 2 cnn --dp 2
@@ -44,7 +45,8 @@ struct Args : example::CommonArgs {
                "[--optimizer sgd|momentum|adam|adamw|lamb] [--seed N] [--hidden N] [--data DIR] "
                "[--json] [--dp N] [--pp N] [--tp N] "
                "[--schedule gpipe|1f1b|interleaved|zb-h1|zb-h2] [--microbatches M] "
-               "[--timeline PREFIX] [--limit-steps N] [--eval-limit N]\n",
+               "[--timeline PREFIX] [--limit-steps N] [--eval-limit N] "
+               "[--checkpoint-dir DIR] [--checkpoint-every N] [--resume]\n",
                why);
   throw 2;
 }

@@ -55,11 +55,11 @@ struct Args : example::CommonArgs {
   std::fprintf(stderr,
                "gpt: %s\n"
                "usage: gpt [--epochs N] [--batch N] [--lr X] "
-               "[--optimizer sgd|momentum|adam|adamw|lamb] [--seed N] [--context N] [--layers N] "
+               "[--optimizer adamw|sgd] [--seed N] [--context N] [--layers N] "
                "[--hidden N] [--heads N] [--dropout X] [--steps N] [--eval-every N] "
                "[--eval-limit N] [--sample N] [--temperature X] [--prompt TEXT] [--data DIR] "
                "[--json] [--dp N] [--pp N] [--tp N] [--schedule %s] [--microbatches M] "
-               "[--timeline PREFIX]\n",
+               "[--timeline PREFIX] [--checkpoint-dir DIR] [--checkpoint-every N] [--resume]\n",
                why, example::schedule_choices().c_str());
   throw 2;
 }
@@ -227,11 +227,14 @@ Report fit(Trainer& trainer, Args const& a, telar::TextWindows const& train, Win
     sum = 0;
     n = 0;
   };
-  bool go_on = true;
-  for (int epoch = 0; epoch < a.epochs && go_on; ++epoch) {
+  auto const pos = example::resume(trainer, a); // --resume: where the newest checkpoint stopped
+  bool go_on = a.limit_steps <= 0 || trainer.steps() < a.limit_steps;
+  int epoch = int(pos.epoch);
+  std::size_t s = 0;
+  for (; epoch < a.epochs && go_on; ++epoch) {
     loader.set_epoch(std::uint64_t(epoch));
     telar::LocalBatch batch;
-    for (std::size_t s = 0; s < loader.size() && go_on; ++s) {
+    for (s = epoch == pos.epoch ? std::size_t(pos.batch) : 0; s < loader.size() && go_on; ++s) {
       loader.batch(s, batch);
       Windows const w = gather(train, batch.indices);
       auto const step = trainer.step(w.x, w.y);
@@ -241,7 +244,9 @@ Report fit(Trainer& trainer, Args const& a, telar::TextWindows const& train, Win
       sum += step.loss;
       ++n;
       ++r.steps;
-      go_on = a.limit_steps <= 0 || r.steps < a.limit_steps;
+      go_on = a.limit_steps <= 0 || trainer.steps() < a.limit_steps; // resumed steps count
+      if (a.checkpoint_every > 0 && trainer.steps() % a.checkpoint_every == 0 && go_on)
+        example::save(trainer, a, epoch, (long long)s + 1);
       if (a.eval_every > 0 && r.steps % a.eval_every == 0)
         evaluate("step");
       else if (root && r.steps % 20 == 0)
@@ -251,6 +256,10 @@ Report fit(Trainer& trainer, Args const& a, telar::TextWindows const& train, Win
     if (n > 0)
       evaluate(go_on ? "epoch" : "step");
   }
+  if (r.steps > 0 && go_on) // every epoch done
+    example::save(trainer, a, epoch, 0);
+  else if (r.steps > 0)
+    example::save(trainer, a, epoch - 1, (long long)s);
   r.param_l2 = trainer.param_l2(); // collective: every rank
   r.median_ms = example::median(step_ms);
   return r;

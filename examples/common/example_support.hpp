@@ -3,6 +3,7 @@
 // summary. Each example keeps its model, its own flags and its strategy.
 #pragma once
 
+#include <telar/config.hpp>
 #include <telar/data.hpp>
 #include <telar/optim/adam.hpp>
 #include <telar/optim/lamb.hpp>
@@ -13,6 +14,9 @@
 #include <telar/train/json.hpp>
 #include <telar/train/progress.hpp>
 #include <telar/train/trainer.hpp>
+#if TELAR_HAVE_HDF5
+#include <telar/io/checkpoint.hpp>
+#endif
 
 #include <mpi.h>
 
@@ -23,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <limits>
 #include <string>
 #include <vector>
@@ -50,6 +55,9 @@ struct CommonArgs {
   std::string timeline;
   long limit_steps = -1;
   std::size_t memory_budget = 0; // bytes per rank (0: none)
+  std::string checkpoint_dir;    // --checkpoint-dir (empty: no checkpoints)
+  long checkpoint_every = 0;     // steps between checkpoints (0: only at the end)
+  bool resume = false;           // continue from the newest checkpoint in the directory
   telar::NonFinite nonfinite = telar::NonFinite::stop; // a step with a NaN or infinity
 };
 
@@ -167,6 +175,12 @@ inline bool read_common_flag(ArgReader& r, CommonArgs& a) {
     a.timeline = r.value();
   else if (f == "--limit-steps")
     a.limit_steps = long(r.integer(1, std::numeric_limits<long>::max()));
+  else if (f == "--checkpoint-dir")
+    a.checkpoint_dir = r.value();
+  else if (f == "--checkpoint-every")
+    a.checkpoint_every = long(r.integer(1, std::numeric_limits<long>::max()));
+  else if (f == "--resume")
+    a.resume = true;
   else if (f == "--memory-budget") {
     a.memory_budget = parse_bytes(r.value());
     if (a.memory_budget == 0)
@@ -279,18 +293,46 @@ inline double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// --checkpoint-dir: the training state after `batch` batches of `epoch`.
+template <class TrainerT>
+void save(TrainerT& trainer, CommonArgs const& a, int epoch, long long batch) {
+#if TELAR_HAVE_HDF5
+  if (!a.checkpoint_dir.empty())
+    telar::save_checkpoint(trainer, a.checkpoint_dir, {epoch, batch, a.seed});
+#else
+  (void)trainer, (void)a, (void)epoch, (void)batch;
+#endif
+}
+
+// --resume: the newest checkpoint's state and position ({0, 0} without one).
+template <class TrainerT>
+telar::RunPosition resume(TrainerT& trainer, CommonArgs const& a) {
+#if TELAR_HAVE_HDF5
+  if (a.resume && telar::latest_checkpoint(a.checkpoint_dir)) {
+    auto const pos = telar::load_checkpoint(trainer, a.checkpoint_dir);
+    if (trainer.rank() == 0)
+      std::fprintf(stderr, "resumed at step %lld (epoch %lld, batch %lld) from %s\n",
+                   trainer.steps(), pos.epoch + 1, pos.batch, a.checkpoint_dir.c_str());
+    return pos;
+  }
+#else
+  (void)trainer, (void)a;
+#endif
+  return {};
+}
+
 // One epoch's steps, with a progress bar on rank 0; false once --limit-steps is reached.
 template <class TrainerT>
 bool train_epoch(TrainerT& trainer, CommonArgs const& a, telar::Dataset const& train,
                  telar::BatchLoader& loader, telar::BatchGather<telar::DefaultMemorySpace>& gather,
-                 int epoch, std::vector<double>& step_ms, Result& r) {
+                 int epoch, std::vector<double>& step_ms, Result& r, std::size_t first = 0) {
   telar::ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(a.epochs),
                          (long long)loader.size(), trainer.rank() == 0);
   double sum = 0;
   long long n = 0;
   bool go_on = true;
   telar::LocalBatch batch;
-  for (std::size_t s = 0; s < loader.size(); ++s) {
+  for (std::size_t s = first; s < loader.size(); ++s) {
     loader.batch(s, batch);
     gather(train, batch);
     auto step = trainer.step(gather.x(), gather.y());
@@ -305,7 +347,10 @@ bool train_epoch(TrainerT& trainer, CommonArgs const& a, telar::Dataset const& t
       std::snprintf(m, sizeof m, "loss %.4f lr %.2e", sum / double(n), step.lr);
       bar.update((long long)s + 1, m, double(a.batch));
     }
-    if (a.limit_steps > 0 && r.steps >= a.limit_steps) {
+    bool const last = a.limit_steps > 0 && trainer.steps() >= a.limit_steps;
+    if (a.checkpoint_every > 0 && trainer.steps() % a.checkpoint_every == 0 && !last)
+      save(trainer, a, epoch, (long long)s + 1);
+    if (last) { // --limit-steps counts the steps of resumed runs too
       go_on = false;
       break;
     }
@@ -334,7 +379,19 @@ inline bool writable(std::string const& path) {
 template <class TrainerT>
 void check_outputs(TrainerT const& trainer, CommonArgs const& a) {
   std::string bad;
-  if (trainer.rank() == 0 && !a.timeline.empty())
+  if (trainer.rank() == 0 && (a.resume || a.checkpoint_every > 0) && a.checkpoint_dir.empty())
+    bad = "--resume and --checkpoint-every need --checkpoint-dir";
+  if (trainer.rank() == 0 && bad.empty() && !a.checkpoint_dir.empty()) {
+#if TELAR_HAVE_HDF5
+    std::error_code ec;
+    std::filesystem::create_directories(a.checkpoint_dir, ec);
+    if (!writable(a.checkpoint_dir + "/.telar_probe"))
+      bad = "--checkpoint-dir " + a.checkpoint_dir + ": cannot write there";
+#else
+    bad = "--checkpoint-dir: this build has no parallel HDF5 (TELAR_ENABLE_HDF5)";
+#endif
+  }
+  if (trainer.rank() == 0 && bad.empty() && !a.timeline.empty())
     for (char const* ext : {".json", ".svg"})
       if (bad.empty() && !writable(a.timeline + ext))
         bad = "--timeline " + a.timeline + ": cannot write " + a.timeline + ext;
@@ -360,15 +417,22 @@ Result fit(TrainerT& trainer, CommonArgs const& a, telar::FashionMnist const& da
   telar::BatchGather<telar::DefaultMemorySpace> gather(local, 784);
   std::vector<double> step_ms;
   Result r;
-  bool go_on = true;
-  for (int epoch = 0; epoch < a.epochs && go_on; ++epoch) {
+  auto const pos = resume(trainer, a);
+  bool go_on = a.limit_steps <= 0 || trainer.steps() < a.limit_steps;
+  int epoch = int(pos.epoch);
+  for (; epoch < a.epochs && go_on; ++epoch) {
     loader.set_epoch(std::uint64_t(epoch));
-    go_on = train_epoch(trainer, a, data.train, loader, gather, epoch, step_ms, r);
+    std::size_t const first = epoch == pos.epoch ? std::size_t(pos.batch) : 0;
+    go_on = train_epoch(trainer, a, data.train, loader, gather, epoch, step_ms, r, first);
     r.test = trainer.evaluate(test_set.x(), test_set.y());
     if (trainer.rank() == 0)
       std::fprintf(stderr, "epoch %d: train loss %.4f, test loss %.4f, test accuracy %.2f%%\n",
                    epoch + 1, r.last_loss, r.test.loss, 100 * r.test.accuracy);
   }
+  if (r.steps > 0 && go_on) // every epoch done: a resumed run starts after them
+    save(trainer, a, epoch, 0);
+  else if (r.steps > 0) // stopped in epoch - 1 (earlier epochs ran whole)
+    save(trainer, a, epoch - 1, trainer.steps() - (long long)loader.size() * (epoch - 1));
   r.param_l2 = trainer.param_l2(); // collective: every rank
   r.median_ms = median(step_ms);
   r.skipped_steps = trainer.skipped_steps();

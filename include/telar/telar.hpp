@@ -2,8 +2,8 @@
 /*! \file
  *  \brief All of Telar in one include, as Kokkos_Core.hpp and ArborX.hpp do:
  *  shapes, layers and blocks, losses, optimizers, communication, strategies,
- *  schedules, the Trainer, data, the memory plan and meter, and the
- *  gradient checker. Each room also has its own headers
+ *  schedules, the Trainer, data, the memory plan and meter, the gradient
+ *  checker and the hyper-parameter search. Each room also has its own headers
  *  (telar/core/..., telar/layers/..., telar/data.hpp, telar/schedule.hpp)
  *  for programs that want fewer.
  *  \code
@@ -12,6 +12,7 @@
 #include <telar/comm/allreduce.hpp>
 #include <telar/comm/communicator.hpp>
 #include <telar/comm/process_grid.hpp>
+#include <telar/core/dynamic_sequential.hpp>
 #include <telar/core/gemm.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/loss.hpp>
@@ -19,7 +20,13 @@
 #include <telar/core/residual.hpp>
 #include <telar/core/sequential.hpp>
 #include <telar/core/shape.hpp>
+#include <telar/config.hpp>
 #include <telar/data.hpp>
+#include <telar/io/error.hpp>
+#include <telar/io/gather.hpp>
+#if TELAR_HAVE_HDF5
+#include <telar/io/checkpoint.hpp>
+#endif
 #include <telar/layers/activation.hpp>
 #include <telar/layers/attention.hpp>
 #include <telar/layers/conv.hpp>
@@ -45,6 +52,7 @@
 #include <telar/profile/trace.hpp>
 #include <telar/schedule.hpp>
 #include <telar/testing/check_gradients.hpp>
+#include <telar/train/hpsearch.hpp>
 #include <telar/train/json.hpp>
 #include <telar/train/progress.hpp>
 #include <telar/train/trainer.hpp>

@@ -10,7 +10,10 @@
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
+#include <limits>
 
 using Catch::Approx;
 using telar::test::random_matrix;
@@ -226,4 +229,28 @@ TEST_CASE("Softmax cross-entropy: loss, gradient and label checks", "[layers][fd
   } catch (telar::ShapeError const& e) {
     CHECK(std::string(e.what()) == "telar::SoftmaxCrossEntropy: 1 of 5 labels are outside [0, 4)");
   }
+}
+
+TEST_CASE("float erf and exp without library calls stay within a few ulp of libm", "[layers]") {
+  using telar::detail::fast_erf;
+  using telar::detail::fast_exp;
+  double worst_erf = 0, worst_exp = 0;
+  for (int i = -200000; i <= 200000; ++i) {
+    float const x = float(i) * 5e-5f; // [-10, 10]
+    worst_erf = std::max(worst_erf, std::fabs(double(fast_erf(x)) - std::erf(double(x))));
+    float const y = float(i) * 4.35e-4f; // [-87, 87]
+    worst_exp = std::max(worst_exp, std::fabs(double(fast_exp(y)) / std::exp(double(y)) - 1));
+  }
+  CHECK(worst_erf < 4e-7);
+  CHECK(worst_exp < 2.4e-7); // 2 ulp
+  float const nan = std::numeric_limits<float>::quiet_NaN();
+  float const inf = std::numeric_limits<float>::infinity();
+  CHECK(std::isnan(fast_erf(nan)));
+  CHECK(std::isnan(fast_exp(nan)));
+  CHECK(fast_erf(inf) == 1.0f);
+  CHECK(fast_erf(-inf) == -1.0f);
+  CHECK(fast_exp(-inf) < 1e-37f);
+  // double keeps the library's functions (the gradient checks run in double)
+  CHECK(fast_erf(0.3) == std::erf(0.3));
+  CHECK(fast_exp(-2.5) == std::exp(-2.5));
 }

@@ -86,6 +86,12 @@
  *    clipping, LAMB) divide by it so a replicated tensor counts once. Default:
  *    1 for a layer with set_tensor_parallel, the group size for one without
  *    (see telar::parameter_replicas).
+ *  - `telar::TensorBlock parameter_block(std::string const& name,
+ *    std::vector<std::size_t> const& local) const`: where this rank's tensor
+ *    \p name (of shape \p local) lies in the whole tensor: its global shape
+ *    and the offset of the local block (checkpoints and telar::gather_model
+ *    assemble whole tensors from it). Default: the local tensor is the whole
+ *    tensor (see telar::parameter_block).
  *
  *  Only a forward declaration of telar::TensorParallelContext is needed here,
  *  so core/ stays free of MPI: a layer that names the context includes
@@ -100,6 +106,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace telar {
 
@@ -151,6 +158,9 @@ using set_tensor_parallel_t =
 template <class L>
 using parameter_replicas_t =
     decltype(int(std::declval<L const&>().parameter_replicas(std::declval<std::string const&>())));
+template <class L>
+using parameter_block_t = decltype(std::declval<L const&>().parameter_block(
+    std::declval<std::string const&>(), std::declval<std::vector<std::size_t> const&>()));
 
 // The four call shapes, detected with the layer's own memory space and the
 // default execution space that can reach it.
@@ -331,6 +341,30 @@ int parameter_replicas(L const& layer, std::string const& name, int tp_size) {
   } else {
     (void)layer, (void)name;
     return tp_size;
+  }
+}
+
+/*! \brief Where one rank's part of a parameter tensor lies in the whole
+ *  (global) tensor: a block of the local tensor's extents starting at
+ *  \p offset. Row-major in both. */
+struct TensorBlock {
+  std::vector<std::size_t> shape;  //!< extents of the whole tensor
+  std::vector<std::size_t> offset; //!< first index of the local block, per dimension
+};
+
+/*! \brief The block of parameter \p name of \p layer that this rank holds:
+ *  the layer's own parameter_block(name, local) if it has one; else the local
+ *  tensor is the whole tensor (offset 0).
+ *  \param layer the layer \param name parameter name as passed to parameters(f)
+ *  \param local the local tensor's extents */
+template <class L>
+TensorBlock parameter_block(L const& layer, std::string const& name,
+                            std::vector<std::size_t> const& local) {
+  if constexpr (detail::is_detected_v<detail::parameter_block_t, L>) {
+    return layer.parameter_block(name, local);
+  } else {
+    (void)layer, (void)name;
+    return TensorBlock{local, std::vector<std::size_t>(local.size(), 0)};
   }
 }
 

@@ -44,8 +44,8 @@ public:
    *  \param model a telar::Sequential \param first first layer \param last one past the last */
   template <class Model>
   void bind(Model& model, std::size_t first, std::size_t last) {
-    std::vector<bool> owned(Model::size, false);
-    for (std::size_t k = first; k < last && k < Model::size; ++k)
+    std::vector<bool> owned(model.layer_count(), false);
+    for (std::size_t k = first; k < last && k < model.layer_count(); ++k)
       owned[k] = true;
     bind(model, owned);
   }

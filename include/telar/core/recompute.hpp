@@ -341,6 +341,11 @@ public:
   int parameter_replicas(std::string const& name) const {
     return telar::parameter_replicas(layer_, name, tp_size_);
   }
+  /*! \brief Where this rank's parameter lies in the whole tensor: L's
+   *  answer. \param name its name \param local the local tensor's extents */
+  TensorBlock parameter_block(std::string const& name, std::vector<std::size_t> const& local) const {
+    return telar::parameter_block(layer_, name, local);
+  }
 
   /*! \brief y = L(x); keeps the view of x and the random counters, and
    *  returns L's saved state to the workspace.

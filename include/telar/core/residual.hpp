@@ -164,6 +164,14 @@ public:
         return telar::parameter_replicas(proj_, name.substr(9), tp_size_);
     return body_.parameter_replicas(name);
   }
+  /*! \brief Where this rank's parameter lies in the whole tensor.
+   *  \param name its name \param local the local tensor's extents */
+  TensorBlock parameter_block(std::string const& name, std::vector<std::size_t> const& local) const {
+    if constexpr (projected)
+      if (name.rfind("shortcut.", 0) == 0)
+        return telar::parameter_block(proj_, name.substr(9), local);
+    return body_.parameter_block(name, local);
+  }
 
   /*! \brief y = body(x) + shortcut(x). \param exec execution space instance
    *  \param x input \param y output \param saved per-micro-batch state */

@@ -75,6 +75,13 @@ void for_each_indexed_reverse(Tuple& t, F&& f, std::index_sequence<I...>) {
   (f(std::integral_constant<std::size_t, n - 1 - I>{}, std::get<n - 1 - I>(t)), ...);
 }
 
+// Layer k's saved state in a compile-time chain (integral_constant index);
+// DynamicSequential's run-time overload is found by argument lookup.
+template <class Index, class L, class... S>
+auto& saved_at(std::tuple<S...>& saved, Index, L&) {
+  return std::get<Index::value>(saved);
+}
+
 // "layer 2 (Conv2D)" in a message.
 inline std::string layer_label(std::size_t index, std::string const& name) {
   return "layer " + std::to_string(index) + " (" + name + ")";
@@ -139,6 +146,8 @@ public:
 
   /*! \brief Number of layers. */
   static constexpr std::size_t size = sizeof...(Layers);
+  /*! \brief Number of layers (as telar::DynamicSequential::layer_count). */
+  static constexpr std::size_t layer_count() { return size; }
 
   /*! \brief Default-constructed layers. */
   Sequential() = default;
@@ -321,6 +330,22 @@ public:
         r = telar::parameter_replicas(l, rest, tp_size_);
     });
     return r;
+  }
+  /*! \brief Where this rank's parameter "<index>.<name>" lies in the whole
+   *  tensor: its layer's answer. \param name as passed to parameters(f)
+   *  \param local the local tensor's extents */
+  TensorBlock parameter_block(std::string const& name, std::vector<std::size_t> const& local) const {
+    std::size_t const dot = name.find('.');
+    TensorBlock b{local, std::vector<std::size_t>(local.size(), 0)};
+    if (dot == std::string::npos)
+      return b;
+    std::size_t const which = std::stoul(name.substr(0, dot));
+    std::string const rest = name.substr(dot + 1);
+    for_each_layer([&](auto index, auto const& l) {
+      if (index == which)
+        b = telar::parameter_block(l, rest, local);
+    });
+    return b;
   }
 
   /*! \brief What a nested chain keeps per micro-batch: its layers' saved

@@ -1,7 +1,9 @@
 #pragma once
 /*! \file
- *  \brief Element-wise activation layers: ReLU, GELU (exact) and GELUTanh. */
+ *  \brief Element-wise activation layers: ReLU, GELU (exact), GELUTanh,
+ *  Sigmoid and Tanh. */
 #include <telar/core/detail/elementwise.hpp>
+#include <telar/core/detail/fast_math.hpp>
 #include <telar/core/detail/math.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/tensor.hpp>
@@ -69,13 +71,13 @@ struct GeluOp {
   // Exact GELU, x Phi(x), as PyTorch's default.
   template <class T>
   KOKKOS_INLINE_FUNCTION static T value(T x) {
-    return T(0.5) * x * (T(1) + detail::erf(x * T(0.70710678118654752440)));
+    return T(0.5) * x * (T(1) + detail::fast_erf(x * T(0.70710678118654752440)));
   }
   // Called with the input x: Phi(x) + x phi(x).
   template <class T>
   KOKKOS_INLINE_FUNCTION static T slope(T x) {
-    T const cdf = T(0.5) * (T(1) + detail::erf(x * T(0.70710678118654752440)));
-    T const pdf = T(0.39894228040143267794) * detail::exp(T(-0.5) * x * x);
+    T const cdf = T(0.5) * (T(1) + detail::fast_erf(x * T(0.70710678118654752440)));
+    T const pdf = T(0.39894228040143267794) * detail::fast_exp(T(-0.5) * x * x);
     return cdf + x * pdf;
   }
 };
@@ -95,7 +97,45 @@ struct GeluTanhOp {
     return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du;
   }
 };
+struct SigmoidOp {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T value(T x) {
+    return T(1) / (T(1) + detail::exp(-x));
+  }
+  // Called with the output y: y (1 - y).
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T slope(T y) {
+    return y * (T(1) - y);
+  }
+};
+struct TanhOp {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T value(T x) {
+    return detail::tanh(x);
+  }
+  // Called with the output y: 1 - y^2.
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T slope(T y) {
+    return T(1) - y * y;
+  }
+};
 } // namespace detail
+
+/*! \brief Logistic sigmoid, y = 1 / (1 + exp(-x)). Keeps y for backward.
+ *  \tparam T value type \tparam MemorySpace memory space */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+struct Sigmoid : detail::Elementwise<detail::SigmoidOp, T, MemorySpace, false> {
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "Sigmoid"; }
+};
+
+/*! \brief Hyperbolic tangent, y = tanh(x). Keeps y for backward.
+ *  \tparam T value type \tparam MemorySpace memory space */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+struct Tanh : detail::Elementwise<detail::TanhOp, T, MemorySpace, false> {
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "Tanh"; }
+};
 
 /*! \brief Rectified linear unit, y = max(x, 0). Keeps y for backward.
  *  \tparam T value type \tparam MemorySpace memory space */

@@ -1,6 +1,7 @@
 #pragma once
 /*! \file
  *  \brief Fully connected layer y = x W^T + b. */
+#include <telar/core/detail/column_sums.hpp>
 #include <telar/core/detail/counter_rng.hpp>
 #include <telar/core/detail/math.hpp>
 #include <telar/core/error.hpp>
@@ -153,17 +154,10 @@ public:
     gemm(Gemm{}, exec, 'T', 'N', T(1), dyr, as_rows(saved.x, r, weight.extent(1)), T(1),
          weight_grad);
     if (use_bias_) {
-      auto db = bias_grad;
       auto dy = dyr;
-      std::size_t const n = dyr.extent(0);
-      Kokkos::parallel_for(
-          "telar::Dense::backward_bias", Kokkos::RangePolicy<Exec>(exec, 0, dy.extent(1)),
-          KOKKOS_LAMBDA(std::size_t j) {
-            T s = 0;
-            for (std::size_t i = 0; i < n; ++i)
-              s += dy(i, j);
-            db(j) += s;
-          });
+      detail::add_column_sums(
+          "telar::Dense::backward_bias", exec, dy.extent(0), dy.extent(1),
+          KOKKOS_LAMBDA(std::size_t i, std::size_t j) { return dy(i, j); }, bias_grad);
     }
   }
 

@@ -15,6 +15,7 @@
  *  (SyncBatchNorm), which a layer cannot do without knowing that group.
  *  GroupNorm is the usual replacement in convolutional networks.
  */
+#include <telar/core/detail/column_sums.hpp>
 #include <telar/core/detail/math.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
@@ -38,6 +39,8 @@ struct NormGeometry {
   std::size_t sample = 0; // values per sample
   std::size_t stride = 1; // consecutive values sharing one parameter
   std::size_t params = 0; // affine parameters (0: none)
+  // Value j of every row uses parameter j (LayerNorm): no index arithmetic.
+  KOKKOS_INLINE_FUNCTION bool direct() const { return stride == 1 && params == row; }
 };
 
 // Kernels as free functions (nvcc rejects extended lambdas in private member
@@ -48,7 +51,7 @@ void norm_forward(Exec const& exec, ConstMatrix<T, M> x, Matrix<T, M> y, Vector<
   using Policy = Kokkos::TeamPolicy<Exec>;
   using Member = typename Policy::member_type;
   std::size_t const rows = x.extent(0) * g.sample / g.row;
-  bool const affine = g.params > 0;
+  bool const affine = g.params > 0, direct = g.direct();
   Kokkos::parallel_for(
       "telar::normalization::forward", Policy(exec, int(rows), Kokkos::AUTO),
       KOKKOS_LAMBDA(Member const& team) {
@@ -75,7 +78,7 @@ void norm_forward(Exec const& exec, ConstMatrix<T, M> x, Matrix<T, M> y, Vector<
           std::size_t const f = f0 + j;
           T const xh = (x(i, f) - mu) * rs;
           if (affine) {
-            std::size_t const p = f / g.stride % g.params;
+            std::size_t const p = direct ? j : f / g.stride % g.params;
             y(i, f) = xh * gamma(p) + beta(p);
           } else {
             y(i, f) = xh;
@@ -92,7 +95,7 @@ void norm_backward_input(Exec const& exec, ConstMatrix<T, M> dy, Matrix<T, M> dx
   using Policy = Kokkos::TeamPolicy<Exec>;
   using Member = typename Policy::member_type;
   std::size_t const rows = dy.extent(0) * g.sample / g.row;
-  bool const affine = g.params > 0;
+  bool const affine = g.params > 0, direct = g.direct();
   Kokkos::parallel_for(
       "telar::normalization::backward_input", Policy(exec, int(rows), Kokkos::AUTO),
       KOKKOS_LAMBDA(Member const& team) {
@@ -100,7 +103,7 @@ void norm_backward_input(Exec const& exec, ConstMatrix<T, M> dy, Matrix<T, M> dx
         std::size_t const i = r * g.row / g.sample, f0 = r * g.row % g.sample;
         T const mu = mean(r), rs = rstd(r);
         auto dxh = [&](std::size_t f) {
-          return affine ? dy(i, f) * gamma(f / g.stride % g.params) : dy(i, f);
+          return affine ? dy(i, f) * gamma(direct ? f - f0 : f / g.stride % g.params) : dy(i, f);
         };
         T a = 0, b = 0;
         Kokkos::parallel_reduce(
@@ -122,12 +125,27 @@ void norm_backward_input(Exec const& exec, ConstMatrix<T, M> dy, Matrix<T, M> dx
       });
 }
 
-// dgamma[p] += sum dy xh, dbeta[p] += sum dy over the values using p: one
-// team per parameter.
+// dgamma[p] += sum dy xh, dbeta[p] += sum dy over the values using p:
+// column sums for LayerNorm's rows, else one team per parameter.
 template <class Exec, class T, class M>
 void norm_backward_weight(Exec const& exec, ConstMatrix<T, M> dy, ConstMatrix<T, M> x,
                           Vector<T, M> mean, Vector<T, M> rstd, Vector<T, M> gamma_grad,
                           Vector<T, M> beta_grad, NormGeometry g) {
+  if (g.direct()) { // rows of P values, parameter j for value j
+    std::size_t const rows = dy.extent(0) * g.sample / g.row;
+    auto const dyr = as_rows(dy, rows, g.row);
+    auto const xr = as_rows(x, rows, g.row);
+    add_column_sums(
+        "telar::normalization::backward_gamma", exec, rows, g.row,
+        KOKKOS_LAMBDA(std::size_t r, std::size_t j) {
+          return dyr(r, j) * (xr(r, j) - mean(r)) * rstd(r);
+        },
+        gamma_grad);
+    add_column_sums(
+        "telar::normalization::backward_beta", exec, rows, g.row,
+        KOKKOS_LAMBDA(std::size_t r, std::size_t j) { return dyr(r, j); }, beta_grad);
+    return;
+  }
   using Policy = Kokkos::TeamPolicy<Exec>;
   using Member = typename Policy::member_type;
   std::size_t const n = dy.extent(0), S = g.stride, P = g.params;
@@ -236,21 +254,17 @@ void rms_backward_input(Exec const& exec, ConstMatrix<T, M> dy, Matrix<T, M> dx,
       });
 }
 
-// dgamma[j] += sum over rows of dy xh: one thread per j, rows in order.
+// dgamma[j] += sum over rows of dy xh.
 template <class Exec, class T, class M>
 void rms_backward_weight(Exec const& exec, ConstMatrix<T, M> dy, ConstMatrix<T, M> x,
                          Vector<T, M> rstd, Vector<T, M> gamma_grad, std::size_t row) {
   std::size_t const rows = rstd.extent(0);
   auto const dyr = as_rows(dy, rows, row);
   auto const xr = as_rows(x, rows, row);
-  Kokkos::parallel_for(
-      "telar::RMSNorm::backward_weight", Kokkos::RangePolicy<Exec>(exec, 0, row),
-      KOKKOS_LAMBDA(std::size_t j) {
-        T s = 0;
-        for (std::size_t r = 0; r < rows; ++r)
-          s += dyr(r, j) * xr(r, j) * rstd(r);
-        gamma_grad(j) += s;
-      });
+  add_column_sums(
+      "telar::RMSNorm::backward_weight", exec, rows, row,
+      KOKKOS_LAMBDA(std::size_t r, std::size_t j) { return dyr(r, j) * xr(r, j) * rstd(r); },
+      gamma_grad);
 }
 
 } // namespace detail

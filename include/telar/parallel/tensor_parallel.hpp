@@ -258,6 +258,15 @@ public:
     (void)name;
     return 1;
   }
+  /*! \brief This rank's rows of W [out, in] and entries of b [out].
+   *  \param name "weight" or "bias" \param local the local tensor's extents */
+  TensorBlock parameter_block(std::string const& name, std::vector<std::size_t> const& local) const {
+    (void)name;
+    TensorBlock b{local, std::vector<std::size_t>(local.size(), 0)};
+    b.shape[0] = this->out_;
+    b.offset[0] = shard_begin();
+    return b;
+  }
 
   /*! \brief Allocates this rank's block of W and b and draws the serial values
    *  of that block. \param seed the same seed the serial Dense gets */
@@ -406,6 +415,16 @@ public:
   /*! \brief The bias is replicated on every rank of the group (its size); W
    *  is a shard (1). \param name parameter name */
   int parameter_replicas(std::string const& name) const { return name == "bias" ? ctx_.size : 1; }
+  /*! \brief This rank's columns of W [out, in]; all of b.
+   *  \param name "weight" or "bias" \param local the local tensor's extents */
+  TensorBlock parameter_block(std::string const& name, std::vector<std::size_t> const& local) const {
+    TensorBlock b{local, std::vector<std::size_t>(local.size(), 0)};
+    if (name == "weight") {
+      b.shape[1] = this->in_;
+      b.offset[1] = shard_begin();
+    }
+    return b;
+  }
 
   /*! \brief Allocates this rank's columns of W and all of b and draws the
    *  serial values. \param seed the same seed the serial Dense gets */
@@ -491,9 +510,10 @@ private:
 /*! \brief Calls set_tensor_parallel(\p ctx) on every layer of \p model that
  *  has it, nested blocks included (the first step of building a
  *  tensor-parallel model, before build() and initialize()).
- *  \param model a telar::Sequential \param ctx the tensor-parallel group */
-template <class... Layers>
-void set_tensor_parallel(Sequential<Layers...>& model, TensorParallelContext const& ctx) {
+ *  \param model a telar::Sequential (or DynamicSequential) \param ctx the tensor-parallel group */
+template <class Model>
+std::enable_if_t<is_sequential_v<Model>> set_tensor_parallel(Model& model,
+                                                             TensorParallelContext const& ctx) {
   model.for_each_layer([&](auto, auto& layer) {
     using L = std::decay_t<decltype(layer)>;
     if constexpr (layer_traits<L>::has_tensor_parallel)
@@ -507,9 +527,9 @@ void set_tensor_parallel(Sequential<Layers...>& model, TensorParallelContext con
  *  \param model the telar::Sequential \p store was bound to
  *  \param store parameters bound with ParameterStore::bind
  *  \param tp_size ranks in the tensor-parallel group */
-template <class T, class MemorySpace, class... Layers>
-void set_parameter_replicas(Sequential<Layers...>& model, ParameterStore<T, MemorySpace>& store,
-                            int tp_size) {
+template <class T, class MemorySpace, class Model>
+std::enable_if_t<is_sequential_v<Model>>
+set_parameter_replicas(Model& model, ParameterStore<T, MemorySpace>& store, int tp_size) {
   auto& entries = store.entries();
   model.for_each_layer([&](auto index, auto& layer) {
     using L = std::decay_t<decltype(layer)>;

@@ -45,6 +45,10 @@
 
 namespace telar {
 
+namespace detail {
+struct TrainerAccess; // io/detail/trainer_access.hpp: checkpoints and gather_model
+} // namespace detail
+
 /*! \brief What one training step (or an evaluation) reports, over all ranks. */
 struct StepResult {
   double loss = 0;           //!< mean loss over the loss terms of the global batch
@@ -84,7 +88,8 @@ template <class Model, class StrategyT, class Optimizer,
           class Loss =
               SoftmaxCrossEntropy<typename Model::value_type, typename Model::memory_space>>
 class Trainer {
-  static_assert(is_sequential_v<Model>, "telar::Trainer: Model must be a telar::Sequential<...>");
+  static_assert(is_sequential_v<Model>,
+                "telar::Trainer: Model must be a telar::Sequential<...> or DynamicSequential<...>");
   static_assert(is_strategy_v<StrategyT>,
                 "telar::Trainer: Strategy must be a telar::Strategy<...>");
   static_assert(detail::check_optimizer<Optimizer>());
@@ -350,6 +355,7 @@ public:
   ProcessGrid const* grid() const { return grid_ ? &*grid_ : nullptr; }
 
 private:
+  friend struct detail::TrainerAccess;
   using DataParallelPolicy = std::conditional_t<StrategyT::has_data_parallel,
                                                 typename StrategyT::data_parallel, DataParallel<>>;
   // The gradient-sync component of the strategy's sharding policy
@@ -507,7 +513,7 @@ private:
   // Draws this rank's layers and hands them to the gradient-sync component,
   // which chooses where parameters and gradients live.
   void bind_parameters() {
-    std::vector<bool> owned(Model::size, false);
+    std::vector<bool> owned(model_.layer_count(), false);
     MemoryMeter::Scope layers_own(MemoryCategory::parameters); // until the store takes over
     for (int c = 0; c < schedule_.chunks; ++c) {
       int const vs = c * schedule_.stages + coords_.pp;

@@ -76,7 +76,7 @@ template <class Model>
 std::vector<std::size_t> plan_stage_bounds(Model const& model, std::vector<Shape> const& shapes,
                                            std::size_t S, TrainerOptions const& options) {
   if (!options.stage_boundaries.empty()) {
-    check_partition(options.stage_boundaries, Model::size, S);
+    check_partition(options.stage_boundaries, model.layer_count(), S);
     return options.stage_boundaries;
   }
   std::vector<double> costs;
@@ -222,8 +222,9 @@ void plan_activations(Model const& model, std::vector<Shape> const& shapes,
     if (first == 0) // a fused first layer's dx goes to a scratch buffer
       model.for_each_layer([&](auto index, auto const& layer) {
         using L = std::decay_t<decltype(layer)>;
-        if constexpr (decltype(index)::value == 0 && !layer_traits<L>::has_split_backward)
-          work += feat(0);
+        if constexpr (!layer_traits<L>::has_split_backward)
+          if (index == 0)
+            work += feat(0);
       });
     if (vs == sched.virtual_stages() - 1) // the loss's per-row sums and flags
       work += rows * (sizeof(double) + sizeof(int));
@@ -252,7 +253,7 @@ MemoryPlan plan_rank(Model model, TrainerOptions const& options, Shape const& in
   schedule::Schedule const sched = plan_schedule<StrategyT>(options, shape.pp);
   std::vector<std::size_t> const bounds =
       plan_stage_bounds(model, shapes, std::size_t(sched.virtual_stages()), options);
-  std::vector<bool> owned(Model::size, false);
+  std::vector<bool> owned(model.layer_count(), false);
   for (int c = 0; c < sched.chunks; ++c) {
     int const vs = sched.virtual_stage(at.pp, c);
     for (std::size_t k = bounds[std::size_t(vs)]; k < bounds[std::size_t(vs) + 1]; ++k)

@@ -107,13 +107,13 @@ public:
                        ", " + std::to_string(features_[first_]) + "]");
     s.input = input;
     model_->for_each_layer([&](auto index, auto& layer) {
-      constexpr std::size_t k = decltype(index)::value;
+      std::size_t const k = index;
       if (k < first_ || k >= last_)
         return;
       CMat x = k == first_ ? s.input : CMat(s.act[k]);
       hooks.before_forward(k);
       MemoryMeter::Scope saved_state(MemoryCategory::activations); // what the layer keeps
-      layer.forward(exec, x, s.act[k + 1], std::get<k>(s.saved));
+      layer.forward(exec, x, s.act[k + 1], saved_at(s.saved, index, layer));
     });
   }
 
@@ -174,29 +174,29 @@ private:
   // The input gradient (or the fused backward). The model's first layer
   // skips dx: nothing consumes the gradient of the input.
   template <class Exec, class K, class L>
-  void input_part(Exec const& exec, int slot, K, L& layer) {
-    constexpr std::size_t k = K::value;
+  void input_part(Exec const& exec, int slot, K index, L& layer) {
+    std::size_t const k = index;
     Slot& s = slots_[slot];
     CMat dy = s.grad[k + 1];
     MemoryMeter::Scope saved_state(MemoryCategory::activations); // blocks' inner gradients
     if constexpr (layer_traits<L>::has_split_backward) {
       if (k > 0)
-        layer.backward_input(exec, dy, s.grad[k], std::get<k>(s.saved));
+        layer.backward_input(exec, dy, s.grad[k], saved_at(s.saved, index, layer));
     } else {
       Mat dx = k > 0 ? s.grad[k] : scratch(k, s.rows);
-      layer.backward(exec, dy, dx, std::get<k>(s.saved));
+      layer.backward(exec, dy, dx, saved_at(s.saved, index, layer));
     }
   }
 
   // The weight gradient of a split layer; gradient_ready(k) for layers with
   // parameters.
   template <class Exec, class K, class L, class Hooks>
-  void weight_part(Exec const& exec, int slot, K, L& layer, Hooks& hooks) {
-    constexpr std::size_t k = K::value;
+  void weight_part(Exec const& exec, int slot, K index, L& layer, Hooks& hooks) {
+    std::size_t const k = index;
     Slot& s = slots_[slot];
     if constexpr (layer_traits<L>::has_split_backward && layer_traits<L>::has_backward_weight) {
       MemoryMeter::Scope saved_state(MemoryCategory::activations);
-      layer.backward_weight(exec, CMat(s.grad[k + 1]), std::get<k>(s.saved));
+      layer.backward_weight(exec, CMat(s.grad[k + 1]), saved_at(s.saved, index, layer));
     }
     if constexpr (layer_traits<L>::has_parameters)
       hooks.gradient_ready(k);

@@ -1,0 +1,124 @@
+// Example 04: Telar as an HPC back-end for PyTorch models. Imports a model
+// exported with torch.onnx.export, trains it on Fashion-MNIST under any
+// composition of data, pipeline and tensor parallelism, and writes the
+// trained weights back into the same ONNX graph for PyTorch to load.
+//
+//   onnx_train --model FILE.onnx [--export OUT.onnx] [--epochs 1] [--batch 64]
+//              [--lr 1e-3] [--optimizer adamw] [--seed 1] [--data DIR] [--json]
+//              [--dp N] [--pp N] [--tp N] [--schedule 1f1b] [--microbatches M]
+//              [--timeline PREFIX] [--limit-steps N] [--memory-budget SIZE]
+//   mpirun -np 2 onnx_train --model mlp.onnx --tp 2 --export mlp_trained.onnx
+//
+// The model takes Fashion-MNIST images: an input [batch, 784] or
+// [batch, 1, 28, 28] and 10 logits out (see docs/onnx.md for the operators).
+// Under --tp, each Gemm, activation, Gemm run becomes a Megatron pair.
+#include <telar/telar.hpp>
+
+#include <telar/onnx/export.hpp>
+#include <telar/onnx/import.hpp>
+
+#include "example_support.hpp"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Args : example::CommonArgs {
+  Args() : CommonArgs(/*epochs*/ 1, /*hidden*/ 1) {}
+  std::string model;       // the .onnx file to import
+  std::string export_path; // where to write the trained model (optional)
+};
+
+[[noreturn]] void usage(char const* why) {
+  std::fprintf(stderr,
+               "onnx_train: %s\n"
+               "usage: onnx_train --model FILE.onnx [--export OUT.onnx] [--epochs N] "
+               "[--batch N] [--lr X] [--optimizer sgd|momentum|adam|adamw|lamb] [--seed N] "
+               "[--data DIR] [--json] [--dp N] [--pp N] [--tp N] [--schedule %s] "
+               "[--microbatches M] [--timeline PREFIX] [--limit-steps N] "
+               "[--memory-budget SIZE]\n",
+               why, example::schedule_choices().c_str());
+  throw 2;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  example::ArgReader r(argc, argv, usage);
+  while (r.next()) {
+    std::string const& f = r.flag();
+    if (f == "--model")
+      a.model = r.value();
+    else if (f == "--export")
+      a.export_path = r.value();
+    else if (f == "--schedule")
+      a.schedule = r.value();
+    else if (!example::read_common_flag(r, a))
+      usage(("unknown flag " + f).c_str());
+  }
+  example::check_common(a, usage);
+  if (a.model.empty())
+    usage("--model FILE.onnx is required");
+  return a;
+}
+
+using T = float;
+using Model = telar::onnx::Model<T>;
+using Strategy = telar::Strategy<telar::DataParallel<telar::RingAllreduce>,
+                                 telar::PipelineParallel<telar::OneFOneB>, telar::TensorParallel<>>;
+
+std::string join(std::vector<std::string> const& names) {
+  std::string s;
+  for (auto const& n : names)
+    s += (s.empty() ? "" : " ") + n;
+  return s;
+}
+
+template <class Optimizer>
+int train(MPI_Comm comm, Args const& a, Optimizer opt) {
+  telar::onnx::ImportOptions io;
+  io.tensor_parallel = a.tp > 1;
+  auto const imported = telar::onnx::import_model<T>(a.model, io);
+  if (imported.input_shape.size() != 784)
+    throw telar::Error("onnx_train: '" + a.model + "' takes inputs " + imported.input_shape.str() +
+                       "; Fashion-MNIST needs 784 values per sample ([784] or [1, 28, 28])");
+  telar::FashionMnist data = telar::load_fashion_mnist(a.data);
+  telar::TrainerOptions const opts = example::trainer_options(a, data.train.size);
+  telar::Trainer<Model, Strategy, Optimizer> trainer(comm, imported.model, opt, opts,
+                                                     imported.input_shape);
+  if (trainer.shapes().back().size() != 10)
+    throw telar::Error("onnx_train: '" + a.model + "' has " +
+                       std::to_string(trainer.shapes().back().size()) +
+                       " outputs per sample; Fashion-MNIST has 10 classes");
+  std::size_t const local = example::local_batch(a, trainer.grid_shape().dp, "onnx_train");
+  if (trainer.rank() == 0)
+    std::fprintf(stderr, "onnx_train: %s, %zu layers (%s), input %s, %s, layout %s\n",
+                 a.model.c_str(), imported.model.layer_count(),
+                 join(imported.model.layer_names()).c_str(), imported.input_shape.str().c_str(),
+                 Optimizer::name(), trainer.layout().c_str());
+  auto test_set = example::test_set(data.test, data.test.size);
+  example::Result const r = example::fit(trainer, a, data, test_set, local);
+  example::write_timeline(trainer, a.timeline, "onnx_train");
+  if (!a.export_path.empty()) {
+    telar::onnx::export_trained(trainer, imported, a.export_path); // collective
+    if (trainer.rank() == 0)
+      std::fprintf(stderr, "onnx_train: trained model written to %s\n", a.export_path.c_str());
+  }
+  telar::JsonObject config = example::common_config(trainer, a);
+  config.add("model", a.model).add("export", a.export_path);
+  example::report(trainer, a, r, config);
+  return 0;
+}
+
+int run(MPI_Comm comm, int argc, char** argv) {
+  Args const a = parse(argc, argv);
+  return example::with_optimizer<T>(a.optimizer, usage,
+                                    [&](auto opt) { return train(comm, a, opt); });
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  return example::run_main(argc, argv, "onnx_train", run);
+}

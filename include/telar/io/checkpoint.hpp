@@ -1,0 +1,481 @@
+#pragma once
+/*! \file
+ *  \brief Checkpoints of a telar::Trainer: the whole training state in one
+ *  parallel HDF5 file, loadable under any other layout.
+ *
+ *  \code
+ *  telar::RunPosition pos{epoch, batch, data_seed};
+ *  telar::save_checkpoint(trainer, "ckpt", pos);              // ckpt/step-000120.h5
+ *  ...
+ *  if (auto last = telar::latest_checkpoint("ckpt"))
+ *    pos = telar::load_checkpoint(trainer, *last);            // any layout the model fits
+ *  \endcode
+ *  A checkpoint holds every parameter tensor whole, as a dataset of its
+ *  global shape ("/params/layer0.weight"), every optimizer state slot the
+ *  same way ("/optim/slot0/layer0.weight", Adam: slot 0 = m, slot 1 = v), the
+ *  step count (which fixes the learning-rate schedule's position, Adam's bias
+ *  correction and dropout's masks), the caller's telar::RunPosition and a
+ *  description of the run, as attributes. Each rank writes and reads its own
+ *  blocks with MPI-IO; a checksum per dataset is verified on load. The file
+ *  is written under a temporary name and renamed when complete.
+ *  docs/checkpoints.md has the format and an h5py example.
+ *
+ *  Needs a parallel HDF5 (TELAR_HAVE_HDF5; CMake target Telar::hdf5).
+ */
+#include <telar/io/detail/hdf5.hpp>
+#include <telar/io/detail/model_pieces.hpp>
+#include <telar/io/detail/trainer_access.hpp>
+#include <telar/io/error.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace telar {
+
+/*! \brief Where the data pipeline stood when a checkpoint was taken: the
+ *  caller fills it on save and gets it back on load (Telar does not read it). */
+struct RunPosition {
+  long long epoch = 0;    //!< epoch in progress (0-based)
+  long long batch = 0;    //!< batches of that epoch already trained
+  std::uint64_t seed = 0; //!< the data sampler's shuffle seed
+};
+
+/*! \brief How checkpoints are kept. */
+struct CheckpointOptions {
+  /*! \brief Complete checkpoints kept in the directory; older ones are
+   *  deleted after a new one is complete (0 keeps all). */
+  int keep = 3;
+};
+
+namespace detail {
+
+inline std::string checkpoint_file_name(long long step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%06lld.h5", step);
+  return buf;
+}
+
+// The step of a complete checkpoint's file name, or -1.
+inline long long checkpoint_step(std::string const& name) {
+  if (name.size() < 9 || name.rfind("step-", 0) != 0 || name.substr(name.size() - 3) != ".h5")
+    return -1;
+  std::string const digits = name.substr(5, name.size() - 8);
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos)
+    return -1;
+  return std::stoll(digits);
+}
+
+// Complete checkpoints of dir by step (empty when dir is unreadable).
+inline std::map<long long, std::string> list_checkpoints(std::string const& dir) {
+  std::map<long long, std::string> out;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (long long const s = checkpoint_step(it->path().filename().string()); s >= 0)
+      out[s] = it->path().string();
+  return out;
+}
+
+// Throws the same CheckpointError on every rank when any rank has a
+// message: the lowest such rank's.
+inline void agree(Communicator const* comm, std::string const& error) {
+  if (comm == nullptr || comm->size() == 1) {
+    if (!error.empty())
+      throw CheckpointError(error);
+    return;
+  }
+  int first = error.empty() ? comm->size() : comm->rank();
+  comm->allreduce(&first, 1, ReduceOp::min);
+  if (first == comm->size())
+    return;
+  std::string msg = error;
+  unsigned long long n = msg.size();
+  comm->broadcast(&n, 1, first);
+  msg.resize(std::size_t(n));
+  comm->broadcast(msg.data(), std::size_t(n), first);
+  throw CheckpointError(msg);
+}
+
+// Runs f(), catching what it throws as this rank's message; then agrees.
+template <class F>
+void agreed(Communicator const* comm, F&& f) {
+  std::string error;
+  try {
+    f();
+  } catch (std::exception const& e) {
+    error = e.what();
+    if (error.empty())
+      error = "telar::checkpoint: unknown error";
+  }
+  agree(comm, error);
+}
+
+// "layer0.weight [64, 784]\n..." for every tensor: the model's signature.
+inline std::string signature(ModelPieces const& m) {
+  std::string s;
+  for (std::size_t t = 0; t < m.names.size(); ++t)
+    s += m.names[t] + " " + shape_str(m.shapes[t]) + "\n";
+  return s;
+}
+
+// The first difference between a file's signature and the model's, or "".
+inline std::string signature_mismatch(std::string const& file_sig, std::string const& model_sig) {
+  auto parse = [](std::string const& s) {
+    std::vector<std::pair<std::string, std::string>> out;
+    std::size_t i = 0;
+    while (i < s.size()) {
+      std::size_t const nl = s.find('\n', i), sp = s.find(' ', i);
+      std::size_t const e = nl == std::string::npos ? s.size() : nl;
+      if (sp < e)
+        out.emplace_back(s.substr(i, sp - i), s.substr(sp + 1, e - sp - 1));
+      i = e + 1;
+    }
+    return out;
+  };
+  auto const f = parse(file_sig), m = parse(model_sig);
+  auto find = [](auto const& v, std::string const& n) {
+    return std::find_if(v.begin(), v.end(), [&](auto const& p) { return p.first == n; });
+  };
+  for (auto const& [name, shape] : m) {
+    auto const it = find(f, name);
+    if (it == f.end())
+      return "the model's tensor " + name + " " + shape + " is not in the file";
+    if (it->second != shape)
+      return "tensor " + name + " is " + it->second + " in the file but " + shape +
+             " in the model";
+  }
+  for (auto const& [name, shape] : f)
+    if (find(m, name) == m.end())
+      return "the file's tensor " + name + " " + shape + " is not in the model";
+  return {};
+}
+
+// Selects this rank's `pieces` of tensor t (owned ones only when
+// owned_only) in a dataset space; returns the elements selected.
+inline std::size_t select_pieces(ModelPieces const& m, std::size_t t, bool owned_only,
+                                 hid_t space, std::string const& file) {
+  std::size_t n = 0;
+  bool first = true;
+  h5_check(H5Sselect_none(space), file, "H5Sselect_none");
+  int const rank = int(m.shapes[t].size());
+  for (auto const& p : m.pieces) {
+    if (p.tensor != t || (owned_only && !p.owner))
+      continue;
+    for (auto const& b : piece_blocks(p)) {
+      hsize_t start[2] = {b.row, b.col}, count[2] = {b.rows, b.cols};
+      hsize_t* s = rank == 1 ? start + 1 : start;
+      hsize_t* c = rank == 1 ? count + 1 : count;
+      h5_check(H5Sselect_hyperslab(space, first ? H5S_SELECT_SET : H5S_SELECT_OR, s, nullptr, c,
+                                   nullptr),
+               file, "H5Sselect_hyperslab");
+      first = false;
+    }
+    n += p.size;
+  }
+  return n;
+}
+
+// The piece of tensor t on this rank (at most one: a shard is contiguous).
+inline TensorPiece const* piece_of(ModelPieces const& m, std::size_t t) {
+  for (auto const& p : m.pieces)
+    if (p.tensor == t)
+      return &p;
+  return nullptr;
+}
+
+inline H5Handle memory_space(std::size_t n, std::string const& file) {
+  hsize_t dim = n > 0 ? n : 1;
+  H5Handle s(h5_check(H5Screate_simple(1, &dim, nullptr), file, "H5Screate_simple"), H5Sclose);
+  if (n == 0)
+    h5_check(H5Sselect_none(s.get()), file, "H5Sselect_none");
+  return s;
+}
+
+// Test hook: rank 1 (0 alone) dies after writing dataset k (tests only).
+inline void maybe_die(Communicator const* comm, std::size_t written) {
+  char const* const env = std::getenv("TELAR_CHECKPOINT_TEST_KILL_AFTER_TENSOR");
+  if (env == nullptr)
+    return;
+  int const victim = comm != nullptr && comm->size() > 1 ? 1 : 0;
+  if (std::to_string(written) == env && (comm == nullptr ? 0 : comm->rank()) == victim)
+    std::raise(SIGKILL);
+}
+
+inline std::string part_path(std::vector<std::string> const& names, std::size_t t,
+                             std::size_t part) {
+  return part == 0 ? "/params/" + names[t]
+                   : "/optim/slot" + std::to_string(part - 1) + "/" + names[t];
+}
+
+inline void fsync_dir(std::string const& dir) {
+  int const fd = ::open(dir.c_str(), O_RDONLY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+} // namespace detail
+
+/*! \brief The newest complete checkpoint in \p dir ("DIR/step-000120.h5"),
+ *  if any. Files still being written (".step-*.h5.tmp") are never returned.
+ *  \param dir checkpoint directory */
+inline std::optional<std::string> latest_checkpoint(std::string const& dir) {
+  auto const all = detail::list_checkpoints(dir);
+  if (all.empty())
+    return std::nullopt;
+  return all.rbegin()->second;
+}
+
+/*! \brief Saves \p trainer's whole training state to DIR/step-NNNNNN.h5
+ *  (collective over the trainer's ranks): parameters and optimizer state as
+ *  whole tensors, the step count, \p position and a description of the run.
+ *  Written under a temporary name and renamed once every rank has closed it;
+ *  then all but the newest options.keep checkpoints are deleted.
+ *  \param trainer a telar::Trainer \param dir directory (created if missing)
+ *  \param position the data pipeline's position, returned by load_checkpoint
+ *  \param options how many checkpoints to keep
+ *  \return the checkpoint's path
+ *  \throws CheckpointError (on every rank) when \p dir cannot be written */
+template <class Trainer>
+std::string save_checkpoint(Trainer& trainer, std::string const& dir,
+                            RunPosition const& position = {},
+                            CheckpointOptions const& options = {}) {
+  using T = typename Trainer::value_type;
+  using Access = detail::TrainerAccess;
+  detail::H5Quiet const quiet;
+  Communicator const* comm = Access::comm(trainer);
+  int const rank = comm ? comm->rank() : 0;
+  std::string const name = detail::checkpoint_file_name(trainer.steps());
+  std::string const path = (std::filesystem::path(dir) / name).string();
+  std::string const tmp = (std::filesystem::path(dir) / ("." + name + ".tmp")).string();
+  detail::agreed(comm, [&] {
+    if (rank != 0)
+      return;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec || ::access(dir.c_str(), W_OK) != 0)
+      throw CheckpointError("telar::save_checkpoint: cannot write to directory '" + dir + "'" +
+                            (ec ? ": " + ec.message() : std::string()));
+  });
+  detail::ModelPieces const m = Access::pieces(trainer);
+  std::vector<T> const values = Access::values(trainer);
+  std::vector<T> const state = Access::state(trainer);
+  std::size_t const parts = 1 + std::size_t(m.state_size), nt = m.names.size();
+  // Checksums of every dataset: each rank sums over the elements it owns.
+  std::vector<std::uint64_t> sums(parts * nt, 0);
+  auto base = [&](std::size_t part) {
+    return part == 0 ? values.data() : state.data() + (part - 1) * m.shard_size;
+  };
+  for (auto const& p : m.pieces)
+    for (std::size_t part = 0; part < parts; ++part)
+      sums[part * nt + p.tensor] += detail::piece_hash(m, p, base(part) + p.shard_offset);
+  if (comm && comm->size() > 1 && !sums.empty())
+    comm->allreduce(sums.data(), sums.size());
+  detail::agreed(comm, [&] {
+    auto fapl = detail::h5_fapl(comm, tmp);
+    detail::h5_check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST), tmp,
+                     "H5Pset_libver_bounds");
+    detail::H5Handle f(
+        detail::h5_check(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), tmp,
+                         "H5Fcreate"),
+        H5Fclose);
+    hid_t const root = f.get();
+    detail::h5_write_attr_str(root, "format", "telar-checkpoint", tmp);
+    detail::h5_write_attr<long long>(root, "version", 1, tmp);
+    detail::h5_write_attr<long long>(root, "step", trainer.steps(), tmp);
+    detail::h5_write_attr<long long>(root, "epoch", position.epoch, tmp);
+    detail::h5_write_attr<long long>(root, "batch", position.batch, tmp);
+    detail::h5_write_attr<std::uint64_t>(root, "data_seed", position.seed, tmp);
+    detail::h5_write_attr<std::uint64_t>(root, "model_seed", Access::seed(trainer), tmp);
+    detail::h5_write_attr_str(root, "layout", trainer.layout(), tmp);
+    detail::h5_write_attr_str(root, "strategy", trainer.strategy_name(), tmp);
+    detail::h5_write_attr_str(root, "optimizer", Access::optimizer_name<Trainer>(), tmp);
+    detail::h5_write_attr<long long>(root, "state_slots", m.state_size, tmp);
+    detail::h5_write_attr_str(root, "value_type", sizeof(T) == 4 ? "float32" : "float64", tmp);
+    detail::h5_write_attr_str(root, "tensors", detail::signature(m), tmp);
+    std::vector<detail::H5Handle> groups;
+    auto group = [&](std::string const& g) {
+      groups.emplace_back(detail::h5_check(H5Gcreate2(root, g.c_str(), H5P_DEFAULT, H5P_DEFAULT,
+                                                      H5P_DEFAULT),
+                                           tmp, "H5Gcreate2"),
+                          H5Gclose);
+    };
+    group("/params");
+    if (parts > 1)
+      group("/optim");
+    for (std::size_t k = 1; k < parts; ++k)
+      group("/optim/slot" + std::to_string(k - 1));
+    auto dxpl = detail::h5_dxpl(comm, true, tmp);
+    std::size_t written = 0;
+    for (std::size_t t = 0; t < nt; ++t)
+      for (std::size_t part = 0; part < parts; ++part) {
+        auto const& shape = m.shapes[t];
+        std::vector<hsize_t> dims(shape.begin(), shape.end());
+        detail::H5Handle space(detail::h5_check(H5Screate_simple(int(dims.size()), dims.data(),
+                                                                 nullptr),
+                                                tmp, "H5Screate_simple"),
+                               H5Sclose);
+        std::string const dname = detail::part_path(m.names, t, part);
+        detail::H5Handle d(detail::h5_check(H5Dcreate2(root, dname.c_str(), detail::h5_type<T>(),
+                                                       space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                                                       H5P_DEFAULT),
+                                            tmp, "H5Dcreate2"),
+                           H5Dclose);
+        std::size_t const n = detail::select_pieces(m, t, true, space.get(), tmp);
+        auto mem = detail::memory_space(n, tmp);
+        auto const* p = detail::piece_of(m, t);
+        T const* src = n > 0 ? base(part) + p->shard_offset : base(0);
+        detail::h5_check(
+            H5Dwrite(d.get(), detail::h5_type<T>(), mem.get(), space.get(), dxpl.get(), src), tmp,
+            ("H5Dwrite " + dname).c_str());
+        detail::h5_write_attr<std::uint64_t>(d.get(), "checksum", sums[part * nt + t], tmp);
+        detail::maybe_die(comm, ++written);
+      }
+    groups.clear();
+    if (!f.reset())
+      throw CheckpointError("telar::save_checkpoint: " + tmp + ": H5Fclose failed");
+  });
+  // Complete on every rank: rank 0 publishes it under its final name.
+  detail::agreed(comm, [&] {
+    if (rank != 0)
+      return;
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec)
+      throw CheckpointError("telar::save_checkpoint: cannot rename " + tmp + " to " + path +
+                            ": " + ec.message());
+    detail::fsync_dir(dir);
+    if (options.keep > 0) {
+      auto all = detail::list_checkpoints(dir);
+      while (all.size() > std::size_t(options.keep)) {
+        std::filesystem::remove(all.begin()->second, ec);
+        all.erase(all.begin());
+      }
+    }
+  });
+  return path;
+}
+
+/*! \brief Restores \p trainer's training state from a checkpoint written
+ *  by save_checkpoint under any layout the model fits (collective). The
+ *  model's tensors (names and global shapes), the optimizer and its state
+ *  slots, the value type and every dataset's checksum are verified before
+ *  anything is changed.
+ *  \param trainer a telar::Trainer (freshly built or trained: all is replaced)
+ *  \param path a checkpoint file, or a directory: its newest complete checkpoint
+ *  \return the RunPosition saved with it
+ *  \throws CheckpointError (the same on every rank) naming the file and, for
+ *  a mismatch or a corrupted dataset, the tensor and the shapes */
+template <class Trainer>
+RunPosition load_checkpoint(Trainer& trainer, std::string const& path) {
+  using T = typename Trainer::value_type;
+  using Access = detail::TrainerAccess;
+  detail::H5Quiet const quiet;
+  Communicator const* comm = Access::comm(trainer);
+  std::string file = path;
+  std::string const where = "telar::load_checkpoint: ";
+  detail::agreed(comm, [&] {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec))
+      throw CheckpointError(where + "'" + path + "' does not exist");
+    if (std::filesystem::is_directory(path, ec)) {
+      auto last = latest_checkpoint(path);
+      if (!last)
+        throw CheckpointError(where + "no complete checkpoint (step-*.h5) in '" + path + "'");
+      file = *last;
+    }
+  });
+  detail::ModelPieces const m = Access::pieces(trainer);
+  std::size_t const parts = 1 + std::size_t(m.state_size), nt = m.names.size();
+  std::vector<T> values = Access::values(trainer);
+  std::vector<T> state = Access::state(trainer);
+  RunPosition pos;
+  long long step = 0;
+  std::vector<std::uint64_t> sums(parts * nt, 0), expected(parts * nt, 0);
+  detail::agreed(comm, [&] {
+    std::string const at = where + file + ": ";
+    auto fapl = detail::h5_fapl(comm, file);
+    hid_t const fid = H5Fopen(file.c_str(), H5F_ACC_RDONLY, fapl.get());
+    if (fid < 0)
+      throw CheckpointError(at + "not a readable HDF5 file (truncated or corrupted?)");
+    detail::H5Handle f(fid, H5Fclose);
+    std::string format, optimizer, vtype, sig;
+    long long slots = -1;
+    if (!detail::h5_read_attr_str(fid, "format", format) || format != "telar-checkpoint")
+      throw CheckpointError(at + "not a Telar checkpoint (no format attribute)");
+    if (!detail::h5_read_attr<long long>(fid, "step", step) ||
+        !detail::h5_read_attr<long long>(fid, "epoch", pos.epoch) ||
+        !detail::h5_read_attr<long long>(fid, "batch", pos.batch) ||
+        !detail::h5_read_attr<std::uint64_t>(fid, "data_seed", pos.seed) ||
+        !detail::h5_read_attr_str(fid, "optimizer", optimizer) ||
+        !detail::h5_read_attr<long long>(fid, "state_slots", slots) ||
+        !detail::h5_read_attr_str(fid, "value_type", vtype) ||
+        !detail::h5_read_attr_str(fid, "tensors", sig))
+      throw CheckpointError(at + "attributes missing or unreadable");
+    std::string const want_type = sizeof(T) == 4 ? "float32" : "float64";
+    if (vtype != want_type)
+      throw CheckpointError(at + "values are " + vtype + ", the model's " + want_type);
+    if (optimizer != Access::optimizer_name<Trainer>() || slots != m.state_size)
+      throw CheckpointError(at + "written with optimizer '" + optimizer + "' (" +
+                            std::to_string(slots) + " state slots), the trainer uses '" +
+                            Access::optimizer_name<Trainer>() + "' (" +
+                            std::to_string(m.state_size) + ")");
+    if (auto const diff = detail::signature_mismatch(sig, detail::signature(m)); !diff.empty())
+      throw CheckpointError(at + "made for another model: " + diff);
+    auto dxpl = detail::h5_dxpl(comm, false, file);
+    for (std::size_t t = 0; t < nt; ++t)
+      for (std::size_t part = 0; part < parts; ++part) {
+        std::string const dname = detail::part_path(m.names, t, part);
+        std::string const dat = at + "dataset " + dname + ": ";
+        hid_t const did = H5Dopen2(fid, dname.c_str(), H5P_DEFAULT);
+        if (did < 0)
+          throw CheckpointError(dat + "missing or unreadable");
+        detail::H5Handle d(did, H5Dclose);
+        detail::H5Handle space(H5Dget_space(did), H5Sclose);
+        std::vector<hsize_t> dims(m.shapes[t].size());
+        if (space.get() < 0 || H5Sget_simple_extent_ndims(space.get()) != int(dims.size()) ||
+            H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) < 0 ||
+            !std::equal(dims.begin(), dims.end(), m.shapes[t].begin()))
+          throw CheckpointError(dat + "its shape is not the model's " +
+                                detail::shape_str(m.shapes[t]));
+        if (!detail::h5_read_attr<std::uint64_t>(did, "checksum", expected[part * nt + t]))
+          throw CheckpointError(dat + "no checksum");
+        std::size_t const n = detail::select_pieces(m, t, false, space.get(), file);
+        auto mem = detail::memory_space(n, file);
+        auto const* p = detail::piece_of(m, t);
+        T* dst = part == 0 ? values.data() : state.data() + (part - 1) * m.shard_size;
+        if (n > 0)
+          dst += p->shard_offset;
+        T scratch{};
+        if (H5Dread(did, detail::h5_type<T>(), mem.get(), space.get(), dxpl.get(),
+                    n > 0 ? dst : &scratch) < 0)
+          throw CheckpointError(dat + "read failed (truncated or corrupted file?)");
+        if (n > 0)
+          sums[part * nt + t] = detail::piece_hash(m, *p, static_cast<T const*>(dst));
+      }
+  });
+  if (comm && comm->size() > 1 && !sums.empty())
+    comm->allreduce(sums.data(), sums.size());
+  for (std::size_t i = 0; i < sums.size(); ++i)
+    if (sums[i] != expected[i]) // the same sums and attributes on every rank
+      throw CheckpointError(where + file + ": dataset " +
+                            detail::part_path(m.names, i % nt, i / nt) + " " +
+                            detail::shape_str(m.shapes[i % nt]) +
+                            " fails its checksum (the file is corrupted)");
+  Access::restore(trainer, values, state, step);
+  return pos;
+}
+
+} // namespace telar

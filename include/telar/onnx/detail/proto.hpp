@@ -1,0 +1,155 @@
+#pragma once
+// Reading ONNX protobuf messages: tensors, attributes, the graph's tensor
+// producers and consumers. Host only.
+#include <telar/onnx/error.hpp>
+
+#include <onnx/onnx_pb.h>
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace telar::onnx::detail {
+
+inline std::string data_type_name(int t) {
+  return ::onnx::TensorProto_DataType_IsValid(t)
+             ? ::onnx::TensorProto_DataType_Name(::onnx::TensorProto_DataType(t))
+             : "type " + std::to_string(t);
+}
+
+// "node 'fc1' (Gemm)" in a message; PyTorch names nodes "/1/Gemm".
+inline std::string node_label(::onnx::NodeProto const& n) {
+  return "node '" + (n.name().empty() ? n.output(0) : n.name()) + "' (" + n.op_type() + ")";
+}
+
+inline std::shared_ptr<::onnx::ModelProto> read_model(std::string const& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw OnnxError("telar::onnx::import_model: cannot open '" + path + "'");
+  auto m = std::make_shared<::onnx::ModelProto>();
+  if (!m->ParseFromIstream(&in))
+    throw OnnxError("telar::onnx::import_model: '" + path +
+                    "' is not an ONNX model (protobuf parse failed)");
+  return m;
+}
+
+inline std::vector<float> floats_of(::onnx::TensorProto const& t) {
+  if (t.data_location() == ::onnx::TensorProto::EXTERNAL)
+    throw OnnxError("telar::onnx: tensor '" + t.name() +
+                    "' keeps its data in an external file, which is not supported (save the "
+                    "model with its weights inside: onnx.save(model, path))");
+  std::size_t n = 1;
+  for (auto d : t.dims())
+    n *= std::size_t(d);
+  std::vector<float> v(n);
+  if (t.has_raw_data()) {
+    if (t.raw_data().size() != n * sizeof(float))
+      throw OnnxError("telar::onnx: tensor '" + t.name() + "' holds " +
+                      std::to_string(t.raw_data().size()) + " bytes, expected " +
+                      std::to_string(n * sizeof(float)));
+    std::memcpy(v.data(), t.raw_data().data(), n * sizeof(float)); // little-endian hosts
+  } else {
+    if (std::size_t(t.float_data_size()) != n)
+      throw OnnxError("telar::onnx: tensor '" + t.name() + "' holds " +
+                      std::to_string(t.float_data_size()) + " values, expected " +
+                      std::to_string(n));
+    for (std::size_t i = 0; i < n; ++i)
+      v[i] = t.float_data(int(i));
+  }
+  return v;
+}
+
+inline std::vector<std::int64_t> ints_of(::onnx::TensorProto const& t) {
+  std::size_t n = 1;
+  for (auto d : t.dims())
+    n *= std::size_t(d);
+  std::vector<std::int64_t> v(n);
+  if (t.has_raw_data() && t.raw_data().size() == n * sizeof(std::int64_t))
+    std::memcpy(v.data(), t.raw_data().data(), n * sizeof(std::int64_t));
+  else if (std::size_t(t.int64_data_size()) == n)
+    for (std::size_t i = 0; i < n; ++i)
+      v[i] = t.int64_data(int(i));
+  else
+    throw OnnxError("telar::onnx: tensor '" + t.name() + "' is not an int64 tensor of " +
+                    std::to_string(n) + " values");
+  return v;
+}
+
+inline ::onnx::AttributeProto const* find_attr(::onnx::NodeProto const& n, char const* name) {
+  for (auto const& a : n.attribute())
+    if (a.name() == name)
+      return &a;
+  return nullptr;
+}
+inline std::int64_t int_attr(::onnx::NodeProto const& n, char const* name, std::int64_t def) {
+  auto const* a = find_attr(n, name);
+  return a ? a->i() : def;
+}
+inline float float_attr(::onnx::NodeProto const& n, char const* name, float def) {
+  auto const* a = find_attr(n, name);
+  return a ? a->f() : def;
+}
+inline std::vector<std::int64_t> ints_attr(::onnx::NodeProto const& n, char const* name,
+                                           std::vector<std::int64_t> def) {
+  auto const* a = find_attr(n, name);
+  return a ? std::vector<std::int64_t>(a->ints().begin(), a->ints().end()) : def;
+}
+inline std::string string_attr(::onnx::NodeProto const& n, char const* name, std::string def) {
+  auto const* a = find_attr(n, name);
+  return a ? a->s() : def;
+}
+
+// Who makes and who reads each tensor; constants (initializers and Constant
+// nodes) by name.
+struct GraphIndex {
+  std::map<std::string, ::onnx::TensorProto const*> constants;
+  std::map<std::string, std::vector<::onnx::NodeProto const*>> consumers;
+  std::set<::onnx::NodeProto const*> aliases; // Identity nodes of a constant
+
+  explicit GraphIndex(::onnx::GraphProto const& g) {
+    for (auto const& t : g.initializer())
+      constants[t.name()] = &t;
+    for (auto const& n : g.node()) {
+      if (n.op_type() == "Constant" && n.output_size() == 1) {
+        if (auto const* v = find_attr(n, "value"))
+          constants[n.output(0)] = &v->t();
+        continue;
+      }
+      // PyTorch shares one initializer between uses through Identity nodes.
+      if (n.op_type() == "Identity" && n.input_size() == 1 && constants.count(n.input(0))) {
+        constants[n.output(0)] = constants[n.input(0)];
+        aliases.insert(&n);
+        continue;
+      }
+      for (auto const& in : n.input())
+        if (!in.empty() && !constants.count(in))
+          consumers[in].push_back(&n);
+    }
+  }
+  bool is_constant(std::string const& name) const { return constants.count(name) > 0; }
+  ::onnx::TensorProto const* constant(std::string const& name) const {
+    auto it = constants.find(name);
+    return it == constants.end() ? nullptr : it->second;
+  }
+  std::vector<::onnx::NodeProto const*> const& readers(std::string const& name) const {
+    static std::vector<::onnx::NodeProto const*> const none;
+    auto it = consumers.find(name);
+    return it == consumers.end() ? none : it->second;
+  }
+  // A float constant with a single value, or NaN.
+  float scalar(std::string const& name) const {
+    auto const* t = constant(name);
+    if (!t || t->data_type() != ::onnx::TensorProto::FLOAT)
+      return std::numeric_limits<float>::quiet_NaN();
+    auto const v = floats_of(*t);
+    return v.size() == 1 ? v[0] : std::numeric_limits<float>::quiet_NaN();
+  }
+};
+
+} // namespace telar::onnx::detail

@@ -1,0 +1,379 @@
+// Checkpoints: saved under one layout and loaded under another, parameters
+// and optimizer state come back exactly; a resumed run equals the
+// uninterrupted one (bitwise under the same layout); bad checkpoints give one
+// clear CheckpointError on every rank.
+#include "common.hpp"
+
+#include <telar/io/checkpoint.hpp>
+#include <telar/layers/dropout.hpp>
+#include <telar/layers/embedding.hpp>
+#include <telar/layers/losses.hpp>
+#include <telar/layers/normalization.hpp>
+#include <telar/optim/sgd.hpp>
+#include <telar/parallel/tensor_parallel_attention.hpp>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+using namespace telar::test;
+using Gathered = telar::GatheredModel<double>;
+
+namespace {
+
+// Saves after `steps` steps under layout a (gathering its state), loads
+// into a fresh trainer of layout b (another seed) and gathers again; both on
+// world rank 0.
+struct Reshard {
+  Gathered saved, loaded;
+  double l2_a = 0, l2_b = 0; // after one more step each
+  long long step_b = 0;
+};
+Reshard reshard(Layout const& a, Layout const& b, std::string const& dir) {
+  Reshard r;
+  auto const data = make_data(batch * 4);
+  {
+    SubComm c(a.size());
+    if (c.comm != MPI_COMM_NULL)
+      with_trainer(c.comm, a, 7, [&](auto& t) {
+        train_steps(t, data, 0, 2);
+        telar::save_checkpoint(t, dir, {0, 2, 5});
+        r.saved = telar::gather_model(t, 0, true);
+        train_steps(t, data, 2, 3);
+        r.l2_a = t.param_l2();
+      });
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  {
+    SubComm c(b.size());
+    if (c.comm != MPI_COMM_NULL)
+      with_trainer(c.comm, b, 1234, [&](auto& t) {
+        auto const pos = telar::load_checkpoint(t, dir);
+        CHECK(pos.batch == 2);
+        CHECK(pos.seed == 5);
+        r.step_b = t.steps();
+        r.loaded = telar::gather_model(t, 0, true);
+        train_steps(t, data, 2, 3);
+        r.l2_b = t.param_l2();
+      });
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return r;
+}
+
+} // namespace
+
+TEST_CASE("A checkpoint loads under another layout with the same state", "[checkpoint]") {
+  int const n = world_size();
+  std::vector<std::pair<Layout, Layout>> pairs = {
+      {{1, 1, 1}, {1, 1, 1, 3}},
+      {{1, 1, 1}, {2, 1, 1}},
+      {{2, 1, 1, 1}, {1, 1, 1}},
+      {{2, 1, 1, 3}, {1, 2, 1}},
+      {{1, 1, 2}, {2, 1, 1, 2}},
+      {{1, 2, 1}, {1, 1, 2}},
+      {{2, 2, 1}, {2, 1, 2}},
+      {{4, 1, 1, 3}, {1, 2, 2, 1}},
+      {{1, 2, 2, 0, "interleaved"}, {4, 1, 1, 1}},
+  };
+  for (auto const& [a, b] : pairs) {
+    if (a.size() > n || b.size() > n)
+      continue;
+    std::string const dir = scratch_dir("reshard");
+    Reshard const r = reshard(a, b, dir);
+    if (world_rank() == 0) {
+      INFO(a.str() << " -> " << b.str());
+      CHECK(r.step_b == 2);
+      REQUIRE(r.saved.tensors.size() == 3 * 6); // parameters, m, v
+      CHECK(r.loaded.tensors == r.saved.tensors); // parameters and Adam's m and v, exactly
+      CHECK(r.loaded.shapes == r.saved.shapes);
+      CHECK(rel_diff(r.l2_a, r.l2_b) <= 1e-11); // and training goes on alike
+      std::filesystem::remove_all(dir);
+    }
+  }
+}
+
+TEST_CASE("Resuming from a checkpoint equals the uninterrupted run", "[checkpoint]") {
+  int const n = world_size();
+  auto const data = make_data(batch * 5);
+  std::vector<Layout> layouts = {{1, 1, 1}};
+  if (n >= 2)
+    layouts.insert(layouts.end(), {{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 1, 1, 1}, {2, 1, 1, 3}});
+  for (auto const& l : layouts) {
+    std::string const dir = scratch_dir("resume");
+    SubComm c(l.size());
+    Gathered straight, resumed;
+    if (c.comm != MPI_COMM_NULL) {
+      with_trainer(c.comm, l, 3, [&](auto& t) {
+        train_steps(t, data, 0, 5);
+        straight = telar::gather_model(t, 0, true);
+      });
+      with_trainer(c.comm, l, 3, [&](auto& t) {
+        train_steps(t, data, 0, 2);
+        telar::save_checkpoint(t, dir);
+      });
+      with_trainer(c.comm, l, 3, [&](auto& t) {
+        telar::load_checkpoint(t, dir);
+        train_steps(t, data, 2, 5);
+        resumed = telar::gather_model(t, 0, true);
+      });
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world_rank() == 0) {
+      INFO(l.str());
+      CHECK(resumed.tensors == straight.tensors); // bit for bit
+      std::filesystem::remove_all(dir);
+    }
+  }
+}
+
+TEST_CASE("Checkpoints are kept, newest last, written atomically", "[checkpoint]") {
+  auto const data = make_data(batch * 4);
+  std::string const dir = scratch_dir("keep");
+  Layout const l{world_size() >= 2 ? 2 : 1, 1, 1};
+  SubComm c(l.size());
+  if (c.comm != MPI_COMM_NULL)
+    with_trainer(c.comm, l, 3, [&](auto& t) {
+      for (int s = 0; s < 4; ++s) {
+        train_steps(t, data, s, s + 1);
+        auto const path = telar::save_checkpoint(t, dir, {}, {2});
+        CHECK(path == (std::filesystem::path(dir) / telar::detail::checkpoint_file_name(s + 1))
+                          .string());
+      }
+      CHECK(telar::latest_checkpoint(dir) ==
+            (std::filesystem::path(dir) / "step-000004.h5").string());
+      MPI_Barrier(c.comm);
+      CHECK(telar::detail::list_checkpoints(dir).size() == 2);
+      for (auto const& e : std::filesystem::directory_iterator(dir))
+        CHECK(e.path().extension() != ".tmp");
+    });
+  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK_FALSE(telar::latest_checkpoint(dir + "/missing"));
+  if (world_rank() == 0)
+    std::filesystem::remove_all(dir);
+}
+
+namespace {
+// The message every rank got, or "" when nothing was thrown.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (telar::CheckpointError const& e) {
+    return e.what();
+  }
+  return {};
+}
+void require_same_everywhere(MPI_Comm comm, std::string const& msg) {
+  unsigned long long len = msg.size(), max = 0, min = 0;
+  MPI_Allreduce(&len, &max, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm);
+  MPI_Allreduce(&len, &min, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm);
+  CHECK(max == min);
+}
+} // namespace
+
+TEST_CASE("Bad checkpoints raise one clear CheckpointError on every rank", "[checkpoint]") {
+  auto const data = make_data(batch * 2);
+  std::string const dir = scratch_dir("bad");
+  Layout const l{1, 1, world_size() >= 2 ? 2 : 1};
+  SubComm c(l.size());
+  if (c.comm == MPI_COMM_NULL) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    return;
+  }
+  std::string file;
+  with_trainer(c.comm, l, 3, [&](auto& t) {
+    train_steps(t, data, 0, 1);
+    file = telar::save_checkpoint(t, dir);
+  });
+  int rank = 0;
+  MPI_Comm_rank(c.comm, &rank);
+  auto load = [&](std::string const& path) {
+    std::string msg;
+    with_trainer(c.comm, l, 3, [&](auto& t) {
+      msg = error_of([&] { telar::load_checkpoint(t, path); });
+      CHECK(t.steps() == (msg.empty() ? 1 : 0)); // untouched on failure
+    });
+    require_same_everywhere(c.comm, msg);
+    return msg;
+  };
+  CHECK(load(file).empty());
+  CHECK(load(dir + "/nowhere").find("does not exist") != std::string::npos);
+  std::string const empty = dir + "/empty";
+  if (rank == 0)
+    std::filesystem::create_directories(empty);
+  MPI_Barrier(c.comm);
+  CHECK(load(empty).find("no complete checkpoint") != std::string::npos);
+
+  // One flipped byte inside /params/layer0.weight.
+  std::string const flipped = dir + "/flipped.h5";
+  if (rank == 0) {
+    std::filesystem::copy_file(file, flipped);
+    haddr_t offset = HADDR_UNDEF;
+    {
+      hid_t f = H5Fopen(flipped.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+      hid_t d = H5Dopen2(f, "/params/layer0.weight", H5P_DEFAULT);
+      offset = H5Dget_offset(d);
+      H5Dclose(d);
+      H5Fclose(f);
+    }
+    std::fstream io(flipped, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekg(std::streamoff(offset + 13));
+    char ch = 0;
+    io.read(&ch, 1);
+    ch = char(ch ^ 0x10);
+    io.seekp(std::streamoff(offset + 13));
+    io.write(&ch, 1);
+  }
+  MPI_Barrier(c.comm);
+  std::string const bad = load(flipped);
+  CHECK(bad.find("flipped.h5") != std::string::npos);
+  CHECK(bad.find("/params/layer0.weight [16, 12] fails its checksum") != std::string::npos);
+
+  // Truncated to half its size.
+  std::string const cut = dir + "/cut.h5";
+  if (rank == 0) {
+    std::filesystem::copy_file(file, cut);
+    std::filesystem::resize_file(cut, std::filesystem::file_size(file) / 2);
+  }
+  MPI_Barrier(c.comm);
+  std::string const truncated = load(cut);
+  CHECK(truncated.find("cut.h5") != std::string::npos);
+  CHECK_FALSE(truncated.empty());
+
+  // Another model: a hidden layer of 10 instead of 16.
+  {
+    std::string msg;
+    telar::Trainer<Mlp, Plain, telar::Adam<double>> t(
+        c.comm, make_mlp(10), telar::Adam<double>{}, options_for(l, 3), 12);
+    msg = error_of([&] { telar::load_checkpoint(t, file); });
+    require_same_everywhere(c.comm, msg);
+    CHECK(msg.find("tensor layer0.weight is [16, 12] in the file but [10, 12] in the model") !=
+          std::string::npos);
+  }
+  // Another model: names differ (a model with one Dense less).
+  {
+    using Small = telar::Sequential<telar::ColumnParallel<telar::Dense<double>>,
+                                    telar::ReLU<double>, telar::RowParallel<telar::Dense<double>>>;
+    telar::Trainer<Small, Plain, telar::Adam<double>> t(
+        c.comm, Small(telar::ColumnParallel<telar::Dense<double>>(12, 16), {},
+                      telar::RowParallel<telar::Dense<double>>(16, 9)),
+        telar::Adam<double>{}, options_for(l, 3), 12);
+    std::string const msg = error_of([&] { telar::load_checkpoint(t, file); });
+    require_same_everywhere(c.comm, msg);
+    CHECK(msg.find("the file's tensor layer4.weight [4, 9] is not in the model") !=
+          std::string::npos);
+  }
+  // Another optimizer.
+  {
+    telar::SGD<double> sgd;
+    sgd.momentum = 0.9;
+    telar::Trainer<Mlp, Plain, telar::SGD<double>> t(c.comm, make_mlp(), sgd, options_for(l, 3),
+                                                     12);
+    std::string const msg = error_of([&] { telar::load_checkpoint(t, file); });
+    require_same_everywhere(c.comm, msg);
+    CHECK(msg.find("written with optimizer 'adam'") != std::string::npos);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0)
+    std::filesystem::remove_all(dir);
+}
+
+// A GPT with head-parallel attention and dropout: the query, key and value
+// weights are split by rows, proj by columns; dropout resumes by step.
+namespace {
+std::size_t const vocab = 11, seq = 6, hidden = 8, heads = 4;
+using Block = telar::TensorParallelTransformerBlock<double>;
+using Gpt = telar::Sequential<telar::Embedding<double>, telar::PositionalEmbedding<double>,
+                              telar::Dropout<double>, Block, telar::LayerNorm<double>,
+                              telar::Dense<double>>;
+using GptLoss = telar::PositionwiseCrossEntropy<double>;
+
+Gpt make_gpt() {
+  return Gpt(telar::Embedding<double>(vocab, hidden), telar::PositionalEmbedding<double>(seq, hidden),
+             telar::Dropout<double>(0.1), telar::make_tensor_parallel_transformer_block<double>(hidden, heads),
+             telar::LayerNorm<double>(hidden), telar::Dense<double>(hidden, vocab));
+}
+
+template <class F>
+void with_gpt(MPI_Comm comm, Layout const& l, std::uint64_t seed, F&& f) {
+  auto run = [&](auto tag) {
+    telar::Trainer<Gpt, decltype(tag), telar::Adam<double>, GptLoss> t(
+        comm, make_gpt(), telar::Adam<double>{}, options_for(l, seed), telar::Shape{seq});
+    f(t);
+  };
+  if (l.zero == 3)
+    run(ZeroStrategy<3>{});
+  else
+    run(Plain{});
+}
+
+template <class Tr>
+void gpt_steps(Tr& t, int first, int last) {
+  std::size_t const local = batch / std::size_t(t.grid_shape().dp);
+  std::size_t const d = std::size_t(t.grid_coords().dp);
+  telar::Matrix<double> x("x", local, seq);
+  GptLoss::target_type y("y", local, seq);
+  for (int s = first; s < last; ++s) {
+    auto hx = Kokkos::create_mirror_view(x);
+    auto hy = Kokkos::create_mirror_view(y);
+    for (std::size_t i = 0; i < local; ++i) {
+      std::size_t const g = std::size_t(s) * batch + d * local + i;
+      std::size_t tok = (g * 5 + 3) % vocab;
+      for (std::size_t p = 0; p < seq; ++p) {
+        hx(i, p) = double(tok);
+        tok = (tok * 3 + g % 4 + 1) % vocab;
+        hy(i, p) = p + 1 < seq ? int(tok) : -100;
+      }
+    }
+    Kokkos::deep_copy(x, hx);
+    Kokkos::deep_copy(y, hy);
+    t.step(x, y);
+  }
+}
+} // namespace
+
+TEST_CASE("A transformer checkpoint reshards across head-parallel layouts", "[checkpoint]") {
+  int const n = world_size();
+  std::vector<std::pair<Layout, Layout>> pairs = {{{1, 1, 1}, {1, 1, 1}}};
+  if (n >= 2)
+    pairs.insert(pairs.end(), {{{1, 1, 1}, {1, 1, 2}}, {{1, 1, 2}, {2, 1, 1, 3}}});
+  if (n >= 4)
+    pairs.push_back({{1, 2, 2}, {1, 1, 4}});
+  for (auto const& [a, b] : pairs) {
+    std::string const dir = scratch_dir("gpt");
+    Gathered saved, loaded;
+    double l2_a = 0, l2_b = 0;
+    {
+      SubComm c(a.size());
+      if (c.comm != MPI_COMM_NULL)
+        with_gpt(c.comm, a, 7, [&](auto& t) {
+          gpt_steps(t, 0, 2);
+          telar::save_checkpoint(t, dir);
+          saved = telar::gather_model(t, 0, true);
+          gpt_steps(t, 2, 3);
+          l2_a = t.param_l2();
+        });
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    {
+      SubComm c(b.size());
+      if (c.comm != MPI_COMM_NULL)
+        with_gpt(c.comm, b, 7, [&](auto& t) {
+          telar::load_checkpoint(t, dir);
+          loaded = telar::gather_model(t, 0, true);
+          gpt_steps(t, 2, 3);
+          l2_b = t.param_l2();
+        });
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world_rank() == 0) {
+      INFO(a.str() << " -> " << b.str());
+      CHECK(saved.tensors.count("layer3.0.1.query.weight") == 1);
+      CHECK(loaded.tensors == saved.tensors);
+      CHECK(rel_diff(l2_a, l2_b) <= 1e-11);
+      std::filesystem::remove_all(dir);
+    }
+  }
+}

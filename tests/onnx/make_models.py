@@ -1,0 +1,157 @@
+#!/usr/bin/python3
+"""Fixtures for Telar's ONNX tests, written with PyTorch's own exporter.
+
+For each model (an MLP, a CNN and an MLP with a residual block) writes into OUT_DIR:
+  <name>.onnx            torch.onnx.export, opset 13, constant folding, dynamic batch
+  <name>_x.bin           input [N, ...] float32 (forward check)
+  <name>_y.bin           PyTorch's output on it
+  <name>_train_x.bin     STEPS * BATCH training samples, float32
+  <name>_train_y.bin     their labels, int32
+  <name>_trained_y.bin   PyTorch's output on <name>_x after STEPS SGD steps
+  <name>_trained.bin     PyTorch's trained parameters, float32, in initializer order
+plus refusal fixtures: bad_op.onnx (Elu), bad_opset.onnx (opset 99),
+float64.onnx (a double model), branch.onnx (a tensor feeding two layers),
+nested.onnx (a residual inside a residual branch), batchnorm.onnx (a
+BatchNorm1d after a Linear), and manifest.txt (N, BATCH, STEPS, LR).
+Run: /usr/bin/python3 make_models.py OUT_DIR
+With --fashion after OUT_DIR: only fashion_mlp.onnx, example 04's model.
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+import torch
+from torch import nn
+
+N, BATCH, STEPS, LR = 8, 8, 3, 0.1
+
+
+def mlp():
+    return nn.Sequential(nn.Flatten(), nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 12),
+                         nn.GELU(), nn.Linear(12, 4))
+
+
+def cnn():
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(4, 6, 3), nn.Tanh(), nn.AvgPool2d(2, stride=1),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(6, 8), nn.Sigmoid(),
+                         nn.Linear(8, 3))
+
+
+class Res(nn.Module):
+    """x + body(x)."""
+
+    def __init__(self, *body):
+        super().__init__()
+        self.body = nn.Sequential(*body)
+
+    def forward(self, x):
+        return x + self.body(x)
+
+
+def resmlp():
+    return nn.Sequential(nn.Linear(12, 8), nn.ReLU(), Res(nn.Linear(8, 8), nn.Tanh()),
+                         nn.Linear(8, 4))
+
+
+MODELS = {"mlp": (mlp, (2, 6), 4), "cnn": (cnn, (1, 10, 10), 3), "resmlp": (resmlp, (12,), 4)}
+
+
+class Branch(nn.Module):
+    """Not a chain: one activation feeds two layers whose outputs are concatenated."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(6, 3), nn.Linear(6, 3)
+
+    def forward(self, x):
+        return torch.cat([self.a(x), self.b(x)], dim=1)
+
+
+def export(model, shape, path, opset=13):
+    model.eval()
+    x = torch.zeros((2,) + tuple(shape), dtype=next(model.parameters()).dtype)
+    torch.onnx.export(model, x, path, opset_version=opset, do_constant_folding=True,
+                      input_names=["input"], output_names=["output"],
+                      dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+
+
+def save(path, a):
+    np.ascontiguousarray(a).tofile(path)
+
+
+def initializer_names(path):
+    return [t.name for t in onnx.load(path).graph.initializer]
+
+
+def make(out, name):
+    factory, shape, classes = MODELS[name]
+    torch.manual_seed({"mlp": 7, "cnn": 11}.get(name, 13))
+    model = factory()
+    path = os.path.join(out, name + ".onnx")
+    export(model, shape, path)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn((N,) + shape, generator=g)
+    tx = torch.randn((STEPS * BATCH,) + shape, generator=g)
+    ty = torch.randint(0, classes, (STEPS * BATCH,), generator=g)
+    with torch.no_grad():
+        save(os.path.join(out, name + "_x.bin"), x.numpy())
+        save(os.path.join(out, name + "_y.bin"), model(x).numpy())
+    save(os.path.join(out, name + "_train_x.bin"), tx.numpy())
+    save(os.path.join(out, name + "_train_y.bin"), ty.numpy().astype(np.int32))
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    loss = nn.CrossEntropyLoss()
+    for s in range(STEPS):
+        opt.zero_grad()
+        loss(model(tx[s * BATCH:(s + 1) * BATCH]), ty[s * BATCH:(s + 1) * BATCH]).backward()
+        opt.step()
+    state = model.state_dict()
+    with torch.no_grad():
+        save(os.path.join(out, name + "_trained_y.bin"), model(x).numpy())
+    flat = [state[n].numpy().ravel() for n in initializer_names(path)]
+    save(os.path.join(out, name + "_trained.bin"), np.concatenate(flat))
+
+
+def make_refusals(out):
+    torch.manual_seed(5)
+    bad = nn.Sequential(nn.Linear(6, 4), nn.ELU(), nn.Linear(4, 3))
+    export(bad, (6,), os.path.join(out, "bad_op.onnx"))
+    ok = nn.Sequential(nn.Linear(6, 4), nn.ReLU(), nn.Linear(4, 3))
+    export(ok, (6,), os.path.join(out, "bad_opset.onnx"))
+    m = onnx.load(os.path.join(out, "bad_opset.onnx"))
+    for o in m.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            o.version = 99
+    onnx.save(m, os.path.join(out, "bad_opset.onnx"))
+    export(nn.Sequential(nn.Linear(6, 4), nn.ReLU(), nn.Linear(4, 3)).double(), (6,),
+           os.path.join(out, "float64.onnx"))
+    export(Branch(), (6,), os.path.join(out, "branch.onnx"))
+    export(Res(nn.Linear(6, 6), Res(nn.Linear(6, 6))), (6,), os.path.join(out, "nested.onnx"))
+    # Conv + BatchNorm2d is folded by the exporter (accepted); BatchNorm1d after a Linear is not.
+    export(nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(2 * 4 * 4, 6), nn.BatchNorm1d(6), nn.Linear(6, 3)),
+           (1, 6, 6), os.path.join(out, "batchnorm.onnx"))
+
+
+def fashion_mlp():
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10))
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "."
+    os.makedirs(out, exist_ok=True)
+    if len(sys.argv) > 2 and sys.argv[2] == "--fashion":  # example 04's model only
+        torch.manual_seed(1)
+        export(fashion_mlp(), (1, 28, 28), os.path.join(out, "fashion_mlp.onnx"))
+        return
+    for name in MODELS:
+        make(out, name)
+    make_refusals(out)
+    with open(os.path.join(out, "manifest.txt"), "w") as f:
+        f.write(f"{N} {BATCH} {STEPS} {LR}\n")
+
+
+if __name__ == "__main__":
+    main()

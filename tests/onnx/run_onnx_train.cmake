@@ -1,0 +1,39 @@
+# cmake -DEXE=onnx_train -DMPIEXEC=mpiexec -DPYTHON=/usr/bin/python3 -DSRC=<tests/onnx>
+#       -DOUT=<dir> -P run_onnx_train.cmake
+# Example 04 as a user runs it: export an MLP from PyTorch, train it 60 steps
+# under dp=2 at 2 ranks, write it back; PyTorch loads the result and the JSON
+# summary shows it learnt.
+set(data /usr/share/datasets/fashion-mnist)
+if(DEFINED ENV{TELAR_FASHION_MNIST_DIR})
+  set(data $ENV{TELAR_FASHION_MNIST_DIR})
+endif()
+if(NOT EXISTS ${data})
+  message(STATUS "Fashion-MNIST not installed in ${data}: skipped")
+  cmake_language(EXIT 77)
+endif()
+execute_process(COMMAND ${PYTHON} ${SRC}/make_models.py ${OUT} --fashion RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "make_models.py --fashion failed (${rc})")
+endif()
+file(REMOVE ${OUT}/fashion_mlp_trained.onnx)
+execute_process(COMMAND ${MPIEXEC} -n 2 ${EXE} --model ${OUT}/fashion_mlp.onnx --dp 2
+                        --batch 32 --limit-steps 60 --optimizer sgd --lr 0.1 --json --data ${data}
+                        --export ${OUT}/fashion_mlp_trained.onnx
+                RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "onnx_train failed (${rc}):\n${o}\n${e}")
+endif()
+string(REGEX MATCH "\"test_accuracy\":([-0-9.eE+]+)" _ "${o}")
+set(acc "${CMAKE_MATCH_1}")
+if(NOT acc OR acc LESS 0.3) # chance: 0.1
+  message(FATAL_ERROR "onnx_train did not learn (test accuracy '${acc}'):\n${o}\n${e}")
+endif()
+execute_process(COMMAND ${PYTHON} -c "
+import onnx, sys
+m = onnx.load(sys.argv[1]); onnx.checker.check_model(m)
+print('exported model loads:', [t.name for t in m.graph.initializer])" ${OUT}/fashion_mlp_trained.onnx
+  RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "the exported model does not load in onnx")
+endif()
+message(STATUS "test accuracy ${acc}")

@@ -1,0 +1,276 @@
+// ONNX import/export against PyTorch's own exporter (fixtures from
+// make_models.py): forward output and SGD training match PyTorch, the export
+// reloads in PyTorch (check_export.py), dp2 / pp2 / tp2 equal serial, and
+// files outside the subset are refused with a message naming the problem.
+#include "support.hpp"
+
+#include <telar/onnx/export.hpp>
+#include <telar/onnx/import.hpp>
+#include <telar/optim/sgd.hpp>
+#include <telar/train/trainer.hpp>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#ifndef TELAR_ONNX_FIXTURES
+#error "TELAR_ONNX_FIXTURES must name the directory make_models.py wrote"
+#endif
+
+namespace {
+
+using Imported = telar::onnx::Imported<float>;
+using Model = telar::onnx::Model<float>;
+using Full =
+    telar::Strategy<telar::DataParallel<>, telar::PipelineParallel<>, telar::TensorParallel<>>;
+// Parameters sharded and gathered per micro-batch: the imported values must
+// reach the shards, and the export must gather them.
+using Zero3 = telar::Strategy<telar::DataParallel<telar::RingAllreduce, telar::ZeRO<3>>>;
+
+std::string fixture(std::string const& name) {
+  return std::string(TELAR_ONNX_FIXTURES) + "/" + name;
+}
+
+template <class T>
+std::vector<T> read_bin(std::string const& name) {
+  std::ifstream in(fixture(name), std::ios::binary | std::ios::ate);
+  REQUIRE(in);
+  std::size_t const bytes = std::size_t(in.tellg());
+  std::vector<T> v(bytes / sizeof(T));
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(v.data()), std::streamsize(bytes));
+  return v;
+}
+
+template <class T>
+void write_bin(std::string const& name, std::vector<T> const& v) {
+  std::ofstream out(fixture(name), std::ios::binary);
+  out.write(reinterpret_cast<char const*>(v.data()), std::streamsize(v.size() * sizeof(T)));
+}
+
+telar::Matrix<float> to_matrix(std::vector<float> const& v, std::size_t rows) {
+  telar::Matrix<float> m("x", rows, v.size() / rows);
+  auto h = Kokkos::create_mirror_view(m);
+  std::copy(v.begin(), v.end(), h.data());
+  Kokkos::deep_copy(m, h);
+  return m;
+}
+telar::Labels<> to_labels(std::vector<int> const& v) {
+  telar::Labels<> y("y", v.size());
+  auto h = Kokkos::create_mirror_view(y);
+  std::copy(v.begin(), v.end(), h.data());
+  Kokkos::deep_copy(y, h);
+  return y;
+}
+std::vector<float> to_vector(telar::Matrix<float> const& m) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, m);
+  return std::vector<float>(h.data(), h.data() + h.size());
+}
+
+// max |a - b| / max |b|: a relative error that tiny entries do not inflate.
+double rel_err(std::vector<float> const& a, std::vector<float> const& b) {
+  REQUIRE(a.size() == b.size());
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    num = std::max(num, std::abs(double(a[i]) - double(b[i])));
+    den = std::max(den, std::abs(double(b[i])));
+  }
+  return num / std::max(den, 1e-30);
+}
+
+// Initializers of the file, concatenated in file order (as make_models.py
+// writes PyTorch's trained values).
+std::vector<float> in_file_order(Imported const& imp,
+                                 std::map<std::string, std::vector<float>> const& values) {
+  std::vector<float> out;
+  for (auto const& t : imp.proto->graph().initializer()) {
+    auto const* b = &*std::find_if(imp.bindings.begin(), imp.bindings.end(),
+                                   [&](auto const& x) { return x.initializer == t.name(); });
+    auto const& v = values.at(t.name());
+    for (std::size_t i = 0; i < b->rows * b->cols; ++i) { // back to the file's layout
+      std::size_t const r = i / b->cols, c = i % b->cols;
+      out.push_back(b->transpose ? v[c * b->rows + r] : v[i]);
+    }
+  }
+  return out;
+}
+
+struct Manifest {
+  std::size_t n = 0, batch = 0;
+  int steps = 0;
+  double lr = 0;
+};
+Manifest manifest() {
+  std::ifstream in(fixture("manifest.txt"));
+  Manifest m;
+  in >> m.n >> m.batch >> m.steps >> m.lr;
+  REQUIRE(m.n > 0);
+  return m;
+}
+
+int world_size() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// Trains `name` for the manifest's steps under the degrees of `opts`; the
+// gathered parameters (every rank) and the trainer's rank-0 outputs on x.
+struct Trained {
+  std::map<std::string, std::vector<float>> params;
+  Imported imported;
+};
+template <class Strategy = Full>
+Trained train(std::string const& name, MPI_Comm comm, telar::TrainerOptions opts, bool tp,
+              std::string const& export_to = "") {
+  Manifest const mf = manifest();
+  Trained r;
+  telar::onnx::ImportOptions io;
+  io.tensor_parallel = tp;
+  r.imported = telar::onnx::import_model<float>(fixture(name + ".onnx"), io);
+  auto const tx = read_bin<float>(name + "_train_x.bin");
+  auto const ty = read_bin<int>(name + "_train_y.bin");
+  auto const x = to_matrix(tx, ty.size());
+  auto const y = to_labels(ty);
+  opts.lr = telar::constant_lr(mf.lr);
+  telar::Trainer<Model, Strategy, telar::SGD<float>> trainer(comm, r.imported.model, {}, opts,
+                                                             r.imported.input_shape);
+  int const dp = trainer.grid_shape().dp, d = trainer.grid_coords().dp;
+  std::size_t const local = mf.batch / std::size_t(dp);
+  for (int s = 0; s < mf.steps; ++s) {
+    std::size_t const b = std::size_t(s) * mf.batch + std::size_t(d) * local;
+    trainer.step(telar::rows(x, b, b + local), telar::rows(y, b, b + local));
+  }
+  r.params = telar::onnx::gather_parameters(trainer, r.imported);
+  if (!export_to.empty()) {
+    telar::onnx::export_trained(trainer, r.imported, fixture(export_to + ".onnx"));
+    auto const xs = read_bin<float>(name + "_x.bin");
+    write_bin(export_to + "_y.bin",
+              to_vector(telar::onnx::predict(trainer.model(), to_matrix(xs, mf.n))));
+  }
+  return r;
+}
+
+telar::TrainerOptions serial_options() {
+  telar::TrainerOptions o;
+  o.grid = {1, 1, 1};
+  return o;
+}
+
+} // namespace
+
+TEST_CASE("ONNX import: forward output equals PyTorch's", "[onnx]") {
+  Manifest const mf = manifest();
+  for (std::string const name : {"mlp", "cnn", "resmlp"}) {
+    INFO(name);
+    Imported imp = telar::onnx::import_model<float>(fixture(name + ".onnx"));
+    imp.model.build(imp.input_shape);
+    imp.model.initialize(0);
+    auto const x = to_matrix(read_bin<float>(name + "_x.bin"), mf.n);
+    auto const got = to_vector(telar::onnx::predict(imp.model, x));
+    double const err = rel_err(got, read_bin<float>(name + "_y.bin"));
+    INFO("relative error " << err);
+    CHECK(err <= 1e-5);
+  }
+}
+
+TEST_CASE("ONNX import: SGD training equals PyTorch's; the export reloads", "[onnx]") {
+  for (std::string const name : {"mlp", "cnn", "resmlp"}) {
+    INFO(name);
+    // Every rank trains alone (the export is written once, by rank 0).
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    Trained const t =
+        train(name, MPI_COMM_SELF, serial_options(), false, rank == 0 ? name + "_telar" : "");
+    double const err =
+        rel_err(in_file_order(t.imported, t.params), read_bin<float>(name + "_trained.bin"));
+    INFO("parameters after training: relative error " << err);
+    CHECK(err <= 1e-4);
+    if (rank == 0) {
+      double const out =
+          rel_err(read_bin<float>(name + "_telar_y.bin"), read_bin<float>(name + "_trained_y.bin"));
+      INFO("outputs after training: relative error " << out);
+      CHECK(out <= 1e-4);
+      // The written file imports again with the trained values.
+      Imported back = telar::onnx::import_model<float>(fixture(name + "_telar.onnx"));
+      CHECK(in_file_order(back, *back.start) == in_file_order(t.imported, t.params));
+    }
+  }
+}
+
+static double worst_error(Trained const& got, Trained const& ref, std::string& worst_name) {
+  double worst = 0;
+  for (auto const& [init, v] : ref.params)
+    if (double const e = rel_err(got.params.at(init), v); e >= worst) {
+      worst = e;
+      worst_name = init;
+    }
+  return worst;
+}
+
+TEST_CASE("ONNX import: dp2, pp2, tp2 and ZeRO-3 train to the serial parameters", "[onnx][mpi]") {
+  if (world_size() != 2)
+    return; // the layouts below need two ranks
+  {
+    Trained const ref = train("mlp", MPI_COMM_SELF, serial_options(), false);
+    telar::TrainerOptions o;
+    o.grid = {2, 1, 1};
+    std::string name;
+    double const worst = worst_error(train<Zero3>("mlp", MPI_COMM_WORLD, o, false), ref, name);
+    INFO("mlp ZeRO-3 dp=2: worst relative error " << worst << " (" << name << ")");
+    CHECK(worst <= 1e-5);
+  }
+  struct Layout {
+    int dp, pp, tp;
+  };
+  for (std::string const name : {"mlp", "cnn", "resmlp"}) {
+    Trained const ref = train(name, MPI_COMM_SELF, serial_options(), false);
+    for (Layout const l : {Layout{2, 1, 1}, Layout{1, 2, 1}, Layout{1, 1, 2}}) {
+      if (l.tp > 1 && name != "mlp")
+        continue; // tp pairs need Dense, act, Dense: the MLP has them
+      telar::TrainerOptions o;
+      o.grid = {l.dp, l.pp, l.tp};
+      o.microbatches = l.pp > 1 ? 2 : 1;
+      Trained const got = train(name, MPI_COMM_WORLD, o, l.tp > 1);
+      std::string worst_name;
+      double const worst = worst_error(got, ref, worst_name);
+      INFO(name << " dp=" << l.dp << " pp=" << l.pp << " tp=" << l.tp << ": worst relative error "
+                << worst << " (" << worst_name << ")");
+      CHECK(worst <= 1e-5);
+    }
+  }
+}
+
+TEST_CASE("ONNX import refuses what it does not support, naming it", "[onnx]") {
+  using Catch::Matchers::ContainsSubstring;
+  auto refuse = [](std::string const& file) {
+    try {
+      telar::onnx::import_model<float>(fixture(file));
+    } catch (telar::onnx::OnnxError const& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string const op = refuse("bad_op.onnx");
+  CHECK_THAT(op, ContainsSubstring("(Elu)") && ContainsSubstring("operator Elu is not supported") &&
+                     ContainsSubstring("supported: Gemm") && ContainsSubstring("bad_op.onnx"));
+  CHECK_THAT(refuse("bad_opset.onnx"),
+             ContainsSubstring("opset 99") && ContainsSubstring("9 to 18"));
+  CHECK_THAT(refuse("float64.onnx"),
+             ContainsSubstring("DOUBLE") && ContainsSubstring("float32 (FLOAT)"));
+  CHECK_THAT(refuse("branch.onnx"),
+             ContainsSubstring("not a chain") && ContainsSubstring("(Gemm)"));
+  CHECK_THAT(refuse("nested.onnx"),
+             ContainsSubstring("(Add)") &&
+                 ContainsSubstring("DynamicResidual inside a residual branch"));
+  CHECK_THAT(refuse("batchnorm.onnx"),
+             ContainsSubstring("(BatchNormalization)") && ContainsSubstring("fold this one"));
+  CHECK_THAT(refuse("missing.onnx"), ContainsSubstring("cannot open"));
+}
