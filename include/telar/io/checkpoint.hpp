@@ -295,6 +295,8 @@ std::string save_checkpoint(Trainer& trainer, std::string const& dir,
     detail::h5_write_attr_str(root, "format", "telar-checkpoint", tmp);
     detail::h5_write_attr<long long>(root, "version", 1, tmp);
     detail::h5_write_attr<long long>(root, "step", trainer.steps(), tmp);
+    // The optimizer's own step count is step - skipped_steps (NonFinite::skip).
+    detail::h5_write_attr<long long>(root, "skipped_steps", trainer.skipped_steps(), tmp);
     detail::h5_write_attr<long long>(root, "epoch", position.epoch, tmp);
     detail::h5_write_attr<long long>(root, "batch", position.batch, tmp);
     detail::h5_write_attr<std::uint64_t>(root, "data_seed", position.seed, tmp);
@@ -402,7 +404,7 @@ RunPosition load_checkpoint(Trainer& trainer, std::string const& path) {
   std::vector<T> values = Access::values(trainer);
   std::vector<T> state = Access::state(trainer);
   RunPosition pos;
-  long long step = 0;
+  long long step = 0, skipped = 0;
   std::vector<std::uint64_t> sums(parts * nt, 0), expected(parts * nt, 0);
   detail::agreed(comm, [&] {
     std::string const at = where + file + ": ";
@@ -424,6 +426,8 @@ RunPosition load_checkpoint(Trainer& trainer, std::string const& path) {
         !detail::h5_read_attr_str(fid, "value_type", vtype) ||
         !detail::h5_read_attr_str(fid, "tensors", sig))
       throw CheckpointError(at + "attributes missing or unreadable");
+    if (!detail::h5_read_attr<long long>(fid, "skipped_steps", skipped))
+      skipped = 0; // written before steps could be skipped
     std::string const want_type = sizeof(T) == 4 ? "float32" : "float64";
     if (vtype != want_type)
       throw CheckpointError(at + "values are " + vtype + ", the model's " + want_type);
@@ -474,7 +478,7 @@ RunPosition load_checkpoint(Trainer& trainer, std::string const& path) {
                             detail::part_path(m.names, i % nt, i / nt) + " " +
                             detail::shape_str(m.shapes[i % nt]) +
                             " fails its checksum (the file is corrupted)");
-  Access::restore(trainer, values, state, step);
+  Access::restore(trainer, values, state, step, skipped);
   return pos;
 }
 

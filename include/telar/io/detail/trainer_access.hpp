@@ -133,17 +133,19 @@ struct TrainerAccess {
     return to_host(t.engine_.state());
   }
 
-  // Sets the shard's values and optimizer state and the step count; every
+  // Sets the shard's values and optimizer state and the step counts; every
   // rank holding a copy of the values gets them (collective).
   template <class Tr>
   static void restore(Tr& t, std::vector<typename Tr::value_type> const& values,
-                      std::vector<typename Tr::value_type> const& state, long long step) {
+                      std::vector<typename Tr::value_type> const& state, long long step,
+                      long long skipped = 0) {
     from_host(values, t.optimizer_values());
     from_host(state, t.engine_.state());
     typename Tr::execution_space exec;
     t.sync_.publish(exec, t.params_);
     exec.fence();
     t.step_ = step;
+    t.skipped_ = skipped;
   }
 
   // The model seed (dropout masks are keyed by it and the step).
