@@ -272,11 +272,19 @@ inline std::shared_ptr<CommHandle> adopt(MPI_Comm comm, std::string name, double
 
 // MPI_Comm_dup, but bounded: a missing rank gives a CommTimeout, not a hang.
 inline MPI_Comm bounded_dup(MPI_Comm parent, CommHandle const& errors) {
-  MPI_Comm out = MPI_COMM_NULL;
+  // The new handle lives on the heap: when the wait times out, the pending
+  // MPI_Comm_idup may still write it after this frame is gone, so it is
+  // left allocated then (a few bytes, once, on a job that is ending).
+  auto out = std::make_unique<MPI_Comm>(MPI_COMM_NULL);
   MPI_Request req = MPI_REQUEST_NULL;
-  errors.check(MPI_Comm_idup(parent, &out, &req), "MPI_Comm_idup");
-  wait_request(errors, req, nullptr, "MPI_Comm_idup", -1, -1, "with");
-  return out;
+  errors.check(MPI_Comm_idup(parent, out.get(), &req), "MPI_Comm_idup");
+  try {
+    wait_request(errors, req, nullptr, "MPI_Comm_idup", -1, -1, "with");
+  } catch (...) {
+    (void)out.release();
+    throw;
+  }
+  return *out;
 }
 
 // The communicator Telar's algorithms use, created on first use (collective:
