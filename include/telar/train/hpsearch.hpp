@@ -206,6 +206,9 @@ RoundResult run_trial(Communicator const& group, int group_id, HyperParams const
     r.status = TrialStatus::diverged;
     r.reason = e.what();
     r.steps = e.step() > 0 ? e.step() : r.steps;
+  } catch (NonFiniteError const& e) { // the Trainer's own check (NonFinite::stop)
+    r.status = TrialStatus::diverged;
+    r.reason = std::string("diverged: ") + e.what();
   } catch (std::exception const& e) {
     r.status = TrialStatus::failed;
     r.reason = e.what();
