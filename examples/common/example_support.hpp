@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -30,6 +31,7 @@
 #include <filesystem>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace example {
@@ -535,8 +537,14 @@ int run_main(int argc, char** argv, char const* program, Run run) {
       std::fflush(stderr);
       int size = 1;
       MPI_Comm_size(MPI_COMM_WORLD, &size);
-      if (size > 1)
+      if (size > 1) {
+        // Half a second before the abort: the launcher forwards what was
+        // printed (MPICH's hydra dropped it when the abort came at once), and
+        // ranks failing the same way print too. Then end the job, also for
+        // ranks that did not fail and wait on this one.
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
         MPI_Abort(MPI_COMM_WORLD, 1);
+      }
       rc = 1;
     }
   }
