@@ -104,8 +104,8 @@ int main(int argc, char** argv) {
   {
     Kokkos::ScopeGuard kokkos(argc, argv);
     Args const a = parse(argc, argv);
-    using Plain = telar::Strategy<telar::DataParallel<>, telar::PipelineParallel<>,
-                                  telar::TensorParallel<>>;
+    using Plain =
+        telar::Strategy<telar::DataParallel<>, telar::PipelineParallel<>, telar::TensorParallel<>>;
     using Zero1 = telar::Strategy<telar::DataParallel<telar::RingAllreduce, telar::ZeRO<1>>,
                                   telar::PipelineParallel<>, telar::TensorParallel<>>;
     if (a.zero == 1)

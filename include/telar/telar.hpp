@@ -12,6 +12,7 @@
 #include <telar/comm/allreduce.hpp>
 #include <telar/comm/communicator.hpp>
 #include <telar/comm/process_grid.hpp>
+#include <telar/config.hpp>
 #include <telar/core/dynamic_sequential.hpp>
 #include <telar/core/gemm.hpp>
 #include <telar/core/layer.hpp>
@@ -20,7 +21,6 @@
 #include <telar/core/residual.hpp>
 #include <telar/core/sequential.hpp>
 #include <telar/core/shape.hpp>
-#include <telar/config.hpp>
 #include <telar/data.hpp>
 #include <telar/io/error.hpp>
 #include <telar/io/gather.hpp>

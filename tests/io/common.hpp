@@ -26,8 +26,8 @@ inline Mlp make_mlp(std::size_t hidden = 16) {
 }
 
 template <int Stage>
-using ZeroStrategy = Strategy<DataParallel<RingAllreduce, ZeRO<Stage>>, PipelineParallel<>,
-                              TensorParallel<>>;
+using ZeroStrategy =
+    Strategy<DataParallel<RingAllreduce, ZeRO<Stage>>, PipelineParallel<>, TensorParallel<>>;
 using Plain = Strategy<DataParallel<>, PipelineParallel<>, TensorParallel<>>;
 
 inline int world_rank() {
@@ -118,10 +118,18 @@ void with_trainer(MPI_Comm comm, Layout const& l, std::uint64_t seed, F&& f) {
     f(t);
   };
   switch (l.zero) {
-  case 1: run(ZeroStrategy<1>{}); break;
-  case 2: run(ZeroStrategy<2>{}); break;
-  case 3: run(ZeroStrategy<3>{}); break;
-  default: run(Plain{}); break;
+  case 1:
+    run(ZeroStrategy<1>{});
+    break;
+  case 2:
+    run(ZeroStrategy<2>{});
+    break;
+  case 3:
+    run(ZeroStrategy<3>{});
+    break;
+  default:
+    run(Plain{});
+    break;
   }
 }
 

@@ -85,7 +85,7 @@ TEST_CASE("A checkpoint loads under another layout with the same state", "[check
     if (world_rank() == 0) {
       INFO(a.str() << " -> " << b.str());
       CHECK(r.step_b == 2);
-      REQUIRE(r.saved.tensors.size() == 3 * 6); // parameters, m, v
+      REQUIRE(r.saved.tensors.size() == 3 * 6);   // parameters, m, v
       CHECK(r.loaded.tensors == r.saved.tensors); // parameters and Adam's m and v, exactly
       CHECK(r.loaded.shapes == r.saved.shapes);
       CHECK(rel_diff(r.l2_a, r.l2_b) <= 1e-11); // and training goes on alike
@@ -138,8 +138,8 @@ TEST_CASE("Checkpoints are kept, newest last, written atomically", "[checkpoint]
       for (int s = 0; s < 4; ++s) {
         train_steps(t, data, s, s + 1);
         auto const path = telar::save_checkpoint(t, dir, {}, {2});
-        CHECK(path == (std::filesystem::path(dir) / telar::detail::checkpoint_file_name(s + 1))
-                          .string());
+        CHECK(path ==
+              (std::filesystem::path(dir) / telar::detail::checkpoint_file_name(s + 1)).string());
       }
       CHECK(telar::latest_checkpoint(dir) ==
             (std::filesystem::path(dir) / "step-000004.h5").string());
@@ -245,8 +245,8 @@ TEST_CASE("Bad checkpoints raise one clear CheckpointError on every rank", "[che
   // Another model: a hidden layer of 10 instead of 16.
   {
     std::string msg;
-    telar::Trainer<Mlp, Plain, telar::Adam<double>> t(
-        c.comm, make_mlp(10), telar::Adam<double>{}, options_for(l, 3), 12);
+    telar::Trainer<Mlp, Plain, telar::Adam<double>> t(c.comm, make_mlp(10), telar::Adam<double>{},
+                                                      options_for(l, 3), 12);
     msg = error_of([&] { telar::load_checkpoint(t, file); });
     require_same_everywhere(c.comm, msg);
     CHECK(msg.find("tensor layer0.weight is [16, 12] in the file but [10, 12] in the model") !=
@@ -257,8 +257,9 @@ TEST_CASE("Bad checkpoints raise one clear CheckpointError on every rank", "[che
     using Small = telar::Sequential<telar::ColumnParallel<telar::Dense<double>>,
                                     telar::ReLU<double>, telar::RowParallel<telar::Dense<double>>>;
     telar::Trainer<Small, Plain, telar::Adam<double>> t(
-        c.comm, Small(telar::ColumnParallel<telar::Dense<double>>(12, 16), {},
-                      telar::RowParallel<telar::Dense<double>>(16, 9)),
+        c.comm,
+        Small(telar::ColumnParallel<telar::Dense<double>>(12, 16), {},
+              telar::RowParallel<telar::Dense<double>>(16, 9)),
         telar::Adam<double>{}, options_for(l, 3), 12);
     std::string const msg = error_of([&] { telar::load_checkpoint(t, file); });
     require_same_everywhere(c.comm, msg);
@@ -291,8 +292,9 @@ using Gpt = telar::Sequential<telar::Embedding<double>, telar::PositionalEmbeddi
 using GptLoss = telar::PositionwiseCrossEntropy<double>;
 
 Gpt make_gpt() {
-  return Gpt(telar::Embedding<double>(vocab, hidden), telar::PositionalEmbedding<double>(seq, hidden),
-             telar::Dropout<double>(0.1), telar::make_tensor_parallel_transformer_block<double>(hidden, heads),
+  return Gpt(telar::Embedding<double>(vocab, hidden),
+             telar::PositionalEmbedding<double>(seq, hidden), telar::Dropout<double>(0.1),
+             telar::make_tensor_parallel_transformer_block<double>(hidden, heads),
              telar::LayerNorm<double>(hidden), telar::Dense<double>(hidden, vocab));
 }
 

@@ -80,8 +80,8 @@ TEST_CASE("Pieces that do not cover a tensor exactly once are refused", "[gather
     telar::detail::TrainerAccess::check_cover(nullptr, m);
     FAIL("no error");
   } catch (telar::CheckpointError const& e) {
-    CHECK(std::string(e.what()).find("tensor layer0.scale [8] has 8 elements but the ranks hold 4") !=
-          std::string::npos);
+    CHECK(std::string(e.what()).find(
+              "tensor layer0.scale [8] has 8 elements but the ranks hold 4") != std::string::npos);
   }
   m.pieces[0].size = 8;
   m.pieces[0].local_cols = 8;

@@ -343,7 +343,8 @@ public:
   }
   /*! \brief Where this rank's parameter lies in the whole tensor: L's
    *  answer. \param name its name \param local the local tensor's extents */
-  TensorBlock parameter_block(std::string const& name, std::vector<std::size_t> const& local) const {
+  TensorBlock parameter_block(std::string const& name,
+                              std::vector<std::size_t> const& local) const {
     return telar::parameter_block(layer_, name, local);
   }
 

@@ -166,7 +166,8 @@ public:
   }
   /*! \brief Where this rank's parameter lies in the whole tensor.
    *  \param name its name \param local the local tensor's extents */
-  TensorBlock parameter_block(std::string const& name, std::vector<std::size_t> const& local) const {
+  TensorBlock parameter_block(std::string const& name,
+                              std::vector<std::size_t> const& local) const {
     if constexpr (projected)
       if (name.rfind("shortcut.", 0) == 0)
         return telar::parameter_block(proj_, name.substr(9), local);

@@ -334,7 +334,8 @@ public:
   /*! \brief Where this rank's parameter "<index>.<name>" lies in the whole
    *  tensor: its layer's answer. \param name as passed to parameters(f)
    *  \param local the local tensor's extents */
-  TensorBlock parameter_block(std::string const& name, std::vector<std::size_t> const& local) const {
+  TensorBlock parameter_block(std::string const& name,
+                              std::vector<std::size_t> const& local) const {
     std::size_t const dot = name.find('.');
     TensorBlock b{local, std::vector<std::size_t>(local.size(), 0)};
     if (dot == std::string::npos)

@@ -152,8 +152,7 @@ inline std::string signature_mismatch(std::string const& file_sig, std::string c
     if (it == f.end())
       return "the model's tensor " + name + " " + shape + " is not in the file";
     if (it->second != shape)
-      return "tensor " + name + " is " + it->second + " in the file but " + shape +
-             " in the model";
+      return "tensor " + name + " is " + it->second + " in the file but " + shape + " in the model";
   }
   for (auto const& [name, shape] : f)
     if (find(m, name) == m.end())
@@ -163,8 +162,8 @@ inline std::string signature_mismatch(std::string const& file_sig, std::string c
 
 // Selects this rank's `pieces` of tensor t (owned ones only when
 // owned_only) in a dataset space; returns the elements selected.
-inline std::size_t select_pieces(ModelPieces const& m, std::size_t t, bool owned_only,
-                                 hid_t space, std::string const& file) {
+inline std::size_t select_pieces(ModelPieces const& m, std::size_t t, bool owned_only, hid_t space,
+                                 std::string const& file) {
   std::size_t n = 0;
   bool first = true;
   h5_check(H5Sselect_none(space), file, "H5Sselect_none");
@@ -309,10 +308,10 @@ std::string save_checkpoint(Trainer& trainer, std::string const& dir,
     detail::h5_write_attr_str(root, "tensors", detail::signature(m), tmp);
     std::vector<detail::H5Handle> groups;
     auto group = [&](std::string const& g) {
-      groups.emplace_back(detail::h5_check(H5Gcreate2(root, g.c_str(), H5P_DEFAULT, H5P_DEFAULT,
-                                                      H5P_DEFAULT),
-                                           tmp, "H5Gcreate2"),
-                          H5Gclose);
+      groups.emplace_back(
+          detail::h5_check(H5Gcreate2(root, g.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), tmp,
+                           "H5Gcreate2"),
+          H5Gclose);
     };
     group("/params");
     if (parts > 1)
@@ -325,16 +324,16 @@ std::string save_checkpoint(Trainer& trainer, std::string const& dir,
       for (std::size_t part = 0; part < parts; ++part) {
         auto const& shape = m.shapes[t];
         std::vector<hsize_t> dims(shape.begin(), shape.end());
-        detail::H5Handle space(detail::h5_check(H5Screate_simple(int(dims.size()), dims.data(),
-                                                                 nullptr),
-                                                tmp, "H5Screate_simple"),
-                               H5Sclose);
+        detail::H5Handle space(
+            detail::h5_check(H5Screate_simple(int(dims.size()), dims.data(), nullptr), tmp,
+                             "H5Screate_simple"),
+            H5Sclose);
         std::string const dname = detail::part_path(m.names, t, part);
-        detail::H5Handle d(detail::h5_check(H5Dcreate2(root, dname.c_str(), detail::h5_type<T>(),
-                                                       space.get(), H5P_DEFAULT, H5P_DEFAULT,
-                                                       H5P_DEFAULT),
-                                            tmp, "H5Dcreate2"),
-                           H5Dclose);
+        detail::H5Handle d(
+            detail::h5_check(H5Dcreate2(root, dname.c_str(), detail::h5_type<T>(), space.get(),
+                                        H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                             tmp, "H5Dcreate2"),
+            H5Dclose);
         std::size_t const n = detail::select_pieces(m, t, true, space.get(), tmp);
         auto mem = detail::memory_space(n, tmp);
         auto const* p = detail::piece_of(m, t);
@@ -356,8 +355,8 @@ std::string save_checkpoint(Trainer& trainer, std::string const& dir,
     std::error_code ec;
     std::filesystem::rename(tmp, path, ec);
     if (ec)
-      throw CheckpointError("telar::save_checkpoint: cannot rename " + tmp + " to " + path +
-                            ": " + ec.message());
+      throw CheckpointError("telar::save_checkpoint: cannot rename " + tmp + " to " + path + ": " +
+                            ec.message());
     detail::fsync_dir(dir);
     if (options.keep > 0) {
       auto all = detail::list_checkpoints(dir);
@@ -474,10 +473,9 @@ RunPosition load_checkpoint(Trainer& trainer, std::string const& path) {
     comm->allreduce(sums.data(), sums.size());
   for (std::size_t i = 0; i < sums.size(); ++i)
     if (sums[i] != expected[i]) // the same sums and attributes on every rank
-      throw CheckpointError(where + file + ": dataset " +
-                            detail::part_path(m.names, i % nt, i / nt) + " " +
-                            detail::shape_str(m.shapes[i % nt]) +
-                            " fails its checksum (the file is corrupted)");
+      throw CheckpointError(
+          where + file + ": dataset " + detail::part_path(m.names, i % nt, i / nt) + " " +
+          detail::shape_str(m.shapes[i % nt]) + " fails its checksum (the file is corrupted)");
   Access::restore(trainer, values, state, step, skipped);
   return pos;
 }

@@ -83,7 +83,7 @@ std::vector<U> gather_all(Communicator const& comm, std::vector<U> const& v, int
  *  \return the tensors on \p root (every rank for -1), empty elsewhere */
 template <class Trainer>
 GatheredModel<typename Trainer::value_type> gather_model(Trainer& trainer, int root = 0,
-                                                        bool optimizer_state = false) {
+                                                         bool optimizer_state = false) {
   using T = typename Trainer::value_type;
   using Access = detail::TrainerAccess;
   detail::ModelPieces const m = Access::pieces(trainer);

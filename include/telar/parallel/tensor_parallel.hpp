@@ -260,7 +260,8 @@ public:
   }
   /*! \brief This rank's rows of W [out, in] and entries of b [out].
    *  \param name "weight" or "bias" \param local the local tensor's extents */
-  TensorBlock parameter_block(std::string const& name, std::vector<std::size_t> const& local) const {
+  TensorBlock parameter_block(std::string const& name,
+                              std::vector<std::size_t> const& local) const {
     (void)name;
     TensorBlock b{local, std::vector<std::size_t>(local.size(), 0)};
     b.shape[0] = this->out_;
@@ -417,7 +418,8 @@ public:
   int parameter_replicas(std::string const& name) const { return name == "bias" ? ctx_.size : 1; }
   /*! \brief This rank's columns of W [out, in]; all of b.
    *  \param name "weight" or "bias" \param local the local tensor's extents */
-  TensorBlock parameter_block(std::string const& name, std::vector<std::size_t> const& local) const {
+  TensorBlock parameter_block(std::string const& name,
+                              std::vector<std::size_t> const& local) const {
     TensorBlock b{local, std::vector<std::size_t>(local.size(), 0)};
     if (name == "weight") {
       b.shape[1] = this->in_;

@@ -104,7 +104,8 @@ public:
   /*! \brief This rank's heads: rows of the query, key and value weights
    *  [hidden, hidden] and biases, columns of proj.weight; all of proj.bias.
    *  \param name parameter name \param local the local tensor's extents */
-  TensorBlock parameter_block(std::string const& name, std::vector<std::size_t> const& local) const {
+  TensorBlock parameter_block(std::string const& name,
+                              std::vector<std::size_t> const& local) const {
     TensorBlock b{local, std::vector<std::size_t>(local.size(), 0)};
     std::size_t const row0 = first_head() * (this->hidden_ / this->heads_);
     std::size_t const dim = name == "proj.weight" ? 1 : 0; // proj: columns, the rest: rows

@@ -23,22 +23,22 @@ void add_column_sums(char const* label, Exec const& exec, std::size_t rows, std:
   using T = typename Out::non_const_value_type;
   if constexpr (runs_on_host_v<Exec>) {
     constexpr std::size_t B = 64;
-    Kokkos::parallel_for(
-        label, Kokkos::RangePolicy<Exec>(exec, 0, (cols + B - 1) / B), [=](std::size_t b) {
-          std::size_t const j0 = b * B, w = cols - j0 < B ? cols - j0 : B;
-          T acc[B] = {};
-          if (w == B) { // the compiler sees a fixed trip count
-            for (std::size_t i = 0; i < rows; ++i)
-              for (std::size_t c = 0; c < B; ++c)
-                acc[c] += term(i, j0 + c);
-          } else {
-            for (std::size_t i = 0; i < rows; ++i)
-              for (std::size_t c = 0; c < w; ++c)
-                acc[c] += term(i, j0 + c);
-          }
-          for (std::size_t c = 0; c < w; ++c)
-            out(j0 + c) += acc[c];
-        });
+    Kokkos::parallel_for(label, Kokkos::RangePolicy<Exec>(exec, 0, (cols + B - 1) / B),
+                         [=](std::size_t b) {
+                           std::size_t const j0 = b * B, w = cols - j0 < B ? cols - j0 : B;
+                           T acc[B] = {};
+                           if (w == B) { // the compiler sees a fixed trip count
+                             for (std::size_t i = 0; i < rows; ++i)
+                               for (std::size_t c = 0; c < B; ++c)
+                                 acc[c] += term(i, j0 + c);
+                           } else {
+                             for (std::size_t i = 0; i < rows; ++i)
+                               for (std::size_t c = 0; c < w; ++c)
+                                 acc[c] += term(i, j0 + c);
+                           }
+                           for (std::size_t c = 0; c < w; ++c)
+                             out(j0 + c) += acc[c];
+                         });
   } else {
     Kokkos::parallel_for(
         label, Kokkos::RangePolicy<Exec>(exec, 0, cols), KOKKOS_LAMBDA(std::size_t j) {

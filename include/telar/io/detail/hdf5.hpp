@@ -89,7 +89,7 @@ inline H5Handle h5_dxpl(Communicator const* comm, bool collective, std::string c
 // Scalar and string attributes (every rank writes the same value).
 template <class T>
 void h5_write_attr(hid_t obj, char const* name, T value, std::string const& file) {
-  hid_t const type = std::is_same_v<T, double> ? H5T_NATIVE_DOUBLE
+  hid_t const type = std::is_same_v<T, double>          ? H5T_NATIVE_DOUBLE
                      : std::is_same_v<T, std::uint64_t> ? H5T_NATIVE_UINT64
                                                         : H5T_NATIVE_LLONG;
   H5Handle space(h5_check(H5Screate(H5S_SCALAR), file, "H5Screate"), H5Sclose);
@@ -115,7 +115,7 @@ template <class T>
 bool h5_read_attr(hid_t obj, char const* name, T& value) {
   if (H5Aexists(obj, name) <= 0)
     return false;
-  hid_t const type = std::is_same_v<T, double> ? H5T_NATIVE_DOUBLE
+  hid_t const type = std::is_same_v<T, double>          ? H5T_NATIVE_DOUBLE
                      : std::is_same_v<T, std::uint64_t> ? H5T_NATIVE_UINT64
                                                         : H5T_NATIVE_LLONG;
   H5Handle a(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);

@@ -35,11 +35,11 @@ struct PieceBlock {
 };
 
 struct ModelPieces {
-  std::vector<std::string> names;                 // every tensor of the model, model order
-  std::vector<std::vector<std::size_t>> shapes;    // their global shapes (agreed over ranks)
-  std::vector<TensorPiece> pieces;                 // this rank's
-  std::size_t shard_size = 0;                      // elements of the shard buffers
-  int state_size = 0;                              // optimizer state slots per element
+  std::vector<std::string> names;               // every tensor of the model, model order
+  std::vector<std::vector<std::size_t>> shapes; // their global shapes (agreed over ranks)
+  std::vector<TensorPiece> pieces;              // this rank's
+  std::size_t shard_size = 0;                   // elements of the shard buffers
+  int state_size = 0;                           // optimizer state slots per element
 
   // Global rows x cols of tensor t (a vector is one row).
   std::pair<std::size_t, std::size_t> dims2(std::size_t t) const {
@@ -108,7 +108,8 @@ std::uint64_t piece_hash(ModelPieces const& m, TensorPiece const& p, T const* da
   if (!p.owner)
     return h;
   std::size_t const gc = m.dims2(p.tensor).second;
-  for_each_global_index(p, gc, [&](std::size_t g, std::size_t k) { h += element_hash(g, data[k]); });
+  for_each_global_index(p, gc,
+                        [&](std::size_t g, std::size_t k) { h += element_hash(g, data[k]); });
   return h;
 }
 

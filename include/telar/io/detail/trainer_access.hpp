@@ -172,11 +172,12 @@ private:
   static void from_host(std::vector<T> const& in, V const& v) {
     if (v.size() == 0)
       return;
-    Kokkos::View<T const*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> h(
-        in.data(), v.size());
-    Kokkos::deep_copy(Kokkos::View<T*, typename V::memory_space,
-                                   Kokkos::MemoryTraits<Kokkos::Unmanaged>>(v.data(), v.size()),
-                      h);
+    Kokkos::View<T const*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> h(in.data(),
+                                                                                         v.size());
+    Kokkos::deep_copy(
+        Kokkos::View<T*, typename V::memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+            v.data(), v.size()),
+        h);
     Kokkos::fence();
   }
 };
