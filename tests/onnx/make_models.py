@@ -12,7 +12,11 @@ For each model (an MLP, a CNN and an MLP with a residual block) writes into OUT_
 plus refusal fixtures: bad_op.onnx (Elu), bad_opset.onnx (opset 99),
 float64.onnx (a double model), branch.onnx (a tensor feeding two layers),
 nested.onnx (a residual inside a residual branch), batchnorm.onnx (a
-BatchNorm1d after a Linear), and manifest.txt (N, BATCH, STEPS, LR).
+BatchNorm1d after a Linear), identity.onnx (one Identity node: no layer),
+softmax_axis1.onnx (a Softmax over axis 1 of a rank-3 output); hand-built
+graphs that import: flatten_neg.onnx (Flatten with axis -3 on rank 4, with
+its _x.bin/_y.bin), dropout_active.onnx (a Dropout with training_mode =
+true between two Gemms); and manifest.txt (N, BATCH, STEPS, LR).
 Run: /usr/bin/python3 make_models.py OUT_DIR
 With --fashion after OUT_DIR: only fashion_mlp.onnx, example 04's model.
 """
@@ -21,6 +25,7 @@ import sys
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 import torch
 from torch import nn
 
@@ -135,6 +140,46 @@ def make_refusals(out):
            (1, 6, 6), os.path.join(out, "batchnorm.onnx"))
 
 
+def graph(name, nodes, inputs, outputs, inits=(), opset=13):
+    g = onnx.helper.make_graph(nodes, name, inputs, outputs, list(inits))
+    return onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", opset)])
+
+
+def value(name, shape):
+    return onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, shape)
+
+
+def make_axes(out):
+    """Hand-built graphs for axis attributes, one-node graphs and active dropout."""
+    h, rng = onnx.helper, np.random.default_rng(3)
+    onnx.save(graph("identity", [h.make_node("Identity", ["x"], ["y"])], [value("x", ["N", 6])],
+                    [value("y", ["N", 6])]), os.path.join(out, "identity.onnx"))
+    onnx.save(graph("softmax", [h.make_node("Relu", ["x"], ["r"]),
+                                h.make_node("Softmax", ["r"], ["y"], axis=1)],
+                    [value("x", ["N", 4, 5])], [value("y", ["N", 4, 5])]),
+              os.path.join(out, "softmax_axis1.onnx"))
+    w = rng.standard_normal((3, 18)).astype(np.float32)
+    b = rng.standard_normal(3).astype(np.float32)
+    inits = [onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(b, "b")]
+    onnx.save(graph("flatten", [h.make_node("Flatten", ["x"], ["f"], axis=-3),
+                                h.make_node("Gemm", ["f", "w", "b"], ["y"], transB=1)],
+                    [value("x", ["N", 2, 3, 3])], [value("y", ["N", 3])], inits),
+              os.path.join(out, "flatten_neg.onnx"))
+    x = rng.standard_normal((N, 2, 3, 3)).astype(np.float32)
+    save(os.path.join(out, "flatten_neg_x.bin"), x)
+    save(os.path.join(out, "flatten_neg_y.bin"), x.reshape(N, 18) @ w.T + b)
+    w2 = rng.standard_normal((3, 6)).astype(np.float32)
+    inits = [onnx.numpy_helper.from_array(rng.standard_normal((6, 6)).astype(np.float32), "w1"),
+             onnx.numpy_helper.from_array(w2, "w2"),
+             onnx.numpy_helper.from_array(np.array(0.25, np.float32), "ratio"),
+             onnx.numpy_helper.from_array(np.array(True), "train")]
+    onnx.save(graph("dropout", [h.make_node("Gemm", ["x", "w1"], ["a"], transB=1),
+                                h.make_node("Dropout", ["a", "ratio", "train"], ["d"]),
+                                h.make_node("Gemm", ["d", "w2"], ["y"], transB=1)],
+                    [value("x", ["N", 6])], [value("y", ["N", 3])], inits),
+              os.path.join(out, "dropout_active.onnx"))
+
+
 def fashion_mlp():
     return nn.Sequential(nn.Flatten(), nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10))
 
@@ -149,6 +194,7 @@ def main():
     for name in MODELS:
         make(out, name)
     make_refusals(out)
+    make_axes(out)
     with open(os.path.join(out, "manifest.txt"), "w") as f:
         f.write(f"{N} {BATCH} {STEPS} {LR}\n")
 

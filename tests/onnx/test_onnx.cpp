@@ -273,4 +273,27 @@ TEST_CASE("ONNX import refuses what it does not support, naming it", "[onnx]") {
   CHECK_THAT(refuse("batchnorm.onnx"),
              ContainsSubstring("(BatchNormalization)") && ContainsSubstring("fold this one"));
   CHECK_THAT(refuse("missing.onnx"), ContainsSubstring("cannot open"));
+  CHECK_THAT(refuse("identity.onnx"),
+             ContainsSubstring("identity.onnx") && ContainsSubstring("maps to no layer"));
+  CHECK_THAT(refuse("softmax_axis1.onnx"),
+             ContainsSubstring("(Softmax)") && ContainsSubstring("axis 1 of an output of rank 3"));
+}
+
+TEST_CASE("ONNX import: negative axes count from the end; an active Dropout trains", "[onnx]") {
+  Manifest const mf = manifest();
+  Imported flat = telar::onnx::import_model<float>(fixture("flatten_neg.onnx"));
+  flat.model.build(flat.input_shape);
+  flat.model.initialize(0);
+  auto const got = to_vector(
+      telar::onnx::predict(flat.model, to_matrix(read_bin<float>("flatten_neg_x.bin"), mf.n)));
+  CHECK(rel_err(got, read_bin<float>("flatten_neg_y.bin")) <= 1e-6);
+
+  Imported drop = telar::onnx::import_model<float>(fixture("dropout_active.onnx"));
+  REQUIRE(drop.model.layer_count() == 3);
+  double p = -1;
+  drop.model.for_each_layer([&](auto, auto& l) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(l)>, telar::Dropout<float>>)
+      p = l.probability();
+  });
+  CHECK(p == 0.25);
 }

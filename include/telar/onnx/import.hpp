@@ -9,6 +9,7 @@
 #include <telar/layers/activation.hpp>
 #include <telar/layers/conv.hpp>
 #include <telar/layers/dense.hpp>
+#include <telar/layers/dropout.hpp>
 #include <telar/layers/flatten.hpp>
 #include <telar/layers/pooling.hpp>
 #include <telar/onnx/detail/import_graph.hpp>
@@ -81,11 +82,15 @@ Imported<T, MemorySpace> import_model(std::string const& path, ImportOptions opt
 
 /*! \brief Runs \p model forward on \p x (host orchestration over the same
  *  stage runner the Trainer uses); the model must be built and initialised.
+ *  Runs in evaluation mode (dropout off), then switches training back on.
  *  \param model a built model (e.g. Trainer::model()) \param x inputs [n, input size]
  *  \return outputs [n, output size] */
 template <class Variant, class X>
 auto predict(DynamicSequential<Variant>& model, X const& x) {
-  return detail::run_forward(model, x);
+  set_training(model, false); // evaluation: dropout is the identity
+  auto y = detail::run_forward(model, x);
+  set_training(model, true);
+  return y;
 }
 
 } // namespace telar::onnx

@@ -7,6 +7,7 @@
 #include <telar/layers/activation.hpp>
 #include <telar/layers/conv.hpp>
 #include <telar/layers/dense.hpp>
+#include <telar/layers/dropout.hpp>
 #include <telar/layers/flatten.hpp>
 #include <telar/layers/pooling.hpp>
 #include <telar/parallel/tensor_parallel.hpp>
@@ -34,7 +35,8 @@ using Layer =
                  RowParallel<Dense<T, MemorySpace>>, ReLU<T, MemorySpace>, GELU<T, MemorySpace>,
                  Sigmoid<T, MemorySpace>, Tanh<T, MemorySpace>, Flatten<T, MemorySpace>,
                  Conv2D<T, MemorySpace>, MaxPool2D<T, MemorySpace>, AvgPool2D<T, MemorySpace>,
-                 GlobalAvgPool<T, MemorySpace>, DynamicResidual<BranchLayer<T, MemorySpace>>>;
+                 GlobalAvgPool<T, MemorySpace>, Dropout<T, MemorySpace>,
+                 DynamicResidual<BranchLayer<T, MemorySpace>>>;
 
 /*! \brief The run-time model an import builds.
  *  \tparam T value type \tparam MemorySpace memory space */

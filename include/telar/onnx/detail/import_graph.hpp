@@ -7,6 +7,7 @@
 #include <telar/layers/activation.hpp>
 #include <telar/layers/conv.hpp>
 #include <telar/layers/dense.hpp>
+#include <telar/layers/dropout.hpp>
 #include <telar/layers/flatten.hpp>
 #include <telar/layers/pooling.hpp>
 #include <telar/onnx/detail/proto.hpp>
@@ -32,7 +33,8 @@ inline constexpr int min_opset = 9, max_opset = 18;
 inline char const* supported_ops() {
   return "Gemm, MatMul (+ Add of a bias), Relu, Gelu (or the Div/Erf/Add/Mul pattern), Sigmoid, "
          "Tanh, Conv, MaxPool, AveragePool, GlobalAveragePool, Flatten, Reshape to [batch, "
-         "features], Pad of zeros, Identity, Dropout, Softmax/LogSoftmax as the last node";
+         "features], Pad of zeros, Identity, Dropout, Softmax/LogSoftmax over the last axis as "
+         "the last node";
 }
 
 template <class T, class M>
@@ -58,6 +60,9 @@ public:
     while (cur != plan_.output_name)
       cur = step(cur);
     check_all_used();
+    if (plan_.layers.empty()) // e.g. one Identity, Dropout or Softmax node
+      fail("the graph maps to no layer (nothing Telar could train): its nodes are only "
+           "Identity, inactive Dropout or a final Softmax");
     return std::move(plan_);
   }
 
@@ -71,12 +76,24 @@ private:
 
   void check_opset() {
     for (auto const& o : m_.opset_import())
-      if (o.domain().empty() || o.domain() == "ai.onnx")
+      if (o.domain().empty() || o.domain() == "ai.onnx") {
+        opset_ = o.version();
         if (o.version() < min_opset || o.version() > max_opset)
           fail("opset " + std::to_string(o.version()) +
                " of the default domain is not supported (" + std::to_string(min_opset) + " to " +
                std::to_string(max_opset) +
                "; export with e.g. torch.onnx.export(..., opset_version=13))");
+      }
+  }
+
+  // An axis attribute of a tensor of rank \p rank (batch included) made
+  // non-negative, as ONNX allows -rank <= axis < rank.
+  std::int64_t axis_of(::onnx::NodeProto const& n, std::int64_t def, std::size_t rank) const {
+    std::int64_t const a = int_attr(n, "axis", def), r = std::int64_t(rank);
+    if (a < -r || a >= r)
+      fail(n, "axis " + std::to_string(a) + " is outside [" + std::to_string(-r) + ", " +
+                  std::to_string(r) + ") for an input of rank " + std::to_string(r));
+    return a < 0 ? a + r : a;
   }
 
   void find_ends() {
@@ -218,8 +235,10 @@ private:
       return add(n, GELU<T, M>{});
     }
     if (op == "Flatten") {
-      if (int_attr(n, "axis", 1) != 1)
-        fail(n, "axis " + std::to_string(int_attr(n, "axis", 1)) + " is not supported (only 1)");
+      if (axis_of(n, 1, shape_.rank + 1) != 1)
+        fail(n, "axis " + std::to_string(int_attr(n, "axis", 1)) +
+                    " is not supported (only the axis after the batch: 1, or -" +
+                    std::to_string(shape_.rank) + ")");
       return add(n, Flatten<T, M>{});
     }
     if (op == "Reshape")
@@ -230,16 +249,23 @@ private:
       return pool(n);
     if (op == "GlobalAveragePool")
       return add(n, GlobalAvgPool<T, M>{});
-    if (op == "Identity" || op == "Dropout")
+    if (op == "Identity")
       return n.output(0);
+    if (op == "Dropout")
+      return dropout(n);
     if (op == "Pad")
       return pad(n);
     if (op == "Softmax" || op == "LogSoftmax") {
       if (n.output(0) != plan_.output_name)
         fail(n, op + " is supported only as the graph's last node (the loss's input)");
-      std::int64_t const axis = int_attr(n, "axis", -1);
-      if (axis != -1 && axis != 1)
-        fail(n, "axis " + std::to_string(axis) + " is not supported (only the last, -1 or 1)");
+      // Before opset 13 the default axis is 1 and the input is flattened from
+      // it; either way the loss's softmax is over the last axis only.
+      std::size_t const rank = shape_.rank + 1;
+      if (axis_of(n, opset_ < 13 ? 1 : -1, rank) != std::int64_t(rank) - 1)
+        fail(n, "axis " + std::to_string(int_attr(n, "axis", opset_ < 13 ? 1 : -1)) +
+                    " of an output of rank " + std::to_string(rank) +
+                    " is not supported (the loss applies softmax over the last axis, " +
+                    std::to_string(rank - 1) + " or -1)");
       plan_.output_activation = op;
       return n.output(0);
     }
@@ -251,6 +277,28 @@ private:
       fail(n, "an Add that is not the bias of a MatMul is not supported (residual connections "
               "are not supported yet)");
     fail(n, "operator " + op + " is not supported; supported: " + supported_ops());
+  }
+
+  // Opset 12+: ratio and training_mode are inputs 1 and 2 (constants);
+  // earlier: a ratio attribute, and the node is inactive in inference. An
+  // active dropout trains as telar::Dropout; an inactive one is the identity.
+  std::string dropout(::onnx::NodeProto const& n) {
+    bool active = false;
+    float ratio = float_attr(n, "ratio", 0.5f);
+    if (opset_ >= 12) {
+      ratio = n.input_size() > 1 && !n.input(1).empty() ? index_.scalar(n.input(1)) : 0.5f;
+      if (n.input_size() > 2 && !n.input(2).empty()) {
+        auto const* t = index_.constant(n.input(2));
+        if (!t || t->data_type() != ::onnx::TensorProto::BOOL)
+          fail(n, "its training_mode '" + n.input(2) + "' must be a boolean constant");
+        active = bools_of(*t) == std::vector<bool>{true};
+      }
+    }
+    if (!active)
+      return n.output(0);
+    if (!(ratio >= 0.f && ratio < 1.f))
+      fail(n, "its ratio must be a constant in [0, 1)");
+    return add(n, Dropout<T, M>(double(ratio)));
   }
 
   template <class L>
@@ -484,6 +532,7 @@ private:
   ::onnx::GraphProto const& g_;
   GraphIndex index_;
   std::string path_;
+  std::int64_t opset_ = 13; // of the default domain
   ChainPlan<T, M> plan_;
   Shape shape_;
   std::set<::onnx::NodeProto const*> used_;

@@ -81,6 +81,24 @@ inline std::vector<std::int64_t> ints_of(::onnx::TensorProto const& t) {
   return v;
 }
 
+// BOOL tensors keep one byte per value in raw_data, or one int32 each.
+inline std::vector<bool> bools_of(::onnx::TensorProto const& t) {
+  std::size_t n = 1;
+  for (auto d : t.dims())
+    n *= std::size_t(d);
+  std::vector<bool> v(n);
+  if (t.has_raw_data() && t.raw_data().size() == n)
+    for (std::size_t i = 0; i < n; ++i)
+      v[i] = t.raw_data()[i] != 0;
+  else if (std::size_t(t.int32_data_size()) == n)
+    for (std::size_t i = 0; i < n; ++i)
+      v[i] = t.int32_data(int(i)) != 0;
+  else
+    throw OnnxError("telar::onnx: tensor '" + t.name() + "' is not a boolean tensor of " +
+                    std::to_string(n) + " values");
+  return v;
+}
+
 inline ::onnx::AttributeProto const* find_attr(::onnx::NodeProto const& n, char const* name) {
   for (auto const& a : n.attribute())
     if (a.name() == name)
