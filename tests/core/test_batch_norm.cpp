@@ -152,3 +152,37 @@ TEST_CASE("BatchNorm says what it accepts", "[batch_norm]") {
                     ContainsSubstring("expected [n, 4 * spatial]"));
   CHECK_THROWS_WITH(BN(2, 1e-5, 1.5), ContainsSubstring("momentum in [0, 1]"));
 }
+
+TEST_CASE("BatchNorm buffers pass through blocks; Recompute's replay updates them once",
+          "[batch_norm][buffers]") {
+  using Block = telar::Residual<BN, telar::Dense<double>>;
+  using Model = telar::Sequential<telar::Recompute<BN>, Block, telar::Dropout<double>>;
+  static_assert(telar::layer_traits<BN>::has_buffers);
+  static_assert(telar::layer_traits<Model>::has_buffers);
+  static_assert(!telar::layer_traits<telar::Dense<double>>::has_buffers);
+  Model model(telar::Recompute<BN>(BN(3)), Block(BN(3), telar::Dense<double>(3, 3)), {});
+  model.build(telar::Shape(3));
+  model.initialize(1);
+  std::vector<std::string> names;
+  model.buffers([&](char const* name, auto&) { names.push_back(name); });
+  CHECK(names == std::vector<std::string>{"0.running_mean", "0.running_var", "1.0.running_mean",
+                                          "1.0.running_var"});
+  CHECK(model.buffer_count() == 12);
+
+  // Recompute replays the forward in backward: the running statistics see
+  // the batch once (as without recomputation), the counter twice.
+  telar::Recompute<BN>& rc = model.template layer<0>();
+  Mat x = telar::test::random_matrix<double>(4, 3, 2), y("y", 4, 3), dy("dy", 4, 3), dx("dx", 4, 3);
+  Kokkos::deep_copy(dy, 1.0);
+  telar::Recompute<BN>::saved_type saved;
+  rc.forward(Exec{}, x, y, saved);
+  auto const after_forward = to_host(rc.inner().running_mean);
+  rc.backward_input(Exec{}, dy, dx, saved);
+  rc.backward_weight(Exec{}, dy, saved);
+  CHECK(rc.inner().batches_tracked() == 1);
+  CHECK(max_diff(rc.inner().running_mean,
+                 std::vector<double>(after_forward.data(), after_forward.data() + 3)) == 0);
+  telar::set_training(model, false); // reaches the layers inside blocks
+  CHECK(!rc.inner().training());
+  CHECK(!model.template layer<1>().body().template layer<0>().training());
+}
