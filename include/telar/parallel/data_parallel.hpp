@@ -82,6 +82,8 @@ void average_buffers(Model& model, DataParallelContext const& ctx) {
       auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, v);
       all.insert(all.end(), h.data(), h.data() + h.span());
     });
+    if (all.empty()) // no buffers: the same on every replica of a stage, no message
+      return;
     ctx.allreduce_sum(all.data(), all.size());
     std::size_t at = 0;
     model.buffers([&](char const*, auto& v) {
