@@ -244,6 +244,26 @@ public:
     });
   }
 
+  /*! \brief Visits (name, view) of every buffer, named "<index>.<name>".
+   *  \param f callable as f(char const*, View&) */
+  template <class F>
+  void buffers(F&& f) {
+    for_each_layer(
+        [&](std::size_t k, auto& l) { detail::prefixed_buffers(l, std::to_string(k) + ".", f); });
+  }
+  /*! \brief Buffer values of every layer. */
+  std::size_t buffer_count() const {
+    std::size_t n = 0;
+    for_each_layer([&](std::size_t, auto const& l) { n += detail::buffer_count_of(l); });
+    return n;
+  }
+  /*! \brief Passes a data-parallel context to every layer that takes one.
+   *  \param ctx a telar::DataParallelContext */
+  template <class Context>
+  void set_data_parallel(Context const& ctx) {
+    for_each_layer([&](std::size_t, auto& l) { detail::pass_data_parallel(l, ctx); });
+  }
+
   /*! \brief Passes a tensor-parallel context to every layer that takes one.
    *  \param ctx a telar::TensorParallelContext */
   template <class Context>
@@ -351,6 +371,20 @@ public:
   template <class F>
   void parameters(F&& f) {
     body_.parameters(f);
+  }
+  /*! \brief Visits the body's buffers as "<k>.<name>".
+   *  \param f callable as f(char const*, View&) */
+  template <class F>
+  void buffers(F&& f) {
+    body_.buffers(f);
+  }
+  /*! \brief The body's buffer values. */
+  std::size_t buffer_count() const { return body_.buffer_count(); }
+  /*! \brief Passes a data-parallel context to the body.
+   *  \param ctx a telar::DataParallelContext */
+  template <class Context>
+  void set_data_parallel(Context const& ctx) {
+    body_.set_data_parallel(ctx);
   }
 
   /*! \brief y = x + body(x). \param exec execution space instance \param x input

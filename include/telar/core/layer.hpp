@@ -51,6 +51,14 @@
  *    same type. Telar rebinds both views to slices of contiguous flat buffers
  *    (for bucketed reductions and sharding), so a layer must reach its
  *    parameters only through these members;
+ *  - `template <class F> void buffers(F&& f)`: calls `f(name, view)` for each
+ *    *buffer*, non-trained state the forward updates (BatchNorm's
+ *    "running_mean" and "running_var"): a Kokkos::View member. Telar
+ *    checkpoints buffers, returns them from telar::gather_model, counts them
+ *    in memory plans and keeps them identical on every data-parallel rank
+ *    (averaged after each step); they get no gradient and no optimizer;
+ *  - `std::size_t buffer_count() const` (valid after build()): buffer values
+ *    this rank holds, for memory plans;
  *  - `void initialize(std::uint64_t seed)`: allocates and fills parameters.
  *    Telar calls it only on ranks that own the layer, so a layer that
  *    allocates here rather than in its constructor costs no memory elsewhere;
@@ -93,6 +101,12 @@
  *    assemble whole tensors from it). Default: the local tensor is the whole
  *    tensor (see telar::parameter_block).
  *
+ *  Optional member for data parallelism (telar/parallel/data_parallel.hpp):
+ *  - `void set_data_parallel(telar::DataParallelContext const& ctx)` (may be
+ *    a template over the context type): the layer learns its data-parallel
+ *    group, for reductions inside forward and backward (BatchNorm with
+ *    telar::SyncStats). telar::Trainer calls it on every layer that has it.
+ *
  *  Only a forward declaration of telar::TensorParallelContext is needed here,
  *  so core/ stays free of MPI: a layer that names the context includes
  *  telar/parallel/tensor_parallel.hpp itself.
@@ -113,6 +127,8 @@ namespace telar {
 // Defined in telar/parallel/tensor_parallel.hpp (which may use MPI); the
 // concept only needs its name.
 struct TensorParallelContext;
+// Defined in telar/parallel/data_parallel.hpp, likewise.
+struct DataParallelContext;
 
 /*! \brief Saved state of a layer that needs none. */
 struct NoSaved {};
@@ -155,6 +171,11 @@ using flops_t =
 template <class L>
 using set_tensor_parallel_t =
     decltype(std::declval<L&>().set_tensor_parallel(std::declval<TensorParallelContext const&>()));
+template <class L>
+using set_data_parallel_t =
+    decltype(std::declval<L&>().set_data_parallel(std::declval<DataParallelContext const&>()));
+template <class L>
+using buffer_count_t = decltype(std::size_t(std::declval<L const&>().buffer_count()));
 template <class L>
 using parameter_replicas_t =
     decltype(int(std::declval<L const&>().parameter_replicas(std::declval<std::string const&>())));
@@ -204,6 +225,13 @@ struct AnyParameterVisitor {
 };
 template <class L>
 using parameters_t = decltype(std::declval<L&>().parameters(std::declval<AnyParameterVisitor&>()));
+// buffers(f) likewise.
+struct AnyBufferVisitor {
+  template <class V>
+  void operator()(char const*, V&) const {}
+};
+template <class L>
+using buffers_t = decltype(std::declval<L&>().buffers(std::declval<AnyBufferVisitor&>()));
 
 /// \cond TELAR_INTERNAL
 // Whether a class has a member of a given name at all, whatever its
@@ -282,6 +310,13 @@ struct layer_traits {
     else
       return false;
   }();
+  /*! \brief The layer exposes buffers (non-trained state, buffers(f)). */
+  static constexpr bool has_buffers = detail::is_detected_v<detail::buffers_t, L>;
+  /*! \brief The layer says how many buffer values it holds (buffer_count(),
+   *  for memory plans). */
+  static constexpr bool has_buffer_count = detail::is_detected_v<detail::buffer_count_t, L>;
+  /*! \brief The layer takes the data-parallel group (set_data_parallel). */
+  static constexpr bool has_data_parallel = detail::is_detected_v<detail::set_data_parallel_t, L>;
   /*! \brief The layer says how many parameter values it holds
    *  (parameter_count(), for memory plans). */
   static constexpr bool has_parameter_count = detail::is_detected_v<detail::parameter_count_t, L>;
@@ -301,6 +336,35 @@ struct layer_traits {
   static constexpr bool has_parameter_replicas =
       detail::is_detected_v<detail::parameter_replicas_t, L>;
 };
+
+namespace detail {
+// What blocks use to forward the buffer members of the layers they hold.
+// Calls f(prefix + name, view) for each buffer of l (nothing if it has none).
+template <class L, class F>
+void prefixed_buffers(L& l, std::string const& prefix, F& f) {
+  if constexpr (layer_traits<L>::has_buffers)
+    l.buffers([&](char const* name, auto& view) {
+      std::string const full = prefix + name;
+      f(full.c_str(), view);
+    });
+}
+// l's buffer values (0 without buffer_count()).
+template <class L>
+std::size_t buffer_count_of(L const& l) {
+  if constexpr (layer_traits<L>::has_buffer_count)
+    return l.buffer_count();
+  else
+    return (void)l, 0;
+}
+// Passes a data-parallel context to l if it takes one.
+template <class L, class Context>
+void pass_data_parallel(L& l, Context const& ctx) {
+  if constexpr (layer_traits<L>::has_data_parallel)
+    l.set_data_parallel(ctx);
+  else
+    (void)l, (void)ctx;
+}
+} // namespace detail
 
 /*! \brief True when \p L satisfies the Layer concept. \tparam L a type */
 template <class L>

@@ -328,6 +328,20 @@ public:
   void parameters(F&& f) {
     layer_.parameters(std::forward<F>(f));
   }
+  /*! \brief L's buffers, under their own names. \param f callable as
+   *  f(char const*, View&) */
+  template <class F, class LL = L, std::enable_if_t<layer_traits<LL>::has_buffers, int> = 0>
+  void buffers(F&& f) {
+    layer_.buffers(std::forward<F>(f));
+  }
+  /*! \brief L's buffer values (0 if it has none). */
+  std::size_t buffer_count() const { return detail::buffer_count_of(layer_); }
+  /*! \brief Passes a data-parallel context to L (if it takes one).
+   *  \param ctx a telar::DataParallelContext */
+  template <class Context>
+  void set_data_parallel(Context const& ctx) {
+    detail::pass_data_parallel(layer_, ctx);
+  }
   /*! \brief Passes a tensor-parallel context to L (if it takes one).
    *  \param ctx a telar::TensorParallelContext */
   template <class Context>

@@ -148,6 +148,28 @@ public:
           f(full.c_str(), v, g);
         });
   }
+  /*! \brief Visits the body's buffers, then the projection's ("shortcut.<name>").
+   *  \param f callable as f(char const*, View&) */
+  template <class F>
+  void buffers(F&& f) {
+    body_.buffers(f);
+    if constexpr (projected)
+      detail::prefixed_buffers(proj_, "shortcut.", f);
+  }
+  /*! \brief Buffer values of the body and the projection. */
+  std::size_t buffer_count() const {
+    std::size_t n = body_.buffer_count();
+    if constexpr (projected)
+      n += detail::buffer_count_of(proj_);
+    return n;
+  }
+  /*! \brief Passes a data-parallel context on. \param ctx a telar::DataParallelContext */
+  template <class Context>
+  void set_data_parallel(Context const& ctx) {
+    body_.set_data_parallel(ctx);
+    if constexpr (projected)
+      detail::pass_data_parallel(proj_, ctx);
+  }
   /*! \brief Passes a tensor-parallel context on. \param ctx a telar::TensorParallelContext */
   template <class Context>
   void set_tensor_parallel(Context const& ctx) {

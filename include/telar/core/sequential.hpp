@@ -305,6 +305,26 @@ public:
     });
   }
 
+  /*! \brief Visits (name, view) of every buffer of every layer, named
+   *  "<index>.<name>" as parameters. \param f callable as f(char const*, View&) */
+  template <class F>
+  void buffers(F&& f) {
+    for_each_layer(
+        [&](auto index, auto& l) { detail::prefixed_buffers(l, std::to_string(index) + ".", f); });
+  }
+  /*! \brief Buffer values of every layer. */
+  std::size_t buffer_count() const {
+    std::size_t n = 0;
+    for_each_layer([&](auto, auto const& l) { n += detail::buffer_count_of(l); });
+    return n;
+  }
+  /*! \brief Passes a data-parallel context to every layer that takes one.
+   *  \param ctx a telar::DataParallelContext */
+  template <class Context>
+  void set_data_parallel(Context const& ctx) {
+    for_each_layer([&](auto, auto& l) { detail::pass_data_parallel(l, ctx); });
+  }
+
   /*! \brief Passes a tensor-parallel context to every layer that takes one.
    *  \param ctx a telar::TensorParallelContext */
   template <class Context>

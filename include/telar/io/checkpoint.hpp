@@ -12,7 +12,9 @@
  *  \endcode
  *  A checkpoint holds every parameter tensor whole, as a dataset of its
  *  global shape ("/params/layer0.weight"), every optimizer state slot the
- *  same way ("/optim/slot0/layer0.weight", Adam: slot 0 = m, slot 1 = v), the
+ *  same way ("/optim/slot0/layer0.weight", Adam: slot 0 = m, slot 1 = v),
+ *  every buffer whole ("/buffers/layer1.running_mean", BatchNorm's running
+ *  statistics, written by the first data-parallel replica), the
  *  step count (which fixes the learning-rate schedule's position, Adam's bias
  *  correction and dropout's masks), the caller's telar::RunPosition and a
  *  description of the run, as attributes. Each rank writes and reads its own
@@ -217,6 +219,92 @@ inline std::string part_path(std::vector<std::string> const& names, std::size_t 
                    : "/optim/slot" + std::to_string(part - 1) + "/" + names[t];
 }
 
+// Checksums of the buffers (element_hash sums over the owners' values),
+// the same on every rank (collective).
+template <class T>
+std::vector<std::uint64_t> buffer_sums(Communicator const* comm,
+                                       std::vector<ModelBuffer<T>> const& bufs) {
+  std::vector<std::uint64_t> sums(bufs.size(), 0);
+  for (std::size_t i = 0; i < bufs.size(); ++i)
+    if (bufs[i].owner)
+      for (std::size_t k = 0; k < bufs[i].values.size(); ++k)
+        sums[i] += element_hash(k, bufs[i].values[k]);
+  if (comm && comm->size() > 1 && !sums.empty())
+    comm->allreduce(sums.data(), sums.size());
+  return sums;
+}
+
+// Selects all of a 1-D dataset space when `all`, else none, and returns
+// the matching memory space.
+inline H5Handle select_whole(hid_t space, bool all, std::size_t n, std::string const& file) {
+  if (all)
+    h5_check(H5Sselect_all(space), file, "H5Sselect_all");
+  else
+    h5_check(H5Sselect_none(space), file, "H5Sselect_none");
+  return memory_space(all ? n : 0, file);
+}
+
+// Writes every buffer whole as /buffers/<name> (its owner's values) with
+// its checksum (collective).
+template <class T>
+void write_buffers(hid_t root, Communicator const* comm, std::vector<ModelBuffer<T>> const& bufs,
+                   std::vector<std::uint64_t> const& sums, std::string const& tmp) {
+  if (bufs.empty())
+    return;
+  H5Handle g(h5_check(H5Gcreate2(root, "/buffers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), tmp,
+                      "H5Gcreate2"),
+             H5Gclose);
+  auto dxpl = h5_dxpl(comm, true, tmp);
+  for (std::size_t i = 0; i < bufs.size(); ++i) {
+    hsize_t dim = bufs[i].size;
+    H5Handle space(h5_check(H5Screate_simple(1, &dim, nullptr), tmp, "H5Screate_simple"), H5Sclose);
+    std::string const dname = "/buffers/" + bufs[i].name;
+    H5Handle d(h5_check(H5Dcreate2(root, dname.c_str(), h5_type<T>(), space.get(), H5P_DEFAULT,
+                                   H5P_DEFAULT, H5P_DEFAULT),
+                        tmp, "H5Dcreate2"),
+               H5Dclose);
+    auto mem = select_whole(space.get(), bufs[i].owner, bufs[i].size, tmp);
+    T scratch{};
+    h5_check(H5Dwrite(d.get(), h5_type<T>(), mem.get(), space.get(), dxpl.get(),
+                      bufs[i].owner ? bufs[i].values.data() : &scratch),
+             tmp, ("H5Dwrite " + dname).c_str());
+    h5_write_attr<std::uint64_t>(d.get(), "checksum", sums[i], tmp);
+  }
+}
+
+// Reads every buffer this rank holds from /buffers/<name>; `expected`
+// gets the files' checksums (collective).
+template <class T>
+void read_buffers(hid_t fid, Communicator const* comm, std::vector<ModelBuffer<T>>& bufs,
+                  std::vector<std::uint64_t>& expected, std::string const& at,
+                  std::string const& file) {
+  auto dxpl = h5_dxpl(comm, false, file);
+  expected.assign(bufs.size(), 0);
+  for (std::size_t i = 0; i < bufs.size(); ++i) {
+    std::string const dname = "/buffers/" + bufs[i].name;
+    std::string const dat = at + "buffer " + dname + ": ";
+    hid_t const did = H5Lexists(fid, "/buffers", H5P_DEFAULT) > 0
+                          ? H5Dopen2(fid, dname.c_str(), H5P_DEFAULT)
+                          : hid_t(-1);
+    if (did < 0)
+      throw CheckpointError(dat + "missing or unreadable (a checkpoint of a model without it?)");
+    H5Handle d(did, H5Dclose);
+    H5Handle space(H5Dget_space(did), H5Sclose);
+    hsize_t dim = 0;
+    if (space.get() < 0 || H5Sget_simple_extent_ndims(space.get()) != 1 ||
+        H5Sget_simple_extent_dims(space.get(), &dim, nullptr) < 0 || dim != bufs[i].size)
+      throw CheckpointError(dat + "its shape is not the model's " + shape_str({bufs[i].size}));
+    if (!h5_read_attr<std::uint64_t>(did, "checksum", expected[i]))
+      throw CheckpointError(dat + "no checksum");
+    bool const held = !bufs[i].values.empty();
+    auto mem = select_whole(space.get(), held, bufs[i].size, file);
+    T scratch{};
+    if (H5Dread(did, h5_type<T>(), mem.get(), space.get(), dxpl.get(),
+                held ? bufs[i].values.data() : &scratch) < 0)
+      throw CheckpointError(dat + "read failed (truncated or corrupted file?)");
+  }
+}
+
 inline void fsync_dir(std::string const& dir) {
   int const fd = ::open(dir.c_str(), O_RDONLY);
   if (fd >= 0) {
@@ -282,6 +370,8 @@ std::string save_checkpoint(Trainer& trainer, std::string const& dir,
       sums[part * nt + p.tensor] += detail::piece_hash(m, p, base(part) + p.shard_offset);
   if (comm && comm->size() > 1 && !sums.empty())
     comm->allreduce(sums.data(), sums.size());
+  auto const buffers = Access::buffers(trainer);
+  auto const buffer_sums = detail::buffer_sums(comm, buffers);
   detail::agreed(comm, [&] {
     auto fapl = detail::h5_fapl(comm, tmp);
     detail::h5_check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST), tmp,
@@ -345,6 +435,7 @@ std::string save_checkpoint(Trainer& trainer, std::string const& dir,
         detail::maybe_die(comm, ++written);
       }
     groups.clear();
+    detail::write_buffers(root, comm, buffers, buffer_sums, tmp);
     if (!f.reset())
       throw CheckpointError("telar::save_checkpoint: " + tmp + ": H5Fclose failed");
   });
@@ -405,6 +496,8 @@ RunPosition load_checkpoint(Trainer& trainer, std::string const& path) {
   RunPosition pos;
   long long step = 0, skipped = 0;
   std::vector<std::uint64_t> sums(parts * nt, 0), expected(parts * nt, 0);
+  auto buffers = Access::buffers(trainer);
+  std::vector<std::uint64_t> buffers_expected;
   detail::agreed(comm, [&] {
     std::string const at = where + file + ": ";
     auto fapl = detail::h5_fapl(comm, file);
@@ -468,6 +561,7 @@ RunPosition load_checkpoint(Trainer& trainer, std::string const& path) {
         if (n > 0)
           sums[part * nt + t] = detail::piece_hash(m, *p, static_cast<T const*>(dst));
       }
+    detail::read_buffers(fid, comm, buffers, buffers_expected, at, file);
   });
   if (comm && comm->size() > 1 && !sums.empty())
     comm->allreduce(sums.data(), sums.size());
@@ -476,7 +570,13 @@ RunPosition load_checkpoint(Trainer& trainer, std::string const& path) {
       throw CheckpointError(
           where + file + ": dataset " + detail::part_path(m.names, i % nt, i / nt) + " " +
           detail::shape_str(m.shapes[i % nt]) + " fails its checksum (the file is corrupted)");
+  auto const buffers_sums = detail::buffer_sums(comm, buffers);
+  for (std::size_t i = 0; i < buffers.size(); ++i)
+    if (buffers_sums[i] != buffers_expected[i])
+      throw CheckpointError(where + file + ": buffer /buffers/" + buffers[i].name +
+                            " fails its checksum (the file is corrupted)");
   Access::restore(trainer, values, state, step, skipped);
+  Access::set_buffers(trainer, buffers);
   return pos;
 }
 

@@ -19,8 +19,9 @@ namespace telar {
 template <class T>
 struct GatheredModel {
   /*! \brief Row-major values of every tensor: "layer0.weight" for
-   *  parameters and, when asked for, "optim/slot<k>/layer0.weight" for the
-   *  optimizer's state slot k (Adam: 0 = m, 1 = v). */
+   *  parameters, "buffers/layer1.running_mean" for buffers (BatchNorm's
+   *  running statistics) and, when asked for, "optim/slot<k>/layer0.weight"
+   *  for the optimizer's state slot k (Adam: 0 = m, 1 = v). */
   std::map<std::string, std::vector<T>> tensors;
   /*! \brief Global shape of every entry of tensors. */
   std::map<std::string, std::vector<std::size_t>> shapes;
@@ -67,9 +68,35 @@ std::vector<U> gather_all(Communicator const& comm, std::vector<U> const& v, int
   return out;
 }
 
+// Adds every buffer, "buffers/<name>", from the rank that owns it.
+template <class T>
+void gather_buffers(std::vector<ModelBuffer<T>> const& bufs, Communicator const* comm, int root,
+                    bool here, GatheredModel<T>& out) {
+  std::vector<std::uint64_t> ids;
+  std::vector<T> data;
+  for (std::size_t i = 0; i < bufs.size(); ++i)
+    if (bufs[i].owner) {
+      ids.push_back(i);
+      data.insert(data.end(), bufs[i].values.begin(), bufs[i].values.end());
+    }
+  if (comm != nullptr && comm->size() > 1) {
+    ids = gather_all(*comm, ids, root);
+    data = gather_all(*comm, data, root);
+  }
+  if (!here)
+    return;
+  auto at = data.begin();
+  for (std::uint64_t i : ids) {
+    std::string const key = "buffers/" + bufs[i].name;
+    out.tensors[key].assign(at, at + long(bufs[i].size));
+    out.shapes[key] = {bufs[i].size};
+    at += long(bufs[i].size);
+  }
+}
+
 } // namespace detail
 
-/*! \brief Every parameter tensor of \p trainer's model, whole, assembled
+/*! \brief Every parameter tensor (and buffer) of \p trainer's model, whole, assembled
  *  from the ranks that hold its pieces (pipeline stages, tensor-parallel
  *  blocks, ZeRO shards), in the same form whatever the layout (collective
  *  over the trainer's ranks).
@@ -114,6 +141,7 @@ GatheredModel<typename Trainer::value_type> gather_model(Trainer& trainer, int r
     data = detail::gather_all(*comm, data, root);
   }
   GatheredModel<T> out;
+  detail::gather_buffers(Access::buffers(trainer), comm, root, here, out);
   if (!here)
     return out;
   for (std::size_t t = 0; t < m.names.size(); ++t)

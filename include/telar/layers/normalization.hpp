@@ -7,13 +7,9 @@
  *  not depend on the rest of the batch: they give the same result whatever the
  *  micro-batching or data-parallel split, with no communication.
  *
- *  BatchNorm is left out on purpose: its statistics are over the batch, so
- *  under data parallelism (or micro-batching) each rank would normalise with
- *  its own share's mean and variance and training would no longer match
- *  serial training; matching it needs a synchronised reduction of the
- *  statistics over the data-parallel group in every forward and backward
- *  (SyncBatchNorm), which a layer cannot do without knowing that group.
- *  GroupNorm is the usual replacement in convolutional networks.
+ *  BatchNorm, whose statistics are over the batch, is in
+ *  telar/layers/batch_norm.hpp: under data parallelism it needs a statistics
+ *  policy (telar::LocalStats or telar::SyncStats) to say over which batch.
  */
 #include <telar/core/detail/column_sums.hpp>
 #include <telar/core/detail/math.hpp>

@@ -13,6 +13,7 @@
 #include <telar/optim/detail/engine.hpp>
 #include <telar/optim/lr_schedule.hpp>
 #include <telar/optim/optimizer.hpp>
+#include <telar/parallel/data_parallel.hpp>
 #include <telar/parallel/detail/gradient_sync.hpp>
 #include <telar/parallel/detail/partition.hpp>
 #include <telar/parallel/detail/pipeline_executor.hpp>
@@ -175,6 +176,8 @@ public:
           exec, schedule_, x, y, loss_, scale,
           detail::StepHooks<Residency, Sync, execution_space>(residency_, sync_, exec), &trace_);
     }
+    if (grid_) // running statistics equal on every replica (see average_buffers)
+      average_buffers(model_, DataParallelContext(grid_->dp()));
     StepResult r;
     r.lr = options_.lr(step_ + 1);
     r.skipped = update(exec, r.lr, local);
@@ -496,6 +499,8 @@ private:
         set_tensor_parallel(
             model_,
             TensorParallelContext(grid_->tp(), typename StrategyT::tensor_parallel::algorithm{}));
+    if (grid_) // layers reducing over the replicas inside forward (SyncStats)
+      set_data_parallel(model_, DataParallelContext(grid_->dp()));
     shapes_ = model_.build(in_shape);
     features_.clear();
     for (Shape const& sh : shapes_)

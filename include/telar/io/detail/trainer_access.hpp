@@ -3,6 +3,7 @@
 // Trainer): its tensors' pieces, the shard's values and optimizer state on
 // the host, and setting them back (then publishing the values to the ranks
 // that hold copies, as after an optimizer step).
+#include <telar/io/detail/model_buffers.hpp>
 #include <telar/io/detail/model_pieces.hpp>
 #include <telar/io/error.hpp>
 #include <telar/optim/optimizer.hpp>
@@ -29,6 +30,19 @@ struct TrainerAccess {
   static char const* optimizer_name() {
     using Opt = std::decay_t<decltype(std::declval<Tr&>().engine_.optimizer())>;
     return telar::optimizer_name<Opt>();
+  }
+
+  // Every buffer with this rank's values; the first data-parallel and
+  // tensor-parallel replica of each stage writes (collective).
+  template <class Tr>
+  static std::vector<ModelBuffer<typename Tr::value_type>> buffers(Tr& t) {
+    return model_buffers<typename Tr::value_type>(t.model_, comm(t),
+                                                  t.coords_.dp == 0 && t.coords_.tp == 0);
+  }
+  // Sets the buffers this rank holds.
+  template <class Tr>
+  static void set_buffers(Tr& t, std::vector<ModelBuffer<typename Tr::value_type>> const& b) {
+    set_model_buffers(t.model_, b);
   }
 
   // Every tensor's name and global shape, and this rank's pieces (collective).

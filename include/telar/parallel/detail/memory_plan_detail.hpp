@@ -9,6 +9,7 @@
 #include <telar/core/parameters.hpp>
 #include <telar/optim/optimizer.hpp>
 #include <telar/parallel/detail/partition.hpp>
+#include <telar/parallel/detail/plan_buffers.hpp>
 #include <telar/parallel/detail/plan_model_states.hpp>
 #include <telar/parallel/detail/slot_release.hpp>
 #include <telar/parallel/strategy.hpp>
@@ -278,6 +279,7 @@ MemoryPlan plan_rank(Model model, TrainerOptions const& options, Shape const& in
   ms.microbatches = sched.microbatches;
   ms.gather_per_step = zero3_gathers_per_step<StrategyT>();
   plan.bytes = plan_model_states(ms);
+  plan.bytes[MemoryCategory::parameters] += plan_buffer_bytes(model, owned);
   std::size_t const local = options.batch_size / std::size_t(shape.dp);
   plan_activations<Model, Loss>(model, shapes, bounds, sched, at.pp, local, plan);
   return plan;
