@@ -160,7 +160,8 @@ TEMPLATE_TEST_CASE("oneDNN Conv3D equals im2col + GEMM in float", "[conv][policy
   }
 }
 
-TEMPLATE_TEST_CASE("oneDNN Conv2D keeps primitives per batch size and in copies", "[conv][policy]", M) {
+TEMPLATE_TEST_CASE("oneDNN Conv2D keeps primitives per batch size and in copies", "[conv][policy]",
+                   M) {
   using M = TestType; // dependent: discarded where oneDNN cannot run
   if constexpr (telar::OneDnnConv::supports<float, M>()) {
     using A = telar::Conv2D<float, M, telar::AutoGemm, telar::OneDnnConv>;
@@ -189,7 +190,8 @@ TEMPLATE_TEST_CASE("oneDNN Conv2D keeps primitives per batch size and in copies"
   }
 }
 
-TEMPLATE_TEST_CASE("A float CNN trains the same with oneDNN and im2col convolutions", "[conv][policy]", M) {
+TEMPLATE_TEST_CASE("A float CNN trains the same with oneDNN and im2col convolutions",
+                   "[conv][policy]", M) {
   using M = TestType; // dependent: discarded where oneDNN cannot run
   if constexpr (telar::OneDnnConv::supports<float, M>()) {
     using T = float;
@@ -226,10 +228,10 @@ TEMPLATE_TEST_CASE("oneDNN grouped and depthwise convolutions equal im2col + GEM
     using B2 = telar::Conv2D<float, M, telar::AutoGemm, telar::Im2colConv>;
     compare<A2, B2>([](auto l) { return decltype(l)(4, 6, 3, 1, 1, true, 1, 2); }, Shape{4, 6, 7},
                     2, "2 groups 3x3 p1");
-    compare<A2, B2>([](auto l) { return decltype(l)(8, 8, 3, 2, 1, false, 1, 8); },
-                    Shape{8, 9, 8}, 3, "depthwise 3x3 s2 p1 no bias");
-    compare<A2, B2>([](auto l) { return decltype(l)(6, 12, 1, 1, 0, true, 1, 3); },
-                    Shape{6, 4, 5}, 2, "3 groups 1x1");
+    compare<A2, B2>([](auto l) { return decltype(l)(8, 8, 3, 2, 1, false, 1, 8); }, Shape{8, 9, 8},
+                    3, "depthwise 3x3 s2 p1 no bias");
+    compare<A2, B2>([](auto l) { return decltype(l)(6, 12, 1, 1, 0, true, 1, 3); }, Shape{6, 4, 5},
+                    2, "3 groups 1x1");
     using A3 = telar::Conv3D<float, M, telar::AutoGemm, telar::OneDnnConv>;
     using B3 = telar::Conv3D<float, M, telar::AutoGemm, telar::Im2colConv>;
     compare<A3, B3>([](auto l) { return decltype(l)(4, 4, 3, 1, 1, true, 1, 4); },
