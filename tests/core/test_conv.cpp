@@ -94,6 +94,7 @@ TEST_CASE("Grouped and depthwise convolutions match finite differences", "[conv]
   require_gradients(C2(3, 3, 3, 2, 1, true, 1, 3), Shape{3, 5, 6}, 2, "depthwise 3x3 s2 p1");
   require_gradients(C2(2, 4, 3, 1, 0, false, 2, 2), Shape{2, 6, 6}, 2, "depthwise x2 d2 no bias");
   require_gradients(C2(4, 4, 1, 1, 0, true, 1, 2), Shape{4, 3, 4}, 2, "2 groups 1x1 (no im2col)");
+  require_gradients(C2(10, 10, 3, 1, 1, true, 1, 2), Shape{10, 3, 3}, 2, "2 groups of 5");
   require_gradients(C3(4, 2, 2, 1, 1, true, 1, 2), Shape{4, 2, 3, 3}, 1, "3-D 2 groups");
 }
 
@@ -105,6 +106,7 @@ TEST_CASE("Transposed convolutions match finite differences", "[conv][transpose]
   require_gradients(T2(4, 6, 2, 2, 0, 0, false, 1, 2), Shape{4, 3, 3}, 2, "2x2 s2 2 groups");
   require_gradients(T2(2, 2, 2, 2, 1, 2, true, 3), Shape{2, 3, 3}, 2, "s2 d3 op2 (op >= stride)");
   require_gradients(T2(3, 2, 1), Shape{3, 3, 4}, 2, "1x1 (no im2col)");
+  require_gradients(T2(10, 10, 2, 2, 0, 0, true, 1, 2), Shape{10, 3, 3}, 2, "2 groups of 5");
   require_gradients(T2(2, 3, {1, 3}, {1, 2}, {0, 1}, {0, 1}), Shape{2, 3, 3}, 2,
                     "1x3 stride (1,2) op (0,1)");
   require_gradients(T3(2, 2, 2, 2, 0, 1), Shape{2, 2, 2, 3}, 1, "3-D 2x2x2 s2 op1");

@@ -232,6 +232,8 @@ TEMPLATE_TEST_CASE("oneDNN grouped and depthwise convolutions equal im2col + GEM
                     3, "depthwise 3x3 s2 p1 no bias");
     compare<A2, B2>([](auto l) { return decltype(l)(6, 12, 1, 1, 0, true, 1, 3); }, Shape{6, 4, 5},
                     2, "3 groups 1x1");
+    compare<A2, B2>([](auto l) { return decltype(l)(16, 24, 3, 1, 1, true, 1, 2); },
+                    Shape{16, 6, 5}, 2, "2 groups of 8 -> 12");
     using A3 = telar::Conv3D<float, M, telar::AutoGemm, telar::OneDnnConv>;
     using B3 = telar::Conv3D<float, M, telar::AutoGemm, telar::Im2colConv>;
     compare<A3, B3>([](auto l) { return decltype(l)(4, 4, 3, 1, 1, true, 1, 4); },
