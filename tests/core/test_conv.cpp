@@ -1,11 +1,13 @@
-// Convolution, pooling and flatten layers: finite-difference gradient checks
-// in double, a forward check against a naive direct convolution, and shape
-// errors.
+// Convolution (grouped, depthwise, transposed), pooling and flatten layers:
+// finite-difference gradient checks in double, forward checks against a naive
+// direct convolution and against PyTorch 1.13 (tests/core/conv_reference.py
+// prints the numbers), and shape errors.
 #include "support.hpp"
 
 #include <telar/core/sequential.hpp>
 #include <telar/layers/activation.hpp>
 #include <telar/layers/conv.hpp>
+#include <telar/layers/conv_transpose.hpp>
 #include <telar/layers/flatten.hpp>
 #include <telar/layers/pooling.hpp>
 #include <telar/testing/check_gradients.hpp>
@@ -14,6 +16,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 using telar::Shape;
 using telar::test::random_matrix;
@@ -55,7 +58,112 @@ std::vector<double> direct_conv2d(Conv& conv, HX const& hx, std::size_t n, std::
   return y;
 }
 
+// Fills x, W and b of a built layer by conv_reference.py's formulas, runs
+// forward on 2 samples and returns the output shape and the checksum
+// sum_i y[i] ((i % 7) - 3).
+template <class Layer>
+std::pair<Shape, double> reference_checksum(Layer layer, Shape in) {
+  layer.build(in);
+  layer.initialize(1);
+  auto fill = [](auto const& v, auto f) {
+    auto h = Kokkos::create_mirror_view(v);
+    for (std::size_t i = 0; i < h.size(); ++i)
+      h.data()[i] = f(double(i));
+    Kokkos::deep_copy(v, h);
+  };
+  fill(layer.weight, [](double i) { return 0.5 * std::cos(0.23 * i); });
+  fill(layer.bias, [](double i) { return 0.1 * i - 0.2; });
+  Shape const out = layer.output_shape(in);
+  telar::Matrix<double> x("x", 2, in.size()), y("y", 2, out.size());
+  fill(x, [](double i) { return std::sin(0.37 * i + 0.1); });
+  typename Layer::saved_type saved;
+  layer.forward(Exec{}, x, y, saved);
+  auto hy = to_host(y);
+  double sum = 0;
+  for (std::size_t i = 0; i < hy.size(); ++i)
+    sum += hy.data()[i] * double(int(i % 7) - 3);
+  return {out, sum};
+}
+
 } // namespace
+
+TEST_CASE("Grouped and depthwise convolutions match finite differences", "[conv][groups][fd]") {
+  using C2 = telar::Conv2D<double>;
+  using C3 = telar::Conv3D<double>;
+  require_gradients(C2(4, 6, 3, 1, 1, true, 1, 2), Shape{4, 4, 5}, 2, "2 groups 3x3 p1");
+  require_gradients(C2(3, 3, 3, 2, 1, true, 1, 3), Shape{3, 5, 6}, 2, "depthwise 3x3 s2 p1");
+  require_gradients(C2(2, 4, 3, 1, 0, false, 2, 2), Shape{2, 6, 6}, 2, "depthwise x2 d2 no bias");
+  require_gradients(C2(4, 4, 1, 1, 0, true, 1, 2), Shape{4, 3, 4}, 2, "2 groups 1x1 (no im2col)");
+  require_gradients(C2(10, 10, 3, 1, 1, true, 1, 2), Shape{10, 3, 3}, 2, "2 groups of 5");
+  require_gradients(C3(4, 2, 2, 1, 1, true, 1, 2), Shape{4, 2, 3, 3}, 1, "3-D 2 groups");
+}
+
+TEST_CASE("Transposed convolutions match finite differences", "[conv][transpose][fd]") {
+  using T2 = telar::ConvTranspose2D<double>;
+  using T3 = telar::ConvTranspose3D<double>;
+  require_gradients(T2(2, 3, 3), Shape{2, 3, 4}, 2, "3x3 s1");
+  require_gradients(T2(3, 2, 3, 2, 1, 1), Shape{3, 3, 4}, 2, "3x3 s2 p1 op1");
+  require_gradients(T2(4, 6, 2, 2, 0, 0, false, 1, 2), Shape{4, 3, 3}, 2, "2x2 s2 2 groups");
+  require_gradients(T2(2, 2, 2, 2, 1, 2, true, 3), Shape{2, 3, 3}, 2, "s2 d3 op2 (op >= stride)");
+  require_gradients(T2(3, 2, 1), Shape{3, 3, 4}, 2, "1x1 (no im2col)");
+  require_gradients(T2(10, 10, 2, 2, 0, 0, true, 1, 2), Shape{10, 3, 3}, 2, "2 groups of 5");
+  require_gradients(T2(2, 3, {1, 3}, {1, 2}, {0, 1}, {0, 1}), Shape{2, 3, 3}, 2,
+                    "1x3 stride (1,2) op (0,1)");
+  require_gradients(T3(2, 2, 2, 2, 0, 1), Shape{2, 2, 2, 3}, 1, "3-D 2x2x2 s2 op1");
+}
+
+TEST_CASE("Grouped and transposed convolutions match PyTorch 1.13", "[conv][groups][transpose]") {
+  struct Want {
+    char const* what;
+    Shape out;
+    double sum; // from tests/core/conv_reference.py
+  };
+  auto check = [](std::pair<Shape, double> const& got, Want const& want) {
+    INFO(want.what);
+    CHECK(got.first == want.out);
+    CHECK(std::fabs(got.second - want.sum) < 1e-10 * (1 + std::fabs(want.sum)));
+  };
+  using C2 = telar::Conv2D<double>;
+  using C3 = telar::Conv3D<double>;
+  using T2 = telar::ConvTranspose2D<double>;
+  using T3 = telar::ConvTranspose3D<double>;
+  check(reference_checksum(C2(4, 6, 3, 1, 1, true, 1, 2), Shape{4, 5, 6}),
+        {"grouped 2-D", Shape{6, 5, 6}, -3.4151145406466874});
+  check(reference_checksum(C2(3, 6, 3, 2, 1, true, 1, 3), Shape{3, 7, 6}),
+        {"depthwise 2-D s2", Shape{6, 4, 3}, -0.8244497152068588});
+  check(reference_checksum(C3(4, 2, 2, 1, 0, true, 1, 2), Shape{4, 3, 4, 3}),
+        {"grouped 3-D", Shape{2, 2, 3, 2}, 6.07122104044106});
+  check(reference_checksum(T2(3, 4, 3, 2, 1, 1), Shape{3, 4, 5}),
+        {"transposed 2-D s2 p1 op1", Shape{4, 8, 10}, -9.745495050265848});
+  check(reference_checksum(T2(4, 6, 2, 1, 0, 0, true, 2, 2), Shape{4, 3, 4}),
+        {"transposed 2-D grouped d2", Shape{6, 5, 6}, -3.378378048406219});
+  check(reference_checksum(T2(2, 3, 2, 2, 1, 2, true, 3), Shape{2, 3, 3}),
+        {"transposed 2-D s2 d3 op2", Shape{3, 8, 8}, -0.4881662355818284});
+  check(reference_checksum(T3(2, 3, 2, 2, 0, 1), Shape{2, 2, 3, 2}),
+        {"transposed 3-D s2 op1", Shape{3, 5, 7, 5}, 0.5426875034084216});
+}
+
+TEST_CASE("Grouped and transposed convolutions count parameters and flops",
+          "[conv][groups][transpose]") {
+  telar::Conv2D<double> dw(8, 8, 3, 1, 1, true, 1, 8);
+  CHECK(dw.parameter_count() == 8 * 9 + 8);
+  CHECK(dw.flops(2, Shape{8, 5, 5}) == 2.0 * 2 * 8 * 25 * 9);
+  CHECK(dw.groups() == 8);
+  // PyTorch: ConvTranspose2d(4, 6, 3, groups=2) has 4 * 3 * 9 + 6 parameters.
+  telar::ConvTranspose2D<double> up(4, 6, 3, 2, 0, 0, true, 1, 2);
+  CHECK(up.parameter_count() == 4 * 3 * 9 + 6);
+  // Each input value meets out/groups * 9 weights: 2 * n * 4 * 5 * 5 * 27.
+  CHECK(up.flops(2, Shape{4, 5, 5}) == 2.0 * 2 * 4 * 25 * 27);
+  CHECK(up.saved_bytes(2, Shape{4, 5, 5}) == 0);
+  up.build(Shape{4, 5, 5});
+  up.initialize(1);
+  CHECK(to_host(up.weight).extent(0) == 4);
+  CHECK(to_host(up.weight).extent(1) == 27);
+  double const bound = 1.0 / std::sqrt(27.0); // fan-in out/groups * 9, as PyTorch
+  auto hw = to_host(up.weight);
+  for (std::size_t i = 0; i < hw.size(); ++i)
+    REQUIRE(std::fabs(hw.data()[i]) <= bound);
+}
 
 TEST_CASE("Conv2D gradients match finite differences", "[conv][fd]") {
   using C2 = telar::Conv2D<double>;
@@ -203,6 +311,27 @@ TEST_CASE("Conv and pooling layers report shape errors", "[conv][pool]") {
         0);
   CHECK(message(telar::AvgPool2D<float>(4), Shape{1, 3, 8}).find("AvgPool2D expects inputs") == 0);
   CHECK(message(telar::GlobalAvgPool<float>{}, Shape{10}).find("GlobalAvgPool expects") == 0);
+  CHECK(message(telar::ConvTranspose2D<float>(3, 4, 3, 2, 0, 2), Shape{3, 5, 5}) ==
+        "ConvTranspose2D: output_padding (2) must be smaller than stride (2) or dilation (1)");
+  CHECK(message(telar::ConvTranspose2D<float>(3, 4, 3), Shape{4, 5, 5})
+            .find("ConvTranspose2D expects inputs [3, H, W]") == 0);
+  CHECK(message(telar::ConvTranspose3D<float>(3, 4, 1, 1, 1), Shape{3, 1, 2, 2})
+            .find("whose output is not empty") != std::string::npos);
+  auto group_error = [](auto make) -> std::string {
+    try {
+      make();
+    } catch (telar::ShapeError const& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  CHECK(group_error([] { telar::Conv2D<float>(6, 4, 3, 1, 0, true, 1, 4); }) ==
+        "Conv2D: in_channels (6) and out_channels (4) must be divisible by groups (4)");
+  CHECK(group_error([] { telar::Conv3D<float>(4, 6, 3, 1, 0, true, 1, 4); }).find("Conv3D") == 0);
+  CHECK(group_error([] { telar::ConvTranspose2D<float>(4, 6, 3, 1, 0, 0, true, 1, 4); }) ==
+        "ConvTranspose2D: in_channels (4) and out_channels (6) must be divisible by groups (4)");
+  CHECK(telar::ConvTranspose2D<float>(3, 4, 3, 2, 1, 1).output_shape(Shape{3, 7, 5}) ==
+        (Shape{4, 14, 10}));
   CHECK(message(telar::Conv2D<float>(1, 4, 3, 1, 1), Shape{1, 28, 28}) == "no error");
   CHECK(telar::Conv2D<float>(1, 4, 3, 2, 1).output_shape(Shape{1, 28, 27}) == (Shape{4, 14, 14}));
   CHECK(telar::Conv3D<float>(1, 4, 3).output_shape(Shape{1, 5, 6, 7}) == (Shape{4, 3, 4, 5}));

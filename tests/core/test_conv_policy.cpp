@@ -3,13 +3,18 @@
 // and weight gradients (accumulated), over 2-D and 3-D geometries and batch
 // sizes; AutoConv's choice. oneDNN has no f64 convolutions: the finite-
 // difference checks in double stay on the portable path (test_conv.cpp).
+// The oneDNN cases are templates over the memory space (one type: the
+// default), so that `if constexpr` discards them where oneDNN cannot run (a
+// CUDA build) instead of instantiating oneDNN layers there.
 #include "support.hpp"
 
 #include <telar/core/sequential.hpp>
 #include <telar/layers/activation.hpp>
 #include <telar/layers/conv.hpp>
+#include <telar/layers/conv_transpose.hpp>
 #include <telar/layers/pooling.hpp>
 
+#include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
 
 #include <algorithm>
@@ -90,7 +95,8 @@ TEST_CASE("AutoConv picks oneDNN for float on the host when available", "[conv][
 }
 
 #if TELAR_HAVE_ONEDNN
-TEST_CASE("oneDNN Conv2D equals im2col + GEMM in float", "[conv][policy]") {
+TEMPLATE_TEST_CASE("oneDNN Conv2D equals im2col + GEMM in float", "[conv][policy]", M) {
+  using M = TestType; // dependent: discarded where oneDNN cannot run
   if constexpr (telar::OneDnnConv::supports<float, M>()) {
     using A = telar::Conv2D<float, M, telar::AutoGemm, telar::OneDnnConv>;
     using B = telar::Conv2D<float, M, telar::AutoGemm, telar::Im2colConv>;
@@ -142,7 +148,8 @@ TEST_CASE("oneDNN Conv2D equals im2col + GEMM in float", "[conv][policy]") {
   }
 }
 
-TEST_CASE("oneDNN Conv3D equals im2col + GEMM in float", "[conv][policy]") {
+TEMPLATE_TEST_CASE("oneDNN Conv3D equals im2col + GEMM in float", "[conv][policy]", M) {
+  using M = TestType; // dependent: discarded where oneDNN cannot run
   if constexpr (telar::OneDnnConv::supports<float, M>()) {
     using A = telar::Conv3D<float, M, telar::AutoGemm, telar::OneDnnConv>;
     using B = telar::Conv3D<float, M, telar::AutoGemm, telar::Im2colConv>;
@@ -153,7 +160,9 @@ TEST_CASE("oneDNN Conv3D equals im2col + GEMM in float", "[conv][policy]") {
   }
 }
 
-TEST_CASE("oneDNN Conv2D keeps primitives per batch size and in copies", "[conv][policy]") {
+TEMPLATE_TEST_CASE("oneDNN Conv2D keeps primitives per batch size and in copies", "[conv][policy]",
+                   M) {
+  using M = TestType; // dependent: discarded where oneDNN cannot run
   if constexpr (telar::OneDnnConv::supports<float, M>()) {
     using A = telar::Conv2D<float, M, telar::AutoGemm, telar::OneDnnConv>;
     using B = telar::Conv2D<float, M, telar::AutoGemm, telar::Im2colConv>;
@@ -170,8 +179,8 @@ TEST_CASE("oneDNN Conv2D keeps primitives per batch size and in copies", "[conv]
       INFO("batch " << n);
       auto x = random_matrix<float>(n, in.size(), n);
       telar::Matrix<float> ya("ya", n, 4 * 25), yb("yb", n, 4 * 25), yc("yc", n, 4 * 25);
-      A::saved_type sa, sc;
-      B::saved_type sb;
+      typename A::saved_type sa, sc;
+      typename B::saved_type sb;
       a.forward(Exec{}, x, ya, sa);
       b.forward(Exec{}, x, yb, sb);
       copy.forward(Exec{}, x, yc, sc);
@@ -181,7 +190,9 @@ TEST_CASE("oneDNN Conv2D keeps primitives per batch size and in copies", "[conv]
   }
 }
 
-TEST_CASE("A float CNN trains the same with oneDNN and im2col convolutions", "[conv][policy]") {
+TEMPLATE_TEST_CASE("A float CNN trains the same with oneDNN and im2col convolutions",
+                   "[conv][policy]", M) {
+  using M = TestType; // dependent: discarded where oneDNN cannot run
   if constexpr (telar::OneDnnConv::supports<float, M>()) {
     using T = float;
     auto run = [](auto conv) {
@@ -206,6 +217,46 @@ TEST_CASE("A float CNN trains the same with oneDNN and im2col convolutions", "[c
     auto b = run(telar::Conv2D<T, M, telar::AutoGemm, telar::Im2colConv>{});
     CHECK(worst(a.first, b.first) < 1e-5);
     CHECK(worst(a.second, b.second) < 1e-4);
+  }
+}
+
+TEMPLATE_TEST_CASE("oneDNN grouped and depthwise convolutions equal im2col + GEMM",
+                   "[conv][policy][groups]", M) {
+  using M = TestType; // dependent: discarded where oneDNN cannot run
+  if constexpr (telar::OneDnnConv::supports<float, M>()) {
+    using A2 = telar::Conv2D<float, M, telar::AutoGemm, telar::OneDnnConv>;
+    using B2 = telar::Conv2D<float, M, telar::AutoGemm, telar::Im2colConv>;
+    compare<A2, B2>([](auto l) { return decltype(l)(4, 6, 3, 1, 1, true, 1, 2); }, Shape{4, 6, 7},
+                    2, "2 groups 3x3 p1");
+    compare<A2, B2>([](auto l) { return decltype(l)(8, 8, 3, 2, 1, false, 1, 8); }, Shape{8, 9, 8},
+                    3, "depthwise 3x3 s2 p1 no bias");
+    compare<A2, B2>([](auto l) { return decltype(l)(6, 12, 1, 1, 0, true, 1, 3); }, Shape{6, 4, 5},
+                    2, "3 groups 1x1");
+    compare<A2, B2>([](auto l) { return decltype(l)(16, 24, 3, 1, 1, true, 1, 2); },
+                    Shape{16, 6, 5}, 2, "2 groups of 8 -> 12");
+    using A3 = telar::Conv3D<float, M, telar::AutoGemm, telar::OneDnnConv>;
+    using B3 = telar::Conv3D<float, M, telar::AutoGemm, telar::Im2colConv>;
+    compare<A3, B3>([](auto l) { return decltype(l)(4, 4, 3, 1, 1, true, 1, 4); },
+                    Shape{4, 3, 4, 5}, 2, "3-D depthwise");
+  }
+}
+
+TEMPLATE_TEST_CASE("oneDNN transposed convolutions equal im2col + GEMM",
+                   "[conv][policy][transpose]", M) {
+  using M = TestType; // dependent: discarded where oneDNN cannot run
+  if constexpr (telar::OneDnnConv::supports<float, M>()) {
+    using A2 = telar::ConvTranspose2D<float, M, telar::AutoGemm, telar::OneDnnConv>;
+    using B2 = telar::ConvTranspose2D<float, M, telar::AutoGemm, telar::Im2colConv>;
+    compare<A2, B2>([](auto l) { return decltype(l)(6, 4, 3, 2, 1, 1); }, Shape{6, 5, 4}, 2,
+                    "3x3 s2 p1 op1");
+    compare<A2, B2>([](auto l) { return decltype(l)(4, 6, 2, 2, 0, 0, false, 1, 2); },
+                    Shape{4, 4, 3}, 3, "2x2 s2 2 groups no bias");
+    compare<A2, B2>([](auto l) { return decltype(l)(3, 2, 2, 2, 1, 2, true, 3); }, Shape{3, 3, 4},
+                    2, "s2 d3 op2 (im2col fallback)");
+    using A3 = telar::ConvTranspose3D<float, M, telar::AutoGemm, telar::OneDnnConv>;
+    using B3 = telar::ConvTranspose3D<float, M, telar::AutoGemm, telar::Im2colConv>;
+    compare<A3, B3>([](auto l) { return decltype(l)(3, 2, 2, 2, 0, 1); }, Shape{3, 2, 3, 2}, 2,
+                    "3-D 2x2x2 s2 op1");
   }
 }
 #endif

@@ -13,6 +13,12 @@
  *  - backward_weight: dW += dy_n col(x_n)^T (col recomputed: only x is kept),
  *    db += sums of dy over positions.
  *  A 1x1 convolution with stride 1 and no padding skips im2col (col(x) = x).
+ *  With groups, col(x) is the same; each group multiplies its own rows of W
+ *  with its own rows of col(x) (one GEMM per group and sample).
+ *
+ *  The arithmetic lives in detail::ConvEngine, which telar::ConvTranspose2D/3D
+ *  (telar/layers/conv_transpose.hpp) reuses with forward and input gradient
+ *  swapped.
  *
  *  The convolution policy (telar/layers/conv_policy.hpp) may replace this
  *  path: telar::AutoConv runs oneDNN's convolution primitives for float on
@@ -54,9 +60,14 @@ struct ConvGeometry {
   int pd = 0, ph = 0, pw = 0;     // padding
   int dd = 1, dh = 1, dw = 1;     // dilation
   int Do = 1, Ho = 0, Wo = 0;     // output
+  int G = 1;                      // groups: channels [i C/G, (i+1) C/G) feed outputs of group i
 
   KOKKOS_INLINE_FUNCTION int kvol() const { return kd * kh * kw; }
+  // Rows of col(x): every input channel times the kernel volume.
   KOKKOS_INLINE_FUNCTION int K() const { return C * kd * kh * kw; }
+  // Columns of W [Co, C/G * kvol]: one group's channels times the kernel volume.
+  int Kg() const { return K() / G; }
+  int Cog() const { return Co / G; }
   KOKKOS_INLINE_FUNCTION int P() const { return Do * Ho * Wo; }
   KOKKOS_INLINE_FUNCTION int in_size() const { return C * D * H * W; }
   bool pointwise() const {
@@ -226,17 +237,257 @@ template <class T, class MemorySpace>
 using ConvSlice =
     Kokkos::View<T**, Kokkos::LayoutRight, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
+// Sets dimension j (0 depth, 1 height, 2 width) of g: a kernel k with stride
+// s, padding p and dilation d reading `in` positions into `out`.
+inline void conv_set_dim(ConvGeometry& g, int j, int in, int k, int s, int p, int d, int out) {
+  int* const ext[3] = {&g.D, &g.H, &g.W};
+  int* const kern[3] = {&g.kd, &g.kh, &g.kw};
+  int* const str[3] = {&g.sd, &g.sh, &g.sw};
+  int* const pad[3] = {&g.pd, &g.ph, &g.pw};
+  int* const dil[3] = {&g.dd, &g.dh, &g.dw};
+  int* const o[3] = {&g.Do, &g.Ho, &g.Wo};
+  *ext[j] = in, *kern[j] = k, *str[j] = s, *pad[j] = p, *dil[j] = d, *o[j] = out;
+}
+
+// True when every output extent of g is the one conv_out_extent gives (a
+// transposed convolution's output_padding may add a row no kernel reaches).
+inline bool conv_extents_consistent(ConvGeometry const& g) {
+  return conv_out_extent(g.D, g.kd, g.sd, g.pd, g.dd) == g.Do &&
+         conv_out_extent(g.H, g.kh, g.sh, g.ph, g.dh) == g.Ho &&
+         conv_out_extent(g.W, g.kw, g.sw, g.pw, g.dw) == g.Wo;
+}
+
+// The same value in every dimension, and the product of the extents.
+template <std::size_t Dims>
+constexpr std::array<std::size_t, Dims> conv_fill_extents(std::size_t v) {
+  std::array<std::size_t, Dims> e{};
+  for (auto& x : e)
+    x = v;
+  return e;
+}
+template <std::size_t Dims>
+std::size_t conv_volume(std::array<std::size_t, Dims> const& e) {
+  std::size_t v = 1;
+  for (auto x : e)
+    v *= x;
+  return v;
+}
+
+// ShapeError unless kernel, stride and dilation are >= 1.
+template <std::size_t Dims>
+void conv_check_settings(char const* layer, std::array<std::size_t, Dims> const& kernel,
+                         std::array<std::size_t, Dims> const& stride,
+                         std::array<std::size_t, Dims> const& dilation) {
+  for (std::size_t i = 0; i < Dims; ++i)
+    if (kernel[i] < 1 || stride[i] < 1 || dilation[i] < 1)
+      throw ShapeError(std::string(layer) + ": kernel, stride and dilation must be >= 1");
+}
+
+// ShapeError unless both channel counts are multiples of groups (>= 1).
+inline void conv_check_groups(char const* layer, std::size_t in, std::size_t out,
+                              std::size_t groups) {
+  if (groups < 1 || in % groups != 0 || out % groups != 0)
+    throw ShapeError(std::string(layer) + ": in_channels (" + std::to_string(in) +
+                     ") and out_channels (" + std::to_string(out) +
+                     ") must be divisible by groups (" + std::to_string(groups) + ")");
+}
+
+// The run-time checks of a layer call: built, initialised, [n, in] -> [n, out].
+inline void conv_check_call(char const* layer, char const* what, bool built, bool initialised,
+                            std::size_t in, std::size_t out, std::size_t xn, std::size_t xf,
+                            std::size_t yn, std::size_t yf) {
+  std::string const where = std::string("telar::") + layer + "::" + what;
+  if (!built)
+    throw Error(where + ": call build(input shape) first (telar::Sequential does)");
+  if (!initialised)
+    throw Error(where + ": layer not initialised");
+  if (xn != yn || xf != in || yf != out)
+    throw ShapeError(where + ": expected [n, " + std::to_string(in) + "] -> [n, " +
+                     std::to_string(out) + "], got [" + std::to_string(xn) + ", " +
+                     std::to_string(xf) + "] -> [" + std::to_string(yn) + ", " +
+                     std::to_string(yf) + "]");
+}
+
+// The arithmetic of one convolution of geometry g with weights W [Co, C/G *
+// kvol] (PyTorch's [Co, C/G, k...]): y = conv(x) + b, its transpose (the
+// input gradient) and the weight gradient, by im2col + GEMM per group, or by
+// oneDNN's primitives (OneDnn). telar::Convolution calls them in order;
+// telar::TransposedConvolution calls forward and backward_data the other
+// way round. Holds the column workspace and oneDNN's primitives.
+template <class T, class MemorySpace, class Gemm, bool OneDnn>
+class ConvEngine {
+public:
+  // y = conv(x) + b (b empty: no bias).
+  template <class Exec>
+  void forward(Exec const& exec, ConvGeometry const& g, ConstMatrix<T, MemorySpace> const& x,
+               T const* w, Vector<T, MemorySpace> const& b, Matrix<T, MemorySpace> const& y) const {
+    bool const bias = b.extent(0) > 0;
+    if constexpr (OneDnn) {
+#if TELAR_HAVE_ONEDNN
+      if (conv_extents_consistent(g)) {
+        exec.fence(); // oneDNN runs on the calling thread: earlier kernels must be done
+        if (x.extent(0) > 0)
+          onednn_.forward(g, x.extent(0), x.data(), w, bias ? b.data() : nullptr, y.data());
+        return;
+      }
+#endif
+    }
+    if (bias)
+      conv_fill_bias(exec, y, b, g.P());
+    T const beta = bias ? T(1) : T(0);
+    for_each_column(exec, g, x, [&](std::size_t s, T const* col) {
+      grouped_gemm(exec, g.G, 'N', 'N', {w, g.Cog(), g.Kg()}, {col, g.Kg(), g.P()}, beta,
+                   {y.data() + s * y.extent(1), g.Cog(), g.P()});
+    });
+  }
+
+  // dx = conv^T(dy), overwritten: GEMMs W^T dy per group, then col2im.
+  // `bias` (whether forward had one) only picks oneDNN's cached primitives.
+  template <class Exec>
+  void backward_data(Exec const& exec, ConvGeometry const& g, ConstMatrix<T, MemorySpace> const& dy,
+                     T const* w, Matrix<T, MemorySpace> const& dx, bool bias) const {
+    std::size_t const n = dy.extent(0);
+    if constexpr (OneDnn) {
+#if TELAR_HAVE_ONEDNN
+      if (conv_extents_consistent(g)) {
+        exec.fence();
+        if (n > 0)
+          onednn_.backward_data(g, n, dy.data(), w, dx.data(), bias);
+        return;
+      }
+#endif
+    }
+    (void)bias;
+    auto product = [&](std::size_t s, T* dcol) {
+      grouped_gemm(exec, g.G, 'T', 'N', {w, g.Cog(), g.Kg()},
+                   {dy.data() + s * dy.extent(1), g.Cog(), g.P()}, T(0), {dcol, g.Kg(), g.P()});
+    };
+    if (g.pointwise()) {
+      for (std::size_t s = 0; s < n; ++s)
+        product(s, dx.data() + s * dx.extent(1));
+      return;
+    }
+    std::size_t const KP = std::size_t(g.K()) * std::size_t(g.P());
+    int const chunk = chunk_samples(g, n);
+    auto dcol = workspace(std::size_t(chunk) * KP);
+    for (std::size_t s0 = 0; s0 < n; s0 += std::size_t(chunk)) {
+      int const nb = int(std::min<std::size_t>(std::size_t(chunk), n - s0));
+      for (int s = 0; s < nb; ++s)
+        product(s0 + std::size_t(s), dcol.data() + std::size_t(s) * KP);
+      conv_col2im(exec, g, dcol, s0, nb, dx);
+    }
+  }
+
+  // dw += dy col(x)^T per group, db += sums of dy over positions (db empty:
+  // no bias).
+  template <class Exec>
+  void backward_weights(Exec const& exec, ConvGeometry const& g,
+                        ConstMatrix<T, MemorySpace> const& x, ConstMatrix<T, MemorySpace> const& dy,
+                        T* dw, Vector<T, MemorySpace> const& db) const {
+    bool const bias = db.extent(0) > 0;
+    if constexpr (OneDnn) {
+#if TELAR_HAVE_ONEDNN
+      if (conv_extents_consistent(g)) {
+        exec.fence();
+        if (x.extent(0) > 0)
+          onednn_.backward_weights(g, x.extent(0), x.data(), dy.data(), dw,
+                                   bias ? db.data() : nullptr);
+        return;
+      }
+#endif
+    }
+    if (bias)
+      conv_bias_grad(exec, dy, db, g.P());
+    for_each_column(exec, g, x, [&](std::size_t s, T const* col) {
+      grouped_gemm(exec, g.G, 'N', 'T', {dy.data() + s * dy.extent(1), g.Cog(), g.P()},
+                   {col, g.Kg(), g.P()}, T(1), {dw, g.Cog(), g.Kg()});
+    });
+  }
+
+private:
+  // `groups` matrices [rows, cols] one after the other: one operand per group.
+  template <class P>
+  struct Blocks {
+    P* data;
+    int rows, cols;
+    ConvSlice<P, MemorySpace> block(int i) const {
+      return ConvSlice<P, MemorySpace>(
+          data + std::size_t(i) * std::size_t(rows) * std::size_t(cols), rows, cols);
+    }
+  };
+  // c_i = op(a_i) op(b_i) + beta c_i for every group i.
+  template <class Exec>
+  static void grouped_gemm(Exec const& exec, int groups, char ta, char tb, Blocks<T const> a,
+                           Blocks<T const> b, T beta, Blocks<T> c) {
+    for (int i = 0; i < groups; ++i)
+      gemm(Gemm{}, exec, ta, tb, T(1), a.block(i), b.block(i), beta, c.block(i));
+  }
+
+  // Calls f(s, col) with col(x_s) [K, P] for every sample s (x_s itself when
+  // the convolution is pointwise: no im2col).
+  template <class Exec, class F>
+  void for_each_column(Exec const& exec, ConvGeometry const& g,
+                       ConstMatrix<T, MemorySpace> const& x, F&& f) const {
+    std::size_t const n = x.extent(0);
+    if (g.pointwise()) {
+      for (std::size_t s = 0; s < n; ++s)
+        f(s, x.data() + s * x.extent(1));
+      return;
+    }
+    std::size_t const KP = std::size_t(g.K()) * std::size_t(g.P());
+    int const chunk = chunk_samples(g, n);
+    auto col = workspace(std::size_t(chunk) * KP);
+    for (std::size_t s0 = 0; s0 < n; s0 += std::size_t(chunk)) {
+      int const nb = int(std::min<std::size_t>(std::size_t(chunk), n - s0));
+      conv_im2col(exec, g, x, s0, nb, col);
+      for (int s = 0; s < nb; ++s)
+        f(s0 + std::size_t(s), static_cast<T const*>(col.data() + std::size_t(s) * KP));
+    }
+  }
+
+  // Samples lowered at once: one on the host (the columns stay in cache for
+  // the GEMM), up to 2^24 elements of columns on a device (fewer launches).
+  static int chunk_samples(ConvGeometry const& g, std::size_t n) {
+    if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible) {
+      return 1;
+    } else {
+      std::size_t const per = std::size_t(g.K()) * std::size_t(g.P());
+      std::size_t const c =
+          std::max<std::size_t>(1, (std::size_t(1) << 24) / std::max<std::size_t>(per, 1));
+      return int(std::min(c, std::max<std::size_t>(n, 1)));
+    }
+  }
+  // Scratch for columns, kept between calls (one call at a time per layer).
+  Kokkos::View<T*, MemorySpace> workspace(std::size_t size) const {
+    if (ws_.extent(0) < size)
+      ws_ = Kokkos::View<T*, MemorySpace>(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::Conv::workspace"), size);
+    return ws_;
+  }
+
+  mutable Kokkos::View<T*, MemorySpace> ws_;
+#if TELAR_HAVE_ONEDNN
+  // oneDNN primitives per batch size (empty unless OneDnn).
+  mutable OneDnnConvCache onednn_;
+#endif
+};
+
 } // namespace detail
 
 /*! \brief A convolution over samples [C, H, W] (Dims = 2) or [C, D, H, W]
- *  (Dims = 3), with stride, zero padding and dilation per dimension; use the
- *  aliases telar::Conv2D and telar::Conv3D.
+ *  (Dims = 3), with stride, zero padding, dilation per dimension and groups;
+ *  use the aliases telar::Conv2D and telar::Conv3D.
  *
- *  The weight is stored as PyTorch's [out, in, (kd,) kh, kw] flattened to a
- *  matrix [out, in * kernel volume]. initialize(seed) draws W and b uniform in
- *  ±1/sqrt(in * kernel volume) (PyTorch's default, kaiming-uniform with
- *  a = sqrt(5)) from a counter-based generator. build(in) must be called
- *  (telar::Sequential does) before forward.
+ *  The weight is stored as PyTorch's [out, in / groups, (kd,) kh, kw]
+ *  flattened to a matrix [out, in / groups * kernel volume]. With groups g,
+ *  output channels [i out/g, (i+1) out/g) read input channels [i in/g,
+ *  (i+1) in/g) only; groups == in is a depthwise convolution. initialize(seed)
+ *  draws W and b uniform in ±1/sqrt(in / groups * kernel volume) (PyTorch's
+ *  default, kaiming-uniform with a = sqrt(5)) from a counter-based generator.
+ *  build(in) must be called (telar::Sequential does) before forward.
+ *  \code
+ *  telar::Conv2D<float> depthwise(32, 32, 3, 1, 1, true, 1, 32);  // groups = 32
+ *  \endcode
  *  \tparam T value type (float or double)
  *  \tparam Dims 2 or 3 spatial dimensions
  *  \tparam MemorySpace where parameters and activations live
@@ -270,18 +521,26 @@ public:
    *  dilation in every dimension.
    *  \param in input channels \param out output channels \param kernel kernel extent
    *  \param stride stride \param padding zero padding on each side
-   *  \param bias add a bias per output channel \param dilation kernel dilation */
+   *  \param bias add a bias per output channel \param dilation kernel dilation
+   *  \param groups channel groups (in and out must be multiples of it)
+   *  \throws ShapeError when in or out is not a multiple of groups */
   Convolution(std::size_t in, std::size_t out, std::size_t kernel, std::size_t stride = 1,
-              std::size_t padding = 0, bool bias = true, std::size_t dilation = 1)
-      : Convolution(in, out, fill(kernel), fill(stride), fill(padding), bias, fill(dilation)) {}
+              std::size_t padding = 0, bool bias = true, std::size_t dilation = 1,
+              std::size_t groups = 1)
+      : Convolution(in, out, fill(kernel), fill(stride), fill(padding), bias, fill(dilation),
+                    groups) {}
   /*! \brief Settings per dimension (e.g. a 1x5 kernel).
    *  \param in input channels \param out output channels \param kernel kernel extents
    *  \param stride strides \param padding zero padding on each side
-   *  \param bias add a bias per output channel \param dilation kernel dilations */
+   *  \param bias add a bias per output channel \param dilation kernel dilations
+   *  \param groups channel groups (in and out must be multiples of it)
+   *  \throws ShapeError when in or out is not a multiple of groups */
   Convolution(std::size_t in, std::size_t out, Extents kernel, Extents stride, Extents padding,
-              bool bias = true, Extents dilation = fill(1))
-      : in_(in), out_(out), kernel_(kernel), stride_(stride), padding_(padding),
-        dilation_(dilation), use_bias_(bias) {}
+              bool bias = true, Extents dilation = fill(1), std::size_t groups = 1)
+      : in_(in), out_(out), groups_(groups), kernel_(kernel), stride_(stride), padding_(padding),
+        dilation_(dilation), use_bias_(bias) {
+    detail::conv_check_groups(name(), in, out, groups);
+  }
 
   /*! \brief The concrete convolution policy (AutoConv resolved). */
   using conv_policy =
@@ -294,6 +553,8 @@ public:
   std::size_t in_channels() const { return in_; }
   /*! \brief Output channels. */
   std::size_t out_channels() const { return out_; }
+  /*! \brief Channel groups (1: dense; in_channels(): depthwise). */
+  std::size_t groups() const { return groups_; }
   /*! \brief Whether the layer adds a bias. */
   bool has_bias() const { return use_bias_; }
 
@@ -314,12 +575,12 @@ public:
    *  \param samples batch size \param in input shape */
   double flops(std::size_t samples, Shape const& in) const {
     detail::ConvGeometry const g = geometry(in);
-    return 2.0 * double(samples) * double(g.Co) * double(g.P()) * double(g.K());
+    return 2.0 * double(samples) * double(g.Co) * double(g.P()) * double(g.Kg());
   }
 
   /*! \brief Values of W and b. */
   std::size_t parameter_count() const {
-    return out_ * in_ * volume(kernel_) + (use_bias_ ? out_ : 0);
+    return out_ * (in_ / groups_) * detail::conv_volume(kernel_) + (use_bias_ ? out_ : 0);
   }
   /*! \brief Keeps a view of x only (its column workspace is per layer): 0. */
   std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
@@ -327,7 +588,7 @@ public:
   /*! \brief Allocates W, b and their gradients and draws W and b.
    *  \param seed stream seed (telar::Sequential derives one per layer) */
   void initialize(std::uint64_t seed) {
-    std::size_t const K = in_ * volume(kernel_);
+    std::size_t const K = in_ / groups_ * detail::conv_volume(kernel_);
     weight = Matrix<T, MemorySpace>("telar::Conv::weight", out_, K);
     weight_grad = Matrix<T, MemorySpace>("telar::Conv::weight_grad", out_, K);
     if (use_bias_) {
@@ -354,39 +615,7 @@ public:
                saved_type& saved) const {
     check("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
     saved.x = x;
-    auto const g = g_;
-    int const K = g.K(), P = g.P(), Co = g.Co;
-    std::size_t const n = x.extent(0);
-    if constexpr (use_onednn) {
-#if TELAR_HAVE_ONEDNN
-      exec.fence(); // oneDNN runs on the calling thread: earlier kernels must be done
-      if (n > 0)
-        onednn_.forward(g, n, x.data(), weight.data(), use_bias_ ? bias.data() : nullptr, y.data());
-      return;
-#endif
-    }
-    T beta = 0;
-    if (use_bias_) {
-      detail::conv_fill_bias(exec, y, bias, P);
-      beta = 1;
-    }
-    using Out = detail::ConvSlice<T, MemorySpace>;
-    using In = detail::ConvSlice<const T, MemorySpace>;
-    if (g.pointwise()) {
-      for (std::size_t s = 0; s < n; ++s)
-        gemm(Gemm{}, exec, 'N', 'N', T(1), weight, In(x.data() + s * x.extent(1), K, P), beta,
-             Out(y.data() + s * y.extent(1), Co, P));
-      return;
-    }
-    int const chunk = chunk_samples(n);
-    auto col = workspace(std::size_t(chunk) * K * P);
-    for (std::size_t s0 = 0; s0 < n; s0 += std::size_t(chunk)) {
-      int const nb = int(std::min<std::size_t>(std::size_t(chunk), n - s0));
-      detail::conv_im2col(exec, g, x, s0, nb, col);
-      for (int s = 0; s < nb; ++s)
-        gemm(Gemm{}, exec, 'N', 'N', T(1), weight, In(col.data() + std::size_t(s) * K * P, K, P),
-             beta, Out(y.data() + (s0 + std::size_t(s)) * y.extent(1), Co, P));
-    }
+    engine_.forward(exec, g_, x, weight.data(), bias, y);
   }
 
   /*! \brief dx = col2im(W^T dy) (the saved input is not needed).
@@ -396,35 +625,7 @@ public:
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
                       saved_type const&) const {
     check("backward_input", dx.extent(0), dx.extent(1), dy.extent(0), dy.extent(1));
-    auto const g = g_;
-    int const K = g.K(), P = g.P(), Co = g.Co;
-    std::size_t const n = dy.extent(0);
-    if constexpr (use_onednn) {
-#if TELAR_HAVE_ONEDNN
-      exec.fence();
-      if (n > 0)
-        onednn_.backward_data(g, n, dy.data(), weight.data(), dx.data(), use_bias_);
-      return;
-#endif
-    }
-    using Out = detail::ConvSlice<T, MemorySpace>;
-    using In = detail::ConvSlice<const T, MemorySpace>;
-    if (g.pointwise()) {
-      for (std::size_t s = 0; s < n; ++s)
-        gemm(Gemm{}, exec, 'T', 'N', T(1), weight, In(dy.data() + s * dy.extent(1), Co, P), T(0),
-             Out(dx.data() + s * dx.extent(1), K, P));
-      return;
-    }
-    int const chunk = chunk_samples(n);
-    auto dcol = workspace(std::size_t(chunk) * K * P);
-    for (std::size_t s0 = 0; s0 < n; s0 += std::size_t(chunk)) {
-      int const nb = int(std::min<std::size_t>(std::size_t(chunk), n - s0));
-      for (int s = 0; s < nb; ++s)
-        gemm(Gemm{}, exec, 'T', 'N', T(1), weight,
-             In(dy.data() + (s0 + std::size_t(s)) * dy.extent(1), Co, P), T(0),
-             Out(dcol.data() + std::size_t(s) * K * P, K, P));
-      detail::conv_col2im(exec, g, dcol, s0, nb, dx);
-    }
+    engine_.backward_data(exec, g_, dy, weight.data(), dx, use_bias_);
   }
 
   /*! \brief dW += dy col(x)^T, db += sums of dy over positions.
@@ -433,59 +634,17 @@ public:
   template <class Exec>
   void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
                        saved_type const& saved) const {
-    auto const& x = saved.x;
-    check("backward_weight", x.extent(0), x.extent(1), dy.extent(0), dy.extent(1));
-    auto const g = g_;
-    int const K = g.K(), P = g.P(), Co = g.Co;
-    std::size_t const n = dy.extent(0);
-    if constexpr (use_onednn) {
-#if TELAR_HAVE_ONEDNN
-      exec.fence();
-      if (n > 0)
-        onednn_.backward_weights(g, n, x.data(), dy.data(), weight_grad.data(),
-                                 use_bias_ ? bias_grad.data() : nullptr);
-      return;
-#endif
-    }
-    using In = detail::ConvSlice<const T, MemorySpace>;
-    if (use_bias_)
-      detail::conv_bias_grad(exec, dy, bias_grad, P);
-    if (g.pointwise()) {
-      for (std::size_t s = 0; s < n; ++s)
-        gemm(Gemm{}, exec, 'N', 'T', T(1), In(dy.data() + s * dy.extent(1), Co, P),
-             In(x.data() + s * x.extent(1), K, P), T(1), weight_grad);
-      return;
-    }
-    int const chunk = chunk_samples(n);
-    auto col = workspace(std::size_t(chunk) * K * P);
-    for (std::size_t s0 = 0; s0 < n; s0 += std::size_t(chunk)) {
-      int const nb = int(std::min<std::size_t>(std::size_t(chunk), n - s0));
-      detail::conv_im2col(exec, g, x, s0, nb, col);
-      for (int s = 0; s < nb; ++s)
-        gemm(Gemm{}, exec, 'N', 'T', T(1),
-             In(dy.data() + (s0 + std::size_t(s)) * dy.extent(1), Co, P),
-             In(col.data() + std::size_t(s) * K * P, K, P), T(1), weight_grad);
-    }
+    check("backward_weight", saved.x.extent(0), saved.x.extent(1), dy.extent(0), dy.extent(1));
+    engine_.backward_weights(exec, g_, saved.x, dy, weight_grad.data(), bias_grad);
   }
 
-  Matrix<T, MemorySpace> weight;      //!< W [out, in * kernel volume]
+  Matrix<T, MemorySpace> weight;      //!< W [out, in / groups * kernel volume]
   Matrix<T, MemorySpace> weight_grad; //!< dL/dW, as W
   Vector<T, MemorySpace> bias;        //!< b [out] (empty without bias)
   Vector<T, MemorySpace> bias_grad;   //!< dL/db [out]
 
 private:
-  static constexpr Extents fill(std::size_t v) {
-    Extents e{};
-    for (auto& x : e)
-      x = v;
-    return e;
-  }
-  static std::size_t volume(Extents const& e) {
-    std::size_t v = 1;
-    for (auto x : e)
-      v *= x;
-    return v;
-  }
+  static constexpr Extents fill(std::size_t v) { return detail::conv_fill_extents<Dims>(v); }
   std::string expected() const {
     return std::string(name()) + " expects inputs [" + std::to_string(in_) +
            (Dims == 3 ? ", D, H, W]" : ", H, W]");
@@ -494,30 +653,19 @@ private:
   detail::ConvGeometry geometry(Shape const& in) const {
     if (in.rank != Dims + 1 || in[0] != in_)
       throw ShapeError(expected() + ", got " + in.str());
-    for (std::size_t i = 0; i < Dims; ++i)
-      if (kernel_[i] < 1 || stride_[i] < 1 || dilation_[i] < 1)
-        throw ShapeError(std::string(name()) + ": kernel, stride and dilation must be >= 1");
+    detail::conv_check_settings<Dims>(name(), kernel_, stride_, dilation_);
     detail::ConvGeometry g;
     g.C = int(in_);
     g.Co = int(out_);
-    int* const ext[3] = {&g.D, &g.H, &g.W};
-    int* const k[3] = {&g.kd, &g.kh, &g.kw};
-    int* const s[3] = {&g.sd, &g.sh, &g.sw};
-    int* const p[3] = {&g.pd, &g.ph, &g.pw};
-    int* const d[3] = {&g.dd, &g.dh, &g.dw};
-    int* const o[3] = {&g.Do, &g.Ho, &g.Wo};
-    for (int i = 0; i < Dims; ++i) {
-      int const j = i + 3 - Dims; // 2-D fills height and width
-      *ext[j] = int(in[i + 1]);
-      *k[j] = int(kernel_[std::size_t(i)]);
-      *s[j] = int(stride_[std::size_t(i)]);
-      *p[j] = int(padding_[std::size_t(i)]);
-      *d[j] = int(dilation_[std::size_t(i)]);
-      long const out = detail::conv_out_extent(long(in[i + 1]), *k[j], *s[j], *p[j], *d[j]);
+    g.G = int(groups_);
+    for (std::size_t i = 0; i < Dims; ++i) {
+      int const k = int(kernel_[i]), s = int(stride_[i]), p = int(padding_[i]),
+                d = int(dilation_[i]);
+      long const out = detail::conv_out_extent(long(in[i + 1]), k, s, p, d);
       if (out < 1)
         throw ShapeError(expected() + " whose spatial extents, padded, cover the kernel (" +
-                         std::to_string((*d[j]) * (*k[j] - 1) + 1) + "), got " + in.str());
-      *o[j] = int(out);
+                         std::to_string(d * (k - 1) + 1) + "), got " + in.str());
+      detail::conv_set_dim(g, int(i) + 3 - Dims, int(in[i + 1]), k, s, p, d, int(out));
     }
     return g;
   }
@@ -528,54 +676,20 @@ private:
   }
   void check(char const* what, std::size_t xn, std::size_t xf, std::size_t yn,
              std::size_t yf) const {
-    if (!built_)
-      throw Error(std::string("telar::") + name() + "::" + what +
-                  ": call build(input shape) first (telar::Sequential does)");
-    if (weight.extent(0) == 0)
-      throw Error(std::string("telar::") + name() + "::" + what + ": layer not initialised");
-    std::size_t const in = std::size_t(g_.in_size()), out = std::size_t(g_.Co) * g_.P();
-    if (xn != yn || xf != in || yf != out)
-      throw ShapeError(std::string("telar::") + name() + "::" + what + ": expected [n, " +
-                       std::to_string(in) + "] -> [n, " + std::to_string(out) + "], got [" +
-                       std::to_string(xn) + ", " + std::to_string(xf) + "] -> [" +
-                       std::to_string(yn) + ", " + std::to_string(yf) + "]");
-  }
-  // Samples lowered at once: one on the host (the columns stay in cache for
-  // the GEMM), up to 2^24 elements of columns on a device (fewer launches).
-  int chunk_samples(std::size_t n) const {
-    if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible) {
-      return 1;
-    } else {
-      std::size_t const per = std::size_t(g_.K()) * std::size_t(g_.P());
-      std::size_t const c =
-          std::max<std::size_t>(1, (std::size_t(1) << 24) / std::max<std::size_t>(per, 1));
-      return int(std::min(c, std::max<std::size_t>(n, 1)));
-    }
-  }
-  // Scratch for columns, kept between calls (one call at a time per layer).
-  Kokkos::View<T*, MemorySpace> workspace(std::size_t size) const {
-    if (ws_.extent(0) < size)
-      ws_ = Kokkos::View<T*, MemorySpace>(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::Conv::workspace"), size);
-    return ws_;
+    detail::conv_check_call(name(), what, built_, weight.extent(0) > 0, std::size_t(g_.in_size()),
+                            std::size_t(g_.Co) * std::size_t(g_.P()), xn, xf, yn, yf);
   }
 
-  static constexpr bool use_onednn = std::is_same_v<conv_policy, OneDnnConv>;
-
-  std::size_t in_ = 0, out_ = 0;
+  std::size_t in_ = 0, out_ = 0, groups_ = 1;
   Extents kernel_ = fill(1), stride_ = fill(1), padding_ = fill(0), dilation_ = fill(1);
   bool use_bias_ = true;
   detail::ConvGeometry g_{};
   bool built_ = false;
-  mutable Kokkos::View<T*, MemorySpace> ws_;
-#if TELAR_HAVE_ONEDNN
-  // oneDNN primitives per batch size (empty unless conv_policy is OneDnnConv).
-  mutable detail::OneDnnConvCache onednn_;
-#endif
+  detail::ConvEngine<T, MemorySpace, Gemm, std::is_same_v<conv_policy, OneDnnConv>> engine_;
 };
 
 /*! \brief 2-D convolution over samples [C, H, W]:
- *  `Conv2D<T>(in, out, kernel, stride = 1, padding = 0, bias = true, dilation = 1)`.
+ *  `Conv2D<T>(in, out, kernel, stride = 1, padding = 0, bias = true, dilation = 1, groups = 1)`.
  *  \tparam T value type \tparam MemorySpace memory space \tparam Gemm GEMM policy
  *  \tparam ConvPolicy convolution policy */
 template <class T, class MemorySpace = DefaultMemorySpace, class Gemm = AutoGemm,
@@ -583,7 +697,7 @@ template <class T, class MemorySpace = DefaultMemorySpace, class Gemm = AutoGemm
 using Conv2D = Convolution<T, 2, MemorySpace, Gemm, ConvPolicy>;
 
 /*! \brief 3-D convolution over samples [C, D, H, W]:
- *  `Conv3D<T>(in, out, kernel, stride = 1, padding = 0, bias = true, dilation = 1)`.
+ *  `Conv3D<T>(in, out, kernel, stride = 1, padding = 0, bias = true, dilation = 1, groups = 1)`.
  *  \tparam T value type \tparam MemorySpace memory space \tparam Gemm GEMM policy
  *  \tparam ConvPolicy convolution policy */
 template <class T, class MemorySpace = DefaultMemorySpace, class Gemm = AutoGemm,

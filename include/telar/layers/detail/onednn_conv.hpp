@@ -2,7 +2,8 @@
 // oneDNN convolution primitives behind telar::OneDnnConv (host memory, float).
 //
 // Telar's activations are row-major [n, C*(D*)H*W], i.e. oneDNN's plain
-// NCHW / NCDHW, and its weights [Co, C*(kd*)kh*kw] are OIHW / OIDHW. Each
+// NCHW / NCDHW, and its weights [Co, C/G*(kd*)kh*kw] are OIHW / OIDHW (GOIHW /
+// GOIDHW with G > 1 groups: the same bytes). Each
 // primitive is created with format "any" (or the plain formats, see
 // OneDnnConvCache::blocked) and oneDNN picks its layout; arguments whose
 // layout differs from the plain one go through cached reorders into cached
@@ -292,8 +293,9 @@ private:
 
   template <class G>
   static std::vector<int> key_of(G const& g, std::size_t n, bool bias) {
-    return {g.C,  g.D,  g.H,  g.W,  g.Co, g.kd, g.kh, g.kw, g.sd,   g.sh,         g.sw,        g.pd,
-            g.ph, g.pw, g.dd, g.dh, g.dw, g.Do, g.Ho, g.Wo, int(n), int(n >> 31), bias ? 1 : 0};
+    return {g.C,  g.D,  g.H,  g.W,  g.Co, g.kd,   g.kh,         g.kw,
+            g.sd, g.sh, g.sw, g.pd, g.ph, g.pw,   g.dd,         g.dh,
+            g.dw, g.Do, g.Ho, g.Wo, g.G,  int(n), int(n >> 31), bias ? 1 : 0};
   }
 
   template <class G>
@@ -330,6 +332,14 @@ private:
       sh.pad_l = dims{g.ph, g.pw};
       sh.act = tag::nchw;
       sh.wt = tag::oihw;
+    }
+    if (g.G > 1) {
+      // Grouped weights are [G, Co/G, C/G, k...] for oneDNN: the same bytes
+      // as Telar's [Co, C/G * kvol].
+      sh.wei[0] = g.Co / g.G;
+      sh.wei[1] = g.C / g.G;
+      sh.wei.insert(sh.wei.begin(), g.G);
+      sh.wt = three ? tag::goidhw : tag::goihw;
     }
     // Right padding that gives Telar's output extent: oneDNN requires
     // (in + l + r - span) / stride + 1 == out exactly, so r = l works

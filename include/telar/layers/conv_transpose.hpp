@@ -1,0 +1,294 @@
+#pragma once
+/*! \file
+ *  \brief Transposed 2-D and 3-D convolutions (telar::ConvTranspose2D,
+ *  telar::ConvTranspose3D) with PyTorch's semantics and weight layout.
+ *
+ *  A transposed convolution is the adjoint of a convolution: its forward is
+ *  a convolution's input gradient, its input gradient a convolution's
+ *  forward, and its weight gradient a convolution's weight gradient with the
+ *  roles of input and output gradient swapped. So it runs the convolution
+ *  code (telar::Convolution's engine: im2col + GEMM, or oneDNN's primitives
+ *  under telar::AutoConv) of the convolution that maps its output shape back
+ *  to its input shape, plus its own bias. The output extent per dimension is
+ *  (in - 1) stride - 2 padding + dilation (kernel - 1) + output_padding + 1.
+ *  \code
+ *  telar::ConvTranspose2D<float> up(64, 32, 2, 2);  // 64 -> 32 channels, doubles H and W
+ *  \endcode
+ */
+#include <telar/layers/conv.hpp>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+namespace telar {
+
+namespace detail {
+
+// y(s, c * P + p) += b(c): one work item per (sample, channel) row of P.
+template <class Exec, class Y, class B>
+void conv_add_bias(Exec const& exec, Y const& y, B const& b, int P) {
+  std::size_t const C = b.extent(0);
+  auto* py = y.data();
+  Kokkos::parallel_for(
+      "telar::ConvTranspose::forward_bias", Kokkos::RangePolicy<Exec>(exec, 0, y.extent(0) * C),
+      KOKKOS_LAMBDA(std::size_t r) {
+        auto const v = b(r % C);
+        auto* row = py + r * std::size_t(P);
+        for (int q = 0; q < P; ++q)
+          row[q] += v;
+      });
+}
+
+} // namespace detail
+
+/*! \brief A transposed convolution over samples [C, H, W] (Dims = 2) or
+ *  [C, D, H, W] (Dims = 3), with stride, zero padding, output padding,
+ *  dilation and groups as PyTorch's ConvTranspose2d/3d; use the aliases
+ *  telar::ConvTranspose2D and telar::ConvTranspose3D.
+ *
+ *  The weight is stored as PyTorch's [in, out / groups, (kd,) kh, kw]
+ *  flattened to a matrix [in, out / groups * kernel volume]: the weight of
+ *  the convolution from out to in channels whose adjoint this layer is.
+ *  initialize(seed) draws W and b uniform in ±1/sqrt(out / groups * kernel
+ *  volume), PyTorch's default. output_padding (added on one side of the
+ *  output, to pick one of the output sizes a strided convolution maps to the
+ *  same input size) must be smaller than the stride or the dilation.
+ *  \tparam T value type (float or double)
+ *  \tparam Dims 2 or 3 spatial dimensions
+ *  \tparam MemorySpace where parameters and activations live
+ *  \tparam Gemm GEMM policy of the im2col path (see telar/core/gemm.hpp)
+ *  \tparam ConvPolicy convolution policy (see telar/layers/conv_policy.hpp) */
+template <class T, int Dims, class MemorySpace = DefaultMemorySpace, class Gemm = AutoGemm,
+          class ConvPolicy = AutoConv>
+class TransposedConvolution {
+  static_assert(Dims == 2 || Dims == 3, "telar::TransposedConvolution: Dims must be 2 or 3");
+  static_assert(is_conv_policy_v<ConvPolicy>,
+                "telar::TransposedConvolution: ConvPolicy must be a Telar convolution policy");
+  static_assert(ConvPolicy::template supports<T, MemorySpace>(),
+                "telar::TransposedConvolution: this convolution policy does not support the "
+                "value type or memory space (use telar::AutoConv)");
+
+public:
+  /*! \brief Scalar type. */
+  using value_type = T;
+  /*! \brief Memory space of parameters and activations. */
+  using memory_space = MemorySpace;
+  /*! \brief Per-dimension settings (depth, height, width in 3-D; height, width in 2-D). */
+  using Extents = std::array<std::size_t, Dims>;
+  /*! \brief What backward needs from forward: the input. */
+  struct saved_type {
+    ConstMatrix<T, MemorySpace> x; //!< the forward input
+  };
+
+  /*! \brief An empty layer; assign a configured one before use. */
+  TransposedConvolution() = default;
+  /*! \brief The same kernel extent, stride, padding, output padding and
+   *  dilation in every dimension.
+   *  \param in input channels \param out output channels \param kernel kernel extent
+   *  \param stride stride \param padding padding removed from each side of the output
+   *  \param output_padding extent added on one side of the output
+   *  \param bias add a bias per output channel \param dilation kernel dilation
+   *  \param groups channel groups (in and out must be multiples of it)
+   *  \throws ShapeError when in or out is not a multiple of groups */
+  TransposedConvolution(std::size_t in, std::size_t out, std::size_t kernel, std::size_t stride = 1,
+                        std::size_t padding = 0, std::size_t output_padding = 0, bool bias = true,
+                        std::size_t dilation = 1, std::size_t groups = 1)
+      : TransposedConvolution(in, out, fill(kernel), fill(stride), fill(padding),
+                              fill(output_padding), bias, fill(dilation), groups) {}
+  /*! \brief Settings per dimension.
+   *  \param in input channels \param out output channels \param kernel kernel extents
+   *  \param stride strides \param padding padding removed from each side of the output
+   *  \param output_padding extents added on one side of the output
+   *  \param bias add a bias per output channel \param dilation kernel dilations
+   *  \param groups channel groups (in and out must be multiples of it)
+   *  \throws ShapeError when in or out is not a multiple of groups */
+  TransposedConvolution(std::size_t in, std::size_t out, Extents kernel, Extents stride,
+                        Extents padding, Extents output_padding = fill(0), bool bias = true,
+                        Extents dilation = fill(1), std::size_t groups = 1)
+      : in_(in), out_(out), groups_(groups), kernel_(kernel), stride_(stride), padding_(padding),
+        output_padding_(output_padding), dilation_(dilation), use_bias_(bias) {
+    detail::conv_check_groups(name(), in, out, groups);
+  }
+
+  /*! \brief The concrete convolution policy (AutoConv resolved). */
+  using conv_policy =
+      std::conditional_t<std::is_same_v<ConvPolicy, AutoConv>,
+                         typename AutoConv::template select<T, MemorySpace>, ConvPolicy>;
+
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return Dims == 2 ? "ConvTranspose2D" : "ConvTranspose3D"; }
+  /*! \brief Input channels. */
+  std::size_t in_channels() const { return in_; }
+  /*! \brief Output channels. */
+  std::size_t out_channels() const { return out_; }
+  /*! \brief Channel groups. */
+  std::size_t groups() const { return groups_; }
+  /*! \brief Whether the layer adds a bias. */
+  bool has_bias() const { return use_bias_; }
+
+  /*! \brief [out, (Do,) Ho, Wo] for an input [in, (D,) H, W].
+   *  \param in the input shape
+   *  \throws ShapeError for another rank or channel count, an output padding
+   *  not smaller than stride or dilation, or an empty output */
+  Shape output_shape(Shape const& in) const { return shape_of(geometry(in)); }
+
+  /*! \brief Remembers the input's spatial extents. \param in the input shape
+   *  \throws ShapeError as output_shape */
+  void build(Shape const& in) {
+    g_ = geometry(in);
+    built_ = true;
+  }
+
+  /*! \brief Multiply-add count of forward for \p samples samples, times 2
+   *  (that of the adjoint convolution).
+   *  \param samples batch size \param in input shape */
+  double flops(std::size_t samples, Shape const& in) const {
+    detail::ConvGeometry const g = geometry(in);
+    return 2.0 * double(samples) * double(g.Co) * double(g.P()) * double(g.Kg());
+  }
+
+  /*! \brief Values of W and b. */
+  std::size_t parameter_count() const {
+    return in_ * (out_ / groups_) * detail::conv_volume(kernel_) + (use_bias_ ? out_ : 0);
+  }
+  /*! \brief Keeps a view of x only (its column workspace is per layer): 0. */
+  std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
+
+  /*! \brief Allocates W, b and their gradients and draws W and b.
+   *  \param seed stream seed (telar::Sequential derives one per layer) */
+  void initialize(std::uint64_t seed) {
+    std::size_t const K = out_ / groups_ * detail::conv_volume(kernel_);
+    weight = Matrix<T, MemorySpace>("telar::ConvTranspose::weight", in_, K);
+    weight_grad = Matrix<T, MemorySpace>("telar::ConvTranspose::weight_grad", in_, K);
+    if (use_bias_) {
+      bias = Vector<T, MemorySpace>("telar::ConvTranspose::bias", out_);
+      bias_grad = Vector<T, MemorySpace>("telar::ConvTranspose::bias_grad", out_);
+    }
+    detail::conv_fill(weight, bias, seed);
+  }
+
+  /*! \brief Visits (name, value, gradient) of each parameter.
+   *  \param f callable as f(char const*, View&, View&) */
+  template <class F>
+  void parameters(F&& f) {
+    f("weight", weight, weight_grad);
+    if (use_bias_)
+      f("bias", bias, bias_grad);
+  }
+
+  /*! \brief y = conv^T(x) + b: the adjoint convolution's input gradient.
+   *  \param exec execution space instance \param x input [n, in * (D *) H * W]
+   *  \param y output [n, out * (Do *) Ho * Wo] \param saved keeps x */
+  template <class Exec>
+  void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
+               saved_type& saved) const {
+    check("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
+    saved.x = x;
+    engine_.backward_data(exec, g_, x, weight.data(), y, false);
+    if (use_bias_)
+      detail::conv_add_bias(exec, y, bias, g_.in_size() / g_.C);
+  }
+
+  /*! \brief dx = conv(dy): the adjoint convolution's forward, without bias.
+   *  \param exec execution space instance \param dy gradient of the output
+   *  \param dx gradient of the input */
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
+                      saved_type const&) const {
+    check("backward_input", dx.extent(0), dx.extent(1), dy.extent(0), dy.extent(1));
+    engine_.forward(exec, g_, dy, weight.data(), Vector<T, MemorySpace>{}, dx);
+  }
+
+  /*! \brief dW += the adjoint convolution's weight gradient for input dy and
+   *  output gradient x; db += sums of dy over positions.
+   *  \param exec execution space instance \param dy gradient of the output
+   *  \param saved the input of the matching forward */
+  template <class Exec>
+  void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
+                       saved_type const& saved) const {
+    check("backward_weight", saved.x.extent(0), saved.x.extent(1), dy.extent(0), dy.extent(1));
+    engine_.backward_weights(exec, g_, dy, saved.x, weight_grad.data(), Vector<T, MemorySpace>{});
+    if (use_bias_)
+      detail::conv_bias_grad(exec, dy, bias_grad, g_.in_size() / g_.C);
+  }
+
+  Matrix<T, MemorySpace> weight;      //!< W [in, out / groups * kernel volume]
+  Matrix<T, MemorySpace> weight_grad; //!< dL/dW, as W
+  Vector<T, MemorySpace> bias;        //!< b [out] (empty without bias)
+  Vector<T, MemorySpace> bias_grad;   //!< dL/db [out]
+
+private:
+  static constexpr Extents fill(std::size_t v) { return detail::conv_fill_extents<Dims>(v); }
+  std::string expected() const {
+    return std::string(name()) + " expects inputs [" + std::to_string(in_) +
+           (Dims == 3 ? ", D, H, W]" : ", H, W]");
+  }
+  // The adjoint convolution's sizes (its input is this layer's output, its
+  // output this layer's input) for input shape `in`, or ShapeError.
+  detail::ConvGeometry geometry(Shape const& in) const {
+    if (in.rank != Dims + 1 || in[0] != in_)
+      throw ShapeError(expected() + ", got " + in.str());
+    detail::conv_check_settings<Dims>(name(), kernel_, stride_, dilation_);
+    detail::ConvGeometry g;
+    g.C = int(out_);
+    g.Co = int(in_);
+    g.G = int(groups_);
+    for (std::size_t i = 0; i < Dims; ++i) {
+      long const k = long(kernel_[i]), s = long(stride_[i]), p = long(padding_[i]),
+                 op = long(output_padding_[i]), d = long(dilation_[i]);
+      if (op >= s && op >= d)
+        throw ShapeError(std::string(name()) + ": output_padding (" + std::to_string(op) +
+                         ") must be smaller than stride (" + std::to_string(s) + ") or dilation (" +
+                         std::to_string(d) + ")");
+      long const out = (long(in[i + 1]) - 1) * s - 2 * p + d * (k - 1) + op + 1;
+      if (out < 1 || in[i + 1] < 1)
+        throw ShapeError(expected() + " whose output is not empty, got " + in.str() +
+                         " (output extent " + std::to_string(out) + ")");
+      detail::conv_set_dim(g, int(i) + 3 - Dims, int(out), int(k), int(s), int(p), int(d),
+                           int(in[i + 1]));
+    }
+    return g;
+  }
+  static Shape shape_of(detail::ConvGeometry const& g) {
+    if (Dims == 2)
+      return Shape{std::size_t(g.C), std::size_t(g.H), std::size_t(g.W)};
+    return Shape{std::size_t(g.C), std::size_t(g.D), std::size_t(g.H), std::size_t(g.W)};
+  }
+  void check(char const* what, std::size_t xn, std::size_t xf, std::size_t yn,
+             std::size_t yf) const {
+    detail::conv_check_call(name(), what, built_, weight.extent(0) > 0,
+                            std::size_t(g_.Co) * std::size_t(g_.P()), std::size_t(g_.in_size()), xn,
+                            xf, yn, yf);
+  }
+
+  std::size_t in_ = 0, out_ = 0, groups_ = 1;
+  Extents kernel_ = fill(1), stride_ = fill(1), padding_ = fill(0), output_padding_ = fill(0),
+          dilation_ = fill(1);
+  bool use_bias_ = true;
+  detail::ConvGeometry g_{};
+  bool built_ = false;
+  detail::ConvEngine<T, MemorySpace, Gemm, std::is_same_v<conv_policy, OneDnnConv>> engine_;
+};
+
+/*! \brief Transposed 2-D convolution over samples [C, H, W]:
+ *  `ConvTranspose2D<T>(in, out, kernel, stride = 1, padding = 0, output_padding = 0,
+ *  bias = true, dilation = 1, groups = 1)`.
+ *  \tparam T value type \tparam MemorySpace memory space \tparam Gemm GEMM policy
+ *  \tparam ConvPolicy convolution policy */
+template <class T, class MemorySpace = DefaultMemorySpace, class Gemm = AutoGemm,
+          class ConvPolicy = AutoConv>
+using ConvTranspose2D = TransposedConvolution<T, 2, MemorySpace, Gemm, ConvPolicy>;
+
+/*! \brief Transposed 3-D convolution over samples [C, D, H, W]:
+ *  `ConvTranspose3D<T>(in, out, kernel, stride = 1, padding = 0, output_padding = 0,
+ *  bias = true, dilation = 1, groups = 1)`.
+ *  \tparam T value type \tparam MemorySpace memory space \tparam Gemm GEMM policy
+ *  \tparam ConvPolicy convolution policy */
+template <class T, class MemorySpace = DefaultMemorySpace, class Gemm = AutoGemm,
+          class ConvPolicy = AutoConv>
+using ConvTranspose3D = TransposedConvolution<T, 3, MemorySpace, Gemm, ConvPolicy>;
+
+} // namespace telar
