@@ -416,7 +416,7 @@ Result fit(TrainerT& trainer, CommonArgs const& a, telar::FashionMnist const& da
   telar::DistributedSampler sampler(data.train.size, trainer.grid_shape().dp,
                                     trainer.grid_coords().dp, a.seed, true, telar::LastBatch::drop);
   telar::BatchLoader loader(sampler, local);
-  telar::BatchGather<telar::DefaultMemorySpace> gather(local, 784);
+  telar::BatchGather<telar::DefaultMemorySpace> gather(local, data.train.features);
   std::vector<double> step_ms;
   Result r;
   auto const pos = resume(trainer, a);
