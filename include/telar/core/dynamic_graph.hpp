@@ -100,9 +100,9 @@ public:
    *  inner tensor and its gradient, and one scratch buffer for gradients of
    *  tensors read by several nodes. */
   struct saved_type {
-    mutable detail::DynamicSaved<Variant> inner;            //!< node i's state at i
-    ConstMatrix<value_type, memory_space> input;            //!< the graph input (a view)
-    std::vector<Matrix<value_type, memory_space>> act;      //!< act[t]: inner tensor t
+    mutable detail::DynamicSaved<Variant> inner;                //!< node i's state at i
+    ConstMatrix<value_type, memory_space> input;                //!< the graph input (a view)
+    std::vector<Matrix<value_type, memory_space>> act;          //!< act[t]: inner tensor t
     mutable std::vector<Matrix<value_type, memory_space>> grad; //!< grad[t]: dL/d act[t]
     mutable Matrix<value_type, memory_space> scratch; //!< one contribution before it is added
     mutable bool grads_ready = false; //!< backward_input ran since the last backward_weight
@@ -266,7 +266,8 @@ public:
       if constexpr (layer_traits<std::decay_t<decltype(l)>>::has_initialize)
         l.initialize(detail::mix_seed(seed, i));
     });
-    for (std::size_t i = 0; i < layers_.size(); ++i) // after the visit: the hook may replace a layer
+    for (std::size_t i = 0; i < layers_.size();
+         ++i) // after the visit: the hook may replace a layer
       if (init_ && layers_[i])
         init_(topo_.nodes()[i].name, *layers_[i]);
   }
@@ -324,7 +325,8 @@ public:
     saved.grads_ready = false; // gradients of an earlier micro-batch in this slot are stale
     for (std::size_t i : topo_.order()) {
       auto const& n = topo_.nodes()[i];
-      Matrix<value_type, memory_space> out = n.out_id == topo_.output_id() ? y : saved.act[n.out_id];
+      Matrix<value_type, memory_space> out =
+          n.out_id == topo_.output_id() ? y : saved.act[n.out_id];
       if (n.op == Op::layer)
         std::visit(
             [&](auto& l) {
@@ -564,7 +566,7 @@ private:
     }
   }
 
-  mutable detail::GraphTopology topo_; // checked and ordered on first use
+  mutable detail::GraphTopology topo_;         // checked and ordered on first use
   std::vector<std::optional<Variant>> layers_; // by node; empty for joins
   std::vector<Shape> shapes_;                  // by tensor, from build()
   initializer init_;
