@@ -13,6 +13,7 @@
 #include <telar/data/synthetic.hpp>
 #include <telar/layers/activation.hpp>
 #include <telar/layers/dense.hpp>
+#include <telar/layers/dropout.hpp>
 #include <telar/optim/sgd.hpp>
 #include <telar/parallel/tensor_parallel.hpp>
 #include <telar/testing/check_gradients.hpp>
@@ -396,4 +397,15 @@ TEST_CASE("DynamicGraph refuses a malformed graph, naming the fault", "[graph]")
                     Catch::Matchers::ContainsSubstring("node 'm' (Mul) takes two inputs, not 3"));
   CHECK_THROWS_WITH(g.add_concat("c", {"x"}, "y"),
                     Catch::Matchers::ContainsSubstring("takes two inputs or more, not 1"));
+}
+
+TEST_CASE("DynamicGraph: set_training reaches dropout nodes", "[graph]") {
+  telar::DynamicGraph<std::variant<D, telar::Dropout<T>>> g("x");
+  g.add("fc", D(8, 8), "x", "h");
+  g.add("drop", telar::Dropout<T>(0.5), "h", "y");
+  g.set_output("y");
+  telar::set_training(g, false);
+  CHECK_FALSE(std::get<telar::Dropout<T>>(g.layer("drop")).training());
+  telar::set_training(g, true);
+  CHECK(std::get<telar::Dropout<T>>(g.layer("drop")).training());
 }

@@ -573,4 +573,11 @@ private:
   int tp_size_ = 1;
 };
 
+namespace detail {
+/*! \brief A graph's for_each_layer reaches its nodes' layers (dropout
+ *  switches and random counters find them). \tparam V the layer variant */
+template <class V>
+inline constexpr bool has_layer_walk_v<DynamicGraph<V>> = true;
+} // namespace detail
+
 } // namespace telar
