@@ -84,13 +84,13 @@ inline constexpr bool is_stochastic_v =
     is_detected_v<random_counter_t, L>&& is_detected_v<set_random_counter_t, L>;
 
 // Calls f(layer) for every stochastic layer in `l`, depth first, in a fixed
-// order: through Sequential, Residual blocks (body, then projection) and
+// order: through Sequential, DynamicGraph, Residual blocks (body, then projection) and
 // nested Recompute.
 template <class L, class F>
 void for_each_stochastic(L& l, F& f) {
   if constexpr (is_stochastic_v<L>)
     f(l);
-  if constexpr (is_sequential_v<L>) {
+  if constexpr (has_layer_walk_v<L>) {
     l.for_each_layer([&](auto, auto& inner) { for_each_stochastic(inner, f); });
   } else if constexpr (is_recompute_v<L>) {
     for_each_stochastic(l.inner(), f);

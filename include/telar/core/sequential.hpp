@@ -516,4 +516,12 @@ inline constexpr bool is_sequential_v = false;
 template <class... Ls>
 inline constexpr bool is_sequential_v<Sequential<Ls...>> = true;
 
+namespace detail {
+// Blocks whose for_each_layer(f(index, layer)) reaches their inner layers:
+// chains, and the run-time graph (specialised in dynamic_graph.hpp). What
+// for_each_stochastic descends into (dropout switches, random counters).
+template <class L>
+inline constexpr bool has_layer_walk_v = is_sequential_v<L>;
+} // namespace detail
+
 } // namespace telar
