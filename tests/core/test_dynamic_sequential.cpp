@@ -12,6 +12,7 @@
 #include <telar/core/residual.hpp>
 #include <telar/data/synthetic.hpp>
 #include <telar/layers/activation.hpp>
+#include <telar/layers/batch_norm.hpp>
 #include <telar/layers/dense.hpp>
 #include <telar/layers/dropout.hpp>
 #include <telar/optim/sgd.hpp>
@@ -408,4 +409,24 @@ TEST_CASE("DynamicGraph: set_training reaches dropout nodes", "[graph]") {
   CHECK_FALSE(std::get<telar::Dropout<T>>(g.layer("drop")).training());
   telar::set_training(g, true);
   CHECK(std::get<telar::Dropout<T>>(g.layer("drop")).training());
+}
+
+TEST_CASE("DynamicGraph: buffers of its nodes, named by node; set_training reaches BatchNorm",
+          "[graph]") {
+  using BN = telar::BatchNorm<T>;
+  telar::DynamicGraph<std::variant<D, BN>> g("x");
+  g.add("fc", D(6, 4), "x", "h");
+  g.add("bn", BN(4), "h", "y");
+  g.set_output("y");
+  g.build(telar::Shape{6});
+  g.initialize(1);
+  std::vector<std::string> names;
+  g.buffers([&](char const* name, auto& view) {
+    names.push_back(name);
+    CHECK(view.extent(0) == 4);
+  });
+  CHECK(names == std::vector<std::string>{"bn.running_mean", "bn.running_var"});
+  CHECK(g.buffer_count() == 8);
+  telar::set_training(g, false);
+  CHECK_FALSE(std::get<BN>(g.layer("bn")).training());
 }

@@ -283,6 +283,26 @@ public:
         });
     });
   }
+  /*! \brief Visits (name, view) of every buffer (BatchNorm's running
+   *  statistics), named "<node>.<name>". \param f callable as f(char const*, View&) */
+  template <class F>
+  void buffers(F&& f) {
+    for_each_layer([&](std::size_t i, auto& l) {
+      detail::prefixed_buffers(l, topo_.nodes()[i].name + ".", f);
+    });
+  }
+  /*! \brief Buffer values of every layer node. */
+  std::size_t buffer_count() const {
+    std::size_t n = 0;
+    for_each_layer([&](std::size_t, auto const& l) { n += detail::buffer_count_of(l); });
+    return n;
+  }
+  /*! \brief Passes a data-parallel context to every layer node that takes one.
+   *  \param ctx a telar::DataParallelContext */
+  template <class Context>
+  void set_data_parallel(Context const& ctx) {
+    for_each_layer([&](std::size_t, auto& l) { detail::pass_data_parallel(l, ctx); });
+  }
   /*! \brief Passes a tensor-parallel context to every layer node that takes one.
    *  \param ctx a telar::TensorParallelContext */
   template <class Context>
