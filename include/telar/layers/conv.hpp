@@ -323,6 +323,15 @@ public:
   }
   /*! \brief Keeps a view of x only (its column workspace is per layer): 0. */
   std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
+  /*! \brief The im2col columns of the samples lowered at once (none for a
+   *  pointwise convolution or with oneDNN). \param samples rows \param in input shape */
+  std::size_t workspace_bytes(std::size_t samples, Shape const& in) const {
+    detail::ConvGeometry const g = geometry(in);
+    if (use_onednn || g.pointwise())
+      return 0;
+    std::size_t const per = std::size_t(g.K()) * std::size_t(g.P());
+    return detail::view_bytes<T>(std::size_t(chunk_samples(samples, per)) * per);
+  }
 
   /*! \brief Allocates W, b and their gradients and draws W and b.
    *  \param seed stream seed (telar::Sequential derives one per layer) */
@@ -543,10 +552,14 @@ private:
   // Samples lowered at once: one on the host (the columns stay in cache for
   // the GEMM), up to 2^24 elements of columns on a device (fewer launches).
   int chunk_samples(std::size_t n) const {
+    return chunk_samples(n, std::size_t(g_.K()) * std::size_t(g_.P()));
+  }
+  // As above, for \p per column values per sample.
+  static int chunk_samples(std::size_t n, std::size_t per) {
     if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible) {
+      (void)n, (void)per;
       return 1;
     } else {
-      std::size_t const per = std::size_t(g_.K()) * std::size_t(g_.P());
       std::size_t const c =
           std::max<std::size_t>(1, (std::size_t(1) << 24) / std::max<std::size_t>(per, 1));
       return int(std::min(c, std::max<std::size_t>(n, 1)));
