@@ -1,5 +1,6 @@
 // The serial Trainer: whole-model gradients by finite differences, learning,
 // determinism, micro-batch equivalence and a user-written optimizer.
+#include "huber_loss.hpp"
 #include "support.hpp"
 
 #include <telar/layers/activation.hpp>
@@ -8,6 +9,7 @@
 #include <telar/optim/sgd.hpp>
 #include <telar/train/trainer.hpp>
 
+#include <catch2/catch_approx.hpp>
 #include <catch2/catch_test_macros.hpp>
 
 #include <algorithm>
@@ -243,4 +245,39 @@ TEST_CASE("Every phase of a step is a Kokkos Tools region named telar::...", "[t
     INFO(name);
     CHECK(name.rfind("telar::", 0) == 0);
   }
+}
+
+// docs/writing_a_loss.md's example: its values and gradient, and a Trainer
+// given a configured instance.
+TEST_CASE("The writing-a-loss example: a configured Huber loss", "[serial][loss]") {
+  HuberLoss<double> huber;
+  huber.delta = 1.0;
+  telar::Matrix<double> y("y", 1, 2), t("t", 1, 2), dy("dy", 1, 2);
+  auto hy = Kokkos::create_mirror_view(y);
+  auto ht = Kokkos::create_mirror_view(t);
+  hy(0, 0) = 0.2, hy(0, 1) = -3.0; // one quadratic term, one linear
+  ht(0, 0) = 0.0, ht(0, 1) = 0.0;
+  Kokkos::deep_copy(y, hy);
+  Kokkos::deep_copy(t, ht);
+  telar::LossSum const s = huber.forward_backward(Kokkos::DefaultExecutionSpace(), y, t, dy, 1.0);
+  auto hd = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), dy);
+  CHECK(s.loss == Catch::Approx(0.5 * 0.04 + (3.0 - 0.5)));
+  CHECK(hd(0, 0) == Catch::Approx(0.2));
+  CHECK(hd(0, 1) == Catch::Approx(-1.0));
+
+  using Model = telar::Sequential<telar::Dense<double>>;
+  telar::TrainerOptions opts;
+  opts.lr = telar::constant_lr(0.1);
+  huber.delta = 0.5;
+  telar::Trainer<Model, telar::Serial, telar::SGD<double>, HuberLoss<double>> trainer(
+      Model(telar::Dense<double>(3, 2)), {}, opts, 3, huber);
+  telar::Matrix<double> x("x", 4, 3), target("target", 4, 2);
+  Kokkos::deep_copy(x, 1.0);
+  Kokkos::deep_copy(target, 2.0);
+  double const first = trainer.step(x, target).loss;
+  double last = first;
+  for (int i = 0; i < 5; ++i)
+    last = trainer.step(x, target).loss;
+  CHECK(std::isfinite(first));
+  CHECK(last < first);
 }

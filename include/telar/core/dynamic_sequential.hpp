@@ -205,11 +205,28 @@ public:
   /*! \brief Parameter values of every layer. */
   std::size_t parameter_count() const {
     std::size_t n = 0;
-    for_each_layer([&](std::size_t, auto const& l) {
-      using L = std::decay_t<decltype(l)>;
-      if constexpr (layer_traits<L>::has_parameter_count)
-        n += l.parameter_count();
-    });
+    for_each_layer([&](std::size_t, auto const& l) { n += detail::parameter_count_of(l); });
+    return n;
+  }
+  /*! \brief What the chain keeps per micro-batch when nested (as the body of
+   *  a telar::DynamicResidual): its inner activations and their gradients
+   *  plus every layer's saved state, as telar::Sequential::saved_bytes.
+   *  \param samples rows \param in input shape */
+  std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
+    auto const s = shapes(in);
+    std::size_t n = 0;
+    for (std::size_t k = 1; k + 1 < s.size(); ++k)
+      n += 2 * detail::view_bytes<value_type>(samples * s[k].size());
+    for_each_layer(
+        [&](std::size_t k, auto const& l) { n += detail::saved_bytes_of(l, samples, s[k]); });
+    return n;
+  }
+  /*! \brief Every layer's workspace. \param samples rows \param in input shape */
+  std::size_t workspace_bytes(std::size_t samples, Shape const& in) const {
+    auto const s = shapes(in);
+    std::size_t n = 0;
+    for_each_layer(
+        [&](std::size_t k, auto const& l) { n += detail::workspace_bytes_of(l, samples, s[k]); });
     return n;
   }
 
@@ -354,14 +371,15 @@ public:
   }
   /*! \brief The body's parameter values. */
   std::size_t parameter_count() const { return body_.parameter_count(); }
-  /*! \brief Inner activations and gradients per micro-batch.
+  /*! \brief The body's inner activations and gradients per micro-batch,
+   *  its output and its layers' saved state.
    *  \param samples rows \param in input shape */
   std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
-    auto const s = body_.shapes(in);
-    std::size_t n = 0;
-    for (std::size_t k = 1; k < s.size(); ++k)
-      n += 2 * samples * s[k].size() * sizeof(value_type);
-    return n;
+    return body_.saved_bytes(samples, in) + 2 * detail::view_bytes<value_type>(samples * in.size());
+  }
+  /*! \brief The body's workspace. \param samples rows \param in input shape */
+  std::size_t workspace_bytes(std::size_t samples, Shape const& in) const {
+    return body_.workspace_bytes(samples, in);
   }
   /*! \brief Draws the body's parameters (the streams telar::Residual uses).
    *  \param seed stream seed */

@@ -78,7 +78,12 @@
  *    values this rank holds (a tensor-parallel shard's), for memory plans;
  *  - `std::size_t saved_bytes(std::size_t samples, telar::Shape const& in)
  *    const`: bytes the layer allocates into its saved state per micro-batch
- *    of \p samples (0 when it keeps only views), for memory plans.
+ *    of \p samples (0 when it keeps only views), for memory plans; a block
+ *    counts its parts' and the buffers it allocates itself;
+ *  - `std::size_t workspace_bytes(std::size_t samples, telar::Shape const&
+ *    in) const`: bytes the layer keeps for itself between calls, shared by
+ *    every micro-batch (allocations labelled "...::workspace", e.g. a
+ *    convolution's columns), for memory plans.
  *
  *  Optional members for tensor parallelism (telar/parallel/tensor_parallel.hpp):
  *  - `void set_tensor_parallel(telar::TensorParallelContext const& ctx)`: the
@@ -164,6 +169,9 @@ using parameter_count_t = decltype(std::size_t(std::declval<L const&>().paramete
 template <class L>
 using saved_bytes_t = decltype(std::size_t(
     std::declval<L const&>().saved_bytes(std::size_t{}, std::declval<Shape const&>())));
+template <class L>
+using workspace_bytes_t = decltype(std::size_t(
+    std::declval<L const&>().workspace_bytes(std::size_t{}, std::declval<Shape const&>())));
 template <class L>
 using flops_t =
     decltype(double(std::declval<L const&>().flops(std::size_t{}, std::declval<Shape const&>())));
@@ -323,6 +331,9 @@ struct layer_traits {
   /*! \brief The layer says how many bytes its saved state allocates per
    *  micro-batch (saved_bytes(samples, in), for memory plans). */
   static constexpr bool has_saved_bytes = detail::is_detected_v<detail::saved_bytes_t, L>;
+  /*! \brief The layer says how many bytes of workspace it keeps between
+   *  calls (workspace_bytes(samples, in), for memory plans). */
+  static constexpr bool has_workspace_bytes = detail::is_detected_v<detail::workspace_bytes_t, L>;
   /*! \brief The layer has a build(input shape) hook. */
   static constexpr bool has_build = detail::is_detected_v<detail::build_t, L>;
   /*! \brief The layer has an initialize(seed) hook. */
@@ -433,6 +444,38 @@ TensorBlock parameter_block(L const& layer, std::string const& name,
 }
 
 namespace detail {
+
+// Bytes a Kokkos::View of `elements` values of T allocates: Kokkos rounds
+// every allocation up to whole 8 bytes (what the memory meter sees).
+template <class T>
+constexpr std::size_t view_bytes(std::size_t elements) {
+  return (elements * sizeof(T) + 7) / 8 * 8;
+}
+
+// For blocks summing their parts' sizes (memory plans): a layer without
+// parameter_count() / saved_bytes() contributes 0 (the plan warns only for
+// the model's own layers, so every built-in has both where they apply).
+template <class L>
+std::size_t parameter_count_of(L const& layer) {
+  if constexpr (is_detected_v<parameter_count_t, L>)
+    return layer.parameter_count();
+  else
+    return (void)layer, 0;
+}
+template <class L>
+std::size_t saved_bytes_of(L const& layer, std::size_t samples, Shape const& in) {
+  if constexpr (is_detected_v<saved_bytes_t, L>)
+    return layer.saved_bytes(samples, in);
+  else
+    return (void)layer, (void)samples, (void)in, 0;
+}
+template <class L>
+std::size_t workspace_bytes_of(L const& layer, std::size_t samples, Shape const& in) {
+  if constexpr (is_detected_v<workspace_bytes_t, L>)
+    return layer.workspace_bytes(samples, in);
+  else
+    return (void)layer, (void)samples, (void)in, 0;
+}
 
 // Checked where a layer enters the API (telar::Sequential): one message per
 // missing piece, naming the API and what to add.

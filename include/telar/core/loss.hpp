@@ -47,6 +47,7 @@
 #include <telar/core/shape.hpp>
 #include <telar/core/tensor.hpp>
 
+#include <type_traits>
 #include <utility>
 
 namespace telar {
@@ -108,6 +109,49 @@ constexpr bool check_loss() {
                 "telar::Trainer: a loss must provide `template <class Exec> telar::LossSum "
                 "forward_backward(Exec const& exec, telar::ConstMatrix<T, memory_space> y, "
                 "target_type const& targets, telar::Matrix<T, memory_space> dy, T scale) const`");
+  return true;
+}
+
+template <class V>
+using view_scalar_t = typename V::non_const_value_type;
+// Whether V is a Kokkos::View (or alike) of Scalar-kind values.
+template <class V>
+constexpr bool integral_targets() {
+  if constexpr (is_detected_v<view_scalar_t, V>)
+    return std::is_integral_v<view_scalar_t<V>>;
+  else
+    return false;
+}
+template <class V>
+constexpr bool floating_targets() {
+  if constexpr (is_detected_v<view_scalar_t, V>)
+    return std::is_floating_point_v<view_scalar_t<V>>;
+  else
+    return false;
+}
+
+// Checked where targets of type Targets enter the API for loss L (Trainer::
+// step and evaluate): the instantiation names L and Targets; the message
+// says which kind of targets L takes.
+template <class L, class Targets>
+constexpr bool check_targets() {
+  using Want = typename L::target_type;
+  constexpr bool floats_for_labels = integral_targets<Want>() && floating_targets<Targets>();
+  constexpr bool labels_for_floats = floating_targets<Want>() && integral_targets<Targets>();
+  static_assert(!floats_for_labels,
+                "telar::Trainer: the loss's target_type is class labels (integers, e.g. "
+                "telar::Labels<>) but the targets given are floating-point values: pass labels "
+                "of the loss's target_type (Trainer::target_type), or train with a loss for real "
+                "targets (telar::MeanSquaredError)");
+  static_assert(!labels_for_floats,
+                "telar::Trainer: the loss's target_type is real values (a floating-point "
+                "telar::Matrix) but the targets given are integer labels: pass values of the "
+                "loss's target_type (Trainer::target_type), or train with a loss for labels "
+                "(telar::SoftmaxCrossEntropy)");
+  static_assert(std::is_convertible_v<Targets const&, Want> || floats_for_labels ||
+                    labels_for_floats,
+                "telar::Trainer: the targets' type is not the loss's target_type (both are named "
+                "in this instantiation): pass Trainer::target_type");
   return true;
 }
 } // namespace detail

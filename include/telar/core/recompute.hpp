@@ -84,13 +84,13 @@ inline constexpr bool is_stochastic_v =
     is_detected_v<random_counter_t, L>&& is_detected_v<set_random_counter_t, L>;
 
 // Calls f(layer) for every stochastic layer in `l`, depth first, in a fixed
-// order: through Sequential, Residual blocks (body, then projection) and
+// order: through Sequential, DynamicGraph, Residual blocks (body, then projection) and
 // nested Recompute.
 template <class L, class F>
 void for_each_stochastic(L& l, F& f) {
   if constexpr (is_stochastic_v<L>)
     f(l);
-  if constexpr (is_sequential_v<L>) {
+  if constexpr (has_layer_walk_v<L>) {
     l.for_each_layer([&](auto, auto& inner) { for_each_stochastic(inner, f); });
   } else if constexpr (is_recompute_v<L>) {
     for_each_stochastic(l.inner(), f);
@@ -296,12 +296,7 @@ public:
       layer_.initialize(seed);
   }
   /*! \brief L's parameter count (0 if it has none). */
-  std::size_t parameter_count() const {
-    if constexpr (layer_traits<L>::has_parameter_count)
-      return layer_.parameter_count();
-    else
-      return 0;
-  }
+  std::size_t parameter_count() const { return detail::parameter_count_of(layer_); }
   /*! \brief Per micro-batch only the checkpoint (a view) is kept: 0. */
   std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
   /*! \brief One state rebuilt in backward (L's saved state and output),
@@ -309,10 +304,13 @@ public:
    *  between backward_input and backward_weight at once (one when they run
    *  together). \param samples rows \param in input shape */
   std::size_t rebuilt_bytes(std::size_t samples, Shape const& in) const {
-    std::size_t n = samples * built_out_ * sizeof(value_type);
-    if constexpr (layer_traits<L>::has_saved_bytes)
-      n += layer_.saved_bytes(samples, in);
-    return n;
+    return detail::view_bytes<value_type>(samples * built_out_) +
+           detail::saved_bytes_of(layer_, samples, in);
+  }
+  /*! \brief L's workspace (the recomputation reuses it). \param samples rows
+   *  \param in input shape */
+  std::size_t workspace_bytes(std::size_t samples, Shape const& in) const {
+    return detail::workspace_bytes_of(layer_, samples, in);
   }
   /*! \brief L's cost estimate (the default, samples x inputs, if it has none);
    *  the recomputation is not counted. \param samples rows \param in input shape */

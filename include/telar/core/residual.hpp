@@ -129,6 +129,35 @@ public:
         f += proj_.flops(samples, in);
     return f;
   }
+  /*! \brief Parameter values of the body and the projection. */
+  std::size_t parameter_count() const {
+    std::size_t n = body_.parameter_count();
+    if constexpr (projected)
+      n += detail::parameter_count_of(proj_);
+    return n;
+  }
+  /*! \brief What one micro-batch keeps: the body's inner activations, their
+   *  gradients and its layers' saved state, the body's output buffer and,
+   *  with a projection, its state, output and input-gradient buffers (the
+   *  last is not needed when the block is the model's first layer and the
+   *  projection has a split backward: a slight over-estimate there).
+   *  \param samples rows \param in input shape */
+  std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
+    std::size_t const out = detail::view_bytes<value_type>(samples * output_shape(in).size());
+    std::size_t n = body_.saved_bytes(samples, in) + out;
+    if constexpr (projected)
+      n += detail::saved_bytes_of(proj_, samples, in) + out +
+           detail::view_bytes<value_type>(samples * in.size());
+    return n;
+  }
+  /*! \brief The body's and the projection's workspace.
+   *  \param samples rows \param in input shape */
+  std::size_t workspace_bytes(std::size_t samples, Shape const& in) const {
+    std::size_t n = body_.workspace_bytes(samples, in);
+    if constexpr (projected)
+      n += detail::workspace_bytes_of(proj_, samples, in);
+    return n;
+  }
   /*! \brief Initialises the body and the projection. \param seed stream seed */
   void initialize(std::uint64_t seed) {
     body_.initialize(detail::mix_seed(seed, 0));

@@ -251,14 +251,10 @@ public:
   }
 
   /*! \brief Parameter values of every layer (layers without
-   *  parameter_count() count 0; see detail::plan_layer_bytes). */
+   *  parameter_count() count 0). */
   std::size_t parameter_count() const {
     std::size_t n = 0;
-    for_each_layer([&](auto, auto const& l) {
-      using L = std::decay_t<decltype(l)>;
-      if constexpr (layer_traits<L>::has_parameter_count)
-        n += l.parameter_count();
-    });
+    for_each_layer([&](auto, auto const& l) { n += detail::parameter_count_of(l); });
     return n;
   }
   /*! \brief What a nested chain keeps per micro-batch: its inner
@@ -268,12 +264,17 @@ public:
     auto const s = shapes(in);
     std::size_t n = 0;
     for (std::size_t k = 1; k < size; ++k)
-      n += 2 * samples * s[k].size() * sizeof(value_type);
-    for_each_layer([&](auto index, auto const& l) {
-      using L = std::decay_t<decltype(l)>;
-      if constexpr (layer_traits<L>::has_saved_bytes)
-        n += l.saved_bytes(samples, s[index]);
-    });
+      n += 2 * detail::view_bytes<value_type>(samples * s[k].size());
+    for_each_layer(
+        [&](auto index, auto const& l) { n += detail::saved_bytes_of(l, samples, s[index]); });
+    return n;
+  }
+  /*! \brief Every layer's workspace. \param samples rows \param in input shape */
+  std::size_t workspace_bytes(std::size_t samples, Shape const& in) const {
+    auto const s = shapes(in);
+    std::size_t n = 0;
+    for_each_layer(
+        [&](auto index, auto const& l) { n += detail::workspace_bytes_of(l, samples, s[index]); });
     return n;
   }
 
@@ -515,5 +516,13 @@ inline constexpr bool is_sequential_v = false;
 /*! \brief True for telar::Sequential types. \tparam Ls layer types */
 template <class... Ls>
 inline constexpr bool is_sequential_v<Sequential<Ls...>> = true;
+
+namespace detail {
+// Blocks whose for_each_layer(f(index, layer)) reaches their inner layers:
+// chains, and the run-time graph (specialised in dynamic_graph.hpp). What
+// for_each_stochastic descends into (dropout switches, random counters).
+template <class L>
+inline constexpr bool has_layer_walk_v = is_sequential_v<L>;
+} // namespace detail
 
 } // namespace telar

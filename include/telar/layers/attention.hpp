@@ -228,6 +228,30 @@ public:
     return s * (8.0 * seq * h * local + 4.0 * seq * seq * local);
   }
 
+  /*! \brief Values of the four projections this rank holds (its heads'
+   *  rows of Q, K, V, their columns of the output projection, all of its bias). */
+  std::size_t parameter_count() const {
+    std::size_t const local = heads_local_ * (hidden_ / heads_), b = q_.has_bias() ? 1 : 0;
+    return 4 * local * hidden_ + b * (3 * local + hidden_);
+  }
+  /*! \brief Q, K, V, O and their gradients, and two values per (sample,
+   *  head, query): the log-sum-exp and the row dots of backward (the
+   *  per-head scores are a workspace shared by every micro-batch).
+   *  \param samples rows \param in [seq, hidden] */
+  std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
+    std::size_t const seq = in[0], local = heads_local_ * (hidden_ / heads_);
+    return 8 * detail::view_bytes<T>(samples * seq * local) +
+           2 * detail::view_bytes<T>(samples * heads_local_ * seq);
+  }
+  /*! \brief One (sample, head) at a time: seven [seq, d] copies and two
+   *  [seq, seq] score matrices, whatever the micro-batches in flight.
+   *  \param samples rows (unused) \param in [seq, hidden] */
+  std::size_t workspace_bytes(std::size_t samples, Shape const& in) const {
+    (void)samples;
+    std::size_t const seq = in[0], d = hidden_ / heads_;
+    return 7 * detail::view_bytes<T>(seq * d) + 2 * detail::view_bytes<T>(seq * seq);
+  }
+
   /*! \brief Allocates and draws the four projections. \param seed stream seed */
   void initialize(std::uint64_t seed) {
     q_.initialize(detail::mix_seed(seed, 0));

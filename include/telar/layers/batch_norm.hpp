@@ -167,7 +167,7 @@ public:
   std::size_t buffer_count() const { return 2 * channels_; }
   /*! \brief Per-channel mean and 1/std. \param samples rows */
   std::size_t saved_bytes(std::size_t samples, Shape const&) const {
-    return samples > 0 ? 2 * channels_ * sizeof(T) : 0;
+    return samples > 0 ? 2 * detail::view_bytes<T>(channels_) : 0;
   }
 
   /*! \brief Allocates gamma = 1, beta = 0, their gradients, running_mean = 0

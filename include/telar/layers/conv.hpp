@@ -404,6 +404,19 @@ public:
     });
   }
 
+  // Bytes of the column workspace the im2col path keeps for \p n samples
+  // (none for a pointwise convolution, or where oneDNN runs instead).
+  static std::size_t workspace_bytes(ConvGeometry const& g, std::size_t n) {
+#if TELAR_HAVE_ONEDNN
+    if (OneDnn && conv_extents_consistent(g))
+      return 0;
+#endif
+    if (g.pointwise())
+      return 0;
+    std::size_t const KP = std::size_t(g.K()) * std::size_t(g.P());
+    return view_bytes<T>(std::size_t(chunk_samples(g, n)) * KP);
+  }
+
 private:
   // `groups` matrices [rows, cols] one after the other: one operand per group.
   template <class P>
@@ -584,6 +597,11 @@ public:
   }
   /*! \brief Keeps a view of x only (its column workspace is per layer): 0. */
   std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
+  /*! \brief The im2col columns of the samples lowered at once (none for a
+   *  pointwise convolution or with oneDNN). \param samples rows \param in input shape */
+  std::size_t workspace_bytes(std::size_t samples, Shape const& in) const {
+    return decltype(engine_)::workspace_bytes(geometry(in), samples);
+  }
 
   /*! \brief Allocates W, b and their gradients and draws W and b.
    *  \param seed stream seed (telar::Sequential derives one per layer) */

@@ -156,6 +156,11 @@ public:
   }
   /*! \brief Keeps a view of x only (its column workspace is per layer): 0. */
   std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
+  /*! \brief The adjoint convolution's im2col columns for \p samples samples
+   *  (none for a pointwise one or with oneDNN). \param samples rows \param in input shape */
+  std::size_t workspace_bytes(std::size_t samples, Shape const& in) const {
+    return decltype(engine_)::workspace_bytes(geometry(in), samples);
+  }
 
   /*! \brief Allocates W, b and their gradients and draws W and b.
    *  \param seed stream seed (telar::Sequential derives one per layer) */

@@ -113,6 +113,9 @@ public:
     return double(samples) * double(in.size());
   }
 
+  /*! \brief Keeps the mask's key only (backward regenerates the mask): 0. */
+  std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
+
   /*! \brief Takes the stream seed. \param seed derived by Sequential from the layer's position */
   void initialize(std::uint64_t seed) { seed_ = seed; }
   /*! \brief Step \p step starts and this rank's first sample has global index

@@ -140,6 +140,11 @@ public:
     return double(samples) * double(in.size()) * double(hidden_);
   }
 
+  /*! \brief Values of the table. */
+  std::size_t parameter_count() const { return vocab_ * hidden_; }
+  /*! \brief Keeps a view of the ids: 0. */
+  std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
+
   /*! \brief Allocates and draws the table. \param seed stream seed */
   void initialize(std::uint64_t seed) {
     weight = Matrix<T, MemorySpace>("telar::Embedding::weight", vocab_, hidden_);
@@ -249,6 +254,9 @@ public:
   double flops(std::size_t samples, Shape const& in) const {
     return double(samples) * double(in.size());
   }
+
+  /*! \brief Values of the table. */
+  std::size_t parameter_count() const { return context_ * hidden_; }
 
   /*! \brief Allocates and draws the table. \param seed stream seed */
   void initialize(std::uint64_t seed) {

@@ -326,7 +326,7 @@ public:
   std::size_t parameter_count() const { return 2 * size_; }
   /*! \brief Mean and 1/std of every normalised row. \param samples rows \param in input shape */
   std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
-    return 2 * samples * (size_ ? in.size() / size_ : 0) * sizeof(T);
+    return 2 * detail::view_bytes<T>(samples * (size_ ? in.size() / size_ : 0));
   }
 
   /*! \brief Allocates gamma = 1, beta = 0 and their gradients.
@@ -452,6 +452,13 @@ public:
   /*! \brief Cost estimate. \param samples rows \param in input shape */
   double flops(std::size_t samples, Shape const& in) const {
     return 5.0 * double(samples) * double(in.size());
+  }
+
+  /*! \brief Values of gamma. */
+  std::size_t parameter_count() const { return size_; }
+  /*! \brief 1/rms of every normalised row. \param samples rows \param in input shape */
+  std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
+    return detail::view_bytes<T>(samples * (size_ ? in.size() / size_ : 0));
   }
 
   /*! \brief Allocates gamma = 1 and its gradient.
@@ -593,7 +600,7 @@ public:
   std::size_t parameter_count() const { return affine_ ? 2 * channels_ : 0; }
   /*! \brief Mean and 1/std of every (sample, group). \param samples rows */
   std::size_t saved_bytes(std::size_t samples, Shape const&) const {
-    return 2 * samples * groups_ * sizeof(T);
+    return 2 * detail::view_bytes<T>(samples * groups_);
   }
 
   /*! \brief Allocates gamma = 1, beta = 0 and their gradients (if affine).

@@ -341,7 +341,7 @@ public:
   }
   /*! \brief The argmax of every output. \param samples rows \param in input shape */
   std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
-    return samples * output_shape(in).size() * sizeof(int);
+    return detail::view_bytes<int>(samples * output_shape(in).size());
   }
   /*! \brief y = window maxima. \param exec execution space instance
    *  \param x input [n, C*H*W] \param y output [n, C*Ho*Wo] \param saved keeps the argmax */

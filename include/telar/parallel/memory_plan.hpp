@@ -52,9 +52,10 @@ namespace telar {
  *  the strategy's sharding (parallel/detail/plan_model_states.hpp);
  *  activations count one slot per micro-batch the schedule keeps in flight,
  *  each holding the stage's activations, their gradients and every layer's
- *  saved_bytes(); TrainerOptions::batch_size must be set for them. Layers
- *  without parameter_count() / saved_bytes() are counted 0 and named in
- *  MemoryPlan::warnings. ZeRO<1>'s shared mode assumes every data-parallel
+ *  saved_bytes(); TrainerOptions::batch_size must be set for them. The
+ *  workspace counts every layer's workspace_bytes(). Layers without
+ *  parameter_count() / saved_bytes() are counted 0 and named in
+ *  MemoryPlan::warnings (every built-in layer and block has them). ZeRO<1>'s shared mode assumes every data-parallel
  *  rank on one node.
  *  \code
  *  telar::TrainerOptions opts;
@@ -63,6 +64,8 @@ namespace telar {
  *  auto plan = telar::plan_memory<Model, Strategy, telar::AdamW<float>>(model, opts, 784, 4, 0);
  *  std::cout << plan.bytes.str() << "\n";
  *  \endcode
+ *  \tparam Model, StrategyT, Optimizer, Loss those of the telar::Trainer
+ *  planned (Loss defaults to the Trainer's default, SoftmaxCrossEntropy)
  *  \param model the model (not initialised) \param options run-time settings
  *  \param in per-sample input shape \param world_size ranks of the run
  *  \param rank rank to plan

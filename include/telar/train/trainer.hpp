@@ -187,6 +187,25 @@ public:
     return r;
   }
 
+  /*! \brief Targets that are not the loss's target_type: a compile-time
+   *  error naming the loss, its target_type and the targets' type (rather
+   *  than a failed conversion). \param x inputs \param y targets */
+  template <class Targets,
+            std::enable_if_t<!std::is_convertible_v<Targets const&, target_type>, int> = 0>
+  StepResult step(ConstMatrix<value_type, memory_space> x, Targets const& y) {
+    static_assert(detail::check_targets<Loss, Targets>());
+    return (void)x, (void)y, StepResult{};
+  }
+  /*! \brief As step(): targets that are not the loss's target_type do not
+   *  compile. \param x inputs \param y targets \param chunk samples per pass */
+  template <class Targets,
+            std::enable_if_t<!std::is_convertible_v<Targets const&, target_type>, int> = 0>
+  StepResult evaluate(ConstMatrix<value_type, memory_space> x, Targets const& y,
+                      std::size_t chunk = 1000) {
+    static_assert(detail::check_targets<Loss, Targets>());
+    return (void)x, (void)y, (void)chunk, StepResult{};
+  }
+
   /*! \brief Mean loss (and accuracy) of the model on a data set
    *  (collective; each data-parallel group evaluates its share).
    *  \param x inputs [n, in_shape.size()] (the whole set, on every rank)

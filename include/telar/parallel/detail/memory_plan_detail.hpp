@@ -124,21 +124,40 @@ template <class L>
 using rebuilt_bytes_t = decltype(std::size_t(
     std::declval<L const&>().rebuilt_bytes(std::size_t{}, std::declval<Shape const&>())));
 
+// The sum of f(index, layer) over layers [first, last).
+template <class Model, class F>
+std::size_t sum_layers(Model const& model, std::size_t first, std::size_t last, F&& f) {
+  std::size_t n = 0;
+  model.for_each_layer([&](auto index, auto const& layer) {
+    if (index >= first && index < last)
+      n += f(index, layer);
+  });
+  return n;
+}
+
 // Bytes layers [first, last) keep per layer rather than per slot (the states
 // telar::Recompute rebuilds in backward): `split` states each for a layer
 // with a weight part (held from backward_input to backward_weight), else one.
 template <class Model>
 std::size_t plan_rebuilt(Model const& model, std::vector<Shape> const& shapes, std::size_t first,
                          std::size_t last, std::size_t rows, std::size_t split) {
-  std::size_t n = 0;
-  model.for_each_layer([&](auto index, auto const& layer) {
+  return sum_layers(model, first, last, [&](auto index, auto const& layer) -> std::size_t {
     using L = std::decay_t<decltype(layer)>;
     if constexpr (is_detected_v<rebuilt_bytes_t, L>)
-      if (index >= first && index < last)
-        n += layer.rebuilt_bytes(rows, shapes[index]) *
+      return layer.rebuilt_bytes(rows, shapes[index]) *
              (layer_traits<L>::has_backward_weight ? split : 1);
+    else
+      return 0;
   });
-  return n;
+}
+
+// Workspace layers [first, last) keep between calls (shared by the slots).
+template <class Model>
+std::size_t plan_layer_workspace(Model const& model, std::vector<Shape> const& shapes,
+                                 std::size_t first, std::size_t last, std::size_t rows) {
+  return sum_layers(model, first, last, [&](auto index, auto const& layer) {
+    return workspace_bytes_of(layer, rows, shapes[index]);
+  });
 }
 
 // Micro-batches of `chunk` at once between BackwardInput and BackwardWeight
@@ -160,18 +179,14 @@ inline std::size_t rebuilt_states(schedule::Schedule const& s, int rank, int chu
 template <class Model>
 std::size_t plan_saved(Model const& model, std::vector<Shape> const& shapes, std::size_t first,
                        std::size_t last, std::size_t rows, std::vector<std::string>& warnings) {
-  std::size_t n = 0;
-  model.for_each_layer([&](auto index, auto const& layer) {
+  return sum_layers(model, first, last, [&](auto index, auto const& layer) -> std::size_t {
     using L = std::decay_t<decltype(layer)>;
-    if (index < first || index >= last)
-      return;
-    if constexpr (layer_traits<L>::has_saved_bytes)
-      n += layer.saved_bytes(rows, shapes[index]);
-    else if constexpr (!std::is_same_v<typename layer_traits<L>::saved_type, NoSaved>)
+    if constexpr (!layer_traits<L>::has_saved_bytes &&
+                  !std::is_same_v<typename layer_traits<L>::saved_type, NoSaved>)
       warnings.push_back("layer " + std::to_string(index) + " (" + layer_name(layer) +
                          ") has no saved_bytes(): its saved state is counted as 0");
+    return saved_bytes_of(layer, rows, shapes[index]);
   });
-  return n;
 }
 
 // Bucket groups' elements in backward order, as BucketPlan forms them: whole
@@ -206,7 +221,7 @@ void plan_activations(Model const& model, std::vector<Shape> const& shapes,
     return;
   }
   std::size_t const rows = local_batch / std::size_t(sched.microbatches);
-  auto feat = [&](std::size_t k) { return rows * shapes[k].size() * sizeof(T); };
+  auto feat = [&](std::size_t k) { return view_bytes<T>(rows * shapes[k].size()); };
   std::size_t act = 0, work = 0;
   for (int c = 0; c < sched.chunks; ++c) {
     int const vs = sched.virtual_stage(pp_rank, c);
@@ -220,6 +235,7 @@ void plan_activations(Model const& model, std::vector<Shape> const& shapes,
       slot += 2 * feat(first); // received input and its gradient
     act += slot * schedule_slots(sched, pp_rank, c) +
            plan_rebuilt(model, shapes, first, last, rows, rebuilt_states(sched, pp_rank, c));
+    work += plan_layer_workspace(model, shapes, first, last, rows);
     if (first == 0) // a fused first layer's dx goes to a scratch buffer
       model.for_each_layer([&](auto index, auto const& layer) {
         using L = std::decay_t<decltype(layer)>;

@@ -1,0 +1,252 @@
+#pragma once
+// The structure of a telar::DynamicGraph, independent of its layer types:
+// named nodes that read and write named tensors, checked and ordered once.
+// Kept apart from the layer variant so it is compiled once per translation
+// unit, whatever the variant, and its errors are plain host code.
+#include <telar/core/error.hpp>
+#include <telar/core/shape.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace telar::detail {
+
+// What a node computes: a layer (one input) or a join of several inputs.
+enum class GraphOp { layer, add, concat, mul };
+
+inline char const* graph_op_name(GraphOp op) {
+  switch (op) {
+  case GraphOp::add:
+    return "Add";
+  case GraphOp::concat:
+    return "Concat";
+  case GraphOp::mul:
+    return "Mul";
+  default:
+    return "layer";
+  }
+}
+
+struct GraphNode {
+  std::string name;
+  GraphOp op = GraphOp::layer;
+  std::vector<std::string> inputs;
+  std::string output;
+  std::vector<std::size_t> in_ids; // tensor ids of inputs (after finalize)
+  std::size_t out_id = 0;          // tensor id of output (after finalize)
+};
+
+// "'h1' [8], 'h2' [4]": a node's inputs with their shapes, for messages.
+inline std::string graph_inputs_str(GraphNode const& n, std::vector<Shape> const& in) {
+  std::string s;
+  for (std::size_t i = 0; i < in.size(); ++i)
+    s += (i ? ", '" : "'") + n.inputs[i] + "' " + in[i].str();
+  return s;
+}
+
+// Output shape of a join; ShapeError naming the node and its inputs.
+// Add: equal shapes. Concat: along the first per-sample dimension (channels),
+// the others equal. Mul: equal shapes, or one input per channel ([C] or
+// [C, 1, 1]: as many elements as the other's first dimension) against [C, ...].
+inline Shape graph_join_shape(GraphNode const& n, std::vector<Shape> const& in) {
+  auto const fail = [&](std::string const& why) {
+    return ShapeError("telar::DynamicGraph: " + std::string(graph_op_name(n.op)) + " node '" +
+                      n.name + "' joins " + graph_inputs_str(n, in) + ": " + why);
+  };
+  Shape out = in[0];
+  if (n.op == GraphOp::add) {
+    for (Shape const& s : in)
+      if (s != out)
+        throw fail("an Add needs equal shapes");
+  } else if (n.op == GraphOp::concat) {
+    for (std::size_t i = 1; i < in.size(); ++i) {
+      Shape rest = in[i];
+      rest.dims[0] = out.dims[0];
+      if (rest != out)
+        throw fail("a Concat needs equal shapes but for the first (channel) dimension");
+      out.dims[0] += in[i].dims[0];
+    }
+  } else { // mul
+    out = in[0].size() >= in[1].size() ? in[0] : in[1];
+    for (Shape const& s : in)
+      if (s != out && !(s.size() == out[0] && s[0] == out[0]))
+        throw fail("a Mul needs equal shapes, or one of [C] or [C, 1, 1] against [C, ...]");
+  }
+  return out;
+}
+
+class GraphTopology {
+public:
+  static constexpr std::size_t none = std::size_t(-1);
+
+  // Appends a node; checks its name and the number of its inputs.
+  std::size_t add(std::string name, GraphOp op, std::vector<std::string> inputs,
+                  std::string output) {
+    std::string const what = "telar::DynamicGraph: node '" + name + "'";
+    if (name.empty() || output.empty())
+      throw Error("telar::DynamicGraph: a node needs a name and an output tensor name");
+    for (GraphNode const& n : nodes_)
+      if (n.name == name)
+        throw Error(what + " is added twice: node names must be unique");
+    std::size_t const k = inputs.size();
+    if (op == GraphOp::layer ? k != 1 : op == GraphOp::mul ? k != 2 : k < 2)
+      throw Error(what + " (" + graph_op_name(op) + ") takes " +
+                  (op == GraphOp::layer ? "one input"
+                   : op == GraphOp::mul ? "two inputs"
+                                        : "two inputs or more") +
+                  ", not " + std::to_string(k));
+    nodes_.push_back({std::move(name), op, std::move(inputs), std::move(output), {}, 0});
+    ready_ = false;
+    return nodes_.size() - 1;
+  }
+  void set_input(std::string name) { input_ = std::move(name), ready_ = false; }
+  void set_output(std::string name) { output_ = std::move(name), ready_ = false; }
+  std::string const& input() const { return input_; }
+  std::string const& output() const { return output_; }
+  std::vector<GraphNode> const& nodes() const { return nodes_; }
+  bool ready() const { return ready_; }
+
+  // Checks the graph and orders its nodes; each failure an Error naming the
+  // nodes and tensors at fault.
+  void finalize() {
+    if (ready_)
+      return;
+    if (nodes_.empty())
+      throw Error("telar::DynamicGraph: the graph has no node");
+    index_tensors();
+    sort();
+    check_reach();
+    ready_ = true;
+  }
+
+  std::vector<std::size_t> const& order() const { return order_; } // topological
+  std::size_t tensor_count() const { return tensors_.size(); }
+  std::string const& tensor_name(std::size_t t) const { return tensors_[t]; }
+  std::size_t output_id() const { return output_id_; }
+  std::size_t producer(std::size_t t) const { return producer_[t]; } // none: the input
+  std::size_t consumers(std::size_t t) const { return consumers_[t]; }
+
+private:
+  // Tensor ids (0: the graph input, then node outputs in node order) and
+  // their producers and consumer counts.
+  void index_tensors() {
+    std::map<std::string, std::size_t> id{{input_, 0}};
+    tensors_ = {input_};
+    producer_ = {none};
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      GraphNode& n = nodes_[i];
+      auto const [it, fresh] = id.emplace(n.output, tensors_.size());
+      if (!fresh)
+        throw Error("telar::DynamicGraph: tensor '" + n.output + "' is produced by node '" +
+                    n.name + "' and " +
+                    (it->second == 0 ? std::string("is the graph input")
+                                     : "by node '" + nodes_[producer_[it->second]].name + "'"));
+      n.out_id = it->second;
+      tensors_.push_back(n.output);
+      producer_.push_back(i);
+    }
+    consumers_.assign(tensors_.size(), 0);
+    for (GraphNode& n : nodes_) {
+      n.in_ids.clear();
+      for (std::string const& t : n.inputs) {
+        auto const it = id.find(t);
+        if (it == id.end())
+          throw Error("telar::DynamicGraph: node '" + n.name + "' reads tensor '" + t +
+                      "', which no node produces and which is not the graph input '" + input_ +
+                      "'");
+        n.in_ids.push_back(it->second);
+        ++consumers_[it->second];
+      }
+    }
+    auto const out = id.find(output_);
+    if (output_.empty() || out == id.end() || out->second == 0)
+      throw Error("telar::DynamicGraph: the graph output '" + output_ +
+                  "' is produced by no node (call set_output with a node's output tensor)");
+    output_id_ = out->second;
+  }
+
+  // Kahn's algorithm, ready nodes in the order they were added (a chain keeps
+  // its order); a node left over lies on or after a cycle.
+  void sort() {
+    std::vector<std::size_t> waiting(nodes_.size(), 0);
+    std::set<std::size_t> ready;
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      for (std::size_t t : nodes_[i].in_ids)
+        waiting[i] += producer_[t] != none;
+      if (waiting[i] == 0)
+        ready.insert(i);
+    }
+    order_.clear();
+    while (!ready.empty()) {
+      std::size_t const i = *ready.begin();
+      ready.erase(ready.begin());
+      order_.push_back(i);
+      for (std::size_t j = 0; j < nodes_.size(); ++j)
+        for (std::size_t t : nodes_[j].in_ids)
+          if (t == nodes_[i].out_id && --waiting[j] == 0)
+            ready.insert(j);
+    }
+    if (order_.size() != nodes_.size())
+      throw Error("telar::DynamicGraph: the graph is not acyclic: " + cycle() +
+                  " (each node reads a tensor the one before it produces)");
+  }
+
+  // "'a' -> 'b' -> 'a'": walks producers back from an unordered node (each
+  // has an unordered producer) until a node repeats: that node is on a cycle.
+  std::string cycle() const {
+    std::vector<bool> done(nodes_.size(), false);
+    for (std::size_t i : order_)
+      done[i] = true;
+    std::size_t cur = std::size_t(std::find(done.begin(), done.end(), false) - done.begin());
+    std::vector<std::size_t> path;
+    while (std::find(path.begin(), path.end(), cur) == path.end()) {
+      path.push_back(cur);
+      for (std::size_t t : nodes_[cur].in_ids)
+        if (producer_[t] != none && !done[producer_[t]]) {
+          cur = producer_[t];
+          break;
+        }
+    }
+    path.erase(path.begin(), std::find(path.begin(), path.end(), cur));
+    std::string s = "'" + nodes_[cur].name + "'";
+    for (auto it = path.rbegin(); it != path.rend(); ++it)
+      s += " -> '" + nodes_[*it].name + "'";
+    return s;
+  }
+
+  // Refuses a node whose result reaches nothing: its parameters would get no
+  // gradient and its work would be wasted; usually a wiring mistake.
+  void check_reach() const {
+    std::vector<bool> live(nodes_.size(), false);
+    std::vector<std::size_t> todo{producer_[output_id_]};
+    while (!todo.empty()) {
+      std::size_t const i = todo.back();
+      todo.pop_back();
+      if (live[i])
+        continue;
+      live[i] = true;
+      for (std::size_t t : nodes_[i].in_ids)
+        if (producer_[t] != none)
+          todo.push_back(producer_[t]);
+    }
+    for (std::size_t i = 0; i < nodes_.size(); ++i)
+      if (!live[i])
+        throw Error("telar::DynamicGraph: node '" + nodes_[i].name + "' produces '" +
+                    nodes_[i].output + "', which does not reach the graph output '" + output_ +
+                    "': remove the node or use its result");
+  }
+
+  std::vector<GraphNode> nodes_;
+  std::string input_ = "input", output_;
+  bool ready_ = false;
+  std::vector<std::string> tensors_;
+  std::vector<std::size_t> producer_, consumers_, order_;
+  std::size_t output_id_ = 0;
+};
+
+} // namespace telar::detail

@@ -1,0 +1,603 @@
+#pragma once
+/*! \file
+ *  \brief telar::DynamicGraph: a network known only at run time as a directed
+ *  acyclic graph of named layers and joins over named tensors, itself a
+ *  layer, so it trains as one unit of a telar::Sequential or
+ *  telar::DynamicSequential under every strategy. */
+#include <telar/core/detail/counter_rng.hpp>
+#include <telar/core/detail/graph_joins.hpp>
+#include <telar/core/detail/graph_topology.hpp>
+#include <telar/core/dynamic_sequential.hpp>
+#include <telar/core/error.hpp>
+#include <telar/core/layer.hpp>
+#include <telar/core/residual.hpp>
+#include <telar/core/sequential.hpp>
+#include <telar/core/shape.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace telar {
+
+namespace detail {
+
+// Every alternative of a layer variant is checked as a Sequential's layers are.
+template <class V>
+struct check_variant_layers;
+template <class... Ls>
+struct check_variant_layers<std::variant<Ls...>> {
+  static constexpr bool value = (check_layer<Ls>() && ...);
+};
+
+// A layer's cost estimate, or one operation per input element.
+template <class L>
+double graph_layer_flops(L const& l, std::size_t samples, Shape const& in) {
+  if constexpr (is_detected_v<flops_t, L>)
+    return l.flops(samples, in);
+  else
+    return double(samples) * double(in.size());
+}
+
+} // namespace detail
+
+/*! \brief A directed acyclic graph of layers chosen at run time (each one of
+ *  the alternatives of \p Variant) and joins, over named tensors.
+ *
+ *  The graph reads one input tensor and writes one output tensor. A tensor
+ *  may feed several nodes (its gradient is the sum over them). Join nodes
+ *  take several tensors: Add (sum, equal shapes), Concat (along the first
+ *  per-sample dimension, the channels) and Mul (element-wise, or per channel:
+ *  [C] or [C, 1, 1] against [C, H, W]). The graph is checked when it is
+ *  first used (validate(), output_shape(), build()): a cycle, a tensor read
+ *  but never produced, a tensor produced twice, a node whose result reaches
+ *  nothing and joins of mismatched shapes are each a telar::Error naming the
+ *  nodes and tensors.
+ *
+ *  A graph is a layer: put it in a telar::Sequential (or DynamicSequential)
+ *  to train it; pipeline stages then split at its boundary. Its parameters
+ *  are named "<node>.<name>", as PyTorch names a module's attributes.
+ *  \code
+ *  using Layer = std::variant<telar::Dense<float>, telar::ReLU<float>>;
+ *  telar::DynamicGraph<Layer> g("x");                    // the input tensor
+ *  g.add("fc1", telar::Dense<float>(16, 16), "x", "h1");
+ *  g.add("act", telar::ReLU<float>{}, "h1", "h2");
+ *  g.add("fc2", telar::Dense<float>(16, 16), "x", "h3");  // x feeds two nodes
+ *  g.add_add("sum", {"h2", "h3"}, "y");
+ *  g.set_output("y");
+ *  telar::Sequential<telar::DynamicGraph<Layer>, telar::Dense<float>> model(
+ *      std::move(g), telar::Dense<float>(16, 10));
+ *  \endcode
+ *  \tparam Variant a std::variant of layer types sharing value_type and memory_space
+ */
+template <class Variant>
+class DynamicGraph {
+  static_assert(detail::check_variant_layers<Variant>::value);
+  using First = std::variant_alternative_t<0, Variant>;
+  using Op = detail::GraphOp;
+
+public:
+  /*! \brief The layer variant. */
+  using layer_variant = Variant;
+  /*! \brief Scalar type. */
+  using value_type = typename layer_traits<First>::value_type;
+  /*! \brief Memory space of parameters and activations. */
+  using memory_space = typename layer_traits<First>::memory_space;
+  /*! \brief backward_weight reuses the inner gradients of backward_input:
+   *  run together, the input part goes first. */
+  static constexpr bool backward_input_first = true;
+  /*! \brief Called after node \p name's initialize(seed) (e.g. to load its
+   *  starting values from a file): f(name, layer). */
+  using initializer = std::function<void(std::string const&, Variant&)>;
+
+  /*! \brief What one micro-batch keeps: every node's saved state, every
+   *  inner tensor and its gradient, and one scratch buffer for gradients of
+   *  tensors read by several nodes. */
+  struct saved_type {
+    mutable detail::DynamicSaved<Variant> inner;                //!< node i's state at i
+    ConstMatrix<value_type, memory_space> input;                //!< the graph input (a view)
+    std::vector<Matrix<value_type, memory_space>> act;          //!< act[t]: inner tensor t
+    mutable std::vector<Matrix<value_type, memory_space>> grad; //!< grad[t]: dL/d act[t]
+    mutable Matrix<value_type, memory_space> scratch; //!< one contribution before it is added
+    mutable bool grads_ready = false; //!< backward_input ran since the last backward_weight
+  };
+
+  /*! \brief An empty graph. \param input name of the input tensor */
+  explicit DynamicGraph(std::string input = "input") { topo_.set_input(std::move(input)); }
+
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "DynamicGraph"; }
+
+  /*! \brief Adds a layer node. \param node its name (unique) \param layer any
+   *  alternative of Variant \param input the tensor it reads \param output the
+   *  tensor it writes \return the node's index \throws Error on a repeated name */
+  std::size_t add(std::string node, Variant layer, std::string input, std::string output) {
+    topo_.add(std::move(node), Op::layer, {std::move(input)}, std::move(output));
+    layers_.emplace_back(std::move(layer));
+    return layers_.size() - 1;
+  }
+  /*! \brief Adds output = the sum of \p inputs (equal shapes).
+   *  \param node its name \param inputs two tensors or more \param output the tensor it writes
+   *  \return the node's index */
+  std::size_t add_add(std::string node, std::vector<std::string> inputs, std::string output) {
+    return add_join(std::move(node), Op::add, std::move(inputs), std::move(output));
+  }
+  /*! \brief Adds output = \p inputs concatenated along the first per-sample
+   *  dimension (channels; features for rank 1). \param node its name
+   *  \param inputs two tensors or more \param output the tensor it writes
+   *  \return the node's index */
+  std::size_t add_concat(std::string node, std::vector<std::string> inputs, std::string output) {
+    return add_join(std::move(node), Op::concat, std::move(inputs), std::move(output));
+  }
+  /*! \brief Adds output = the element-wise product of two tensors, one of
+   *  which may hold one value per channel ([C] or [C, 1, 1] against
+   *  [C, ...], as a squeeze-and-excitation gate). \param node its name
+   *  \param inputs two tensors \param output the tensor it writes \return the node's index */
+  std::size_t add_mul(std::string node, std::vector<std::string> inputs, std::string output) {
+    return add_join(std::move(node), Op::mul, std::move(inputs), std::move(output));
+  }
+  /*! \brief Names the graph's output tensor. \param output a node's output tensor */
+  void set_output(std::string output) { topo_.set_output(std::move(output)); }
+  /*! \brief Name of the input tensor. */
+  std::string const& input_name() const { return topo_.input(); }
+  /*! \brief Name of the output tensor. */
+  std::string const& output_name() const { return topo_.output(); }
+  /*! \brief Number of nodes, layers and joins. */
+  std::size_t node_count() const { return layers_.size(); }
+  /*! \brief Names of the nodes, in the order they were added. */
+  std::vector<std::string> node_names() const {
+    std::vector<std::string> names;
+    for (auto const& n : topo_.nodes())
+      names.push_back(n.name);
+    return names;
+  }
+  /*! \brief The layer of node \p node. \param node a layer node's name
+   *  \throws Error if there is no such layer node */
+  Variant& layer(std::string const& node) { return *layers_[layer_index(node)]; }
+  /*! \brief The layer of node \p node. \param node a layer node's name */
+  Variant const& layer(std::string const& node) const { return *layers_[layer_index(node)]; }
+  /*! \brief Names of the nodes in the order they run (a topological order,
+   *  fixed once: ready nodes in the order they were added).
+   *  \throws Error if the graph is not valid */
+  std::vector<std::string> execution_order() const {
+    std::vector<std::string> names;
+    for (std::size_t i : topology().order())
+      names.push_back(topo_.nodes()[i].name);
+    return names;
+  }
+  /*! \brief Checks the structure (see the class description); shapes are
+   *  checked by output_shape() and build(). \throws Error naming the fault */
+  void validate() const { topology(); }
+
+  /*! \brief Runs \p f(name, layer) after each node's initialize (starting
+   *  values). \param f the hook */
+  void set_initializer(initializer f) { init_ = std::move(f); }
+
+  /*! \brief Calls f(node index, layer) for each layer node, in the order they
+   *  were added, with the concrete layer type (joins are skipped).
+   *  \param f the visitor */
+  template <class F>
+  void for_each_layer(F&& f) {
+    for (std::size_t i = 0; i < layers_.size(); ++i)
+      if (layers_[i])
+        std::visit([&](auto& l) { f(i, l); }, *layers_[i]);
+  }
+  /*! \brief Const overload. \param f the visitor */
+  template <class F>
+  void for_each_layer(F&& f) const {
+    for (std::size_t i = 0; i < layers_.size(); ++i)
+      if (layers_[i])
+        std::visit([&](auto const& l) { f(i, l); }, *layers_[i]);
+  }
+
+  /*! \brief Per-sample shape of every tensor, by name, for input \p in.
+   *  \param in the input shape \throws ShapeError naming the first node that
+   *  cannot take its inputs, Error if the graph is not valid */
+  std::vector<std::pair<std::string, Shape>> tensor_shapes(Shape const& in) const {
+    auto const s = shapes(in);
+    std::vector<std::pair<std::string, Shape>> named;
+    for (std::size_t t = 0; t < s.size(); ++t)
+      named.emplace_back(topo_.tensor_name(t), s[t]);
+    return named;
+  }
+  /*! \brief The output tensor's shape (the Layer concept). \param in input shape */
+  Shape output_shape(Shape const& in) const { return shapes(in)[topology().output_id()]; }
+  /*! \brief Checks the graph for input \p in and tells every layer with a
+   *  build() hook its input shape. \param in per-sample input shape */
+  void build(Shape const& in) {
+    shapes_ = shapes(in);
+    for_each_layer([&](std::size_t i, auto& l) {
+      using L = std::decay_t<decltype(l)>;
+      if constexpr (layer_traits<L>::has_build)
+        l.build(shapes_[input_of(i)]);
+    });
+  }
+
+  /*! \brief Cost estimate: the layers' plus one operation per element a join
+   *  writes. \param samples rows \param in input shape */
+  double flops(std::size_t samples, Shape const& in) const {
+    auto const s = shapes(in);
+    double total = 0;
+    for (auto const& n : topo_.nodes())
+      if (n.op != Op::layer)
+        total += double(samples) * double(s[n.out_id].size());
+    for_each_layer([&](std::size_t i, auto const& l) {
+      total += detail::graph_layer_flops(l, samples, s[input_of(i)]);
+    });
+    return total;
+  }
+  /*! \brief Parameter values of every layer node (valid after build()). */
+  std::size_t parameter_count() const {
+    std::size_t n = 0;
+    for_each_layer([&](std::size_t, auto const& l) {
+      if constexpr (layer_traits<std::decay_t<decltype(l)>>::has_parameter_count)
+        n += l.parameter_count();
+    });
+    return n;
+  }
+  /*! \brief Bytes one micro-batch keeps: every inner tensor (neither the
+   *  input nor the output) and its gradient, the scratch buffer, and every
+   *  layer node's own saved state. \param samples rows \param in input shape */
+  std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
+    auto const s = shapes(in);
+    std::size_t elements = scratch_width(s);
+    for (std::size_t t = 1; t < s.size(); ++t)
+      if (t != topo_.output_id())
+        elements += 2 * s[t].size();
+    std::size_t n = elements * samples * sizeof(value_type);
+    for_each_layer([&](std::size_t i, auto const& l) {
+      if constexpr (layer_traits<std::decay_t<decltype(l)>>::has_saved_bytes)
+        n += l.saved_bytes(samples, s[input_of(i)]);
+    });
+    return n;
+  }
+
+  /*! \brief Draws every layer node's parameters, node i from its own stream
+   *  (detail::mix_seed(seed, i)), then calls the initializer hook if set.
+   *  \param seed stream seed */
+  void initialize(std::uint64_t seed) {
+    for_each_layer([&](std::size_t i, auto& l) {
+      if constexpr (layer_traits<std::decay_t<decltype(l)>>::has_initialize)
+        l.initialize(detail::mix_seed(seed, i));
+    });
+    for (std::size_t i = 0; i < layers_.size();
+         ++i) // after the visit: the hook may replace a layer
+      if (init_ && layers_[i])
+        init_(topo_.nodes()[i].name, *layers_[i]);
+  }
+  /*! \brief Visits (name, value, gradient) of every parameter, named
+   *  "<node>.<name>". \param f callable as f(char const*, View&, View&) */
+  template <class F>
+  void parameters(F&& f) {
+    for_each_layer([&](std::size_t i, auto& l) {
+      if constexpr (layer_traits<std::decay_t<decltype(l)>>::has_parameters)
+        l.parameters([&](char const* name, auto& value, auto& grad) {
+          std::string const full = topo_.nodes()[i].name + "." + name;
+          f(full.c_str(), value, grad);
+        });
+    });
+  }
+  /*! \brief Visits (name, view) of every buffer (BatchNorm's running
+   *  statistics), named "<node>.<name>". \param f callable as f(char const*, View&) */
+  template <class F>
+  void buffers(F&& f) {
+    for_each_layer([&](std::size_t i, auto& l) {
+      detail::prefixed_buffers(l, topo_.nodes()[i].name + ".", f);
+    });
+  }
+  /*! \brief Buffer values of every layer node. */
+  std::size_t buffer_count() const {
+    std::size_t n = 0;
+    for_each_layer([&](std::size_t, auto const& l) { n += detail::buffer_count_of(l); });
+    return n;
+  }
+  /*! \brief Passes a data-parallel context to every layer node that takes one.
+   *  \param ctx a telar::DataParallelContext */
+  template <class Context>
+  void set_data_parallel(Context const& ctx) {
+    for_each_layer([&](std::size_t, auto& l) { detail::pass_data_parallel(l, ctx); });
+  }
+  /*! \brief Passes a tensor-parallel context to every layer node that takes one.
+   *  \param ctx a telar::TensorParallelContext */
+  template <class Context>
+  void set_tensor_parallel(Context const& ctx) {
+    tp_size_ = ctx.size;
+    for_each_layer([&](std::size_t, auto& l) {
+      if constexpr (layer_traits<std::decay_t<decltype(l)>>::has_tensor_parallel)
+        l.set_tensor_parallel(ctx);
+    });
+  }
+  /*! \brief Replicas of parameter "<node>.<name>" in the tensor-parallel
+   *  group: its node's answer. \param name as passed to parameters(f) */
+  int parameter_replicas(std::string const& name) const {
+    int r = tp_size_;
+    with_parameter_node(name, [&](auto const& l, std::string const& rest) {
+      r = telar::parameter_replicas(l, rest, tp_size_);
+    });
+    return r;
+  }
+  /*! \brief Where this rank's parameter "<node>.<name>" lies in the whole
+   *  tensor: its node's answer. \param name as passed to parameters(f)
+   *  \param local the local tensor's extents */
+  TensorBlock parameter_block(std::string const& name,
+                              std::vector<std::size_t> const& local) const {
+    TensorBlock b{local, std::vector<std::size_t>(local.size(), 0)};
+    with_parameter_node(name, [&](auto const& l, std::string const& rest) {
+      b = telar::parameter_block(l, rest, local);
+    });
+    return b;
+  }
+
+  /*! \brief Runs the nodes in topological order; every inner tensor stays in
+   *  \p saved for backward. \param exec execution space instance
+   *  \param x input \param y output \param saved per-micro-batch state */
+  template <class Exec>
+  void forward(Exec const& exec, ConstMatrix<value_type, memory_space> x,
+               Matrix<value_type, memory_space> y, saved_type& saved) {
+    ensure(saved.act, x.extent(0), "telar::DynamicGraph::activation");
+    saved.input = x;
+    saved.grads_ready = false; // gradients of an earlier micro-batch in this slot are stale
+    for (std::size_t i : topo_.order()) {
+      auto const& n = topo_.nodes()[i];
+      Matrix<value_type, memory_space> out =
+          n.out_id == topo_.output_id() ? y : saved.act[n.out_id];
+      if (n.op == Op::layer)
+        std::visit(
+            [&](auto& l) {
+              using L = std::decay_t<decltype(l)>;
+              l.forward(exec, value(saved, n.in_ids[0]), out, saved.inner.template at<L>(i));
+            },
+            *layers_[i]);
+      else
+        join_forward(exec, n, out, saved);
+    }
+  }
+  /*! \brief dL/dx: gradients in reverse topological order, summed over the
+   *  readers of each tensor; inner gradients kept for backward_weight.
+   *  \param exec execution space instance \param dy gradient of the output
+   *  \param dx gradient of the input \param saved state */
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
+                      Matrix<value_type, memory_space> dx, saved_type const& saved) {
+    propagate(exec, dy, dx, saved, true);
+  }
+  /*! \brief dL/dW of every layer node (after backward_input, or on its own
+   *  when nothing needs dL/dx). \param exec execution space instance
+   *  \param dy gradient of the output \param saved state */
+  template <class Exec>
+  void backward_weight(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
+                       saved_type const& saved) {
+    if (!saved.grads_ready)
+      propagate(exec, dy, Matrix<value_type, memory_space>(), saved, false);
+    auto const& order = topo_.order();
+    for (auto it = order.rbegin(); it != order.rend(); ++it)
+      if (layers_[*it])
+        std::visit(
+            [&](auto& l) {
+              using L = std::decay_t<decltype(l)>;
+              if constexpr (layer_traits<L>::has_split_backward &&
+                            layer_traits<L>::has_backward_weight)
+                l.backward_weight(exec, output_grad(saved, *it, dy),
+                                  saved.inner.template at<L>(*it));
+            },
+            *layers_[*it]);
+    saved.grads_ready = false;
+  }
+
+private:
+  using Mat = Matrix<value_type, memory_space>;
+  using CMat = ConstMatrix<value_type, memory_space>;
+
+  std::size_t add_join(std::string node, Op op, std::vector<std::string> inputs,
+                       std::string output) {
+    topo_.add(std::move(node), op, std::move(inputs), std::move(output));
+    layers_.emplace_back();
+    return layers_.size() - 1;
+  }
+  detail::GraphTopology const& topology() const {
+    topo_.finalize();
+    return topo_;
+  }
+  std::size_t input_of(std::size_t i) const { return topo_.nodes()[i].in_ids[0]; }
+  std::size_t layer_index(std::string const& node) const {
+    for (std::size_t i = 0; i < layers_.size(); ++i)
+      if (topo_.nodes()[i].name == node && layers_[i])
+        return i;
+    throw Error("telar::DynamicGraph: no layer node '" + node + "'");
+  }
+
+  // Shapes by tensor id.
+  std::vector<Shape> shapes(Shape const& in) const {
+    auto const& topo = topology();
+    std::vector<Shape> s(topo.tensor_count());
+    s[0] = in;
+    for (std::size_t i : topo.order()) {
+      auto const& n = topo.nodes()[i];
+      std::vector<Shape> ins;
+      for (std::size_t t : n.in_ids)
+        ins.push_back(s[t]);
+      s[n.out_id] = n.op == Op::layer ? layer_shape(n, *layers_[i], ins[0])
+                                      : detail::graph_join_shape(n, ins);
+    }
+    return s;
+  }
+  Shape layer_shape(detail::GraphNode const& n, Variant const& layer, Shape const& in) const {
+    return std::visit(
+        [&](auto const& l) {
+          try {
+            Shape const out = l.output_shape(in);
+            if (!out.known())
+              throw ShapeError("output shape " + out.str() + " is not of rank 1 to 4");
+            return out;
+          } catch (ShapeError const& e) {
+            throw ShapeError("telar::DynamicGraph: node '" + n.name + "' (" + layer_name(l) +
+                             ") cannot take input '" + n.inputs[0] + "' " + in.str() + ": " +
+                             e.what());
+          }
+        },
+        layer);
+  }
+  // Columns of the scratch buffer: the widest tensor read by several nodes,
+  // or the input when a layer reads it (a fused layer's unused dx).
+  std::size_t scratch_width(std::vector<Shape> const& s) const {
+    std::size_t w = 0;
+    for (std::size_t t = 0; t < s.size(); ++t)
+      if (topo_.consumers(t) > 1)
+        w = std::max(w, s[t].size());
+    for (auto const& n : topo_.nodes())
+      if (n.op == Op::layer && n.in_ids[0] == 0)
+        w = std::max(w, s[0].size());
+    return w;
+  }
+
+  // Calls f(layer, rest) for the layer node whose name, followed by '.',
+  // starts \p name (the longest such: node names may hold dots).
+  template <class F>
+  void with_parameter_node(std::string const& name, F&& f) const {
+    std::size_t best = layers_.size(), len = 0;
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      std::string const& node = topo_.nodes()[i].name;
+      if (layers_[i] && node.size() + 1 > len && name.rfind(node + ".", 0) == 0)
+        best = i, len = node.size() + 1;
+    }
+    if (best < layers_.size())
+      std::visit([&](auto const& l) { f(l, name.substr(len)); }, *layers_[best]);
+  }
+
+  CMat value(saved_type const& saved, std::size_t t) const {
+    return t == 0 ? saved.input : CMat(saved.act[t]);
+  }
+  CMat output_grad(saved_type const& saved, std::size_t i, CMat dy) const {
+    std::size_t const t = topo_.nodes()[i].out_id;
+    return t == topo_.output_id() ? dy : CMat(saved.grad[t]);
+  }
+  // Inner tensors' buffers (neither the input nor the output), [rows, size].
+  void ensure(std::vector<Mat>& bufs, std::size_t rows, char const* label) const {
+    if (shapes_.size() != topo_.tensor_count() || !topo_.ready())
+      throw Error("telar::DynamicGraph: run before build(input shape)");
+    bufs.resize(shapes_.size());
+    for (std::size_t t = 1; t < shapes_.size(); ++t)
+      if (t != topo_.output_id() &&
+          (bufs[t].extent(0) != rows || bufs[t].extent(1) != shapes_[t].size()))
+        bufs[t] = Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), rows,
+                      shapes_[t].size());
+  }
+  // A [rows, width] view of the scratch buffer.
+  Mat scratch(saved_type const& saved, std::size_t rows, std::size_t width) const {
+    std::size_t const w = scratch_width(shapes_);
+    if (saved.scratch.extent(0) != rows || saved.scratch.extent(1) != w)
+      saved.scratch = Mat(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::DynamicGraph::scratch"), rows, w);
+    return Mat(saved.scratch.data(), rows, width);
+  }
+
+  template <class Exec>
+  void join_forward(Exec const& exec, detail::GraphNode const& n, Mat const& y,
+                    saved_type const& saved) const {
+    auto const in = [&](std::size_t j) { return value(saved, n.in_ids[j]); };
+    if (n.op == Op::add) {
+      detail::sum_batches(exec, y, in(0), in(1));
+      for (std::size_t j = 2; j < n.in_ids.size(); ++j)
+        detail::add_batch(exec, y, in(j));
+    } else if (n.op == Op::concat) {
+      std::size_t first = 0;
+      for (std::size_t j = 0; j < n.in_ids.size(); ++j) {
+        Kokkos::deep_copy(exec, detail::graph_columns(y, first, in(j).extent(1)), in(j));
+        first += in(j).extent(1);
+      }
+    } else {
+      detail::graph_mul(exec, y, in(0), in(1));
+    }
+  }
+
+  // Gradients of every node's inputs, last node first. `started[t]`: tensor
+  // t's gradient holds its first contribution; later ones go through the
+  // scratch buffer and are added.
+  template <class Exec>
+  void propagate(Exec const& exec, CMat dy, Mat dx, saved_type const& saved, bool need_dx) {
+    std::size_t const rows = dy.extent(0);
+    ensure(saved.grad, rows, "telar::DynamicGraph::activation_grad");
+    std::vector<bool> started(shapes_.size(), false);
+    auto const contribute = [&](std::size_t t, auto&& write) {
+      if (t == 0 && !need_dx)
+        return;
+      Mat own = t == 0 ? dx : saved.grad[t];
+      if (!started[t]) {
+        started[t] = true;
+        write(own);
+      } else {
+        Mat const s = scratch(saved, rows, own.extent(1));
+        write(s);
+        detail::add_batch(exec, own, s);
+      }
+    };
+    auto const& order = topo_.order();
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      auto const& n = topo_.nodes()[*it];
+      CMat const g = output_grad(saved, *it, dy);
+      if (n.op == Op::layer)
+        layer_input_grad(exec, *it, g, saved, need_dx, contribute);
+      else
+        join_input_grads(exec, n, g, saved, contribute);
+    }
+    saved.grads_ready = true;
+  }
+
+  template <class Exec, class Contribute>
+  void layer_input_grad(Exec const& exec, std::size_t i, CMat dy, saved_type const& saved,
+                        bool need_dx, Contribute& contribute) {
+    std::size_t const t = input_of(i);
+    std::visit(
+        [&](auto& l) {
+          using L = std::decay_t<decltype(l)>;
+          auto& inner = saved.inner.template at<L>(i);
+          if constexpr (layer_traits<L>::has_split_backward) {
+            contribute(t, [&](Mat const& g) { l.backward_input(exec, dy, g, inner); });
+          } else if (t == 0 && !need_dx) { // the weight part still has to run
+            l.backward(exec, dy, scratch(saved, dy.extent(0), shapes_[0].size()), inner);
+          } else {
+            contribute(t, [&](Mat const& g) { l.backward(exec, dy, g, inner); });
+          }
+        },
+        *layers_[i]);
+  }
+
+  template <class Exec, class Contribute>
+  void join_input_grads(Exec const& exec, detail::GraphNode const& n, CMat dy,
+                        saved_type const& saved, Contribute& contribute) const {
+    std::size_t first = 0;
+    for (std::size_t j = 0; j < n.in_ids.size(); ++j) {
+      std::size_t const t = n.in_ids[j], width = shapes_[t].size();
+      contribute(t, [&](Mat const& g) {
+        if (n.op == Op::add)
+          Kokkos::deep_copy(exec, g, dy);
+        else if (n.op == Op::concat)
+          Kokkos::deep_copy(exec, g, detail::graph_columns(dy, first, width));
+        else
+          detail::graph_mul_grad(exec, g, dy, value(saved, n.in_ids[1 - j]));
+      });
+      first += width;
+    }
+  }
+
+  mutable detail::GraphTopology topo_;         // checked and ordered on first use
+  std::vector<std::optional<Variant>> layers_; // by node; empty for joins
+  std::vector<Shape> shapes_;                  // by tensor, from build()
+  initializer init_;
+  int tp_size_ = 1;
+};
+
+namespace detail {
+/*! \brief A graph's for_each_layer reaches its nodes' layers (dropout
+ *  switches and random counters find them). \tparam V the layer variant */
+template <class V>
+inline constexpr bool has_layer_walk_v<DynamicGraph<V>> = true;
+} // namespace detail
+
+} // namespace telar
