@@ -1,0 +1,46 @@
+# cmake -DEXE=resnet -DMPIEXEC=mpiexec -DCHECK=<train|strategies> -P run_resnet.cmake
+# Quick checks of example 06 on a small ResNet-8 (the default ResNet-20 run
+# takes hours on two cores).
+set(data /usr/share/datasets/fashion-mnist)
+if(DEFINED ENV{TELAR_FASHION_MNIST_DIR})
+  set(data $ENV{TELAR_FASHION_MNIST_DIR})
+endif()
+if(NOT EXISTS ${data})
+  message(STATUS "Fashion-MNIST not installed in ${data}: skipped")
+  cmake_language(EXIT 77)
+endif()
+set(PROGRAM resnet)
+include(${CMAKE_CURRENT_LIST_DIR}/example_checks.cmake)
+set(small --depth 8 --width 8 --epochs 1 --json --data ${data})
+
+if(CHECK STREQUAL "train")
+  # 150 steps of 32 with BatchNorm: the mean training loss falls well below
+  # ln(10) = 2.30 and the accuracy on 1000 test images (running statistics)
+  # is far above chance (10%).
+  train(json ${EXE} ${small} --batch 32 --lr 0.05 --limit-steps 150 --eval-limit 1000)
+  json_field("${json}" test_accuracy acc)
+  json_field("${json}" final_loss loss)
+  message(STATUS "mean loss ${loss}, test accuracy ${acc}")
+  execute_process(COMMAND python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < 1.6 and float(sys.argv[2]) > 0.6 else 1)" ${loss} ${acc}
+                  RESULT_VARIABLE ok)
+  if(NOT ok EQUAL 0)
+    message(FATAL_ERROR "resnet did not learn: mean loss ${loss}, accuracy ${acc}: ${json}")
+  endif()
+elseif(CHECK STREQUAL "strategies")
+  # Synchronized BatchNorm: dp=2 normalises over the same 16 samples as
+  # serial. Local BatchNorm normalises each micro-batch: pp=2 with 2
+  # micro-batches equals serial with 2 micro-batches.
+  set(common ${small} --batch 16 --lr 0.02 --limit-steps 6 --eval-limit 100)
+  train(s ${EXE} ${common} --bn sync)
+  train(d ${MPIEXEC} -np 2 ${EXE} ${common} --bn sync --dp 2)
+  json_field("${s}" param_l2 ls)
+  json_field("${d}" param_l2 ld)
+  require_close(${ls} ${ld} 1e-5 "param_l2 serial vs dp=2 (sync BatchNorm)")
+  train(m ${EXE} ${common} --microbatches 2)
+  train(p ${MPIEXEC} -np 2 ${EXE} ${common} --pp 2 --microbatches 2)
+  json_field("${m}" param_l2 lm)
+  json_field("${p}" param_l2 lp)
+  require_close(${lm} ${lp} 1e-5 "param_l2 serial vs pp=2, 2 micro-batches (local BatchNorm)")
+else()
+  message(FATAL_ERROR "unknown CHECK ${CHECK}")
+endif()
