@@ -5,7 +5,9 @@ nn.BatchNorm2d in training mode, fp32, NCHW, one thread, at the same ResNet
 shapes: forward (batch statistics, running ones updated), backward (dx,
 dgamma, dbeta) and both. Prints the median and mean of N timed repetitions
 after a warm-up, per shape and phase, and one JSON line per row starting with
-'{"peer":"pytorch"'.
+'{"peer":"pytorch"'. Each time is wall-clock and this thread's CPU time
+(time.thread_time, one thread): on a loaded machine compare the CPU time with
+google-benchmark's CPU column.
 
     OMP_NUM_THREADS=1 /usr/bin/python3 bench/peers/batch_norm_torch.py --reps 20
 """
@@ -26,23 +28,24 @@ SHAPES = [(16, 64, 56), (16, 256, 28), (16, 128, 28)]  # batch, C, H = W
 
 
 def time_phase(bn, x, dy, phase, reps, warmup):
-    times = []
+    times, cpu = [], []
     for r in range(warmup + reps):
         if phase == "backward":  # the graph is built untimed
             y = bn(x)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             y.backward(dy)
         else:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             y = bn(x)
             if phase == "forward_backward":
                 y.backward(dy)
-        t = time.perf_counter() - t0
+        t, c = time.perf_counter() - t0, time.thread_time() - c0
         x.grad = None
         bn.zero_grad(set_to_none=True)
         if r >= warmup:
             times.append(t)
-    return times
+            cpu.append(c)
+    return times, cpu
 
 
 def main():
@@ -58,11 +61,14 @@ def main():
         x = torch.randn(n, c, hw, hw, requires_grad=True)
         dy = torch.randn(n, c, hw, hw)
         for phase in ("forward", "backward", "forward_backward"):
-            t = time_phase(bn, x, dy, phase, a.reps, a.warmup)
+            t, cpu = time_phase(bn, x, dy, phase, a.reps, a.warmup)
             med, mean = statistics.median(t) * 1e3, statistics.mean(t) * 1e3
-            print(f"BatchNorm2d/{phase}/{n}/{c}/{hw}: median {med:.3f} ms, mean {mean:.3f} ms")
+            cmed = statistics.median(cpu) * 1e3
+            print(f"BatchNorm2d/{phase}/{n}/{c}/{hw}: median {med:.3f} ms, mean {mean:.3f} ms, "
+                  f"CPU median {cmed:.3f} ms")
             print(json.dumps({"peer": "pytorch", "torch": torch.__version__, "phase": phase,
-                              "shape": [n, c, hw, hw], "median_ms": med, "mean_ms": mean}))
+                              "shape": [n, c, hw, hw], "median_ms": med, "mean_ms": mean,
+                              "cpu_median_ms": cmed}))
 
 
 if __name__ == "__main__":
