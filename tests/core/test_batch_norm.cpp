@@ -107,7 +107,8 @@ TEST_CASE("BatchNorm gradients match finite differences", "[batch_norm][fd]") {
   telar::GradientCheckOptions o;
   o.input_scale = 2.0;
   for (telar::Shape in :
-       {telar::Shape(3), telar::Shape{3, 4}, telar::Shape{2, 3, 2}, telar::Shape{2, 2, 2, 3}}) {
+       {telar::Shape(3), telar::Shape{3, 4}, telar::Shape{2, 3, 2}, telar::Shape{2, 2, 2, 3},
+        telar::Shape{2, 3, 7}}) { // 21 values a plane: chunks of 8 and a remainder
     INFO("input " << in.str());
     BN bn(in[0]);
     bn.initialize(0);
@@ -131,6 +132,43 @@ TEST_CASE("BatchNorm gradients match finite differences", "[batch_norm][fd]") {
     INFO(report.str());
     CHECK(report.passed(1e-6));
   }
+}
+
+TEST_CASE("BatchNorm's statistics equal a direct computation over long planes", "[batch_norm]") {
+  // [5, 2 * 21]: each plane of 21 values is summed in chunks of 8 and a
+  // remainder, then the 5 planes of a channel are added.
+  std::size_t const n = 5, C = 2, S = 21;
+  Mat x("x", n, C * S);
+  auto hx = Kokkos::create_mirror_view(x);
+  std::vector<double> sum(C, 0), sq(C, 0);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t f = 0; f < C * S; ++f) {
+      hx(i, f) = std::cos(1.3 * double(i * C * S + f)) * 3 + double(f / S);
+      sum[f / S] += hx(i, f);
+    }
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t f = 0; f < C * S; ++f)
+      sq[f / S] += std::pow(hx(i, f) - sum[f / S] / double(n * S), 2);
+  Kokkos::deep_copy(x, hx);
+  BN bn(C, 1e-5, 1.0); // momentum 1: the running statistics are the batch's
+  bn.initialize(0);
+  Mat const y = run_forward(bn, x);
+  std::vector<double> mean(C), var(C);
+  for (std::size_t c = 0; c < C; ++c) {
+    mean[c] = sum[c] / double(n * S);
+    var[c] = sq[c] / double(n * S - 1);
+  }
+  CHECK(max_diff(bn.running_mean, mean) < 1e-12);
+  CHECK(max_diff(bn.running_var, var) < 1e-12);
+  auto hy = to_host(y);
+  double worst = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t f = 0; f < C * S; ++f) {
+      std::size_t const c = f / S;
+      double const want = (hx(i, f) - mean[c]) / std::sqrt(sq[c] / double(n * S) + 1e-5);
+      worst = std::max(worst, std::abs(hy(i, f) - want));
+    }
+  CHECK(worst < 1e-12);
 }
 
 TEST_CASE("BatchNorm says what it accepts", "[batch_norm]") {

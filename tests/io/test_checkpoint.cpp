@@ -1,12 +1,15 @@
-// Checkpoints: saved under one layout and loaded under another, parameters
-// and optimizer state come back exactly; a resumed run equals the
-// uninterrupted one (bitwise under the same layout); bad checkpoints give one
-// clear CheckpointError on every rank.
+// Checkpoints: saved under one layout and loaded under another, parameters,
+// optimizer state and buffers (BatchNorm's running statistics) come back
+// exactly; a resumed run equals the uninterrupted one (bitwise under the same
+// layout); bad checkpoints give one clear CheckpointError on every rank.
 #include "common.hpp"
 
 #include <telar/io/checkpoint.hpp>
+#include <telar/layers/batch_norm.hpp>
+#include <telar/layers/conv.hpp>
 #include <telar/layers/dropout.hpp>
 #include <telar/layers/embedding.hpp>
+#include <telar/layers/flatten.hpp>
 #include <telar/layers/losses.hpp>
 #include <telar/layers/normalization.hpp>
 #include <telar/optim/sgd.hpp>
@@ -22,6 +25,29 @@ using Gathered = telar::GatheredModel<double>;
 
 namespace {
 
+// with(comm, layout, seed, f) calls f(trainer) with a fresh trainer of the
+// common MLP (any ZeRO stage) ...
+auto const with_mlp = [](MPI_Comm comm, Layout const& l, std::uint64_t seed, auto&& f) {
+  with_trainer(comm, l, seed, f);
+};
+
+// ... or of a small CNN with BatchNorm on the same data (12 features as
+// [3, 2, 2] images, 4 classes): Conv2D -> BatchNorm -> ReLU -> Flatten -> Dense.
+using Cnn = telar::Sequential<telar::Conv2D<double>, telar::BatchNorm<double>, telar::ReLU<double>,
+                              telar::Flatten<double>, telar::Dense<double>>;
+auto const with_cnn = [](MPI_Comm comm, Layout const& l, std::uint64_t seed, auto&& f) {
+  REQUIRE(l.zero == 0); // one Trainer type (compile time)
+  auto opts = options_for(l, seed);
+  if (l.pp == 2) // BatchNorm on the second stage: gathering to rank 0 moves its buffers
+    opts.stage_boundaries = {0, 1, 5};
+  telar::Trainer<Cnn, Plain, telar::Adam<double>> t(
+      comm,
+      Cnn(telar::Conv2D<double>(3, 4, 3, 1, 1), telar::BatchNorm<double>(4), {}, {},
+          telar::Dense<double>(16, 4)),
+      telar::Adam<double>{}, opts, telar::Shape{3, 2, 2});
+  f(t);
+};
+
 // Saves after `steps` steps under layout a (gathering its state), loads
 // into a fresh trainer of layout b (another seed) and gathers again; both on
 // world rank 0.
@@ -30,13 +56,14 @@ struct Reshard {
   double l2_a = 0, l2_b = 0; // after one more step each
   long long step_b = 0;
 };
-Reshard reshard(Layout const& a, Layout const& b, std::string const& dir) {
+template <class With>
+Reshard reshard(Layout const& a, Layout const& b, std::string const& dir, With const& with) {
   Reshard r;
   auto const data = make_data(batch * 4);
   {
     SubComm c(a.size());
     if (c.comm != MPI_COMM_NULL)
-      with_trainer(c.comm, a, 7, [&](auto& t) {
+      with(c.comm, a, 7, [&](auto& t) {
         train_steps(t, data, 0, 2);
         telar::save_checkpoint(t, dir, {0, 2, 5});
         r.saved = telar::gather_model(t, 0, true);
@@ -48,7 +75,7 @@ Reshard reshard(Layout const& a, Layout const& b, std::string const& dir) {
   {
     SubComm c(b.size());
     if (c.comm != MPI_COMM_NULL)
-      with_trainer(c.comm, b, 1234, [&](auto& t) {
+      with(c.comm, b, 1234, [&](auto& t) {
         auto const pos = telar::load_checkpoint(t, dir);
         CHECK(pos.batch == 2);
         CHECK(pos.seed == 5);
@@ -57,6 +84,35 @@ Reshard reshard(Layout const& a, Layout const& b, std::string const& dir) {
         train_steps(t, data, 2, 3);
         r.l2_b = t.param_l2();
       });
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return r;
+}
+
+// Five steps straight, and two steps, save, load into a fresh trainer, three
+// more: the gathered states on world rank 0.
+struct Resume {
+  Gathered straight, resumed;
+};
+template <class With>
+Resume resume(Layout const& l, std::string const& dir, With const& with) {
+  auto const data = make_data(batch * 5);
+  SubComm c(l.size());
+  Resume r;
+  if (c.comm != MPI_COMM_NULL) {
+    with(c.comm, l, 3, [&](auto& t) {
+      train_steps(t, data, 0, 5);
+      r.straight = telar::gather_model(t, 0, true);
+    });
+    with(c.comm, l, 3, [&](auto& t) {
+      train_steps(t, data, 0, 2);
+      telar::save_checkpoint(t, dir);
+    });
+    with(c.comm, l, 3, [&](auto& t) {
+      telar::load_checkpoint(t, dir);
+      train_steps(t, data, 2, 5);
+      r.resumed = telar::gather_model(t, 0, true);
+    });
   }
   MPI_Barrier(MPI_COMM_WORLD);
   return r;
@@ -81,7 +137,7 @@ TEST_CASE("A checkpoint loads under another layout with the same state", "[check
     if (a.size() > n || b.size() > n)
       continue;
     std::string const dir = scratch_dir("reshard");
-    Reshard const r = reshard(a, b, dir);
+    Reshard const r = reshard(a, b, dir, with_mlp);
     if (world_rank() == 0) {
       INFO(a.str() << " -> " << b.str());
       CHECK(r.step_b == 2);
@@ -96,33 +152,58 @@ TEST_CASE("A checkpoint loads under another layout with the same state", "[check
 
 TEST_CASE("Resuming from a checkpoint equals the uninterrupted run", "[checkpoint]") {
   int const n = world_size();
-  auto const data = make_data(batch * 5);
   std::vector<Layout> layouts = {{1, 1, 1}};
   if (n >= 2)
     layouts.insert(layouts.end(), {{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 1, 1, 1}, {2, 1, 1, 3}});
   for (auto const& l : layouts) {
     std::string const dir = scratch_dir("resume");
-    SubComm c(l.size());
-    Gathered straight, resumed;
-    if (c.comm != MPI_COMM_NULL) {
-      with_trainer(c.comm, l, 3, [&](auto& t) {
-        train_steps(t, data, 0, 5);
-        straight = telar::gather_model(t, 0, true);
-      });
-      with_trainer(c.comm, l, 3, [&](auto& t) {
-        train_steps(t, data, 0, 2);
-        telar::save_checkpoint(t, dir);
-      });
-      with_trainer(c.comm, l, 3, [&](auto& t) {
-        telar::load_checkpoint(t, dir);
-        train_steps(t, data, 2, 5);
-        resumed = telar::gather_model(t, 0, true);
-      });
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
+    Resume const r = resume(l, dir, with_mlp);
     if (world_rank() == 0) {
       INFO(l.str());
-      CHECK(resumed.tensors == straight.tensors); // bit for bit
+      CHECK(r.resumed.tensors == r.straight.tensors); // bit for bit
+      std::filesystem::remove_all(dir);
+    }
+  }
+}
+
+TEST_CASE("BatchNorm's running statistics reshard and resume with the checkpoint",
+          "[checkpoint][batch_norm]") {
+  int const n = world_size();
+  std::vector<std::pair<Layout, Layout>> pairs = {{{1, 1, 1}, {1, 1, 1}}};
+  if (n >= 2)
+    pairs.insert(pairs.end(),
+                 {{{1, 1, 1}, {2, 1, 1}}, {{2, 1, 1}, {1, 2, 1}}, {{1, 2, 1}, {1, 1, 1}}});
+  if (n >= 4)
+    pairs.push_back({{2, 2, 1}, {1, 1, 1}});
+  for (auto const& [a, b] : pairs) {
+    std::string const dir = scratch_dir("bn_reshard");
+    Reshard const r = reshard(a, b, dir, with_cnn);
+    if (world_rank() == 0) {
+      INFO(a.str() << " -> " << b.str());
+      CHECK(r.step_b == 2);
+      REQUIRE(r.saved.tensors.count("buffers/layer1.running_mean") == 1);
+      REQUIRE(r.saved.tensors.count("buffers/layer1.running_var") == 1);
+      CHECK(r.saved.tensors.at("buffers/layer1.running_var") != std::vector<double>(4, 1.0));
+      CHECK(r.saved.tensors.size() == 3 * 6 + 2); // parameters, m, v; the two buffers
+      CHECK(r.loaded.tensors == r.saved.tensors); // buffers too, exactly
+      CHECK(r.loaded.shapes == r.saved.shapes);
+      // LocalStats normalises each rank's micro-batches: training goes on
+      // alike only where the micro-batches are the same (the same dp).
+      if (a.dp == b.dp)
+        CHECK(rel_diff(r.l2_a, r.l2_b) <= 1e-11);
+      std::filesystem::remove_all(dir);
+    }
+  }
+  std::vector<Layout> layouts = {{1, 1, 1}};
+  if (n >= 2)
+    layouts.insert(layouts.end(), {{2, 1, 1}, {1, 2, 1}});
+  for (auto const& l : layouts) {
+    std::string const dir = scratch_dir("bn_resume");
+    Resume const r = resume(l, dir, with_cnn);
+    if (world_rank() == 0) {
+      INFO(l.str());
+      CHECK(r.resumed.tensors.count("buffers/layer1.running_var") == 1);
+      CHECK(r.resumed.tensors == r.straight.tensors); // bit for bit, running statistics included
       std::filesystem::remove_all(dir);
     }
   }
@@ -275,6 +356,52 @@ TEST_CASE("Bad checkpoints raise one clear CheckpointError on every rank", "[che
     std::string const msg = error_of([&] { telar::load_checkpoint(t, file); });
     require_same_everywhere(c.comm, msg);
     CHECK(msg.find("written with optimizer 'adam'") != std::string::npos);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0)
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("A checkpoint without buffers does not load into a model with buffers",
+          "[checkpoint][batch_norm]") {
+  auto const data = make_data(batch * 2);
+  std::string const dir = scratch_dir("nobuf");
+  Layout const l{world_size() >= 2 ? 2 : 1, 1, 1};
+  SubComm c(l.size());
+  if (c.comm == MPI_COMM_NULL) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    return;
+  }
+  std::string file;
+  with_cnn(c.comm, l, 3, [&](auto& t) {
+    train_steps(t, data, 0, 1);
+    file = telar::save_checkpoint(t, dir);
+  });
+  int rank = 0;
+  MPI_Comm_rank(c.comm, &rank);
+  // What a checkpoint of the same parameters written before buffers existed
+  // looks like: no /buffers at all, or one of them gone.
+  for (char const* link : {"/buffers", "/buffers/layer1.running_var"}) {
+    INFO("without " << link);
+    std::string const stripped = dir + "/stripped.h5";
+    if (rank == 0) {
+      std::filesystem::copy_file(file, stripped, std::filesystem::copy_options::overwrite_existing);
+      hid_t f = H5Fopen(stripped.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+      CHECK(H5Ldelete(f, link, H5P_DEFAULT) >= 0);
+      H5Fclose(f);
+    }
+    MPI_Barrier(c.comm);
+    std::string msg;
+    with_cnn(c.comm, l, 3, [&](auto& t) {
+      msg = error_of([&] { telar::load_checkpoint(t, stripped); });
+      CHECK(t.steps() == 0); // untouched
+    });
+    require_same_everywhere(c.comm, msg);
+    std::string const missing = std::string(link) == "/buffers" ? "/buffers/layer1.running_mean"
+                                                                : "/buffers/layer1.running_var";
+    CHECK(msg.find("stripped.h5") != std::string::npos);
+    CHECK(msg.find("buffer " + missing + ": missing") != std::string::npos);
+    MPI_Barrier(c.comm);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (world_rank() == 0)

@@ -1,10 +1,14 @@
-// BatchNorm under data parallelism: with SyncStats a dp run trains to the
-// serial parameters and running statistics (one micro-batch per rank, the
-// same global batch); with LocalStats every replica ends a step with the same
-// running statistics (the Trainer averages them). Double precision, a small
-// CNN: Conv2D -> BatchNorm -> ReLU -> Flatten -> Dense.
+// BatchNorm under data and pipeline parallelism: with SyncStats a dp run
+// trains to the serial parameters and running statistics (one micro-batch per
+// rank, the same global batch); with LocalStats every replica ends a step with
+// the same running statistics (the Trainer averages them). Under a pipeline
+// (pp = 2, and dp x pp = 2 x 2) each micro-batch is normalised on its own, so
+// the serial reference runs the same micro-batches; ZeRO-3 and full
+// recomputation leave the statistics alone. Double precision, a small CNN:
+// Conv2D -> BatchNorm -> ReLU -> Flatten -> Dense.
 #include "support.hpp"
 
+#include <telar/core/recompute.hpp>
 #include <telar/data/synthetic.hpp>
 #include <telar/io/gather.hpp>
 #include <telar/layers/activation.hpp>
@@ -15,6 +19,7 @@
 #include <telar/optim/sgd.hpp>
 #include <telar/train/trainer.hpp>
 
+#include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
 
 #include <mpi.h>
@@ -22,6 +27,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -40,7 +46,22 @@ Cnn<Stats> make_cnn() {
                     telar::BatchNorm<T, telar::DefaultMemorySpace, Stats>(4), {}, {},
                     telar::Dense<T>(4 * 6 * 6, classes));
 }
-using DP = telar::Strategy<telar::DataParallel<>>;
+// One strategy type for every layout (compile time): the grid picks dp x pp.
+using Full =
+    telar::Strategy<telar::DataParallel<>, telar::PipelineParallel<>, telar::TensorParallel<>>;
+using Zero3 = telar::Strategy<telar::DataParallel<telar::RingAllreduce, telar::ZeRO<3>>,
+                              telar::PipelineParallel<>, telar::TensorParallel<>>;
+
+telar::TrainerOptions options(telar::GridShape grid = {}, char const* schedule = "",
+                              int microbatches = 1) {
+  telar::TrainerOptions opts;
+  opts.seed = 3;
+  opts.lr = telar::constant_lr(0.1);
+  opts.grid = grid;
+  opts.schedule = schedule;
+  opts.microbatches = microbatches;
+  return opts;
+}
 
 int world_size() {
   int n = 0;
@@ -73,14 +94,12 @@ struct Result {
   std::vector<T> local_buffers; // this rank's own copy of every buffer
 };
 
-template <class Stats>
-Result train(MPI_Comm comm, Data const& data, std::size_t batch, int steps) {
+template <class Model, class Strategy = Full>
+Result train(MPI_Comm comm, Model model, telar::TrainerOptions const& opts, Data const& data,
+             std::size_t batch, int steps) {
   telar::SGD<T> sgd;
   sgd.momentum = T(0.9);
-  telar::TrainerOptions opts;
-  opts.seed = 3;
-  opts.lr = telar::constant_lr(0.1);
-  telar::Trainer<Cnn<Stats>, DP, telar::SGD<T>> trainer(comm, make_cnn<Stats>(), sgd, opts, image);
+  telar::Trainer<Model, Strategy, telar::SGD<T>> trainer(comm, std::move(model), sgd, opts, image);
   int const dp = trainer.grid_shape().dp, d = trainer.grid_coords().dp;
   std::size_t const local = batch / std::size_t(dp);
   for (int s = 0; s < steps; ++s) {
@@ -97,10 +116,41 @@ Result train(MPI_Comm comm, Data const& data, std::size_t batch, int steps) {
   return r;
 }
 
-// Largest relative difference over every gathered tensor, agreed over ranks.
-double worst_difference(telar::GatheredModel<T> const& got, telar::GatheredModel<T> const& want) {
+// The rows of `data` in the order a serial run needs to see the micro-batches
+// of a dp run: per step, micro-batch m of every dp rank in turn, then m + 1
+// (rank d's share of a step is rows [d local, (d + 1) local), cut into
+// `microbatches` equal micro-batches).
+Data interleave(Data const& data, std::size_t batch, int dp, int microbatches) {
+  std::size_t const n = data.x.extent(0), local = batch / std::size_t(dp),
+                    mb = local / std::size_t(microbatches);
+  auto hx = telar::test::to_host(data.x);
+  auto hy = telar::test::to_host(data.y);
+  Data out{telar::Matrix<T>("x", n, features), telar::Labels<>("y", n)};
+  auto ox = Kokkos::create_mirror_view(out.x);
+  auto oy = Kokkos::create_mirror_view(out.y);
+  std::size_t to = 0;
+  for (std::size_t s = 0; s < n / batch; ++s)
+    for (int m = 0; m < microbatches; ++m)
+      for (int d = 0; d < dp; ++d)
+        for (std::size_t j = 0; j < mb; ++j, ++to) {
+          std::size_t const from = s * batch + std::size_t(d) * local + std::size_t(m) * mb + j;
+          oy(to) = hy(from);
+          for (std::size_t f = 0; f < features; ++f)
+            ox(to, f) = hx(from, f);
+        }
+  Kokkos::deep_copy(out.x, ox);
+  Kokkos::deep_copy(out.y, oy);
+  return out;
+}
+
+// Largest relative difference over every gathered tensor (the buffers left
+// out unless `buffers`), agreed over ranks.
+double worst_difference(telar::GatheredModel<T> const& got, telar::GatheredModel<T> const& want,
+                        bool buffers = true) {
   double worst = got.tensors.size() == want.tensors.size() ? 0.0 : 1.0;
   for (auto const& [name, v] : want.tensors) {
+    if (!buffers && name.rfind("buffers/", 0) == 0)
+      continue;
     auto it = got.tensors.find(name);
     if (it == got.tensors.end() || it->second.size() != v.size()) {
       worst = 1.0;
@@ -120,8 +170,10 @@ TEST_CASE("BatchNorm with SyncStats: data parallel equals serial", "[batch_norm]
   std::size_t const batch = 8;
   int const steps = 3;
   auto const data = make_data(batch * steps);
-  Result const want = train<telar::SyncStats>(MPI_COMM_SELF, data, batch, steps);
-  Result const got = train<telar::SyncStats>(MPI_COMM_WORLD, data, batch, steps);
+  Result const want =
+      train(MPI_COMM_SELF, make_cnn<telar::SyncStats>(), options(), data, batch, steps);
+  Result const got =
+      train(MPI_COMM_WORLD, make_cnn<telar::SyncStats>(), options(), data, batch, steps);
   // The running statistics were updated and gathered with the parameters.
   REQUIRE(want.model.tensors.count("buffers/layer1.running_mean") == 1);
   REQUIRE(want.model.tensors.count("buffers/layer1.running_var") == 1);
@@ -136,7 +188,7 @@ TEST_CASE("BatchNorm with LocalStats: running statistics equal on every replica"
           "[batch_norm][equivalence]") {
   std::size_t const batch = 8;
   auto const data = make_data(batch * 2);
-  Result const r = train<telar::LocalStats>(MPI_COMM_WORLD, data, batch, 2);
+  Result const r = train(MPI_COMM_WORLD, make_cnn<telar::LocalStats>(), options(), data, batch, 2);
   REQUIRE(r.local_buffers.size() == 8);
   // Rank 0's copy against every rank's.
   std::vector<T> root = r.local_buffers;
@@ -149,4 +201,78 @@ TEST_CASE("BatchNorm with LocalStats: running statistics equal on every replica"
   CHECK(all == 0.0);
   CHECK(r.model.tensors.at("buffers/layer1.running_mean") ==
         std::vector<T>(r.local_buffers.begin(), r.local_buffers.begin() + 4));
+}
+
+// pp = 2 over every rank (dp x pp = 2 x 2 at 4 ranks) against one rank that
+// sees the same micro-batches: SyncStats normalises micro-batch m over the dp
+// group, i.e. the serial micro-batch made of every rank's m-th; LocalStats
+// normalises each rank's micro-batches alone, i.e. serial with dp times as many.
+TEMPLATE_TEST_CASE("BatchNorm under pipeline parallelism equals serial with the same micro-batches",
+                   "[batch_norm][equivalence][pipeline]", telar::LocalStats, telar::SyncStats) {
+  int const n = world_size();
+  if (n < 2)
+    return;
+  int const dp = n / 2;
+  bool const sync = std::is_same_v<TestType, telar::SyncStats>;
+  std::size_t const batch = 16;
+  int const steps = 3;
+  auto const data = make_data(batch * steps);
+  struct Case {
+    char const* schedule;
+    int microbatches;
+  };
+  for (Case const c : {Case{"1f1b", 2}, Case{"zb-h1", 4}}) {
+    INFO(c.schedule << " m=" << c.microbatches << " dp=" << dp << " " << TestType::name());
+    Data const serial_data = interleave(data, batch, dp, c.microbatches);
+    Result const want = train(MPI_COMM_SELF, make_cnn<TestType>(),
+                              options({1, 1, 1}, "", sync ? c.microbatches : dp * c.microbatches),
+                              serial_data, batch, steps);
+    Result const got = train(MPI_COMM_WORLD, make_cnn<TestType>(),
+                             options({dp, 2, 1}, c.schedule, c.microbatches), data, batch, steps);
+    REQUIRE(got.model.tensors.count("buffers/layer1.running_var") == 1);
+    // LocalStats with dp > 1: each replica's running statistics follow its own
+    // micro-batches and are averaged after the step, which no serial run does
+    // (the LocalStats test above checks the replicas agree).
+    bool const buffers = sync || dp == 1;
+    double const worst = worst_difference(got.model, want.model, buffers);
+    INFO("worst relative difference " << worst << (buffers ? "" : " (buffers not compared)"));
+    CHECK(worst <= 1e-11);
+    if (buffers)
+      CHECK(std::abs(got.eval_loss - want.eval_loss) <= 1e-11 * std::abs(want.eval_loss));
+  }
+}
+
+TEST_CASE("BatchNorm with SyncStats under ZeRO-3 equals serial",
+          "[batch_norm][equivalence][zero]") {
+  std::size_t const batch = 8;
+  int const steps = 3;
+  auto const data = make_data(batch * steps);
+  Result const want =
+      train(MPI_COMM_SELF, make_cnn<telar::SyncStats>(), options(), data, batch, steps);
+  // Parameters are gathered for each layer's forward and freed after: the
+  // running statistics, never sharded, must come out as the serial ones.
+  Result const got = train<Cnn<telar::SyncStats>, Zero3>(
+      MPI_COMM_WORLD, make_cnn<telar::SyncStats>(), options(), data, batch, steps);
+  double const worst = worst_difference(got.model, want.model);
+  INFO("dp=" << world_size() << " ZeRO-3: worst relative difference " << worst);
+  CHECK(worst <= 1e-11);
+  CHECK(std::abs(got.eval_loss - want.eval_loss) <= 1e-11 * std::abs(want.eval_loss));
+}
+
+TEST_CASE("BatchNorm under full recomputation equals the plain model",
+          "[batch_norm][equivalence][recompute]") {
+  std::size_t const batch = 8;
+  int const steps = 3;
+  auto const data = make_data(batch * steps);
+  // Two micro-batches: both forwards run before the first replay, so a replay
+  // must neither update the running statistics nor lose its place.
+  auto const opts = options({}, "", 2);
+  Result const want = train(MPI_COMM_WORLD, make_cnn<telar::SyncStats>(), opts, data, batch, steps);
+  Result const got = train(MPI_COMM_WORLD, telar::recompute_all(make_cnn<telar::SyncStats>()), opts,
+                           data, batch, steps);
+  REQUIRE(got.model.tensors.count("buffers/layer1.running_mean") == 1);
+  double const worst = worst_difference(got.model, want.model);
+  INFO("dp=" << world_size() << ": worst relative difference " << worst);
+  CHECK(worst == 0.0); // the replay repeats the same arithmetic
+  CHECK(got.eval_loss == want.eval_loss);
 }

@@ -1,6 +1,9 @@
 #pragma once
-// Kernels of telar::BatchNorm. A batch [n, C * S] (S: the spatial size) is
-// read as n * S values per channel; statistics are per channel.
+// Kernels of telar::BatchNorm. A batch [n, C * S] (S: the spatial size) holds
+// n * C planes, plane (i, c) being channel c of sample i: S contiguous values
+// (NCHW). Every kernel works plane by plane, so that each channel index is
+// known once per plane (no division per value) and the S values are read in
+// order; statistics are per channel, summed over the n planes of a channel.
 #include <telar/core/detail/math.hpp>
 #include <telar/core/tensor.hpp>
 
@@ -10,78 +13,121 @@
 
 namespace telar::detail {
 
-// Where channel c's values lie in a batch [n, C * S].
+// The batch's extents: C channels of S values, n samples.
 struct ChannelGeometry {
   std::size_t channels = 0; // C
   std::size_t spatial = 1;  // S
   std::size_t samples = 0;  // n
   KOKKOS_INLINE_FUNCTION std::size_t count() const { return samples * spatial; }
-  // Value m (0 <= m < n S) of channel c: sample m / S, feature c S + m % S.
-  KOKKOS_INLINE_FUNCTION void at(std::size_t c, std::size_t m, std::size_t& i,
-                                 std::size_t& f) const {
-    i = m / spatial;
-    f = c * spatial + m % spatial;
-  }
+  KOKKOS_INLINE_FUNCTION std::size_t planes() const { return samples * channels; }
 };
 
-// out(c) = sum over channel c's values of term(i, f): one team per channel
-// (core/detail/column_sums.hpp sums columns, which is this only when S = 1).
-template <class Exec, class Term, class Out>
-void channel_sums(char const* label, Exec const& exec, ChannelGeometry g, Term term, Out out) {
-  using T = typename Out::non_const_value_type;
+// One team per plane p = i C + c: f(team, i, c, first feature c S).
+template <class Exec, class F>
+void for_each_plane(char const* label, Exec const& exec, ChannelGeometry g, F f) {
   using Policy = Kokkos::TeamPolicy<Exec>;
   using Member = typename Policy::member_type;
   Kokkos::parallel_for(
-      label, Policy(exec, int(g.channels), Kokkos::AUTO), KOKKOS_LAMBDA(Member const& team) {
-        std::size_t const c = std::size_t(team.league_rank());
-        T s = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, g.count()),
-            [&](std::size_t m, T& acc) {
-              std::size_t i = 0, f = 0;
-              g.at(c, m, i, f);
-              acc += term(i, f);
-            },
-            s);
-        Kokkos::single(Kokkos::PerTeam(team), [&]() { out(c) = s; });
+      label, Policy(exec, int(g.planes()), Kokkos::AUTO), KOKKOS_LAMBDA(Member const& team) {
+        std::size_t const p = std::size_t(team.league_rank());
+        std::size_t const c = p % g.channels;
+        f(team, p / g.channels, c, c * g.spatial);
+      });
+}
+
+// Sum of term(k) over k in [0, s), split among the team: each thread adds
+// chunks of 8 consecutive values as a tree, so a host thread has independent
+// additions in flight instead of one chain bound by the add latency, and a
+// device thread reads 8 contiguous values.
+template <class Member, class Term>
+KOKKOS_INLINE_FUNCTION auto plane_sum(Member const& team, std::size_t s, Term const& term) {
+  using T = decltype(term(std::size_t(0)));
+  constexpr std::size_t w = 8;
+  T total = 0;
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, (s + w - 1) / w),
+      [&](std::size_t b, T& acc) {
+        std::size_t const k = b * w;
+        if (k + w <= s) {
+          T const s01 = term(k) + term(k + 1), s23 = term(k + 2) + term(k + 3);
+          T const s45 = term(k + 4) + term(k + 5), s67 = term(k + 6) + term(k + 7);
+          acc += (s01 + s23) + (s45 + s67);
+        } else {
+          for (std::size_t j = k; j < s; ++j)
+            acc += term(j);
+        }
+      },
+      total);
+  return total;
+}
+
+// a(c) = sum of term_a over channel c's values, and b(c) of term_b unless b
+// is empty; term(i, c, f) reads feature f (of channel c) of sample i. Per-plane sums first
+// (one pass over the batch), then the n planes of each channel.
+template <class Exec, class TermA, class TermB, class T, class M>
+void channel_sums(char const* label, Exec const& exec, ChannelGeometry g, TermA term_a,
+                  Vector<T, M> a, TermB term_b, Vector<T, M> b) {
+  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
+  bool const two = b.extent(0) > 0;
+  Kokkos::View<T**, Kokkos::LayoutRight, M> part(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label) + "::planes"), g.planes(),
+      two ? 2 : 1);
+  for_each_plane(
+      label, exec, g,
+      KOKKOS_LAMBDA(Member const& team, std::size_t i, std::size_t c, std::size_t f0) {
+        std::size_t const p = i * g.channels + c;
+        T const sa =
+            plane_sum(team, g.spatial, [&](std::size_t k) { return term_a(i, c, f0 + k); });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { part(p, 0) = sa; });
+        if (two) {
+          T const sb =
+              plane_sum(team, g.spatial, [&](std::size_t k) { return term_b(i, c, f0 + k); });
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { part(p, 1) = sb; });
+        }
+      });
+  Kokkos::parallel_for(
+      label, Kokkos::RangePolicy<Exec>(exec, 0, g.channels), KOKKOS_LAMBDA(std::size_t c) {
+        T sa = 0, sb = 0;
+        for (std::size_t i = 0; i < g.samples; ++i) {
+          sa += part(i * g.channels + c, 0);
+          if (two)
+            sb += part(i * g.channels + c, 1);
+        }
+        a(c) = sa;
+        if (two)
+          b(c) = sb;
       });
 }
 
 // out(c) = sum of x over channel c.
 template <class Exec, class T, class M>
 void batch_norm_sum(Exec const& exec, ConstMatrix<T, M> x, ChannelGeometry g, Vector<T, M> out) {
-  channel_sums(
-      "telar::BatchNorm::sum", exec, g,
-      KOKKOS_LAMBDA(std::size_t i, std::size_t f) { return x(i, f); }, out);
+  auto const value = KOKKOS_LAMBDA(std::size_t i, std::size_t, std::size_t f) {
+    return x(i, f);
+  };
+  channel_sums("telar::BatchNorm::sum", exec, g, value, out, value, Vector<T, M>());
 }
 
 // out(c) = sum of (x - mean[c])^2 over channel c.
 template <class Exec, class T, class M>
 void batch_norm_centred_squares(Exec const& exec, ConstMatrix<T, M> x, ChannelGeometry g,
                                 Vector<T, M> mean, Vector<T, M> out) {
-  std::size_t const S = g.spatial;
-  channel_sums(
-      "telar::BatchNorm::centred_squares", exec, g,
-      KOKKOS_LAMBDA(std::size_t i, std::size_t f) {
-        T const d = x(i, f) - mean(f / S);
-        return d * d;
-      },
-      out);
+  auto const square = KOKKOS_LAMBDA(std::size_t i, std::size_t c, std::size_t f) {
+    T const d = x(i, f) - mean(c);
+    return d * d;
+  };
+  channel_sums("telar::BatchNorm::centred_squares", exec, g, square, out, square, Vector<T, M>());
 }
 
-// a(c) = sum dy, b(c) = sum dy x_hat over channel c.
+// a(c) = sum dy, b(c) = sum dy x_hat over channel c, in one pass.
 template <class Exec, class T, class M>
 void batch_norm_gradient_sums(Exec const& exec, ConstMatrix<T, M> dy, ConstMatrix<T, M> x,
                               Vector<T, M> mean, Vector<T, M> rstd, ChannelGeometry g,
                               Vector<T, M> a, Vector<T, M> b) {
-  std::size_t const S = g.spatial;
   channel_sums(
-      "telar::BatchNorm::sum_dy", exec, g,
-      KOKKOS_LAMBDA(std::size_t i, std::size_t f) { return dy(i, f); }, a);
-  channel_sums(
-      "telar::BatchNorm::sum_dy_xhat", exec, g,
-      KOKKOS_LAMBDA(std::size_t i, std::size_t f) {
-        std::size_t const c = f / S;
+      "telar::BatchNorm::gradient_sums", exec, g,
+      KOKKOS_LAMBDA(std::size_t i, std::size_t, std::size_t f) { return dy(i, f); }, a,
+      KOKKOS_LAMBDA(std::size_t i, std::size_t c, std::size_t f) {
         return dy(i, f) * (x(i, f) - mean(c)) * rstd(c);
       },
       b);
@@ -95,16 +141,18 @@ void batch_norm_scale(Exec const& exec, Vector<T, M> v, T s) {
       KOKKOS_LAMBDA(std::size_t c) { v(c) *= s; });
 }
 
-// y = (x - mean[c]) rstd[c] gamma[c] + beta[c].
+// y = (x - mean[c]) rstd[c] gamma[c] + beta[c], plane by plane.
 template <class Exec, class T, class M>
 void batch_norm_apply(Exec const& exec, ConstMatrix<T, M> x, Matrix<T, M> y, Vector<T, M> mean,
                       Vector<T, M> rstd, Vector<T, M> gamma, Vector<T, M> beta, std::size_t S) {
-  Kokkos::parallel_for(
-      "telar::BatchNorm::apply",
-      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {x.extent(0), x.extent(1)}),
-      KOKKOS_LAMBDA(std::size_t i, std::size_t f) {
-        std::size_t const c = f / S;
-        y(i, f) = (x(i, f) - mean(c)) * rstd(c) * gamma(c) + beta(c);
+  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
+  ChannelGeometry const g{gamma.extent(0), S, x.extent(0)};
+  for_each_plane(
+      "telar::BatchNorm::apply", exec, g,
+      KOKKOS_LAMBDA(Member const& team, std::size_t i, std::size_t c, std::size_t f0) {
+        T const m = mean(c), r = rstd(c), w = gamma(c), b = beta(c);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S),
+                             [&](std::size_t k) { y(i, f0 + k) = (x(i, f0 + k) - m) * r * w + b; });
       });
 }
 
@@ -144,19 +192,23 @@ void batch_norm_fixed_stats(Exec const& exec, Vector<T, M> running_mean, Vector<
 
 // dx = gamma rstd (dy - a / count - x_hat b / count), with a = sum dy and
 // b = sum dy x_hat over the channel (batch statistics), or dx = gamma rstd dy
-// (fixed statistics: a = b = 0).
+// (fixed statistics: a = b = 0), plane by plane.
 template <class Exec, class T, class M>
 void batch_norm_backward_input(Exec const& exec, ConstMatrix<T, M> dy, Matrix<T, M> dx,
                                ConstMatrix<T, M> x, Vector<T, M> mean, Vector<T, M> rstd,
                                Vector<T, M> gamma, Vector<T, M> a, Vector<T, M> b, T count,
                                std::size_t S) {
-  Kokkos::parallel_for(
-      "telar::BatchNorm::backward_input",
-      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {dy.extent(0), dy.extent(1)}),
-      KOKKOS_LAMBDA(std::size_t i, std::size_t f) {
-        std::size_t const c = f / S;
-        T const xh = (x(i, f) - mean(c)) * rstd(c);
-        dx(i, f) = gamma(c) * rstd(c) * (dy(i, f) - a(c) / count - xh * b(c) / count);
+  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
+  ChannelGeometry const g{gamma.extent(0), S, dy.extent(0)};
+  for_each_plane(
+      "telar::BatchNorm::backward_input", exec, g,
+      KOKKOS_LAMBDA(Member const& team, std::size_t i, std::size_t c, std::size_t f0) {
+        T const m = mean(c), r = rstd(c), scale = gamma(c) * r;
+        T const da = a(c) / count, db = b(c) / count;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](std::size_t k) {
+          T const xh = (x(i, f0 + k) - m) * r;
+          dx(i, f0 + k) = scale * (dy(i, f0 + k) - da - xh * db);
+        });
       });
 }
 
