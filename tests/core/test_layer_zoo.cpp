@@ -4,11 +4,13 @@
 #include "support.hpp"
 
 #include <telar/layers/activation.hpp>
+#include <telar/layers/softmax.hpp>
 #include <telar/testing/check_gradients.hpp>
 
 #include <catch2/catch_approx.hpp>
 #include <catch2/catch_test_macros.hpp>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -142,5 +144,57 @@ TEST_CASE("Activations report their settings and refuse an empty Clip", "[layers
     FAIL("no exception");
   } catch (telar::Error const& e) {
     CHECK(std::string(e.what()) == "telar::Clip: min (1.000000) must not exceed max (-1.000000)");
+  }
+}
+
+TEST_CASE("Softmax over an axis matches a direct computation and finite differences",
+          "[layers][softmax][fd]") {
+  // [2, 3, 4]: softmax over axis 1 (= -2) of each sample.
+  telar::Shape const in{2, 3, 4};
+  Values x(in.size());
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = std::sin(double(i) * 1.7) * 3;
+  for (int axis : {1, -2}) {
+    telar::Softmax<double> softmax(axis);
+    Values const y = run(softmax, in, x);
+    for (std::size_t a = 0; a < 2; ++a)
+      for (std::size_t c = 0; c < 4; ++c) {
+        double sum = 0;
+        for (std::size_t b = 0; b < 3; ++b)
+          sum += std::exp(x[a * 12 + b * 4 + c]);
+        for (std::size_t b = 0; b < 3; ++b)
+          CHECK(y[a * 12 + b * 4 + c] == Approx(std::exp(x[a * 12 + b * 4 + c]) / sum));
+      }
+  }
+  struct Case {
+    telar::Shape in;
+    int axis;
+  };
+  for (Case const& c : {Case{telar::Shape(5), 0}, Case{{3, 4}, -1}, Case{{2, 3, 4}, 0},
+                        Case{{2, 3, 2, 3}, 2}, Case{{2, 3, 2, 3}, -1}}) {
+    INFO("input " << c.in.str() << " axis " << c.axis);
+    telar::Softmax<double> softmax(c.axis);
+    auto const report = telar::check_gradients(softmax, c.in, 3);
+    INFO(report.str());
+    CHECK(report.passed(1e-6));
+  }
+}
+
+TEST_CASE("Softmax names the axis and the shape it cannot take", "[layers][softmax]") {
+  telar::Softmax<float> softmax(3);
+  check_shape_error(softmax, telar::Shape{2, 3, 4},
+                    "Softmax: axis 3 is outside input [2, 3, 4] (expected -3 to 2, the batch "
+                    "excluded)");
+  telar::Softmax<float> unbuilt;
+  telar::Matrix<float> x("x", 2, 4), y("y", 2, 4);
+  telar::Softmax<float>::saved_type saved;
+  CHECK_THROWS_AS(unbuilt.forward(Exec{}, x, y, saved), telar::Error);
+  unbuilt.build(telar::Shape{5});
+  try {
+    unbuilt.forward(Exec{}, x, y, saved);
+    FAIL("no exception");
+  } catch (telar::ShapeError const& e) {
+    CHECK(std::string(e.what()) ==
+          "telar::Softmax::forward: expected [n, 5] -> [n, 5], got [2, 4] -> [2, 4]");
   }
 }
