@@ -4,6 +4,7 @@
 #include "support.hpp"
 
 #include <telar/layers/activation.hpp>
+#include <telar/layers/pooling.hpp>
 #include <telar/layers/softmax.hpp>
 #include <telar/testing/check_gradients.hpp>
 
@@ -76,6 +77,26 @@ void check_activation(Layer layer, Values const& y, Values const& slope, double 
   telar::GradientCheckOptions o;
   o.input_scale = 5; // across the kinks at -3, 0, 3 and 6 (never within h of one)
   auto const report = telar::check_gradients(layer, telar::Shape{3, 8}, 4, o);
+  INFO(report.str());
+  CHECK(report.passed(1e-6));
+}
+
+// One sample x[i] = 3 sin(1.7 i), as layer_zoo_reference.py's sample().
+Values sample(telar::Shape const& in) {
+  Values x(in.size());
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = 3 * std::sin(1.7 * double(i));
+  return x;
+}
+
+// Output shape and values against PyTorch, then gradients against FD.
+template <class Layer>
+void check_resampling(Layer layer, telar::Shape const& in, telar::Shape const& out,
+                      Values const& expect) {
+  INFO(layer.name() << " on " << in.str());
+  CHECK(layer.output_shape(in).str() == out.str());
+  check_close(run(layer, in, sample(in)), expect);
+  auto const report = telar::check_gradients(layer, in, 2);
   INFO(report.str());
   CHECK(report.passed(1e-6));
 }
@@ -197,4 +218,96 @@ TEST_CASE("Softmax names the axis and the shape it cannot take", "[layers][softm
     CHECK(std::string(e.what()) ==
           "telar::Softmax::forward: expected [n, 5] -> [n, 5], got [2, 4] -> [2, 4]");
   }
+}
+
+TEST_CASE("Pooling with ceil_mode and count_include_pad matches PyTorch 1.13 and FD",
+          "[layers][pooling][fd]") {
+  using telar::Shape;
+  check_resampling(
+      telar::MaxPool2D<double>(3, 2, 1, true), Shape{2, 6, 6}, Shape{2, 4, 4},
+      {2.9749944313574055, 2.9749944313574055, 2.3954613378704708, 2.3954613378704708,
+       2.9993787004280077, 2.5774854445694872, 2.9568008963718992, 2.9568008963718992,
+       2.319983668698662,  2.821286888841018,  2.9568008963718992, 2.9568008963718992,
+       2.0106875275301244, 1.9488385850586034, 2.8482115820601033, 0.5673438610526745,
+       2.2669206772182635, 2.941768475326602,  2.6760350480981114, 1.656502154723641,
+       2.99657415508571,   2.99657415508571,   2.6760350480981114, 2.534393052059225,
+       2.9844803740752193, 2.444115189775374,  2.9057571297610334, 2.9057571297610334,
+       2.1576296908936197, 2.1576296908936197, 2.9057571297610334, 2.9057571297610334});
+  // ceil_mode with stride = kernel: the partial last window leaves the tiled path.
+  check_resampling(telar::MaxPool2D<double>(2, 2, 0, true), Shape{1, 5, 5}, Shape{1, 3, 3},
+                   {2.9749944313574055, 2.5774854445694872, 1.4823400534158244, 2.637819184952173,
+                    2.9993787004280077, 2.319983668698662, 1.5872480583600717, 2.9568008963718992,
+                    0.12207977204959457});
+  // A fourth window would start in the right padding: PyTorch drops it.
+  check_resampling(telar::MaxPool2D<double>(2, 2, 1, true), Shape{1, 5, 5}, Shape{1, 3, 3},
+                   {0.0, 2.9749944313574055, 1.4823400534158244, 2.3954613378704708,
+                    2.9993787004280077, 2.5774854445694872, 1.5872480583600717, 2.637819184952173,
+                    2.9568008963718992});
+  check_resampling(
+      telar::AvgPool2D<double>(3, 2, 1, true), Shape{1, 6, 6}, Shape{1, 4, 4},
+      {-0.10878232979270235, 0.1493581006159937, -0.11562338770959199, 0.32474404340464574,
+       -0.1272961244591192, 0.10304416415234138, -0.09323328113589884, 0.12548196650106833,
+       0.13647197116482387, -0.022902102189387326, 0.048598311280169226, 0.17619568950401665,
+       0.659921018764788, -0.3108899682182552, 0.35237647003095435, 0.14183596526316863});
+  check_resampling(
+      telar::AvgPool2D<double>(3, 2, 1, true, false), Shape{1, 6, 6}, Shape{1, 4, 4},
+      {-0.24476024203358027, 0.22403715092399054, -0.173435081564388, 0.9742321302139372,
+       -0.19094418668867882, 0.10304416415234138, -0.09323328113589884, 0.25096393300213665,
+       0.20470795674723583, -0.022902102189387326, 0.048598311280169226, 0.3523913790080333,
+       1.979763056294364, -0.6217799364365104, 0.7047529400619087, 0.5673438610526745});
+  check_resampling(telar::AvgPool2D<double>(2, 2, 1, true), Shape{1, 5, 5}, Shape{1, 3, 3},
+                   {0.0, 0.552092781319228, -0.32377599839184323, -0.12218278444204989,
+                    -0.3504134441265788, 0.13160051011437746, 0.6661057801066441,
+                    -0.683026913743017, 0.8034455084063421});
+}
+
+TEST_CASE("3-D and global max pooling match PyTorch 1.13 and FD", "[layers][pooling][fd]") {
+  using telar::Shape;
+  check_resampling(
+      telar::MaxPool3D<double>(2, 2, 0, true), Shape{2, 3, 5, 4}, Shape{2, 2, 3, 2},
+      {2.9749944313574055, 2.9568008963718992,  2.9993787004280077, 2.8482115820601033,
+       2.637819184952173,  2.941768475326602,   2.6760350480981114, 2.2669206772182635,
+       2.99657415508571,   -0.5282268598457612, 2.444115189775374,  -0.6867507673356201,
+       2.9844803740752193, 2.9798588926115497,  2.556900622524844,  2.9057571297610334,
+       2.9983052764799765, 2.1278565018225164,  2.656537542823823,  -0.9219555816867531,
+       2.9498135517490436, 1.9809840815446405,  1.9789143763537147, 2.835466311429424});
+  check_resampling(
+      telar::AvgPool3D<double>(3, 2, 1, true, false), Shape{1, 4, 5, 5}, Shape{1, 3, 3, 3},
+      {0.6112575135302307,   -0.14305753016730702, 0.022196393206404375, 0.09790176729385956,
+       -0.02695509298401851, 0.021454473074676923, 0.6514922838120982,   -0.2046127841054803,
+       0.2545262061499035,   -0.2926821467211303,  0.12984259805032305,  -0.2822564874047225,
+       -0.03870979124386818, 0.01955980725283331,  -0.04790037394513328, -0.20660180288971894,
+       0.12244235376706374,  -0.33556879975569426, -0.5367023120860472,  0.02035726143154759,
+       0.4465610467560246,   -0.09997417628289813, 0.012252095520736658, 0.04572231156634802,
+       -0.7527776874094861,  0.13767186882297452,  0.14317130701376157});
+  check_resampling(telar::AvgPool3D<double>{}, Shape{1, 4, 4, 4}, Shape{1, 2, 2, 2},
+                   {0.8239938788165597, -0.6613019119350521, -0.03336883038348154,
+                    0.28242062146850566, -0.006495113028280319, -0.24402001812558538,
+                    0.8382152426232988, -0.9398902352162423});
+  check_resampling(telar::GlobalMaxPool<double>{}, Shape{3, 4, 5}, Shape(3),
+                   {2.9993787004280077, 2.9568008963718992, 2.99657415508571});
+  check_resampling(telar::GlobalMaxPool<double>{}, Shape{2, 3, 3, 3}, Shape(2),
+                   {2.9993787004280077, 2.99657415508571});
+  // Tiled 3-D windows (stride = kernel, no padding): the scatter backward.
+  telar::MaxPool3D<double> tiled(2);
+  auto const report = telar::check_gradients(tiled, Shape{2, 4, 4, 6}, 2);
+  INFO(report.str());
+  CHECK(report.passed(1e-6));
+}
+
+TEST_CASE("Pooling counts its saved bytes and names the shapes it refuses", "[layers][pooling]") {
+  using telar::Shape;
+  CHECK(telar::MaxPool3D<float>(2).saved_bytes(4, Shape{3, 4, 4, 4}) == 4 * 3 * 8 * sizeof(int));
+  CHECK(telar::GlobalMaxPool<float>{}.saved_bytes(4, Shape{3, 5, 5}) == 4 * 3 * sizeof(int));
+  CHECK(telar::AvgPool3D<float>(2).saved_bytes(4, Shape{3, 4, 4, 4}) == 0);
+  CHECK(telar::MaxPool3D<float>(2).flops(1, Shape{1, 4, 4, 4}) == 8 * 8);
+  telar::MaxPool3D<float> pool3(2);
+  check_shape_error(pool3, Shape{3, 8, 8}, "MaxPool3D expects inputs [C, D, H, W], got [3, 8, 8]");
+  telar::AvgPool3D<float> big(5);
+  check_shape_error(big, Shape{1, 8, 4, 8},
+                    "AvgPool3D expects inputs [C, D, H, W] with every spatial extent + 2 padding "
+                    ">= kernel (5), got [1, 8, 4, 8]");
+  telar::GlobalMaxPool<float> gmp;
+  check_shape_error(gmp, Shape(7),
+                    "GlobalMaxPool expects inputs [C, H, W] (or [C, L], [C, D, H, W]), got [7]");
 }

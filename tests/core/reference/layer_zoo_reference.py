@@ -37,5 +37,41 @@ def activations():
         show(name + " dy/dx", g)
 
 
+def sample(shape):
+    """x[i] = 3 sin(1.7 i), the input the C++ test builds (one sample)."""
+    n = 1
+    for d in shape:
+        n *= d
+    i = torch.arange(n, dtype=torch.float64)
+    return (3 * torch.sin(1.7 * i)).reshape(1, *shape)
+
+
+def pooling():
+    cases = [
+        ("max2d k3 s2 p1 ceil [2,6,6]", (2, 6, 6), lambda x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True)),
+        ("max2d k2 s2 ceil [1,5,5]", (1, 5, 5), lambda x: F.max_pool2d(x, 2, 2, 0, ceil_mode=True)),
+        ("max2d k2 s2 p1 ceil [1,5,5] (last window dropped)", (1, 5, 5),
+         lambda x: F.max_pool2d(x, 2, 2, 1, ceil_mode=True)),
+        ("avg2d k3 s2 p1 ceil [1,6,6]", (1, 6, 6),
+         lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True)),
+        ("avg2d k3 s2 p1 ceil nopad [1,6,6]", (1, 6, 6),
+         lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False)),
+        ("avg2d k2 s2 p1 ceil [1,5,5]", (1, 5, 5),
+         lambda x: F.avg_pool2d(x, 2, 2, 1, ceil_mode=True)),
+        ("max3d k2 s2 ceil [2,3,5,4]", (2, 3, 5, 4),
+         lambda x: F.max_pool3d(x, 2, 2, 0, ceil_mode=True)),
+        ("avg3d k3 s2 p1 ceil nopad [1,4,5,5]", (1, 4, 5, 5),
+         lambda x: F.avg_pool3d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False)),
+        ("avg3d k2 [1,4,4,4]", (1, 4, 4, 4), lambda x: F.avg_pool3d(x, 2)),
+        ("globalmax [3,4,5]", (3, 4, 5), lambda x: torch.amax(x, dim=(2, 3))),
+        ("globalmax [2,3,3,3]", (2, 3, 3, 3), lambda x: torch.amax(x, dim=(2, 3, 4))),
+    ]
+    for name, shape, f in cases:
+        y = f(sample(shape))
+        print(name, list(y.shape[1:]))
+        show("  y", y)
+
+
 if __name__ == "__main__":
     activations()
+    pooling()
