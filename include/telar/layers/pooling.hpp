@@ -17,6 +17,7 @@
 #include <telar/core/layer.hpp>
 #include <telar/core/shape.hpp>
 #include <telar/core/tensor.hpp>
+#include <telar/layers/detail/spatial_row.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -83,16 +84,6 @@ KOKKOS_INLINE_FUNCTION bool pool_tiled(PoolGeometry const& g) {
   return true;
 }
 
-// Row r of the output [n * C * Do * Ho, Wo] as (plane = n C + c, od, oh), and
-// likewise for input rows.
-struct PoolRow {
-  std::size_t plane;
-  int d, h;
-  KOKKOS_INLINE_FUNCTION PoolRow(std::size_t r, int D, int H)
-      : plane(r / (std::size_t(D) * std::size_t(H))), d(int(r / std::size_t(H) % std::size_t(D))),
-        h(int(r % std::size_t(H))) {}
-};
-
 // Maximum (and its position (d H + h) W + w in the plane) of the window of
 // output (od, oh, ow), clipped to the input; ties keep the first in row-major
 // order.
@@ -124,7 +115,7 @@ void maxpool_forward(Exec const& exec, PoolGeometry const g, X const& x, Y const
   Kokkos::parallel_for(
       "telar::MaxPool::forward", Kokkos::RangePolicy<Exec>(exec, 0, rows),
       KOKKOS_LAMBDA(std::size_t r) {
-        PoolRow const o(r, g.out[0], g.out[1]);
+        SpatialRow const o(r, g.out[0], g.out[1]);
         auto const* in = x.data() + o.plane * g.in_plane();
         T* out = y.data() + r * std::size_t(g.out[2]);
         int* arg = idx.data() + r * std::size_t(g.out[2]);
@@ -145,7 +136,7 @@ void maxpool_backward(Exec const& exec, PoolGeometry const g, DY const& dy, DX c
     Kokkos::parallel_for(
         "telar::MaxPool::backward_input_tiled", Kokkos::RangePolicy<Exec>(exec, 0, rows),
         KOKKOS_LAMBDA(std::size_t r) {
-          PoolRow const i(r, g.in[0], g.in[1]);
+          SpatialRow const i(r, g.in[0], g.in[1]);
           T* out = dx.data() + r * std::size_t(g.in[2]);
           for (int w = 0; w < g.in[2]; ++w)
             out[w] = T(0);
@@ -166,7 +157,7 @@ void maxpool_backward(Exec const& exec, PoolGeometry const g, DY const& dy, DX c
   Kokkos::parallel_for(
       "telar::MaxPool::backward_input", Kokkos::RangePolicy<Exec>(exec, 0, rows),
       KOKKOS_LAMBDA(std::size_t r) {
-        PoolRow const i(r, g.in[0], g.in[1]);
+        SpatialRow const i(r, g.in[0], g.in[1]);
         std::size_t const obase = i.plane * g.out_plane();
         T* out = dx.data() + r * std::size_t(g.in[2]);
         int dlo, dhi, hlo, hhi;
@@ -197,7 +188,7 @@ void avgpool_forward(Exec const& exec, PoolGeometry const g, X const& x, Y const
   Kokkos::parallel_for(
       "telar::AvgPool::forward", Kokkos::RangePolicy<Exec>(exec, 0, rows),
       KOKKOS_LAMBDA(std::size_t r) {
-        PoolRow const o(r, g.out[0], g.out[1]);
+        SpatialRow const o(r, g.out[0], g.out[1]);
         auto const* in = x.data() + o.plane * g.in_plane();
         T* out = y.data() + r * std::size_t(g.out[2]);
         int dlo, dhi, hlo, hhi;
@@ -225,7 +216,7 @@ void avgpool_backward(Exec const& exec, PoolGeometry const g, DY const& dy, DX c
   Kokkos::parallel_for(
       "telar::AvgPool::backward_input", Kokkos::RangePolicy<Exec>(exec, 0, rows),
       KOKKOS_LAMBDA(std::size_t r) {
-        PoolRow const i(r, g.in[0], g.in[1]);
+        SpatialRow const i(r, g.in[0], g.in[1]);
         auto const* src = dy.data() + i.plane * g.out_plane();
         T* out = dx.data() + r * std::size_t(g.in[2]);
         int dlo, dhi, hlo, hhi;

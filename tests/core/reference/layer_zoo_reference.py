@@ -72,6 +72,30 @@ def pooling():
         show("  y", y)
 
 
+def upsample():
+    cases = [
+        ("nearest x(2,3) [2,3,2]", (2, 3, 2), dict(scale_factor=(2, 3), mode="nearest")),
+        ("nearest size (6,4) [1,3,2]", (1, 3, 2), dict(size=(6, 4), mode="nearest")),
+        ("nearest x(2,1,2) [1,2,2,3]", (1, 2, 2, 3), dict(scale_factor=(2, 1, 2), mode="nearest")),
+        ("bilinear x2 [1,3,4]", (1, 3, 4), dict(scale_factor=2, mode="bilinear")),
+        ("bilinear x2 align [1,3,4]", (1, 3, 4),
+         dict(scale_factor=2, mode="bilinear", align_corners=True)),
+        ("bilinear size (5,7) [1,3,4]", (1, 3, 4), dict(size=(5, 7), mode="bilinear")),
+        ("bilinear size (5,7) align [1,3,4]", (1, 3, 4),
+         dict(size=(5, 7), mode="bilinear", align_corners=True)),
+        ("bilinear size (2,3) [1,4,5]", (1, 4, 5), dict(size=(2, 3), mode="bilinear")),
+        ("trilinear x2 [1,2,3,2]", (1, 2, 3, 2), dict(scale_factor=2, mode="trilinear")),
+        ("trilinear size (3,4,5) align [2,2,3,2]", (2, 2, 3, 2),
+         dict(size=(3, 4, 5), mode="trilinear", align_corners=True)),
+        ("linear size 7 [2,3]", (2, 3), dict(size=7, mode="linear")),
+    ]
+    for name, shape, kw in cases:
+        y = F.interpolate(sample(shape), **kw)
+        print(name, list(y.shape[1:]))
+        show("  y", y)
+
+
 if __name__ == "__main__":
     activations()
     pooling()
+    upsample()
