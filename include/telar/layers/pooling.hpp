@@ -37,6 +37,7 @@ struct PoolGeometry {
   int out[3] = {1, 1, 1}; // Do, Ho, Wo
   int k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, p[3] = {0, 0, 0};
   bool count_pad = true; // average pooling: padding counts in the divisor
+  bool uniform = true;   // every average divides by k[0] k[1] k[2] (see count)
 
   KOKKOS_INLINE_FUNCTION std::size_t in_plane() const {
     return std::size_t(in[0]) * std::size_t(in[1]) * std::size_t(in[2]);
@@ -74,9 +75,28 @@ KOKKOS_INLINE_FUNCTION void pool_cover(int i, int k, int s, int p, int out, int&
     hi = out;
 }
 
+// The window of output o along D clipped to the input, and the outputs
+// covering input i along D: constants for 2-D pooling, so that its loops
+// over D vanish at compile time.
+template <int Dims>
+KOKKOS_INLINE_FUNCTION void pool_clip_d(PoolGeometry const& g, int o, int& lo, int& hi) {
+  if constexpr (Dims == 2)
+    lo = 0, hi = 1;
+  else
+    g.clip(0, o, lo, hi);
+}
+template <int Dims>
+KOKKOS_INLINE_FUNCTION void pool_cover_d(PoolGeometry const& g, int i, int& lo, int& hi) {
+  if constexpr (Dims == 2)
+    lo = 0, hi = 1;
+  else
+    pool_cover(i, g.k[0], g.s[0], g.p[0], g.out[0], lo, hi);
+}
+
 // Windows that tile the input without padding or overlap (stride = kernel,
 // the usual 2 x 2 / 2, every window whole): backward scatters each output
-// gradient to its maximum instead of gathering over covering windows.
+// gradient to its maximum instead of gathering over covering windows, and
+// forward needs no clipping.
 KOKKOS_INLINE_FUNCTION bool pool_tiled(PoolGeometry const& g) {
   for (int a = 0; a < 3; ++a)
     if (g.p[a] != 0 || g.s[a] != g.k[a] || g.out[a] * g.k[a] > g.in[a])
@@ -84,20 +104,23 @@ KOKKOS_INLINE_FUNCTION bool pool_tiled(PoolGeometry const& g) {
   return true;
 }
 
-// Maximum (and its position (d H + h) W + w in the plane) of the window of
-// output (od, oh, ow), clipped to the input; ties keep the first in row-major
-// order.
-template <class T>
-KOKKOS_INLINE_FUNCTION void pool_window_max(PoolGeometry const& g, T const* in, int od, int oh,
-                                            int ow, T& m, int& best) {
-  int dlo, dhi, hlo, hhi, wlo, whi;
-  g.clip(0, od, dlo, dhi);
-  g.clip(1, oh, hlo, hhi);
-  g.clip(2, ow, wlo, whi);
-  best = (dlo * g.in[1] + hlo) * g.in[2] + wlo;
-  m = in[best];
-  for (int d = dlo; d < dhi; ++d)
-    for (int h = hlo; h < hhi; ++h)
+// Position ((d H + h) W + w in the plane) of the maximum of window ow along W
+// within rows [dlo, dhi) x [hlo, hhi); ties keep the first in row-major
+// order. The maximum stays in registers (writing it through a reference into
+// y would alias x and cost a store per element). Tiled windows need no
+// clipping.
+template <bool Tiled, class T>
+KOKKOS_INLINE_FUNCTION int pool_window_max(PoolGeometry const& g, T const* in, int const (&dr)[2],
+                                           int const (&hr)[2], int ow) {
+  int wlo, whi;
+  if constexpr (Tiled)
+    wlo = ow * g.k[2], whi = wlo + g.k[2];
+  else
+    g.clip(2, ow, wlo, whi);
+  int best = (dr[0] * g.in[1] + hr[0]) * g.in[2] + wlo;
+  T m = in[best];
+  for (int d = dr[0]; d < dr[1]; ++d)
+    for (int h = hr[0]; h < hr[1]; ++h)
       for (int w = wlo; w < whi; ++w) {
         int const at = (d * g.in[1] + h) * g.in[2] + w;
         if (in[at] > m) {
@@ -105,27 +128,44 @@ KOKKOS_INLINE_FUNCTION void pool_window_max(PoolGeometry const& g, T const* in, 
           best = at;
         }
       }
+  return best;
 }
 
 // y = window maxima, idx = position of each maximum in its plane.
-template <class Exec, class X, class Y, class I>
-void maxpool_forward(Exec const& exec, PoolGeometry const g, X const& x, Y const& y, I const& idx) {
+template <int Dims, bool Tiled, class Exec, class X, class Y, class I>
+void maxpool_forward_kernel(Exec const& exec, PoolGeometry const g, X const& x, Y const& y,
+                            I const& idx) {
   using T = typename Y::non_const_value_type;
   std::size_t const rows = x.extent(0) * std::size_t(g.C) * std::size_t(g.out[0] * g.out[1]);
   Kokkos::parallel_for(
-      "telar::MaxPool::forward", Kokkos::RangePolicy<Exec>(exec, 0, rows),
-      KOKKOS_LAMBDA(std::size_t r) {
+      Tiled ? "telar::MaxPool::forward_tiled" : "telar::MaxPool::forward",
+      Kokkos::RangePolicy<Exec>(exec, 0, rows), KOKKOS_LAMBDA(std::size_t r) {
         SpatialRow const o(r, g.out[0], g.out[1]);
         auto const* in = x.data() + o.plane * g.in_plane();
         T* out = y.data() + r * std::size_t(g.out[2]);
         int* arg = idx.data() + r * std::size_t(g.out[2]);
-        for (int ow = 0; ow < g.out[2]; ++ow)
-          pool_window_max(g, in, o.d, o.h, ow, out[ow], arg[ow]);
+        int dr[2], hr[2];
+        pool_clip_d<Dims>(g, o.d, dr[0], dr[1]);
+        g.clip(1, o.h, hr[0], hr[1]);
+        for (int ow = 0; ow < g.out[2]; ++ow) {
+          int const best = pool_window_max<Tiled>(g, in, dr, hr, ow);
+          out[ow] = in[best];
+          arg[ow] = best;
+        }
       });
 }
 
+template <int Dims, class Exec, class X, class Y, class I>
+void maxpool_forward(Exec const& exec, PoolGeometry const& g, X const& x, Y const& y,
+                     I const& idx) {
+  if (pool_tiled(g))
+    maxpool_forward_kernel<Dims, true>(exec, g, x, y, idx);
+  else
+    maxpool_forward_kernel<Dims, false>(exec, g, x, y, idx);
+}
+
 // dx = sum of dy over the windows whose maximum was that element.
-template <class Exec, class DY, class DX, class I>
+template <int Dims, class Exec, class DY, class DX, class I>
 void maxpool_backward(Exec const& exec, PoolGeometry const g, DY const& dy, DX const& dx,
                       I const& idx) {
   using T = typename DX::non_const_value_type;
@@ -161,7 +201,7 @@ void maxpool_backward(Exec const& exec, PoolGeometry const g, DY const& dy, DX c
         std::size_t const obase = i.plane * g.out_plane();
         T* out = dx.data() + r * std::size_t(g.in[2]);
         int dlo, dhi, hlo, hhi;
-        pool_cover(i.d, g.k[0], g.s[0], g.p[0], g.out[0], dlo, dhi);
+        pool_cover_d<Dims>(g, i.d, dlo, dhi);
         pool_cover(i.h, g.k[1], g.s[1], g.p[1], g.out[1], hlo, hhi);
         for (int w = 0; w < g.in[2]; ++w) {
           int wlo, whi;
@@ -180,11 +220,22 @@ void maxpool_backward(Exec const& exec, PoolGeometry const g, DY const& dy, DX c
       });
 }
 
-// y = window sums / window counts (see PoolGeometry::count).
-template <class Exec, class X, class Y>
-void avgpool_forward(Exec const& exec, PoolGeometry const g, X const& x, Y const& y) {
+// 1 / the divisor of window (od, oh, ow) (see PoolGeometry::count), or 1
+// when every window has the same divisor, applied once per output instead.
+template <bool Uniform, class T>
+KOKKOS_INLINE_FUNCTION T pool_inv_count(PoolGeometry const& g, int od, int oh, int ow) {
+  if constexpr (Uniform)
+    return T(1);
+  else
+    return T(1) / T(g.count(0, od) * g.count(1, oh) * g.count(2, ow));
+}
+
+// y = window sums / window counts.
+template <int Dims, bool Uniform, class Exec, class X, class Y>
+void avgpool_forward_kernel(Exec const& exec, PoolGeometry const g, X const& x, Y const& y) {
   using T = typename Y::non_const_value_type;
   std::size_t const rows = x.extent(0) * std::size_t(g.C) * std::size_t(g.out[0] * g.out[1]);
+  T const post = Uniform ? T(1) / T(g.k[0] * g.k[1] * g.k[2]) : T(1);
   Kokkos::parallel_for(
       "telar::AvgPool::forward", Kokkos::RangePolicy<Exec>(exec, 0, rows),
       KOKKOS_LAMBDA(std::size_t r) {
@@ -192,9 +243,8 @@ void avgpool_forward(Exec const& exec, PoolGeometry const g, X const& x, Y const
         auto const* in = x.data() + o.plane * g.in_plane();
         T* out = y.data() + r * std::size_t(g.out[2]);
         int dlo, dhi, hlo, hhi;
-        g.clip(0, o.d, dlo, dhi);
+        pool_clip_d<Dims>(g, o.d, dlo, dhi);
         g.clip(1, o.h, hlo, hhi);
-        int const dh = g.count(0, o.d) * g.count(1, o.h);
         for (int ow = 0; ow < g.out[2]; ++ow) {
           int wlo, whi;
           g.clip(2, ow, wlo, whi);
@@ -203,16 +253,17 @@ void avgpool_forward(Exec const& exec, PoolGeometry const g, X const& x, Y const
             for (int h = hlo; h < hhi; ++h)
               for (int w = wlo; w < whi; ++w)
                 acc += in[(d * g.in[1] + h) * g.in[2] + w];
-          out[ow] = acc / T(dh * g.count(2, ow));
+          out[ow] = acc * pool_inv_count<Uniform, T>(g, o.d, o.h, ow) * post;
         }
       });
 }
 
 // dx = sum over the windows covering the element of dy / window count.
-template <class Exec, class DY, class DX>
-void avgpool_backward(Exec const& exec, PoolGeometry const g, DY const& dy, DX const& dx) {
+template <int Dims, bool Uniform, class Exec, class DY, class DX>
+void avgpool_backward_kernel(Exec const& exec, PoolGeometry const g, DY const& dy, DX const& dx) {
   using T = typename DX::non_const_value_type;
   std::size_t const rows = dx.extent(0) * std::size_t(g.C) * std::size_t(g.in[0] * g.in[1]);
+  T const post = Uniform ? T(1) / T(g.k[0] * g.k[1] * g.k[2]) : T(1);
   Kokkos::parallel_for(
       "telar::AvgPool::backward_input", Kokkos::RangePolicy<Exec>(exec, 0, rows),
       KOKKOS_LAMBDA(std::size_t r) {
@@ -220,21 +271,36 @@ void avgpool_backward(Exec const& exec, PoolGeometry const g, DY const& dy, DX c
         auto const* src = dy.data() + i.plane * g.out_plane();
         T* out = dx.data() + r * std::size_t(g.in[2]);
         int dlo, dhi, hlo, hhi;
-        pool_cover(i.d, g.k[0], g.s[0], g.p[0], g.out[0], dlo, dhi);
+        pool_cover_d<Dims>(g, i.d, dlo, dhi);
         pool_cover(i.h, g.k[1], g.s[1], g.p[1], g.out[1], hlo, hhi);
         for (int w = 0; w < g.in[2]; ++w) {
           int wlo, whi;
           pool_cover(w, g.k[2], g.s[2], g.p[2], g.out[2], wlo, whi);
           T acc = 0;
           for (int od = dlo; od < dhi; ++od)
-            for (int oh = hlo; oh < hhi; ++oh) {
-              int const dh = g.count(0, od) * g.count(1, oh);
+            for (int oh = hlo; oh < hhi; ++oh)
               for (int ow = wlo; ow < whi; ++ow)
-                acc += src[(od * g.out[1] + oh) * g.out[2] + ow] / T(dh * g.count(2, ow));
-            }
-          out[w] = acc;
+                acc += src[(od * g.out[1] + oh) * g.out[2] + ow] *
+                       pool_inv_count<Uniform, T>(g, od, oh, ow);
+          out[w] = acc * post;
         }
       });
+}
+
+template <int Dims, class Exec, class X, class Y>
+void avgpool_forward(Exec const& exec, PoolGeometry const& g, X const& x, Y const& y) {
+  if (g.uniform)
+    avgpool_forward_kernel<Dims, true>(exec, g, x, y);
+  else
+    avgpool_forward_kernel<Dims, false>(exec, g, x, y);
+}
+
+template <int Dims, class Exec, class DY, class DX>
+void avgpool_backward(Exec const& exec, PoolGeometry const& g, DY const& dy, DX const& dx) {
+  if (g.uniform)
+    avgpool_backward_kernel<Dims, true>(exec, g, dy, dx);
+  else
+    avgpool_backward_kernel<Dims, false>(exec, g, dy, dx);
 }
 
 // y(s, c) = mean of x(s, c * S .. c * S + S).
@@ -317,6 +383,8 @@ protected:
       g.s[a] = int(o_.s);
       g.p[a] = int(o_.p);
       g.out[a] = int(out_extent(in[i]));
+      for (int o = 0; o < g.out[a]; ++o)
+        g.uniform = g.uniform && g.count(a, o) == g.k[a];
     }
     return g;
   }
@@ -470,7 +538,7 @@ public:
                saved_type& saved) const {
     this->check(name(), "forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
     detail::ensure_index_matrix(saved.argmax, y.extent(0), y.extent(1), "telar::MaxPool::argmax");
-    detail::maxpool_forward(exec, this->g_, x, y, saved.argmax);
+    detail::maxpool_forward<Dims>(exec, this->g_, x, y, saved.argmax);
   }
   /*! \brief dx = dy routed to each window's maximum. \param exec execution space instance
    *  \param dy gradient of the output \param dx gradient of the input \param saved argmax */
@@ -478,7 +546,7 @@ public:
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
                       saved_type const& saved) const {
     this->check(name(), "backward_input", dx.extent(0), dx.extent(1), dy.extent(0), dy.extent(1));
-    detail::maxpool_backward(exec, this->g_, dy, dx, saved.argmax);
+    detail::maxpool_backward<Dims>(exec, this->g_, dy, dx, saved.argmax);
   }
 };
 
@@ -535,7 +603,7 @@ public:
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
                NoSaved&) const {
     this->check(name(), "forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
-    detail::avgpool_forward(exec, this->g_, x, y);
+    detail::avgpool_forward<Dims>(exec, this->g_, x, y);
   }
   /*! \brief dx = dy spread evenly over each window. \param exec execution space instance
    *  \param dy gradient of the output \param dx gradient of the input */
@@ -543,7 +611,7 @@ public:
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
                       NoSaved const&) const {
     this->check(name(), "backward_input", dx.extent(0), dx.extent(1), dy.extent(0), dy.extent(1));
-    detail::avgpool_backward(exec, this->g_, dy, dx);
+    detail::avgpool_backward<Dims>(exec, this->g_, dy, dx);
   }
 };
 
