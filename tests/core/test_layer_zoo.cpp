@@ -3,6 +3,8 @@
 // gradients against finite differences in double, and shape errors.
 #include "support.hpp"
 
+#include <telar/core/sequential.hpp>
+
 #include <telar/layers/activation.hpp>
 #include <telar/layers/pooling.hpp>
 #include <telar/layers/softmax.hpp>
@@ -302,6 +304,17 @@ TEST_CASE("Pooling counts its saved bytes and names the shapes it refuses", "[la
   CHECK(telar::GlobalMaxPool<float>{}.saved_bytes(4, Shape{3, 5, 5}) == 4 * 3 * sizeof(int));
   CHECK(telar::AvgPool3D<float>(2).saved_bytes(4, Shape{3, 4, 4, 4}) == 0);
   CHECK(telar::MaxPool3D<float>(2).flops(1, Shape{1, 4, 4, 4}) == 8 * 8);
+  // saved_bytes is what forward allocates into the saved state.
+  telar::MaxPool3D<float> max3(2);
+  max3.build(Shape{3, 4, 4, 4});
+  telar::Matrix<float> x("x", 4, 3 * 64), y("y", 4, 3 * 8), g("g", 4, 3);
+  telar::MaxPool3D<float>::saved_type saved;
+  max3.forward(Exec{}, x, y, saved);
+  CHECK(saved.argmax.span() * sizeof(int) == max3.saved_bytes(4, Shape{3, 4, 4, 4}));
+  telar::GlobalMaxPool<float> global;
+  telar::GlobalMaxPool<float>::saved_type gsaved;
+  global.forward(Exec{}, x, g, gsaved);
+  CHECK(gsaved.argmax.span() * sizeof(int) == global.saved_bytes(4, Shape{3, 4, 4, 4}));
   telar::MaxPool3D<float> pool3(2);
   check_shape_error(pool3, Shape{3, 8, 8}, "MaxPool3D expects inputs [C, D, H, W], got [3, 8, 8]");
   telar::AvgPool3D<float> big(5);
@@ -876,4 +889,19 @@ TEST_CASE("Upsample refuses what it cannot do, naming the sizes", "[layers][upsa
   CHECK_THROWS_AS(telar::Upsample<float>({2, 2}, telar::UpsampleMode::nearest, true), telar::Error);
   CHECK(two.saved_bytes(4, Shape{3, 4, 4}) == 0);
   CHECK(two.flops(1, Shape{3, 4, 4}) == 3 * 8 * 8);
+}
+
+TEST_CASE("The new layers compose in a Sequential: shapes and gradients", "[layers][fd]") {
+  // An encoder-decoder in miniature: pool, upsample back, gate with a
+  // channel softmax, as squeeze-excitation and attention graphs do.
+  using telar::Shape;
+  telar::Sequential<telar::MaxPool3D<double>, telar::Upsample<double>, telar::HardSwish<double>,
+                    telar::Softmax<double>>
+      net(telar::MaxPool3D<double>(2),
+          telar::Upsample<double>({2, 2, 2}, telar::UpsampleMode::linear), {},
+          telar::Softmax<double>(0));
+  CHECK(net.shapes(Shape{3, 4, 4, 2}).back().str() == "[3, 4, 4, 2]");
+  auto const report = telar::check_gradients(net, Shape{3, 4, 4, 2}, 2);
+  INFO(report.str());
+  CHECK(report.passed(1e-6));
 }
