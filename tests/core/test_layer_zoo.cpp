@@ -206,9 +206,12 @@ TEST_CASE("Softmax over an axis matches a direct computation and finite differen
 
 TEST_CASE("Softmax names the axis and the shape it cannot take", "[layers][softmax]") {
   telar::Softmax<float> softmax(3);
-  check_shape_error(softmax, telar::Shape{2, 3, 4},
+  using telar::Shape;
+  check_shape_error(softmax, Shape{2, 3, 4},
                     "Softmax: axis 3 is outside input [2, 3, 4] (expected -3 to 2, the batch "
                     "excluded)");
+  check_shape_error(softmax, Shape{2, 0, 4},
+                    "Softmax expects a known, non-empty input shape of rank 1 to 4, got [2, 0, 4]");
   telar::Softmax<float> unbuilt;
   telar::Matrix<float> x("x", 2, 4), y("y", 2, 4);
   telar::Softmax<float>::saved_type saved;

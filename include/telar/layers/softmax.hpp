@@ -144,8 +144,9 @@ public:
 
 private:
   detail::SoftmaxLines lines(Shape const& in) const {
-    if (!in.known())
-      throw ShapeError("Softmax expects a known input shape of rank 1 to 4, got " + in.str());
+    if (!in.known() || in.size() == 0)
+      throw ShapeError("Softmax expects a known, non-empty input shape of rank 1 to 4, got " +
+                       in.str());
     int const a = axis_ < 0 ? axis_ + in.rank : axis_;
     if (a < 0 || a >= in.rank)
       throw ShapeError("Softmax: axis " + std::to_string(axis_) + " is outside input " + in.str() +

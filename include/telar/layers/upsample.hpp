@@ -289,7 +289,7 @@ private:
   }
   std::vector<std::size_t> out_extents(Shape const& in) const {
     std::size_t const dims = scale_.empty() ? size_.size() : scale_.size();
-    if (!in.known() || std::size_t(in.rank) != dims + 1)
+    if (!in.known() || std::size_t(in.rank) != dims + 1 || in.size() == 0)
       throw ShapeError("Upsample with " + std::to_string(dims) + " spatial " +
                        (scale_.empty() ? "sizes " + list(size_) : "factors " + list(scale_)) +
                        " expects inputs [C, " + std::to_string(dims) + " extents], got " +
