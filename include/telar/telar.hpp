@@ -37,8 +37,10 @@
 #include <telar/layers/losses.hpp>
 #include <telar/layers/normalization.hpp>
 #include <telar/layers/pooling.hpp>
+#include <telar/layers/softmax.hpp>
 #include <telar/layers/softmax_cross_entropy.hpp>
 #include <telar/layers/transformer.hpp>
+#include <telar/layers/upsample.hpp>
 #include <telar/optim/adam.hpp>
 #include <telar/optim/lamb.hpp>
 #include <telar/optim/lr_schedule.hpp>

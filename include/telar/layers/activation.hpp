@@ -1,19 +1,24 @@
 #pragma once
 /*! \file
- *  \brief Element-wise activation layers: ReLU, GELU (exact), GELUTanh,
- *  Sigmoid and Tanh. */
+ *  \brief Element-wise activation layers: ReLU, ReLU6, Clip, LeakyReLU, ELU,
+ *  GELU (exact), GELUTanh, SiLU (Swish), HardSwish, HardSigmoid, Sigmoid and
+ *  Tanh. */
 #include <telar/core/detail/elementwise.hpp>
 #include <telar/core/detail/fast_math.hpp>
 #include <telar/core/detail/math.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/tensor.hpp>
 
+#include <string>
+
 namespace telar {
 
 namespace detail {
-// Shared body of element-wise layers: Op provides value(x) and slope(x, y),
-// the derivative given the input x and output y; Saved picks which of the two
-// backward keeps (ReLU needs only y, GELU needs x).
+// Shared body of element-wise layers: an Op provides value(x) and slope(k),
+// the derivative given the kept tensor k (the input x or the output y, per
+// KeepInput: ReLU needs only y, GELU needs x). Ops are held by value so that
+// parameterised ones (LeakyReLU's slope, Clip's bounds) carry their settings
+// into kernels; parameterless ones are empty and cost nothing.
 template <class Op, class T, class MemorySpace, bool KeepInput>
 struct Elementwise {
   using value_type = T;
@@ -22,6 +27,9 @@ struct Elementwise {
   struct saved_type {
     ConstMatrix<T, MemorySpace> kept; // x or y, per KeepInput
   };
+
+  Elementwise() = default;
+  explicit Elementwise(Op op) : op_(op) {}
 
   Shape output_shape(Shape const& in) const { return in; }
   double flops(std::size_t samples, Shape const& in) const { return double(samples) * in.size(); }
@@ -34,9 +42,10 @@ struct Elementwise {
     auto fy = flat(y, "telar::activation::forward");
     if (fx.extent(0) != fy.extent(0))
       throw ShapeError("telar::activation::forward: input and output sizes differ");
+    Op const op = op_;
     Kokkos::parallel_for(
         "telar::activation::forward", Kokkos::RangePolicy<Exec>(exec, 0, fx.extent(0)),
-        KOKKOS_LAMBDA(std::size_t i) { fy(i) = Op::value(fx(i)); });
+        KOKKOS_LAMBDA(std::size_t i) { fy(i) = op.value(fx(i)); });
     if constexpr (KeepInput)
       saved.kept = x;
     else
@@ -49,10 +58,14 @@ struct Elementwise {
     auto fdy = flat(dy, "telar::activation::backward_input");
     auto fdx = flat(dx, "telar::activation::backward_input");
     auto fk = flat(saved.kept, "telar::activation::backward_input");
+    Op const op = op_;
     Kokkos::parallel_for(
         "telar::activation::backward_input", Kokkos::RangePolicy<Exec>(exec, 0, fdy.extent(0)),
-        KOKKOS_LAMBDA(std::size_t i) { fdx(i) = fdy(i) * Op::slope(fk(i)); });
+        KOKKOS_LAMBDA(std::size_t i) { fdx(i) = fdy(i) * op.slope(fk(i)); });
   }
+
+protected:
+  Op op_{};
 };
 
 struct ReluOp {
@@ -119,6 +132,74 @@ struct TanhOp {
     return T(1) - y * y;
   }
 };
+struct Relu6Op {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T value(T x) {
+    return x < T(0) ? T(0) : (x > T(6) ? T(6) : x);
+  }
+  // Called with the output y: 1 strictly inside (0, 6), as PyTorch's hardtanh.
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T slope(T y) {
+    return y > T(0) && y < T(6) ? T(1) : T(0);
+  }
+};
+template <class T>
+struct ClipOp {
+  T lo, hi;
+  KOKKOS_INLINE_FUNCTION T value(T x) const { return x < lo ? lo : (x > hi ? hi : x); }
+  // Called with the input x: 1 on the closed [lo, hi], as torch.clamp.
+  KOKKOS_INLINE_FUNCTION T slope(T x) const { return x >= lo && x <= hi ? T(1) : T(0); }
+};
+template <class T>
+struct LeakyReluOp {
+  T negative_slope;
+  KOKKOS_INLINE_FUNCTION T value(T x) const { return x > T(0) ? x : negative_slope * x; }
+  // Called with the input x (a negative slope would make y's sign ambiguous).
+  KOKKOS_INLINE_FUNCTION T slope(T x) const { return x > T(0) ? T(1) : negative_slope; }
+};
+template <class T>
+struct EluOp {
+  T alpha;
+  KOKKOS_INLINE_FUNCTION T value(T x) const {
+    return x > T(0) ? x : alpha * (detail::exp(x) - T(1));
+  }
+  // Called with the input x: alpha exp(x) at and below 0, as PyTorch.
+  KOKKOS_INLINE_FUNCTION T slope(T x) const { return x > T(0) ? T(1) : alpha * detail::exp(x); }
+};
+struct SiluOp {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T value(T x) {
+    return x / (T(1) + detail::exp(-x));
+  }
+  // Called with the input x: s (1 + x (1 - s)), s = sigmoid(x).
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T slope(T x) {
+    T const s = T(1) / (T(1) + detail::exp(-x));
+    return s * (T(1) + x * (T(1) - s));
+  }
+};
+struct HardSwishOp {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T value(T x) {
+    return x <= T(-3) ? T(0) : (x >= T(3) ? x : x * (x + T(3)) / T(6));
+  }
+  // Called with the input x; at the kinks PyTorch 1.13's choice: x / 3 + 1/2
+  // on [-3, 3), so -1/2 at -3 and 1 at 3.
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T slope(T x) {
+    return x < T(-3) ? T(0) : (x < T(3) ? x / T(3) + T(0.5) : T(1));
+  }
+};
+template <class T>
+struct HardSigmoidOp {
+  T alpha, beta;
+  KOKKOS_INLINE_FUNCTION T value(T x) const {
+    T const v = alpha * x + beta;
+    return v < T(0) ? T(0) : (v > T(1) ? T(1) : v);
+  }
+  // Called with the output y: alpha strictly inside (0, 1), as PyTorch.
+  KOKKOS_INLINE_FUNCTION T slope(T y) const { return y > T(0) && y < T(1) ? alpha : T(0); }
+};
 } // namespace detail
 
 /*! \brief Logistic sigmoid, y = 1 / (1 + exp(-x)). Keeps y for backward.
@@ -161,6 +242,102 @@ template <class T = float, class MemorySpace = DefaultMemorySpace>
 struct GELUTanh : detail::Elementwise<detail::GeluTanhOp, T, MemorySpace, true> {
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "GELUTanh"; }
+};
+
+/*! \brief ReLU6, y = min(max(x, 0), 6) (MobileNet's). Keeps y for backward;
+ *  the slope is 1 strictly inside (0, 6), as PyTorch.
+ *  \tparam T value type \tparam MemorySpace memory space */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+struct ReLU6 : detail::Elementwise<detail::Relu6Op, T, MemorySpace, false> {
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "ReLU6"; }
+};
+
+/*! \brief Clip (ONNX Clip, torch.clamp), y = min(max(x, lo), hi). Keeps x for
+ *  backward; the slope is 1 on the closed [lo, hi], as torch.clamp.
+ *  \tparam T value type \tparam MemorySpace memory space */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+struct Clip : detail::Elementwise<detail::ClipOp<T>, T, MemorySpace, true> {
+  /*! \brief Clips to [lo, hi]. \param lo lower bound \param hi upper bound
+   *  \throws Error when lo > hi */
+  Clip(T lo, T hi) : Clip::Elementwise(check({lo, hi})) {}
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "Clip"; }
+  /*! \brief The lower bound. */
+  T min() const { return this->op_.lo; }
+  /*! \brief The upper bound. */
+  T max() const { return this->op_.hi; }
+
+private:
+  static detail::ClipOp<T> check(detail::ClipOp<T> op) {
+    if (!(op.lo <= op.hi))
+      throw Error("telar::Clip: min (" + std::to_string(op.lo) + ") must not exceed max (" +
+                  std::to_string(op.hi) + ")");
+    return op;
+  }
+};
+
+/*! \brief Leaky ReLU, y = x for x > 0, negative_slope x otherwise. Keeps x
+ *  for backward. \tparam T value type \tparam MemorySpace memory space */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+struct LeakyReLU : detail::Elementwise<detail::LeakyReluOp<T>, T, MemorySpace, true> {
+  /*! \brief \param negative_slope slope for x <= 0 (PyTorch's default 0.01) */
+  explicit LeakyReLU(T negative_slope = T(0.01)) : LeakyReLU::Elementwise({negative_slope}) {}
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "LeakyReLU"; }
+  /*! \brief The slope for x <= 0. */
+  T negative_slope() const { return this->op_.negative_slope; }
+};
+
+/*! \brief Exponential linear unit, y = x for x > 0, alpha (exp(x) - 1)
+ *  otherwise. Keeps x for backward.
+ *  \tparam T value type \tparam MemorySpace memory space */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+struct ELU : detail::Elementwise<detail::EluOp<T>, T, MemorySpace, true> {
+  /*! \brief \param alpha scale of the negative part (default 1) */
+  explicit ELU(T alpha = T(1)) : ELU::Elementwise({alpha}) {}
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "ELU"; }
+  /*! \brief The scale of the negative part. */
+  T alpha() const { return this->op_.alpha; }
+};
+
+/*! \brief SiLU (Swish), y = x sigmoid(x). Keeps x for backward.
+ *  \tparam T value type \tparam MemorySpace memory space */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+struct SiLU : detail::Elementwise<detail::SiluOp, T, MemorySpace, true> {
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "SiLU"; }
+};
+
+/*! \brief Swish is another name of telar::SiLU (beta = 1). */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+using Swish = SiLU<T, MemorySpace>;
+
+/*! \brief Hard swish, y = x relu6(x + 3) / 6 (MobileNetV3, PyTorch's
+ *  Hardswish). Keeps x for backward.
+ *  \tparam T value type \tparam MemorySpace memory space */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+struct HardSwish : detail::Elementwise<detail::HardSwishOp, T, MemorySpace, true> {
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "HardSwish"; }
+};
+
+/*! \brief Hard sigmoid, y = max(0, min(1, alpha x + beta)). The defaults are
+ *  PyTorch's (relu6(x + 3) / 6); ONNX's HardSigmoid defaults are alpha = 0.2,
+ *  beta = 0.5. Keeps y for backward.
+ *  \tparam T value type \tparam MemorySpace memory space */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+struct HardSigmoid : detail::Elementwise<detail::HardSigmoidOp<T>, T, MemorySpace, false> {
+  /*! \brief \param alpha slope (default 1/6) \param beta offset (default 1/2) */
+  explicit HardSigmoid(T alpha = T(1) / T(6), T beta = T(0.5))
+      : HardSigmoid::Elementwise({alpha, beta}) {}
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "HardSigmoid"; }
+  /*! \brief The slope. */
+  T alpha() const { return this->op_.alpha; }
+  /*! \brief The offset. */
+  T beta() const { return this->op_.beta; }
 };
 
 } // namespace telar

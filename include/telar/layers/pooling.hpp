@@ -1,19 +1,23 @@
 #pragma once
 /*! \file
- *  \brief Pooling layers over samples [C, H, W]: telar::MaxPool2D,
- *  telar::AvgPool2D and telar::GlobalAvgPool ([C, ...] -> [C]).
+ *  \brief Pooling layers over samples [C, H, W] and [C, D, H, W]:
+ *  telar::MaxPool2D, telar::MaxPool3D, telar::AvgPool2D, telar::AvgPool3D
+ *  (with PyTorch's ceil_mode and count_include_pad), telar::GlobalAvgPool
+ *  and telar::GlobalMaxPool ([C, ...] -> [C]).
  *
  *  Backward passes are gathers (each input element sums the output gradients
  *  of the windows that cover it), so no atomics are needed.
  *  \code
  *  telar::MaxPool2D<float> pool(2);          // 2x2 windows, stride 2
  *  telar::GlobalAvgPool<float> gap;          // [C, H, W] -> [C]
+ *  telar::AvgPool3D<float> avg(3, 2, 1, true, false); // ceil_mode, pads not counted
  *  \endcode
  */
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/shape.hpp>
 #include <telar/core/tensor.hpp>
+#include <telar/layers/detail/spatial_row.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -24,11 +28,41 @@ namespace telar {
 
 namespace detail {
 
-// Sizes of a 2-D pooling over [C, H, W], passed by value to kernels.
+// Sizes of a pooling over [C, D, H, W], passed by value to kernels. 2-D
+// pooling is the case D = 1 with a unit window along D, so one set of
+// kernels serves both.
 struct PoolGeometry {
-  int C = 0, H = 0, W = 0;
-  int k = 1, s = 1, p = 0;
-  int Ho = 0, Wo = 0;
+  int C = 0;
+  int in[3] = {1, 1, 1};  // D, H, W
+  int out[3] = {1, 1, 1}; // Do, Ho, Wo
+  int k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, p[3] = {0, 0, 0};
+  bool count_pad = true; // average pooling: padding counts in the divisor
+  bool uniform = true;   // every average divides by k[0] k[1] k[2] (see count)
+
+  KOKKOS_INLINE_FUNCTION std::size_t in_plane() const {
+    return std::size_t(in[0]) * std::size_t(in[1]) * std::size_t(in[2]);
+  }
+  KOKKOS_INLINE_FUNCTION std::size_t out_plane() const {
+    return std::size_t(out[0]) * std::size_t(out[1]) * std::size_t(out[2]);
+  }
+  // First input index of window o along dimension a (negative in padding).
+  KOKKOS_INLINE_FUNCTION int start(int a, int o) const { return o * s[a] - p[a]; }
+  // Window o along a clipped to the input, [lo, hi): never empty (the last
+  // ceil_mode window starts inside the input or the left padding).
+  KOKKOS_INLINE_FUNCTION void clip(int a, int o, int& lo, int& hi) const {
+    int const b = start(a, o);
+    lo = b > 0 ? b : 0;
+    hi = b + k[a] < in[a] ? b + k[a] : in[a];
+  }
+  // Input elements of window o along a that the average divides by:
+  // PyTorch's rule, the window clipped to the padded input, or to the input
+  // itself without count_pad (ceil_mode windows may reach past both).
+  KOKKOS_INLINE_FUNCTION int count(int a, int o) const {
+    int const b = start(a, o), e = b + k[a];
+    if (count_pad)
+      return (e < in[a] + p[a] ? e : in[a] + p[a]) - b;
+    return (e < in[a] ? e : in[a]) - (b > 0 ? b : 0);
+  }
 };
 
 // First and one-past-last output index whose window [o s - p, o s - p + k)
@@ -41,183 +75,232 @@ KOKKOS_INLINE_FUNCTION void pool_cover(int i, int k, int s, int p, int out, int&
     hi = out;
 }
 
-// Windows that tile the input without padding or overlap (stride = kernel,
-// the usual 2 x 2 / 2): fast paths with no bounds checks and, backward, a
-// scatter of each output gradient to its maximum instead of a gather.
-KOKKOS_INLINE_FUNCTION bool pool_tiled(PoolGeometry const& g) {
-  return g.p == 0 && g.s == g.k;
+// The window of output o along D clipped to the input, and the outputs
+// covering input i along D: constants for 2-D pooling, so that its loops
+// over D vanish at compile time.
+template <int Dims>
+KOKKOS_INLINE_FUNCTION void pool_clip_d(PoolGeometry const& g, int o, int& lo, int& hi) {
+  if constexpr (Dims == 2)
+    lo = 0, hi = 1;
+  else
+    g.clip(0, o, lo, hi);
+}
+template <int Dims>
+KOKKOS_INLINE_FUNCTION void pool_cover_d(PoolGeometry const& g, int i, int& lo, int& hi) {
+  if constexpr (Dims == 2)
+    lo = 0, hi = 1;
+  else
+    pool_cover(i, g.k[0], g.s[0], g.p[0], g.out[0], lo, hi);
 }
 
-// y = window maxima, idx = position (h * W + w) of each maximum in its plane.
-template <class Exec, class X, class Y, class I>
-void maxpool_forward(Exec const& exec, PoolGeometry const g, X const& x, Y const& y, I const& idx) {
+// Windows that tile the input without padding or overlap (stride = kernel,
+// the usual 2 x 2 / 2, every window whole): backward scatters each output
+// gradient to its maximum instead of gathering over covering windows, and
+// forward needs no clipping.
+KOKKOS_INLINE_FUNCTION bool pool_tiled(PoolGeometry const& g) {
+  for (int a = 0; a < 3; ++a)
+    if (g.p[a] != 0 || g.s[a] != g.k[a] || g.out[a] * g.k[a] > g.in[a])
+      return false;
+  return true;
+}
+
+// Position ((d H + h) W + w in the plane) of the maximum of window ow along W
+// within rows [dlo, dhi) x [hlo, hhi); ties keep the first in row-major
+// order. The maximum stays in registers (writing it through a reference into
+// y would alias x and cost a store per element). Tiled windows need no
+// clipping.
+template <bool Tiled, class T>
+KOKKOS_INLINE_FUNCTION int pool_window_max(PoolGeometry const& g, T const* in, int const (&dr)[2],
+                                           int const (&hr)[2], int ow) {
+  int wlo, whi;
+  if constexpr (Tiled)
+    wlo = ow * g.k[2], whi = wlo + g.k[2];
+  else
+    g.clip(2, ow, wlo, whi);
+  int best = (dr[0] * g.in[1] + hr[0]) * g.in[2] + wlo;
+  T m = in[best];
+  for (int d = dr[0]; d < dr[1]; ++d)
+    for (int h = hr[0]; h < hr[1]; ++h)
+      for (int w = wlo; w < whi; ++w) {
+        int const at = (d * g.in[1] + h) * g.in[2] + w;
+        if (in[at] > m) {
+          m = in[at];
+          best = at;
+        }
+      }
+  return best;
+}
+
+// y = window maxima, idx = position of each maximum in its plane.
+template <int Dims, bool Tiled, class Exec, class X, class Y, class I>
+void maxpool_forward_kernel(Exec const& exec, PoolGeometry const g, X const& x, Y const& y,
+                            I const& idx) {
   using T = typename Y::non_const_value_type;
-  std::size_t const rows = x.extent(0) * std::size_t(g.C) * std::size_t(g.Ho);
-  if (pool_tiled(g)) {
-    Kokkos::parallel_for(
-        "telar::MaxPool2D::forward_tiled", Kokkos::RangePolicy<Exec>(exec, 0, rows),
-        KOKKOS_LAMBDA(std::size_t r) {
-          int const oh = int(r % std::size_t(g.Ho));
-          std::size_t const plane = r / std::size_t(g.Ho); // s * C + c
-          int const h0 = oh * g.k;
-          auto const* in = x.data() + plane * std::size_t(g.H) * std::size_t(g.W);
-          T* out = y.data() + r * std::size_t(g.Wo);
-          int* arg = idx.data() + r * std::size_t(g.Wo);
-          for (int ow = 0; ow < g.Wo; ++ow) {
-            int const w0 = ow * g.k;
-            int best = h0 * g.W + w0;
-            T m = in[best];
-            for (int h = h0; h < h0 + g.k; ++h)
-              for (int w = w0; w < w0 + g.k; ++w) {
-                T const v = in[h * g.W + w];
-                if (v > m) { // ties keep the first in row-major order
-                  m = v;
-                  best = h * g.W + w;
-                }
-              }
-            out[ow] = m;
-            arg[ow] = best;
-          }
-        });
-    return;
-  }
+  std::size_t const rows = x.extent(0) * std::size_t(g.C) * std::size_t(g.out[0] * g.out[1]);
   Kokkos::parallel_for(
-      "telar::MaxPool2D::forward", Kokkos::RangePolicy<Exec>(exec, 0, rows),
-      KOKKOS_LAMBDA(std::size_t r) {
-        int const oh = int(r % std::size_t(g.Ho));
-        std::size_t const plane = r / std::size_t(g.Ho); // s * C + c
-        auto const* in = x.data() + plane * std::size_t(g.H) * std::size_t(g.W);
-        T* out = y.data() + plane * std::size_t(g.Ho) * std::size_t(g.Wo) +
-                 std::size_t(oh) * std::size_t(g.Wo);
-        int* arg = idx.data() + plane * std::size_t(g.Ho) * std::size_t(g.Wo) +
-                   std::size_t(oh) * std::size_t(g.Wo);
-        int const h0 = oh * g.s - g.p;
-        for (int ow = 0; ow < g.Wo; ++ow) {
-          int const w0 = ow * g.s - g.p;
-          int best = -1;
-          T m = T(0);
-          for (int h = h0 < 0 ? 0 : h0; h < h0 + g.k && h < g.H; ++h)
-            for (int w = w0 < 0 ? 0 : w0; w < w0 + g.k && w < g.W; ++w) {
-              T const v = in[h * g.W + w];
-              if (best < 0 || v > m) {
-                m = v;
-                best = h * g.W + w;
-              }
-            }
-          out[ow] = m;
+      Tiled ? "telar::MaxPool::forward_tiled" : "telar::MaxPool::forward",
+      Kokkos::RangePolicy<Exec>(exec, 0, rows), KOKKOS_LAMBDA(std::size_t r) {
+        SpatialRow const o(r, g.out[0], g.out[1]);
+        auto const* in = x.data() + o.plane * g.in_plane();
+        T* out = y.data() + r * std::size_t(g.out[2]);
+        int* arg = idx.data() + r * std::size_t(g.out[2]);
+        int dr[2], hr[2];
+        pool_clip_d<Dims>(g, o.d, dr[0], dr[1]);
+        g.clip(1, o.h, hr[0], hr[1]);
+        for (int ow = 0; ow < g.out[2]; ++ow) {
+          int const best = pool_window_max<Tiled>(g, in, dr, hr, ow);
+          out[ow] = in[best];
           arg[ow] = best;
         }
       });
 }
 
-// dx(h, w) = sum of dy over the windows whose maximum was (h, w).
-template <class Exec, class DY, class DX, class I>
+template <int Dims, class Exec, class X, class Y, class I>
+void maxpool_forward(Exec const& exec, PoolGeometry const& g, X const& x, Y const& y,
+                     I const& idx) {
+  if (pool_tiled(g))
+    maxpool_forward_kernel<Dims, true>(exec, g, x, y, idx);
+  else
+    maxpool_forward_kernel<Dims, false>(exec, g, x, y, idx);
+}
+
+// dx = sum of dy over the windows whose maximum was that element.
+template <int Dims, class Exec, class DY, class DX, class I>
 void maxpool_backward(Exec const& exec, PoolGeometry const g, DY const& dy, DX const& dx,
                       I const& idx) {
   using T = typename DX::non_const_value_type;
-  std::size_t const rows = dx.extent(0) * std::size_t(g.C) * std::size_t(g.H);
+  std::size_t const rows = dx.extent(0) * std::size_t(g.C) * std::size_t(g.in[0] * g.in[1]);
   if (pool_tiled(g)) {
-    // Input row h lies in output row h / k only: zero it, then write the
-    // gradients of that output row's maxima that fall in it.
+    // Input row (d, h) lies in output row (d / kd, h / kh) only: zero it, then
+    // write the gradients of that output row's maxima that fall in it.
     Kokkos::parallel_for(
-        "telar::MaxPool2D::backward_input_tiled", Kokkos::RangePolicy<Exec>(exec, 0, rows),
+        "telar::MaxPool::backward_input_tiled", Kokkos::RangePolicy<Exec>(exec, 0, rows),
         KOKKOS_LAMBDA(std::size_t r) {
-          int const h = int(r % std::size_t(g.H));
-          std::size_t const plane = r / std::size_t(g.H);
-          T* out = dx.data() + r * std::size_t(g.W);
-          for (int w = 0; w < g.W; ++w)
+          SpatialRow const i(r, g.in[0], g.in[1]);
+          T* out = dx.data() + r * std::size_t(g.in[2]);
+          for (int w = 0; w < g.in[2]; ++w)
             out[w] = T(0);
-          int const oh = h / g.k;
-          if (oh >= g.Ho)
+          int const od = i.d / g.k[0], oh = i.h / g.k[1];
+          if (od >= g.out[0] || oh >= g.out[1])
             return;
-          std::size_t const o0 = (plane * std::size_t(g.Ho) + std::size_t(oh)) * std::size_t(g.Wo);
-          int const first = h * g.W;
-          for (int ow = 0; ow < g.Wo; ++ow) {
+          std::size_t const o0 =
+              ((i.plane * g.out[0] + std::size_t(od)) * g.out[1] + std::size_t(oh)) * g.out[2];
+          int const first = (i.d * g.in[1] + i.h) * g.in[2];
+          for (int ow = 0; ow < g.out[2]; ++ow) {
             int const col = idx.data()[o0 + std::size_t(ow)] - first;
-            if (col >= 0 && col < g.W)
+            if (col >= 0 && col < g.in[2])
               out[col] = dy.data()[o0 + std::size_t(ow)];
           }
         });
     return;
   }
   Kokkos::parallel_for(
-      "telar::MaxPool2D::backward_input", Kokkos::RangePolicy<Exec>(exec, 0, rows),
+      "telar::MaxPool::backward_input", Kokkos::RangePolicy<Exec>(exec, 0, rows),
       KOKKOS_LAMBDA(std::size_t r) {
-        int const h = int(r % std::size_t(g.H));
-        std::size_t const plane = r / std::size_t(g.H);
-        std::size_t const obase = plane * std::size_t(g.Ho) * std::size_t(g.Wo);
-        T* out = dx.data() + plane * std::size_t(g.H) * std::size_t(g.W) +
-                 std::size_t(h) * std::size_t(g.W);
-        int hlo, hhi;
-        pool_cover(h, g.k, g.s, g.p, g.Ho, hlo, hhi);
-        for (int w = 0; w < g.W; ++w) {
+        SpatialRow const i(r, g.in[0], g.in[1]);
+        std::size_t const obase = i.plane * g.out_plane();
+        T* out = dx.data() + r * std::size_t(g.in[2]);
+        int dlo, dhi, hlo, hhi;
+        pool_cover_d<Dims>(g, i.d, dlo, dhi);
+        pool_cover(i.h, g.k[1], g.s[1], g.p[1], g.out[1], hlo, hhi);
+        for (int w = 0; w < g.in[2]; ++w) {
           int wlo, whi;
-          pool_cover(w, g.k, g.s, g.p, g.Wo, wlo, whi);
-          int const me = h * g.W + w;
+          pool_cover(w, g.k[2], g.s[2], g.p[2], g.out[2], wlo, whi);
+          int const me = (i.d * g.in[1] + i.h) * g.in[2] + w;
           T acc = 0;
-          for (int oh = hlo; oh < hhi; ++oh)
-            for (int ow = wlo; ow < whi; ++ow) {
-              std::size_t const o = obase + std::size_t(oh * g.Wo + ow);
-              if (idx.data()[o] == me)
-                acc += dy.data()[o];
-            }
+          for (int od = dlo; od < dhi; ++od)
+            for (int oh = hlo; oh < hhi; ++oh)
+              for (int ow = wlo; ow < whi; ++ow) {
+                std::size_t const o = obase + std::size_t((od * g.out[1] + oh) * g.out[2] + ow);
+                if (idx.data()[o] == me)
+                  acc += dy.data()[o];
+              }
           out[w] = acc;
         }
       });
 }
 
-// y = window sums / k^2 (padding counts as zeros, as PyTorch's default).
-template <class Exec, class X, class Y>
-void avgpool_forward(Exec const& exec, PoolGeometry const g, X const& x, Y const& y) {
+// 1 / the divisor of window (od, oh, ow) (see PoolGeometry::count), or 1
+// when every window has the same divisor, applied once per output instead.
+template <bool Uniform, class T>
+KOKKOS_INLINE_FUNCTION T pool_inv_count(PoolGeometry const& g, int od, int oh, int ow) {
+  if constexpr (Uniform)
+    return T(1);
+  else
+    return T(1) / T(g.count(0, od) * g.count(1, oh) * g.count(2, ow));
+}
+
+// y = window sums / window counts.
+template <int Dims, bool Uniform, class Exec, class X, class Y>
+void avgpool_forward_kernel(Exec const& exec, PoolGeometry const g, X const& x, Y const& y) {
   using T = typename Y::non_const_value_type;
-  std::size_t const rows = x.extent(0) * std::size_t(g.C) * std::size_t(g.Ho);
-  T const scale = T(1) / T(g.k * g.k);
+  std::size_t const rows = x.extent(0) * std::size_t(g.C) * std::size_t(g.out[0] * g.out[1]);
+  T const post = Uniform ? T(1) / T(g.k[0] * g.k[1] * g.k[2]) : T(1);
   Kokkos::parallel_for(
-      "telar::AvgPool2D::forward", Kokkos::RangePolicy<Exec>(exec, 0, rows),
+      "telar::AvgPool::forward", Kokkos::RangePolicy<Exec>(exec, 0, rows),
       KOKKOS_LAMBDA(std::size_t r) {
-        int const oh = int(r % std::size_t(g.Ho));
-        std::size_t const plane = r / std::size_t(g.Ho);
-        auto const* in = x.data() + plane * std::size_t(g.H) * std::size_t(g.W);
-        T* out = y.data() + plane * std::size_t(g.Ho) * std::size_t(g.Wo) +
-                 std::size_t(oh) * std::size_t(g.Wo);
-        int const h0 = oh * g.s - g.p;
-        for (int ow = 0; ow < g.Wo; ++ow) {
-          int const w0 = ow * g.s - g.p;
+        SpatialRow const o(r, g.out[0], g.out[1]);
+        auto const* in = x.data() + o.plane * g.in_plane();
+        T* out = y.data() + r * std::size_t(g.out[2]);
+        int dlo, dhi, hlo, hhi;
+        pool_clip_d<Dims>(g, o.d, dlo, dhi);
+        g.clip(1, o.h, hlo, hhi);
+        for (int ow = 0; ow < g.out[2]; ++ow) {
+          int wlo, whi;
+          g.clip(2, ow, wlo, whi);
           T acc = 0;
-          for (int h = h0 < 0 ? 0 : h0; h < h0 + g.k && h < g.H; ++h)
-            for (int w = w0 < 0 ? 0 : w0; w < w0 + g.k && w < g.W; ++w)
-              acc += in[h * g.W + w];
-          out[ow] = acc * scale;
+          for (int d = dlo; d < dhi; ++d)
+            for (int h = hlo; h < hhi; ++h)
+              for (int w = wlo; w < whi; ++w)
+                acc += in[(d * g.in[1] + h) * g.in[2] + w];
+          out[ow] = acc * pool_inv_count<Uniform, T>(g, o.d, o.h, ow) * post;
         }
       });
 }
 
-// dx(h, w) = sum of dy over the windows covering (h, w), / k^2.
-template <class Exec, class DY, class DX>
-void avgpool_backward(Exec const& exec, PoolGeometry const g, DY const& dy, DX const& dx) {
+// dx = sum over the windows covering the element of dy / window count.
+template <int Dims, bool Uniform, class Exec, class DY, class DX>
+void avgpool_backward_kernel(Exec const& exec, PoolGeometry const g, DY const& dy, DX const& dx) {
   using T = typename DX::non_const_value_type;
-  std::size_t const rows = dx.extent(0) * std::size_t(g.C) * std::size_t(g.H);
-  T const scale = T(1) / T(g.k * g.k);
+  std::size_t const rows = dx.extent(0) * std::size_t(g.C) * std::size_t(g.in[0] * g.in[1]);
+  T const post = Uniform ? T(1) / T(g.k[0] * g.k[1] * g.k[2]) : T(1);
   Kokkos::parallel_for(
-      "telar::AvgPool2D::backward_input", Kokkos::RangePolicy<Exec>(exec, 0, rows),
+      "telar::AvgPool::backward_input", Kokkos::RangePolicy<Exec>(exec, 0, rows),
       KOKKOS_LAMBDA(std::size_t r) {
-        int const h = int(r % std::size_t(g.H));
-        std::size_t const plane = r / std::size_t(g.H);
-        auto const* src = dy.data() + plane * std::size_t(g.Ho) * std::size_t(g.Wo);
-        T* out = dx.data() + plane * std::size_t(g.H) * std::size_t(g.W) +
-                 std::size_t(h) * std::size_t(g.W);
-        int hlo, hhi;
-        pool_cover(h, g.k, g.s, g.p, g.Ho, hlo, hhi);
-        for (int w = 0; w < g.W; ++w) {
+        SpatialRow const i(r, g.in[0], g.in[1]);
+        auto const* src = dy.data() + i.plane * g.out_plane();
+        T* out = dx.data() + r * std::size_t(g.in[2]);
+        int dlo, dhi, hlo, hhi;
+        pool_cover_d<Dims>(g, i.d, dlo, dhi);
+        pool_cover(i.h, g.k[1], g.s[1], g.p[1], g.out[1], hlo, hhi);
+        for (int w = 0; w < g.in[2]; ++w) {
           int wlo, whi;
-          pool_cover(w, g.k, g.s, g.p, g.Wo, wlo, whi);
+          pool_cover(w, g.k[2], g.s[2], g.p[2], g.out[2], wlo, whi);
           T acc = 0;
-          for (int oh = hlo; oh < hhi; ++oh)
-            for (int ow = wlo; ow < whi; ++ow)
-              acc += src[oh * g.Wo + ow];
-          out[w] = acc * scale;
+          for (int od = dlo; od < dhi; ++od)
+            for (int oh = hlo; oh < hhi; ++oh)
+              for (int ow = wlo; ow < whi; ++ow)
+                acc += src[(od * g.out[1] + oh) * g.out[2] + ow] *
+                       pool_inv_count<Uniform, T>(g, od, oh, ow);
+          out[w] = acc * post;
         }
       });
+}
+
+template <int Dims, class Exec, class X, class Y>
+void avgpool_forward(Exec const& exec, PoolGeometry const& g, X const& x, Y const& y) {
+  if (g.uniform)
+    avgpool_forward_kernel<Dims, true>(exec, g, x, y);
+  else
+    avgpool_forward_kernel<Dims, false>(exec, g, x, y);
+}
+
+template <int Dims, class Exec, class DY, class DX>
+void avgpool_backward(Exec const& exec, PoolGeometry const& g, DY const& dy, DX const& dx) {
+  if (g.uniform)
+    avgpool_backward_kernel<Dims, true>(exec, g, dy, dx);
+  else
+    avgpool_backward_kernel<Dims, false>(exec, g, dy, dx);
 }
 
 // y(s, c) = mean of x(s, c * S .. c * S + S).
@@ -249,41 +332,79 @@ void global_avg_backward(Exec const& exec, DY const& dy, DX const& dx) {
       KOKKOS_LAMBDA(std::size_t i) { dx.data()[i] = dy.data()[i / S] * scale; });
 }
 
-// Shared settings and shape logic of MaxPool2D and AvgPool2D.
-class Pool2DBase {
+// Settings of MaxPool and AvgPool.
+struct PoolSettings {
+  std::size_t k = 2, s = 2, p = 0;
+  bool ceil_mode = false;
+  bool count_include_pad = true;
+};
+
+// Shared settings and shape logic of MaxPool and AvgPool over Dims spatial
+// dimensions (cubic windows).
+template <int Dims>
+class PoolBase {
+  static_assert(Dims == 2 || Dims == 3, "telar::MaxPool/AvgPool: 2 or 3 spatial dimensions");
+
 public:
-  Pool2DBase() = default;
-  Pool2DBase(std::size_t kernel, std::size_t stride, std::size_t padding)
-      : k_(kernel), s_(stride), p_(padding) {}
+  PoolBase() = default;
+  explicit PoolBase(PoolSettings const& o) : o_(o) {
+    if (!o_.s)
+      o_.s = o_.k;
+  }
 
 protected:
+  static constexpr char const* layout() { return Dims == 2 ? "[C, H, W]" : "[C, D, H, W]"; }
+  // Output extent along one dimension, PyTorch's rule: with ceil_mode the
+  // last window may overhang, but must start inside the input or the left
+  // padding.
+  std::size_t out_extent(std::size_t in) const {
+    std::size_t const span = in + 2 * o_.p - o_.k;
+    std::size_t out = (span + (o_.ceil_mode ? o_.s - 1 : 0)) / o_.s + 1;
+    if (o_.ceil_mode && (out - 1) * o_.s >= in + o_.p)
+      --out;
+    return out;
+  }
   PoolGeometry geometry(Shape const& in, char const* name) const {
-    std::string const expect = std::string(name) + " expects inputs [C, H, W]";
-    if (in.rank != 3)
+    std::string const expect = std::string(name) + " expects inputs " + layout();
+    if (in.rank != Dims + 1)
       throw ShapeError(expect + ", got " + in.str());
-    if (k_ < 1 || s_ < 1 || 2 * p_ > k_)
+    if (o_.k < 1 || o_.s < 1 || 2 * o_.p > o_.k)
       throw ShapeError(std::string(name) +
                        ": kernel and stride must be >= 1 and padding at most kernel / 2");
-    if (in[1] + 2 * p_ < k_ || in[2] + 2 * p_ < k_)
-      throw ShapeError(expect + " with H + 2 padding and W + 2 padding >= kernel (" +
-                       std::to_string(k_) + "), got " + in.str());
     PoolGeometry g;
     g.C = int(in[0]);
-    g.H = int(in[1]);
-    g.W = int(in[2]);
-    g.k = int(k_);
-    g.s = int(s_);
-    g.p = int(p_);
-    g.Ho = int((in[1] + 2 * p_ - k_) / s_ + 1);
-    g.Wo = int((in[2] + 2 * p_ - k_) / s_ + 1);
+    g.count_pad = o_.count_include_pad;
+    for (int a = 3 - Dims, i = 1; a < 3; ++a, ++i) {
+      if (in[i] + 2 * o_.p < o_.k)
+        throw ShapeError(expect + " with every spatial extent + 2 padding >= kernel (" +
+                         std::to_string(o_.k) + "), got " + in.str());
+      g.in[a] = int(in[i]);
+      g.k[a] = int(o_.k);
+      g.s[a] = int(o_.s);
+      g.p[a] = int(o_.p);
+      g.out[a] = int(out_extent(in[i]));
+      for (int o = 0; o < g.out[a]; ++o)
+        g.uniform = g.uniform && g.count(a, o) == g.k[a];
+    }
     return g;
+  }
+  Shape output(PoolGeometry const& g) const {
+    if constexpr (Dims == 2)
+      return Shape{std::size_t(g.C), std::size_t(g.out[1]), std::size_t(g.out[2])};
+    else
+      return Shape{std::size_t(g.C), std::size_t(g.out[0]), std::size_t(g.out[1]),
+                   std::size_t(g.out[2])};
+  }
+  // Window elements visited in forward.
+  double window_flops(std::size_t samples, PoolGeometry const& g) const {
+    return double(samples) * g.C * double(g.out_plane()) * g.k[0] * g.k[1] * g.k[2];
   }
   void check(char const* name, char const* what, std::size_t xn, std::size_t xf, std::size_t yn,
              std::size_t yf) const {
     if (!built_)
       throw Error(std::string("telar::") + name + "::" + what +
                   ": call build(input shape) first (telar::Sequential does)");
-    std::size_t const in = std::size_t(g_.C) * g_.H * g_.W, out = std::size_t(g_.C) * g_.Ho * g_.Wo;
+    std::size_t const in = g_.C * g_.in_plane(), out = g_.C * g_.out_plane();
     if (xn != yn || xf != in || yf != out)
       throw ShapeError(std::string("telar::") + name + "::" + what + ": expected [n, " +
                        std::to_string(in) + "] -> [n, " + std::to_string(out) + "], got [" +
@@ -291,131 +412,273 @@ protected:
                        std::to_string(yn) + ", " + std::to_string(yf) + "]");
   }
 
-  std::size_t k_ = 2, s_ = 2, p_ = 0;
+  PoolSettings o_{};
   PoolGeometry g_{};
   bool built_ = false;
 };
 
+// [n, C * S] -> [n, C] with matching rows, for global pooling.
+inline void check_global_pool(char const* name, char const* what, std::size_t xn, std::size_t xf,
+                              std::size_t yn, std::size_t yf) {
+  if (xn != yn || yf == 0 || xf % yf != 0)
+    throw ShapeError(std::string("telar::") + name + "::" + what + ": expected [n, C * S] -> " +
+                     "[n, C], got [" + std::to_string(xn) + ", " + std::to_string(xf) + "] -> [" +
+                     std::to_string(yn) + ", " + std::to_string(yf) + "]");
+}
+
+// [C] for an input [C, ...] of rank 2 to 4.
+inline Shape global_pool_shape(char const* name, Shape const& in) {
+  if (in.rank < 2 || in.rank > Shape::max_rank || in.size() == 0)
+    throw ShapeError(std::string(name) +
+                     " expects inputs [C, H, W] (or [C, L], [C, D, H, W]), got " + in.str());
+  return Shape(in[0]);
+}
+
+// y(s, c) = max of x(s, c * S .. c * S + S), idx = its offset (the first of ties).
+template <class Exec, class X, class Y, class I>
+void global_max_forward(Exec const& exec, X const& x, Y const& y, I const& idx) {
+  using T = typename Y::non_const_value_type;
+  std::size_t const C = y.extent(1), S = C ? x.extent(1) / C : 0;
+  Kokkos::parallel_for(
+      "telar::GlobalMaxPool::forward", Kokkos::RangePolicy<Exec>(exec, 0, y.extent(0) * C),
+      KOKKOS_LAMBDA(std::size_t r) {
+        auto const* in = x.data() + r * S;
+        int best = 0;
+        T m = in[0];
+        for (std::size_t i = 1; i < S; ++i)
+          if (in[i] > m) {
+            m = in[i];
+            best = int(i);
+          }
+        y.data()[r] = m;
+        idx.data()[r] = best;
+      });
+}
+
+// dx(s, c * S + i) = dy(s, c) where i is the channel's maximum, else 0.
+template <class Exec, class DY, class DX, class I>
+void global_max_backward(Exec const& exec, DY const& dy, DX const& dx, I const& idx) {
+  using T = typename DX::non_const_value_type;
+  std::size_t const C = dy.extent(1), S = C ? dx.extent(1) / C : 0;
+  Kokkos::parallel_for(
+      "telar::GlobalMaxPool::backward_input",
+      Kokkos::RangePolicy<Exec>(exec, 0, dx.extent(0) * dx.extent(1)),
+      KOKKOS_LAMBDA(std::size_t i) {
+        std::size_t const r = i / S;
+        dx.data()[i] = std::size_t(idx.data()[r]) == i % S ? T(dy.data()[r]) : T(0);
+      });
+}
+
+// A per-micro-batch int matrix [rows, cols], reallocated only when its
+// extents change.
+template <class MemorySpace>
+void ensure_index_matrix(Kokkos::View<int**, Kokkos::LayoutRight, MemorySpace>& v, std::size_t rows,
+                         std::size_t cols, char const* label) {
+  if (v.extent(0) != rows || v.extent(1) != cols)
+    v = Kokkos::View<int**, Kokkos::LayoutRight, MemorySpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), rows, cols);
+}
+
 } // namespace detail
 
-/*! \brief Max pooling over k x k windows of samples [C, H, W], with stride
- *  and (implicit -infinity) padding; keeps the position of each maximum for
- *  backward (ties: the first in row-major order).
- *  \tparam T value type \tparam MemorySpace memory space */
-template <class T = float, class MemorySpace = DefaultMemorySpace>
-class MaxPool2D : detail::Pool2DBase {
+/*! \brief Max pooling over cubic windows of samples [C, H, W] (Dims = 2) or
+ *  [C, D, H, W] (Dims = 3), with stride, (implicit -infinity) padding and
+ *  PyTorch's ceil_mode; keeps the position of each maximum for backward
+ *  (ties: the first in row-major order). Use telar::MaxPool2D or
+ *  telar::MaxPool3D.
+ *  \tparam Dims spatial dimensions (2 or 3) \tparam T value type
+ *  \tparam MemorySpace memory space */
+template <int Dims, class T = float, class MemorySpace = DefaultMemorySpace>
+class MaxPool : detail::PoolBase<Dims> {
+  using Base = detail::PoolBase<Dims>;
+
 public:
   /*! \brief Scalar type. */
   using value_type = T;
   /*! \brief Memory space of activations. */
   using memory_space = MemorySpace;
-  /*! \brief Position (h * W + w within its channel) of each output's maximum. */
+  /*! \brief Position ((d H + h) W + w within its channel) of each output's maximum. */
   struct saved_type {
-    Kokkos::View<int**, Kokkos::LayoutRight, MemorySpace> argmax; //!< [n, C * Ho * Wo]
+    Kokkos::View<int**, Kokkos::LayoutRight, MemorySpace> argmax; //!< [n, output size]
   };
 
-  /*! \brief 2 x 2 windows, stride 2. */
-  MaxPool2D() = default;
+  /*! \brief 2-wide windows, stride 2. */
+  MaxPool() = default;
   /*! \brief \param kernel window extent \param stride step (default: kernel)
-   *  \param padding implicit padding on each side (at most kernel / 2) */
-  explicit MaxPool2D(std::size_t kernel, std::size_t stride = 0, std::size_t padding = 0)
-      : Pool2DBase(kernel, stride ? stride : kernel, padding) {}
+   *  \param padding implicit padding on each side (at most kernel / 2)
+   *  \param ceil_mode round the output extent up (PyTorch's ceil_mode): the
+   *  last window may overhang the input, but starts inside it or the left padding */
+  explicit MaxPool(std::size_t kernel, std::size_t stride = 0, std::size_t padding = 0,
+                   bool ceil_mode = false)
+      : Base({kernel, stride, padding, ceil_mode, true}) {}
 
   /*! \brief Name for messages and traces. */
-  static constexpr char const* name() { return "MaxPool2D"; }
-  /*! \brief [C, Ho, Wo] for an input [C, H, W]. \param in input shape
+  static constexpr char const* name() { return Dims == 2 ? "MaxPool2D" : "MaxPool3D"; }
+  /*! \brief [C, Ho, Wo] (or [C, Do, Ho, Wo]) for an input [C, H, W] (or
+   *  [C, D, H, W]). \param in input shape
    *  \throws ShapeError for another rank or a window larger than the padded input */
-  Shape output_shape(Shape const& in) const {
-    auto const g = geometry(in, name());
-    return Shape{std::size_t(g.C), std::size_t(g.Ho), std::size_t(g.Wo)};
-  }
+  Shape output_shape(Shape const& in) const { return this->output(this->geometry(in, name())); }
   /*! \brief Remembers the input's extents. \param in input shape */
   void build(Shape const& in) {
-    g_ = geometry(in, name());
-    built_ = true;
+    this->g_ = this->geometry(in, name());
+    this->built_ = true;
   }
   /*! \brief Comparisons in forward. \param samples batch size \param in input shape */
   double flops(std::size_t samples, Shape const& in) const {
-    auto const g = geometry(in, name());
-    return double(samples) * g.C * g.Ho * g.Wo * g.k * g.k;
+    return this->window_flops(samples, this->geometry(in, name()));
   }
   /*! \brief The argmax of every output. \param samples rows \param in input shape */
   std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
     return detail::view_bytes<int>(samples * output_shape(in).size());
   }
   /*! \brief y = window maxima. \param exec execution space instance
-   *  \param x input [n, C*H*W] \param y output [n, C*Ho*Wo] \param saved keeps the argmax */
+   *  \param x input [n, C*D*H*W] \param y output [n, C*Do*Ho*Wo] \param saved keeps the argmax */
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
                saved_type& saved) const {
-    check(name(), "forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
-    if (saved.argmax.extent(0) != y.extent(0) || saved.argmax.extent(1) != y.extent(1))
-      saved.argmax = Kokkos::View<int**, Kokkos::LayoutRight, MemorySpace>(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::MaxPool2D::argmax"), y.extent(0),
-          y.extent(1));
-    detail::maxpool_forward(exec, g_, x, y, saved.argmax);
+    this->check(name(), "forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
+    detail::ensure_index_matrix(saved.argmax, y.extent(0), y.extent(1), "telar::MaxPool::argmax");
+    detail::maxpool_forward<Dims>(exec, this->g_, x, y, saved.argmax);
   }
   /*! \brief dx = dy routed to each window's maximum. \param exec execution space instance
    *  \param dy gradient of the output \param dx gradient of the input \param saved argmax */
   template <class Exec>
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
                       saved_type const& saved) const {
-    check(name(), "backward_input", dx.extent(0), dx.extent(1), dy.extent(0), dy.extent(1));
-    detail::maxpool_backward(exec, g_, dy, dx, saved.argmax);
+    this->check(name(), "backward_input", dx.extent(0), dx.extent(1), dy.extent(0), dy.extent(1));
+    detail::maxpool_backward<Dims>(exec, this->g_, dy, dx, saved.argmax);
   }
 };
 
-/*! \brief Average pooling over k x k windows of samples [C, H, W], with
- *  stride and zero padding counted in the average (PyTorch's default).
- *  \tparam T value type \tparam MemorySpace memory space */
-template <class T = float, class MemorySpace = DefaultMemorySpace>
-class AvgPool2D : detail::Pool2DBase {
+/*! \brief Average pooling over cubic windows of samples [C, H, W] (Dims = 2)
+ *  or [C, D, H, W] (Dims = 3), with stride, zero padding and PyTorch's
+ *  ceil_mode and count_include_pad. Use telar::AvgPool2D or telar::AvgPool3D.
+ *  \tparam Dims spatial dimensions (2 or 3) \tparam T value type
+ *  \tparam MemorySpace memory space */
+template <int Dims, class T = float, class MemorySpace = DefaultMemorySpace>
+class AvgPool : detail::PoolBase<Dims> {
+  using Base = detail::PoolBase<Dims>;
+
 public:
   /*! \brief Scalar type. */
   using value_type = T;
   /*! \brief Memory space of activations. */
   using memory_space = MemorySpace;
 
-  /*! \brief 2 x 2 windows, stride 2. */
-  AvgPool2D() = default;
+  /*! \brief 2-wide windows, stride 2. */
+  AvgPool() = default;
   /*! \brief \param kernel window extent \param stride step (default: kernel)
-   *  \param padding zero padding on each side (at most kernel / 2) */
-  explicit AvgPool2D(std::size_t kernel, std::size_t stride = 0, std::size_t padding = 0)
-      : Pool2DBase(kernel, stride ? stride : kernel, padding) {}
+   *  \param padding zero padding on each side (at most kernel / 2)
+   *  \param ceil_mode round the output extent up (PyTorch's ceil_mode); an
+   *  overhanging window divides by its part inside the padded input
+   *  \param count_include_pad divide by the window's size including padding
+   *  (PyTorch's default) rather than by the input elements it covers */
+  explicit AvgPool(std::size_t kernel, std::size_t stride = 0, std::size_t padding = 0,
+                   bool ceil_mode = false, bool count_include_pad = true)
+      : Base({kernel, stride, padding, ceil_mode, count_include_pad}) {}
 
   /*! \brief Name for messages and traces. */
-  static constexpr char const* name() { return "AvgPool2D"; }
-  /*! \brief [C, Ho, Wo] for an input [C, H, W]. \param in input shape
+  static constexpr char const* name() { return Dims == 2 ? "AvgPool2D" : "AvgPool3D"; }
+  /*! \brief [C, Ho, Wo] (or [C, Do, Ho, Wo]) for an input [C, H, W] (or
+   *  [C, D, H, W]). \param in input shape
    *  \throws ShapeError for another rank or a window larger than the padded input */
-  Shape output_shape(Shape const& in) const {
-    auto const g = geometry(in, name());
-    return Shape{std::size_t(g.C), std::size_t(g.Ho), std::size_t(g.Wo)};
-  }
+  Shape output_shape(Shape const& in) const { return this->output(this->geometry(in, name())); }
   /*! \brief Remembers the input's extents. \param in input shape */
   void build(Shape const& in) {
-    g_ = geometry(in, name());
-    built_ = true;
+    this->g_ = this->geometry(in, name());
+    this->built_ = true;
   }
   /*! \brief Additions in forward. \param samples batch size \param in input shape */
   double flops(std::size_t samples, Shape const& in) const {
-    auto const g = geometry(in, name());
-    return double(samples) * g.C * g.Ho * g.Wo * g.k * g.k;
+    return this->window_flops(samples, this->geometry(in, name()));
+  }
+  /*! \brief 0: nothing is kept. \param samples rows \param in input shape */
+  std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
+    (void)samples, (void)in;
+    return 0;
   }
   /*! \brief y = window means. \param exec execution space instance
-   *  \param x input [n, C*H*W] \param y output [n, C*Ho*Wo] */
+   *  \param x input [n, C*D*H*W] \param y output [n, C*Do*Ho*Wo] */
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
                NoSaved&) const {
-    check(name(), "forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
-    detail::avgpool_forward(exec, g_, x, y);
+    this->check(name(), "forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
+    detail::avgpool_forward<Dims>(exec, this->g_, x, y);
   }
   /*! \brief dx = dy spread evenly over each window. \param exec execution space instance
    *  \param dy gradient of the output \param dx gradient of the input */
   template <class Exec>
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
                       NoSaved const&) const {
-    check(name(), "backward_input", dx.extent(0), dx.extent(1), dy.extent(0), dy.extent(1));
-    detail::avgpool_backward(exec, g_, dy, dx);
+    this->check(name(), "backward_input", dx.extent(0), dx.extent(1), dy.extent(0), dy.extent(1));
+    detail::avgpool_backward<Dims>(exec, this->g_, dy, dx);
+  }
+};
+
+/*! \brief Max pooling over samples [C, H, W]. \tparam T value type \tparam MemorySpace memory space
+ */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+using MaxPool2D = MaxPool<2, T, MemorySpace>;
+/*! \brief Max pooling over samples [C, D, H, W]. \tparam T value type \tparam MemorySpace memory
+ * space */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+using MaxPool3D = MaxPool<3, T, MemorySpace>;
+/*! \brief Average pooling over samples [C, H, W]. \tparam T value type \tparam MemorySpace memory
+ * space */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+using AvgPool2D = AvgPool<2, T, MemorySpace>;
+/*! \brief Average pooling over samples [C, D, H, W]. \tparam T value type \tparam MemorySpace
+ * memory space */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+using AvgPool3D = AvgPool<3, T, MemorySpace>;
+
+/*! \brief Global max pooling: [C, H, W] (or [C, L], [C, D, H, W]) -> [C],
+ *  the maximum of each channel; keeps its position for backward (ties: the
+ *  first). \tparam T value type \tparam MemorySpace memory space */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+struct GlobalMaxPool {
+  /*! \brief Scalar type. */
+  using value_type = T;
+  /*! \brief Memory space of activations. */
+  using memory_space = MemorySpace;
+  /*! \brief Position of each channel's maximum within the channel. */
+  struct saved_type {
+    Kokkos::View<int**, Kokkos::LayoutRight, MemorySpace> argmax; //!< [n, C]
+  };
+
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "GlobalMaxPool"; }
+  /*! \brief [C] for an input [C, ...] of rank 2 to 4. \param in input shape
+   *  \throws ShapeError for a rank-1 or unknown shape */
+  Shape output_shape(Shape const& in) const { return detail::global_pool_shape(name(), in); }
+  /*! \brief Comparisons in forward. \param samples batch size \param in input shape */
+  double flops(std::size_t samples, Shape const& in) const {
+    return double(samples) * double(in.size());
+  }
+  /*! \brief The argmax of every channel. \param samples rows \param in input shape */
+  std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
+    return samples * output_shape(in).size() * sizeof(int);
+  }
+  /*! \brief y = channel maxima. \param exec execution space instance
+   *  \param x input [n, C*S] \param y output [n, C] \param saved keeps the argmax */
+  template <class Exec>
+  void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
+               saved_type& saved) const {
+    detail::check_global_pool(name(), "forward", x.extent(0), x.extent(1), y.extent(0),
+                              y.extent(1));
+    detail::ensure_index_matrix(saved.argmax, y.extent(0), y.extent(1),
+                                "telar::GlobalMaxPool::argmax");
+    detail::global_max_forward(exec, x, y, saved.argmax);
+  }
+  /*! \brief dx = dy at each channel's maximum, 0 elsewhere. \param exec execution space
+   *  instance \param dy gradient of the output \param dx gradient of the input
+   *  \param saved argmax */
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
+                      saved_type const& saved) const {
+    detail::check_global_pool(name(), "backward_input", dx.extent(0), dx.extent(1), dy.extent(0),
+                              dy.extent(1));
+    detail::global_max_backward(exec, dy, dx, saved.argmax);
   }
 };
 
@@ -433,12 +696,7 @@ struct GlobalAvgPool {
   static constexpr char const* name() { return "GlobalAvgPool"; }
   /*! \brief [C] for an input [C, ...] of rank 2 to 4. \param in input shape
    *  \throws ShapeError for a rank-1 or unknown shape */
-  Shape output_shape(Shape const& in) const {
-    if (in.rank < 2 || in.rank > Shape::max_rank || in.size() == 0)
-      throw ShapeError("GlobalAvgPool expects inputs [C, H, W] (or [C, L], [C, D, H, W]), got " +
-                       in.str());
-    return Shape(in[0]);
-  }
+  Shape output_shape(Shape const& in) const { return detail::global_pool_shape(name(), in); }
   /*! \brief Additions in forward. \param samples batch size \param in input shape */
   double flops(std::size_t samples, Shape const& in) const {
     return double(samples) * double(in.size());
@@ -448,7 +706,8 @@ struct GlobalAvgPool {
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
                NoSaved&) const {
-    check("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
+    detail::check_global_pool(name(), "forward", x.extent(0), x.extent(1), y.extent(0),
+                              y.extent(1));
     detail::global_avg_forward(exec, x, y);
   }
   /*! \brief dx = dy / S spread over each channel. \param exec execution space instance
@@ -456,17 +715,9 @@ struct GlobalAvgPool {
   template <class Exec>
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
                       NoSaved const&) const {
-    check("backward_input", dx.extent(0), dx.extent(1), dy.extent(0), dy.extent(1));
+    detail::check_global_pool(name(), "backward_input", dx.extent(0), dx.extent(1), dy.extent(0),
+                              dy.extent(1));
     detail::global_avg_backward(exec, dy, dx);
-  }
-
-private:
-  static void check(char const* what, std::size_t xn, std::size_t xf, std::size_t yn,
-                    std::size_t yf) {
-    if (xn != yn || yf == 0 || xf % yf != 0)
-      throw ShapeError(std::string("telar::GlobalAvgPool::") + what + ": expected [n, C * S] -> " +
-                       "[n, C], got [" + std::to_string(xn) + ", " + std::to_string(xf) + "] -> [" +
-                       std::to_string(yn) + ", " + std::to_string(yf) + "]");
   }
 };
 
