@@ -131,6 +131,12 @@ start_holder head
 for i in $(seq 1 "$n"); do start_holder "node$i"; done
 
 # --- network: bridge br0 in head, node i's eth0 <-> port node<i> on br0 -----
+have_netem=0
+if [[ -n $rate || -n $delay ]]; then
+  step "shaping"
+  tc -n "$(ns_name head)" qdisc replace dev lo root netem delay 0ms >>"$log/network.log" 2>&1 && have_netem=1
+  tc -n "$(ns_name head)" qdisc del dev lo root >/dev/null 2>&1 || true
+fi
 step "bridge"
 head_ns=$(ns_name head)
 {
@@ -149,14 +155,21 @@ for i in $(seq 1 "$n"); do
   } >>"$log/network.log" 2>&1 || fail "veth node$i <-> eth0 in $ns" "$log/network.log"
   if [[ -n $rate || -n $delay ]]; then
     step "shaping of node$i"
-    # Sender side: delay and rate; receiver side (the bridge port): rate.
-    out=(netem limit 100000) in=(netem limit 100000)
-    [[ -n $delay ]] && out+=(delay "$delay")
-    [[ -n $rate ]] && out+=(rate "$rate") in+=(rate "$rate")
+    # Sender side (eth0): delay and rate; receiver side (the bridge port):
+    # rate. netem does both; a kernel without sch_netem (some VM kernels)
+    # still has tbf for the rate, but nothing to add delay with.
+    if ((have_netem)); then
+      out=(netem limit 100000) in=(netem limit 100000)
+      [[ -n $delay ]] && out+=(delay "$delay")
+      [[ -n $rate ]] && out+=(rate "$rate") in+=(rate "$rate")
+    else
+      [[ -z $delay ]] || fail "--delay needs the kernel's netem qdisc (sch_netem), which this kernel ($(uname -r)) lacks; --rate alone works (tbf)" "$log/network.log"
+      out=(tbf rate "$rate" burst 256kb latency 50ms) in=("${out[@]}")
+    fi
     {
       tc -n "$ns" qdisc replace dev eth0 root "${out[@]}" &&
         tc -n "$head_ns" qdisc replace dev "node$i" root "${in[@]}"
-    } >>"$log/network.log" 2>&1 || fail "tc ${out[*]} on node$i" "$log/network.log"
+    } >>"$log/network.log" 2>&1 || fail "tc qdisc ${out[*]} on node$i" "$log/network.log"
   fi
 done
 

@@ -22,7 +22,7 @@ for f in "$cluster_dir"/ns/*.pid; do
   pid=$(<"$f")
   # Only a holder we started: a sleep whose net namespace is not the host's.
   [[ -n $pid && $(cat "/proc/$pid/comm" 2>/dev/null) == sleep &&
-     $(stat -L -c %i "/proc/$pid/ns/net" 2>/dev/null) != $(stat -L -c %i /proc/1/ns/net) ]] && pids+=("$pid")
+     $(stat -L -c %i "/proc/$pid/ns/net" 2>/dev/null) != $(stat -L -c %i /proc/self/ns/net) ]] && pids+=("$pid")
 done
 if [[ -f $cluster_dir/munge/munged.pid ]]; then
   pid=$(<"$cluster_dir/munge/munged.pid")
