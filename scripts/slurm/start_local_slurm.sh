@@ -2,6 +2,10 @@
 # Starts a real single-node Slurm (Debian's slurm-wlm and munge) on this
 # machine, for tests and demonstrations: munged, slurmctld and slurmd with a
 # configuration of our own under $TELAR_SLURM_DIR (default /tmp/telar-slurm).
+# Each directory is its own instance: its own munged (socket and key in the
+# directory), ports derived from the directory's name, daemons tracked by
+# their pid files, so two instances (two build trees, or the emulated
+# cluster of scripts/cluster/) never stop or reuse each other's daemons.
 # Idempotent: a running instance is reused. Prints the line to source:
 #   eval "$(scripts/slurm/start_local_slurm.sh)"     # sets SLURM_CONF
 # Needs root (slurmd launches jobs as their user). Exits non-zero, naming
@@ -18,18 +22,33 @@ for tool in munged slurmctld slurmd sinfo; do
 done
 [[ $(id -u) == 0 ]] || fail "must run as root (slurmd starts jobs as their user)"
 
-mkdir -p "$dir"/{state,spool,log}
+mkdir -p "$dir"/{state,spool,log,munge}
+export PATH=$PATH:/usr/sbin:/sbin
 host=$(hostname -s)
+# Ports of this instance: from the directory's name, in 20000-39999.
+port=$((20000 + 2 * (0x$(printf '%s' "$dir" | md5sum | cut -c1-4) % 10000)))
+# alive PIDFILE NAME: the pid in PIDFILE, if it is a running NAME.
+alive() {
+  local pid
+  pid=$(cat "$1" 2>/dev/null) || return 1
+  [[ -n $pid && $(cat "/proc/$pid/comm" 2>/dev/null) == "$2" ]] || return 1
+  echo "$pid"
+}
 cpus=$(nproc)
 mem_mb=$(($(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 - 1024))
 
-# munge: the package made a key; the daemon runs as its own user.
-if ! pgrep -x munged >/dev/null; then
-  [[ -f /etc/munge/munge.key ]] || mungekey --create >/dev/null
-  mkdir -p /run/munge && chown munge:munge /run/munge
-  runuser -u munge -- /usr/sbin/munged || fail "munged did not start"
+# munge: a daemon of this instance, with its own key and socket.
+sock=$dir/munge/munge.socket
+if ! alive "$dir/munge/munged.pid" munged >/dev/null; then
+  chmod 0700 "$dir/munge"
+  [[ -f $dir/munge/munge.key ]] || mungekey --create --keyfile="$dir/munge/munge.key" >>"$dir/log/munged.log" 2>&1 ||
+    fail "mungekey could not create $dir/munge/munge.key (see $dir/log/munged.log)"
+  munged --force --socket="$sock" --key-file="$dir/munge/munge.key" --pid-file="$dir/munge/munged.pid" \
+    --seed-file="$dir/munge/munged.seed" --log-file="$dir/log/munged.log" >>"$dir/log/munged.log" 2>&1 ||
+    fail "munged did not start (see $dir/log/munged.log)"
 fi
-munge -n | unmunge >/dev/null 2>&1 || fail "munge does not authenticate (see /var/log/munge/munged.log)"
+munge --socket="$sock" -n 2>/dev/null | unmunge --socket="$sock" >/dev/null 2>&1 ||
+  fail "munge does not authenticate through $sock (see $dir/log/munged.log)"
 
 # No cgroups in containers and small VMs: track processes by pid, bind
 # tasks with sched_setaffinity.
@@ -37,9 +56,10 @@ cat >"$conf.new" <<CONF
 ClusterName=telar
 SlurmctldHost=$host
 SlurmUser=root
-SlurmctldPort=6917
-SlurmdPort=6918
+SlurmctldPort=$port
+SlurmdPort=$((port + 1))
 AuthType=auth/munge
+AuthInfo=socket=$sock
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool
 SlurmctldPidFile=$dir/slurmctld.pid
@@ -65,11 +85,13 @@ PartitionName=telar Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscr
 CONF
 if ! cmp -s "$conf.new" "$conf" 2>/dev/null; then
   mv "$conf.new" "$conf"
-  # A new configuration: restart the daemons once the old ones are gone.
-  pkill -x slurmctld 2>/dev/null || true
-  pkill -x slurmd 2>/dev/null || true
+  # A new configuration: restart this instance's daemons (by pid file; the
+  # daemons of other instances are left alone) once they are gone.
+  for d in slurmctld slurmd; do
+    pid=$(alive "$dir/$d.pid" "$d") && kill "$pid" 2>/dev/null || true
+  done
   for _ in $(seq 30); do
-    pgrep -x 'slurmctld|slurmd' >/dev/null || break
+    alive "$dir/slurmctld.pid" slurmctld >/dev/null || alive "$dir/slurmd.pid" slurmd >/dev/null || break
     sleep 0.5
   done
 else
@@ -77,8 +99,8 @@ else
 fi
 export SLURM_CONF=$conf
 
-pgrep -x slurmctld >/dev/null || /usr/sbin/slurmctld -f "$conf" || fail "slurmctld did not start (see $dir/log/slurmctld.log)"
-pgrep -x slurmd >/dev/null || /usr/sbin/slurmd -f "$conf" || fail "slurmd did not start (see $dir/log/slurmd.log)"
+alive "$dir/slurmctld.pid" slurmctld >/dev/null || /usr/sbin/slurmctld -f "$conf" || fail "slurmctld did not start (see $dir/log/slurmctld.log)"
+alive "$dir/slurmd.pid" slurmd >/dev/null || /usr/sbin/slurmd -f "$conf" || fail "slurmd did not start (see $dir/log/slurmd.log)"
 
 # The node must come up idle before jobs can run.
 for _ in $(seq 60); do
@@ -89,4 +111,4 @@ for _ in $(seq 60); do
   esac
   sleep 1
 done
-fail "node $host did not become idle (state '${state:-unknown}'; see $dir/log/)"
+fail "waited 60 s for node $host to become idle in slurmctld (port $port); its state is '${state:-no answer from slurmctld}' (see $dir/log/slurmctld.log and slurmd.log)"

@@ -5,22 +5,34 @@
 #   sbatch_matches_mpirun.sh PROGRAM MPIEXEC SCRIPTS_DIR
 # Fails with the reason when Slurm cannot be started; exits 77 (skipped)
 # only when the Fashion-MNIST data is not installed, as the example tests do.
+# The Slurm instance is this build's own ($TELAR_SLURM_DIR, set per build
+# tree by CMake): started here, stopped at the end, never shared with another
+# build or with the emulated cluster. Every wait is bounded and a failure
+# says what it waited for.
 set -euo pipefail
 program=$1 mpiexec=$2 scripts=$3
 data=${TELAR_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 [[ -d $data ]] || { echo "Fashion-MNIST not installed in $data: skipped"; exit 77; }
 
-eval "$("$scripts/start_local_slurm.sh")" # fails here, naming the step, if Slurm cannot start
+out=$(mktemp -d)
+trap '"$scripts/stop_local_slurm.sh"; rm -rf "$out"' EXIT
+echo "Slurm instance of this build: ${TELAR_SLURM_DIR:-/tmp/telar-slurm}"
+# Fails here, naming the step and what it waited for, if Slurm cannot start.
+eval "$(timeout 120 "$scripts/start_local_slurm.sh")" ||
+  { echo "start_local_slurm.sh failed or took over 120 s"; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 args=(--epochs 1 --limit-steps 30 --seed 5 --json --data "$data")
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
 
 # The batch job: sbatch --wait returns the job's exit code.
-if ! sbatch --wait --ntasks=2 --cpus-per-task=1 --time=5 --output="$out/job.out" \
+if ! timeout 150 sbatch --wait --ntasks=2 --cpus-per-task=1 --time=5 --output="$out/job.out" \
   "$scripts/telar.sbatch" "$program" "${args[@]}" >"$out/sbatch.out" 2>&1; then
-  echo "the sbatch job failed:"
-  cat "$out/sbatch.out" "$out/job.out" 2>/dev/null
+  echo "the sbatch job failed or did not finish within 150 s; sbatch said:"
+  cat "$out/sbatch.out"
+  echo "--- job output:"
+  cat "$out/job.out" 2>/dev/null || echo "(none)"
+  echo "--- the job and the node, as slurmctld sees them:"
+  squeue -o '%i %T %r %M' 2>&1 || true
+  sinfo -N -o '%N %T %E' 2>&1 || true
   exit 1
 fi
 cat "$out/job.out"
