@@ -28,9 +28,9 @@ holder_pid() {
   [[ -f $f ]] || return 1
   pid=$(<"$f")
   [[ -n $pid && -d /proc/$pid ]] || return 1
-  # The pid must still be our holder (pids are reused): same net namespace
-  # as the named one.
-  [[ $(stat -L -c %i "/proc/$pid/ns/net" 2>/dev/null) == $(stat -L -c %i "/run/netns/$(ns_name "$1")" 2>/dev/null) ]] || return 1
+  # The pid must still be our holder (pids are reused): the net namespace
+  # recorded when it started (inside a node, /run/netns may not show them).
+  [[ $(stat -L -c %i "/proc/$pid/ns/net" 2>/dev/null) == $(cat "$cluster_dir/ns/$1.net" 2>/dev/null) ]] || return 1
   echo "$pid"
 }
 # in_node NODE CMD...: CMD in NODE's network, UTS and mount namespaces, in

@@ -116,6 +116,7 @@ start_holder() {
     sleep 0.1
   done
   echo "$pid" >"$cluster_dir/ns/$node.pid"
+  stat -L -c %i "/proc/$pid/ns/net" >"$cluster_dir/ns/$node.net"
   ip netns attach "$ns" "$pid" >>"$log/namespaces.log" 2>&1 || fail "ip netns attach $ns $pid" "$log/namespaces.log"
   {
     nsenter -t "$pid" --uts hostname "$node" &&
