@@ -2,11 +2,14 @@
 // reports its hostname; rank 0 checks that the ranks sit on the expected
 // number of distinct hosts and that MPI_Allreduce (a scalar and a 1 MiB
 // vector, so TCP between nodes carries real data) gives the right sums.
-//   cluster_hello EXPECTED_HOSTS
-// Exits 0 when both hold, 1 otherwise (on every rank).
+//   cluster_hello EXPECTED_HOSTS [MIB]
+// Exits 0 when both hold, 1 otherwise (on every rank). With MIB, rank 0 then
+// also prints the time of an MPI_Allreduce of MIB MiB of doubles (median of
+// 9 after a warm-up) and its bus bandwidth, 2 (p - 1) / p x bytes / time.
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
@@ -50,6 +53,24 @@ int main(int argc, char** argv) {
                 "1 MiB allreduce %s: %s\n",
                 size, distinct.size(), list.c_str(), expected_hosts, sum, sum_expected,
                 all_ok == 1 ? "right" : "WRONG", ok ? "ok" : "FAILED");
+  }
+  if (ok && argc > 2) {
+    std::size_t const m = static_cast<std::size_t>(std::atof(argv[2]) * (1 << 20)) / sizeof(double);
+    std::vector<double> a(m, 1.0), b(m);
+    std::vector<double> times;
+    for (int rep = 0; rep < 10; ++rep) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      double const t0 = MPI_Wtime();
+      MPI_Allreduce(a.data(), b.data(), static_cast<int>(m), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+      double t = MPI_Wtime() - t0;
+      MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      if (rep > 0) times.push_back(t);
+    }
+    std::sort(times.begin(), times.end());
+    double const t = times[times.size() / 2], bytes = static_cast<double>(m * sizeof(double));
+    if (rank == 0)
+      std::printf("cluster_hello: allreduce of %s MiB on %d ranks: %.2f ms, bus bandwidth %.2f Gbit/s\n", argv[2],
+                  size, t * 1e3, 2.0 * (size - 1) / size * bytes / t * 8e-9);
   }
   MPI_Finalize();
   return ok ? 0 : 1;

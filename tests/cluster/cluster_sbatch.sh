@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# ctest (label cluster): bring up a 2-node emulated cluster
-# (scripts/cluster/start.sh), run PROGRAM (cluster_hello) on 2 nodes x 2
+# ctest (label cluster): bring up a 4-node emulated cluster
+# (scripts/cluster/start.sh); run PROGRAM (cluster_hello) on 2 nodes x 2
 # tasks through sbatch -> telar.sbatch -> telar-srun -> srun with the PMI of
-# the MPI it links, check that its ranks saw 2 hostnames and right
-# allreduces, and tear the cluster down, also on failure or timeout.
+# the MPI it links (TCP between the nodes, shared memory inside each), then
+# on 4 nodes x 1 task through srun; check that the ranks saw 2 (then 4)
+# hostnames and right allreduces; tear the cluster down, also on failure or
+# timeout.
 #   cluster_sbatch.sh PROGRAM SCRIPTS_DIR STATE_DIR
 # Exits 77 (skipped) when it cannot run here: not root, no namespaces, no
 # Slurm or munge installed. Each wait is bounded and says what it waited for.
@@ -29,18 +31,18 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "cluster test: interrupted"; exit 1' INT TERM
 
-timeout 60 "$scripts/cluster/start.sh" 2 ||
-  { echo "cluster test: start.sh 2 failed or took over 60 s (logs in $TELAR_CLUSTER_DIR/log)"; exit 1; }
+timeout 40 "$scripts/cluster/start.sh" 4 ||
+  { echo "cluster test: start.sh 4 failed or took over 40 s (logs in $TELAR_CLUSTER_DIR/log)"; exit 1; }
 source "$TELAR_CLUSTER_DIR/env"
 run=$scripts/cluster/run.sh
 shared=$TELAR_CLUSTER_SHARED
 
 # The batch job; telar-srun picks pmix (Open MPI) or pmi2 (MPICH) from ldd.
 job_out=$shared/job.out
-if ! timeout 60 "$run" head sbatch --wait -N 2 --ntasks=4 --ntasks-per-node=2 --time=2 --output="$job_out" \
+if ! timeout 40 "$run" head sbatch --wait -N 2 --ntasks=4 --ntasks-per-node=2 --time=2 --output="$job_out" \
   --export=ALL,TELAR_SLURM_SCRIPTS="$scripts/slurm" \
   "$scripts/slurm/telar.sbatch" "$program" 2 >"$shared/sbatch.out" 2>&1; then
-  echo "cluster test: the 2-node batch job failed or did not finish within 60 s; sbatch said:"
+  echo "cluster test: the 2-node batch job failed or did not finish within 40 s; sbatch said:"
   cat "$shared/sbatch.out"
   echo "--- job output:"
   cat "$job_out" 2>/dev/null || echo "(none)"
@@ -55,3 +57,17 @@ grep -q 'telar-srun: rank 3 on node2' "$job_out" || { echo "cluster test: rank 3
 grep -q '^cluster_hello: 4 ranks on 2 hosts (node1,node2.*: ok$' "$job_out" ||
   { echo "cluster test: cluster_hello did not report 4 ranks on 2 hosts with right allreduces"; exit 1; }
 echo "cluster test: 4 ranks on node1 and node2, allreduces right"
+
+# 4 nodes, one rank each, straight through srun.
+mpi=pmix
+ldd "$program" | grep -q libmpich && mpi=pmi2
+if ! timeout 30 "$run" head srun -N 4 --ntasks-per-node=1 --time=2 --mpi=$mpi "$program" 4 >"$shared/srun.out" 2>&1; then
+  echo "cluster test: srun -N 4 --mpi=$mpi failed or did not finish within 30 s:"
+  cat "$shared/srun.out"
+  "$run" head sinfo -N 2>&1 || true
+  exit 1
+fi
+cat "$shared/srun.out"
+grep -q '^cluster_hello: 4 ranks on 4 hosts (node1,node2,node3,node4.*: ok$' "$shared/srun.out" ||
+  { echo "cluster test: cluster_hello did not report 4 ranks on 4 hosts with right allreduces"; exit 1; }
+echo "cluster test: 4 ranks on node1 ... node4 through srun --mpi=$mpi, allreduces right"
