@@ -13,7 +13,7 @@ pkgs=(
   libbenchmark-dev doxygen
   dataset-fashion-mnist
   libonnx-dev python3-onnx libprotobuf-dev python3-torch python3-numpy
-  slurm-wlm munge fortunes
+  slurm-wlm munge iproute2 fortunes
 )
 backports=(catch2)
 
