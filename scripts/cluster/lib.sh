@@ -39,5 +39,5 @@ in_node() {
   local node=$1 pid
   shift
   pid=$(holder_pid "$node") || { echo "telar-cluster: node '$node' is not running (start it with scripts/cluster/start.sh)" >&2; return 3; }
-  nsenter -t "$pid" --net --uts --mount --wd="$PWD" -- "$@"
+  nsenter -t "$pid" --net --uts --mount --wd="$PWD" -- "$@" 9>&- # no daemon keeps start.sh's lock
 }

@@ -47,11 +47,18 @@ fail() {
 
 step "prerequisites"
 [[ $(id -u) == 0 ]] || fail "must run as root (namespaces, bridge, slurmd)"
-for tool in unshare nsenter ip tc munged mungekey munge unmunge slurmctld slurmd sinfo scontrol; do
+for tool in flock unshare nsenter ip tc munged mungekey munge unmunge slurmctld slurmd sinfo scontrol; do
   command -v "$tool" >/dev/null || [[ -x /usr/sbin/$tool ]] ||
     fail "$tool not found: install iproute2, util-linux, munge and slurm-wlm (scripts/setup.sh does)"
 done
 export PATH=$PATH:/usr/sbin:/sbin
+
+# One start or stop at a time per cluster directory.
+if [[ -z ${TELAR_CLUSTER_LOCKED:-} ]]; then
+  exec 9>"$cluster_dir.lock"
+  flock -w 120 9 || fail "another start.sh or stop.sh on $cluster_dir held its lock ($cluster_dir.lock) for 120 s"
+  export TELAR_CLUSTER_LOCKED=1
+fi
 
 shape="nodes=$n rate=${rate:-none} delay=${delay:-none}"
 # Reuse a running cluster of the same shape whose nodes are all up.
@@ -87,7 +94,7 @@ chmod 0700 "$cluster_dir/munge"
 sock=$cluster_dir/munge/munge.socket
 munged --force --socket="$sock" --key-file="$cluster_dir/munge/munge.key" \
   --pid-file="$cluster_dir/munge/munged.pid" --seed-file="$cluster_dir/munge/munged.seed" \
-  --log-file="$log/munged.log" >>"$log/munged.log" 2>&1 ||
+  --log-file="$log/munged.log" >>"$log/munged.log" 2>&1 9>&- ||
   fail "munged did not start" "$log/munged.log"
 munge --socket="$sock" -n 2>>"$log/munged.log" | unmunge --socket="$sock" >/dev/null 2>>"$log/munged.log" ||
   fail "munge does not authenticate through $sock" "$log/munged.log"
@@ -108,7 +115,7 @@ start_holder() {
   local node=$1 ns pid
   ns=$(ns_name "$node")
   step "namespaces of $node"
-  setsid unshare --net --uts --mount --propagation private -- sleep infinity </dev/null >>"$log/namespaces.log" 2>&1 &
+  setsid unshare --net --uts --mount --propagation private -- sleep infinity </dev/null >>"$log/namespaces.log" 2>&1 9>&- &
   pid=$!
   for _ in $(seq 50); do
     [[ $(stat -L -c %i "/proc/$pid/ns/net" 2>/dev/null) != $(stat -L -c %i /proc/self/ns/net) ]] && break

@@ -10,6 +10,10 @@ source "$here/lib.sh"
 [[ $(id -u) == 0 ]] || { echo "stop.sh: needs root" >&2; exit 2; }
 export PATH=$PATH:/usr/sbin:/sbin
 t0=$(date +%s.%N)
+if [[ -z ${TELAR_CLUSTER_LOCKED:-} ]]; then
+  exec 9>"$cluster_dir.lock"
+  flock -w 120 9 || { echo "stop.sh: another start.sh or stop.sh held $cluster_dir.lock for 120 s" >&2; exit 1; }
+fi
 
 # Our namespaces: those named tc<id>-*, and any holder whose name was lost.
 mapfile -t spaces < <(ip netns list 2>/dev/null | awk -v p="$cluster_prefix-" 'index($1, p) == 1 {print $1}')

@@ -20,6 +20,8 @@ for tool in unshare nsenter ip tc munged slurmctld slurmd sbatch; do
   command -v "$tool" >/dev/null || skip "$tool not installed (scripts/setup.sh installs iproute2, munge, slurm-wlm)"
 done
 unshare --net --uts --mount true 2>/dev/null || skip "this machine does not allow network namespaces (unshare --net failed)"
+unshare --net sh -c 'ip link add b0 type bridge && ip link add v0 type veth peer name v1' 2>/dev/null ||
+  skip "this kernel cannot make a bridge or veth pair in a network namespace"
 
 t0=$SECONDS
 cleanup() {
