@@ -10,8 +10,9 @@
 # State, configuration and logs: $TELAR_CLUSTER_DIR (default
 # /tmp/telar-cluster). Idempotent: a running cluster of the same shape is
 # reused; another shape is stopped and started again. Needs root. A step
-# that fails names itself and its log and exits 1; what was started is left
-# for scripts/cluster/stop.sh (the ctest's trap runs it).
+# that fails names itself and its log, stops what was started (the logs
+# stay; TELAR_CLUSTER_KEEP_ON_FAILURE=1 keeps everything for a look) and
+# exits 1.
 # See docs/cluster.md.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -42,8 +43,12 @@ fail() {
     echo "--- last lines of $2:" >&2
     tail -n 15 "$2" >&2
   fi
+  if ((started)) && [[ ${TELAR_CLUSTER_KEEP_ON_FAILURE:-0} != 1 ]]; then
+    "$here/stop.sh" >/dev/null 2>&1 || true
+  fi
   exit 1
 }
+started=0
 
 step "prerequisites"
 [[ $(id -u) == 0 ]] || fail "must run as root (namespaces, bridge, slurmd)"
@@ -52,6 +57,12 @@ for tool in flock unshare nsenter ip tc munged mungekey munge unmunge slurmctld 
     fail "$tool not found: install iproute2, util-linux, munge and slurm-wlm (scripts/setup.sh does)"
 done
 export PATH=$PATH:/usr/sbin:/sbin
+have_netem=0
+if [[ -n $rate || -n $delay ]]; then
+  unshare --net tc qdisc add dev lo root netem delay 0ms >/dev/null 2>&1 && have_netem=1
+  ((have_netem)) || [[ -z $delay ]] ||
+    fail "--delay needs the kernel's netem qdisc (sch_netem), which this kernel ($(uname -r)) lacks; --rate alone works (tbf)"
+fi
 
 # One start or stop at a time per cluster directory.
 if [[ -z ${TELAR_CLUSTER_LOCKED:-} ]]; then
@@ -75,6 +86,7 @@ if [[ -f $cluster_dir/shape && $(<"$cluster_dir/shape") == "$shape" && -f $clust
   fi
 fi
 # Anything else there (another shape, a half-started or dead cluster) goes.
+started=1
 if [[ -d $cluster_dir ]]; then
   TELAR_CLUSTER_DIR=$cluster_dir "$here/stop.sh" >/dev/null 2>&1 || true
 fi
@@ -139,12 +151,6 @@ start_holder head
 for i in $(seq 1 "$n"); do start_holder "node$i"; done
 
 # --- network: bridge br0 in head, node i's eth0 <-> port node<i> on br0 -----
-have_netem=0
-if [[ -n $rate || -n $delay ]]; then
-  step "shaping"
-  tc -n "$(ns_name head)" qdisc replace dev lo root netem delay 0ms >>"$log/network.log" 2>&1 && have_netem=1
-  tc -n "$(ns_name head)" qdisc del dev lo root >/dev/null 2>&1 || true
-fi
 step "bridge"
 head_ns=$(ns_name head)
 {
@@ -171,7 +177,6 @@ for i in $(seq 1 "$n"); do
       [[ -n $delay ]] && out+=(delay "$delay")
       [[ -n $rate ]] && out+=(rate "$rate") in+=(rate "$rate")
     else
-      [[ -z $delay ]] || fail "--delay needs the kernel's netem qdisc (sch_netem), which this kernel ($(uname -r)) lacks; --rate alone works (tbf)" "$log/network.log"
       out=(tbf rate "$rate" burst 256kb latency 50ms) in=("${out[@]}")
     fi
     {
