@@ -96,6 +96,14 @@ touch "$cluster_dir/.telar-cluster" # stop.sh only empties a directory marked so
 echo "$shape" >"$cluster_dir/shape.new" # becomes shape once everything is up
 rm -f "$cluster_dir/shape"
 for i in $(seq 1 "$n"); do mkdir -p "$cluster_dir/nodes/node$i"/{scratch,spool}; done
+# The daemons run under names of their own (tc-munged, tc-slurmctld,
+# tc-slurmd: links to the real ones), so that `pkill -x slurmd` or
+# `pgrep -x munged` elsewhere on the machine (another Slurm, an older
+# start_local_slurm.sh) neither kills them nor takes them for its own.
+mkdir -p "$cluster_dir/bin"
+for d in munged slurmctld slurmd; do
+  ln -sfn "$(command -v "$d")" "$cluster_dir/bin/tc-$d"
+done
 
 # --- munge: our own daemon, key and socket (nothing shared with the host's) --
 step "munge"
@@ -104,7 +112,7 @@ chmod 0700 "$cluster_dir/munge"
   mungekey --create --keyfile="$cluster_dir/munge/munge.key" >>"$log/munged.log" 2>&1 ||
   fail "mungekey could not create a key" "$log/munged.log"
 sock=$cluster_dir/munge/munge.socket
-munged --force --socket="$sock" --key-file="$cluster_dir/munge/munge.key" \
+"$cluster_dir/bin/tc-munged" --force --socket="$sock" --key-file="$cluster_dir/munge/munge.key" \
   --pid-file="$cluster_dir/munge/munged.pid" --seed-file="$cluster_dir/munge/munged.seed" \
   --log-file="$log/munged.log" >>"$log/munged.log" 2>&1 9>&- ||
   fail "munged did not start" "$log/munged.log"
@@ -247,10 +255,10 @@ ENV
 source "$cluster_dir/env"
 
 step "slurmctld"
-in_node head slurmctld -f "$conf" >>"$log/slurmctld.log" 2>&1 || fail "slurmctld did not start" "$log/slurmctld.log"
+in_node head "$cluster_dir/bin/tc-slurmctld" -f "$conf" >>"$log/slurmctld.log" 2>&1 || fail "slurmctld did not start" "$log/slurmctld.log"
 for i in $(seq 1 "$n"); do
   step "slurmd on node$i"
-  in_node "node$i" slurmd -f "$conf" -N "node$i" >>"$log/slurmd-node$i.log" 2>&1 ||
+  in_node "node$i" "$cluster_dir/bin/tc-slurmd" -f "$conf" -N "node$i" >>"$log/slurmd-node$i.log" 2>&1 ||
     fail "slurmd did not start" "$log/slurmd-node$i.log"
 done
 

@@ -30,7 +30,7 @@ for f in "$cluster_dir"/ns/*.pid; do
 done
 if [[ -f $cluster_dir/munge/munged.pid ]]; then
   pid=$(<"$cluster_dir/munge/munged.pid")
-  [[ -n $pid && $(cat "/proc/$pid/comm" 2>/dev/null) == munged ]] && pids+=("$pid")
+  [[ -n $pid && $(cat "/proc/$pid/comm" 2>/dev/null) == @(tc-munged|munged) ]] && pids+=("$pid")
 fi
 
 if ((${#pids[@]})); then

@@ -27,11 +27,18 @@ export PATH=$PATH:/usr/sbin:/sbin
 host=$(hostname -s)
 # Ports of this instance: from the directory's name, in 20000-39999.
 port=$((20000 + 2 * (0x$(printf '%s' "$dir" | md5sum | cut -c1-4) % 10000)))
+# The daemons run under names of their own (links telar-munged,
+# telar-slurmctld, telar-slurmd), so that `pkill -x slurmd` / `pgrep -x
+# munged` elsewhere (an older copy of this script, another Slurm) neither
+# kills them nor takes them for its own.
+mkdir -p "$dir/bin"
+for d in munged slurmctld slurmd; do ln -sfn "$(command -v "$d")" "$dir/bin/telar-$d"; done
 # alive PIDFILE NAME: the pid in PIDFILE, if it is a running NAME.
 alive() {
   local pid
   pid=$(cat "$1" 2>/dev/null) || return 1
-  [[ -n $pid && $(cat "/proc/$pid/comm" 2>/dev/null) == "$2" ]] || return 1
+  # (or the plain name: an instance started before the links)
+  [[ -n $pid && $(cat "/proc/$pid/comm" 2>/dev/null) == @("$2"|"${2#telar-}") ]] || return 1
   echo "$pid"
 }
 cpus=$(nproc)
@@ -39,11 +46,11 @@ mem_mb=$(($(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 - 1024))
 
 # munge: a daemon of this instance, with its own key and socket.
 sock=$dir/munge/munge.socket
-if ! alive "$dir/munge/munged.pid" munged >/dev/null; then
+if ! alive "$dir/munge/munged.pid" telar-munged >/dev/null; then
   chmod 0700 "$dir/munge"
   [[ -f $dir/munge/munge.key ]] || mungekey --create --keyfile="$dir/munge/munge.key" >>"$dir/log/munged.log" 2>&1 ||
     fail "mungekey could not create $dir/munge/munge.key (see $dir/log/munged.log)"
-  munged --force --socket="$sock" --key-file="$dir/munge/munge.key" --pid-file="$dir/munge/munged.pid" \
+  "$dir/bin/telar-munged" --force --socket="$sock" --key-file="$dir/munge/munge.key" --pid-file="$dir/munge/munged.pid" \
     --seed-file="$dir/munge/munged.seed" --log-file="$dir/log/munged.log" >>"$dir/log/munged.log" 2>&1 ||
     fail "munged did not start (see $dir/log/munged.log)"
 fi
@@ -88,10 +95,10 @@ if ! cmp -s "$conf.new" "$conf" 2>/dev/null; then
   # A new configuration: restart this instance's daemons (by pid file; the
   # daemons of other instances are left alone) once they are gone.
   for d in slurmctld slurmd; do
-    pid=$(alive "$dir/$d.pid" "$d") && kill "$pid" 2>/dev/null || true
+    pid=$(alive "$dir/$d.pid" "telar-$d") && kill "$pid" 2>/dev/null || true
   done
   for _ in $(seq 30); do
-    alive "$dir/slurmctld.pid" slurmctld >/dev/null || alive "$dir/slurmd.pid" slurmd >/dev/null || break
+    alive "$dir/slurmctld.pid" telar-slurmctld >/dev/null || alive "$dir/slurmd.pid" telar-slurmd >/dev/null || break
     sleep 0.5
   done
 else
@@ -99,8 +106,8 @@ else
 fi
 export SLURM_CONF=$conf
 
-alive "$dir/slurmctld.pid" slurmctld >/dev/null || /usr/sbin/slurmctld -f "$conf" || fail "slurmctld did not start (see $dir/log/slurmctld.log)"
-alive "$dir/slurmd.pid" slurmd >/dev/null || /usr/sbin/slurmd -f "$conf" || fail "slurmd did not start (see $dir/log/slurmd.log)"
+alive "$dir/slurmctld.pid" telar-slurmctld >/dev/null || "$dir/bin/telar-slurmctld" -f "$conf" || fail "slurmctld did not start (see $dir/log/slurmctld.log)"
+alive "$dir/slurmd.pid" telar-slurmd >/dev/null || "$dir/bin/telar-slurmd" -f "$conf" || fail "slurmd did not start (see $dir/log/slurmd.log)"
 
 # The node must come up idle before jobs can run.
 for _ in $(seq 60); do

@@ -5,10 +5,10 @@
 set -uo pipefail
 dir=${TELAR_SLURM_DIR:-/tmp/telar-slurm}
 pids=()
-for f in slurmd:"$dir/slurmd.pid" slurmctld:"$dir/slurmctld.pid" munged:"$dir/munge/munged.pid"; do
+for f in telar-slurmd:"$dir/slurmd.pid" telar-slurmctld:"$dir/slurmctld.pid" telar-munged:"$dir/munge/munged.pid"; do
   name=${f%%:*} file=${f#*:}
   pid=$(cat "$file" 2>/dev/null) || continue
-  [[ -n $pid && $(cat "/proc/$pid/comm" 2>/dev/null) == "$name" ]] && pids+=("$pid")
+  [[ -n $pid && $(cat "/proc/$pid/comm" 2>/dev/null) == @("$name"|"${name#telar-}") ]] && pids+=("$pid")
 done
 ((${#pids[@]})) || exit 0
 kill "${pids[@]}" 2>/dev/null
