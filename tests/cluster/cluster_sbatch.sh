@@ -61,8 +61,11 @@ grep -q '^cluster_hello: 4 ranks on 2 hosts (node1,node2.*: ok$' "$job_out" ||
 echo "cluster test: 4 ranks on node1 and node2, allreduces right"
 
 # 4 nodes, one rank each, straight through srun.
+# (ldd's output read whole: `ldd | grep -q` under pipefail fails when grep
+# quits before ldd has written everything.)
+libs=$(ldd "$program" 2>/dev/null || true)
 mpi=pmix
-ldd "$program" | grep -q libmpich && mpi=pmi2
+grep -q libmpich <<<"$libs" && mpi=pmi2
 if ! timeout 30 "$run" head srun -N 4 --ntasks-per-node=1 --time=2 --mpi=$mpi "$program" 4 >"$shared/srun.out" 2>&1; then
   echo "cluster test: srun -N 4 --mpi=$mpi failed or did not finish within 30 s:"
   cat "$shared/srun.out"
