@@ -126,21 +126,28 @@ using Strategy = telar::Strategy<telar::DataParallel<telar::RingAllreduce>,
 
 // Blocks are top-level layers (pipeline stages split between them), so their
 // number is part of the model's type: --layers picks one of these.
+// A struct, not an alias template: nvcc's host pass loses a pack expanded
+// through `template <std::size_t, class B> using Same = B`.
 template <std::size_t, class B>
-using Same = B;
+struct Same {
+  using type = B;
+};
 template <class Seq>
 struct GptOf;
 template <std::size_t... I>
 struct GptOf<std::index_sequence<I...>> {
   using type =
       telar::Sequential<telar::Embedding<T>, telar::PositionalEmbedding<T>, telar::Dropout<T>,
-                        Same<I, Block>..., telar::LayerNorm<T>, telar::Dense<T>>;
+                        typename Same<I, Block>::type..., telar::LayerNorm<T>, telar::Dense<T>>;
+  template <std::size_t>
+  static Block block(Args const& a) {
+    return telar::make_tensor_parallel_transformer_block<T>(a.hidden, a.heads);
+  }
   static type make(Args const& a) {
-    return type(
-        telar::Embedding<T>(telar::byte_vocab, a.hidden),
-        telar::PositionalEmbedding<T>(a.context, a.hidden), telar::Dropout<T>(a.dropout),
-        Same<I, Block>(telar::make_tensor_parallel_transformer_block<T>(a.hidden, a.heads))...,
-        telar::LayerNorm<T>(a.hidden), telar::Dense<T>(a.hidden, telar::byte_vocab));
+    return type(telar::Embedding<T>(telar::byte_vocab, a.hidden),
+                telar::PositionalEmbedding<T>(a.context, a.hidden), telar::Dropout<T>(a.dropout),
+                block<I>(a)..., telar::LayerNorm<T>(a.hidden),
+                telar::Dense<T>(a.hidden, telar::byte_vocab));
   }
 };
 template <std::size_t L>

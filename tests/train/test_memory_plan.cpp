@@ -23,6 +23,8 @@
 #include <telar/layers/flatten.hpp>
 #include <telar/layers/normalization.hpp>
 #include <telar/layers/pooling.hpp>
+#include <telar/layers/softmax.hpp>
+#include <telar/layers/upsample.hpp>
 #include <telar/layers/transformer.hpp>
 #include <telar/optim/adam.hpp>
 #include <telar/parallel/memory_plan.hpp>
@@ -388,6 +390,21 @@ TEST_CASE("Every built-in layer plans what it allocates", "[memory]") {
                                      telar::Im2colConv>(3, 2, 3, 2, 1, 1),
               telar::Shape{3, 4, 4});
   check_alone(telar::ConvTranspose3D<T>(2, 2, 2, 2), telar::Shape{2, 2, 2, 2});
+  check_alone(telar::ReLU6<T>{}, telar::Shape(6));
+  check_alone(telar::Clip<T>(-1, 2), telar::Shape(6));
+  check_alone(telar::LeakyReLU<T>(0.1), telar::Shape(6));
+  check_alone(telar::ELU<T>{}, telar::Shape(6));
+  check_alone(telar::SiLU<T>{}, telar::Shape(6));
+  check_alone(telar::HardSwish<T>{}, telar::Shape(6));
+  check_alone(telar::HardSigmoid<T>{}, telar::Shape(6));
+  check_alone(telar::Softmax<T>(0), telar::Shape{3, 4});
+  check_alone(telar::MaxPool3D<T>(2), telar::Shape{2, 4, 4, 4});
+  check_alone(telar::AvgPool3D<T>(3, 2, 1, true, false), telar::Shape{2, 5, 5, 5});
+  check_alone(telar::MaxPool2D<T>(3, 2, 0, true), telar::Shape{2, 6, 6});
+  check_alone(telar::GlobalMaxPool<T>{}, telar::Shape{2, 4, 4});
+  check_alone(telar::Upsample<T>({2, 2}), telar::Shape{2, 3, 3});
+  check_alone(telar::Upsample<T>({2, 2, 2}, telar::UpsampleMode::linear, true),
+              telar::Shape{2, 2, 3, 3});
   check_alone(telar::BatchNorm<T>(2), telar::Shape{2, 4, 4});
   check_alone(telar::BatchNorm<T>(3), telar::Shape(3)); // 12-byte statistics, rounded
   check_alone(telar::MaxPool2D<T>(2), telar::Shape{2, 4, 4});

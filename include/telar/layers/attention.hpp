@@ -313,13 +313,22 @@ public:
     auto const yr = as_rows(y, rows, hidden_);
     gemm(Gemm{}, exec, 'N', 'T', T(1), as_rows(saved.out, rows, g.width()), proj_.weight, T(0), yr);
     reduce(y);
-    if (proj_.has_bias()) {
-      auto b = proj_.bias;
-      Kokkos::parallel_for(
-          "telar::CausalSelfAttention::proj_bias",
-          Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {yr.extent(0), yr.extent(1)}),
-          KOKKOS_LAMBDA(std::size_t i, std::size_t j) { yr(i, j) += b(j); });
-    }
+    if (proj_.has_bias())
+      add_proj_bias(exec, yr);
+  }
+
+  /*! \brief y += bo on every row. Its own member, not a lambda inside
+   *  forward_impl: nvcc refuses an extended __device__ lambda in a function
+   *  whose template arguments include a type local to another function (the
+   *  tensor-parallel caller's Reduce lambda).
+   *  \param exec execution space instance \param yr [rows, hidden] */
+  template <class Exec, class Rows>
+  void add_proj_bias(Exec const& exec, Rows const& yr) const {
+    auto b = proj_.bias;
+    Kokkos::parallel_for(
+        "telar::CausalSelfAttention::proj_bias",
+        Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {yr.extent(0), yr.extent(1)}),
+        KOKKOS_LAMBDA(std::size_t i, std::size_t j) { yr(i, j) += b(j); });
   }
 
   /*! \brief backward_input, with \p reduce(dx) summing the partial input
