@@ -176,7 +176,9 @@ public:
     });
     Kind::forward(exec, saved.out, y);
   }
-  // dx = the sum over branches of each branch's input gradient.
+  // dx = the sum over branches of each branch's input gradient: computed
+  // branches first (the first writes dx, the others go through scratch),
+  // then the Identity branches add their output gradient.
   template <class Exec>
   void backward_input(Exec const& exec, const_matrix dy, matrix dx, saved_type const& saved) {
     Kind::grads(exec, dy, saved.out, saved.grad, saved.join);
@@ -184,22 +186,25 @@ public:
     for_each_branch([&](auto index, auto& b) {
       constexpr std::size_t i = decltype(index)::value;
       using B = std::decay_t<decltype(b)>;
-      const_matrix const dyi = grad_of(saved, i, dy);
-      if constexpr (is_identity_v<B>) {
-        if (written)
-          add_batch(exec, dx, dyi);
-        else
-          Kokkos::deep_copy(exec, dx, dyi);
-      } else {
+      if constexpr (!is_identity_v<B>) {
         matrix const target = written ? saved.scratch : dx;
         if constexpr (layer_traits<B>::has_split_backward)
-          b.backward_input(exec, dyi, target, std::get<i>(saved.inner));
+          b.backward_input(exec, grad_of(saved, i, dy), target, std::get<i>(saved.inner));
         else
-          b.backward(exec, dyi, target, std::get<i>(saved.inner));
+          b.backward(exec, grad_of(saved, i, dy), target, std::get<i>(saved.inner));
         if (written)
           add_batch(exec, dx, saved.scratch);
+        written = true;
       }
-      written = true;
+    });
+    for_each_branch([&](auto index, auto const& b) {
+      if constexpr (is_identity_v<std::decay_t<decltype(b)>>) {
+        if (written)
+          add_batch(exec, dx, grad_of(saved, index, dy));
+        else
+          Kokkos::deep_copy(exec, dx, grad_of(saved, index, dy));
+        written = true;
+      }
     });
     saved.grads_ready = true;
   }
