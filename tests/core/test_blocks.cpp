@@ -348,8 +348,8 @@ Product<T> make_product() {
 }
 template <class T>
 Branchy<T> make_branchy() {
-  return Branchy<T>(Dense2<T>(telar::Concat<D<T>, D<T>>(D<T>(4, 4), D<T>(4, 4)), {}),
-                    make_se<T>(6), D<T>(4, 2));
+  return Branchy<T>(Dense2<T>(telar::Concat<D<T>, D<T>>(D<T>(4, 4), D<T>(4, 4)), {}), make_se<T>(6),
+                    D<T>(4, 2));
 }
 
 telar::Shape const image{2, 3, 4};
@@ -394,8 +394,7 @@ TEST_CASE("Joins of branches: shapes and parameter names", "[blocks][joins]") {
   // DenseConcat: its body's names; Concat and Mul: the branch index first.
   CHECK(names(net) == std::vector<std::string>{"0.0.0.weight", "0.0.0.bias", "0.0.1.weight",
                                                "0.0.1.bias", "1.1.1.weight", "1.1.1.bias",
-                                               "1.1.3.weight", "1.1.3.bias", "2.weight",
-                                               "2.bias"});
+                                               "1.1.3.weight", "1.1.3.bias", "2.weight", "2.bias"});
   CHECK(net.parameter_count() == 2 * (16 + 4) + (6 * 3 + 3) + (3 * 6 + 6) + (4 * 2 + 2));
   // Branch i draws from stream i: equal branches get different values.
   auto c = telar::Concat<D<float>, D<float>>(D<float>(4, 4), D<float>(4, 4));
@@ -450,11 +449,21 @@ TEST_CASE("Joins of branches: gradients match finite differences", "[blocks][joi
     CHECK(report.tensors.size() == tensors);
     CHECK(report.passed(1e-6));
   };
-  SECTION("Concat: a layer, a chain and the input") { check(make_inception<double>(), 5); }
-  SECTION("Mul: squeeze-excitation") { check(make_se<double>(2), 5); }
-  SECTION("Add: a per-channel branch") { check(make_bias<double>(), 5); }
-  SECTION("Mul: three factors, one fused, one per channel") { check(make_product<double>(), 5); }
-  SECTION("A Concat in a DenseConcat in a Sequential, then SE") { check(make_branchy<double>(), 11); }
+  SECTION("Concat: a layer, a chain and the input") {
+    check(make_inception<double>(), 5);
+  }
+  SECTION("Mul: squeeze-excitation") {
+    check(make_se<double>(2), 5);
+  }
+  SECTION("Add: a per-channel branch") {
+    check(make_bias<double>(), 5);
+  }
+  SECTION("Mul: three factors, one fused, one per channel") {
+    check(make_product<double>(), 5);
+  }
+  SECTION("A Concat in a DenseConcat in a Sequential, then SE") {
+    check(make_branchy<double>(), 11);
+  }
 }
 
 TEST_CASE("Joins of branches: backward_weight alone computes the inner gradients",

@@ -66,15 +66,14 @@ using Mul = detail::BranchBlock<detail::MulKind, Branches...>;
  *  \tparam Layers the body's layers */
 template <class... Layers>
 class DenseConcat
-    : public detail::BranchBlock<
-          detail::DenseConcatKind,
-          Identity<typename Sequential<Layers...>::value_type,
-                   typename Sequential<Layers...>::memory_space>,
-          Sequential<Layers...>> {
+    : public detail::BranchBlock<detail::DenseConcatKind,
+                                 Identity<typename Sequential<Layers...>::value_type,
+                                          typename Sequential<Layers...>::memory_space>,
+                                 Sequential<Layers...>> {
   using Body = Sequential<Layers...>;
-  using Base = detail::BranchBlock<
-      detail::DenseConcatKind,
-      Identity<typename Body::value_type, typename Body::memory_space>, Body>;
+  using Base =
+      detail::BranchBlock<detail::DenseConcatKind,
+                          Identity<typename Body::value_type, typename Body::memory_space>, Body>;
 
 public:
   /*! \brief Default-constructed layers. */

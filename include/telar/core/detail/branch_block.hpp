@@ -49,12 +49,12 @@ public:
   // an Identity branch's output is the input itself.
   struct saved_type {
     std::tuple<typename layer_traits<Branches>::saved_type...> inner; // each branch's state
-    std::array<matrix, count> buf;        // branch outputs this block allocated
-    std::array<const_matrix, count> out;  // branch outputs as the join reads them
+    std::array<matrix, count> buf;          // branch outputs this block allocated
+    std::array<const_matrix, count> out;    // branch outputs as the join reads them
     mutable std::array<matrix, count> grad; // dL/d out_i where that is not dy itself
-    mutable matrix join;                  // a product's full-size term
-    mutable matrix scratch;               // a later branch's dx, before it is added
-    mutable bool grads_ready = false;     // backward_input ran since the last backward_weight
+    mutable matrix join;                    // a product's full-size term
+    mutable matrix scratch;                 // a later branch's dx, before it is added
+    mutable bool grads_ready = false;       // backward_input ran since the last backward_weight
   };
 
   BranchBlock() = default;

@@ -239,8 +239,7 @@ struct ResidualKind : SumJoin {
   static Shape shape(char const*, Shape const& in, std::vector<Shape> const& outs,
                      std::vector<std::string> const&) {
     if (Projected && outs[1] != outs[0])
-      throw ShapeError("the body gives " + outs[0].str() + " but the projection " +
-                       outs[1].str());
+      throw ShapeError("the body gives " + outs[0].str() + " but the projection " + outs[1].str());
     if (!Projected && outs[0] != in)
       throw ShapeError("the body turns " + in.str() + " into " + outs[0].str() +
                        "; use telar::ProjectedResidual to add a projection of the input");
