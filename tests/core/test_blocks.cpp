@@ -9,6 +9,7 @@
 #include <telar/core/residual.hpp>
 #include <telar/core/sequential.hpp>
 #include <telar/layers/activation.hpp>
+#include <telar/layers/conv.hpp>
 #include <telar/layers/dense.hpp>
 #include <telar/layers/normalization.hpp>
 #include <telar/layers/pooling.hpp>
@@ -485,6 +486,61 @@ TEST_CASE("Blocks: saved_bytes() is what the saved state allocates", "[blocks][j
   CHECK(measured_saved_bytes(Res(D<double>(4, 5), {}, D<double>(5, 4)), 3) > 0);
   using Proj = telar::ProjectedResidual<D<double>, D<double>, telar::ReLU<double>>;
   CHECK(measured_saved_bytes(Proj(D<double>(4, 2), D<double>(4, 2), {}), 3) > 0);
+}
+
+// The blocks of docs/writing_networks_that_branch.md, as written there:
+// their shapes and parameter names.
+namespace branch_guide {
+template <class T>
+using Conv = telar::Conv2D<T>;
+template <class T>
+using Basic = telar::ProjectedResidual<Conv<T>,                           // shortcut
+                                       Conv<T>, telar::ReLU<T>, Conv<T>>; // body
+template <class T>
+using Relu = telar::ReLU<T>;
+template <class T>
+using Inception = telar::Concat<telar::Sequential<Conv<T>, Relu<T>>,                   // 1x1
+                                telar::Sequential<Conv<T>, Relu<T>, Conv<T>, Relu<T>>, // 1x1 -> 3x3
+                                telar::Sequential<Conv<T>, Relu<T>, Conv<T>, Relu<T>>, // 1x1 -> 5x5
+                                telar::Sequential<telar::MaxPool2D<T>, Conv<T>, Relu<T>>>; // pool
+template <class T>
+using DenseLayer = telar::DenseConcat<Relu<T>, Conv<T>, Relu<T>, Conv<T>>;
+template <class T>
+using Excite = telar::Sequential<telar::GlobalAvgPool<T>, telar::Dense<T>, Relu<T>, telar::Dense<T>,
+                                 telar::Sigmoid<T>>;
+template <class T>
+using SE = telar::Mul<telar::Identity<T>, Excite<T>>;
+} // namespace branch_guide
+
+TEST_CASE("The branching guide's blocks have the shapes and names it shows", "[blocks][doc]") {
+  using namespace branch_guide;
+  Basic<float> block(Conv<float>(64, 128, 1, 2, 0, false), Conv<float>(64, 128, 3, 2, 1, false), {},
+                     Conv<float>(128, 128, 3, 1, 1, false));
+  block.build(telar::Shape{64, 8, 8});
+  CHECK(block.output_shape(telar::Shape{64, 8, 8}) == telar::Shape{128, 4, 4});
+  CHECK(names(block) == std::vector<std::string>{"0.weight", "2.weight", "shortcut.weight"});
+
+  using S = telar::Sequential<Conv<float>, Relu<float>>;
+  using S2 = telar::Sequential<Conv<float>, Relu<float>, Conv<float>, Relu<float>>;
+  using P = telar::Sequential<telar::MaxPool2D<float>, Conv<float>, Relu<float>>;
+  Inception<float> inception(S(Conv<float>(192, 64, 1), {}),
+                             S2(Conv<float>(192, 96, 1), {}, Conv<float>(96, 128, 3, 1, 1), {}),
+                             S2(Conv<float>(192, 16, 1), {}, Conv<float>(16, 32, 5, 1, 2), {}),
+                             P(telar::MaxPool2D<float>(3, 1, 1), Conv<float>(192, 32, 1), {}));
+  CHECK(inception.output_shape(telar::Shape{192, 28, 28}) == telar::Shape{256, 28, 28});
+  inception.build(telar::Shape{192, 28, 28});
+  CHECK(names(inception)[2] == "1.0.weight");
+  CHECK(names(inception)[4] == "1.2.weight");
+
+  DenseLayer<float> layer({}, Conv<float>(64, 128, 1, 1, 0, false), {},
+                          Conv<float>(128, 32, 3, 1, 1, false));
+  CHECK(layer.output_shape(telar::Shape{64, 8, 8}) == telar::Shape{96, 8, 8});
+
+  SE<float> se(
+      {}, Excite<float>({}, telar::Dense<float>(256, 16), {}, telar::Dense<float>(16, 256), {}));
+  se.build(telar::Shape{256, 4, 4});
+  CHECK(se.output_shape(telar::Shape{256, 4, 4}) == telar::Shape{256, 4, 4});
+  CHECK(names(se) == std::vector<std::string>{"1.1.weight", "1.1.bias", "1.3.weight", "1.3.bias"});
 }
 
 // The layer of docs/writing_a_layer.md, verbatim: it compiles, and its
