@@ -323,6 +323,17 @@ using ChannelBias = telar::Add<D<T>, telar::Sequential<Gap<T>, D<T>>>;
 // Three factors: full, full and fused, per channel.
 template <class T>
 using Product = telar::Mul<D<T>, Twice<T>, telar::Sequential<Gap<T>, D<T>, telar::Tanh<T>>>;
+// Channel means kept as [C, 1, 1] (torch.mean(x, (2, 3), keepdim=True)):
+// the same values as GlobalAvgPool's [C].
+template <class T>
+struct KeepDimsMean : Gap<T> {
+  telar::Shape output_shape(telar::Shape const& in) const {
+    return telar::Shape{Gap<T>::output_shape(in)[0], 1, 1};
+  }
+};
+// x plus a function of its channel means, broadcast from [C, 1, 1].
+template <class T>
+using Centre = telar::Add<Id<T>, telar::Sequential<KeepDimsMean<T>, telar::Tanh<T>>>;
 // A Concat inside a DenseConcat inside a Sequential, then an SE block:
 // [2, 3, 4] -> [6, 3, 4] -> [6, 3, 4] -> [6, 3, 2].
 template <class T>
@@ -385,6 +396,7 @@ TEST_CASE("Joins of branches: shapes and parameter names", "[blocks][joins]") {
   CHECK(make_inception<float>().output_shape(image) == telar::Shape{6, 3, 4});
   CHECK(make_se<float>(2).output_shape(image) == image);
   CHECK(make_bias<float>().output_shape(image) == image);
+  CHECK(Centre<float>().output_shape(image) == image); // [2, 1, 1] against [2, 3, 4]
   auto net = make_branchy<float>();
   CHECK(net.shapes(image) == std::vector<telar::Shape>{image, telar::Shape{6, 3, 4},
                                                        telar::Shape{6, 3, 4},
@@ -461,6 +473,9 @@ TEST_CASE("Joins of branches: gradients match finite differences", "[blocks][joi
   }
   SECTION("Mul: three factors, one fused, one per channel") {
     check(make_product<double>(), 5);
+  }
+  SECTION("Add: a [C, 1, 1] branch") {
+    check(Centre<double>(), 1);
   }
   SECTION("A Concat in a DenseConcat in a Sequential, then SE") {
     check(make_branchy<double>(), 11);
