@@ -11,10 +11,12 @@
  *  PyTorch names a module that keeps its branches in an nn.ModuleList or an
  *  nn.Sequential-like container (a Concat whose branch 1 is a chain names
  *  the weight of that chain's layer 0 "1.0.weight"); branch i's seed stream
- *  is mix_seed(seed, i).
+ *  is mix_seed(seed, i). `block.branch<I>()` is branch I;
+ *  `block.for_each_branch(f)` calls f(std::integral_constant<std::size_t, I>,
+ *  branch) for each, first to last.
  *  \code
  *  using C = telar::Conv2D<float>;
- *  // Inception: four branches on one input, channels concatenated.
+ *  // Inception-like: three branches on one input, channels concatenated.
  *  using Inception = telar::Concat<C, telar::Sequential<C, telar::ReLU<float>, C>,
  *                                  telar::Sequential<telar::MaxPool2D<float>, C>>;
  *  // Squeeze-excitation: x times per-channel weights in (0, 1).
