@@ -1,14 +1,19 @@
-// Nested blocks: Sequential in Sequential, Residual and ProjectedResidual.
-// Shapes and their error messages, parameter names, gradients by finite
-// differences (double), backward_weight without backward_input, and saved
-// state reused across steps.
+// Nested blocks: Sequential in Sequential, Residual and ProjectedResidual,
+// and the joins of branches (Concat, DenseConcat, Add, Mul). Shapes and their
+// error messages, parameter names, gradients by finite differences (double),
+// backward_weight without backward_input, saved state reused across steps,
+// and saved_bytes() against the bytes the meter sees allocated.
 #include "support.hpp"
 
+#include <telar/core/branches.hpp>
 #include <telar/core/residual.hpp>
 #include <telar/core/sequential.hpp>
 #include <telar/layers/activation.hpp>
+#include <telar/layers/conv.hpp>
 #include <telar/layers/dense.hpp>
 #include <telar/layers/normalization.hpp>
+#include <telar/layers/pooling.hpp>
+#include <telar/profile/memory.hpp>
 #include <telar/testing/check_gradients.hpp>
 
 #include <catch2/catch_test_macros.hpp>
@@ -237,30 +242,34 @@ TEST_CASE("Nested blocks: gradients match finite differences", "[blocks][fd]") {
   }
 }
 
+// backward_weight on its own gives the gradients of backward_input then
+// backward_weight, on fresh and on reused saved states.
+template <class M>
+void check_weight_alone(M a, M b, telar::Shape in, std::size_t n) {
+  a.build(in);
+  b.build(in);
+  a.initialize(4);
+  b.initialize(4);
+  std::size_t const out = a.output_shape(in).size();
+  auto x = random_matrix<double>(n, in.size(), 1), dy = random_matrix<double>(n, out, 2);
+  typename M::saved_type sa, sb;
+  Pass const full = run(a, sa, x, dy, true);
+  Pass const alone = run(b, sb, x, dy, false); // a fresh saved: backward_weight first
+  CHECK(max_abs_diff(full.grads, alone.grads) == 0.0);
+  // And again on the same saved states, swapped roles.
+  Pass const alone2 = run(a, sa, x, dy, false);
+  Pass const full2 = run(b, sb, x, dy, true);
+  CHECK(max_abs_diff(full.grads, alone2.grads) == 0.0);
+  CHECK(max_abs_diff(full.grads, full2.grads) == 0.0);
+  CHECK(max_abs_diff(full.dx, full2.dx) == 0.0);
+}
+
 TEST_CASE("Nested blocks: backward_weight alone computes the inner gradients", "[blocks]") {
-  auto check = [](auto a, auto b, telar::Shape in, std::size_t n) {
-    a.build(in);
-    b.build(in);
-    a.initialize(4);
-    b.initialize(4);
-    std::size_t const out = a.output_shape(in).size();
-    auto x = random_matrix<double>(n, in.size(), 1), dy = random_matrix<double>(n, out, 2);
-    typename decltype(a)::saved_type sa, sb;
-    Pass const full = run(a, sa, x, dy, true);
-    Pass const alone = run(b, sb, x, dy, false); // a fresh saved: backward_weight first
-    CHECK(max_abs_diff(full.grads, alone.grads) == 0.0);
-    // And again on the same saved states, swapped roles.
-    Pass const alone2 = run(a, sa, x, dy, false);
-    Pass const full2 = run(b, sb, x, dy, true);
-    CHECK(max_abs_diff(full.grads, alone2.grads) == 0.0);
-    CHECK(max_abs_diff(full.grads, full2.grads) == 0.0);
-    CHECK(max_abs_diff(full.dx, full2.dx) == 0.0);
-  };
   SECTION("blocks inside the chain") {
-    check(make_net<double>(), make_net<double>(), {3, 4}, 4);
+    check_weight_alone(make_net<double>(), make_net<double>(), {3, 4}, 4);
   }
   SECTION("blocks first, fused shortcut") {
-    check(make_block_first<double>(), make_block_first<double>(), {6}, 5);
+    check_weight_alone(make_block_first<double>(), make_block_first<double>(), {6}, 5);
   }
 }
 
@@ -291,6 +300,262 @@ TEST_CASE("Nested blocks: a saved state is reused across steps", "[blocks]") {
   for (std::size_t i = 0; i < twice.size(); ++i)
     worst = std::max(worst, std::abs(twice[i] - 2 * first.grads[i]));
   CHECK(worst < 1e-12);
+}
+
+// Joins of branches over samples [C, H, W] = [2, 3, 4] (Dense acts on W).
+namespace joins {
+
+template <class T>
+using Gap = telar::GlobalAvgPool<T>;
+template <class T>
+using Id = telar::Identity<T>;
+// Inception-like: three branches, channels concatenated: [2, 3, 4] -> [6, 3, 4].
+template <class T>
+using Inception = telar::Concat<D<T>, telar::Sequential<D<T>, telar::GELU<T>>, Id<T>>;
+// Squeeze-excitation: x times a weight per channel.
+template <class T>
+using Excite = telar::Sequential<Gap<T>, D<T>, telar::ReLU<T>, D<T>, telar::Sigmoid<T>>;
+template <class T>
+using SE = telar::Mul<Id<T>, Excite<T>>;
+// A full branch plus a per-channel one.
+template <class T>
+using ChannelBias = telar::Add<D<T>, telar::Sequential<Gap<T>, D<T>>>;
+// Three factors: full, full and fused, per channel.
+template <class T>
+using Product = telar::Mul<D<T>, Twice<T>, telar::Sequential<Gap<T>, D<T>, telar::Tanh<T>>>;
+// Channel means kept as [C, 1, 1] (torch.mean(x, (2, 3), keepdim=True)):
+// the same values as GlobalAvgPool's [C].
+template <class T>
+struct KeepDimsMean : Gap<T> {
+  telar::Shape output_shape(telar::Shape const& in) const {
+    return telar::Shape{Gap<T>::output_shape(in)[0], 1, 1};
+  }
+};
+// x plus a function of its channel means, broadcast from [C, 1, 1].
+template <class T>
+using Centre = telar::Add<Id<T>, telar::Sequential<KeepDimsMean<T>, telar::Tanh<T>>>;
+// A Concat inside a DenseConcat inside a Sequential, then an SE block:
+// [2, 3, 4] -> [6, 3, 4] -> [6, 3, 4] -> [6, 3, 2].
+template <class T>
+using Dense2 = telar::DenseConcat<telar::Concat<D<T>, D<T>>, telar::GELU<T>>;
+template <class T>
+using Branchy = telar::Sequential<Dense2<T>, SE<T>, D<T>>;
+
+template <class T>
+Inception<T> make_inception() {
+  return Inception<T>(D<T>(4, 4), telar::Sequential<D<T>, telar::GELU<T>>(D<T>(4, 4), {}), {});
+}
+template <class T>
+SE<T> make_se(std::size_t channels) {
+  return SE<T>({}, Excite<T>({}, D<T>(channels, 3), {}, D<T>(3, channels), {}));
+}
+template <class T>
+ChannelBias<T> make_bias() {
+  return ChannelBias<T>(D<T>(4, 4), telar::Sequential<Gap<T>, D<T>>({}, D<T>(2, 2)));
+}
+template <class T>
+Product<T> make_product() {
+  return Product<T>(D<T>(4, 4), {},
+                    telar::Sequential<Gap<T>, D<T>, telar::Tanh<T>>({}, D<T>(2, 2), {}));
+}
+template <class T>
+Branchy<T> make_branchy() {
+  return Branchy<T>(Dense2<T>(telar::Concat<D<T>, D<T>>(D<T>(4, 4), D<T>(4, 4)), {}), make_se<T>(6),
+                    D<T>(4, 2));
+}
+
+telar::Shape const image{2, 3, 4};
+
+// Bytes the saved state allocates in one forward and backward, as the
+// memory meter counts them.
+template <class M>
+std::size_t measured_saved_bytes(M m, std::size_t n, telar::Shape const& in = image) {
+  telar::MemoryMeterInstall install;
+  m.build(in);
+  m.initialize(3);
+  std::size_t const out = m.output_shape(in).size();
+  auto x = random_matrix<double>(n, in.size(), 1), dy = random_matrix<double>(n, out, 2);
+  telar::Matrix<double> y("y", n, out), dx("dx", n, in.size());
+  telar::MemoryMeter::Scope scope(telar::MemoryCategory::activations);
+  auto& meter = telar::MemoryMeter::instance();
+  std::size_t const before = meter.current().total();
+  typename M::saved_type saved;
+  m.forward(Exec{}, x, y, saved);
+  m.backward_input(Exec{}, dy, dx, saved);
+  m.backward_weight(Exec{}, dy, saved);
+  Kokkos::fence();
+  std::size_t const used = meter.current().total() - before;
+  CHECK(used == m.saved_bytes(n, in));
+  return used;
+}
+
+} // namespace joins
+
+TEST_CASE("Joins of branches: shapes and parameter names", "[blocks][joins]") {
+  using namespace joins;
+  CHECK(make_inception<float>().output_shape(image) == telar::Shape{6, 3, 4});
+  CHECK(make_se<float>(2).output_shape(image) == image);
+  CHECK(make_bias<float>().output_shape(image) == image);
+  CHECK(Centre<float>().output_shape(image) == image); // [2, 1, 1] against [2, 3, 4]
+  auto net = make_branchy<float>();
+  CHECK(net.shapes(image) == std::vector<telar::Shape>{image, telar::Shape{6, 3, 4},
+                                                       telar::Shape{6, 3, 4},
+                                                       telar::Shape{6, 3, 2}});
+  CHECK(net.layer_names() == std::vector<std::string>{"DenseConcat", "Mul", "Dense"});
+  net.build(image);
+  net.initialize(1);
+  // DenseConcat: its body's names; Concat and Mul: the branch index first.
+  CHECK(names(net) == std::vector<std::string>{"0.0.0.weight", "0.0.0.bias", "0.0.1.weight",
+                                               "0.0.1.bias", "1.1.1.weight", "1.1.1.bias",
+                                               "1.1.3.weight", "1.1.3.bias", "2.weight", "2.bias"});
+  CHECK(net.parameter_count() == 2 * (16 + 4) + (6 * 3 + 3) + (3 * 6 + 6) + (4 * 2 + 2));
+  // Branch i draws from stream i: equal branches get different values.
+  auto c = telar::Concat<D<float>, D<float>>(D<float>(4, 4), D<float>(4, 4));
+  c.build(image);
+  c.initialize(1);
+  CHECK(values(c.branch<0>().weight) != values(c.branch<1>().weight));
+}
+
+TEST_CASE("Joins of branches: shape errors name the block, the branch and both shapes",
+          "[blocks][joins]") {
+  using namespace joins;
+  using C2 = telar::Concat<D<float>, D<float>>;
+  CHECK(message_of([] { C2(D<float>(4, 4), D<float>(4, 5)).output_shape(image); }) ==
+        "telar::Concat: branch 1 (Dense) gives [2, 3, 5] but branch 0 (Dense) gives [2, 3, 4]; "
+        "to concatenate along channels all dimensions but the first must agree");
+  using A2 = telar::Add<D<float>, D<float>>;
+  CHECK(message_of([] { A2(D<float>(4, 4), D<float>(4, 3)).output_shape(image); }) ==
+        "telar::Add: branch 1 (Dense) gives [2, 3, 3] but branch 0 (Dense) gives [2, 3, 4]; a "
+        "branch must give the same shape or one value per channel ([2] or [2, 1, ...])");
+  CHECK(message_of([] { A2(D<float>(4, 4), D<float>(5, 4)).output_shape(image); }) ==
+        "telar::Add: branch 1 (Dense) cannot take input [2, 3, 4]: Dense expects inputs [..., 5]");
+  CHECK(message_of([] { make_se<float>(3).output_shape(image); }) ==
+        "telar::Mul: branch 1 (Sequential) cannot take input [2, 3, 4]: telar::Sequential: layer "
+        "1 (Dense) cannot take input [2] from layer 0 (GlobalAvgPool): Dense expects inputs "
+        "[..., 3]");
+  using M2 = telar::Mul<Id<float>, telar::Sequential<Gap<float>, D<float>>>;
+  CHECK(message_of([] {
+          M2({}, telar::Sequential<Gap<float>, D<float>>({}, D<float>(2, 3))).output_shape(image);
+        }) == "telar::Mul: branch 1 (Sequential) gives [3] but branch 0 (Identity) gives [2, 3, "
+              "4]; a branch must give the same shape or one value per channel ([2] or [2, 1, "
+              "...])");
+  // Inside a chain, the chain names the block's position too.
+  telar::Sequential<telar::ReLU<float>, telar::DenseConcat<D<float>>> chain(
+      {}, telar::DenseConcat<D<float>>(D<float>(4, 5)));
+  CHECK(message_of([&] { chain.shapes(image); }) ==
+        "telar::Sequential: layer 1 (DenseConcat) cannot take input [2, 3, 4] from layer 0 "
+        "(ReLU): telar::DenseConcat: the body gives [2, 3, 5] but the input gives [2, 3, 4]; to "
+        "concatenate along channels all dimensions but the first must agree");
+  // A block run before build() says so.
+  auto unbuilt = make_inception<double>();
+  typename Inception<double>::saved_type saved;
+  CHECK_THROWS_WITH(unbuilt.forward(Exec{}, random_matrix<double>(2, 24, 1),
+                                    telar::Matrix<double>("y", 2, 72), saved),
+                    ContainsSubstring("telar::Concat: run before build"));
+}
+
+TEST_CASE("Joins of branches: gradients match finite differences", "[blocks][joins][fd]") {
+  using namespace joins;
+  auto check = [](auto block, std::size_t tensors) {
+    auto const report = telar::check_gradients(block, image, 3);
+    INFO(report.str());
+    CHECK(report.tensors.size() == tensors);
+    CHECK(report.passed(1e-6));
+  };
+  SECTION("Concat: a layer, a chain and the input") {
+    check(make_inception<double>(), 5);
+  }
+  SECTION("Mul: squeeze-excitation") {
+    check(make_se<double>(2), 5);
+  }
+  SECTION("Add: a per-channel branch") {
+    check(make_bias<double>(), 5);
+  }
+  SECTION("Mul: three factors, one fused, one per channel") {
+    check(make_product<double>(), 5);
+  }
+  SECTION("Add: a [C, 1, 1] branch") {
+    check(Centre<double>(), 1);
+  }
+  SECTION("A Concat in a DenseConcat in a Sequential, then SE") {
+    check(make_branchy<double>(), 11);
+  }
+}
+
+TEST_CASE("Joins of branches: backward_weight alone computes the inner gradients",
+          "[blocks][joins]") {
+  using namespace joins;
+  check_weight_alone(make_inception<double>(), make_inception<double>(), image, 3);
+  check_weight_alone(make_product<double>(), make_product<double>(), image, 2);
+  check_weight_alone(make_branchy<double>(), make_branchy<double>(), image, 4);
+}
+
+TEST_CASE("Blocks: saved_bytes() is what the saved state allocates", "[blocks][joins][memory]") {
+  using namespace joins;
+  CHECK(measured_saved_bytes(make_inception<double>(), 3) > 0);
+  CHECK(measured_saved_bytes(make_se<double>(2), 3) > 0);
+  CHECK(measured_saved_bytes(make_bias<double>(), 2) > 0);
+  CHECK(measured_saved_bytes(make_product<double>(), 2) > 0);
+  CHECK(measured_saved_bytes(make_branchy<double>(), 4) > 0);
+  // The residual blocks of make_net (no new instantiations).
+  auto const net = make_net<double>();
+  CHECK(measured_saved_bytes(net.layer<3>(), 3, telar::Shape{2, 6}) > 0);
+  CHECK(measured_saved_bytes(net.layer<4>(), 3, telar::Shape{2, 6}) > 0);
+}
+
+// The blocks of docs/writing_networks_that_branch.md, as written there:
+// their shapes and parameter names.
+namespace branch_guide {
+template <class T>
+using Conv = telar::Conv2D<T>;
+template <class T>
+using Basic = telar::ProjectedResidual<Conv<T>,                           // shortcut
+                                       Conv<T>, telar::ReLU<T>, Conv<T>>; // body
+template <class T>
+using Relu = telar::ReLU<T>;
+template <class T>
+using Inception = telar::Concat<telar::Sequential<Conv<T>, Relu<T>>,                   // 1x1
+                                telar::Sequential<Conv<T>, Relu<T>, Conv<T>, Relu<T>>, // 1x1 -> 3x3
+                                telar::Sequential<Conv<T>, Relu<T>, Conv<T>, Relu<T>>, // 1x1 -> 5x5
+                                telar::Sequential<telar::MaxPool2D<T>, Conv<T>, Relu<T>>>; // pool
+template <class T>
+using DenseLayer = telar::DenseConcat<Relu<T>, Conv<T>, Relu<T>, Conv<T>>;
+template <class T>
+using Excite = telar::Sequential<telar::GlobalAvgPool<T>, telar::Dense<T>, Relu<T>, telar::Dense<T>,
+                                 telar::Sigmoid<T>>;
+template <class T>
+using SE = telar::Mul<telar::Identity<T>, Excite<T>>;
+} // namespace branch_guide
+
+TEST_CASE("The branching guide's blocks have the shapes and names it shows", "[blocks][doc]") {
+  using namespace branch_guide;
+  Basic<float> block(Conv<float>(64, 128, 1, 2, 0, false), Conv<float>(64, 128, 3, 2, 1, false), {},
+                     Conv<float>(128, 128, 3, 1, 1, false));
+  block.build(telar::Shape{64, 8, 8});
+  CHECK(block.output_shape(telar::Shape{64, 8, 8}) == telar::Shape{128, 4, 4});
+  CHECK(names(block) == std::vector<std::string>{"0.weight", "2.weight", "shortcut.weight"});
+
+  using S = telar::Sequential<Conv<float>, Relu<float>>;
+  using S2 = telar::Sequential<Conv<float>, Relu<float>, Conv<float>, Relu<float>>;
+  using P = telar::Sequential<telar::MaxPool2D<float>, Conv<float>, Relu<float>>;
+  Inception<float> inception(S(Conv<float>(192, 64, 1), {}),
+                             S2(Conv<float>(192, 96, 1), {}, Conv<float>(96, 128, 3, 1, 1), {}),
+                             S2(Conv<float>(192, 16, 1), {}, Conv<float>(16, 32, 5, 1, 2), {}),
+                             P(telar::MaxPool2D<float>(3, 1, 1), Conv<float>(192, 32, 1), {}));
+  CHECK(inception.output_shape(telar::Shape{192, 28, 28}) == telar::Shape{256, 28, 28});
+  inception.build(telar::Shape{192, 28, 28});
+  CHECK(names(inception)[2] == "1.0.weight");
+  CHECK(names(inception)[4] == "1.2.weight");
+
+  DenseLayer<float> layer({}, Conv<float>(64, 128, 1, 1, 0, false), {},
+                          Conv<float>(128, 32, 3, 1, 1, false));
+  CHECK(layer.output_shape(telar::Shape{64, 8, 8}) == telar::Shape{96, 8, 8});
+
+  SE<float> se(
+      {}, Excite<float>({}, telar::Dense<float>(256, 16), {}, telar::Dense<float>(16, 256), {}));
+  se.build(telar::Shape{256, 4, 4});
+  CHECK(se.output_shape(telar::Shape{256, 4, 4}) == telar::Shape{256, 4, 4});
+  CHECK(names(se) == std::vector<std::string>{"1.1.weight", "1.1.bias", "1.3.weight", "1.3.bias"});
 }
 
 // The layer of docs/writing_a_layer.md, verbatim: it compiles, and its

@@ -3,8 +3,11 @@
 // Dense pair), and under dp x pp and dp x tp: checked on the L2 norm of every
 // parameter tensor and of all of them (relative 1e-5 in float, 1e-11 in
 // double) after a few steps, at whatever world size the test runs with.
+// A CNN that branches (an Inception-like Concat, a DenseConcat, a
+// squeeze-excitation Mul) matches serial training under dp and pp.
 #include "support.hpp"
 
+#include <telar/core/branches.hpp>
 #include <telar/core/residual.hpp>
 #include <telar/data/synthetic.hpp>
 #include <telar/layers/activation.hpp>
@@ -23,6 +26,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -44,6 +48,32 @@ Cnn<T> make_cnn() {
                 telar::Residual<C, telar::ReLU<T>, C>(C(4, 4, 3, 1, 1), {}, C(4, 4, 3, 1, 1)), {},
                 telar::MaxPool2D<T>(2), {}, telar::ColumnParallel<telar::Dense<T>>(64, 16), {},
                 telar::RowParallel<telar::Dense<T>>(16, classes));
+}
+
+// conv, Inception-like Concat (1x1 | 1x1 -> 3x3), a DenseConcat (x | 3x3),
+// squeeze-excitation, max-pool, flatten, Dense: [2, 8, 8] -> ... -> [6, 8, 8].
+template <class T>
+using C = telar::Conv2D<T>;
+template <class T>
+using Inception = telar::Concat<C<T>, telar::Sequential<C<T>, telar::ReLU<T>, C<T>>>;
+template <class T>
+using Excite = telar::Sequential<telar::GlobalAvgPool<T>, telar::Dense<T>, telar::ReLU<T>,
+                                 telar::Dense<T>, telar::Sigmoid<T>>;
+template <class T>
+using BranchyCnn = telar::Sequential<C<T>, telar::ReLU<T>, Inception<T>, telar::ReLU<T>,
+                                     telar::DenseConcat<C<T>, telar::ReLU<T>>,
+                                     telar::Mul<telar::Identity<T>, Excite<T>>, telar::MaxPool2D<T>,
+                                     telar::Flatten<T>, telar::Dense<T>>;
+template <class T>
+BranchyCnn<T> make_branchy_cnn() {
+  using D = telar::Dense<T>;
+  return BranchyCnn<T>(
+      C<T>(2, 4, 3, 1, 1), {},
+      Inception<T>(C<T>(4, 2, 1), telar::Sequential<C<T>, telar::ReLU<T>, C<T>>(
+                                      C<T>(4, 2, 1), {}, C<T>(2, 2, 3, 1, 1))),
+      {}, telar::DenseConcat<C<T>, telar::ReLU<T>>(C<T>(4, 2, 3, 1, 1), {}),
+      telar::Mul<telar::Identity<T>, Excite<T>>({}, Excite<T>({}, D(6, 3), {}, D(3, 6), {})),
+      telar::MaxPool2D<T>(2), {}, D(6 * 4 * 4, classes));
 }
 
 using Full =
@@ -81,10 +111,10 @@ struct Result {
   std::map<std::string, double> norms;
 };
 
-template <class T, class Strategy, class Opt>
+template <class T, class Strategy, class Opt, class Model = Cnn<T>>
 Result train(MPI_Comm comm, Opt opt, telar::TrainerOptions opts, Data<T> const& data,
-             std::size_t batch, int steps) {
-  telar::Trainer<Cnn<T>, Strategy, Opt> trainer(comm, make_cnn<T>(), opt, opts, image);
+             std::size_t batch, int steps, Model model = make_cnn<T>()) {
+  telar::Trainer<Model, Strategy, Opt> trainer(comm, std::move(model), opt, opts, image);
   int const dp = trainer.grid_shape().dp, d = trainer.grid_coords().dp;
   std::size_t const local = batch / std::size_t(dp);
   for (int s = 0; s < steps; ++s) {
@@ -166,5 +196,43 @@ TEMPLATE_TEST_CASE("A residual CNN matches serial training under every strategy"
                              " tp=" + std::to_string(l.tp) + " " + l.schedule +
                              " m=" + std::to_string(l.microbatches);
     require_same(train<T, Full>(MPI_COMM_WORLD, sgd, opts, data, batch, steps), want, tol, what);
+  }
+}
+
+// One precision (double: the tighter tolerance) and one strategy type, the
+// serial reference included, to keep the Trainer instantiations few.
+TEST_CASE("A CNN with Concat, DenseConcat and squeeze-excitation matches serial training",
+          "[equivalence][cnn][branches]") {
+  using T = double;
+  int const n = world_size();
+  std::size_t const batch = 16;
+  int const steps = 3;
+  auto const data = make_data<T>(batch * steps);
+  telar::SGD<T> sgd;
+  sgd.momentum = T(0.9);
+  telar::TrainerOptions base;
+  base.seed = 5;
+  base.lr = telar::constant_lr(0.05);
+  auto const run = [&](telar::TrainerOptions opts, MPI_Comm comm) {
+    return train<T, Full>(comm, sgd, opts, data, batch, steps, make_branchy_cnn<T>());
+  };
+  telar::TrainerOptions ref = base;
+  ref.grid = {1, 1, 1};
+  Result const want = run(ref, MPI_COMM_SELF);
+  CHECK(want.norms.size() == 16); // 5 convolutions, 3 Dense: weight and bias each
+
+  std::vector<Layout> layouts{{n, 1, 1, "1f1b", 1}};
+  if (n > 1)
+    layouts.push_back({1, n, 1, "1f1b", 4});
+  if (n == 4)
+    layouts.push_back({2, 2, 1, "zb-h1", 2});
+  for (auto const& l : layouts) {
+    telar::TrainerOptions opts = base;
+    opts.grid = {l.dp, l.pp, l.tp};
+    opts.schedule = l.schedule;
+    opts.microbatches = l.microbatches;
+    std::string const what = "dp=" + std::to_string(l.dp) + " pp=" + std::to_string(l.pp) + " " +
+                             l.schedule + " m=" + std::to_string(l.microbatches);
+    require_same(run(opts, MPI_COMM_WORLD), want, 1e-11, what);
   }
 }

@@ -36,7 +36,8 @@
  *  of (seed, counter, element) and they expose the counter as
  *  `std::uint64_t random_counter() const` and
  *  `void set_random_counter(std::uint64_t)`: the wrapper records the counter
- *  of every such layer inside (through Sequential, Residual blocks and nested
+ *  of every such layer inside (through Sequential, Residual and the other blocks
+ *  of branches, and nested
  *  Recompute) before the forward, sets it back for the recomputation and
  *  restores the current value afterwards.
  */
@@ -70,8 +71,13 @@ template <class L>
 using set_random_counter_t = decltype(std::declval<L&>().set_random_counter(std::uint64_t{}));
 template <class L>
 using body_t = decltype(std::declval<L&>().body());
+struct AnyBranchVisitor {
+  template <class I, class B>
+  void operator()(I, B&) const {}
+};
 template <class L>
-using projection_t = decltype(std::declval<L&>().projection());
+using for_each_branch_t =
+    decltype(std::declval<L&>().for_each_branch(std::declval<AnyBranchVisitor&>()));
 
 template <class L>
 inline constexpr bool is_recompute_v = false;
@@ -84,8 +90,9 @@ inline constexpr bool is_stochastic_v =
     is_detected_v<random_counter_t, L>&& is_detected_v<set_random_counter_t, L>;
 
 // Calls f(layer) for every stochastic layer in `l`, depth first, in a fixed
-// order: through Sequential, DynamicGraph, Residual blocks (body, then projection) and
-// nested Recompute.
+// order: through Sequential, DynamicGraph, blocks of branches (Residual:
+// body, then projection; Concat, Add, Mul: branch 0 first) and nested
+// Recompute.
 template <class L, class F>
 void for_each_stochastic(L& l, F& f) {
   if constexpr (is_stochastic_v<L>)
@@ -94,11 +101,10 @@ void for_each_stochastic(L& l, F& f) {
     l.for_each_layer([&](auto, auto& inner) { for_each_stochastic(inner, f); });
   } else if constexpr (is_recompute_v<L>) {
     for_each_stochastic(l.inner(), f);
-  } else {
-    if constexpr (is_detected_v<body_t, L>)
-      for_each_stochastic(l.body(), f);
-    if constexpr (is_detected_v<projection_t, L>)
-      for_each_stochastic(l.projection(), f);
+  } else if constexpr (is_detected_v<for_each_branch_t, L>) {
+    l.for_each_branch([&](auto, auto& inner) { for_each_stochastic(inner, f); });
+  } else if constexpr (is_detected_v<body_t, L>) {
+    for_each_stochastic(l.body(), f);
   }
 }
 
