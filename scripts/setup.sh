@@ -12,7 +12,7 @@ pkgs=(
   libhdf5-openmpi-dev libhdf5-mpich-dev python3-h5py
   libbenchmark-dev doxygen
   dataset-fashion-mnist
-  libonnx-dev python3-onnx libprotobuf-dev python3-torch python3-numpy
+  libonnx-dev python3-onnx libprotobuf-dev python3-torch python3-torchvision python3-numpy
   slurm-wlm munge iproute2 fortunes
 )
 backports=(catch2)

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Loads Telar's exported ONNX files back into PyTorch and checks that they
-reproduce Telar's outputs: for each model, the initializers of
+reproduce Telar's outputs: for each model (ResNet-18 and the U-Net with their
+BatchNorms' trained running statistics), the initializers of
 <name>_telar.onnx go into the PyTorch module by name (torch.onnx.export named
 them after the module's parameters), and the module's output on <name>_x.bin
 must equal <name>_telar_y.bin (Telar's output after training).
@@ -24,10 +25,12 @@ def check(out, name):
     onnx.checker.check_model(m)
     state = model.state_dict()
     loaded = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in m.graph.initializer}
-    missing = set(state) - set(loaded)
+    # BatchNorm's num_batches_tracked is no initializer (only momentum=None reads it).
+    wanted = [k for k in state if not k.endswith("num_batches_tracked")]
+    missing = set(wanted) - set(loaded)
     if missing:
         raise SystemExit(f"{name}: parameters missing from the export: {sorted(missing)}")
-    model.load_state_dict({k: loaded[k] for k in state})
+    model.load_state_dict({k: loaded[k] for k in wanted}, strict=False)
     x = np.fromfile(os.path.join(out, name + "_x.bin"), dtype=np.float32)
     x = torch.from_numpy(x.reshape((-1,) + shape))
     want = np.fromfile(os.path.join(out, name + "_telar_y.bin"), dtype=np.float32)
@@ -35,8 +38,9 @@ def check(out, name):
         got = model(x).numpy().ravel()
     err = np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30)
     print(f"{name}: PyTorch on Telar's export vs Telar: relative error {err:.3g}")
-    if not err <= 1e-5:
-        raise SystemExit(f"{name}: relative error {err} > 1e-5")
+    tol = 1e-4 if name in make_models.ZOO else 1e-5
+    if not err <= tol:
+        raise SystemExit(f"{name}: relative error {err} > {tol}")
 
 
 def main():

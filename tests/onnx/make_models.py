@@ -1,22 +1,32 @@
 #!/usr/bin/python3
 """Fixtures for Telar's ONNX tests, written with PyTorch's own exporter.
 
-For each model (an MLP, a CNN and an MLP with a residual block) writes into OUT_DIR:
-  <name>.onnx            torch.onnx.export, opset 13, constant folding, dynamic batch
+For each model (an MLP, a CNN, an MLP with a residual block, torchvision's
+ResNet-18 at 3x32x32 and a small 2-D U-Net at 3x16x16, both with their
+BatchNorms given random values) writes into OUT_DIR:
+  <name>.onnx            torch.onnx.export, opset 13, dynamic batch; constant folding,
+                         but for ResNet-18 and the U-Net: TrainingMode.PRESERVE without
+                         constant folding, so each BatchNorm stays a node
   <name>_x.bin           input [N, ...] float32 (forward check)
   <name>_y.bin           PyTorch's output on it
   <name>_train_x.bin     STEPS * BATCH training samples, float32
   <name>_train_y.bin     their labels, int32
-  <name>_trained_y.bin   PyTorch's output on <name>_x after STEPS SGD steps
-  <name>_trained.bin     PyTorch's trained parameters, float32, in initializer order
+  <name>_trained_y.bin   PyTorch's output (eval mode) on <name>_x after STEPS SGD steps
+                         (training mode: BatchNorm with batch statistics)
+  <name>_lr.txt          the SGD learning rate (LR, or the model's own)
+  <name>_trained.bin     PyTorch's trained parameters and running statistics, float32,
+                         in initializer order
 plus refusal fixtures: bad_op.onnx (Elu), bad_opset.onnx (opset 99),
-float64.onnx (a double model), branch.onnx (a tensor feeding two layers),
+float64.onnx (a double model), identity.onnx (one Identity node: no layer),
+softmax_axis1.onnx (a Softmax over axis 1 of a rank-3 output), and
+hand-built one-node graphs each refused for one attribute or form
+(asym_pads, same_odd, conv1d, gemm_alpha, gemm_transa, add_const,
+ceil_mode, count_pad, pool3d, clip, concat_axis, tied, dead); graphs that
+import: branch.onnx (a tensor feeding two Linears, concatenated),
 nested.onnx (a residual inside a residual branch), batchnorm.onnx (a
-BatchNorm1d after a Linear), identity.onnx (one Identity node: no layer),
-softmax_axis1.onnx (a Softmax over axis 1 of a rank-3 output); hand-built
-graphs that import: flatten_neg.onnx (Flatten with axis -3 on rank 4, with
-its _x.bin/_y.bin), dropout_active.onnx (a Dropout with training_mode =
-true between two Gemms); and manifest.txt (N, BATCH, STEPS, LR).
+BatchNorm1d after a Linear), flatten_neg.onnx (Flatten with axis -3 on rank
+4, with its _x.bin/_y.bin), dropout_active.onnx (a Dropout with
+training_mode = true between two Gemms); and manifest.txt (N, BATCH, STEPS, LR).
 Run: /usr/bin/python3 make_models.py OUT_DIR
 With --fashion after OUT_DIR: only fashion_mlp.onnx, example 04's model.
 """
@@ -60,7 +70,62 @@ def resmlp():
                          nn.Linear(8, 4))
 
 
-MODELS = {"mlp": (mlp, (2, 6), 4), "cnn": (cnn, (1, 10, 10), 3), "resmlp": (resmlp, (12,), 4)}
+def randomize_batch_norms(model, seed):
+    """As after training: BatchNorm scales, shifts and running statistics all
+    differ (PyTorch's exporter would otherwise share equal initial values)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                c = m.num_features
+                m.weight.copy_(1 + 0.2 * torch.randn(c, generator=g))
+                m.bias.copy_(0.1 * torch.randn(c, generator=g))
+                m.running_mean.copy_(0.1 * torch.randn(c, generator=g))
+                m.running_var.copy_(0.5 + torch.rand(c, generator=g))
+    return model
+
+
+def resnet18():
+    import torchvision  # only the zoo needs it
+    return randomize_batch_norms(torchvision.models.resnet18(num_classes=10), 17)
+
+
+def conv_bn_relu(i, o):
+    return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU())
+
+
+class UNet(nn.Module):
+    """A two-level 2-D U-Net: Conv-BN-ReLU, MaxPool down, ConvTranspose2d up,
+    torch.cat skips; a 1x1 Conv head, flattened (each pixel and class a logit)."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc1, self.enc2, self.mid = conv_bn_relu(3, 8), conv_bn_relu(8, 16), conv_bn_relu(16, 32)
+        self.pool = nn.MaxPool2d(2)
+        self.up2, self.dec2 = nn.ConvTranspose2d(32, 16, 2, stride=2), conv_bn_relu(32, 16)
+        self.up1, self.dec1 = nn.ConvTranspose2d(16, 8, 2, stride=2), conv_bn_relu(16, 8)
+        self.head = nn.Conv2d(8, 2, 1)
+
+    def forward(self, x):
+        e1 = self.enc1(x)
+        e2 = self.enc2(self.pool(e1))
+        m = self.mid(self.pool(e2))
+        d2 = self.dec2(torch.cat([self.up2(m), e2], 1))
+        d1 = self.dec1(torch.cat([self.up1(d2), e1], 1))
+        return torch.flatten(self.head(d1), 1)
+
+
+def unet():
+    return randomize_batch_norms(UNet(), 19)
+
+
+MODELS = {"mlp": (mlp, (2, 6), 4), "cnn": (cnn, (1, 10, 10), 3), "resmlp": (resmlp, (12,), 4),
+          "resnet18": (resnet18, (3, 32, 32), 10), "unet": (unet, (3, 16, 16), 2 * 16 * 16)}
+# Exported with their BatchNormalization nodes (no Conv+BN folding): trainable.
+ZOO = {"resnet18", "unet"}
+# ResNet-18's three steps at LR on 8 samples are chaotic (float32 and float64
+# PyTorch differ by 2e-2); at 1e-3 they agree to 1e-7.
+MODEL_LR = {"resnet18": 1e-3}
 
 
 class Branch(nn.Module):
@@ -74,12 +139,17 @@ class Branch(nn.Module):
         return torch.cat([self.a(x), self.b(x)], dim=1)
 
 
-def export(model, shape, path, opset=13):
+def export(model, shape, path, opset=13, keep_batch_norm=False):
+    """torch.onnx.export in eval mode. keep_batch_norm: TrainingMode.PRESERVE
+    and no constant folding, so that each BatchNorm stays a
+    BatchNormalization node with its own initializers (the default,
+    TrainingMode.EVAL, folds a BatchNorm into the Conv before it)."""
     model.eval()
     x = torch.zeros((2,) + tuple(shape), dtype=next(model.parameters()).dtype)
-    torch.onnx.export(model, x, path, opset_version=opset, do_constant_folding=True,
+    extra = {"training": torch.onnx.TrainingMode.PRESERVE} if keep_batch_norm else {}
+    torch.onnx.export(model, x, path, opset_version=opset, do_constant_folding=not keep_batch_norm,
                       input_names=["input"], output_names=["output"],
-                      dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+                      dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}}, **extra)
 
 
 def save(path, a):
@@ -95,7 +165,7 @@ def make(out, name):
     torch.manual_seed({"mlp": 7, "cnn": 11}.get(name, 13))
     model = factory()
     path = os.path.join(out, name + ".onnx")
-    export(model, shape, path)
+    export(model, shape, path, keep_batch_norm=name in ZOO)
     g = torch.Generator().manual_seed(3)
     x = torch.randn((N,) + shape, generator=g)
     tx = torch.randn((STEPS * BATCH,) + shape, generator=g)
@@ -106,12 +176,16 @@ def make(out, name):
     save(os.path.join(out, name + "_train_x.bin"), tx.numpy())
     save(os.path.join(out, name + "_train_y.bin"), ty.numpy().astype(np.int32))
     model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    lr = MODEL_LR.get(name, LR)
+    with open(os.path.join(out, name + "_lr.txt"), "w") as f:
+        f.write(f"{lr}\n")
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
     loss = nn.CrossEntropyLoss()
     for s in range(STEPS):
         opt.zero_grad()
         loss(model(tx[s * BATCH:(s + 1) * BATCH]), ty[s * BATCH:(s + 1) * BATCH]).backward()
         opt.step()
+    model.eval()  # BatchNorm: running statistics, left as trained
     state = model.state_dict()
     with torch.no_grad():
         save(os.path.join(out, name + "_trained_y.bin"), model(x).numpy())
@@ -180,6 +254,48 @@ def make_axes(out):
               os.path.join(out, "dropout_active.onnx"))
 
 
+def make_graph_refusals(out):
+    """Hand-built graphs, one refusal each (the attribute or form named)."""
+    h, rng = onnx.helper, np.random.default_rng(5)
+
+    def init(name, *shape):
+        return onnx.numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    def conv_graph(name, attrs, w_shape=(2, 2, 3, 3), x_shape=("N", 2, 6, 6)):
+        onnx.save(graph(name, [h.make_node("Conv", ["x", "w"], ["y"], **attrs)],
+                        [value("x", list(x_shape))], [value("y", None)], [init("w", *w_shape)]),
+                  os.path.join(out, name + ".onnx"))
+
+    conv_graph("asym_pads", {"pads": [0, 0, 1, 1]})
+    conv_graph("same_odd", {"auto_pad": "SAME_UPPER"}, (2, 2, 2, 2))
+    conv_graph("conv1d", {}, (2, 2, 3), ("N", 2, 6))
+
+    def one(name, op, inputs, inits, x_shape=("N", 2, 6, 6), **attrs):
+        onnx.save(graph(name, [h.make_node(op, inputs, ["y"], **attrs)],
+                        [value("x", list(x_shape))], [value("y", None)], inits),
+                  os.path.join(out, name + ".onnx"))
+
+    one("gemm_alpha", "Gemm", ["x", "w"], [init("w", 3, 6)], ("N", 6), alpha=2.0, transB=1)
+    one("gemm_transa", "Gemm", ["x", "w"], [init("w", 3, 6)], ("N", 6), transA=1, transB=1)
+    one("add_const", "Add", ["x", "c"], [init("c", 2, 1, 1)])
+    one("ceil_mode", "MaxPool", ["x"], [], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
+    one("count_pad", "AveragePool", ["x"], [], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+        count_include_pad=0)
+    one("pool3d", "MaxPool", ["x"], [], ("N", 2, 4, 4, 4), kernel_shape=[2, 2, 2])
+    one("clip", "Clip", ["x", "lo", "hi"], [onnx.numpy_helper.from_array(np.array(0, np.float32), "lo"),
+                                            onnx.numpy_helper.from_array(np.array(6, np.float32), "hi")])
+    one("concat_axis", "Concat", ["x", "x"], [], axis=2)
+    # Two Gemms reading one initializer (tied weights); a result that reaches nothing.
+    onnx.save(graph("tied", [h.make_node("Gemm", ["x", "w"], ["a"], transB=1),
+                             h.make_node("Gemm", ["a", "w"], ["y"], transB=1)],
+                    [value("x", ["N", 4])], [value("y", ["N", 4])], [init("w", 4, 4)]),
+              os.path.join(out, "tied.onnx"))
+    onnx.save(graph("dead", [h.make_node("Relu", ["x"], ["y"]), h.make_node("Sigmoid", ["x"], ["z"]),
+                             h.make_node("Tanh", ["z"], ["u"])],
+                    [value("x", ["N", 4])], [value("y", ["N", 4])]),
+              os.path.join(out, "dead.onnx"))
+
+
 def fashion_mlp():
     return nn.Sequential(nn.Flatten(), nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10))
 
@@ -195,6 +311,7 @@ def main():
         make(out, name)
     make_refusals(out)
     make_axes(out)
+    make_graph_refusals(out)
     with open(os.path.join(out, "manifest.txt"), "w") as f:
         f.write(f"{N} {BATCH} {STEPS} {LR}\n")
 

@@ -10,6 +10,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -20,8 +21,9 @@
 namespace telar::onnx {
 
 /*! \brief Full values (Telar's layout, every rank's shard put together) of
- *  every parameter of a trainer's imported model, by initializer name, on
- *  every rank (collective over the trainer's ranks).
+ *  every parameter and buffer (BatchNorm's running statistics) of a
+ *  trainer's imported model, by initializer name, on every rank (collective
+ *  over the trainer's ranks).
  *  \param trainer a telar::Trainer over \p imported's model
  *  \param imported what the model was imported from
  *  \return initializer name -> values [rows * cols] */
@@ -57,6 +59,19 @@ std::map<std::string, std::vector<T>> gather_parameters(Trainer& trainer,
     }
     pos += e.size;
   }
+  for (auto const& b : imported.bindings) // buffers: equal on every replica; one rank adds them
+    if (b.buffer && at.dp == 0 && at.tp == 0)
+      std::visit(
+          [&](auto& l) {
+            auto f = [&](char const* name, auto& view) {
+              if (name != b.param || view.size() != b.rows * b.cols)
+                return; // another buffer, or a layer of another pipeline stage
+              auto const h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, view);
+              std::copy(h.data(), h.data() + h.size(), out[b.initializer].begin());
+            };
+            telar::detail::prefixed_buffers(l, "", f);
+          },
+          trainer.model().layer(b.layer));
   if (auto const* grid = trainer.grid(); grid && grid->world().size() > 1) {
     MPI_Datatype const type = std::is_same_v<T, double> ? MPI_DOUBLE : MPI_FLOAT;
     for (auto& [name, v] : out)
@@ -103,6 +118,24 @@ void export_model(Imported<T, M> const& imported,
       for (auto& a : *n.mutable_attribute())
         if (a.name() == "value" && by_name.count(n.output(0)))
           write(*a.mutable_t());
+  // PyTorch shares equal initializers between modules through Identity
+  // nodes; each trained copy becomes an initializer of the Identity's name.
+  std::map<std::string, ::onnx::TensorProto> source;
+  for (auto const& t : imported.proto->graph().initializer())
+    source[t.name()] = t;
+  google::protobuf::RepeatedPtrField<::onnx::NodeProto> kept;
+  for (auto& n : *m.mutable_graph()->mutable_node()) {
+    if (n.op_type() == "Identity" && n.input_size() == 1 && by_name.count(n.output(0)) &&
+        source.count(n.input(0)) && !source.count(n.output(0))) {
+      ::onnx::TensorProto t = source.at(n.input(0));
+      t.set_name(n.output(0));
+      write(t);
+      *m.mutable_graph()->add_initializer() = std::move(t);
+      continue;
+    }
+    *kept.Add() = n;
+  }
+  m.mutable_graph()->mutable_node()->Swap(&kept);
   std::ofstream os(path, std::ios::binary | std::ios::trunc);
   if (!os || !m.SerializeToOstream(&os) || !os.flush())
     throw OnnxError("telar::onnx::export_model: cannot write '" + path + "'");

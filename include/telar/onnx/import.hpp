@@ -1,8 +1,9 @@
 #pragma once
 /*! \file
  *  \brief telar::onnx::import_model: an ONNX file (e.g. from torch.onnx.export)
- *  to a telar::DynamicSequential of built-in layers that every strategy can
- *  train, starting from the file's initializers. See docs/onnx.md. */
+ *  to a telar::DynamicSequential of built-in layers and telar::DynamicGraph
+ *  parts (branches, skips, joins) that every strategy can train, starting
+ *  from the file's initializers. See docs/onnx.md. */
 #include <telar/core/dynamic_sequential.hpp>
 #include <telar/core/shape.hpp>
 #include <telar/core/tensor.hpp>
@@ -48,14 +49,17 @@ struct Imported {
   std::shared_ptr<std::map<std::string, std::vector<T>>> start;
 };
 
-/*! \brief Reads an ONNX model and builds the matching chain of Telar layers,
- *  refusing anything outside the supported subset before training starts.
+/*! \brief Reads an ONNX model (any acyclic graph of the supported operators)
+ *  and builds the matching Telar model: the chain parts as layers of the
+ *  DynamicSequential, each part with branches (a tensor read by several
+ *  nodes, Add/Mul/Concat joins) as one telar::DynamicGraph layer. Refuses
+ *  anything outside the supported subset before training starts.
  *  \param path the .onnx file \param options how to import
  *  \return the model (layers configured; their initialize() loads the file's
  *  initializers, so hand it to a Trainer as is)
  *  \throws OnnxError naming the file, the node, its operator and what is
  *  supported: an unsupported operator, opset, data type or attribute, a
- *  dynamic dimension other than the batch, a graph that is not a chain
+ *  dynamic dimension other than the batch, a node whose result reaches nothing
  *  \tparam T value type (the file must hold float32)
  *  \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
@@ -63,7 +67,7 @@ Imported<T, MemorySpace> import_model(std::string const& path, ImportOptions opt
   Imported<T, MemorySpace> r;
   r.path = path;
   r.proto = detail::read_model(path);
-  detail::ChainReader<T, MemorySpace> reader(*r.proto, path);
+  detail::GraphReader<T, MemorySpace> reader(*r.proto, path);
   auto plan = reader.read();
   if (options.tensor_parallel)
     detail::make_tensor_parallel_pairs(plan.layers);

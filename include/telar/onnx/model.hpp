@@ -2,10 +2,13 @@
 /*! \file
  *  \brief The layer set and model type of an imported ONNX model, and how its
  *  parameters map onto the file's initializers. */
+#include <telar/core/dynamic_graph.hpp>
 #include <telar/core/dynamic_sequential.hpp>
 #include <telar/core/tensor.hpp>
 #include <telar/layers/activation.hpp>
+#include <telar/layers/batch_norm.hpp>
 #include <telar/layers/conv.hpp>
+#include <telar/layers/conv_transpose.hpp>
 #include <telar/layers/dense.hpp>
 #include <telar/layers/dropout.hpp>
 #include <telar/layers/flatten.hpp>
@@ -17,17 +20,29 @@
 
 namespace telar::onnx {
 
-/*! \brief The layers a residual branch of an imported model is made of.
+/*! \brief The layers a node of an imported graph can be (the nodes of a
+ *  telar::DynamicGraph inside the model; joins are the graph's own Add,
+ *  Concat and Mul). BatchNorm uses telar::SyncStats: its statistics span the
+ *  data-parallel group, so a dp run with one micro-batch per rank equals the
+ *  serial run (PyTorch's SyncBatchNorm).
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-using BranchLayer =
+using NodeLayer =
     std::variant<Dense<T, MemorySpace>, ReLU<T, MemorySpace>, GELU<T, MemorySpace>,
                  Sigmoid<T, MemorySpace>, Tanh<T, MemorySpace>, Flatten<T, MemorySpace>,
                  Conv2D<T, MemorySpace>, MaxPool2D<T, MemorySpace>, AvgPool2D<T, MemorySpace>,
-                 GlobalAvgPool<T, MemorySpace>>;
+                 GlobalAvgPool<T, MemorySpace>, Dropout<T, MemorySpace>,
+                 BatchNorm<T, MemorySpace, SyncStats>, ConvTranspose2D<T, MemorySpace>,
+                 Conv3D<T, MemorySpace>, ConvTranspose3D<T, MemorySpace>>;
 
-/*! \brief The built-in layers an imported model is made of: the branch
- *  layers, the tensor-parallel Dense pair and residual blocks over a branch.
+/*! \brief Former name of NodeLayer (a residual branch is now a graph).
+ *  \tparam T value type \tparam MemorySpace memory space */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+using BranchLayer = NodeLayer<T, MemorySpace>;
+
+/*! \brief The built-in layers an imported model is made of: the node layers,
+ *  the tensor-parallel Dense pair, and a telar::DynamicGraph for each part
+ *  of the file that is not a chain (branches, skips and their joins).
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
 using Layer =
@@ -36,7 +51,9 @@ using Layer =
                  Sigmoid<T, MemorySpace>, Tanh<T, MemorySpace>, Flatten<T, MemorySpace>,
                  Conv2D<T, MemorySpace>, MaxPool2D<T, MemorySpace>, AvgPool2D<T, MemorySpace>,
                  GlobalAvgPool<T, MemorySpace>, Dropout<T, MemorySpace>,
-                 DynamicResidual<BranchLayer<T, MemorySpace>>>;
+                 BatchNorm<T, MemorySpace, SyncStats>, ConvTranspose2D<T, MemorySpace>,
+                 Conv3D<T, MemorySpace>, ConvTranspose3D<T, MemorySpace>,
+                 DynamicGraph<NodeLayer<T, MemorySpace>>>;
 
 /*! \brief The run-time model an import builds.
  *  \tparam T value type \tparam MemorySpace memory space */
@@ -54,11 +71,16 @@ struct ImportOptions {
 /*! \brief Where a Telar parameter comes from in the file. */
 struct ParameterBinding {
   std::size_t layer = 0;   //!< layer index in the model
-  std::string param;       //!< the layer's parameter name ("weight", "bias")
+  /*! \brief The layer's parameter (or buffer) name: "weight", "bias"; in a
+   *  graph "<node>.weight". */
+  std::string param;
   std::string initializer; //!< the ONNX initializer's name
   bool transpose = false;  //!< the file holds the transpose ([in, out]: MatMul, Gemm transB=0)
   std::size_t rows = 0;    //!< rows of the full Telar tensor
   std::size_t cols = 1;    //!< columns of the full Telar tensor (1 for a vector)
+  /*! \brief A buffer (BatchNorm's running_mean, running_var), not a
+   *  parameter: loaded and exported, not trained. */
+  bool buffer = false;
 };
 
 } // namespace telar::onnx

@@ -1,11 +1,15 @@
 #pragma once
-// The graph walk of telar::onnx::import_model: from the graph input to its
-// output, one node (or one recognised pattern) at a time, each mapped onto a
-// built-in layer; and the starting values each layer loads after initialize.
+// The graph walk of telar::onnx::import_model: every node (or recognised
+// pattern) mapped onto a built-in layer or a join, chains kept as chains and
+// the rest placed in DynamicGraph layers; and the starting values (parameters
+// and buffers) each layer loads after initialize.
+#include <telar/core/dynamic_graph.hpp>
 #include <telar/core/dynamic_sequential.hpp>
 #include <telar/core/shape.hpp>
 #include <telar/layers/activation.hpp>
+#include <telar/layers/batch_norm.hpp>
 #include <telar/layers/conv.hpp>
+#include <telar/layers/conv_transpose.hpp>
 #include <telar/layers/dense.hpp>
 #include <telar/layers/dropout.hpp>
 #include <telar/layers/flatten.hpp>
@@ -21,6 +25,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <variant>
@@ -32,13 +37,28 @@ inline constexpr int min_opset = 9, max_opset = 18;
 
 inline char const* supported_ops() {
   return "Gemm, MatMul (+ Add of a bias), Relu, Gelu (or the Div/Erf/Add/Mul pattern), Sigmoid, "
-         "Tanh, Conv, MaxPool, AveragePool, GlobalAveragePool, Flatten, Reshape to [batch, "
-         "features], Pad of zeros, Identity, Dropout, Softmax/LogSoftmax over the last axis as "
-         "the last node";
+         "Tanh, Conv (2-D, 3-D, grouped), ConvTranspose, BatchNormalization, MaxPool, "
+         "AveragePool, GlobalAveragePool, Flatten, Reshape to [batch, features], Add, Mul and "
+         "Concat of tensors, Pad of zeros, Identity, Dropout, Softmax/LogSoftmax over the last "
+         "axis as the last node";
 }
 
+// One node of the file once mapped, before it is placed in the model: a
+// layer or a join, the tensors it reads and writes, and where its
+// parameters come from (names local to the layer).
 template <class T, class M>
-struct ChainPlan {
+struct IrNode {
+  enum Kind { layer, add, concat, mul };
+  Kind kind = layer;
+  std::string name, label; // name in a DynamicGraph; the ONNX node for messages
+  std::optional<NodeLayer<T, M>> op;
+  std::vector<std::string> inputs;
+  std::string output;
+  std::vector<ParameterBinding> bindings;
+};
+
+template <class T, class M>
+struct GraphPlan {
   std::vector<Layer<T, M>> layers;
   Shape input_shape;
   std::string input_name, output_name, output_activation;
@@ -46,20 +66,31 @@ struct ChainPlan {
   std::map<std::string, std::vector<T>> start;
 };
 
+// Maps every node (or recognised pattern) onto a layer or a join in file
+// order (ONNX files are topologically sorted), then places them: a layer
+// that alone reads the only tensor alive is a layer of the chain; every run
+// of other nodes (branches, skips and their joins) becomes one DynamicGraph.
 template <class T, class M>
-class ChainReader {
+class GraphReader {
 public:
-  ChainReader(::onnx::ModelProto const& m, std::string path)
+  GraphReader(::onnx::ModelProto const& m, std::string path)
       : m_(m), g_(m.graph()), index_(m.graph()), path_(std::move(path)) {}
 
-  ChainPlan<T, M> read() {
+  GraphPlan<T, M> read() {
     check_opset();
     find_ends();
-    std::string cur = plan_.input_name;
-    shape_ = plan_.input_shape;
-    while (cur != plan_.output_name)
-      cur = step(cur);
-    check_all_used();
+    shapes_[plan_.input_name] = plan_.input_shape;
+    for (auto const& [t, rs] : index_.consumers)
+      if (rs.size() == 2)
+        gelu_pattern(t, rs);
+    for (auto const& n : g_.node())
+      visit(n);
+    std::string const out = resolve(plan_.output_name);
+    if (!shapes_.count(out))
+      fail("the graph output '" + plan_.output_name + "' is not computed from the input '" +
+           plan_.input_name + "'");
+    check_reach(out);
+    place(out);
     if (plan_.layers.empty()) // e.g. one Identity, Dropout or Softmax node
       fail("the graph maps to no layer (nothing Telar could train): its nodes are only "
            "Identity, inactive Dropout or a final Softmax");
@@ -67,6 +98,8 @@ public:
   }
 
 private:
+  using Ir = IrNode<T, M>;
+
   [[noreturn]] void fail(std::string const& what) const {
     throw OnnxError("telar::onnx::import_model: '" + path_ + "': " + what);
   }
@@ -113,176 +146,214 @@ private:
       fail("input '" + in.name() + "' has data type " + data_type_name(tt.elem_type()) +
            "; Telar imports float32 (FLOAT) models (export the model in float32)");
     int const rank = tt.shape().dim_size();
-    if (rank < 2 || rank > 4)
+    if (rank < 2 || rank > 5)
       fail("input '" + in.name() + "' has rank " + std::to_string(rank) +
-           "; Telar takes [batch, features], [batch, C, L] or [batch, C, H, W]");
-    std::vector<std::size_t> dims;
+           "; Telar takes [batch, features], [batch, C, L], [batch, C, H, W] or "
+           "[batch, C, D, H, W]");
+    Shape s;
+    s.rank = rank - 1;
     for (int d = 1; d < rank; ++d) {
       auto const& dim = tt.shape().dim(d);
       if (!dim.has_dim_value() || dim.dim_value() <= 0)
         fail("dimension " + std::to_string(d) + " of input '" + in.name() + "' is dynamic ('" +
              dim.dim_param() + "'); only the batch dimension (0) may be");
-      dims.push_back(std::size_t(dim.dim_value()));
+      s.dims[std::size_t(d - 1)] = std::size_t(dim.dim_value());
     }
-    plan_.input_shape = dims.size() == 1   ? Shape{dims[0]}
-                        : dims.size() == 2 ? Shape{dims[0], dims[1]}
-                                           : Shape{dims[0], dims[1], dims[2]};
+    plan_.input_shape = s;
   }
 
-  // The one node reading `cur` (several readers: a GELU pattern or a refusal).
-  std::string step(std::string const& cur) {
-    auto const& rs = index_.readers(cur);
-    if (rs.empty())
-      fail("tensor '" + cur + "' is not used by any node and is not the graph output '" +
-           plan_.output_name + "'");
-    if (rs.size() == 2) {
-      std::string out;
-      if (gelu_pattern(cur, rs, out))
-        return out;
-      for (int i = 0; i < 2; ++i)
-        if (is_residual_add(*rs[i], cur))
-          return residual(cur, *rs[i], *rs[1 - i]);
-    }
-    if (rs.size() != 1) {
-      std::string who;
-      for (auto const* n : rs)
-        who += (who.empty() ? "" : ", ") + node_label(*n);
-      bool const residual = std::any_of(rs.begin(), rs.end(), [&](auto const* n) {
-        return n->op_type() == "Add" && !index_.is_constant(n->input(0)) &&
-               !index_.is_constant(n->input(1));
-      });
-      fail("the graph is not a chain: tensor '" + cur + "' feeds " + who +
-           (residual ? " (a residual Add of a branch onto its input; residual connections are not "
-                       "supported yet)"
-                     : "") +
-           "; Telar imports chains where each activation feeds the next node only");
-    }
-    auto const& n = *rs[0];
-    used_.insert(&n);
+  std::string resolve(std::string t) const {
+    for (auto it = alias_.find(t); it != alias_.end(); it = alias_.find(t))
+      t = it->second;
+    return t;
+  }
+  Shape const& shape_of(std::string const& t) const { return shapes_.at(resolve(t)); }
+  void alias(::onnx::NodeProto const& n, std::string const& in) {
+    alias_[n.output(0)] = resolve(in);
+  }
+
+  void visit(::onnx::NodeProto const& n) {
+    if (n.op_type() == "Constant" || index_.aliases.count(&n) || skip_.count(&n))
+      return;
     if (!n.domain().empty() && n.domain() != "ai.onnx")
       fail(n,
            "operator domain '" + n.domain() + "' is not supported; supported: " + supported_ops());
-    if (n.input(0) != cur)
-      fail(n, "the activation '" + cur + "' must be the first input");
-    return map_node(n);
+    if (auto const g = gelu_.find(&n); g != gelu_.end())
+      return emit(n, GELU<T, M>{}, g->second);
+    for (auto const& in : n.input())
+      if (!in.empty() && !index_.is_constant(in) && !shapes_.count(resolve(in)))
+        fail(n, "reads tensor '" + in + "', which is not computed from the graph input '" +
+                    plan_.input_name +
+                    "' by the nodes before it (Telar imports graphs in topological order with "
+                    "one input)");
+    map_node(n);
   }
 
-  bool is_residual_add(::onnx::NodeProto const& n, std::string const& cur) const {
-    return n.op_type() == "Add" && n.input_size() == 2 && !index_.is_constant(n.input(0)) &&
-           !index_.is_constant(n.input(1)) && (n.input(0) == cur) != (n.input(1) == cur);
-  }
-
-  // cur -> branch (from `first`) -> Add(branch, cur): a DynamicResidual whose
-  // body is the branch, its parameters named "<k>.<name>" by body layer.
-  std::string residual(std::string const& cur, ::onnx::NodeProto const& add,
-                       ::onnx::NodeProto const& first) {
-    std::string const end = add.input(0) == cur ? add.input(1) : add.input(0);
-    auto outer = std::move(plan_.layers);
-    plan_.layers.clear();
-    std::size_t const first_binding = plan_.bindings.size();
-    Shape const in = shape_;
-    used_.insert(&first);
-    if (first.input(0) != cur)
-      fail(first, "the activation '" + cur + "' must be the first input");
-    std::string t = map_node(first);
-    while (t != end)
-      t = step(t);
-    if (shape_ != in)
-      fail(add, "the residual branch maps " + in.str() + " to " + shape_.str() +
-                    "; only identity shortcuts (same shape) are supported");
-    using Branch = BranchLayer<T, M>;
-    DynamicSequential<Branch> body;
-    for (auto& l : plan_.layers)
-      std::visit(
-          [&](auto& layer) {
-            using L = std::decay_t<decltype(layer)>;
-            if constexpr (telar::detail::variant_index<L, Branch>::found)
-              body.push_back(std::move(layer));
-            else
-              fail(add, std::string("a ") + L::name() +
-                            " inside a residual branch is not supported (nested residual "
-                            "connections or tensor-parallel layers)");
-          },
-          l);
-    if (body.layer_count() == 0)
-      fail(add, "adds an activation to itself; a residual branch needs at least one layer");
-    for (std::size_t b = first_binding; b < plan_.bindings.size(); ++b) {
-      auto& binding = plan_.bindings[b];
-      binding.param = std::to_string(binding.layer) + "." + binding.param;
-      binding.layer = outer.size();
-    }
-    plan_.layers = std::move(outer);
-    plan_.layers.push_back(DynamicResidual<Branch>(std::move(body)));
-    used_.insert(&add);
-    return add.output(0);
-  }
-
-  std::string map_node(::onnx::NodeProto const& n) {
+  void map_node(::onnx::NodeProto const& n) {
     std::string const& op = n.op_type();
+    std::string const x = n.input_size() > 0 ? n.input(0) : std::string();
     if (op == "Gemm")
       return gemm(n);
     if (op == "MatMul")
       return matmul(n);
     if (op == "Relu")
-      return add(n, ReLU<T, M>{});
+      return emit(n, ReLU<T, M>{}, x);
     if (op == "Sigmoid")
-      return add(n, Sigmoid<T, M>{});
+      return emit(n, Sigmoid<T, M>{}, x);
     if (op == "Tanh")
-      return add(n, Tanh<T, M>{});
+      return emit(n, Tanh<T, M>{}, x);
     if (op == "Gelu") {
       if (string_attr(n, "approximate", "none") != "none")
-        fail(n, "only the exact (erf) GELU is supported");
-      return add(n, GELU<T, M>{});
+        fail(n, "attribute approximate = '" + string_attr(n, "approximate", "") +
+                    "' is not supported: only the exact (erf) GELU");
+      return emit(n, GELU<T, M>{}, x);
     }
     if (op == "Flatten") {
-      if (axis_of(n, 1, shape_.rank + 1) != 1)
+      if (axis_of(n, 1, shape_of(x).rank + 1) != 1)
         fail(n, "axis " + std::to_string(int_attr(n, "axis", 1)) +
                     " is not supported (only the axis after the batch: 1, or -" +
-                    std::to_string(shape_.rank) + ")");
-      return add(n, Flatten<T, M>{});
+                    std::to_string(shape_of(x).rank) + ")");
+      return emit(n, Flatten<T, M>{}, x);
     }
     if (op == "Reshape")
       return reshape(n);
     if (op == "Conv")
       return conv(n);
+    if (op == "ConvTranspose")
+      return conv_transpose(n);
+    if (op == "BatchNormalization")
+      return batch_norm(n);
     if (op == "MaxPool" || op == "AveragePool")
       return pool(n);
     if (op == "GlobalAveragePool")
-      return add(n, GlobalAvgPool<T, M>{});
+      return emit(n, GlobalAvgPool<T, M>{}, x);
     if (op == "Identity")
-      return n.output(0);
+      return alias(n, x);
     if (op == "Dropout")
       return dropout(n);
     if (op == "Pad")
       return pad(n);
-    if (op == "Softmax" || op == "LogSoftmax") {
-      if (n.output(0) != plan_.output_name)
-        fail(n, op + " is supported only as the graph's last node (the loss's input)");
-      // Before opset 13 the default axis is 1 and the input is flattened from
-      // it; either way the loss's softmax is over the last axis only.
-      std::size_t const rank = shape_.rank + 1;
-      if (axis_of(n, opset_ < 13 ? 1 : -1, rank) != std::int64_t(rank) - 1)
-        fail(n, "axis " + std::to_string(int_attr(n, "axis", opset_ < 13 ? 1 : -1)) +
-                    " of an output of rank " + std::to_string(rank) +
-                    " is not supported (the loss applies softmax over the last axis, " +
-                    std::to_string(rank - 1) + " or -1)");
-      plan_.output_activation = op;
-      return n.output(0);
-    }
-    if (op == "BatchNormalization")
-      fail(n, "BatchNormalization is not supported: torch.onnx.export in eval mode (the default "
-              "TrainingMode.EVAL) folds a BatchNorm that follows a Conv into the Conv; fold this "
-              "one into the layer before it yourself, or remove it");
-    if (op == "Add")
-      fail(n, "an Add that is not the bias of a MatMul is not supported (residual connections "
-              "are not supported yet)");
+    if (op == "Add" || op == "Mul" || op == "Concat")
+      return join(n);
+    if (op == "Softmax" || op == "LogSoftmax")
+      return softmax(n);
+    if (op == "Clip")
+      fail(n, "operator Clip is not supported yet (min = 0, max = 6 is PyTorch's ReLU6, which "
+              "maps onto telar::ReLU6 once that layer exists); supported: " +
+                  std::string(supported_ops()));
+    if (op == "GlobalMaxPool")
+      fail(n, "operator GlobalMaxPool is not supported yet (no telar::GlobalMaxPool layer); "
+              "supported: " +
+                  std::string(supported_ops()));
     fail(n, "operator " + op + " is not supported; supported: " + supported_ops());
+  }
+
+  // Layer node reading \p in, writing \p out (the node's output by default).
+  template <class L>
+  void emit(::onnx::NodeProto const& n, L layer, std::string const& in, std::string out = {}) {
+    if (out.empty())
+      out = n.output(0);
+    Shape const& s = shape_of(in);
+    try {
+      shapes_[out] = layer.output_shape(s);
+    } catch (ShapeError const& e) {
+      fail(n, "cannot take input '" + in + "' " + s.str() + ": " + e.what());
+    }
+    Ir node;
+    node.op.emplace(std::move(layer));
+    node.inputs = {resolve(in)};
+    push(n, std::move(node), out);
+  }
+  void push(::onnx::NodeProto const& n, Ir node, std::string const& out) {
+    std::string name = n.name().empty() ? n.output(0) : n.name();
+    for (int k = 2; names_.count(name); ++k)
+      name = (n.name().empty() ? n.output(0) : n.name()) + "#" + std::to_string(k);
+    names_.insert(name);
+    node.name = name;
+    node.label = node_label(n);
+    node.output = out;
+    node.bindings = std::move(pending_);
+    pending_.clear();
+    nodes_.push_back(std::move(node));
+  }
+
+  // Add, Mul of two tensors and Concat along the channels: joins of the graph.
+  void join(::onnx::NodeProto const& n) {
+    std::string const& op = n.op_type();
+    for (auto const& in : n.input())
+      if (index_.is_constant(in))
+        fail(n, op + " of the constant '" + in +
+                    "' and a tensor is not supported: Telar has no per-channel affine layer to "
+                    "fold it into (only a MatMul's bias Add is folded, into Dense); " + op +
+                    " is supported between tensors (a join)");
+    if (n.input_size() < 2)
+      fail(n, op + " needs two inputs or more");
+    std::vector<Shape> in;
+    for (auto const& t : n.input())
+      in.push_back(shape_of(t));
+    Shape out = in[0];
+    Ir node;
+    if (op == "Add") {
+      node.kind = Ir::add;
+      if (in[1] != in[0])
+        fail(n, "adds " + in[0].str() + " and " + in[1].str() +
+                    "; only tensors of equal shapes are added (no broadcasting)");
+    } else if (op == "Mul") {
+      node.kind = Ir::mul;
+      auto const per_channel = [](Shape const& a, Shape const& b) { // a [C, 1, ...] against b
+        if (a.rank != b.rank || a[0] != b[0])
+          return false;
+        for (int d = 1; d < a.rank; ++d)
+          if (a[std::size_t(d)] != 1)
+            return false;
+        return true;
+      };
+      if (in[1] != in[0] && !per_channel(in[1], in[0]) && !per_channel(in[0], in[1]))
+        fail(n, "multiplies " + in[0].str() + " and " + in[1].str() +
+                    "; only equal shapes, or one value per channel ([C, 1, 1] against "
+                    "[C, H, W]), are supported");
+      out = per_channel(in[0], in[1]) ? in[1] : in[0];
+    } else {
+      node.kind = Ir::concat;
+      if (axis_of(n, 1, in[0].rank + 1) != 1)
+        fail(n, "axis " + std::to_string(int_attr(n, "axis", 1)) +
+                    " is not supported: Concat joins along the channels (axis 1)");
+      out.dims[0] = 0;
+      for (auto const& s : in) {
+        Shape a = s, b = in[0];
+        a.dims[0] = b.dims[0] = 0;
+        if (a != b)
+          fail(n, "concatenates " + in[0].str() + " and " + s.str() +
+                      "; the shapes must be equal but for the channels");
+        out.dims[0] += s[0];
+      }
+    }
+    for (auto const& t : n.input())
+      node.inputs.push_back(resolve(t));
+    shapes_[n.output(0)] = out;
+    push(n, std::move(node), n.output(0));
+  }
+
+  void softmax(::onnx::NodeProto const& n) {
+    std::string const& op = n.op_type();
+    if (n.output(0) != plan_.output_name)
+      fail(n, op + " is supported only as the graph's last node (the loss's input)");
+    // Before opset 13 the default axis is 1 and the input is flattened from
+    // it; either way the loss's softmax is over the last axis only.
+    std::size_t const rank = shape_of(n.input(0)).rank + 1;
+    if (axis_of(n, opset_ < 13 ? 1 : -1, rank) != std::int64_t(rank) - 1)
+      fail(n, "axis " + std::to_string(int_attr(n, "axis", opset_ < 13 ? 1 : -1)) +
+                  " of an output of rank " + std::to_string(rank) +
+                  " is not supported (the loss applies softmax over the last axis, " +
+                  std::to_string(rank - 1) + " or -1)");
+    plan_.output_activation = op;
+    alias(n, n.input(0));
   }
 
   // Opset 12+: ratio and training_mode are inputs 1 and 2 (constants);
   // earlier: a ratio attribute, and the node is inactive in inference. An
   // active dropout trains as telar::Dropout; an inactive one is the identity.
-  std::string dropout(::onnx::NodeProto const& n) {
+  void dropout(::onnx::NodeProto const& n) {
     bool active = false;
     float ratio = float_attr(n, "ratio", 0.5f);
     if (opset_ >= 12) {
@@ -295,21 +366,10 @@ private:
       }
     }
     if (!active)
-      return n.output(0);
+      return alias(n, n.input(0));
     if (!(ratio >= 0.f && ratio < 1.f))
       fail(n, "its ratio must be a constant in [0, 1)");
-    return add(n, Dropout<T, M>(double(ratio)));
-  }
-
-  template <class L>
-  std::string add(::onnx::NodeProto const& n, L layer) {
-    try {
-      shape_ = layer.output_shape(shape_);
-    } catch (ShapeError const& e) {
-      fail(n, std::string("cannot take input ") + shape_.str() + ": " + e.what());
-    }
-    plan_.layers.push_back(std::move(layer));
-    return n.output(0);
+    emit(n, Dropout<T, M>(double(ratio)), n.input(0));
   }
 
   ::onnx::TensorProto const& initializer(::onnx::NodeProto const& n, int i, char const* what) {
@@ -322,70 +382,84 @@ private:
                   data_type_name(t->data_type()) + "; Telar imports float32 (FLOAT) models");
     return *t;
   }
+  static std::size_t count(::onnx::TensorProto const& t) {
+    std::size_t size = 1;
+    for (auto d : t.dims())
+      size *= std::size_t(d);
+    return size;
+  }
 
-  void bind(std::string const& param, ::onnx::TensorProto const& t, bool transpose,
-            std::size_t rows, std::size_t cols) {
+  // Parameter (or buffer) \p param of the next layer from input \p i of
+  // \p n, under the name the node reads it by (PyTorch reaches a shared
+  // initializer through Identity nodes named after each module's parameter).
+  void bind(::onnx::NodeProto const& n, int i, char const* what, std::string const& param,
+            bool transpose, std::size_t rows, std::size_t cols, bool buffer = false) {
+    auto const& t = initializer(n, i, what);
+    std::string const& key = n.input(i);
+    if (count(t) != rows * cols)
+      fail(n, std::string("its ") + what + " '" + key + "' holds " + std::to_string(count(t)) +
+                  " values, expected " + std::to_string(rows * cols));
+    if (auto const b = bound_by_.find(key); b != bound_by_.end())
+      fail(n, "initializer '" + key + "' is also a parameter of " + b->second +
+                  "; shared (tied) parameters are not supported");
+    bound_by_[key] = node_label(n);
     ParameterBinding b;
-    b.layer = plan_.layers.size();
     b.param = param;
-    b.initializer = t.name();
+    b.initializer = key;
     b.transpose = transpose;
     b.rows = rows;
     b.cols = cols;
+    b.buffer = buffer;
     auto const v = floats_of(t);
     std::vector<T> s(v.size());
-    for (std::size_t i = 0; i < rows; ++i)
-      for (std::size_t j = 0; j < cols; ++j)
-        s[i * cols + j] = T(transpose ? v[j * rows + i] : v[i * cols + j]);
-    plan_.start[t.name()] = std::move(s);
-    plan_.bindings.push_back(std::move(b));
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t c = 0; c < cols; ++c)
+        s[r * cols + c] = T(transpose ? v[c * rows + r] : v[r * cols + c]);
+    plan_.start[key] = std::move(s);
+    pending_.push_back(std::move(b));
   }
 
   void need_flat(::onnx::NodeProto const& n) {
-    if (shape_.rank != 1)
-      fail(n, "needs flat samples [batch, features], got per-sample shape " + shape_.str() +
-                  " (add a Flatten before it)");
+    if (shape_of(n.input(0)).rank != 1)
+      fail(n, "needs flat samples [batch, features], got per-sample shape " +
+                  shape_of(n.input(0)).str() + " (add a Flatten before it)");
   }
 
-  std::string gemm(::onnx::NodeProto const& n) {
+  void gemm(::onnx::NodeProto const& n) {
     need_flat(n);
-    if (float_attr(n, "alpha", 1.f) != 1.f || float_attr(n, "beta", 1.f) != 1.f ||
-        int_attr(n, "transA", 0) != 0)
-      fail(n, "only alpha = 1, beta = 1, transA = 0 are supported (PyTorch's nn.Linear)");
+    for (char const* a : {"alpha", "beta"})
+      if (float_attr(n, a, 1.f) != 1.f)
+        fail(n, std::string("attribute ") + a + " = " + std::to_string(float_attr(n, a, 1.f)) +
+                    " is not supported (only 1, as PyTorch's nn.Linear exports)");
+    if (int_attr(n, "transA", 0) != 0)
+      fail(n, "attribute transA = 1 is not supported (the input must be [batch, features])");
     bool const tb = int_attr(n, "transB", 0) != 0;
     auto const& w = initializer(n, 1, "weight");
     if (w.dims_size() != 2)
       fail(n, "its weight must be a matrix");
     std::size_t const out = std::size_t(tb ? w.dims(0) : w.dims(1));
     std::size_t const in = std::size_t(tb ? w.dims(1) : w.dims(0));
-    if (in != shape_[0])
+    if (in != shape_of(n.input(0))[0])
       fail(n, "weight '" + w.name() + "' takes " + std::to_string(in) +
-                  " features, the input has " + std::to_string(shape_[0]));
+                  " features, the input has " + std::to_string(shape_of(n.input(0))[0]));
     bool const bias = n.input_size() > 2 && !n.input(2).empty();
-    bind("weight", w, !tb, out, in);
-    if (bias) {
-      auto const& b = initializer(n, 2, "bias");
-      std::size_t size = 1;
-      for (auto d : b.dims())
-        size *= std::size_t(d);
-      if (size != out)
-        fail(n, "bias '" + b.name() + "' must hold one value per output (" + std::to_string(out) +
-                    ")");
-      bind("bias", b, false, out, 1);
-    }
-    return add(n, Dense<T, M>(in, out, bias));
+    bind(n, 1, "weight", "weight", !tb, out, in);
+    if (bias)
+      bind(n, 2, "bias", "bias", false, out, 1);
+    emit(n, Dense<T, M>(in, out, bias), n.input(0));
   }
 
   // MatMul by a constant [in, out], with the Add of a constant [out] after it.
-  std::string matmul(::onnx::NodeProto const& n) {
+  void matmul(::onnx::NodeProto const& n) {
     auto const& w = initializer(n, 1, "weight");
     if (w.dims_size() != 2)
       fail(n, "its second input must be a constant matrix [in, out]");
     std::size_t const in = std::size_t(w.dims(0)), out = std::size_t(w.dims(1));
-    if (shape_.back() != in)
+    Shape const& s = shape_of(n.input(0));
+    if (s.back() != in)
       fail(n, "weight '" + w.name() + "' takes " + std::to_string(in) + " features, the input " +
-                  shape_.str() + " has " + std::to_string(shape_.back()));
-    bind("weight", w, true, out, in);
+                  s.str() + " has " + std::to_string(s.back()));
+    bind(n, 1, "weight", "weight", true, out, in);
     std::string result = n.output(0);
     auto const& rs = index_.readers(result);
     bool bias = false;
@@ -395,30 +469,29 @@ private:
       auto const* b = index_.constant(a.input(other));
       if (b && b->data_type() == ::onnx::TensorProto::FLOAT && b->dims_size() == 1 &&
           std::size_t(b->dims(0)) == out) {
-        bind("bias", *b, false, out, 1);
-        used_.insert(&a);
+        bind(a, other, "bias", "bias", false, out, 1);
+        skip_.insert(&a);
         bias = true;
         result = a.output(0);
       }
     }
-    add(n, Dense<T, M>(in, out, bias));
-    return result;
+    emit(n, Dense<T, M>(in, out, bias), n.input(0), result);
   }
 
-  std::string reshape(::onnx::NodeProto const& n) {
+  void reshape(::onnx::NodeProto const& n) {
     auto const* s = n.input_size() > 1 ? index_.constant(n.input(1)) : nullptr;
     if (!s)
       fail(n, "its shape must be a constant");
     auto const v = ints_of(*s);
     bool const ok = v.size() == 2 && (v[0] == 0 || v[0] == -1) &&
-                    (v[1] == -1 || std::size_t(v[1]) == shape_.size()) &&
+                    (v[1] == -1 || std::size_t(v[1]) == shape_of(n.input(0)).size()) &&
                     !(v[0] == -1 && v[1] == -1);
     if (!ok)
       fail(n, "only a reshape to [batch, features] (a flatten) is supported");
-    return add(n, Flatten<T, M>{});
+    emit(n, Flatten<T, M>{}, n.input(0));
   }
 
-  std::string pad(::onnx::NodeProto const& n) {
+  void pad(::onnx::NodeProto const& n) {
     std::vector<std::int64_t> p = ints_attr(n, "pads", {});
     if (n.input_size() > 1 && !n.input(1).empty()) {
       auto const* t = index_.constant(n.input(1));
@@ -429,68 +502,207 @@ private:
     for (auto v : p)
       if (v != 0)
         fail(n, "only a Pad of zero width is supported (put padding in the Conv or pool)");
-    return n.output(0);
+    alias(n, n.input(0));
   }
 
-  // [t, l, b, r] with t == b and l == r, or fail.
-  std::array<std::size_t, 2> symmetric_pads(::onnx::NodeProto const& n) {
-    if (string_attr(n, "auto_pad", "NOTSET") != "NOTSET")
-      fail(n, "auto_pad is not supported (give explicit pads)");
-    auto const p = ints_attr(n, "pads", {0, 0, 0, 0});
-    if (p.size() != 4 || p[0] != p[2] || p[1] != p[3] || p[0] < 0 || p[1] < 0)
-      fail(n, "only symmetric pads are supported");
-    return {std::size_t(p[0]), std::size_t(p[1])};
+  // An ints attribute of \p dims entries, each >= \p least.
+  std::vector<std::size_t> extents(::onnx::NodeProto const& n, char const* name, int dims,
+                                   std::int64_t def, std::int64_t least = 1) {
+    auto const v = ints_attr(n, name, std::vector<std::int64_t>(std::size_t(dims), def));
+    bool ok = v.size() == std::size_t(dims);
+    for (auto e : v)
+      ok = ok && e >= least;
+    if (!ok)
+      fail(n, std::string("attribute ") + name + " must have " + std::to_string(dims) +
+                  " entries >= " + std::to_string(least) + " (one per spatial axis)");
+    return std::vector<std::size_t>(v.begin(), v.end());
   }
-  std::array<std::size_t, 2> pair_attr(::onnx::NodeProto const& n, char const* name,
-                                       std::int64_t def) {
-    auto const v = ints_attr(n, name, {def, def});
-    if (v.size() != 2 || v[0] < 1 || v[1] < 1)
-      fail(n, std::string(name) + " must have two positive entries (2-D only)");
-    return {std::size_t(v[0]), std::size_t(v[1])};
+  // Symmetric padding per spatial axis from pads or auto_pad, or a refusal
+  // naming the attribute (Telar's layers pad both sides of an axis equally).
+  std::vector<std::size_t> pads(::onnx::NodeProto const& n, Shape const& in,
+                                std::vector<std::size_t> const& k,
+                                std::vector<std::size_t> const& stride,
+                                std::vector<std::size_t> const& dil, bool transposed) {
+    int const dims = int(k.size());
+    std::string const ap = string_attr(n, "auto_pad", "NOTSET");
+    std::vector<std::size_t> p(k.size(), 0);
+    if (ap == "VALID")
+      return p;
+    if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
+      if (transposed)
+        fail(n, "attribute auto_pad = " + ap + " is not supported on ConvTranspose (give pads)");
+      for (int d = 0; d < dims; ++d) {
+        std::size_t const x = in[std::size_t(d + 1)], s = stride[std::size_t(d)];
+        std::size_t const out = (x + s - 1) / s;
+        std::size_t const span = (k[std::size_t(d)] - 1) * dil[std::size_t(d)] + 1;
+        std::size_t const total = (out - 1) * s + span > x ? (out - 1) * s + span - x : 0;
+        if (total % 2 != 0)
+          fail(n, "attribute auto_pad = " + ap + " pads spatial axis " + std::to_string(d) +
+                      " by " + std::to_string(total) +
+                      " in all, one more on one side: asymmetric padding is not supported "
+                      "(Telar's layers pad both sides equally)");
+        p[std::size_t(d)] = total / 2;
+      }
+      return p;
+    }
+    if (ap != "NOTSET")
+      fail(n, "attribute auto_pad = '" + ap + "' is not valid (NOTSET, SAME_UPPER, SAME_LOWER, "
+              "VALID)");
+    auto const v = ints_attr(n, "pads", std::vector<std::int64_t>(std::size_t(2 * dims), 0));
+    if (v.size() != std::size_t(2 * dims))
+      fail(n, "attribute pads must have " + std::to_string(2 * dims) + " entries");
+    for (int d = 0; d < dims; ++d) {
+      auto const b = v[std::size_t(d)], e = v[std::size_t(d + dims)];
+      if (b < 0 || b != e)
+        fail(n, "attribute pads: asymmetric padding (" + std::to_string(b) + " before, " +
+                    std::to_string(e) + " after spatial axis " + std::to_string(d) +
+                    ") is not supported (Telar's layers pad both sides equally)");
+      p[std::size_t(d)] = std::size_t(b);
+    }
+    return p;
+  }
+  template <std::size_t D>
+  static std::array<std::size_t, D> arr(std::vector<std::size_t> const& v) {
+    std::array<std::size_t, D> a{};
+    std::copy(v.begin(), v.end(), a.begin());
+    return a;
   }
 
-  std::string conv(::onnx::NodeProto const& n) {
-    if (int_attr(n, "group", 1) != 1)
-      fail(n, "grouped convolutions (group " + std::to_string(int_attr(n, "group", 1)) +
-                  ") are not supported");
+  struct ConvAttrs {
+    int dims = 2;
+    std::size_t groups = 1, volume = 1;
+    std::vector<std::size_t> k, stride, dil, pad;
+  };
+  ConvAttrs conv_attrs(::onnx::NodeProto const& n, ::onnx::TensorProto const& w,
+                       bool transposed) {
+    ConvAttrs a;
+    a.dims = w.dims_size() - 2;
+    if (a.dims == 1)
+      fail(n, "1-D convolutions (weight '" + w.name() +
+                  "' of rank 3) are not supported: Telar has 2-D and 3-D layers (a [C, 1, L] "
+                  "input with a 1 x k kernel is the same)");
+    if (a.dims != 2 && a.dims != 3)
+      fail(n, "its weight '" + w.name() + "' has rank " + std::to_string(w.dims_size()) +
+                  "; 2-D and 3-D convolutions are supported");
+    std::int64_t const g = int_attr(n, "group", 1);
+    if (g < 1)
+      fail(n, "attribute group = " + std::to_string(g) + " must be positive");
+    a.groups = std::size_t(g);
+    for (int d = 0; d < a.dims; ++d)
+      a.k.push_back(std::size_t(w.dims(d + 2)));
+    for (auto e : a.k)
+      a.volume *= e;
+    if (find_attr(n, "kernel_shape") &&
+        extents(n, "kernel_shape", a.dims, 1) != a.k)
+      fail(n, "attribute kernel_shape does not match weight '" + w.name() + "'");
+    a.stride = extents(n, "strides", a.dims, 1);
+    a.dil = extents(n, "dilations", a.dims, 1);
+    Shape const& s = shape_of(n.input(0));
+    if (s.rank != a.dims + 1)
+      fail(n, "a " + std::to_string(a.dims) + "-D convolution needs inputs [C, " +
+                  (a.dims == 2 ? "H, W" : "D, H, W") + "], got " + s.str());
+    a.pad = pads(n, s, a.k, a.stride, a.dil, transposed);
+    return a;
+  }
+
+  void conv(::onnx::NodeProto const& n) {
     auto const& w = initializer(n, 1, "weight");
-    if (w.dims_size() != 4)
-      fail(n, "only 2-D convolutions (weight [out, in, kh, kw]) are supported");
-    if (shape_.rank != 3 || shape_[0] != std::size_t(w.dims(1)))
-      fail(n, "weight '" + w.name() + "' takes " + std::to_string(w.dims(1)) +
-                  " channels; the input is " + shape_.str());
-    std::size_t const out = std::size_t(w.dims(0)), in = std::size_t(w.dims(1));
-    std::array<std::size_t, 2> const k{std::size_t(w.dims(2)), std::size_t(w.dims(3))};
-    auto const stride = pair_attr(n, "strides", 1), dil = pair_attr(n, "dilations", 1);
-    auto const pads = symmetric_pads(n);
+    ConvAttrs const a = conv_attrs(n, w, false);
+    std::size_t const out = std::size_t(w.dims(0)), in = std::size_t(w.dims(1)) * a.groups;
+    if (shape_of(n.input(0))[0] != in)
+      fail(n, "weight '" + w.name() + "' takes " + std::to_string(in) + " channels (group " +
+                  std::to_string(a.groups) + "); the input is " + shape_of(n.input(0)).str());
     bool const bias = n.input_size() > 2 && !n.input(2).empty();
-    bind("weight", w, false, out, in * k[0] * k[1]);
+    bind(n, 1, "weight", "weight", false, out, in / a.groups * a.volume);
     if (bias)
-      bind("bias", initializer(n, 2, "bias"), false, out, 1);
-    return add(n, Conv2D<T, M>(in, out, k, stride, pads, bias, dil));
+      bind(n, 2, "bias", "bias", false, out, 1);
+    if (a.dims == 2)
+      return emit(n,
+                  Conv2D<T, M>(in, out, arr<2>(a.k), arr<2>(a.stride), arr<2>(a.pad), bias,
+                               arr<2>(a.dil), a.groups),
+                  n.input(0));
+    emit(n,
+         Conv3D<T, M>(in, out, arr<3>(a.k), arr<3>(a.stride), arr<3>(a.pad), bias, arr<3>(a.dil),
+                      a.groups),
+         n.input(0));
   }
 
-  std::string pool(::onnx::NodeProto const& n) {
+  void conv_transpose(::onnx::NodeProto const& n) {
+    auto const& w = initializer(n, 1, "weight");
+    ConvAttrs const a = conv_attrs(n, w, true);
+    if (find_attr(n, "output_shape"))
+      fail(n, "attribute output_shape is not supported (give pads and output_padding, as "
+              "PyTorch exports)");
+    auto const opad = extents(n, "output_padding", a.dims, 0, 0);
+    std::size_t const in = std::size_t(w.dims(0)), out = std::size_t(w.dims(1)) * a.groups;
+    if (shape_of(n.input(0))[0] != in)
+      fail(n, "weight '" + w.name() + "' takes " + std::to_string(in) +
+                  " channels; the input is " + shape_of(n.input(0)).str());
+    bool const bias = n.input_size() > 2 && !n.input(2).empty();
+    bind(n, 1, "weight", "weight", false, in, out / a.groups * a.volume);
+    if (bias)
+      bind(n, 2, "bias", "bias", false, out, 1);
+    if (a.dims == 2)
+      return emit(n,
+                  ConvTranspose2D<T, M>(in, out, arr<2>(a.k), arr<2>(a.stride), arr<2>(a.pad),
+                                        arr<2>(opad), bias, arr<2>(a.dil), a.groups),
+                  n.input(0));
+    emit(n,
+         ConvTranspose3D<T, M>(in, out, arr<3>(a.k), arr<3>(a.stride), arr<3>(a.pad),
+                               arr<3>(opad), bias, arr<3>(a.dil), a.groups),
+         n.input(0));
+  }
+
+  // Scale and bias are parameters; the running mean and variance buffers,
+  // trained as PyTorch does (batch statistics in training mode).
+  void batch_norm(::onnx::NodeProto const& n) {
+    if (n.input_size() != 5)
+      fail(n, "needs 5 inputs (X, scale, B, input_mean, input_var)");
+    for (int o = 1; o < n.output_size(); ++o)
+      if (!n.output(o).empty() && !index_.readers(n.output(o)).empty())
+        fail(n, "its output '" + n.output(o) +
+                    "' (running statistics) is read by another node; Telar keeps them in the "
+                    "layer (export with training=TrainingMode.EVAL or PRESERVE)");
+    Shape const& s = shape_of(n.input(0));
+    std::size_t const c = s[0];
+    double const eps = double(float_attr(n, "epsilon", 1e-5f));
+    double const momentum = 1.0 - double(float_attr(n, "momentum", 0.9f)); // ONNX: of the old
+    bind(n, 1, "scale", "weight", false, c, 1);
+    bind(n, 2, "bias", "bias", false, c, 1);
+    bind(n, 3, "running mean", "running_mean", false, c, 1, true);
+    bind(n, 4, "running variance", "running_var", false, c, 1, true);
+    emit(n, BatchNorm<T, M, SyncStats>(c, eps, momentum), n.input(0));
+  }
+
+  void pool(::onnx::NodeProto const& n) {
     bool const max = n.op_type() == "MaxPool";
-    auto const k = pair_attr(n, "kernel_shape", 1), s = pair_attr(n, "strides", 1);
-    auto const p = symmetric_pads(n);
+    auto const kernel = ints_attr(n, "kernel_shape", {});
+    int const dims = int(kernel.size());
+    if (dims != 2)
+      fail(n, "attribute kernel_shape has " + std::to_string(dims) +
+                  " entries: only 2-D pooling is supported (MaxPool3D and AvgPool3D are not "
+                  "Telar layers yet)");
+    auto const k = extents(n, "kernel_shape", 2, 1), s = extents(n, "strides", 2, 1);
+    auto const p = pads(n, shape_of(n.input(0)), k, s, {1, 1}, false);
     if (k[0] != k[1] || s[0] != s[1] || p[0] != p[1])
-      fail(n, "only square windows with equal strides and pads are supported");
+      fail(n, "attributes kernel_shape, strides and pads must be equal along both axes "
+              "(Telar's pools are square)");
     if (int_attr(n, "ceil_mode", 0) != 0)
-      fail(n, "ceil_mode = 1 is not supported");
-    if (max && (pair_attr(n, "dilations", 1) != std::array<std::size_t, 2>{1, 1} ||
+      fail(n, "attribute ceil_mode = 1 is not supported yet (output sizes round down)");
+    if (max && (extents(n, "dilations", 2, 1) != std::vector<std::size_t>{1, 1} ||
                 int_attr(n, "storage_order", 0) != 0))
-      fail(n, "dilations and storage_order are not supported");
+      fail(n, "attributes dilations and storage_order are not supported");
     if (!max && p[0] > 0 && int_attr(n, "count_include_pad", 0) == 0)
-      fail(n, "padding with count_include_pad = 0 is not supported (Telar counts padding)");
+      fail(n, "attribute count_include_pad = 0 with pads is not supported yet (Telar's "
+              "AvgPool2D counts the padding: nn.AvgPool2d(count_include_pad=True))");
     if (max)
-      return add(n, MaxPool2D<T, M>(k[0], s[0], p[0]));
-    return add(n, AvgPool2D<T, M>(k[0], s[0], p[0]));
+      return emit(n, MaxPool2D<T, M>(k[0], s[0], p[0]), n.input(0));
+    emit(n, AvgPool2D<T, M>(k[0], s[0], p[0]), n.input(0));
   }
 
-  // PyTorch's exact GELU: 0.5 * (x * (1 + erf(x / sqrt 2))).
-  bool gelu_pattern(std::string const& x, std::vector<::onnx::NodeProto const*> const& rs,
-                    std::string& out) {
+  // PyTorch's exact GELU: 0.5 * (x * (1 + erf(x / sqrt 2))); the five nodes
+  // are skipped but the last, which becomes a GELU of x.
+  void gelu_pattern(std::string const& x, std::vector<::onnx::NodeProto const*> const& rs) {
     auto const* div = rs[0]->op_type() == "Div" ? rs[0] : rs[1];
     auto const* mul = div == rs[0] ? rs[1] : rs[0];
     auto single = [&](std::string const& t, char const* op) -> ::onnx::NodeProto const* {
@@ -502,30 +714,96 @@ private:
     };
     if (div->op_type() != "Div" || mul->op_type() != "Mul" || div->input(0) != x ||
         std::abs(index_.scalar(div->input(1)) - 1.41421356f) > 1e-4f)
-      return false;
+      return;
     auto const* erf = single(div->output(0), "Erf");
     auto const* one = erf ? single(erf->output(0), "Add") : nullptr;
     if (!one || index_.scalar(other(*one, erf->output(0))) != 1.f)
-      return false;
+      return;
     if (index_.readers(one->output(0)).size() != 1 || index_.readers(one->output(0))[0] != mul ||
         other(*mul, one->output(0)) != x)
-      return false;
+      return;
     auto const* half = single(mul->output(0), "Mul");
     if (!half || index_.scalar(other(*half, mul->output(0))) != 0.5f)
-      return false;
-    for (auto const* n : {div, erf, one, mul, half})
-      used_.insert(n);
-    shape_ = GELU<T, M>{}.output_shape(shape_);
-    plan_.layers.push_back(GELU<T, M>{});
-    out = half->output(0);
-    return true;
+      return;
+    for (auto const* n : {div, erf, one, mul})
+      skip_.insert(n);
+    gelu_[half] = x;
   }
 
-  void check_all_used() const {
-    for (auto const& n : g_.node())
-      if (n.op_type() != "Constant" && !used_.count(&n) && !index_.aliases.count(&n))
-        fail(n, "is not on the chain from input '" + plan_.input_name + "' to output '" +
-                    plan_.output_name + "'; Telar imports chains");
+  // Every node must lead to the output (its parameters would get no gradient).
+  void check_reach(std::string const& out) const {
+    std::set<std::string> needed{out};
+    for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
+      if (!needed.count(it->output))
+        fail(it->label + ": its result '" + it->output + "' does not reach the graph output '" +
+             plan_.output_name + "'");
+      needed.insert(it->inputs.begin(), it->inputs.end());
+    }
+  }
+
+  // A layer that alone reads the only live tensor joins the chain; every run
+  // of other nodes becomes one DynamicGraph from the live tensor before it
+  // to the one after it.
+  void place(std::string const& out) {
+    std::map<std::string, std::size_t> left; // readers not yet placed
+    for (auto const& nd : nodes_)
+      for (auto const& in : nd.inputs)
+        ++left[in];
+    std::set<std::string> live{plan_.input_name};
+    std::vector<std::size_t> run;
+    std::string run_in;
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      Ir& nd = nodes_[i];
+      bool const chain = nd.kind == Ir::layer && live.size() == 1 &&
+                         *live.begin() == nd.inputs[0] && left[nd.inputs[0]] == 1;
+      if (chain) {
+        flush(run, run_in, nd.inputs[0]);
+        place_layer(nd, "", std::move(*nd.op));
+      } else {
+        if (run.empty())
+          run_in = *live.begin();
+        run.push_back(i);
+      }
+      for (auto const& in : nd.inputs)
+        if (--left[in] == 0)
+          live.erase(in);
+      if (left[nd.output] > 0 || nd.output == out)
+        live.insert(nd.output);
+    }
+    flush(run, run_in, out);
+  }
+  template <class L>
+  void place_layer(Ir& nd, std::string const& prefix, L&& layer) {
+    for (auto b : nd.bindings) {
+      b.layer = plan_.layers.size();
+      b.param = prefix + b.param;
+      plan_.bindings.push_back(std::move(b));
+    }
+    std::visit([&](auto& l) { plan_.layers.push_back(std::move(l)); }, layer);
+  }
+  void flush(std::vector<std::size_t>& run, std::string const& in, std::string const& out) {
+    if (run.empty())
+      return;
+    DynamicGraph<NodeLayer<T, M>> g(in);
+    for (std::size_t i : run) {
+      Ir& nd = nodes_[i];
+      if (nd.kind == Ir::layer)
+        g.add(nd.name, std::move(*nd.op), nd.inputs[0], nd.output);
+      else if (nd.kind == Ir::add)
+        g.add_add(nd.name, nd.inputs, nd.output);
+      else if (nd.kind == Ir::concat)
+        g.add_concat(nd.name, nd.inputs, nd.output);
+      else
+        g.add_mul(nd.name, nd.inputs, nd.output);
+      for (auto b : nd.bindings) {
+        b.layer = plan_.layers.size();
+        b.param = nd.name + "." + b.param;
+        plan_.bindings.push_back(std::move(b));
+      }
+    }
+    g.set_output(out);
+    plan_.layers.push_back(std::move(g));
+    run.clear();
   }
 
   ::onnx::ModelProto const& m_;
@@ -533,9 +811,15 @@ private:
   GraphIndex index_;
   std::string path_;
   std::int64_t opset_ = 13; // of the default domain
-  ChainPlan<T, M> plan_;
-  Shape shape_;
-  std::set<::onnx::NodeProto const*> used_;
+  GraphPlan<T, M> plan_;
+  std::map<std::string, Shape> shapes_;      // per-sample shape by (resolved) tensor
+  std::map<std::string, std::string> alias_; // outputs of nodes that map to nothing
+  std::set<::onnx::NodeProto const*> skip_;  // inner nodes of a recognised pattern
+  std::map<::onnx::NodeProto const*, std::string> gelu_; // last node of a GELU -> its input
+  std::map<std::string, std::string> bound_by_;          // initializer -> the node using it
+  std::set<std::string> names_;
+  std::vector<ParameterBinding> pending_; // of the node being mapped
+  std::vector<Ir> nodes_;
 };
 
 // Dense, element-wise, Dense runs become Megatron pairs (the activation acts
@@ -612,10 +896,16 @@ struct StartValues {
           if constexpr (layer_traits<L>::has_parameters)
             l.parameters([&](char const* name, auto& value, auto&) {
               for (auto const& b : bindings)
-                if (b.layer == k && b.param == name)
+                if (b.layer == k && !b.buffer && b.param == name)
                   load_block(value, start->at(b.initializer), b.cols,
                              block_of(l, name, b.rows, b.cols));
             });
+          auto buffer = [&](char const* name, auto& value) {
+            for (auto const& b : bindings)
+              if (b.layer == k && b.buffer && b.param == name)
+                load_block(value, start->at(b.initializer), b.cols, Block{0, 0, b.rows, b.cols, true});
+          };
+          telar::detail::prefixed_buffers(l, "", buffer);
         },
         layer);
   }
