@@ -13,6 +13,7 @@
 #include <telar/config.hpp>
 
 #if TELAR_HAVE_ONEDNN
+#include <telar/core/detail/onednn.hpp>
 #include <telar/core/error.hpp>
 
 #include <dnnl.hpp>
@@ -27,54 +28,6 @@
 
 namespace telar {
 namespace detail {
-
-// One process-wide CPU engine; one stream per thread (streams are cheap, and
-// a layer may run on several threads over its life).
-inline dnnl::engine& onednn_engine() {
-  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  return eng;
-}
-inline dnnl::stream& onednn_stream() {
-  thread_local dnnl::stream s(onednn_engine());
-  return s;
-}
-
-// One argument of a primitive: the caller's plain buffer (`user`, whose
-// handle is set per call) and, when the primitive wants another layout, a
-// buffer in that layout with the reorder between them.
-struct OneDnnPort {
-  dnnl::memory user, inner;
-  dnnl::reorder convert; // user -> inner for inputs, inner -> user for outputs
-  bool reordered = false;
-
-  void init(dnnl::memory::desc const& plain, dnnl::memory::desc const& want, bool input) {
-    auto& eng = onednn_engine();
-    user = dnnl::memory(plain, eng, DNNL_MEMORY_NONE);
-    reordered = !(want == plain);
-    if (reordered) {
-      inner = dnnl::memory(want, eng);
-      convert = input ? dnnl::reorder(user, inner) : dnnl::reorder(inner, user);
-    } else {
-      inner = user;
-    }
-  }
-  // The primitive's input, from the caller's buffer p.
-  dnnl::memory& in(dnnl::stream& s, void const* p) {
-    user.set_data_handle(const_cast<void*>(p));
-    if (reordered)
-      convert.execute(s, user, inner);
-    return inner;
-  }
-  // The primitive's output; finish() moves it to the caller's buffer p.
-  dnnl::memory& out(void* p) {
-    user.set_data_handle(p);
-    return inner;
-  }
-  void finish(dnnl::stream& s) {
-    if (reordered)
-      convert.execute(s, inner, user);
-  }
-};
 
 // Convolution sizes in oneDNN's terms (dilation counts from 0), 2-D or 3-D.
 struct OneDnnConvShape {
