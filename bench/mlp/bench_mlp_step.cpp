@@ -134,19 +134,20 @@ int run(Args const& a) {
     char const* threads = std::getenv("OMP_NUM_THREADS");
     // Which kernels multiplied: oneDNN's bf16 matmul implementations as it
     // reported them, or the fp32 library call.
-    std::string const kernels = bf16 ? telar::bf16_kernels()
+    std::string const kernels = bf16                                   ? telar::bf16_kernels()
                                 : std::is_same_v<G, telar::OneDnnGemm> ? std::string("dnnl_sgemm")
-                                                                      : std::string(G::name());
-    std::printf(
-        "# telar MLP 784-%zu-%zu-10, batch %zu per dp rank, %s, SGD, gemm %s (%s), "
-        "%d ranks (%s), schedule %s, %d micro-batches, allreduce %s, sharding %s%s, "
-        "buckets %.1f MiB (%zu on rank 0), OMP_NUM_THREADS=%s, %d steps after %d "
-        "warm-up\n",
-        a.hidden, a.hidden, a.batch, bf16 ? "bf16 compute, fp32 master weights" : "fp32",
-        G::name(), kernels.c_str(), trainer.size(), trainer.layout().c_str(), trainer.pipeline_schedule().name.c_str(),
-        a.microbatches, Algorithm::name(), Sharding::name(),
-        Sharding::stage > 0 ? (a.shared_memory ? " (shared memory)" : " (messages)") : "",
-        a.bucket_mb, trainer.bucket_count(), threads ? threads : "unset", a.steps, a.warmup);
+                                                                       : std::string(G::name());
+    std::printf("# telar MLP 784-%zu-%zu-10, batch %zu per dp rank, %s, SGD, gemm %s (%s), "
+                "%d ranks (%s), schedule %s, %d micro-batches, allreduce %s, sharding %s%s, "
+                "buckets %.1f MiB (%zu on rank 0), OMP_NUM_THREADS=%s, %d steps after %d "
+                "warm-up\n",
+                a.hidden, a.hidden, a.batch, bf16 ? "bf16 compute, fp32 master weights" : "fp32",
+                G::name(), kernels.c_str(), trainer.size(), trainer.layout().c_str(),
+                trainer.pipeline_schedule().name.c_str(), a.microbatches, Algorithm::name(),
+                Sharding::name(),
+                Sharding::stage > 0 ? (a.shared_memory ? " (shared memory)" : " (messages)") : "",
+                a.bucket_mb, trainer.bucket_count(), threads ? threads : "unset", a.steps,
+                a.warmup);
     std::printf("step_ms median %.2f mean %.2f min %.2f\n", median, mean, sorted.front());
     std::printf("{\"peer\":\"telar\",\"ranks\":%d,\"layout\":\"%s\",\"batch_per_rank\":%zu,"
                 "\"hidden\":%zu,\"step_ms_median\":%.3f,\"step_ms_mean\":%.3f,"

@@ -138,7 +138,7 @@ void compare_bf16(Make make, Shape in, std::size_t n, std::string const& what) {
   CHECK(ratio(a.weight_grad, b.weight_grad, mag.weight_grad) <= 1.0);
   if (a.has_bias())
     CHECK(ratio(a.bias_grad, b.bias_grad, mag.bias_grad) <= 1.0); // sums of bf16 dy: u
-  CHECK(worst(ya, yb) > 0); // bf16 really ran
+  CHECK(worst(ya, yb) > 0);                                       // bf16 really ran
 }
 
 // Scoped environment variable for the ISA test hooks.
@@ -341,16 +341,16 @@ TEMPLATE_TEST_CASE("OneDnnConvBf16 agrees with fp32 within bf16 rounding", "[con
     using B2 = telar::Conv2D<float, M, telar::AutoGemm, telar::Im2colConv>;
     compare_bf16<A2, B2>([](auto l) { return decltype(l)(1, 8, 3, 1, 1); }, Shape{1, 9, 9}, 3,
                          "1->8 3x3 p1 (first layer)");
-    compare_bf16<A2, B2>([](auto l) { return decltype(l)(32, 32, 3, 1, 1); }, Shape{32, 14, 14},
-                         2, "CNN 32->32 14x14");
-    compare_bf16<A2, B2>([](auto l) { return decltype(l)(4, 6, 3, 2, 0, false); },
-                         Shape{4, 8, 9}, 3, "3x3 s2 p0 no bias");
+    compare_bf16<A2, B2>([](auto l) { return decltype(l)(32, 32, 3, 1, 1); }, Shape{32, 14, 14}, 2,
+                         "CNN 32->32 14x14");
+    compare_bf16<A2, B2>([](auto l) { return decltype(l)(4, 6, 3, 2, 0, false); }, Shape{4, 8, 9},
+                         3, "3x3 s2 p0 no bias");
     compare_bf16<A2, B2>([](auto l) { return decltype(l)(8, 8, 3, 1, 1, true, 1, 8); },
                          Shape{8, 6, 6}, 2, "depthwise");
     using A3 = telar::Conv3D<float, M, telar::AutoGemm, telar::OneDnnConvBf16>;
     using B3 = telar::Conv3D<float, M, telar::AutoGemm, telar::Im2colConv>;
-    compare_bf16<A3, B3>([](auto l) { return decltype(l)(2, 3, 3, 1, 1); }, Shape{2, 3, 4, 5},
-                         2, "3x3x3 s1 p1");
+    compare_bf16<A3, B3>([](auto l) { return decltype(l)(2, 3, 3, 1, 1); }, Shape{2, 3, 4, 5}, 2,
+                         "3x3x3 s1 p1");
     using AT = telar::ConvTranspose2D<float, M, telar::AutoGemm, telar::OneDnnConvBf16>;
     using BT = telar::ConvTranspose2D<float, M, telar::AutoGemm, telar::Im2colConv>;
     compare_bf16<AT, BT>([](auto l) { return decltype(l)(6, 4, 3, 2, 1, 1); }, Shape{6, 5, 4}, 2,
@@ -386,8 +386,7 @@ TEMPLATE_TEST_CASE("OneDnnConvBf16 refuses a CPU without bf16 instructions unles
     } catch (telar::Error const& e) {
       CHECK(std::string(e.what()).find(
                 "telar::Convolution (telar::OneDnnConvBf16): this CPU lacks the AVX512-BF16 "
-                "(avx512_core_bf16) or AMX instruction set (hidden by TELAR_TEST_HIDE_BF16)") ==
-            0);
+                "(avx512_core_bf16) or AMX instruction set (hidden by TELAR_TEST_HIDE_BF16)") == 0);
     }
     // The opt-in fallback runs oneDNN's fp32 primitives: identical to OneDnnConv.
     ScopedEnv fallback("TELAR_BF16_FALLBACK", "fp32");

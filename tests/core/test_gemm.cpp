@@ -138,8 +138,8 @@ void check_bf16_bound(char ta, char tb, std::size_t m, std::size_t n, std::size_
                            1e-30;
       worst_ratio = std::max(worst_ratio, std::fabs(double(C(i, j)) - want) / bound);
     }
-  INFO(ta << tb << " m=" << m << " n=" << n << " k=" << k << " alpha=" << alpha
-          << " beta=" << beta << " pad=" << pad);
+  INFO(ta << tb << " m=" << m << " n=" << n << " k=" << k << " alpha=" << alpha << " beta=" << beta
+          << " pad=" << pad);
   CHECK(worst_ratio <= 1.0);
 }
 } // namespace

@@ -141,8 +141,7 @@ struct AutoGemm {
 template <class P>
 inline constexpr bool is_gemm_policy_v =
     std::is_same_v<P, OneDnnGemm> || std::is_same_v<P, KokkosKernelsGemm> ||
-    std::is_same_v<P, ReferenceGemm> || std::is_same_v<P, AutoGemm> ||
-    std::is_same_v<P, Bf16Gemm>;
+    std::is_same_v<P, ReferenceGemm> || std::is_same_v<P, AutoGemm> || std::is_same_v<P, Bf16Gemm>;
 
 /*! \brief Name of the policy AutoGemm resolves to for T in MemorySpace. */
 template <class T, class MemorySpace>
@@ -242,9 +241,9 @@ void gemm(Policy, Exec const& exec, char ta, char tb, typename CV::value_type al
             std::max<std::size_t>({std::size_t(v.stride(0)), v.extent(1), std::size_t{1}}));
       };
       if (detail::bf16_check_isa("telar::gemm (telar::Bf16Gemm)")) {
-        detail::onednn_bf16_matmul().run(ta, tb, std::int64_t(m), std::int64_t(n),
-                                         std::int64_t(k), alpha, A.data(), ld(A), B.data(),
-                                         ld(B), beta, C.data(), ld(C));
+        detail::onednn_bf16_matmul().run(ta, tb, std::int64_t(m), std::int64_t(n), std::int64_t(k),
+                                         alpha, A.data(), ld(A), B.data(), ld(B), beta, C.data(),
+                                         ld(C));
       } else {
         gemm(OneDnnGemm{}, exec, ta, tb, alpha, A, B, beta, C);
       }

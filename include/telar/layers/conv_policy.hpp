@@ -62,8 +62,8 @@ struct OneDnnConv {
  *  the layer throws telar::Error naming it, unless TELAR_BF16_FALLBACK=fp32
  *  asks for the fp32 primitives with a warning (see telar::Bf16Gemm).
  *  \code
- *  telar::Conv2D<float, Kokkos::HostSpace, telar::AutoGemm, telar::OneDnnConvBf16> c(3, 16, 3, 1, 1);
- *  \endcode
+ *  telar::Conv2D<float, Kokkos::HostSpace, telar::AutoGemm, telar::OneDnnConvBf16> c(3, 16, 3, 1,
+ * 1); \endcode
  */
 struct OneDnnConvBf16 {
   /*! \brief Name for logs. */

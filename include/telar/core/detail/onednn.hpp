@@ -73,17 +73,28 @@ struct OneDnnPort {
 // Name of a oneDNN instruction-set level, for messages.
 inline char const* onednn_isa_name(dnnl_cpu_isa_t isa) {
   switch (isa) {
-  case dnnl_cpu_isa_sse41: return "sse41";
-  case dnnl_cpu_isa_avx: return "avx";
-  case dnnl_cpu_isa_avx2: return "avx2";
-  case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
-  case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
-  case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
-  case dnnl_cpu_isa_avx512_core: return "avx512_core";
-  case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
-  case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
-  case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
-  default: return "unknown";
+  case dnnl_cpu_isa_sse41:
+    return "sse41";
+  case dnnl_cpu_isa_avx:
+    return "avx";
+  case dnnl_cpu_isa_avx2:
+    return "avx2";
+  case dnnl_cpu_isa_avx2_vnni:
+    return "avx2_vnni";
+  case dnnl_cpu_isa_avx512_mic:
+    return "avx512_mic";
+  case dnnl_cpu_isa_avx512_mic_4ops:
+    return "avx512_mic_4ops";
+  case dnnl_cpu_isa_avx512_core:
+    return "avx512_core";
+  case dnnl_cpu_isa_avx512_core_vnni:
+    return "avx512_core_vnni";
+  case dnnl_cpu_isa_avx512_core_bf16:
+    return "avx512_core_bf16";
+  case dnnl_cpu_isa_avx512_core_amx:
+    return "avx512_core_amx";
+  default:
+    return "unknown";
   }
 }
 
@@ -119,10 +130,9 @@ inline bool bf16_fallback_allowed() {
 inline bool bf16_check_isa(char const* who) {
   if (bf16_isa_available())
     return true;
-  std::string const found =
-      bf16_isa_hidden() ? std::string("hidden by TELAR_TEST_HIDE_BF16")
-                        : std::string("oneDNN's effective ISA is ") +
-                              onednn_isa_name(dnnl_get_effective_cpu_isa());
+  std::string const found = bf16_isa_hidden() ? std::string("hidden by TELAR_TEST_HIDE_BF16")
+                                              : std::string("oneDNN's effective ISA is ") +
+                                                    onednn_isa_name(dnnl_get_effective_cpu_isa());
   if (bf16_fallback_allowed()) {
     static std::once_flag warned;
     std::call_once(warned, [&] {
@@ -133,8 +143,9 @@ inline bool bf16_check_isa(char const* who) {
     });
     return false;
   }
-  throw Error(std::string(who) + ": this CPU lacks the AVX512-BF16 (avx512_core_bf16) or AMX "
-                                 "instruction set (" +
+  throw Error(std::string(who) +
+              ": this CPU lacks the AVX512-BF16 (avx512_core_bf16) or AMX "
+              "instruction set (" +
               found +
               "); bf16 would be emulated, slower than fp32. Use an fp32 policy "
               "(telar::OneDnnGemm, telar::OneDnnConv), or set TELAR_BF16_FALLBACK=fp32 to run "

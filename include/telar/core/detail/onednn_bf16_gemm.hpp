@@ -30,8 +30,8 @@ public:
 
   // Row-major A, B, C with leading dimensions lda, ldb, ldc.
   void run(char ta, char tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
-           float const* A, std::int64_t lda, float const* B, std::int64_t ldb, float beta,
-           float* C, std::int64_t ldc) {
+           float const* A, std::int64_t lda, float const* B, std::int64_t ldb, float beta, float* C,
+           std::int64_t ldc) {
     Entry& e = entry(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
     auto& s = onednn_stream();
     e.a.in(s, A);
@@ -75,10 +75,8 @@ private:
     auto& eng = onednn_engine();
     // The callers' f32 matrices as oneDNN sees op(A) [m, k] and op(B) [k, n]:
     // a transpose is a swap of strides.
-    dnnl::memory::desc const a_user(dims{m, k}, dt::f32,
-                                    ta == 'N' ? dims{lda, 1} : dims{1, lda});
-    dnnl::memory::desc const b_user(dims{k, n}, dt::f32,
-                                    tb == 'N' ? dims{ldb, 1} : dims{1, ldb});
+    dnnl::memory::desc const a_user(dims{m, k}, dt::f32, ta == 'N' ? dims{lda, 1} : dims{1, lda});
+    dnnl::memory::desc const b_user(dims{k, n}, dt::f32, tb == 'N' ? dims{ldb, 1} : dims{1, ldb});
     dnnl::memory::desc const c_user(dims{m, n}, dt::f32, dims{ldc, 1});
     dnnl::memory::desc const a_want(dims{m, k}, dt::bf16, dnnl::memory::format_tag::any);
     dnnl::memory::desc const b_want(dims{k, n}, dt::bf16, dnnl::memory::format_tag::any);
@@ -97,8 +95,7 @@ private:
       e->a.init(a_user, pd.src_desc(), true);
       e->b.init(b_user, pd.weights_desc(), true);
       e->c = dnnl::memory(c_user, eng, DNNL_MEMORY_NONE);
-      e->args = {{DNNL_ARG_SRC, e->a.inner}, {DNNL_ARG_WEIGHTS, e->b.inner},
-                 {DNNL_ARG_DST, e->c}};
+      e->args = {{DNNL_ARG_SRC, e->a.inner}, {DNNL_ARG_WEIGHTS, e->b.inner}, {DNNL_ARG_DST, e->c}};
       last_impl_ = pd.impl_info_str();
     } catch (dnnl::error const& err) {
       throw Error(std::string("telar::gemm (telar::Bf16Gemm): oneDNN could not create a bf16 "

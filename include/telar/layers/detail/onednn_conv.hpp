@@ -200,9 +200,10 @@ private:
       auto pick = [&](dnnl::memory::dims const& d, tag t, bool input) {
         return few ? dnnl::memory::desc(d, input ? compute : dt::f32, t) : want(d, t, input);
       };
-      dnnl::convolution_backward_data::desc d(
-          dnnl::algorithm::convolution_direct, pick(sh.src, sh.act, false),
-          pick(sh.wei, sh.wt, true), pick(sh.dst, sh.act, true), sh.strides, sh.dilates, sh.pad_l, sh.pad_r);
+      dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct,
+                                              pick(sh.src, sh.act, false),
+                                              pick(sh.wei, sh.wt, true), pick(sh.dst, sh.act, true),
+                                              sh.strides, sh.dilates, sh.pad_l, sh.pad_r);
       dnnl::convolution_backward_data::primitive_desc pd(d, onednn_engine(), fpd);
       bwd_data = dnnl::convolution_backward_data(pd);
       if (compute == dt::bf16)
