@@ -1,7 +1,7 @@
 #pragma once
 // oneDNN matmul behind telar::Bf16Gemm: C (f32) = alpha op(A) op(B) + beta C
-// with A and B converted to bf16 by cached reorders (which also lay them out
-// as the kernel wants: blocked, VNNI-paired), f32 accumulation and output.
+// with A and B converted to bf16 by cached reorders (dense, in the callers'
+// orientation), f32 accumulation and output.
 // Primitives, reorders and bf16 buffers are created once per (shape,
 // transposes, leading dimensions, alpha, beta) and thread; a steady-state
 // call only sets data handles and executes.
@@ -78,8 +78,14 @@ private:
     dnnl::memory::desc const a_user(dims{m, k}, dt::f32, ta == 'N' ? dims{lda, 1} : dims{1, lda});
     dnnl::memory::desc const b_user(dims{k, n}, dt::f32, tb == 'N' ? dims{ldb, 1} : dims{1, ldb});
     dnnl::memory::desc const c_user(dims{m, n}, dt::f32, dims{ldc, 1});
-    dnnl::memory::desc const a_want(dims{m, k}, dt::bf16, dnnl::memory::format_tag::any);
-    dnnl::memory::desc const b_want(dims{k, n}, dt::bf16, dnnl::memory::format_tag::any);
+    // bf16 copies in the callers' orientation, dense. Not format "any":
+    // oneDNN 2.6 then picks blocked weights (BA16a64b2a) whose reorder from
+    // f32 costs about as much as the product (2048x2048: 24-41 ms against
+    // 21-29 ms, one loaded core), while a plain f32 -> bf16 reorder is a
+    // streaming conversion and brgemm packs plain B itself.
+    using tag = dnnl::memory::format_tag;
+    dnnl::memory::desc const a_want(dims{m, k}, dt::bf16, ta == 'N' ? tag::ab : tag::ba);
+    dnnl::memory::desc const b_want(dims{k, n}, dt::bf16, tb == 'N' ? tag::ab : tag::ba);
     dnnl::primitive_attr attr;
     if (alpha != 1.f)
       attr.set_output_scales(0, {alpha});
