@@ -1,8 +1,11 @@
-// Step time of the MLP 784-H-H-10 (ReLU, softmax cross-entropy, SGD), fp32,
+// Step time of the MLP 784-H-H-10 (ReLU, softmax cross-entropy, SGD), fp32
+// or bf16 GEMMs with fp32 master weights (--precision, docs/precision.md),
 // synthetic data: the model bench/peers/mlp_torch.py runs in PyTorch.
 //   [mpirun -np N] bench_mlp_step [--batch 128] [--steps 30] [--warmup 5] [--hidden 2048]
 //        [--dp N] [--pp N] [--tp N] [--microbatches M] [--schedule 1f1b]
 //        [--algorithm ring|mpi|rhd|hier] [--bucket-mb 8] [--timeline PREFIX]
+//        [--precision fp32|bf16]
+// --precision bf16 (telar::Bf16Gemm) runs with the ring allreduce and no sharding.
 // --batch is per data-parallel rank (weak scaling). Prints the configuration,
 // the median and mean step time (slowest rank), and one JSON line.
 #include <telar/layers/activation.hpp>
@@ -19,6 +22,7 @@
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -26,7 +30,7 @@ struct Args {
   std::size_t batch = 128, hidden = 2048;
   int steps = 30, warmup = 5, dp = 0, pp = 1, tp = 1, microbatches = 1;
   double bucket_mb = 8;
-  std::string schedule = "1f1b", algorithm = "ring", timeline;
+  std::string schedule = "1f1b", algorithm = "ring", timeline, precision = "fp32";
   int zero = 0, shared_memory = 1;
 };
 
@@ -60,6 +64,8 @@ Args parse(int argc, char** argv) {
       a.timeline = v;
     else if (f == "--zero")
       a.zero = std::stoi(v);
+    else if (f == "--precision")
+      a.precision = v;
     else if (f == "--shared-memory")
       a.shared_memory = std::stoi(v);
     else
@@ -68,15 +74,18 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-using D = telar::Dense<float>;
 using R = telar::ReLU<float>;
-// The first two layers are a Megatron pair under --tp (plain Dense at tp 1).
-using Col = telar::ColumnParallel<D>;
-using Row = telar::RowParallel<D>;
-using Model = telar::Sequential<Col, R, Row, R, D>;
 
-template <class Algorithm, class Sharding>
+template <class Algorithm, class Sharding, class Gemm = telar::AutoGemm>
 int run(Args const& a) {
+  using D = telar::Dense<float, telar::DefaultMemorySpace, Gemm>;
+  // The first two layers are a Megatron pair under --tp (plain Dense at tp 1).
+  using Col = telar::ColumnParallel<D>;
+  using Row = telar::RowParallel<D>;
+  using Model = telar::Sequential<Col, R, Row, R, D>;
+  using G = std::conditional_t<std::is_same_v<Gemm, telar::AutoGemm>,
+                               telar::AutoGemm::select<float, telar::DefaultMemorySpace>, Gemm>;
+  bool const bf16 = std::is_same_v<G, telar::Bf16Gemm>;
   using Strategy = telar::Strategy<telar::DataParallel<Algorithm, Sharding>,
                                    telar::PipelineParallel<>, telar::TensorParallel<>>;
   telar::TrainerOptions opts;
@@ -123,23 +132,30 @@ int run(Args const& a) {
   double const mean = std::accumulate(ms.begin(), ms.end(), 0.0) / double(ms.size());
   if (trainer.rank() == 0) {
     char const* threads = std::getenv("OMP_NUM_THREADS");
-    std::printf(
-        "# telar MLP 784-%zu-%zu-10, batch %zu per dp rank, fp32, SGD, gemm %s, "
-        "%d ranks (%s), schedule %s, %d micro-batches, allreduce %s, sharding %s%s, "
-        "buckets %.1f MiB (%zu on rank 0), OMP_NUM_THREADS=%s, %d steps after %d "
-        "warm-up\n",
-        a.hidden, a.hidden, a.batch, telar::gemm_backend_name<float, telar::DefaultMemorySpace>(),
-        trainer.size(), trainer.layout().c_str(), trainer.pipeline_schedule().name.c_str(),
-        a.microbatches, Algorithm::name(), Sharding::name(),
-        Sharding::stage > 0 ? (a.shared_memory ? " (shared memory)" : " (messages)") : "",
-        a.bucket_mb, trainer.bucket_count(), threads ? threads : "unset", a.steps, a.warmup);
+    // Which kernels multiplied: oneDNN's bf16 matmul implementations as it
+    // reported them, or the fp32 library call.
+    std::string const kernels = bf16                                   ? telar::bf16_kernels()
+                                : std::is_same_v<G, telar::OneDnnGemm> ? std::string("dnnl_sgemm")
+                                                                       : std::string(G::name());
+    std::printf("# telar MLP 784-%zu-%zu-10, batch %zu per dp rank, %s, SGD, gemm %s (%s), "
+                "%d ranks (%s), schedule %s, %d micro-batches, allreduce %s, sharding %s%s, "
+                "buckets %.1f MiB (%zu on rank 0), OMP_NUM_THREADS=%s, %d steps after %d "
+                "warm-up\n",
+                a.hidden, a.hidden, a.batch, bf16 ? "bf16 compute, fp32 master weights" : "fp32",
+                G::name(), kernels.c_str(), trainer.size(), trainer.layout().c_str(),
+                trainer.pipeline_schedule().name.c_str(), a.microbatches, Algorithm::name(),
+                Sharding::name(),
+                Sharding::stage > 0 ? (a.shared_memory ? " (shared memory)" : " (messages)") : "",
+                a.bucket_mb, trainer.bucket_count(), threads ? threads : "unset", a.steps,
+                a.warmup);
     std::printf("step_ms median %.2f mean %.2f min %.2f\n", median, mean, sorted.front());
     std::printf("{\"peer\":\"telar\",\"ranks\":%d,\"layout\":\"%s\",\"batch_per_rank\":%zu,"
                 "\"hidden\":%zu,\"step_ms_median\":%.3f,\"step_ms_mean\":%.3f,"
-                "\"algorithm\":\"%s\",\"sharding\":\"%s\",\"gemm\":\"%s\"}\n",
+                "\"algorithm\":\"%s\",\"sharding\":\"%s\",\"precision\":\"%s\","
+                "\"gemm\":\"%s\",\"gemm_kernels\":\"%s\"}\n",
                 trainer.size(), trainer.layout().c_str(), a.batch, a.hidden, median, mean,
-                Algorithm::name(), Sharding::name(),
-                telar::gemm_backend_name<float, telar::DefaultMemorySpace>());
+                Algorithm::name(), Sharding::name(), bf16 ? "bf16" : "fp32", G::name(),
+                kernels.c_str());
   }
   return 0;
 }
@@ -152,7 +168,18 @@ int main(int argc, char** argv) {
     Kokkos::ScopeGuard kokkos(argc, argv);
     try {
       Args const a = parse(argc, argv);
-      if (a.zero == 1)
+      if (a.precision == "bf16") {
+        if (a.zero != 0 || a.algorithm != "ring")
+          throw std::invalid_argument(
+              "bench_mlp_step: --precision bf16 runs with --algorithm ring and --zero 0");
+        if constexpr (telar::Bf16Gemm::supports<float, telar::DefaultMemorySpace>())
+          rc = run<telar::RingAllreduce, telar::NoSharding, telar::Bf16Gemm>(a);
+        else
+          throw std::invalid_argument("bench_mlp_step: --precision bf16 needs oneDNN and host "
+                                      "memory (telar::Bf16Gemm)");
+      } else if (a.precision != "fp32")
+        throw std::invalid_argument("bench_mlp_step: --precision takes fp32 or bf16");
+      else if (a.zero == 1)
         rc = run<telar::RingAllreduce, telar::ZeRO<1>>(a);
       else if (a.zero != 0)
         throw std::invalid_argument("bench_mlp_step: --zero takes 0 or 1");

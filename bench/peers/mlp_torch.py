@@ -2,8 +2,10 @@
 """PyTorch peer of Telar's MLP benchmark.
 
 The same model and step Telar benchmarks: MLP 784-2048-2048-10 with ReLU
-between the layers, softmax cross-entropy loss, plain SGD (lr 0.01), fp32,
-batch 128 per rank, one thread per rank, synthetic random inputs. Times N
+between the layers, softmax cross-entropy loss, plain SGD (lr 0.01), fp32
+(or, with --precision bf16, forward under torch.autocast('cpu',
+dtype=torch.bfloat16): bf16 matmuls, fp32 weights and optimizer), batch 128
+per rank, one thread per rank, synthetic random inputs. Times N
 steps (zero_grad + forward + backward + optimizer step) after a warm-up and
 prints the configuration, the median and mean step time, and one JSON line
 per run (a line starting with '{"peer":"pytorch"').
@@ -11,6 +13,12 @@ per run (a line starting with '{"peer":"pytorch"').
     /usr/bin/python3 bench/peers/mlp_torch.py                  # 1 rank, no DDP
     /usr/bin/python3 bench/peers/mlp_torch.py --ddp --ranks 2  # DDP over gloo, 2 processes
     /usr/bin/python3 bench/peers/mlp_torch.py --sweep          # 1 rank, then DDP at 2: weak scaling
+    /usr/bin/python3 bench/peers/mlp_torch.py --precision bf16 # autocast bf16, 1 rank
+
+The JSON line's "gemm_kernels" lists the oneDNN implementations that ran
+the matmuls of one extra step (ONEDNN_VERBOSE through
+torch.backends.mkldnn.verbose), or "blas:<BLAS_INFO>" when none ran through
+oneDNN (fp32 matmuls go to PyTorch's BLAS).
 
 With --ddp the script starts its own ranks (torch.multiprocessing.spawn) and
 joins them with torch.distributed's gloo backend over the loopback interface
@@ -21,11 +29,13 @@ slowest rank's time for that step.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import socket
 import statistics
 import sys
+import tempfile
 import time
 
 # One thread per rank, set before torch loads its thread pools.
@@ -68,6 +78,37 @@ def cpu_model():
     return "unknown"
 
 
+def onednn_kernels(step):
+    """oneDNN matmul implementations that one more step runs (sorted, unique)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 1)  # oneDNN's verbose lines go to the C stdout
+        try:
+            with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
+                step()
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+        f.seek(0)
+        lines = f.read().decode(errors="replace").splitlines()
+    found = set()
+    for line in lines:
+        parts = line.split(",")
+        if len(parts) > 4 and parts[1] == "exec" and parts[3] in ("matmul", "inner_product"):
+            found.add(parts[3] + ":" + parts[4])
+    return sorted(found)
+
+
+def blas_info():
+    """The BLAS PyTorch was built with (BLAS_INFO of torch.__config__.show())."""
+    for part in torch.__config__.show().replace("\n", ",").split(","):
+        if "BLAS_INFO=" in part:
+            return part.split("BLAS_INFO=", 1)[1].strip()
+    return "unknown"
+
+
 def run_rank(rank, world, args, ddp, port, results):
     """One rank: build the model, warm up, time args.steps steps."""
     torch.set_num_threads(args.threads)
@@ -92,9 +133,15 @@ def run_rank(rank, world, args, ddp, port, results):
     x = torch.randn(args.batch, FEATURES, generator=gen)
     y = torch.randint(0, CLASSES, (args.batch,), generator=gen)
 
+    def forward_context():
+        if args.precision == "bf16":
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        with forward_context():
+            loss = loss_fn(model(x), y)
         loss.backward()  # under DDP this includes the gradient allreduce
         opt.step()
         return loss
@@ -118,7 +165,8 @@ def run_rank(rank, world, args, ddp, port, results):
         dist.barrier()
         dist.destroy_process_group()
     if rank == 0:
-        result = {"times": times, "loss": float(loss)}
+        result = {"times": times, "loss": float(loss),
+                  "kernels": [] if ddp else onednn_kernels(step)}
         if results is not None:
             results.put(result)
         else:
@@ -147,6 +195,8 @@ def measure(ranks, ddp, args):
         "global_batch": args.batch * ranks,
         "threads_per_rank": args.threads,
         "dtype": "float32",
+        "precision": args.precision,
+        "gemm_kernels": ",".join(out["kernels"]) or "blas:" + blas_info(),
         "optimizer": "sgd(lr=%g)" % args.lr,
         "warmup": args.warmup,
         "steps": args.steps,
@@ -184,15 +234,18 @@ def main():
     p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="bf16: forward under torch.autocast('cpu', dtype=torch.bfloat16)")
     args = p.parse_args()
     if args.ranks < 1 or args.steps < 1 or args.batch < 1:
         p.error("--ranks, --steps and --batch must be positive")
     if args.ranks > 1 and not args.ddp and not args.sweep:
         p.error("--ranks > 1 needs --ddp")
 
-    print("PyTorch peer: MLP %d-%d-%d-%d, ReLU, softmax cross-entropy, SGD lr %g, fp32, "
-          "batch %d per rank, %d thread(s) per rank" % (FEATURES, args.hidden, args.hidden, CLASSES,
-                                                        args.lr, args.batch, args.threads))
+    print("PyTorch peer: MLP %d-%d-%d-%d, ReLU, softmax cross-entropy, SGD lr %g, %s, "
+          "batch %d per rank, %d thread(s) per rank" %
+          (FEATURES, args.hidden, args.hidden, CLASSES, args.lr,
+           "fp32" if args.precision == "fp32" else "autocast bf16", args.batch, args.threads))
     print("  torch %s, %s, %d cores visible; %d warm-up + %d timed steps" %
           (torch.__version__, cpu_model(), os.cpu_count() or 0, args.warmup, args.steps))
 

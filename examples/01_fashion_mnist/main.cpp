@@ -7,6 +7,7 @@
 //                 [--nonfinite stop|skip] [--zero 0|1|2|3] [--timeline PREFIX] [--limit-steps N]
 //                 [--recompute none|full] [--memory-budget SIZE]
 //                 [--checkpoint-dir DIR] [--checkpoint-every N] [--resume]
+//                 [--precision fp32|bf16]
 //   mpirun -np 2 fashion_mnist --dp 2
 //
 // --zero picks the data-parallel sharding: 0 none, 1 ZeRO-1 (optimizer
@@ -20,6 +21,10 @@
 // --memory-budget 1.5GB refuses, before allocating, a layout whose memory
 // plan needs more on some rank, naming a layout that fits; the summary (and
 // the JSON's "memory" and "memory_plan") gives measured and planned peaks.
+// --precision bf16 multiplies in bf16 with fp32 accumulation
+// (telar::Bf16Gemm; fp32 weights, gradients and optimizer state; see
+// docs/precision.md). To keep this file's compile time, it comes with the
+// default strategy set only (--zero 0, --recompute none).
 #include <telar/telar.hpp> // one include for all of Telar
 
 #include "example_support.hpp"
@@ -34,6 +39,7 @@ struct Args : example::CommonArgs {
   Args() : CommonArgs(/*epochs*/ 3, /*hidden*/ 256) {}
   int zero = 0; // ZeRO stage
   std::string recompute = "none";
+  std::string precision = "fp32";
 };
 
 [[noreturn]] void usage(char const* why) {
@@ -45,7 +51,7 @@ struct Args : example::CommonArgs {
       "[--json] [--dp N] [--pp N] [--tp N] "
       "[--schedule %s] [--microbatches M] [--nonfinite stop|skip] [--zero 0|1|2|3] "
       "[--timeline PREFIX] [--limit-steps N] [--recompute none|full] [--memory-budget SIZE] "
-      "[--checkpoint-dir DIR] [--checkpoint-every N] [--resume]\n",
+      "[--checkpoint-dir DIR] [--checkpoint-every N] [--resume] [--precision fp32|bf16]\n",
       why, example::schedule_choices().c_str());
   throw 2;
 }
@@ -70,6 +76,8 @@ Args parse(int argc, char** argv) {
       a.zero = int(r.number());
     else if (f == "--recompute")
       a.recompute = r.value();
+    else if (f == "--precision")
+      a.precision = r.value();
     else if (!example::read_common_flag(r, a))
       usage(("unknown flag " + f).c_str());
   }
@@ -78,16 +86,23 @@ Args parse(int argc, char** argv) {
     usage("--zero takes 0 (no sharding), 1 (ZeRO-1), 2 (ZeRO-2) or 3 (ZeRO-3)");
   if (a.recompute != "none" && a.recompute != "full")
     usage(("--recompute expects none or full, got '" + a.recompute + "'").c_str());
+  if (a.precision != "fp32" && a.precision != "bf16")
+    usage(("--precision expects fp32 or bf16, got '" + a.precision + "'").c_str());
+  if (a.precision == "bf16" && (a.zero != 0 || a.recompute != "none"))
+    usage("--precision bf16 runs with --zero 0 and --recompute none");
   return a;
 }
 
 using T = float;
-using D = telar::Dense<T>;
 using R = telar::ReLU<T>;
 // The first two layers form a Megatron pair under --tp (plain Dense at tp 1).
-using Col = telar::ColumnParallel<D>;
-using Row = telar::RowParallel<D>;
-using Model = telar::Sequential<Col, R, Row, R, D>;
+// Gemm: AutoGemm (fp32) or Bf16Gemm (--precision bf16).
+template <class Gemm>
+using ModelWith =
+    telar::Sequential<telar::ColumnParallel<telar::Dense<T, telar::DefaultMemorySpace, Gemm>>, R,
+                      telar::RowParallel<telar::Dense<T, telar::DefaultMemorySpace, Gemm>>, R,
+                      telar::Dense<T, telar::DefaultMemorySpace, Gemm>>;
+using Model = ModelWith<telar::AutoGemm>;
 // One strategy type per ZeRO stage: degrees left at 1 cost nothing.
 template <int Stage>
 struct ShardingFor {
@@ -102,8 +117,26 @@ using StrategyFor =
     telar::Strategy<telar::DataParallel<telar::RingAllreduce, typename ShardingFor<Stage>::type>,
                     telar::PipelineParallel<telar::OneFOneB>, telar::TensorParallel<>>;
 
-Model make_model(std::size_t hidden) {
-  return Model(Col(784, hidden), {}, Row(hidden, hidden), {}, D(hidden, 10));
+template <class Gemm = telar::AutoGemm>
+ModelWith<Gemm> make_model(std::size_t hidden) {
+  using D = telar::Dense<T, telar::DefaultMemorySpace, Gemm>;
+  return ModelWith<Gemm>(telar::ColumnParallel<D>(784, hidden), {},
+                         telar::RowParallel<D>(hidden, hidden), {}, D(hidden, 10));
+}
+
+// The GEMM policy the model runs (--precision picks the model type).
+char const* gemm_name(Args const& a) {
+  return a.precision == "bf16" ? telar::Bf16Gemm::name()
+                               : telar::gemm_backend_name<T, telar::DefaultMemorySpace>();
+}
+
+// Which kernels multiplied: oneDNN's bf16 matmul implementations as it
+// reported them, or the fp32 library call.
+std::string gemm_kernels(Args const& a) {
+  if (a.precision == "bf16")
+    return telar::bf16_kernels();
+  std::string const name = gemm_name(a);
+  return name == "onednn" ? "dnnl_sgemm" : name;
 }
 
 template <class Strategy, class ModelT, class Optimizer>
@@ -116,11 +149,11 @@ int train(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt) {
     std::fprintf(stderr,
                  "fashion_mnist: %zu train / %zu test samples, MLP 784-%zu-%zu-10, %s, "
                  "layout %s, schedule %s, %d micro-batches, global batch %zu, gemm %s, "
-                 "recompute %s\n",
+                 "recompute %s, precision %s\n",
                  data.train.size, data.test.size, a.hidden, a.hidden, Optimizer::name(),
                  trainer.layout().c_str(), trainer.pipeline_schedule().name.c_str(),
-                 opts.microbatches, a.batch,
-                 telar::gemm_backend_name<T, telar::DefaultMemorySpace>(), a.recompute.c_str());
+                 opts.microbatches, a.batch, gemm_name(a), a.recompute.c_str(),
+                 a.precision.c_str());
 
   auto test_set = example::test_set(data.test, data.test.size);
   example::Result const r = example::fit(trainer, a, data, test_set, local);
@@ -128,7 +161,9 @@ int train(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt) {
   telar::JsonObject config = example::common_config(trainer, a);
   config.add("zero", a.zero)
       .add("recompute", a.recompute)
-      .add("gemm", telar::gemm_backend_name<T, telar::DefaultMemorySpace>());
+      .add("gemm", gemm_name(a))
+      .add("precision", a.precision)
+      .add("gemm_kernels", gemm_kernels(a));
   example::report(trainer, a, r, config);
   return 0;
 }
@@ -148,6 +183,12 @@ int train_zero(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt) {
 // --recompute full: every layer keeps only its input (telar::RecomputeAll).
 template <class Optimizer>
 int train_model(MPI_Comm comm, Args const& a, Optimizer opt) {
+  if (a.precision == "bf16") {
+    if constexpr (telar::Bf16Gemm::supports<T, telar::DefaultMemorySpace>())
+      return train<StrategyFor<0>>(comm, a, make_model<telar::Bf16Gemm>(a.hidden), opt);
+    else
+      usage("--precision bf16 needs oneDNN and host memory (telar::Bf16Gemm)");
+  }
   if (a.recompute == "full")
     return train_zero(comm, a, telar::recompute_all(make_model(a.hidden)), opt);
   return train_zero(comm, a, make_model(a.hidden), opt);

@@ -8,6 +8,7 @@
 // CUDA build) instead of instantiating oneDNN layers there.
 #include "support.hpp"
 
+#include <telar/core/gemm.hpp>
 #include <telar/core/sequential.hpp>
 #include <telar/layers/activation.hpp>
 #include <telar/layers/conv.hpp>
@@ -19,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -77,6 +79,74 @@ void compare(Make make, Shape in, std::size_t n, std::string const& what) {
       CHECK(worst(a.bias_grad, b.bias_grad) < 1e-4);
   }
 }
+
+// bf16 layer a against fp32 layer b (im2col + GEMM), element by element:
+// with inputs rounded to bf16 (unit roundoff u = 2^-8) and fp32 sums, each
+// result is off by at most (2u + u^2) times the same sum over absolute
+// values (plus fp32 summation error, bounded by 2^-16 of it for these
+// sizes), which layer b computes on |x|, |W|, |dy|.
+template <class A, class B, class Make>
+void compare_bf16(Make make, Shape in, std::size_t n, std::string const& what) {
+  INFO(what << ", batch " << n << " (bf16)");
+  A a = make(A{});
+  B b = make(B{}), mag = make(B{});
+  a.build(in), b.build(in), mag.build(in);
+  a.initialize(7), b.initialize(7), mag.initialize(7);
+  auto absolute = [](auto const& v) {
+    auto h = to_host(v);
+    for (std::size_t i = 0; i < h.size(); ++i)
+      h.data()[i] = std::fabs(h.data()[i]);
+    Kokkos::deep_copy(v, h);
+  };
+  absolute(mag.weight);
+  if (mag.has_bias())
+    absolute(mag.bias);
+  std::size_t const out = a.output_shape(in).size();
+  auto x = random_matrix<float>(n, in.size(), 11);
+  auto dy = random_matrix<float>(n, out, 12);
+  auto ax = random_matrix<float>(n, in.size(), 11);
+  auto ady = random_matrix<float>(n, out, 12);
+  absolute(ax), absolute(ady);
+  telar::Matrix<float> ya("ya", n, out), yb("yb", n, out), ym("ym", n, out),
+      dxa("dxa", n, in.size()), dxb("dxb", n, in.size()), dxm("dxm", n, in.size());
+  typename A::saved_type sa;
+  typename B::saved_type sb, sm;
+  a.forward(Exec{}, x, ya, sa);
+  b.forward(Exec{}, x, yb, sb);
+  mag.forward(Exec{}, ax, ym, sm);
+  a.backward_input(Exec{}, dy, dxa, sa);
+  b.backward_input(Exec{}, dy, dxb, sb);
+  mag.backward_input(Exec{}, ady, dxm, sm);
+  a.backward_weight(Exec{}, dy, sa);
+  b.backward_weight(Exec{}, dy, sb);
+  mag.backward_weight(Exec{}, ady, sm);
+  Exec{}.fence();
+  double const u = std::ldexp(1.0, -8), rel = 2 * u + u * u + std::ldexp(1.0, -16);
+  // Largest |a - b| / (rel |m| + tiny): at most 1 when the bound holds.
+  auto ratio = [rel](auto const& va, auto const& vb, auto const& vm) {
+    auto ha = to_host(va);
+    auto hb = to_host(vb);
+    auto hm = to_host(vm);
+    double r = 0;
+    for (std::size_t i = 0; i < ha.size(); ++i)
+      r = std::max(r, std::fabs(double(ha.data()[i]) - double(hb.data()[i])) /
+                          (rel * std::fabs(double(hm.data()[i])) + 1e-6));
+    return r;
+  };
+  CHECK(ratio(ya, yb, ym) <= 1.0);
+  CHECK(ratio(dxa, dxb, dxm) <= 1.0);
+  CHECK(ratio(a.weight_grad, b.weight_grad, mag.weight_grad) <= 1.0);
+  if (a.has_bias())
+    CHECK(ratio(a.bias_grad, b.bias_grad, mag.bias_grad) <= 1.0); // sums of bf16 dy: u
+  CHECK(worst(ya, yb) > 0);                                       // bf16 really ran
+}
+
+// Scoped environment variable for the ISA test hooks.
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(char const* n, char const* v) : name(n) { setenv(n, v, 1); }
+  ~ScopedEnv() { unsetenv(name.c_str()); }
+};
 
 } // namespace
 
@@ -257,6 +327,77 @@ TEMPLATE_TEST_CASE("oneDNN transposed convolutions equal im2col + GEMM",
     using B3 = telar::ConvTranspose3D<float, M, telar::AutoGemm, telar::Im2colConv>;
     compare<A3, B3>([](auto l) { return decltype(l)(3, 2, 2, 2, 0, 1); }, Shape{3, 2, 3, 2}, 2,
                     "3-D 2x2x2 s2 op1");
+  }
+}
+
+TEMPLATE_TEST_CASE("OneDnnConvBf16 agrees with fp32 within bf16 rounding", "[conv][policy][bf16]",
+                   M) {
+  using M = TestType; // dependent: discarded where oneDNN cannot run
+  if constexpr (telar::OneDnnConvBf16::supports<float, M>()) {
+    if (!telar::bf16_available()) {
+      SKIP("no AVX512-BF16/AMX on this CPU");
+    }
+    using A2 = telar::Conv2D<float, M, telar::AutoGemm, telar::OneDnnConvBf16>;
+    using B2 = telar::Conv2D<float, M, telar::AutoGemm, telar::Im2colConv>;
+    compare_bf16<A2, B2>([](auto l) { return decltype(l)(1, 8, 3, 1, 1); }, Shape{1, 9, 9}, 3,
+                         "1->8 3x3 p1 (first layer)");
+    compare_bf16<A2, B2>([](auto l) { return decltype(l)(32, 32, 3, 1, 1); }, Shape{32, 14, 14}, 2,
+                         "CNN 32->32 14x14");
+    compare_bf16<A2, B2>([](auto l) { return decltype(l)(4, 6, 3, 2, 0, false); }, Shape{4, 8, 9},
+                         3, "3x3 s2 p0 no bias");
+    compare_bf16<A2, B2>([](auto l) { return decltype(l)(8, 8, 3, 1, 1, true, 1, 8); },
+                         Shape{8, 6, 6}, 2, "depthwise");
+    using A3 = telar::Conv3D<float, M, telar::AutoGemm, telar::OneDnnConvBf16>;
+    using B3 = telar::Conv3D<float, M, telar::AutoGemm, telar::Im2colConv>;
+    compare_bf16<A3, B3>([](auto l) { return decltype(l)(2, 3, 3, 1, 1); }, Shape{2, 3, 4, 5}, 2,
+                         "3x3x3 s1 p1");
+    using AT = telar::ConvTranspose2D<float, M, telar::AutoGemm, telar::OneDnnConvBf16>;
+    using BT = telar::ConvTranspose2D<float, M, telar::AutoGemm, telar::Im2colConv>;
+    compare_bf16<AT, BT>([](auto l) { return decltype(l)(6, 4, 3, 2, 1, 1); }, Shape{6, 5, 4}, 2,
+                         "transposed 3x3 s2 p1 op1");
+    std::string const kernels = telar::bf16_kernels();
+    INFO(kernels);
+    CHECK(kernels.find("conv_fwd:") != std::string::npos);
+    CHECK(kernels.find("conv_bwd_data:") != std::string::npos);
+    CHECK(kernels.find("conv_bwd_weights:") != std::string::npos);
+  }
+}
+
+TEMPLATE_TEST_CASE("OneDnnConvBf16 refuses a CPU without bf16 instructions unless fp32 is asked "
+                   "for",
+                   "[conv][policy][bf16]", M) {
+  using M = TestType; // dependent: discarded where oneDNN cannot run
+  if constexpr (telar::OneDnnConvBf16::supports<float, M>()) {
+    using A = telar::Conv2D<float, M, telar::AutoGemm, telar::OneDnnConvBf16>;
+    using F = telar::Conv2D<float, M, telar::AutoGemm, telar::OneDnnConv>;
+    Shape const in{3, 6, 6};
+    A a(3, 4, 3, 1, 1);
+    F f(3, 4, 3, 1, 1);
+    a.build(in), f.build(in);
+    a.initialize(3), f.initialize(3);
+    auto x = random_matrix<float>(2, in.size(), 5);
+    telar::Matrix<float> ya("ya", 2, 4 * 36), yf("yf", 2, 4 * 36);
+    typename A::saved_type sa;
+    typename F::saved_type sf;
+    ScopedEnv hide("TELAR_TEST_HIDE_BF16", "1");
+    try {
+      a.forward(Exec{}, x, ya, sa);
+      FAIL("no exception");
+    } catch (telar::Error const& e) {
+      CHECK(std::string(e.what()).find(
+                "telar::Convolution (telar::OneDnnConvBf16): this CPU lacks the AVX512-BF16 "
+                "(avx512_core_bf16) or AMX instruction set (hidden by TELAR_TEST_HIDE_BF16)") == 0);
+    }
+    // The opt-in fallback runs oneDNN's fp32 primitives: identical to OneDnnConv.
+    ScopedEnv fallback("TELAR_BF16_FALLBACK", "fp32");
+    A b(3, 4, 3, 1, 1); // fresh primitives
+    b.build(in);
+    b.initialize(3);
+    typename A::saved_type sb;
+    b.forward(Exec{}, x, ya, sb);
+    f.forward(Exec{}, x, yf, sf);
+    Exec{}.fence();
+    CHECK(worst(ya, yf) == 0);
   }
 }
 #endif

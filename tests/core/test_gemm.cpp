@@ -5,6 +5,9 @@
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
 
+#include <cmath>
+#include <cstdlib>
+#include <string>
 #include <tuple>
 
 using telar::test::random_matrix;
@@ -83,3 +86,147 @@ TEST_CASE("gemm rejects mismatched shapes with the shapes in the message", "[gem
     CHECK(std::string(e.what()) == "telar::gemm: op(A) is 4x3, op(B) is 5x2, C is 4x2");
   }
 }
+
+// telar::Bf16Gemm rounds A and B to bf16 (8 significant bits: unit roundoff
+// u = 2^-8) and accumulates in fp32. Each product a'b' = ab (1 + d1)(1 + d2)
+// with |d| <= u, so |C_bf16 - C| <= alpha (2u + u^2) (|A| |B|) plus fp32
+// summation error (<= (k + 2) 2^-24 of the same sum) and fp32 rounding of
+// beta C (2^-23 |beta C|): about 7.9e-3 relative to |A||B| whatever K is.
+// The test checks that bound element by element.
+#if TELAR_HAVE_ONEDNN
+namespace {
+using Host = Kokkos::HostSpace;
+using HostExec = Host::execution_space;
+
+// Scoped environment variable for the ISA test hooks.
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(char const* n, char const* v) : name(n) { setenv(n, v, 1); }
+  ~ScopedEnv() { unsetenv(name.c_str()); }
+};
+
+void check_bf16_bound(char ta, char tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
+                      float beta, std::size_t pad) {
+  // pad > 0: the matrices are column ranges of wider ones (leading dimension
+  // larger than the row), as layers' row views are.
+  auto wide = [&](std::size_t r, std::size_t c, std::uint64_t seed) {
+    return random_matrix<float, Host>(r, c + pad, seed);
+  };
+  auto Aw = ta == 'N' ? wide(m, k, 21) : wide(k, m, 21);
+  auto Bw = tb == 'N' ? wide(k, n, 22) : wide(n, k, 22);
+  auto Cw = wide(m, n, 23);
+  auto A = Kokkos::subview(Aw, Kokkos::ALL, std::make_pair(std::size_t{0}, Aw.extent(1) - pad));
+  auto B = Kokkos::subview(Bw, Kokkos::ALL, std::make_pair(std::size_t{0}, Bw.extent(1) - pad));
+  auto C = Kokkos::subview(Cw, Kokkos::ALL, std::make_pair(std::size_t{0}, n));
+  Kokkos::View<float**, Kokkos::LayoutRight, Host> C0("C0", m, n);
+  Kokkos::deep_copy(C0, C);
+  telar::gemm(telar::Bf16Gemm{}, HostExec{}, ta, tb, alpha, A, B, beta, C);
+  double const u = std::ldexp(1.0, -8);
+  double const rel = 2 * u + u * u + double(k + 2) * std::ldexp(1.0, -24);
+  double worst_ratio = 0;
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j < n; ++j) {
+      double exact = 0, mag = 0;
+      for (std::size_t l = 0; l < k; ++l) {
+        double const a = ta == 'N' ? A(i, l) : A(l, i), b = tb == 'N' ? B(l, j) : B(j, l);
+        exact += a * b;
+        mag += std::fabs(a * b);
+      }
+      double const want = alpha * exact + beta * double(C0(i, j));
+      double const bound = std::fabs(alpha) * rel * mag +
+                           std::ldexp(1.0, -23) * (std::fabs(beta * C0(i, j)) + std::fabs(want)) +
+                           1e-30;
+      worst_ratio = std::max(worst_ratio, std::fabs(double(C(i, j)) - want) / bound);
+    }
+  INFO(ta << tb << " m=" << m << " n=" << n << " k=" << k << " alpha=" << alpha << " beta=" << beta
+          << " pad=" << pad);
+  CHECK(worst_ratio <= 1.0);
+}
+} // namespace
+
+TEST_CASE("Bf16Gemm agrees with fp32 within bf16 rounding", "[gemm][bf16]") {
+  if (!telar::bf16_available()) {
+    SKIP("no AVX512-BF16/AMX on this CPU");
+  }
+  for (char ta : {'N', 'T'})
+    for (char tb : {'N', 'T'})
+      for (auto [m, n, k] : {std::tuple<int, int, int>{1, 1, 1},
+                             {7, 5, 3},
+                             {33, 17, 65},
+                             {64, 96, 300},
+                             {128, 10, 512}})
+        for (float beta : {0.f, 1.f, 0.25f})
+          check_bf16_bound(ta, tb, m, n, k, beta == 1.f ? 1.f : 0.5f, beta, 0);
+  check_bf16_bound('N', 'T', 20, 30, 40, 1.f, 1.f, 5); // strided rows
+  check_bf16_bound('T', 'N', 20, 30, 40, 1.f, 0.f, 3);
+
+  // The relative error of a K = 256 product is about 1e-2 at worst and much
+  // less typically (rounding errors of opposite signs cancel).
+  auto A = random_matrix<float, Host>(64, 256, 31), B = random_matrix<float, Host>(256, 64, 32);
+  telar::Matrix<float, Host> C("C", 64, 64), Cf("Cf", 64, 64);
+  telar::gemm(telar::Bf16Gemm{}, HostExec{}, 'N', 'N', 1.f, A, B, 0.f, C);
+  telar::gemm(telar::ReferenceGemm{}, HostExec{}, 'N', 'N', 1.f, A, B, 0.f, Cf);
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < 64; ++i)
+    for (std::size_t j = 0; j < 64; ++j) {
+      num += std::pow(double(C(i, j)) - Cf(i, j), 2);
+      den += std::pow(double(Cf(i, j)), 2);
+    }
+  CHECK(std::sqrt(num / den) < 1e-2);
+  CHECK(std::sqrt(num / den) > 0); // bf16 really ran: fp32 would be ~1e-7
+}
+
+TEST_CASE("Bf16Gemm is exact on inputs representable in bf16 with small K", "[gemm][bf16]") {
+  if (!telar::bf16_available()) {
+    SKIP("no AVX512-BF16/AMX on this CPU");
+  }
+  // Multiples of 1/8 in [-2, 2] have at most 5 significant bits, and sums of
+  // K <= 16 of their products fit fp32's 24 bits: every step is exact.
+  for (char ta : {'N', 'T'})
+    for (char tb : {'N', 'T'})
+      for (std::size_t k : {1, 5, 16}) {
+        std::size_t const m = 9, n = 13;
+        telar::Matrix<float, Host> A("A", ta == 'N' ? m : k, ta == 'N' ? k : m),
+            B("B", tb == 'N' ? k : n, tb == 'N' ? n : k), C("C", m, n), R("R", m, n);
+        for (std::size_t i = 0; i < A.size(); ++i)
+          A.data()[i] = float(int(i * 7 % 33) - 16) / 8.f;
+        for (std::size_t i = 0; i < B.size(); ++i)
+          B.data()[i] = float(int(i * 5 % 31) - 15) / 8.f;
+        for (std::size_t i = 0; i < C.size(); ++i)
+          C.data()[i] = R.data()[i] = float(int(i % 17) - 8) / 4.f;
+        telar::gemm(telar::Bf16Gemm{}, HostExec{}, ta, tb, 0.5f, A, B, 0.25f, C);
+        telar::gemm(telar::ReferenceGemm{}, HostExec{}, ta, tb, 0.5f, A, B, 0.25f, R);
+        INFO(ta << tb << " k=" << k);
+        for (std::size_t i = 0; i < C.size(); ++i)
+          REQUIRE(C.data()[i] == R.data()[i]);
+      }
+  CHECK(telar::bf16_kernels().find("matmul:") != std::string::npos);
+}
+
+TEST_CASE("Bf16Gemm refuses a CPU without bf16 instructions unless fp32 is asked for",
+          "[gemm][bf16]") {
+  auto A = random_matrix<float, Host>(8, 16, 41), B = random_matrix<float, Host>(16, 4, 42);
+  telar::Matrix<float, Host> C("C", 8, 4), R("R", 8, 4);
+  {
+    ScopedEnv hide("TELAR_TEST_HIDE_BF16", "1");
+    CHECK_FALSE(telar::bf16_available());
+    try {
+      telar::gemm(telar::Bf16Gemm{}, HostExec{}, 'N', 'N', 1.f, A, B, 0.f, C);
+      FAIL("no exception");
+    } catch (telar::Error const& e) {
+      std::string const msg = e.what();
+      CHECK(msg.find("telar::gemm (telar::Bf16Gemm): this CPU lacks the AVX512-BF16 "
+                     "(avx512_core_bf16) or AMX instruction set (hidden by "
+                     "TELAR_TEST_HIDE_BF16)") == 0);
+      CHECK(msg.find("TELAR_BF16_FALLBACK=fp32") != std::string::npos);
+    }
+    // The opt-in fallback runs oneDNN's fp32 GEMM: bit-identical to OneDnnGemm.
+    ScopedEnv fallback("TELAR_BF16_FALLBACK", "fp32");
+    telar::gemm(telar::Bf16Gemm{}, HostExec{}, 'N', 'N', 1.f, A, B, 0.f, C);
+    telar::gemm(telar::OneDnnGemm{}, HostExec{}, 'N', 'N', 1.f, A, B, 0.f, R);
+    for (std::size_t i = 0; i < C.size(); ++i)
+      REQUIRE(C.data()[i] == R.data()[i]);
+  }
+  CHECK(telar::bf16_available() == (telar::detail::bf16_isa_available()));
+}
+#endif

@@ -14,6 +14,8 @@
 #include <telar/core/tensor.hpp>
 
 #if TELAR_HAVE_ONEDNN
+#include <telar/core/detail/onednn_bf16_gemm.hpp>
+
 #include <dnnl.h>
 #endif
 #if TELAR_HAVE_KOKKOSKERNELS
@@ -21,6 +23,8 @@
 #endif
 
 #include <algorithm>
+#include <cstdint>
+#include <mutex>
 #include <string>
 #include <type_traits>
 
@@ -38,6 +42,56 @@ struct OneDnnGemm {
            Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
   }
 };
+
+/*! \brief Mixed-precision GEMM through oneDNN's matmul: A and B are rounded
+ *  to bf16, products accumulate in fp32, C stays fp32 (host memory, float
+ *  matrices only).
+ *
+ *  For the compute of a layer, not its state: telar::Dense<float,
+ *  telar::HostSpace, telar::Bf16Gemm> keeps fp32 weights, gradients and
+ *  optimizer state and only multiplies in bf16. Each operand is converted on
+ *  every call (the weights change every step). The instruction set is checked
+ *  at run time: without AVX512-BF16 or AMX, telar::gemm throws telar::Error
+ *  naming it (emulated bf16 is slower than fp32), unless the environment
+ *  variable TELAR_BF16_FALLBACK=fp32 asks for fp32 with a warning.
+ *  \code
+ *  telar::Dense<float, Kokkos::HostSpace, telar::Bf16Gemm> fc(784, 2048);
+ *  \endcode
+ */
+struct Bf16Gemm {
+  /*! \brief Name for logs. */
+  static constexpr char const* name() { return "onednn-bf16"; }
+  /*! \brief Whether this policy multiplies T in MemorySpace: float on host
+   *  memory, when Telar was built with oneDNN.
+   *  \tparam T value type \tparam MemorySpace memory space */
+  template <class T, class MemorySpace>
+  static constexpr bool supports() {
+    return OneDnnGemm::supports<T, MemorySpace>();
+  }
+};
+
+/*! \brief Whether Bf16Gemm and OneDnnConvBf16 run bf16 here: oneDNN reports
+ *  AVX512-BF16 or AMX (false without oneDNN). */
+inline bool bf16_available() {
+#if TELAR_HAVE_ONEDNN
+  return detail::bf16_isa_available();
+#else
+  return false;
+#endif
+}
+
+/*! \brief The oneDNN implementations that ran bf16 matmuls and convolutions
+ *  in this process, comma-separated (e.g. "matmul:brg:avx512_core_bf16");
+ *  empty if none ran. For benchmark summaries. */
+inline std::string bf16_kernels() {
+  std::string out;
+#if TELAR_HAVE_ONEDNN
+  std::lock_guard<std::mutex> lock(detail::onednn_bf16_impls_mutex());
+  for (auto const& s : detail::onednn_bf16_impls())
+    out += (out.empty() ? "" : ",") + s;
+#endif
+  return out;
+}
 
 /*! \brief GEMM through KokkosBlas::gemm (BLAS, cuBLAS or rocBLAS underneath). */
 struct KokkosKernelsGemm {
@@ -87,7 +141,7 @@ struct AutoGemm {
 template <class P>
 inline constexpr bool is_gemm_policy_v =
     std::is_same_v<P, OneDnnGemm> || std::is_same_v<P, KokkosKernelsGemm> ||
-    std::is_same_v<P, ReferenceGemm> || std::is_same_v<P, AutoGemm>;
+    std::is_same_v<P, ReferenceGemm> || std::is_same_v<P, AutoGemm> || std::is_same_v<P, Bf16Gemm>;
 
 /*! \brief Name of the policy AutoGemm resolves to for T in MemorySpace. */
 template <class T, class MemorySpace>
@@ -125,7 +179,8 @@ void reference_gemm(Exec const& exec, char ta, char tb, T alpha, AV A, BV B, T b
  *
  *  op(X) is X for 'N' and X^T for 'T'. Rows must be contiguous (LayoutRight or
  *  a row range of one). A shape mismatch throws ShapeError.
- *  \tparam Policy a GEMM policy (OneDnnGemm, KokkosKernelsGemm, ReferenceGemm, AutoGemm)
+ *  \tparam Policy a GEMM policy (OneDnnGemm, KokkosKernelsGemm, ReferenceGemm, AutoGemm,
+ *  Bf16Gemm)
  *  \param exec execution space instance that runs the product
  *  \param ta 'N' or 'T' for A \param tb 'N' or 'T' for B
  *  \param alpha scale of the product \param A left matrix \param B right matrix
@@ -142,6 +197,9 @@ void gemm(Policy, Exec const& exec, char ta, char tb, typename CV::value_type al
   if constexpr (std::is_same_v<Policy, AutoGemm>) {
     gemm(typename AutoGemm::template select<T, M>{}, exec, ta, tb, alpha, A, B, beta, C);
   } else {
+    static_assert(!std::is_same_v<Policy, Bf16Gemm> || Policy::template supports<T, M>(),
+                  "telar::gemm: telar::Bf16Gemm multiplies float matrices in host memory only "
+                  "(oneDNN's bf16 matmul); use telar::AutoGemm on devices");
     static_assert(Policy::template supports<T, M>(),
                   "telar::gemm: this policy does not support the value type or memory space "
                   "(use telar::AutoGemm)");
@@ -174,6 +232,21 @@ void gemm(Policy, Exec const& exec, char ta, char tb, typename CV::value_type al
                                     A.data(), ld(A), B.data(), ld(B), beta, C.data(), ld(C));
       if (st != dnnl_success)
         throw Error("telar::gemm: dnnl_sgemm failed with status " + std::to_string(int(st)));
+#endif
+    } else if constexpr (std::is_same_v<Policy, Bf16Gemm>) {
+#if TELAR_HAVE_ONEDNN
+      exec.fence(); // oneDNN runs on the calling thread: earlier kernels must be done
+      auto ld = [](auto const& v) {
+        return static_cast<std::int64_t>(
+            std::max<std::size_t>({std::size_t(v.stride(0)), v.extent(1), std::size_t{1}}));
+      };
+      if (detail::bf16_check_isa("telar::gemm (telar::Bf16Gemm)")) {
+        detail::onednn_bf16_matmul().run(ta, tb, std::int64_t(m), std::int64_t(n), std::int64_t(k),
+                                         alpha, A.data(), ld(A), B.data(), ld(B), beta, C.data(),
+                                         ld(C));
+      } else {
+        gemm(OneDnnGemm{}, exec, ta, tb, alpha, A, B, beta, C);
+      }
 #endif
     } else if constexpr (std::is_same_v<Policy, KokkosKernelsGemm>) {
 #if TELAR_HAVE_KOKKOSKERNELS

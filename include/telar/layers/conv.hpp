@@ -311,10 +311,10 @@ inline void conv_check_call(char const* layer, char const* what, bool built, boo
 // The arithmetic of one convolution of geometry g with weights W [Co, C/G *
 // kvol] (PyTorch's [Co, C/G, k...]): y = conv(x) + b, its transpose (the
 // input gradient) and the weight gradient, by im2col + GEMM per group, or by
-// oneDNN's primitives (OneDnn). telar::Convolution calls them in order;
+// oneDNN's primitives (OneDnn; in bf16 with Bf16). telar::Convolution calls them in order;
 // telar::TransposedConvolution calls forward and backward_data the other
 // way round. Holds the column workspace and oneDNN's primitives.
-template <class T, class MemorySpace, class Gemm, bool OneDnn>
+template <class T, class MemorySpace, class Gemm, bool OneDnn, bool Bf16 = false>
 class ConvEngine {
 public:
   // y = conv(x) + b (b empty: no bias).
@@ -481,7 +481,7 @@ private:
   mutable Kokkos::View<T*, MemorySpace> ws_;
 #if TELAR_HAVE_ONEDNN
   // oneDNN primitives per batch size (empty unless OneDnn).
-  mutable OneDnnConvCache onednn_;
+  mutable OneDnnConvCache onednn_{Bf16};
 #endif
 };
 
@@ -703,7 +703,9 @@ private:
   bool use_bias_ = true;
   detail::ConvGeometry g_{};
   bool built_ = false;
-  detail::ConvEngine<T, MemorySpace, Gemm, std::is_same_v<conv_policy, OneDnnConv>> engine_;
+  detail::ConvEngine<T, MemorySpace, Gemm, is_onednn_conv_v<conv_policy>,
+                     std::is_same_v<conv_policy, OneDnnConvBf16>>
+      engine_;
 };
 
 /*! \brief 2-D convolution over samples [C, H, W]:

@@ -51,6 +51,31 @@ struct OneDnnConv {
   }
 };
 
+/*! \brief oneDNN's convolution primitives in mixed precision: src, weights
+ *  and output gradients are rounded to bf16, accumulation and the results
+ *  (output, input gradient, weight and bias gradients) are fp32 (host memory,
+ *  float only).
+ *
+ *  The layer's weights, gradients and optimizer state stay fp32; only the
+ *  primitives' inputs are converted, on every call. The instruction set is
+ *  checked at run time when primitives are made: without AVX512-BF16 or AMX
+ *  the layer throws telar::Error naming it, unless TELAR_BF16_FALLBACK=fp32
+ *  asks for the fp32 primitives with a warning (see telar::Bf16Gemm).
+ *  \code
+ *  telar::Conv2D<float, Kokkos::HostSpace, telar::AutoGemm, telar::OneDnnConvBf16> c(3, 16, 3, 1,
+ * 1); \endcode
+ */
+struct OneDnnConvBf16 {
+  /*! \brief Name for logs. */
+  static constexpr char const* name() { return "onednn-bf16"; }
+  /*! \brief Whether this policy convolves T in MemorySpace (as OneDnnConv).
+   *  \tparam T value type \tparam MemorySpace memory space */
+  template <class T, class MemorySpace>
+  static constexpr bool supports() {
+    return OneDnnConv::supports<T, MemorySpace>();
+  }
+};
+
 /*! \brief Picks, per value type and memory space, oneDNN when it supports
  *  them, else im2col + GEMM. */
 struct AutoConv {
@@ -70,7 +95,14 @@ struct AutoConv {
 /*! \brief True for the convolution policy types above. \tparam P a type */
 template <class P>
 inline constexpr bool is_conv_policy_v =
-    std::is_same_v<P, Im2colConv> || std::is_same_v<P, OneDnnConv> || std::is_same_v<P, AutoConv>;
+    std::is_same_v<P, Im2colConv> || std::is_same_v<P, OneDnnConv> ||
+    std::is_same_v<P, OneDnnConvBf16> || std::is_same_v<P, AutoConv>;
+
+/*! \brief True for the policies that run oneDNN's convolution primitives.
+ *  \tparam P a convolution policy */
+template <class P>
+inline constexpr bool is_onednn_conv_v =
+    std::is_same_v<P, OneDnnConv> || std::is_same_v<P, OneDnnConvBf16>;
 
 /*! \brief Name of the policy AutoConv resolves to for T in MemorySpace.
  *  \tparam T value type \tparam MemorySpace memory space */

@@ -275,7 +275,9 @@ private:
   bool use_bias_ = true;
   detail::ConvGeometry g_{};
   bool built_ = false;
-  detail::ConvEngine<T, MemorySpace, Gemm, std::is_same_v<conv_policy, OneDnnConv>> engine_;
+  detail::ConvEngine<T, MemorySpace, Gemm, is_onednn_conv_v<conv_policy>,
+                     std::is_same_v<conv_policy, OneDnnConvBf16>>
+      engine_;
 };
 
 /*! \brief Transposed 2-D convolution over samples [C, H, W]:

@@ -1,5 +1,8 @@
 #pragma once
-// oneDNN convolution primitives behind telar::OneDnnConv (host memory, float).
+// oneDNN convolution primitives behind telar::OneDnnConv (host memory, float)
+// and telar::OneDnnConvBf16 (the same with bf16 src, weights and diff_dst,
+// fp32 dst, diff_src, diff_weights and bias: the reorders into the
+// primitives' layouts convert too).
 //
 // Telar's activations are row-major [n, C*(D*)H*W], i.e. oneDNN's plain
 // NCHW / NCDHW, and its weights [Co, C/G*(kd*)kh*kw] are OIHW / OIDHW (GOIHW /
@@ -13,6 +16,7 @@
 #include <telar/config.hpp>
 
 #if TELAR_HAVE_ONEDNN
+#include <telar/core/detail/onednn.hpp>
 #include <telar/core/error.hpp>
 
 #include <dnnl.hpp>
@@ -28,54 +32,6 @@
 namespace telar {
 namespace detail {
 
-// One process-wide CPU engine; one stream per thread (streams are cheap, and
-// a layer may run on several threads over its life).
-inline dnnl::engine& onednn_engine() {
-  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  return eng;
-}
-inline dnnl::stream& onednn_stream() {
-  thread_local dnnl::stream s(onednn_engine());
-  return s;
-}
-
-// One argument of a primitive: the caller's plain buffer (`user`, whose
-// handle is set per call) and, when the primitive wants another layout, a
-// buffer in that layout with the reorder between them.
-struct OneDnnPort {
-  dnnl::memory user, inner;
-  dnnl::reorder convert; // user -> inner for inputs, inner -> user for outputs
-  bool reordered = false;
-
-  void init(dnnl::memory::desc const& plain, dnnl::memory::desc const& want, bool input) {
-    auto& eng = onednn_engine();
-    user = dnnl::memory(plain, eng, DNNL_MEMORY_NONE);
-    reordered = !(want == plain);
-    if (reordered) {
-      inner = dnnl::memory(want, eng);
-      convert = input ? dnnl::reorder(user, inner) : dnnl::reorder(inner, user);
-    } else {
-      inner = user;
-    }
-  }
-  // The primitive's input, from the caller's buffer p.
-  dnnl::memory& in(dnnl::stream& s, void const* p) {
-    user.set_data_handle(const_cast<void*>(p));
-    if (reordered)
-      convert.execute(s, user, inner);
-    return inner;
-  }
-  // The primitive's output; finish() moves it to the caller's buffer p.
-  dnnl::memory& out(void* p) {
-    user.set_data_handle(p);
-    return inner;
-  }
-  void finish(dnnl::stream& s) {
-    if (reordered)
-      convert.execute(s, inner, user);
-  }
-};
-
 // Convolution sizes in oneDNN's terms (dilation counts from 0), 2-D or 3-D.
 struct OneDnnConvShape {
   dnnl::memory::dims src, wei, bias, dst, strides, dilates, pad_l, pad_r;
@@ -83,17 +39,20 @@ struct OneDnnConvShape {
 };
 
 // Primitives of one convolution layer, per batch size. Copies start empty
-// (primitives are not shared between layer copies).
+// (primitives are not shared between layer copies) and keep the precision.
 class OneDnnConvCache {
 public:
   using tag = dnnl::memory::format_tag;
   using dt = dnnl::memory::data_type;
 
-  OneDnnConvCache() = default;
-  OneDnnConvCache(OneDnnConvCache const&) {}
+  // bf16: inputs of each primitive in bf16 (checked against the CPU's
+  // instruction set when primitives are made), outputs in fp32.
+  explicit OneDnnConvCache(bool bf16 = false) : bf16_(bf16) {}
+  OneDnnConvCache(OneDnnConvCache const& o) : bf16_(o.bf16_) {}
   OneDnnConvCache(OneDnnConvCache&&) noexcept = default;
-  OneDnnConvCache& operator=(OneDnnConvCache const&) {
+  OneDnnConvCache& operator=(OneDnnConvCache const& o) {
     entries_.clear();
+    bf16_ = o.bf16_;
     return *this;
   }
   OneDnnConvCache& operator=(OneDnnConvCache&&) noexcept = default;
@@ -167,6 +126,7 @@ private:
     OneDnnConvShape sh;
     std::size_t n = 0;
     bool bias = false;
+    dt compute = dt::f32; // of src, weights and diff_dst
     std::vector<int> key;
 
     dnnl::convolution_forward::primitive_desc fpd;
@@ -187,14 +147,16 @@ private:
     dnnl::memory::desc plain(dnnl::memory::dims const& d, tag t) const {
       return dnnl::memory::desc(d, dt::f32, t);
     }
-    dnnl::memory::desc want(dnnl::memory::dims const& d, tag t) const {
-      return dnnl::memory::desc(d, dt::f32, blocked ? tag::any : t);
+    // What a primitive takes: an input in the compute type, an output in f32.
+    dnnl::memory::desc want(dnnl::memory::dims const& d, tag t, bool input = true) const {
+      return dnnl::memory::desc(d, input ? compute : dt::f32, blocked ? tag::any : t);
     }
 
     void make_fwd_pd() {
       if (has_fwd_pd)
         return;
-      auto const src = want(sh.src, sh.act), wei = want(sh.wei, sh.wt), dst = want(sh.dst, sh.act);
+      auto const src = want(sh.src, sh.act), wei = want(sh.wei, sh.wt),
+                 dst = want(sh.dst, sh.act, false);
       auto& eng = onednn_engine();
       if (bias) {
         dnnl::convolution_forward::desc d(
@@ -214,6 +176,8 @@ private:
         return;
       make_fwd_pd();
       fwd = dnnl::convolution_forward(fpd);
+      if (compute == dt::bf16)
+        onednn_note_bf16_impl(std::string("conv_fwd:") + fpd.impl_info_str());
       f_src.init(plain(sh.src, sh.act), fpd.src_desc(), true);
       f_wei.init(plain(sh.wei, sh.wt), fpd.weights_desc(), true);
       if (bias)
@@ -233,14 +197,17 @@ private:
       // With very few input channels, the blocked backward-data kernels are
       // slower than the plain ones (1 -> 32 at 28x28: 18 ms vs 5 ms).
       bool const few = sh.src[1] < 4;
-      auto pick = [&](dnnl::memory::dims const& d, tag t) {
-        return few ? plain(d, t) : want(d, t);
+      auto pick = [&](dnnl::memory::dims const& d, tag t, bool input) {
+        return few ? dnnl::memory::desc(d, input ? compute : dt::f32, t) : want(d, t, input);
       };
-      dnnl::convolution_backward_data::desc d(
-          dnnl::algorithm::convolution_direct, pick(sh.src, sh.act), pick(sh.wei, sh.wt),
-          pick(sh.dst, sh.act), sh.strides, sh.dilates, sh.pad_l, sh.pad_r);
+      dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct,
+                                              pick(sh.src, sh.act, false),
+                                              pick(sh.wei, sh.wt, true), pick(sh.dst, sh.act, true),
+                                              sh.strides, sh.dilates, sh.pad_l, sh.pad_r);
       dnnl::convolution_backward_data::primitive_desc pd(d, onednn_engine(), fpd);
       bwd_data = dnnl::convolution_backward_data(pd);
+      if (compute == dt::bf16)
+        onednn_note_bf16_impl(std::string("conv_bwd_data:") + pd.impl_info_str());
       d_ddst.init(plain(sh.dst, sh.act), pd.diff_dst_desc(), true);
       d_wei.init(plain(sh.wei, sh.wt), pd.weights_desc(), true);
       d_dsrc.init(plain(sh.src, sh.act), pd.diff_src_desc(), false);
@@ -253,7 +220,8 @@ private:
       if (has_bwd_weights)
         return;
       make_fwd_pd();
-      auto const src = want(sh.src, sh.act), wei = want(sh.wei, sh.wt), dst = want(sh.dst, sh.act);
+      auto const src = want(sh.src, sh.act), wei = want(sh.wei, sh.wt, false),
+                 dst = want(sh.dst, sh.act);
       auto& eng = onednn_engine();
       dnnl::convolution_backward_weights::primitive_desc pd;
       if (bias) {
@@ -267,6 +235,8 @@ private:
         pd = dnnl::convolution_backward_weights::primitive_desc(d, eng, fpd);
       }
       bwd_weights = dnnl::convolution_backward_weights(pd);
+      if (compute == dt::bf16)
+        onednn_note_bf16_impl(std::string("conv_bwd_weights:") + pd.impl_info_str());
       w_src.init(plain(sh.src, sh.act), pd.src_desc(), true);
       w_ddst.init(plain(sh.dst, sh.act), pd.diff_dst_desc(), true);
       w_dwei.init(plain(sh.wei, sh.wt), pd.diff_weights_desc(), false);
@@ -310,6 +280,10 @@ private:
     e->key = std::move(key);
     e->n = n;
     e->bias = bias;
+    // Checked per entry, so the test hook (TELAR_TEST_HIDE_BF16) applies to
+    // new shapes; the fp32 fallback is opt-in (TELAR_BF16_FALLBACK=fp32).
+    if (bf16_ && bf16_check_isa("telar::Convolution (telar::OneDnnConvBf16)"))
+      e->compute = dt::bf16;
     using dims = dnnl::memory::dims;
     using dim = dnnl::memory::dim;
     bool const three = g.D != 1 || g.kd != 1 || g.Do != 1 || g.sd != 1 || g.pd != 0;
@@ -351,6 +325,7 @@ private:
   }
 
   std::vector<std::unique_ptr<Entry>> entries_;
+  bool bf16_ = false;
 };
 
 } // namespace detail

@@ -1,0 +1,173 @@
+#pragma once
+// What the oneDNN primitives behind telar::OneDnnConv, telar::OneDnnConvBf16
+// and telar::Bf16Gemm share: the process-wide engine, a stream per thread, an
+// argument port (caller's buffer plus a cached reorder into the layout and
+// data type a primitive wants), and the run-time check that the CPU has bf16
+// instructions.
+#include <telar/config.hpp>
+
+#if TELAR_HAVE_ONEDNN
+#include <telar/core/error.hpp>
+
+#include <dnnl.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <string>
+
+namespace telar {
+namespace detail {
+
+// One process-wide CPU engine; one stream per thread (streams are cheap, and
+// a layer may run on several threads over its life).
+inline dnnl::engine& onednn_engine() {
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+inline dnnl::stream& onednn_stream() {
+  thread_local dnnl::stream s(onednn_engine());
+  return s;
+}
+
+// One argument of a primitive: the caller's plain buffer (`user`, whose
+// handle is set per call) and, when the primitive wants another layout or
+// data type, a buffer in that layout with the reorder between them (the
+// reorder converts f32 <-> bf16 too).
+struct OneDnnPort {
+  dnnl::memory user, inner;
+  dnnl::reorder convert; // user -> inner for inputs, inner -> user for outputs
+  bool reordered = false;
+
+  void init(dnnl::memory::desc const& plain, dnnl::memory::desc const& want, bool input) {
+    auto& eng = onednn_engine();
+    user = dnnl::memory(plain, eng, DNNL_MEMORY_NONE);
+    reordered = !(want == plain);
+    if (reordered) {
+      inner = dnnl::memory(want, eng);
+      convert = input ? dnnl::reorder(user, inner) : dnnl::reorder(inner, user);
+    } else {
+      inner = user;
+    }
+  }
+  // The primitive's input, from the caller's buffer p.
+  dnnl::memory& in(dnnl::stream& s, void const* p) {
+    user.set_data_handle(const_cast<void*>(p));
+    if (reordered)
+      convert.execute(s, user, inner);
+    return inner;
+  }
+  // The primitive's output; finish() moves it to the caller's buffer p.
+  dnnl::memory& out(void* p) {
+    user.set_data_handle(p);
+    return inner;
+  }
+  void finish(dnnl::stream& s) {
+    if (reordered)
+      convert.execute(s, inner, user);
+  }
+};
+
+// Name of a oneDNN instruction-set level, for messages.
+inline char const* onednn_isa_name(dnnl_cpu_isa_t isa) {
+  switch (isa) {
+  case dnnl_cpu_isa_sse41:
+    return "sse41";
+  case dnnl_cpu_isa_avx:
+    return "avx";
+  case dnnl_cpu_isa_avx2:
+    return "avx2";
+  case dnnl_cpu_isa_avx2_vnni:
+    return "avx2_vnni";
+  case dnnl_cpu_isa_avx512_mic:
+    return "avx512_mic";
+  case dnnl_cpu_isa_avx512_mic_4ops:
+    return "avx512_mic_4ops";
+  case dnnl_cpu_isa_avx512_core:
+    return "avx512_core";
+  case dnnl_cpu_isa_avx512_core_vnni:
+    return "avx512_core_vnni";
+  case dnnl_cpu_isa_avx512_core_bf16:
+    return "avx512_core_bf16";
+  case dnnl_cpu_isa_avx512_core_amx:
+    return "avx512_core_amx";
+  default:
+    return "unknown";
+  }
+}
+
+// Test hook: TELAR_TEST_HIDE_BF16=1 makes Telar behave as if the CPU had no
+// bf16 instructions, so the error path runs on machines that have them.
+inline bool bf16_isa_hidden() {
+  char const* v = std::getenv("TELAR_TEST_HIDE_BF16");
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+
+// Whether oneDNN runs bf16 matmuls and convolutions with native instructions
+// (AVX512-BF16, or AMX which implies it). The ISA levels are bit masks, each
+// containing the ones below it. Without them oneDNN would emulate bf16 with
+// integer shifts around fp32 FMAs: slower than fp32, so Telar refuses.
+inline bool bf16_isa_available() {
+  static bool const native = [] {
+    unsigned const isa = unsigned(dnnl_get_effective_cpu_isa());
+    unsigned const need = unsigned(dnnl_cpu_isa_avx512_core_bf16);
+    return (isa & need) == need;
+  }();
+  return native && !bf16_isa_hidden();
+}
+
+// Opt-in fallback: TELAR_BF16_FALLBACK=fp32 runs the fp32 primitives where
+// the bf16 instructions are missing (warned once) instead of throwing.
+inline bool bf16_fallback_allowed() {
+  char const* v = std::getenv("TELAR_BF16_FALLBACK");
+  return v && std::strcmp(v, "fp32") == 0;
+}
+
+// true: run bf16. false: run fp32 (fallback allowed, warned once). Throws
+// when the instructions are missing and no fallback was asked for.
+inline bool bf16_check_isa(char const* who) {
+  if (bf16_isa_available())
+    return true;
+  std::string const found = bf16_isa_hidden() ? std::string("hidden by TELAR_TEST_HIDE_BF16")
+                                              : std::string("oneDNN's effective ISA is ") +
+                                                    onednn_isa_name(dnnl_get_effective_cpu_isa());
+  if (bf16_fallback_allowed()) {
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      std::fprintf(stderr,
+                   "telar: warning: %s: no AVX512-BF16/AMX instructions (%s); running fp32 "
+                   "(TELAR_BF16_FALLBACK=fp32)\n",
+                   who, found.c_str());
+    });
+    return false;
+  }
+  throw Error(std::string(who) +
+              ": this CPU lacks the AVX512-BF16 (avx512_core_bf16) or AMX "
+              "instruction set (" +
+              found +
+              "); bf16 would be emulated, slower than fp32. Use an fp32 policy "
+              "(telar::OneDnnGemm, telar::OneDnnConv), or set TELAR_BF16_FALLBACK=fp32 to run "
+              "fp32 with a warning");
+}
+
+// oneDNN implementations that ran bf16 primitives in this process (e.g.
+// "brg:avx512_core_bf16"), for benchmark summaries.
+inline std::set<std::string>& onednn_bf16_impls() {
+  static std::set<std::string> s;
+  return s;
+}
+inline std::mutex& onednn_bf16_impls_mutex() {
+  static std::mutex m;
+  return m;
+}
+inline void onednn_note_bf16_impl(std::string const& what) {
+  std::lock_guard<std::mutex> lock(onednn_bf16_impls_mutex());
+  onednn_bf16_impls().insert(what);
+}
+
+} // namespace detail
+} // namespace telar
+
+#endif // TELAR_HAVE_ONEDNN

@@ -1,0 +1,150 @@
+#pragma once
+// oneDNN matmul behind telar::Bf16Gemm: C (f32) = alpha op(A) op(B) + beta C
+// with A and B converted to bf16 by cached reorders into dense buffers, f32
+// accumulation and output.
+// Primitives, reorders and bf16 buffers are created once per (shape,
+// transposes, leading dimensions, alpha, beta) and thread; a steady-state
+// call only sets data handles and executes.
+#include <telar/config.hpp>
+
+#if TELAR_HAVE_ONEDNN
+#include <telar/core/detail/onednn.hpp>
+#include <telar/core/error.hpp>
+
+#include <dnnl.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace telar {
+namespace detail {
+
+class OneDnnBf16Matmul {
+public:
+  using dt = dnnl::memory::data_type;
+  using dims = dnnl::memory::dims;
+
+  // Row-major A, B, C with leading dimensions lda, ldb, ldc.
+  void run(char ta, char tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+           float const* A, std::int64_t lda, float const* B, std::int64_t ldb, float beta, float* C,
+           std::int64_t ldc) {
+    Entry& e = entry(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
+    auto& s = onednn_stream();
+    e.a.in(s, A);
+    e.b.in(s, B);
+    e.c.set_data_handle(C);
+    e.prim.execute(s, e.args);
+    s.wait();
+  }
+
+  // The implementation oneDNN picked for the last shape (tests, logs).
+  std::string const& last_impl() const { return last_impl_; }
+  // Shapes with primitives.
+  std::size_t size() const { return entries_.size(); }
+
+private:
+  struct Entry {
+    std::vector<std::int64_t> key;
+    dnnl::matmul prim;
+    OneDnnPort a, b;
+    dnnl::memory a_view, b_view, c; // what the matmul reads: the ports' bf16 buffers
+    std::unordered_map<int, dnnl::memory> args;
+  };
+
+  // Shapes kept per thread: an MLP step uses three per layer (forward, input
+  // and weight gradients), times the batch sizes in use; the oldest goes.
+  static constexpr std::size_t max_entries = 48;
+
+  Entry& entry(char ta, char tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+               std::int64_t lda, std::int64_t ldb, float beta, std::int64_t ldc) {
+    std::uint32_t ab, bb;
+    std::memcpy(&ab, &alpha, 4);
+    std::memcpy(&bb, &beta, 4);
+    std::vector<std::int64_t> key{ta, tb, m, n, k, lda, ldb, ldc, ab, bb};
+    for (auto& e : entries_)
+      if (e->key == key)
+        return *e;
+    if (entries_.size() >= max_entries)
+      entries_.erase(entries_.begin());
+    auto e = std::make_unique<Entry>();
+    e->key = std::move(key);
+    auto& eng = onednn_engine();
+    // The callers' f32 matrices as oneDNN sees op(A) [m, k] and op(B) [k, n]:
+    // a transpose is a swap of strides.
+    dnnl::memory::desc const a_user(dims{m, k}, dt::f32, ta == 'N' ? dims{lda, 1} : dims{1, lda});
+    dnnl::memory::desc const b_user(dims{k, n}, dt::f32, tb == 'N' ? dims{ldb, 1} : dims{1, ldb});
+    dnnl::memory::desc const c_user(dims{m, n}, dt::f32, dims{ldc, 1});
+    // bf16 copies, dense: A (activations, small) row-major whatever ta, so
+    // the kernel reads rows; B in the caller's orientation. Not format "any":
+    // oneDNN 2.6 then picks blocked weights (BA16a64b2a) whose reorder from
+    // f32 costs about as much as the product (2048x2048: 24-41 ms against
+    // 21-29 ms, one loaded core), while a plain f32 -> bf16 reorder is a
+    // streaming conversion and brgemm packs plain B itself.
+    using tag = dnnl::memory::format_tag;
+    dnnl::memory::desc const a_want(dims{m, k}, dt::bf16, tag::ab);
+    dnnl::memory::desc const b_want(dims{k, n}, dt::bf16, tb == 'N' ? tag::ab : tag::ba);
+    dnnl::primitive_attr attr;
+    if (alpha != 1.f)
+      attr.set_output_scales(0, {alpha});
+    if (beta != 0.f) {
+      dnnl::post_ops po;
+      po.append_sum(beta);
+      attr.set_post_ops(po);
+    }
+    try {
+      dnnl::matmul::desc d(a_want, b_want, c_user);
+      dnnl::matmul::primitive_desc pd(d, attr, eng);
+      e->prim = dnnl::matmul(pd);
+      // A is stored [m, k] ('N') or [k, m]; B [k, n] or [n, k].
+      init_operand(e->a, e->a_view, a_user, pd.src_desc(), ta == 'N' && lda == k, m * k);
+      init_operand(e->b, e->b_view, b_user, pd.weights_desc(), ldb == (tb == 'N' ? n : k), k * n);
+      e->c = dnnl::memory(c_user, eng, DNNL_MEMORY_NONE);
+      e->args = {{DNNL_ARG_SRC, e->a_view}, {DNNL_ARG_WEIGHTS, e->b_view}, {DNNL_ARG_DST, e->c}};
+      last_impl_ = pd.impl_info_str();
+    } catch (dnnl::error const& err) {
+      throw Error(std::string("telar::gemm (telar::Bf16Gemm): oneDNN could not create a bf16 "
+                              "matmul for ") +
+                  std::to_string(m) + "x" + std::to_string(k) + " * " + std::to_string(k) + "x" +
+                  std::to_string(n) + ": " + err.what());
+    }
+    onednn_note_bf16_impl("matmul:" + last_impl_);
+    entries_.push_back(std::move(e));
+    return *entries_.back();
+  }
+
+  // An operand's conversion to bf16. In general a 2-D reorder (strides,
+  // transposes); when the caller's matrix is dense and keeps its layout, a
+  // 1-D reorder of its bytes: oneDNN 2.6's 2-D f32 -> bf16 reorder of a
+  // column-major ("ba") 2048x2048 matrix measured 13-21 ms, the same bytes
+  // as 1-D about 1 ms.
+  static void init_operand(OneDnnPort& port, dnnl::memory& view, dnnl::memory::desc const& user,
+                           dnnl::memory::desc const& want, bool same_bytes, std::int64_t count) {
+    if (same_bytes) {
+      using tag = dnnl::memory::format_tag;
+      port.init(dnnl::memory::desc(dims{count}, dt::f32, tag::a),
+                dnnl::memory::desc(dims{count}, dt::bf16, tag::a), true);
+      view = dnnl::memory(want, onednn_engine(), port.inner.get_data_handle());
+    } else {
+      port.init(user, want, true);
+      view = port.inner;
+    }
+  }
+
+  std::vector<std::unique_ptr<Entry>> entries_;
+  std::string last_impl_;
+};
+
+// The calling thread's matmul cache.
+inline OneDnnBf16Matmul& onednn_bf16_matmul() {
+  thread_local OneDnnBf16Matmul m;
+  return m;
+}
+
+} // namespace detail
+} // namespace telar
+
+#endif // TELAR_HAVE_ONEDNN
