@@ -407,6 +407,9 @@ TEST_CASE("make_run_layout refuses what the Trainer refuses", "[layout]") {
   opts.grid = {3, 1, 1};
   CHECK_THROWS_AS(telar::make_run_layout<S>(make_mlp(), opts, telar::Shape(64), 2, 0),
                   telar::GridError);
+  opts.grid = {2, 1, 1};
+  CHECK_THROWS_AS(telar::make_run_layout<S>(make_mlp(), opts, telar::Shape(64), 2, 2),
+                  telar::Error);
 }
 
 TEST_CASE("The memory plan matches the meter: every built-in block nested", "[memory]") {

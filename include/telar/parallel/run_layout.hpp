@@ -140,7 +140,8 @@ RunLayout run_layout_of(Model const& model, std::vector<Shape> shapes,
  *  \param options the layout settings (a telar::TrainerOptions is one)
  *  \param in per-sample input shape \param world_size ranks of the run
  *  \param rank the rank to lay out, in [0, world_size)
- *  \throws GridError when the degrees do not fit the world; Error when they
+ *  \throws GridError when the degrees do not fit the world; Error when
+ *  \p rank is not one of its ranks, or when the degrees
  *  need a policy the strategy lacks, or the schedule or the stage
  *  boundaries do not fit; ScheduleError for an invalid custom schedule;
  *  ShapeError when the model's shapes do not chain */
@@ -152,6 +153,9 @@ RunLayout make_run_layout(Model model, LayoutOptions const& options, Shape const
   char const* const api = "telar::make_run_layout";
   detail::check_layout_options<StrategyT>(options, api);
   GridShape const grid = detail::layout_grid<StrategyT>(options, world_size);
+  if (rank < 0 || rank >= world_size)
+    throw Error(std::string(api) + ": rank " + std::to_string(rank) + " is not in [0, " +
+                std::to_string(world_size) + ")");
   GridCoord const at = detail::grid_coords_of(grid, options.grid_order, rank);
   std::vector<Shape> shapes = detail::layout_shapes<StrategyT>(model, grid, at, in);
   return detail::run_layout_of<StrategyT>(model, std::move(shapes), options, grid, rank,
