@@ -502,11 +502,12 @@ TEST_CASE("Every built-in layer plans what it allocates", "[memory]") {
   check_alone(Im2col(2, 3, 3), telar::Shape{2, 5, 5});
   check_alone(telar::Conv3D<T>(2, 2, 3, 1, 1), telar::Shape{2, 3, 3, 3});
   check_alone(telar::Conv2D<T>(4, 6, 3, 1, 1, true, 1, 2), telar::Shape{4, 5, 5}); // grouped
-  check_alone(Im2col(4, 4, 3, 1, 1, true, 1, 4), telar::Shape{4, 5, 5});         // depthwise
+  check_alone(Im2col(4, 4, 3, 1, 1, true, 1, 4), telar::Shape{4, 5, 5});           // depthwise
   check_alone(telar::ConvTranspose2D<T>(3, 2, 2, 2), telar::Shape{3, 4, 4});
-  check_alone(telar::ConvTranspose2D<T, telar::DefaultMemorySpace, telar::AutoGemm,
-                                     telar::Im2colConv>(3, 2, 3, 2, 1, 1),
-              telar::Shape{3, 4, 4});
+  check_alone(
+      telar::ConvTranspose2D<T, telar::DefaultMemorySpace, telar::AutoGemm, telar::Im2colConv>(
+          3, 2, 3, 2, 1, 1),
+      telar::Shape{3, 4, 4});
   check_alone(telar::ConvTranspose3D<T>(2, 2, 2, 2), telar::Shape{2, 2, 2, 2});
   check_alone(telar::BatchNorm<T>(2), telar::Shape{2, 4, 4});
   check_alone(telar::BatchNorm<T>(3), telar::Shape(3)); // 12-byte statistics, rounded

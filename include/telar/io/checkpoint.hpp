@@ -529,8 +529,8 @@ RunPosition load_checkpoint(Trainer& trainer, std::string const& path) {
     if (optimizer != View::optimizer_name<Trainer>() || slots != m.state_size)
       throw CheckpointError(at + "written with optimizer '" + optimizer + "' (" +
                             std::to_string(slots) + " state slots), the trainer uses '" +
-                            View::optimizer_name<Trainer>() + "' (" +
-                            std::to_string(m.state_size) + ")");
+                            View::optimizer_name<Trainer>() + "' (" + std::to_string(m.state_size) +
+                            ")");
     if (auto const diff = detail::signature_mismatch(sig, detail::signature(m)); !diff.empty())
       throw CheckpointError(at + "made for another model: " + diff);
     auto dxpl = detail::h5_dxpl(comm, false, file);

@@ -57,8 +57,8 @@ namespace telar {
  *  saved_bytes(); LayoutOptions::batch_size must be set for them. The
  *  workspace counts every layer's workspace_bytes(). Layers without
  *  parameter_count() / saved_bytes() are counted 0 and named in
- *  MemoryPlan::warnings (every built-in layer and block has them). ZeRO<1>'s shared mode assumes every data-parallel
- *  rank on one node.
+ *  MemoryPlan::warnings (every built-in layer and block has them).
+ *  ZeRO<1>'s shared mode assumes every data-parallel rank on one node.
  *  \code
  *  telar::LayoutOptions opts; // or a telar::TrainerOptions
  *  opts.grid = {0, 2, 1};

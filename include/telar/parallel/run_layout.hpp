@@ -93,9 +93,8 @@ namespace detail {
 // at ZeRO stage `stage` (the strategy's, or one the memory budget tries).
 // `api` names the caller in errors.
 template <class StrategyT, class Model>
-RunLayout run_layout_of(Model const& model, std::vector<Shape> shapes,
-                        LayoutOptions const& options, GridShape grid, int rank, int stage,
-                        char const* api) {
+RunLayout run_layout_of(Model const& model, std::vector<Shape> shapes, LayoutOptions const& options,
+                        GridShape grid, int rank, int stage, char const* api) {
   using T = typename Model::value_type;
   using Store = ParameterStore<T, typename Model::memory_space>;
   RunLayout l;
@@ -105,8 +104,8 @@ RunLayout run_layout_of(Model const& model, std::vector<Shape> shapes,
   l.coords = grid_coords_of(grid, options.grid_order, rank);
   l.shapes = std::move(shapes);
   l.schedule = layout_schedule<StrategyT>(options, grid.pp, api);
-  l.stage_bounds = layout_stage_bounds(model, l.shapes,
-                                       std::size_t(l.schedule.virtual_stages()), options);
+  l.stage_bounds =
+      layout_stage_bounds(model, l.shapes, std::size_t(l.schedule.virtual_stages()), options);
   l.owned = layout_owned(l.schedule, l.stage_bounds, l.coords.pp, model.layer_count());
   l.layer_elements = layout_layer_elements(model, l.owned, Store::alignment, l.warnings);
   l.bucket_groups = layout_groups(l.layer_elements, options.bucket_bytes / sizeof(T));

@@ -20,10 +20,10 @@ enum class NonFinite {
  *  (telar::LayoutOptions: grid, schedule, stages, buckets, batch size; set
  *  them here as `opts.grid = ...`) and how it trains. */
 struct TrainerOptions : LayoutOptions {
-  std::uint64_t seed = 0;                    //!< parameter initialisation seed
-  LRSchedule lr = constant_lr(0.01);         //!< learning rate per step
-  double clip_grad_norm = 0;                 //!< clip the global gradient norm to this (0: off)
-  bool trace = false; //!< record a timeline of every step (see Trainer::trace())
+  std::uint64_t seed = 0;            //!< parameter initialisation seed
+  LRSchedule lr = constant_lr(0.01); //!< learning rate per step
+  double clip_grad_norm = 0;         //!< clip the global gradient norm to this (0: off)
+  bool trace = false;                //!< record a timeline of every step (see Trainer::trace())
   /*! \brief Bytes each rank may use (0: no limit). A layout whose memory
    *  plan (telar::plan_memory) exceeds it on any rank is refused with a
    *  telar::MemoryError before anything is allocated. */

@@ -233,7 +233,8 @@ public:
     } resume{this};
     auto const t0 = std::chrono::steady_clock::now();
     execution_space exec;
-    std::size_t const n = x.extent(0), dp = std::size_t(dp_size()), d = std::size_t(layout_.coords.dp);
+    std::size_t const n = x.extent(0), dp = std::size_t(dp_size()),
+                      d = std::size_t(layout_.coords.dp);
     std::size_t const b0 = n * d / dp, e0 = n * (d + 1) / dp;
     // Every rank holds the whole set: the same verdict everywhere, no message.
     if constexpr (loss_traits<Loss>::has_invalid_targets)
@@ -468,12 +469,11 @@ private:
     tracker_ = meter.start_tracking();
   }
 
-  // This rank's plan; with a budget, every rank plans every rank (no
-  // message needed, so every rank decides alike) and refuses the layout if
-  // the worst one is over, naming the cheapest layout that fits.
+  // This rank's plan: its layout, sized. With a budget, every rank plans
+  // every rank (no message needed, so every rank decides alike) and refuses
+  // the layout if the worst one is over, naming the cheapest layout that fits.
   void check_memory_budget(Shape const& in_shape) {
-    plan_ =
-        plan_memory<Model, StrategyT, Optimizer, Loss>(model_, options_, in_shape, size(), rank());
+    plan_ = detail::plan_of_layout<Model, StrategyT, Optimizer, Loss>(model_, layout_, options_);
     if (options_.memory_budget == 0)
       return;
     MemoryPlan const worst = detail::plan_worst<Model, StrategyT, Optimizer, Loss>(
@@ -535,9 +535,9 @@ private:
   }
 
   void build_executor() {
-    executor_ = detail::PipelineExecutor<Model>(
-        &model_, features_, layout_.stage_bounds, layout_.schedule.stages, layout_.schedule.chunks,
-        layout_.coords.pp, grid_ ? &grid_->pp() : nullptr);
+    executor_ = detail::PipelineExecutor<Model>(&model_, features_, layout_.stage_bounds,
+                                                layout_.schedule.stages, layout_.schedule.chunks,
+                                                layout_.coords.pp, grid_ ? &grid_->pp() : nullptr);
   }
 
   // Draws this rank's layers and hands them to the gradient-sync component,

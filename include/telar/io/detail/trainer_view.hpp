@@ -137,7 +137,6 @@ struct TrainerView {
   static std::uint64_t seed(Tr const& t) {
     return std::uint64_t(t.options().seed);
   }
-
 };
 
 } // namespace telar::detail

@@ -145,30 +145,25 @@ void plan_activations(Model const& model, std::vector<Shape> const& shapes,
   plan.bytes[MemoryCategory::workspace] = work;
 }
 
-// The plan of `rank` for degrees `shape` and ZeRO stage `stage`: the sizes
-// of its RunLayout.
+// The sizes of one rank's layout: `model` built as that rank sees it (its
+// tensor-parallel shard; the Trainer's own model, or a shape-only copy).
 template <class Model, class StrategyT, class Optimizer, class Loss>
-MemoryPlan plan_rank(Model model, LayoutOptions const& options, Shape const& in, GridShape shape,
-                     int rank, int stage) {
-  char const* const api = "telar::plan_memory";
-  std::vector<Shape> shapes = layout_shapes<StrategyT>(
-      model, shape, grid_coords_of(shape, options.grid_order, rank), in);
-  RunLayout const layout =
-      run_layout_of<StrategyT>(model, std::move(shapes), options, shape, rank, stage, api);
+MemoryPlan plan_of_layout(Model const& model, RunLayout const& layout,
+                          LayoutOptions const& options) {
   MemoryPlan plan;
-  plan.grid = shape;
+  plan.grid = layout.grid;
   plan.zero_stage = layout.zero_stage;
-  plan.rank = rank;
+  plan.rank = layout.rank;
   plan.warnings = layout.warnings;
   using T = typename Model::value_type;
   ModelStateInput ms;
   ms.elements = layout.parameter_elements;
   ms.alignment = ParameterStore<T, typename Model::memory_space>::alignment;
   ms.value_bytes = sizeof(T);
-  ms.dp = shape.dp;
+  ms.dp = layout.grid.dp;
   ms.stage = layout.zero_stage;
   ms.shared =
-      stage == 1 && options.shared_memory &&
+      layout.zero_stage == 1 && options.shared_memory &&
       Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Model::memory_space>::accessible;
   ms.node_leader = layout.coords.dp == 0;
   ms.state_size = std::size_t(optimizer_traits<Optimizer>::state_size);
@@ -178,10 +173,22 @@ MemoryPlan plan_rank(Model model, LayoutOptions const& options, Shape const& in,
   ms.gather_per_step = zero3_gathers_per_step<StrategyT>();
   plan.bytes = plan_model_states(ms);
   plan.bytes[MemoryCategory::parameters] += plan_buffer_bytes(model, layout.owned);
-  std::size_t const local = options.batch_size / std::size_t(shape.dp);
+  std::size_t const local = options.batch_size / std::size_t(layout.grid.dp);
   plan_activations<Model, Loss>(model, layout.shapes, layout.stage_bounds, layout.schedule,
                                 layout.coords.pp, local, plan);
   return plan;
+}
+
+// The plan of `rank` for degrees `shape` and ZeRO stage `stage`: its layout
+// (a shape-only copy of the model built for it), sized.
+template <class Model, class StrategyT, class Optimizer, class Loss>
+MemoryPlan plan_rank(Model model, LayoutOptions const& options, Shape const& in, GridShape shape,
+                     int rank, int stage) {
+  std::vector<Shape> shapes =
+      layout_shapes<StrategyT>(model, shape, grid_coords_of(shape, options.grid_order, rank), in);
+  RunLayout const layout = run_layout_of<StrategyT>(model, std::move(shapes), options, shape, rank,
+                                                    stage, "telar::plan_memory");
+  return plan_of_layout<Model, StrategyT, Optimizer, Loss>(model, layout, options);
 }
 
 // The rank with the largest planned total of a layout.
