@@ -592,34 +592,22 @@ private:
 
   // What the optimizer updates: this rank's shard of the values.
   Vector<value_type, memory_space> optimizer_values() const {
-    return residency_.sharded() ? residency_.shard() : sync_.values(params_);
+    return residency_.optimizer_values(sync_, params_);
   }
 
   // Every value of this rank's layers, flat (ZeRO-3: all-gathered over the
   // data-parallel group, a collective).
   Vector<value_type, memory_space> full_values() const {
-    if (!residency_.sharded())
-      return params_.values();
-    execution_space().fence();
-    Vector<value_type, memory_space> full("telar::Trainer::full_values", params_.size());
-    auto const& shard = residency_.shard();
-    HostBuffer<Vector<value_type, memory_space>> send(shard, true);
-    HostBuffer<Vector<value_type, memory_space>> recv(full, false);
-    grid_->dp().allgather(send.data(), shard.size(), recv.data());
-    recv.copy_back();
-    return full;
+    return residency_.full_values(execution_space(), params_);
   }
 
   // Per-tensor squared norms (by TensorIndex id), the same on every rank:
-  // ZeRO-3 from the value shards summed over the world, else from the
-  // resident values summed over the model-parallel ranks.
+  // the residency knows where the values live (ZeRO-3: the shards, summed
+  // over the world; else the store, summed over the model-parallel ranks).
   std::vector<double> tensor_sq_norms() {
     execution_space exec;
-    if (residency_.sharded())
-      return tensors_.sq_norms(engine_, exec, residency_.shard(), tensors_.shard(),
-                               [this](double* v, std::size_t n) { sync_.sum_norms(v, n); });
-    return tensors_.sq_norms(engine_, exec, params_.values(), tensors_.local(),
-                             [this](double* v, std::size_t n) { reduce_model_parallel(v, n); });
+    return residency_.sq_norms(tensors_, engine_, exec, params_, sync_,
+                               [this](double* v, std::size_t n) { reduce_model_parallel(v, n); });
   }
 
   // `extra`, if given, is summed over every rank in the same message.
