@@ -45,7 +45,9 @@
 #include <telar/optim/lamb.hpp>
 #include <telar/optim/lr_schedule.hpp>
 #include <telar/optim/sgd.hpp>
+#include <telar/parallel/layout_options.hpp>
 #include <telar/parallel/memory_plan.hpp>
+#include <telar/parallel/run_layout.hpp>
 #include <telar/parallel/strategy.hpp>
 #include <telar/parallel/tensor_parallel.hpp>
 #include <telar/parallel/tensor_parallel_attention.hpp>

@@ -28,6 +28,7 @@
 #include <telar/layers/transformer.hpp>
 #include <telar/optim/adam.hpp>
 #include <telar/parallel/memory_plan.hpp>
+#include <telar/parallel/run_layout.hpp>
 #include <telar/parallel/tensor_parallel.hpp>
 #include <telar/parallel/tensor_parallel_attention.hpp>
 #include <telar/train/trainer.hpp>
@@ -294,6 +295,125 @@ TEST_CASE("A layout over the budget is refused before any allocation", "[memory]
   CHECK(mn == mx); // the same message on every rank
 }
 
+namespace {
+
+// telar::make_run_layout is the layout the Trainer runs: on every rank of
+// every layout of this world, the same degrees, coordinates, schedule, stage
+// bounds, owned layers and optimizer shard as the Trainer reports.
+template <class Sharding>
+void check_run_layouts() {
+  int const n = world_size();
+  for (Layout const& l : layouts(n)) {
+    telar::TrainerOptions opts;
+    opts.grid = {l.dp, l.pp, l.tp};
+    opts.schedule = l.schedule;
+    opts.microbatches = 4;
+    opts.bucket_bytes = 16 << 10;
+    telar::Trainer<Mlp, Strat<Sharding>, telar::AdamW<T>> trainer(MPI_COMM_WORLD, make_mlp(),
+                                                                  telar::AdamW<T>{}, opts, 64);
+    telar::RunLayout const got = telar::make_run_layout<Strat<Sharding>>(
+        make_mlp(), opts, telar::Shape(64), n, trainer.rank());
+    INFO("rank " << trainer.rank() << " " << trainer.layout() << " " << l.schedule);
+    CHECK(got.grid.dp == trainer.grid_shape().dp);
+    CHECK(got.grid.pp == trainer.grid_shape().pp);
+    CHECK(got.grid.tp == trainer.grid_shape().tp);
+    CHECK(got.coords.dp == trainer.grid_coords().dp);
+    CHECK(got.coords.pp == trainer.grid_coords().pp);
+    CHECK(got.coords.tp == trainer.grid_coords().tp);
+    CHECK(got.schedule.name == trainer.pipeline_schedule().name);
+    CHECK(got.schedule.ranks == trainer.pipeline_schedule().ranks);
+    CHECK(got.stage_bounds == trainer.stage_boundaries());
+    CHECK(got.owned == trainer.run_layout().owned);
+    CHECK(got.shard_range() == trainer.optimizer_shard());
+    CHECK(got.padded_elements == trainer.parameter_store().size());
+    if (std::is_same_v<Sharding, telar::NoSharding> && l.dp > 1)
+      CHECK(got.bucket_groups.size() == trainer.bucket_count());
+    // Every layer this rank runs holds its parameters here, and no other.
+    std::vector<std::size_t> held;
+    for (auto const& e : trainer.parameter_store().entries())
+      if (held.empty() || held.back() != e.layer)
+        held.push_back(e.layer);
+    for (std::size_t k : held)
+      CHECK(got.owned[k]);
+  }
+}
+
+} // namespace
+
+TEST_CASE("make_run_layout is the layout the Trainer runs", "[memory][layout]") {
+  check_run_layouts<telar::NoSharding>();
+  check_run_layouts<telar::ZeRO<1>>();
+  check_run_layouts<telar::ZeRO<3>>();
+}
+
+// Pure (no communicator): dp2 x pp2 and pp2 x tp2 of four ranks, and an
+// interleaved pp2; the invariants every layout keeps.
+TEST_CASE("make_run_layout: owned layers partition the model over the pipeline", "[layout]") {
+  using S = Strat<telar::ZeRO<1>>;
+  struct Case {
+    telar::GridShape grid;
+    std::string schedule;
+  };
+  for (Case const& c : {Case{{2, 2, 1}, "1f1b"}, Case{{1, 2, 2}, "gpipe"},
+                        Case{{2, 2, 1}, "interleaved"}, Case{{4, 1, 1}, ""}}) {
+    telar::LayoutOptions opts;
+    opts.grid = c.grid;
+    opts.schedule = c.schedule;
+    opts.microbatches = 4;
+    opts.bucket_bytes = 16 << 10;
+    std::vector<telar::RunLayout> all;
+    for (int r = 0; r < 4; ++r)
+      all.push_back(telar::make_run_layout<S>(make_mlp(), opts, telar::Shape(64), 4, r));
+    INFO(telar::ProcessGrid::describe(c.grid) << " " << c.schedule);
+    std::vector<int> seen(4, 0);
+    for (telar::RunLayout const& l : all) {
+      CHECK(l.world_size() == 4);
+      CHECK(l.stage_bounds == all[0].stage_bounds);
+      CHECK(l.stage_bounds.size() == std::size_t(l.schedule.virtual_stages()) + 1);
+      ++seen[std::size_t((l.coords.pp * c.grid.dp + l.coords.dp) * c.grid.tp + l.coords.tp)];
+      // Each layer on exactly one rank of this rank's pipeline.
+      std::vector<int> runs(5, 0);
+      for (telar::RunLayout const& o : all)
+        if (o.coords.dp == l.coords.dp && o.coords.tp == l.coords.tp)
+          for (std::size_t k : o.owned_layers())
+            ++runs[k];
+      CHECK(runs == std::vector<int>(5, 1));
+      std::size_t sum = 0;
+      for (std::size_t g : l.bucket_groups)
+        sum += g;
+      CHECK(sum == l.parameter_elements);
+      // ZeRO<1>: the data-parallel ranks' shards tile the padded store.
+      auto const [b, e] = l.shard_range();
+      CHECK(e - b == l.padded_elements / std::size_t(c.grid.dp));
+      CHECK(b == std::size_t(l.coords.dp) * (e - b));
+      CHECK(l.zero_stage == (c.grid.dp > 1 ? 1 : 0));
+      CHECK(l.warnings.empty());
+    }
+    CHECK(seen == std::vector<int>(4, 1)); // coordinates: every grid point once
+  }
+}
+
+// A layout the strategy cannot run is refused by make_run_layout as by the
+// Trainer, naming the caller.
+TEST_CASE("make_run_layout refuses what the Trainer refuses", "[layout]") {
+  using S = telar::Strategy<telar::DataParallel<>>;
+  telar::LayoutOptions opts;
+  opts.grid = {1, 2, 1};
+  std::string what;
+  try {
+    (void)telar::make_run_layout<S>(make_mlp(), opts, telar::Shape(64), 2, 0);
+  } catch (telar::Error const& e) {
+    what = e.what();
+  }
+  CHECK(what.find("telar::make_run_layout: pp=2 but the strategy") != std::string::npos);
+  opts.grid = {3, 1, 1};
+  CHECK_THROWS_AS(telar::make_run_layout<S>(make_mlp(), opts, telar::Shape(64), 2, 0),
+                  telar::GridError);
+  opts.grid = {2, 1, 1};
+  CHECK_THROWS_AS(telar::make_run_layout<S>(make_mlp(), opts, telar::Shape(64), 2, 2),
+                  telar::Error);
+}
+
 TEST_CASE("The memory plan matches the meter: every built-in block nested", "[memory]") {
   check_layouts<telar::NoSharding>(true, make_conv_zoo, telar::Shape{4, 4, 4});
   check_layouts<telar::NoSharding>(true, make_transformer_zoo, telar::Shape(16), true);
@@ -384,11 +504,12 @@ TEST_CASE("Every built-in layer plans what it allocates", "[memory]") {
   check_alone(Im2col(2, 3, 3), telar::Shape{2, 5, 5});
   check_alone(telar::Conv3D<T>(2, 2, 3, 1, 1), telar::Shape{2, 3, 3, 3});
   check_alone(telar::Conv2D<T>(4, 6, 3, 1, 1, true, 1, 2), telar::Shape{4, 5, 5}); // grouped
-  check_alone(Im2col(4, 4, 3, 1, 1, true, 1, 4), telar::Shape{4, 5, 5});         // depthwise
+  check_alone(Im2col(4, 4, 3, 1, 1, true, 1, 4), telar::Shape{4, 5, 5});           // depthwise
   check_alone(telar::ConvTranspose2D<T>(3, 2, 2, 2), telar::Shape{3, 4, 4});
-  check_alone(telar::ConvTranspose2D<T, telar::DefaultMemorySpace, telar::AutoGemm,
-                                     telar::Im2colConv>(3, 2, 3, 2, 1, 1),
-              telar::Shape{3, 4, 4});
+  check_alone(
+      telar::ConvTranspose2D<T, telar::DefaultMemorySpace, telar::AutoGemm, telar::Im2colConv>(
+          3, 2, 3, 2, 1, 1),
+      telar::Shape{3, 4, 4});
   check_alone(telar::ConvTranspose3D<T>(2, 2, 2, 2), telar::Shape{2, 2, 2, 2});
   check_alone(telar::ReLU6<T>{}, telar::Shape(6));
   check_alone(telar::Clip<T>(-1, 2), telar::Shape(6));

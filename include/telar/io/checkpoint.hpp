@@ -27,6 +27,7 @@
 #include <telar/io/detail/hdf5.hpp>
 #include <telar/io/detail/model_pieces.hpp>
 #include <telar/io/detail/trainer_access.hpp>
+#include <telar/io/detail/trainer_view.hpp>
 #include <telar/io/error.hpp>
 
 #include <fcntl.h>
@@ -340,9 +341,10 @@ std::string save_checkpoint(Trainer& trainer, std::string const& dir,
                             RunPosition const& position = {},
                             CheckpointOptions const& options = {}) {
   using T = typename Trainer::value_type;
-  using Access = detail::TrainerAccess;
+  using Access = detail::TrainerAccess; // the optimizer's shard and state
+  using View = detail::TrainerView;     // the rest, through public accessors
   detail::H5Quiet const quiet;
-  Communicator const* comm = Access::comm(trainer);
+  Communicator const* comm = View::comm(trainer);
   int const rank = comm ? comm->rank() : 0;
   std::string const name = detail::checkpoint_file_name(trainer.steps());
   std::string const path = (std::filesystem::path(dir) / name).string();
@@ -356,7 +358,7 @@ std::string save_checkpoint(Trainer& trainer, std::string const& dir,
       throw CheckpointError("telar::save_checkpoint: cannot write to directory '" + dir + "'" +
                             (ec ? ": " + ec.message() : std::string()));
   });
-  detail::ModelPieces const m = Access::pieces(trainer);
+  detail::ModelPieces const m = View::pieces(trainer);
   std::vector<T> const values = Access::values(trainer);
   std::vector<T> const state = Access::state(trainer);
   std::size_t const parts = 1 + std::size_t(m.state_size), nt = m.names.size();
@@ -370,7 +372,7 @@ std::string save_checkpoint(Trainer& trainer, std::string const& dir,
       sums[part * nt + p.tensor] += detail::piece_hash(m, p, base(part) + p.shard_offset);
   if (comm && comm->size() > 1 && !sums.empty())
     comm->allreduce(sums.data(), sums.size());
-  auto const buffers = Access::buffers(trainer);
+  auto const buffers = View::buffers(trainer);
   auto const buffer_sums = detail::buffer_sums(comm, buffers);
   detail::agreed(comm, [&] {
     auto fapl = detail::h5_fapl(comm, tmp);
@@ -389,10 +391,10 @@ std::string save_checkpoint(Trainer& trainer, std::string const& dir,
     detail::h5_write_attr<long long>(root, "epoch", position.epoch, tmp);
     detail::h5_write_attr<long long>(root, "batch", position.batch, tmp);
     detail::h5_write_attr<std::uint64_t>(root, "data_seed", position.seed, tmp);
-    detail::h5_write_attr<std::uint64_t>(root, "model_seed", Access::seed(trainer), tmp);
+    detail::h5_write_attr<std::uint64_t>(root, "model_seed", View::seed(trainer), tmp);
     detail::h5_write_attr_str(root, "layout", trainer.layout(), tmp);
     detail::h5_write_attr_str(root, "strategy", trainer.strategy_name(), tmp);
-    detail::h5_write_attr_str(root, "optimizer", Access::optimizer_name<Trainer>(), tmp);
+    detail::h5_write_attr_str(root, "optimizer", View::optimizer_name<Trainer>(), tmp);
     detail::h5_write_attr<long long>(root, "state_slots", m.state_size, tmp);
     detail::h5_write_attr_str(root, "value_type", sizeof(T) == 4 ? "float32" : "float64", tmp);
     detail::h5_write_attr_str(root, "tensors", detail::signature(m), tmp);
@@ -473,9 +475,10 @@ std::string save_checkpoint(Trainer& trainer, std::string const& dir,
 template <class Trainer>
 RunPosition load_checkpoint(Trainer& trainer, std::string const& path) {
   using T = typename Trainer::value_type;
-  using Access = detail::TrainerAccess;
+  using Access = detail::TrainerAccess; // the optimizer's shard and state
+  using View = detail::TrainerView;     // the rest, through public accessors
   detail::H5Quiet const quiet;
-  Communicator const* comm = Access::comm(trainer);
+  Communicator const* comm = View::comm(trainer);
   std::string file = path;
   std::string const where = "telar::load_checkpoint: ";
   detail::agreed(comm, [&] {
@@ -489,14 +492,14 @@ RunPosition load_checkpoint(Trainer& trainer, std::string const& path) {
       file = *last;
     }
   });
-  detail::ModelPieces const m = Access::pieces(trainer);
+  detail::ModelPieces const m = View::pieces(trainer);
   std::size_t const parts = 1 + std::size_t(m.state_size), nt = m.names.size();
   std::vector<T> values = Access::values(trainer);
   std::vector<T> state = Access::state(trainer);
   RunPosition pos;
   long long step = 0, skipped = 0;
   std::vector<std::uint64_t> sums(parts * nt, 0), expected(parts * nt, 0);
-  auto buffers = Access::buffers(trainer);
+  auto buffers = View::buffers(trainer);
   std::vector<std::uint64_t> buffers_expected;
   detail::agreed(comm, [&] {
     std::string const at = where + file + ": ";
@@ -523,11 +526,11 @@ RunPosition load_checkpoint(Trainer& trainer, std::string const& path) {
     std::string const want_type = sizeof(T) == 4 ? "float32" : "float64";
     if (vtype != want_type)
       throw CheckpointError(at + "values are " + vtype + ", the model's " + want_type);
-    if (optimizer != Access::optimizer_name<Trainer>() || slots != m.state_size)
+    if (optimizer != View::optimizer_name<Trainer>() || slots != m.state_size)
       throw CheckpointError(at + "written with optimizer '" + optimizer + "' (" +
                             std::to_string(slots) + " state slots), the trainer uses '" +
-                            Access::optimizer_name<Trainer>() + "' (" +
-                            std::to_string(m.state_size) + ")");
+                            View::optimizer_name<Trainer>() + "' (" + std::to_string(m.state_size) +
+                            ")");
     if (auto const diff = detail::signature_mismatch(sig, detail::signature(m)); !diff.empty())
       throw CheckpointError(at + "made for another model: " + diff);
     auto dxpl = detail::h5_dxpl(comm, false, file);
@@ -576,7 +579,7 @@ RunPosition load_checkpoint(Trainer& trainer, std::string const& path) {
       throw CheckpointError(where + file + ": buffer /buffers/" + buffers[i].name +
                             " fails its checksum (the file is corrupted)");
   Access::restore(trainer, values, state, step, skipped);
-  Access::set_buffers(trainer, buffers);
+  View::set_buffers(trainer, buffers);
   return pos;
 }
 

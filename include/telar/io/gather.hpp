@@ -4,6 +4,7 @@
  *  whole and unsharded, on one rank or on all (no HDF5 needed). */
 #include <telar/io/detail/model_pieces.hpp>
 #include <telar/io/detail/trainer_access.hpp>
+#include <telar/io/detail/trainer_view.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -112,8 +113,9 @@ template <class Trainer>
 GatheredModel<typename Trainer::value_type> gather_model(Trainer& trainer, int root = 0,
                                                          bool optimizer_state = false) {
   using T = typename Trainer::value_type;
-  using Access = detail::TrainerAccess;
-  detail::ModelPieces const m = Access::pieces(trainer);
+  using Access = detail::TrainerAccess; // the optimizer's shard and state
+  using View = detail::TrainerView;     // the rest, through public accessors
+  detail::ModelPieces const m = View::pieces(trainer);
   std::vector<T> const values = Access::values(trainer);
   std::vector<T> const state = optimizer_state ? Access::state(trainer) : std::vector<T>();
   std::size_t const parts = 1 + (optimizer_state ? std::size_t(m.state_size) : 0);
@@ -134,14 +136,14 @@ GatheredModel<typename Trainer::value_type> gather_model(Trainer& trainer, int r
       });
     }
   }
-  Communicator const* comm = Access::comm(trainer);
+  Communicator const* comm = View::comm(trainer);
   bool const here = root < 0 || comm == nullptr || comm->rank() == root;
   if (comm != nullptr && comm->size() > 1) {
     index = detail::gather_all(*comm, index, root);
     data = detail::gather_all(*comm, data, root);
   }
   GatheredModel<T> out;
-  detail::gather_buffers(Access::buffers(trainer), comm, root, here, out);
+  detail::gather_buffers(View::buffers(trainer), comm, root, here, out);
   if (!here)
     return out;
   for (std::size_t t = 0; t < m.names.size(); ++t)

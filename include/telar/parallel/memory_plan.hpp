@@ -10,11 +10,12 @@
 #include <telar/layers/softmax_cross_entropy.hpp>
 #include <telar/optim/optimizer.hpp>
 #include <telar/parallel/detail/plan_model_states.hpp>
+#include <telar/parallel/layout_options.hpp>
+#include <telar/parallel/run_layout.hpp>
 #include <telar/parallel/strategy.hpp>
 #include <telar/parallel/tensor_parallel.hpp>
 #include <telar/profile/memory.hpp>
 #include <telar/schedule/tags.hpp>
-#include <telar/train/options.hpp>
 
 #include <string>
 #include <vector>
@@ -48,17 +49,18 @@ namespace telar {
  *  Optimizer, Loss> built with \p options would allocate them; allocates
  *  nothing (no Kokkos allocation, no MPI).
  *
- *  Parameters, gradients and optimizer state follow the store's padding and
+ *  It sizes the rank's telar::RunLayout (the same one make_run_layout()
+ *  returns): parameters, gradients and optimizer state follow the store's padding and
  *  the strategy's sharding (parallel/detail/plan_model_states.hpp);
  *  activations count one slot per micro-batch the schedule keeps in flight,
  *  each holding the stage's activations, their gradients and every layer's
- *  saved_bytes(); TrainerOptions::batch_size must be set for them. The
+ *  saved_bytes(); LayoutOptions::batch_size must be set for them. The
  *  workspace counts every layer's workspace_bytes(). Layers without
  *  parameter_count() / saved_bytes() are counted 0 and named in
- *  MemoryPlan::warnings (every built-in layer and block has them). ZeRO<1>'s shared mode assumes every data-parallel
- *  rank on one node.
+ *  MemoryPlan::warnings (every built-in layer and block has them).
+ *  ZeRO<1>'s shared mode assumes every data-parallel rank on one node.
  *  \code
- *  telar::TrainerOptions opts;
+ *  telar::LayoutOptions opts; // or a telar::TrainerOptions
  *  opts.grid = {0, 2, 1};
  *  opts.batch_size = 256;
  *  auto plan = telar::plan_memory<Model, Strategy, telar::AdamW<float>>(model, opts, 784, 4, 0);
@@ -66,19 +68,17 @@ namespace telar {
  *  \endcode
  *  \tparam Model, StrategyT, Optimizer, Loss those of the telar::Trainer
  *  planned (Loss defaults to the Trainer's default, SoftmaxCrossEntropy)
- *  \param model the model (not initialised) \param options run-time settings
+ *  \param model the model (not initialised) \param options the layout
+ *  settings (a telar::TrainerOptions is one)
  *  \param in per-sample input shape \param world_size ranks of the run
  *  \param rank rank to plan
  *  \throws GridError or Error when the degrees or the schedule do not fit */
 template <
     class Model, class StrategyT, class Optimizer,
     class Loss = SoftmaxCrossEntropy<typename Model::value_type, typename Model::memory_space>>
-MemoryPlan plan_memory(Model const& model, TrainerOptions const& options, Shape const& in,
+MemoryPlan plan_memory(Model const& model, LayoutOptions const& options, Shape const& in,
                        int world_size, int rank) {
-  GridShape want = options.grid;
-  if (!StrategyT::has_data_parallel)
-    want.dp = 1;
-  GridShape const shape = ProcessGrid::resolve(world_size, want, options.grid_order);
+  GridShape const shape = detail::layout_grid<StrategyT>(options, world_size);
   return detail::plan_rank<Model, StrategyT, Optimizer, Loss>(
       model, options, in, shape, rank, detail::strategy_zero_stage<StrategyT>());
 }

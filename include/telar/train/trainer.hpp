@@ -21,6 +21,7 @@
 #include <telar/parallel/detail/step_hooks.hpp>
 #include <telar/parallel/detail/tensor_index.hpp>
 #include <telar/parallel/memory_plan.hpp>
+#include <telar/parallel/run_layout.hpp>
 #include <telar/parallel/strategy.hpp>
 #include <telar/parallel/tensor_parallel.hpp>
 #include <telar/profile/detail/region.hpp>
@@ -42,12 +43,16 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace telar {
 
 namespace detail {
-struct TrainerAccess; // io/detail/trainer_access.hpp: checkpoints and gather_model
+// io/detail/trainer_access.hpp: a checkpoint's restore sets the optimizer's
+// shard, its state and the step counts (everything else io/ reads through
+// the public accessors).
+struct TrainerAccess;
 } // namespace detail
 
 /*! \brief What one training step (or an evaluation) reports, over all ranks. */
@@ -114,6 +119,8 @@ public:
   using loss_type = Loss;
   /*! \brief What step() and evaluate() take as targets. */
   using target_type = typename Loss::target_type;
+  /*! \brief The optimizer. */
+  using optimizer_type = Optimizer;
 
   /*! \brief A trainer over the ranks of \p comm (collective).
    *  \param comm the application's communicator (duplicated, never used directly)
@@ -167,13 +174,13 @@ public:
     execution_space exec;
     params_.zero_grads(exec);
     // Dropout masks keyed by (step, global sample): the same in every layout.
-    set_random_position(model_, std::uint64_t(step_), std::uint64_t(coords_.dp) * n);
+    set_random_position(model_, std::uint64_t(step_), std::uint64_t(layout_.coords.dp) * n);
     value_type const scale = value_type(1) / value_type(global_count(exec, y, n));
     LossSum local;
     {
       detail::ScopedRegion phase("telar::Trainer::step::forward_backward");
       local = executor_.run(
-          exec, schedule_, x, y, loss_, scale,
+          exec, layout_.schedule, x, y, loss_, scale,
           detail::StepHooks<Residency, Sync, execution_space>(residency_, sync_, exec), &trace_);
     }
     if (grid_) // running statistics equal on every replica (see average_buffers)
@@ -226,14 +233,15 @@ public:
     } resume{this};
     auto const t0 = std::chrono::steady_clock::now();
     execution_space exec;
-    std::size_t const n = x.extent(0), dp = std::size_t(dp_size()), d = std::size_t(coords_.dp);
+    std::size_t const n = x.extent(0), dp = std::size_t(dp_size()),
+                      d = std::size_t(layout_.coords.dp);
     std::size_t const b0 = n * d / dp, e0 = n * (d + 1) / dp;
     // Every rank holds the whole set: the same verdict everywhere, no message.
     if constexpr (loss_traits<Loss>::has_invalid_targets)
-      if (long long const bad = loss_.invalid_targets(exec, y, shapes_.back()))
+      if (long long const bad = loss_.invalid_targets(exec, y, layout_.shapes.back()))
         throw ShapeError("telar::Trainer::evaluate: " + std::to_string(bad) + " of " +
                          std::to_string(y.size()) + " targets are " +
-                         loss_.invalid_targets_what(shapes_.back()));
+                         loss_.invalid_targets_what(layout_.shapes.back()));
     LossSum local;
     set_training(model_, false); // dropout off while evaluating
     // Every rank runs the same number of chunks, so pipeline ranks pair up.
@@ -298,17 +306,27 @@ public:
   /*! \brief Values per sample along the model (this rank's view under tensor parallelism). */
   std::vector<std::size_t> const& feature_sizes() const { return features_; }
   /*! \brief Per-sample shapes along the model: entry k is layer k's input. */
-  std::vector<Shape> const& shapes() const { return shapes_; }
+  std::vector<Shape> const& shapes() const { return layout_.shapes; }
   /*! \brief The loss. */
   Loss const& loss() const { return loss_; }
   /*! \brief The schedule run by every step (validated). */
-  schedule::Schedule const& pipeline_schedule() const { return schedule_; }
+  schedule::Schedule const& pipeline_schedule() const { return layout_.schedule; }
   /*! \brief Layer boundaries of the virtual pipeline stages. */
-  std::vector<std::size_t> const& stage_boundaries() const { return bounds_; }
+  std::vector<std::size_t> const& stage_boundaries() const { return layout_.stage_bounds; }
   /*! \brief Degrees in use. */
-  GridShape grid_shape() const { return shape_; }
+  GridShape grid_shape() const { return layout_.grid; }
   /*! \brief This rank's coordinates in the grid. */
-  GridCoord grid_coords() const { return coords_; }
+  GridCoord grid_coords() const { return layout_.coords; }
+  /*! \brief This rank's layout (grid, schedule, stages, owned layers,
+   *  buckets, sharding): the value every component was built from, equal to
+   *  telar::make_run_layout() for this rank. */
+  RunLayout const& run_layout() const { return layout_; }
+  /*! \brief Names of the model's parameter tensors ("layer0.weight", ...),
+   *  the same list on every rank (index order of the optimizer's tensors). */
+  std::vector<std::string> const& tensor_names() const { return tensors_.names(); }
+  /*! \brief [begin, end) of the flat parameter store whose values and
+   *  optimizer state this rank updates (all of it without ZeRO). */
+  std::pair<std::size_t, std::size_t> optimizer_shard() const { return sync_.shard(); }
   /*! \brief Rank in the trainer's communicator. */
   int rank() const { return world_ ? world_->rank() : 0; }
   /*! \brief Ranks in the trainer's communicator. */
@@ -321,13 +339,13 @@ public:
       if (degree > 1)
         n += (n.empty() ? "" : "+") + std::string(s);
     };
-    add(shape_.dp, "dp");
-    add(shape_.pp, "pp");
-    add(shape_.tp, "tp");
+    add(layout_.grid.dp, "dp");
+    add(layout_.grid.pp, "pp");
+    add(layout_.grid.tp, "tp");
     return n.empty() ? "serial" : n;
   }
   /*! \brief e.g. "dp=2 x pp=1 x tp=1". */
-  std::string layout() const { return ProcessGrid::describe(shape_); }
+  std::string layout() const { return ProcessGrid::describe(layout_.grid); }
   /*! \brief Data-parallel gradient buckets on this rank. */
   std::size_t bucket_count() const { return sync_.bucket_count(); }
   /*! \brief Timeline of the steps so far (TrainerOptions::trace). */
@@ -356,7 +374,7 @@ public:
     std::size_t const begin = last_step_only ? executor_.last_step_begin() : 0;
     return gather_timeline(grid_ ? &grid_->pp() : nullptr,
                            std::vector<schedule::Event>(events.begin() + long(begin), events.end()),
-                           schedule_.name + " (measured)", schedule_.stages);
+                           layout_.schedule.name + " (measured)", layout_.schedule.stages);
   }
   /*! \brief Forgets the recorded timelines (e.g. after warm-up steps). */
   void clear_trace() {
@@ -389,14 +407,14 @@ private:
       detail::residency_of<typename DataParallelPolicy::sharding, value_type, memory_space>;
   using Residency = typename ResidencyOf::type;
 
-  int dp_size() const { return shape_.dp; }
+  int dp_size() const { return layout_.grid.dp; }
   std::string where() const {
     return size() > 1 ? "rank " + std::to_string(rank()) + ": " : std::string();
   }
 
   // Agrees before any collective: a bad batch on one rank stops every rank.
   void check_batch(ConstMatrix<value_type, memory_space> x, target_type const& y) const {
-    std::size_t const n = x.extent(0), m = std::size_t(schedule_.microbatches);
+    std::size_t const n = x.extent(0), m = std::size_t(layout_.schedule.microbatches);
     std::string bad;
     if (y.extent(0) != n)
       bad = std::to_string(n) + " inputs but " + std::to_string(y.extent(0)) + " targets";
@@ -405,14 +423,14 @@ private:
             std::to_string(m) + " micro-batches";
     else if (x.extent(1) != features_.front())
       bad = "inputs have " + std::to_string(x.extent(1)) +
-            " values per sample, the model expects " + shapes_.front().str() + " = " +
+            " values per sample, the model expects " + layout_.shapes.front().str() + " = " +
             std::to_string(features_.front());
     // One message: [ranks rejecting their batch, invalid targets, targets],
     // the targets counted where the loss is (once per data-parallel share).
     double v[3] = {bad.empty() ? 0.0 : 1.0, 0.0, 0.0};
     if constexpr (loss_traits<Loss>::has_invalid_targets)
-      if (bad.empty() && executor_.has_last_stage() && coords_.tp == 0) {
-        v[1] = double(loss_.invalid_targets(execution_space(), y, shapes_.back()));
+      if (bad.empty() && executor_.has_last_stage() && layout_.coords.tp == 0) {
+        v[1] = double(loss_.invalid_targets(execution_space(), y, layout_.shapes.back()));
         v[2] = double(y.size());
       }
     if (world_ && world_->size() > 1)
@@ -427,7 +445,7 @@ private:
         throw ShapeError("telar::Trainer::step: step " + std::to_string(step_ + 1) + ": " +
                          std::to_string((long long)v[1]) + " of " +
                          std::to_string((long long)v[2]) + " targets in the global batch are " +
-                         loss_.invalid_targets_what(shapes_.back()));
+                         loss_.invalid_targets_what(layout_.shapes.back()));
   }
 
   // The constructor's phases, in order; each names what it builds.
@@ -439,12 +457,10 @@ private:
       int id;
       ~Tracking() { MemoryMeter::instance().stop_tracking(id); }
     } const construction{meter.start_tracking()};
-    check_options();
+    detail::check_layout_options<StrategyT>(options_, "telar::Trainer");
     build_grid();
     start_clock();
-    build_shapes(in_shape);
-    build_schedule();
-    build_partition();
+    plan_layout(build_shapes(in_shape));
     check_memory_budget(in_shape);
     build_executor();
     bind_parameters();
@@ -453,54 +469,43 @@ private:
     tracker_ = meter.start_tracking();
   }
 
-  // This rank's plan; with a budget, every rank plans every rank (no
-  // message needed, so every rank decides alike) and refuses the layout if
-  // the worst one is over, naming the cheapest layout that fits.
+  // This rank's plan: its layout, sized. With a budget, every rank plans
+  // every rank (no message needed, so every rank decides alike) and refuses
+  // the layout if the worst one is over, naming the cheapest layout that fits.
   void check_memory_budget(Shape const& in_shape) {
-    plan_ =
-        plan_memory<Model, StrategyT, Optimizer, Loss>(model_, options_, in_shape, size(), rank());
+    plan_ = detail::plan_of_layout<Model, StrategyT, Optimizer, Loss>(model_, layout_, options_);
     if (options_.memory_budget == 0)
       return;
     MemoryPlan const worst = detail::plan_worst<Model, StrategyT, Optimizer, Loss>(
-        model_, options_, in_shape, shape_, detail::strategy_zero_stage<StrategyT>());
+        model_, options_, in_shape, layout_.grid, detail::strategy_zero_stage<StrategyT>());
     if (worst.bytes.total() <= options_.memory_budget)
       return;
     MemoryPlan smallest;
     MemoryPlan const fits = detail::plan_fitting<Model, StrategyT, Optimizer, Loss>(
-        model_, options_, in_shape, shape_, options_.memory_budget, smallest);
+        model_, options_, in_shape, layout_.grid, options_.memory_budget, smallest);
     throw MemoryError(
         detail::budget_message(worst, options_.memory_budget, fits, smallest, size()));
   }
 
-  // Degrees a policy the strategy lacks cannot have; at least one micro-batch.
-  void check_options() {
-    if (options_.microbatches < 1)
-      throw Error("telar::Trainer: microbatches must be at least 1, got " +
-                  std::to_string(options_.microbatches));
-    auto lacking = [&](bool has, int degree, char const* axis, char const* policy) {
-      if (!has && degree > 1)
-        throw Error(std::string("telar::Trainer: ") + axis + "=" + std::to_string(degree) +
-                    " but the strategy (" + StrategyT::name() + ") has no " + policy +
-                    "; add telar::" + policy + "<> to the Strategy or set " + axis + "=1");
-    };
-    lacking(StrategyT::has_data_parallel, options_.grid.dp, "dp", "DataParallel");
-    lacking(StrategyT::has_pipeline_parallel, options_.grid.pp, "pp", "PipelineParallel");
-    lacking(StrategyT::has_tensor_parallel, options_.grid.tp, "tp", "TensorParallel");
+  // The degrees (a policy the strategy lacks has degree 1) and the process
+  // grid's sub-communicators, which the layers' shapes need next.
+  void build_grid() {
+    layout_.grid = detail::layout_grid<StrategyT>(options_, size());
+    if (world_)
+      grid_.emplace(*world_, layout_.grid, options_.grid_order);
   }
 
-  // The process grid and its sub-communicators (a policy the strategy lacks
-  // has degree 1).
-  void build_grid() {
-    GridShape want = options_.grid;
-    if (!StrategyT::has_data_parallel)
-      want.dp = 1;
-    if (world_) {
-      grid_.emplace(*world_, want, options_.grid_order);
-      shape_ = grid_->shape();
-      coords_ = grid_->coords();
-    } else {
-      shape_ = ProcessGrid::resolve(1, want, options_.grid_order);
-    }
+  // Everything about where layers, micro-batches and buffers go (schedule,
+  // stage bounds, owned layers, buckets, sharding): one pure function, the
+  // one the memory plan and make_run_layout() call.
+  void plan_layout(std::vector<Shape> shapes) {
+    layout_ = detail::run_layout_of<StrategyT>(model_, std::move(shapes), options_, layout_.grid,
+                                               rank(), detail::strategy_zero_stage<StrategyT>(),
+                                               "telar::Trainer");
+    GridCoord const c = grid_ ? grid_->coords() : layout_.coords;
+    if (c.dp != layout_.coords.dp || c.pp != layout_.coords.pp || c.tp != layout_.coords.tp)
+      throw Error("telar::Trainer: rank " + std::to_string(rank()) +
+                  ": the process grid's coordinates differ from the layout's (a bug)");
   }
 
   // A common time origin for every rank's timeline.
@@ -512,7 +517,7 @@ private:
 
   // Per-sample shapes along the model; tensor-parallel layers learn their
   // shard first, the loss its input shape after.
-  void build_shapes(Shape const& in_shape) {
+  std::vector<Shape> build_shapes(Shape const& in_shape) {
     if constexpr (StrategyT::has_tensor_parallel)
       if (grid_)
         set_tensor_parallel(
@@ -520,30 +525,26 @@ private:
             TensorParallelContext(grid_->tp(), typename StrategyT::tensor_parallel::algorithm{}));
     if (grid_) // layers reducing over the replicas inside forward (SyncStats)
       set_data_parallel(model_, DataParallelContext(grid_->dp()));
-    shapes_ = model_.build(in_shape);
+    std::vector<Shape> shapes = model_.build(in_shape);
     features_.clear();
-    for (Shape const& sh : shapes_)
+    for (Shape const& sh : shapes)
       features_.push_back(sh.size());
     if constexpr (loss_traits<Loss>::has_build)
-      loss_.build(shapes_.back());
+      loss_.build(shapes.back());
+    return shapes;
   }
 
   void build_executor() {
-    executor_ = detail::PipelineExecutor<Model>(&model_, features_, bounds_, schedule_.stages,
-                                                schedule_.chunks, coords_.pp,
-                                                grid_ ? &grid_->pp() : nullptr);
+    executor_ = detail::PipelineExecutor<Model>(&model_, features_, layout_.stage_bounds,
+                                                layout_.schedule.stages, layout_.schedule.chunks,
+                                                layout_.coords.pp, grid_ ? &grid_->pp() : nullptr);
   }
 
   // Draws this rank's layers and hands them to the gradient-sync component,
   // which chooses where parameters and gradients live.
   void bind_parameters() {
-    std::vector<bool> owned(model_.layer_count(), false);
+    std::vector<bool> const& owned = layout_.owned;
     MemoryMeter::Scope layers_own(MemoryCategory::parameters); // until the store takes over
-    for (int c = 0; c < schedule_.chunks; ++c) {
-      int const vs = c * schedule_.stages + coords_.pp;
-      for (std::size_t k = bounds_[vs]; k < bounds_[vs + 1]; ++k)
-        owned[k] = true;
-    }
     detail::SyncContext ctx;
     if (grid_) {
       ctx.dp = &grid_->dp();
@@ -561,37 +562,12 @@ private:
                     [this](std::size_t k) { model_.initialize(options_.seed, k, k + 1); });
     sync_ = Sync(ctx);
     sync_.bind(model_, owned, params_);
-    set_parameter_replicas(model_, params_, shape_.tp);
+    set_parameter_replicas(model_, params_, layout_.grid.tp);
     tensors_.build(model_, params_, sync_.shard());
   }
 
   void build_optimizer(Optimizer const& optimizer) {
     engine_ = detail::OptimizerEngine<Optimizer, memory_space>(optimizer, tensors_.shard_size());
-  }
-
-  void build_schedule() {
-    int const p = shape_.pp, m = options_.microbatches;
-    if (options_.custom_schedule) {
-      schedule_ = *options_.custom_schedule;
-      if (schedule_.stages != p || schedule_.microbatches != m)
-        throw Error("telar::Trainer: the custom schedule has " + std::to_string(schedule_.stages) +
-                    " stages and " + std::to_string(schedule_.microbatches) +
-                    " micro-batches, the run has pp=" + std::to_string(p) + " and " +
-                    std::to_string(m));
-    } else {
-      using Default = typename detail::pipeline_schedule_of<StrategyT>::type;
-      try {
-        schedule_ = schedule::make_for_run<Default>(options_.schedule, p, m, options_.chunks);
-      } catch (std::invalid_argument const& e) {
-        throw Error(std::string("telar::Trainer: ") + e.what());
-      }
-    }
-    schedule::check(schedule_); // throws ScheduleError naming stage and instruction
-  }
-  // The same boundaries the memory plan assumes.
-  void build_partition() {
-    bounds_ = detail::plan_stage_bounds(model_, shapes_, std::size_t(schedule_.virtual_stages()),
-                                        options_);
   }
 
   // Sums doubles over the ranks that hold different parameters (pipeline
@@ -609,50 +585,35 @@ private:
       return;
     detail::ResidencyHooks<Residency> hooks(residency_);
     hooks.step_begin(1);
-    for (int c = 0; c < schedule_.chunks; ++c) {
-      int const vs = c * schedule_.stages + coords_.pp;
-      for (std::size_t k = bounds_[vs]; k < bounds_[vs + 1]; ++k)
-        hooks.before_forward(k);
-    }
+    for (std::size_t k : layout_.owned_layers()) // chunks in order, then layers
+      hooks.before_forward(k);
     hooks.step_end();
   }
 
   // What the optimizer updates: this rank's shard of the values.
   Vector<value_type, memory_space> optimizer_values() const {
-    return residency_.sharded() ? residency_.shard() : sync_.values(params_);
+    return residency_.optimizer_values(sync_, params_);
   }
 
   // Every value of this rank's layers, flat (ZeRO-3: all-gathered over the
   // data-parallel group, a collective).
   Vector<value_type, memory_space> full_values() const {
-    if (!residency_.sharded())
-      return params_.values();
-    execution_space().fence();
-    Vector<value_type, memory_space> full("telar::Trainer::full_values", params_.size());
-    auto const& shard = residency_.shard();
-    HostBuffer<Vector<value_type, memory_space>> send(shard, true);
-    HostBuffer<Vector<value_type, memory_space>> recv(full, false);
-    grid_->dp().allgather(send.data(), shard.size(), recv.data());
-    recv.copy_back();
-    return full;
+    return residency_.full_values(execution_space(), params_);
   }
 
   // Per-tensor squared norms (by TensorIndex id), the same on every rank:
-  // ZeRO-3 from the value shards summed over the world, else from the
-  // resident values summed over the model-parallel ranks.
+  // the residency knows where the values live (ZeRO-3: the shards, summed
+  // over the world; else the store, summed over the model-parallel ranks).
   std::vector<double> tensor_sq_norms() {
     execution_space exec;
-    if (residency_.sharded())
-      return tensors_.sq_norms(engine_, exec, residency_.shard(), tensors_.shard(),
-                               [this](double* v, std::size_t n) { sync_.sum_norms(v, n); });
-    return tensors_.sq_norms(engine_, exec, params_.values(), tensors_.local(),
-                             [this](double* v, std::size_t n) { reduce_model_parallel(v, n); });
+    return residency_.sq_norms(tensors_, engine_, exec, params_, sync_,
+                               [this](double* v, std::size_t n) { reduce_model_parallel(v, n); });
   }
 
   // `extra`, if given, is summed over every rank in the same message.
   LossSum reduce_loss(LossSum local, double* extra = nullptr) const {
     // The last stage's tensor-parallel ranks hold the same loss: count one.
-    bool const counts = executor_.has_last_stage() && coords_.tp == 0;
+    bool const counts = executor_.has_last_stage() && layout_.coords.tp == 0;
     double v[5] = {counts ? local.loss : 0.0, counts ? double(local.correct) : 0.0,
                    counts ? double(local.samples) : 0.0, counts ? double(local.count) : 0.0,
                    extra ? *extra : 0.0};
@@ -735,7 +696,7 @@ private:
     double const t1 = trace_.now();
     trace_.add("optimizer", "optimizer", t_update, t1);
     if (trace_.enabled())
-      executor_.add_event({coords_.pp, schedule::Op::OptimizerStep, -1, 0, t0, t1});
+      executor_.add_event({layout_.coords.pp, schedule::Op::OptimizerStep, -1, 0, t0, t1});
     return skip;
   }
 
@@ -745,12 +706,8 @@ private:
   TraceRecorder trace_;
   std::optional<Communicator> world_;
   std::optional<ProcessGrid> grid_;
-  GridShape shape_{1, 1, 1};
-  GridCoord coords_{};
-  std::vector<Shape> shapes_;
+  RunLayout layout_; // built once (plan_layout); every component reads it
   std::vector<std::size_t> features_;
-  schedule::Schedule schedule_;
-  std::vector<std::size_t> bounds_;
   detail::PipelineExecutor<Model> executor_;
   ParameterStore<value_type, memory_space> params_;
   Residency residency_;

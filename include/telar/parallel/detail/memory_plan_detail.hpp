@@ -8,16 +8,15 @@
 #include <telar/core/layer.hpp>
 #include <telar/core/parameters.hpp>
 #include <telar/optim/optimizer.hpp>
-#include <telar/parallel/detail/partition.hpp>
 #include <telar/parallel/detail/plan_buffers.hpp>
 #include <telar/parallel/detail/plan_model_states.hpp>
 #include <telar/parallel/detail/slot_release.hpp>
+#include <telar/parallel/run_layout.hpp>
 #include <telar/parallel/strategy.hpp>
 #include <telar/parallel/tensor_parallel.hpp>
 #include <telar/profile/memory.hpp>
 #include <telar/schedule/schedule.hpp>
 #include <telar/schedule/tags.hpp>
-#include <telar/train/options.hpp>
 
 #include <algorithm>
 #include <map>
@@ -28,14 +27,6 @@
 
 namespace telar::detail {
 
-template <class StrategyT>
-constexpr int strategy_zero_stage() {
-  if constexpr (StrategyT::has_data_parallel)
-    return StrategyT::data_parallel::sharding::stage;
-  else
-    return 0;
-}
-
 // ZeRO<3, PerStep>: every group stays gathered for the step.
 template <class StrategyT>
 constexpr bool zero3_gathers_per_step() {
@@ -43,81 +34,6 @@ constexpr bool zero3_gathers_per_step() {
     if constexpr (StrategyT::data_parallel::sharding::stage == 3)
       return StrategyT::data_parallel::sharding::gather == ZeRO3Gather::PerStep;
   return false;
-}
-
-// Coordinates of `rank` in a grid of `shape` laid out in `order` (as ProcessGrid).
-inline GridCoord grid_coords_of(GridShape shape, GridOrder order, int rank) {
-  GridCoord c;
-  for (int i = 2; i >= 0; --i) {
-    GridAxis const a = order[std::size_t(i)];
-    int const d = a == GridAxis::dp ? shape.dp : a == GridAxis::pp ? shape.pp : shape.tp;
-    int const v = rank % d;
-    rank /= d;
-    (a == GridAxis::dp ? c.dp : a == GridAxis::pp ? c.pp : c.tp) = v;
-  }
-  return c;
-}
-
-template <class StrategyT>
-schedule::Schedule plan_schedule(TrainerOptions const& options, int p) {
-  if (options.custom_schedule)
-    return *options.custom_schedule;
-  using Default = typename pipeline_schedule_of<StrategyT>::type;
-  try {
-    return schedule::make_for_run<Default>(options.schedule, p, options.microbatches,
-                                           options.chunks);
-  } catch (std::invalid_argument const& e) {
-    throw Error(std::string("telar::plan_memory: ") + e.what());
-  }
-}
-
-// Layer boundaries of the S virtual stages: the options' or balanced by flops
-// (the Trainer uses this too, so plan and run agree).
-template <class Model>
-std::vector<std::size_t> plan_stage_bounds(Model const& model, std::vector<Shape> const& shapes,
-                                           std::size_t S, TrainerOptions const& options) {
-  if (!options.stage_boundaries.empty()) {
-    check_partition(options.stage_boundaries, model.layer_count(), S);
-    return options.stage_boundaries;
-  }
-  std::vector<double> costs;
-  model.for_each_layer([&](auto index, auto const& layer) {
-    using L = std::decay_t<decltype(layer)>;
-    double c = 1e-3; // element-wise layers: small but not free
-    if constexpr (is_detected_v<flops_t, L>)
-      c = std::max(c, layer.flops(1, shapes[index]));
-    costs.push_back(c);
-  });
-  return balanced_partition(costs, S);
-}
-
-// What one rank's layers need: parameter elements (padded per layer),
-// per-layer sizes in backward order (buckets), saved bytes per sample row.
-struct RankLayers {
-  std::size_t elements = 0;
-  std::vector<std::size_t> layer_elements; // backward order
-};
-
-template <class Model>
-RankLayers plan_parameters(Model& model, std::vector<bool> const& owned, std::size_t alignment,
-                           std::vector<std::string>& warnings) {
-  RankLayers r;
-  model.for_each_layer([&](auto index, auto const& layer) {
-    using L = std::decay_t<decltype(layer)>;
-    if constexpr (layer_traits<L>::has_parameters) {
-      if (!owned[index])
-        return;
-      std::size_t n = 0;
-      if constexpr (layer_traits<L>::has_parameter_count)
-        n = (layer.parameter_count() + alignment - 1) / alignment * alignment;
-      else
-        warnings.push_back("layer " + std::to_string(index) + " (" + layer_name(layer) +
-                           ") has no parameter_count(): its parameters are counted as 0");
-      r.elements += n;
-      r.layer_elements.insert(r.layer_elements.begin(), n);
-    }
-  });
-  return r;
 }
 
 template <class L>
@@ -189,27 +105,6 @@ std::size_t plan_saved(Model const& model, std::vector<Shape> const& shapes, std
   });
 }
 
-// Bucket groups' elements in backward order, as BucketPlan forms them: whole
-// layers, last first, until a group reaches `bucket_elements`.
-inline std::vector<std::size_t> plan_groups(std::vector<std::size_t> const& layers,
-                                            std::size_t bucket_elements) {
-  std::vector<std::size_t> groups;
-  std::size_t cur = 0;
-  bool open = false;
-  for (std::size_t n : layers) {
-    cur += n;
-    open = true;
-    if (cur >= bucket_elements) {
-      groups.push_back(cur);
-      cur = 0;
-      open = false;
-    }
-  }
-  if (open)
-    groups.push_back(cur);
-  return groups;
-}
-
 // Activations and workspace of one pipeline rank (see stage_runner.hpp).
 template <class Model, class Loss>
 void plan_activations(Model const& model, std::vector<Shape> const& shapes,
@@ -250,60 +145,55 @@ void plan_activations(Model const& model, std::vector<Shape> const& shapes,
   plan.bytes[MemoryCategory::workspace] = work;
 }
 
-// The plan of `rank` for degrees `shape` and ZeRO stage `stage`.
+// The sizes of one rank's layout: `model` built as that rank sees it (its
+// tensor-parallel shard; the Trainer's own model, or a shape-only copy).
 template <class Model, class StrategyT, class Optimizer, class Loss>
-MemoryPlan plan_rank(Model model, TrainerOptions const& options, Shape const& in, GridShape shape,
-                     int rank, int stage) {
+MemoryPlan plan_of_layout(Model const& model, RunLayout const& layout,
+                          LayoutOptions const& options) {
   MemoryPlan plan;
-  plan.grid = shape;
-  plan.zero_stage = shape.dp > 1 || stage == 3 ? stage : 0;
-  plan.rank = rank;
-  GridCoord const at = grid_coords_of(shape, options.grid_order, rank);
-  if constexpr (StrategyT::has_tensor_parallel) {
-    TensorParallelContext ctx;
-    ctx.size = shape.tp;
-    ctx.rank = at.tp;
-    ctx.shape_only = true;
-    set_tensor_parallel(model, ctx);
-  }
-  std::vector<Shape> const shapes = model.build(in);
-  schedule::Schedule const sched = plan_schedule<StrategyT>(options, shape.pp);
-  std::vector<std::size_t> const bounds =
-      plan_stage_bounds(model, shapes, std::size_t(sched.virtual_stages()), options);
-  std::vector<bool> owned(model.layer_count(), false);
-  for (int c = 0; c < sched.chunks; ++c) {
-    int const vs = sched.virtual_stage(at.pp, c);
-    for (std::size_t k = bounds[std::size_t(vs)]; k < bounds[std::size_t(vs) + 1]; ++k)
-      owned[k] = true;
-  }
+  plan.grid = layout.grid;
+  plan.zero_stage = layout.zero_stage;
+  plan.rank = layout.rank;
+  plan.warnings = layout.warnings;
   using T = typename Model::value_type;
-  using Store = ParameterStore<T, typename Model::memory_space>;
-  RankLayers const layers = plan_parameters(model, owned, Store::alignment, plan.warnings);
   ModelStateInput ms;
-  ms.elements = layers.elements;
-  ms.alignment = Store::alignment;
+  ms.elements = layout.parameter_elements;
+  ms.alignment = ParameterStore<T, typename Model::memory_space>::alignment;
   ms.value_bytes = sizeof(T);
-  ms.dp = shape.dp;
-  ms.stage = plan.zero_stage;
+  ms.dp = layout.grid.dp;
+  ms.stage = layout.zero_stage;
   ms.shared =
-      stage == 1 && options.shared_memory &&
+      layout.zero_stage == 1 && options.shared_memory &&
       Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Model::memory_space>::accessible;
-  ms.node_leader = at.dp == 0;
+  ms.node_leader = layout.coords.dp == 0;
   ms.state_size = std::size_t(optimizer_traits<Optimizer>::state_size);
   ms.layerwise = optimizer_traits<Optimizer>::layerwise;
-  ms.groups = plan_groups(layers.layer_elements, options.bucket_bytes / sizeof(T));
-  ms.microbatches = sched.microbatches;
+  ms.groups = layout.bucket_groups;
+  ms.microbatches = layout.schedule.microbatches;
   ms.gather_per_step = zero3_gathers_per_step<StrategyT>();
   plan.bytes = plan_model_states(ms);
-  plan.bytes[MemoryCategory::parameters] += plan_buffer_bytes(model, owned);
-  std::size_t const local = options.batch_size / std::size_t(shape.dp);
-  plan_activations<Model, Loss>(model, shapes, bounds, sched, at.pp, local, plan);
+  plan.bytes[MemoryCategory::parameters] += plan_buffer_bytes(model, layout.owned);
+  std::size_t const local = options.batch_size / std::size_t(layout.grid.dp);
+  plan_activations<Model, Loss>(model, layout.shapes, layout.stage_bounds, layout.schedule,
+                                layout.coords.pp, local, plan);
   return plan;
+}
+
+// The plan of `rank` for degrees `shape` and ZeRO stage `stage`: its layout
+// (a shape-only copy of the model built for it), sized.
+template <class Model, class StrategyT, class Optimizer, class Loss>
+MemoryPlan plan_rank(Model model, LayoutOptions const& options, Shape const& in, GridShape shape,
+                     int rank, int stage) {
+  std::vector<Shape> shapes =
+      layout_shapes<StrategyT>(model, shape, grid_coords_of(shape, options.grid_order, rank), in);
+  RunLayout const layout = run_layout_of<StrategyT>(model, std::move(shapes), options, shape, rank,
+                                                    stage, "telar::plan_memory");
+  return plan_of_layout<Model, StrategyT, Optimizer, Loss>(model, layout, options);
 }
 
 // The rank with the largest planned total of a layout.
 template <class Model, class StrategyT, class Optimizer, class Loss>
-MemoryPlan plan_worst(Model const& model, TrainerOptions const& options, Shape const& in,
+MemoryPlan plan_worst(Model const& model, LayoutOptions const& options, Shape const& in,
                       GridShape shape, int stage) {
   int const world = shape.dp * shape.pp * shape.tp;
   MemoryPlan worst;
@@ -321,7 +211,7 @@ MemoryPlan plan_worst(Model const& model, TrainerOptions const& options, Shape c
 // the strategy has; nullopt-like (total 0, rank -1) when none fits, with the
 // smallest in `smallest`.
 template <class Model, class StrategyT, class Optimizer, class Loss>
-MemoryPlan plan_fitting(Model const& model, TrainerOptions const& options, Shape const& in,
+MemoryPlan plan_fitting(Model const& model, LayoutOptions const& options, Shape const& in,
                         GridShape current, std::size_t budget, MemoryPlan& smallest) {
   int const world = current.dp * current.pp * current.tp;
   int const max_stage = StrategyT::has_data_parallel ? 3 : 0;
@@ -329,7 +219,7 @@ MemoryPlan plan_fitting(Model const& model, TrainerOptions const& options, Shape
   best.rank = -1;
   bool have_smallest = false;
   auto consider = [&](GridShape g, int stage) {
-    TrainerOptions o = options;
+    LayoutOptions o = options;
     o.grid = g;
     o.stage_boundaries.clear();
     o.custom_schedule.reset();

@@ -38,15 +38,32 @@ inline std::size_t plan_group_peak(std::vector<std::size_t> const& groups, bool 
   return all ? sum : pair;
 }
 
+// How a flat store of `elements` (padded tensors) is split over `dp` ranks
+// at ZeRO `stage`: the store padded to a multiple of dp * alignment, each
+// rank's shard a dp-th of it.
+struct FlatShard {
+  bool sharded = false;   // each rank keeps a shard (else the whole store)
+  std::size_t padded = 0; // the store with the sharding's padding
+  std::size_t shard = 0;  // elements per rank (padded when not sharded)
+};
+
+inline FlatShard flat_shard(std::size_t elements, std::size_t alignment, int dp, int stage) {
+  FlatShard f;
+  // ZeRO-1/2 over one rank are the plain store; ZeRO-3 keeps its gathers
+  // (its shard is everything, the gathers are copies).
+  f.sharded = stage == 3 || (stage > 0 && dp > 1);
+  std::size_t const multiple = f.sharded ? std::size_t(dp) * alignment : 1;
+  f.padded = (elements + multiple - 1) / multiple * multiple;
+  f.shard = f.sharded ? f.padded / std::size_t(dp) : f.padded;
+  return f;
+}
+
 inline MemoryBytes plan_model_states(ModelStateInput const& in) {
   MemoryBytes out;
   auto bytes = [&](std::size_t elements) { return elements * in.value_bytes; };
-  // ZeRO-1/2 over one rank are the plain store; ZeRO-3 keeps its gathers
-  // (its shard is everything, the gathers are copies).
-  bool const sharded = in.stage == 3 || (in.stage > 0 && in.dp > 1);
-  std::size_t const multiple = sharded ? std::size_t(in.dp) * in.alignment : 1;
-  std::size_t const psi = (in.elements + multiple - 1) / multiple * multiple;
-  std::size_t const shard = sharded ? psi / std::size_t(in.dp) : psi;
+  FlatShard const f = flat_shard(in.elements, in.alignment, in.dp, in.stage);
+  bool const sharded = f.sharded;
+  std::size_t const psi = f.padded, shard = f.shard;
   out[MemoryCategory::optimizer_state] = bytes(shard * in.state_size + (in.layerwise ? shard : 0));
   if (!sharded) { // NoSharding, or ZeRO over one rank: the plain store
     out[MemoryCategory::parameters] = bytes(psi);

@@ -48,6 +48,36 @@ public:
   // gradient sync binds them as usual.
   bool sharded() const { return ctx_.dp != nullptr; }
   Vec const& shard() const { return shard_; }
+
+  // The optimizer updates the value shard (the sync's range without MPI).
+  template <class Sync>
+  Vec optimizer_values(Sync const& sync, Store const& store) const {
+    return sharded() ? shard_ : sync.values(store);
+  }
+  // Every rank's shard all-gathered over the data-parallel group
+  // (collective), or the store without MPI.
+  template <class Exec>
+  Vec full_values(Exec const& exec, Store const& store) const {
+    if (!sharded())
+      return store.values();
+    exec.fence();
+    Vec full("telar::Trainer::full_values", store.size());
+    HostBuffer<Vec> send(shard_, true);
+    HostBuffer<Vec> recv(full, false);
+    ctx_.dp->allgather(send.data(), shard_.size(), recv.data());
+    recv.copy_back();
+    return full;
+  }
+  // From the value shards summed over the world (the sync's sum), or as
+  // resident without MPI.
+  template <class Tensors, class Engine, class Exec, class Sync, class Sum>
+  std::vector<double> sq_norms(Tensors const& tensors, Engine const& engine, Exec const& exec,
+                               Store const& store, Sync const& sync, Sum&& model_sum) const {
+    if (!sharded())
+      return tensors.sq_norms(engine, exec, store.values(), tensors.local(), model_sum);
+    return tensors.sq_norms(engine, exec, shard_, tensors.shard(),
+                            [&sync](double* v, std::size_t n) { sync.sum_norms(v, n); });
+  }
   std::size_t group_count() const { return groups_.size(); }
 
   // Draws the layers one at a time, never the whole model: a first pass

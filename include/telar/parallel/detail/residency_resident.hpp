@@ -7,6 +7,12 @@
 //   bind(model, owned, store, init)  draw the layers (init(k) draws layer k)
 //                                    and, if it shards them, lay out the store
 //   sharded()                        the values live in shard() only
+//   optimizer_values(sync, store)    what the optimizer updates
+//   full_values(exec, store)         every value of this rank's layers, flat
+//                                    (ZeRO-3: all-gathered, collective)
+//   sq_norms(tensors, engine, exec, store, sync, model_sum)
+//                                    per-tensor squared norms, the same on
+//                                    every rank, from where the values live
 //   begin_step(calls), before_forward(layer), before_backward(layer),
 //   progress(), end_step()           the step hooks (step_hooks.hpp)
 #include <telar/core/parameters.hpp>
@@ -34,6 +40,22 @@ public:
   }
   bool sharded() const { return false; }
   Vec shard() const { return Vec(); }
+
+  // The sync's range of the store.
+  template <class Sync>
+  Vec optimizer_values(Sync const& sync, Store const& store) const {
+    return sync.values(store);
+  }
+  template <class Exec>
+  Vec full_values(Exec const&, Store const& store) const {
+    return store.values();
+  }
+  // The store's values, summed over the ranks of one replica (`model_sum`).
+  template <class Tensors, class Engine, class Exec, class Sync, class Sum>
+  std::vector<double> sq_norms(Tensors const& tensors, Engine const& engine, Exec const& exec,
+                               Store const& store, Sync const&, Sum&& model_sum) const {
+    return tensors.sq_norms(engine, exec, store.values(), tensors.local(), model_sum);
+  }
 
   void begin_step(int) {}
   void before_forward(std::size_t) {}
