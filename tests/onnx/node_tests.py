@@ -2,7 +2,9 @@
 """ONNX's node conformance tests (onnx.backend.test) for every operator
 Telar's importer lists as supported, converted as a training importer reads
 a model: the first graph input is the data, every other input becomes an
-initializer with the test's value. Debian's python3-onnx ships the test
+initializer with the test's value; a rank-1 element-wise case gets a batch
+axis of 1, and a model of an opset before 9 (Telar's first) is raised to 13
+by onnx.version_converter where it can be. Debian's python3-onnx ships the test
 generators but not their data, so the cases are generated here.
 
 Writes into OUT_DIR, per case, <case>/model.onnx, <case>/x.bin and
@@ -25,6 +27,7 @@ for alias, t in (("float", float), ("int", int), ("bool", bool), ("object", obje
 
 import onnx  # noqa: E402
 import onnx.numpy_helper  # noqa: E402
+import onnx.version_converter  # noqa: E402
 from onnx.backend.test.case import node  # noqa: E402
 
 # As telar::onnx::detail::supported_ops() (import_graph.hpp).
@@ -33,6 +36,10 @@ SUPPORTED = {"Gemm", "MatMul", "Relu", "Gelu", "Sigmoid", "Tanh", "Clip", "Leaky
              "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize",
              "Upsample", "Flatten", "Reshape", "Add", "Mul", "Concat", "Pad", "Identity",
              "Dropout", "Softmax", "LogSoftmax"}
+# Element-wise: a rank-1 case ([n], no batch axis) gets a batch axis of 1.
+ELEMENTWISE = {"Relu", "Gelu", "Sigmoid", "Tanh", "Clip", "LeakyRelu", "Elu", "HardSigmoid",
+               "HardSwish"}
+MIN_OPSET = 9  # telar::onnx::detail::min_opset
 
 
 def convert(case, out, lines):
@@ -55,10 +62,21 @@ def convert(case, out, lines):
             graph.initializer.append(onnx.numpy_helper.from_array(np.asarray(v), vi.name))
     del graph.input[1:]
     graph.input[0].CopyFrom(keep)
+    x, y = np.asarray(inputs[0]), np.asarray(outputs[0])
+    if op in ELEMENTWISE and x.ndim == 1:
+        for vi in (graph.input[0], graph.output[0]):
+            dims = vi.type.tensor_type.shape.dim
+            dims.insert(0, onnx.TensorShapeProto.Dimension(dim_value=1))
+        x, y = x[None], y[None]
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    if opset < MIN_OPSET:  # an operator unchanged since: ONNX's own converter
+        try:
+            model = onnx.version_converter.convert_version(model, 13)
+        except Exception:  # noqa: BLE001 - left as it is: the importer refuses the opset
+            pass
     d = os.path.join(out, case.name)
     os.makedirs(d, exist_ok=True)
     onnx.save(model, os.path.join(d, "model.onnx"))
-    x, y = np.asarray(inputs[0]), np.asarray(outputs[0])
     np.ascontiguousarray(x.astype(np.float32)).tofile(os.path.join(d, "x.bin"))
     np.ascontiguousarray(y.astype(np.float32)).tofile(os.path.join(d, "y.bin"))
     rows = x.shape[0] if x.ndim > 0 else 1
@@ -69,9 +87,12 @@ def convert(case, out, lines):
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "node_tests"
     os.makedirs(out, exist_ok=True)
-    lines = []
+    lines, seen = [], {}
     for case in sorted(node.collect_testcases(None), key=lambda c: c.name):
         if case.model is not None and case.data_sets:
+            seen[case.name] = seen.get(case.name, 0) + 1
+            if seen[case.name] > 1:  # onnx 1.12 generates two test_resize_tf_crop_and_resize
+                case.name = f"{case.name}_{seen[case.name]}"
             convert(case, out, lines)
     with open(os.path.join(out, "cases.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
