@@ -182,10 +182,10 @@ bool zoo(std::string const& name) {
 // activation, pooling, softmax and upsampling operator (a Conv, the
 // operator, Flatten, Linear).
 std::vector<std::string> const models = {
-    "mlp",          "cnn",          "resmlp",       "resnet18",      "unet",
-    "mobilenetv2",  "op_relu6",     "op_clip",      "op_leaky",      "op_elu",
-    "op_silu",      "op_hardswish", "op_hardsigmoid", "op_softmax",  "op_gmaxpool",
-    "op_pool_ceil", "op_avgpool",   "op_pool3d",    "op_up_nearest", "op_up_linear",
+    "mlp",          "cnn",          "resmlp",         "resnet18",      "unet",
+    "mobilenetv2",  "op_relu6",     "op_clip",        "op_leaky",      "op_elu",
+    "op_silu",      "op_hardswish", "op_hardsigmoid", "op_softmax",    "op_gmaxpool",
+    "op_pool_ceil", "op_avgpool",   "op_pool3d",      "op_up_nearest", "op_up_linear",
     "op_up_corners"};
 
 TEST_CASE("ONNX import: forward output equals PyTorch's", "[onnx]") {
@@ -271,14 +271,16 @@ TEST_CASE("ONNX import: dp2, pp2, tp2 and ZeRO-3 train to the serial parameters"
   // BatchNorm imports with SyncStats: dp=2 with one micro-batch per rank
   // normalises the whole batch, as serial does (running statistics included).
   // Not pp: its micro-batches are normalised one by one, as in PyTorch.
-  for (std::string const name : {"resnet18", "unet"}) {
+  for (std::string const name : {"resnet18", "unet", "mobilenetv2"}) {
     Trained const ref = train(name, MPI_COMM_SELF, serial_options(), false);
     telar::TrainerOptions o;
     o.grid = {2, 1, 1};
     std::string worst_name;
     double const worst = worst_error(train(name, MPI_COMM_WORLD, o, false), ref, worst_name);
     INFO(name << " dp=2: worst relative error " << worst << " (" << worst_name << ")");
-    CHECK(worst <= 1e-5);
+    // MobileNetV2's last BatchNorms see 1x1 maps of 8 samples: their running
+    // variances take the order of the reduction to 1.4e-5 (1e-4 there).
+    CHECK(worst <= (name == "mobilenetv2" ? 1e-4 : 1e-5));
   }
 }
 
@@ -312,23 +314,23 @@ TEST_CASE("ONNX import refuses what it does not support, naming it", "[onnx]") {
     char const* op;
     char const* says;
   };
-  for (Case const c : {Case{"asym_pads", "(Conv)", "attribute pads: asymmetric padding"},
-                       Case{"same_odd", "(Conv)", "attribute auto_pad = SAME_UPPER pads"},
-                       Case{"conv1d", "(Conv)", "1-D convolutions"},
-                       Case{"gemm_alpha", "(Gemm)", "attribute alpha = 2"},
-                       Case{"gemm_transa", "(Gemm)", "attribute transA = 1"},
-                       Case{"add_const", "(Add)", "no per-channel affine layer"},
-                       Case{"pool_dilations", "(MaxPool)", "attribute dilations"},
-                       Case{"pool_rect", "(AveragePool)", "equal along every axis"},
-                       Case{"pool1d", "(MaxPool)", "attribute kernel_shape has 1 entries"},
-                       Case{"ceil_pad", "(MaxPool)", "attribute ceil_mode = 1 with a last window"},
-                       Case{"resize_cubic", "(Resize)", "attribute mode = 'cubic'"},
-                       Case{"resize_frac", "(Resize)", "integer upsampling factors only"},
-                       Case{"resize_asym", "(Resize)",
-                            "attribute coordinate_transformation_mode = 'asymmetric'"},
-                       Case{"concat_axis", "(Concat)", "Concat joins along the channels"},
-                       Case{"tied", "(Gemm)", "shared (tied) parameters"},
-                       Case{"dead", "(Tanh)", "does not reach the graph output"}}) {
+  for (Case const c :
+       {Case{"asym_pads", "(Conv)", "attribute pads: asymmetric padding"},
+        Case{"same_odd", "(Conv)", "attribute auto_pad = SAME_UPPER pads"},
+        Case{"conv1d", "(Conv)", "1-D convolutions"},
+        Case{"gemm_alpha", "(Gemm)", "attribute alpha = 2"},
+        Case{"gemm_transa", "(Gemm)", "attribute transA = 1"},
+        Case{"add_const", "(Add)", "no per-channel affine layer"},
+        Case{"pool_dilations", "(MaxPool)", "attribute dilations"},
+        Case{"pool_rect", "(AveragePool)", "equal along every axis"},
+        Case{"pool1d", "(MaxPool)", "attribute kernel_shape has 1 entries"},
+        Case{"ceil_pad", "(MaxPool)", "attribute ceil_mode = 1 with a last window"},
+        Case{"resize_cubic", "(Resize)", "attribute mode = 'cubic'"},
+        Case{"resize_frac", "(Resize)", "integer upsampling factors only"},
+        Case{"resize_asym", "(Resize)", "attribute coordinate_transformation_mode = 'asymmetric'"},
+        Case{"concat_axis", "(Concat)", "Concat joins along the channels"},
+        Case{"tied", "(Gemm)", "shared (tied) parameters"},
+        Case{"dead", "(Tanh)", "does not reach the graph output"}}) {
     std::string const file = std::string(c.file) + ".onnx";
     INFO(file);
     CHECK_THAT(refuse(file), ContainsSubstring(file) && ContainsSubstring(c.op) &&
@@ -350,6 +352,11 @@ TEST_CASE("ONNX import: graphs become DynamicGraph layers between chain layers",
   Imported resnet = telar::onnx::import_model<float>(fixture("resnet18.onnx"));
   CHECK(graphs(resnet) == 8);
   CHECK(resnet.model.layer_count() == 4 + 8 * 2 + 3);
+  // MobileNetV2: 10 of its 17 inverted residual blocks have a skip; the
+  // skip blocks of one stage follow each other, so each stage with skips
+  // (5 of 7) is one graph.
+  Imported mobile = telar::onnx::import_model<float>(fixture("mobilenetv2.onnx"));
+  CHECK(graphs(mobile) == 5);
   // One tensor into two Gemms, concatenated; a residual inside a residual;
   // a BatchNorm1d (its initializers shared through Identity nodes).
   for (char const* file : {"branch.onnx", "nested.onnx", "batchnorm.onnx"}) {
@@ -443,7 +450,7 @@ TEST_CASE("ONNX node conformance tests", "[.conformance]") {
             sum += std::exp(double(v[j] - m));
           for (std::size_t j = 0; j < last; ++j)
             v[j] = imp.output_activation == "Softmax" ? float(std::exp(double(v[j] - m)) / sum)
-                                                     : float(double(v[j] - m) - std::log(sum));
+                                                      : float(double(v[j] - m) - std::log(sum));
         }
       double const err = got.size() == want.size() ? rel_err(got, want) : 1e30;
       if (err <= 1e-5) {
@@ -469,7 +476,8 @@ TEST_CASE("ONNX node conformance tests", "[.conformance]") {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   Count total;
   if (rank == 0) {
-    std::printf("| operator | passed | refused | skipped | wrong | error |\n|---|---|---|---|---|---|\n");
+    std::printf(
+        "| operator | passed | refused | skipped | wrong | error |\n|---|---|---|---|---|---|\n");
     for (auto const& [op, c] : counts)
       std::printf("| %s | %d | %d | %d | %d | %d |\n", op.c_str(), c.passed, c.refused, c.skipped,
                   c.wrong, c.error);

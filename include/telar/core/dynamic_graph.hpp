@@ -6,8 +6,8 @@
  *  telar::DynamicSequential under every strategy. */
 #include <telar/core/detail/counter_rng.hpp>
 #include <telar/core/detail/graph_joins.hpp>
-#include <telar/core/detail/join.hpp>
 #include <telar/core/detail/graph_topology.hpp>
+#include <telar/core/detail/join.hpp>
 #include <telar/core/dynamic_sequential.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>

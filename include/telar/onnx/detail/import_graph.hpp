@@ -253,7 +253,8 @@ private:
     if (op == "Elu")
       return emit(n, ELU<T, M>(T(float_attr(n, "alpha", 1.f))), x);
     if (op == "HardSigmoid") // ONNX's defaults (PyTorch exports alpha 1/6)
-      return emit(n, HardSigmoid<T, M>(T(float_attr(n, "alpha", 0.2f)), T(float_attr(n, "beta", 0.5f))), x);
+      return emit(
+          n, HardSigmoid<T, M>(T(float_attr(n, "alpha", 0.2f)), T(float_attr(n, "beta", 0.5f))), x);
     if (op == "HardSwish")
       return emit(n, HardSwish<T, M>{}, x);
     if (op == "GlobalMaxPool")
@@ -363,13 +364,15 @@ private:
     bool trailing = true; // no axis of extent > 1 after a (then opsets < 13 agree)
     for (std::size_t d = std::size_t(std::max<std::int64_t>(a, 1)); d < s.rank; ++d)
       trailing = trailing && s[d] == 1;
-    if (n.output(0) == plan_.output_name && (a == std::int64_t(rank) - 1 || (opset_ < 13 && a > 0 && trailing))) {
+    if (n.output(0) == plan_.output_name &&
+        (a == std::int64_t(rank) - 1 || (opset_ < 13 && a > 0 && trailing))) {
       plan_.output_activation = op;
       return alias(n, n.input(0));
     }
     if (op == "LogSoftmax")
       fail(n, "LogSoftmax is supported only as the graph's last node over the last axis (the "
-              "loss's input); " + given + " of rank " + std::to_string(rank));
+              "loss's input); " +
+                  given + " of rank " + std::to_string(rank));
     if (a == 0)
       fail(n, given + " (the batch) is not supported: Telar's Softmax acts within each sample");
     if (opset_ < 13 && !trailing)
@@ -392,9 +395,8 @@ private:
           return def;
         float const v = index_.scalar(n.input(i));
         if (std::isnan(v))
-          fail(n, std::string("its ") + (i == 1 ? "min" : "max") + " (input " +
-                      std::to_string(i) + ", '" + n.input(i) +
-                      "') must be a float32 constant with one value");
+          fail(n, std::string("its ") + (i == 1 ? "min" : "max") + " (input " + std::to_string(i) +
+                      ", '" + n.input(i) + "') must be a float32 constant with one value");
         return v;
       };
       lo = bound(1, lo);
@@ -436,19 +438,22 @@ private:
       if (ct == "align_corners")
         align = true;
       else if (ct != "half_pixel" && ct != "pytorch_half_pixel")
-        fail(n, std::string(up ? "Upsample" : "attribute coordinate_transformation_mode = '" + ct + "'") +
+        fail(n, std::string(up ? "Upsample"
+                               : "attribute coordinate_transformation_mode = '" + ct + "'") +
                     (up ? "'s linear mode (asymmetric coordinates)" : "") +
                     " is not supported with linear: half_pixel or pytorch_half_pixel (PyTorch's "
                     "align_corners=False) and align_corners (align_corners=True)");
     } else if (!((ct == "half_pixel" || ct == "pytorch_half_pixel") &&
                  (nm == "round_prefer_floor" || nm == "round_prefer_ceil")) &&
                !(ct == "asymmetric" && nm == "floor"))
-      fail(n, "attributes coordinate_transformation_mode = '" + ct + "' and nearest_mode = '" + nm +
-                  "' are not supported with nearest (asymmetric with floor, as PyTorch exports, "
-                  "or half_pixel with round_prefer_floor/ceil: each output copies input i / factor)");
+      fail(n,
+           "attributes coordinate_transformation_mode = '" + ct + "' and nearest_mode = '" + nm +
+               "' are not supported with nearest (asymmetric with floor, as PyTorch exports, "
+               "or half_pixel with round_prefer_floor/ceil: each output copies input i / factor)");
     int const si = up || opset_ < 11 ? 1 : 2;
     std::size_t const rank = s.rank + 1, sp = s.rank - 1;
-    auto const* st = n.input_size() > si && !n.input(si).empty() ? index_.constant(n.input(si)) : nullptr;
+    auto const* st =
+        n.input_size() > si && !n.input(si).empty() ? index_.constant(n.input(si)) : nullptr;
     if (n.input_size() > si && !n.input(si).empty() && !st)
       fail(n, "its scales '" + n.input(si) + "' must be a constant");
     std::vector<std::size_t> factor(sp), size(sp);
@@ -469,13 +474,14 @@ private:
       }
     } else {
       auto const* zt = !up && opset_ >= 11 && n.input_size() > 3 && !n.input(3).empty()
-                           ? index_.constant(n.input(3)) : nullptr;
+                           ? index_.constant(n.input(3))
+                           : nullptr;
       if (!zt)
         fail(n, "needs constant scales or sizes");
       auto const v = ints_of(*zt);
       if (v.size() != rank || v[1] != std::int64_t(s[0]))
-        fail(n, "its sizes must have " + std::to_string(rank) +
-                    " entries and keep the channels (" + std::to_string(s[0]) + ")");
+        fail(n, "its sizes must have " + std::to_string(rank) + " entries and keep the channels (" +
+                    std::to_string(s[0]) + ")");
       for (std::size_t d = 0; d < sp; ++d) {
         std::size_t const in = s[d + 1];
         if (v[d + 2] < std::int64_t(in))
