@@ -16,13 +16,17 @@ BatchNorms given random values) writes into OUT_DIR:
   <name>_lr.txt          the SGD learning rate (LR, or the model's own)
   <name>_trained.bin     PyTorch's trained parameters and running statistics, float32,
                          in initializer order
-plus refusal fixtures: bad_op.onnx (Elu), bad_opset.onnx (opset 99),
+plus refusal fixtures: bad_op.onnx (Softplus), bad_opset.onnx (opset 99),
 float64.onnx (a double model), identity.onnx (one Identity node: no layer),
-softmax_axis1.onnx (a Softmax over axis 1 of a rank-3 output), and
+logsoftmax_axis1.onnx (a LogSoftmax over axis 1 of a rank-3 output), and
 hand-built one-node graphs each refused for one attribute or form
 (asym_pads, same_odd, conv1d, gemm_alpha, gemm_transa, add_const,
-ceil_mode, count_pad, pool3d, clip, concat_axis, tied, dead); graphs that
-import: branch.onnx (a tensor feeding two Linears, concatenated),
+pool_dilations, pool_rect, pool1d, ceil_pad, resize_cubic, resize_frac,
+resize_asym, concat_axis, tied, dead); graphs that import: the op_* models
+(one per activation, pooling, softmax and upsampling operator, each a Conv,
+the operator, Flatten, Linear: forward and training checked as the models
+above), mobilenetv2 (torchvision's, width 0.5, in the zoo with ResNet-18),
+softmax_axis1.onnx (an inner Softmax over axis 1, with its _x.bin/_y.bin), branch.onnx (a tensor feeding two Linears, concatenated),
 nested.onnx (a residual inside a residual branch), batchnorm.onnx (a
 BatchNorm1d after a Linear), flatten_neg.onnx (Flatten with axis -3 on rank
 4, with its _x.bin/_y.bin), dropout_active.onnx (a Dropout with
@@ -119,13 +123,61 @@ def unet():
     return randomize_batch_norms(UNet(), 19)
 
 
+def mobilenetv2():
+    """torchvision's MobileNetV2 at width 0.5 (depthwise Convs, ReLU6 as Clip,
+    inverted residuals); its Dropout at 0, so that training is deterministic."""
+    import torchvision
+    m = torchvision.models.mobilenet_v2(num_classes=10, width_mult=0.5)
+    m.classifier[0].p = 0.0
+    return randomize_batch_norms(m, 23)
+
+
+def op_net(body, shape, classes=3):
+    """body (a Conv, then the operator under test), Flatten, Linear."""
+    probe = nn.Sequential(*body, nn.Flatten())
+    with torch.no_grad():
+        k = probe(torch.zeros((1,) + shape)).shape[1]
+    return lambda: nn.Sequential(*body, nn.Flatten(), nn.Linear(k, classes))
+
+
+def ops():
+    """One small network per operator that import_model maps onto a new layer."""
+    torch.manual_seed(29)
+    c2, c3 = (lambda: nn.Conv2d(2, 4, 3, padding=1)), (lambda: nn.Conv3d(2, 3, 3, padding=1))
+    s2, s3 = (2, 6, 6), (2, 5, 5, 5)
+    nets = {
+        "op_relu6": ([c2(), nn.ReLU6()], s2),               # Clip(0, 6) -> ReLU6
+        "op_clip": ([c2(), nn.Hardtanh(-0.5, 0.7)], s2),    # Clip -> Clip
+        "op_leaky": ([c2(), nn.LeakyReLU(0.2)], s2),
+        "op_elu": ([c2(), nn.ELU(0.7)], s2),
+        "op_silu": ([c2(), nn.SiLU()], s2),                 # Sigmoid, Mul
+        "op_hardswish": ([c2(), nn.Hardswish()], s2),       # opset 14: HardSwish
+        "op_hardsigmoid": ([c2(), nn.Hardsigmoid()], s2),
+        "op_softmax": ([c2(), nn.Softmax(dim=1)], s2),      # inner, over the channels
+        "op_gmaxpool": ([c2(), nn.AdaptiveMaxPool2d(1)], s2),
+        "op_pool_ceil": ([c2(), nn.MaxPool2d(2, ceil_mode=True)], (2, 7, 7)),
+        "op_avgpool": ([c2(), nn.AvgPool2d(3, stride=2, padding=1, ceil_mode=True,
+                                           count_include_pad=False)], s2),
+        "op_pool3d": ([c3(), nn.MaxPool3d(2, ceil_mode=True), nn.AvgPool3d(2)], s3),
+        "op_up_nearest": ([c2(), nn.Upsample(scale_factor=2, mode="nearest")], (2, 4, 4)),
+        "op_up_linear": ([c2(), nn.Upsample(scale_factor=2, mode="bilinear")], (2, 4, 4)),
+        "op_up_corners": ([c2(), nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True)],
+                          (2, 4, 4)),
+    }
+    return {name: (op_net(body, shape), shape, 3) for name, (body, shape) in nets.items()}
+
+
 MODELS = {"mlp": (mlp, (2, 6), 4), "cnn": (cnn, (1, 10, 10), 3), "resmlp": (resmlp, (12,), 4),
-          "resnet18": (resnet18, (3, 32, 32), 10), "unet": (unet, (3, 16, 16), 2 * 16 * 16)}
+          "resnet18": (resnet18, (3, 32, 32), 10), "unet": (unet, (3, 16, 16), 2 * 16 * 16),
+          "mobilenetv2": (mobilenetv2, (3, 32, 32), 10), **ops()}
 # Exported with their BatchNormalization nodes (no Conv+BN folding): trainable.
-ZOO = {"resnet18", "unet"}
+ZOO = {"resnet18", "unet", "mobilenetv2"}
 # ResNet-18's three steps at LR on 8 samples are chaotic (float32 and float64
-# PyTorch differ by 2e-2); at 1e-3 they agree to 1e-7.
-MODEL_LR = {"resnet18": 1e-3}
+# PyTorch differ by 2e-2); at 1e-3 they agree to 1e-7. MobileNetV2's (its
+# last BatchNorms normalise 1x1 maps over 8 samples) differ by 0.3 at 1e-3,
+# 4e-3 at 1e-4 and 1e-5 at 1e-5.
+MODEL_LR = {"resnet18": 1e-3, "mobilenetv2": 1e-5}
+OPSET = {"op_hardswish": 14}  # opset 13 writes nn.Hardswish as HardSigmoid and Mul
 
 
 class Branch(nn.Module):
@@ -165,7 +217,14 @@ def make(out, name):
     torch.manual_seed({"mlp": 7, "cnn": 11}.get(name, 13))
     model = factory()
     path = os.path.join(out, name + ".onnx")
-    export(model, shape, path, keep_batch_norm=name in ZOO)
+    export(model, shape, path, opset=OPSET.get(name, 13), keep_batch_norm=name in ZOO)
+    if name == "op_gmaxpool":  # PyTorch writes AdaptiveMaxPool2d(1) as a MaxPool
+        m = onnx.load(path)
+        for n in m.graph.node:
+            if n.op_type == "MaxPool":
+                n.op_type = "GlobalMaxPool"
+                del n.attribute[:]
+        onnx.save(m, path)
     g = torch.Generator().manual_seed(3)
     x = torch.randn((N,) + shape, generator=g)
     tx = torch.randn((STEPS * BATCH,) + shape, generator=g)
@@ -195,7 +254,7 @@ def make(out, name):
 
 def make_refusals(out):
     torch.manual_seed(5)
-    bad = nn.Sequential(nn.Linear(6, 4), nn.ELU(), nn.Linear(4, 3))
+    bad = nn.Sequential(nn.Linear(6, 4), nn.Softplus(), nn.Linear(4, 3))
     export(bad, (6,), os.path.join(out, "bad_op.onnx"))
     ok = nn.Sequential(nn.Linear(6, 4), nn.ReLU(), nn.Linear(4, 3))
     export(ok, (6,), os.path.join(out, "bad_opset.onnx"))
@@ -232,6 +291,14 @@ def make_axes(out):
                                 h.make_node("Softmax", ["r"], ["y"], axis=1)],
                     [value("x", ["N", 4, 5])], [value("y", ["N", 4, 5])]),
               os.path.join(out, "softmax_axis1.onnx"))
+    x = rng.standard_normal((N, 4, 5)).astype(np.float32)
+    e = np.exp(np.maximum(x, 0))
+    save(os.path.join(out, "softmax_axis1_x.bin"), x)
+    save(os.path.join(out, "softmax_axis1_y.bin"), e / e.sum(axis=1, keepdims=True))
+    onnx.save(graph("logsoftmax", [h.make_node("Relu", ["x"], ["r"]),
+                                   h.make_node("LogSoftmax", ["r"], ["y"], axis=1)],
+                    [value("x", ["N", 4, 5])], [value("y", ["N", 4, 5])]),
+              os.path.join(out, "logsoftmax_axis1.onnx"))
     w = rng.standard_normal((3, 18)).astype(np.float32)
     b = rng.standard_normal(3).astype(np.float32)
     inits = [onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(b, "b")]
@@ -278,12 +345,20 @@ def make_graph_refusals(out):
     one("gemm_alpha", "Gemm", ["x", "w"], [init("w", 3, 6)], ("N", 6), alpha=2.0, transB=1)
     one("gemm_transa", "Gemm", ["x", "w"], [init("w", 3, 6)], ("N", 6), transA=1, transB=1)
     one("add_const", "Add", ["x", "c"], [init("c", 2, 1, 1)])
-    one("ceil_mode", "MaxPool", ["x"], [], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
-    one("count_pad", "AveragePool", ["x"], [], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
-        count_include_pad=0)
-    one("pool3d", "MaxPool", ["x"], [], ("N", 2, 4, 4, 4), kernel_shape=[2, 2, 2])
-    one("clip", "Clip", ["x", "lo", "hi"], [onnx.numpy_helper.from_array(np.array(0, np.float32), "lo"),
-                                            onnx.numpy_helper.from_array(np.array(6, np.float32), "hi")])
+    one("pool_dilations", "MaxPool", ["x"], [], kernel_shape=[2, 2], dilations=[2, 2])
+    one("pool_rect", "AveragePool", ["x"], [], kernel_shape=[2, 3])
+    one("pool1d", "MaxPool", ["x"], [], ("N", 2, 6), kernel_shape=[2])
+    one("ceil_pad", "MaxPool", ["x"], [], ("N", 2, 5, 5), kernel_shape=[2, 2], strides=[2, 2],
+        pads=[1, 1, 1, 1], ceil_mode=1)
+    empty = onnx.numpy_helper.from_array(np.zeros(0, np.float32), "roi")
+
+    def scales(*v):
+        return onnx.numpy_helper.from_array(np.array(v, np.float32), "scales")
+
+    one("resize_cubic", "Resize", ["x", "roi", "scales"], [empty, scales(1, 1, 2, 2)], mode="cubic")
+    one("resize_frac", "Resize", ["x", "roi", "scales"], [empty, scales(1, 1, 1.5, 1.5)])
+    one("resize_asym", "Resize", ["x", "roi", "scales"], [empty, scales(1, 1, 2, 2)],
+        mode="linear", coordinate_transformation_mode="asymmetric")
     one("concat_axis", "Concat", ["x", "x"], [], axis=2)
     # Two Gemms reading one initializer (tied weights); a result that reaches nothing.
     onnx.save(graph("tied", [h.make_node("Gemm", ["x", "w"], ["a"], transB=1),

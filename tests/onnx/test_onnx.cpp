@@ -16,7 +16,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -168,12 +172,25 @@ telar::TrainerOptions serial_options() {
 
 } // namespace
 
-// ResNet-18 and the U-Net (BatchNorm nodes, skips, joins): 1e-4; the rest 1e-5.
-bool zoo(std::string const& name) { return name == "resnet18" || name == "unet"; }
+// ResNet-18, the U-Net and MobileNetV2 (BatchNorm nodes, skips, joins):
+// 1e-4; the rest 1e-5.
+bool zoo(std::string const& name) {
+  return name == "resnet18" || name == "unet" || name == "mobilenetv2";
+}
+
+// Every model make_models.py trains: the small ones, the zoo, and one per
+// activation, pooling, softmax and upsampling operator (a Conv, the
+// operator, Flatten, Linear).
+std::vector<std::string> const models = {
+    "mlp",          "cnn",          "resmlp",         "resnet18",      "unet",
+    "mobilenetv2",  "op_relu6",     "op_clip",        "op_leaky",      "op_elu",
+    "op_silu",      "op_hardswish", "op_hardsigmoid", "op_softmax",    "op_gmaxpool",
+    "op_pool_ceil", "op_avgpool",   "op_pool3d",      "op_up_nearest", "op_up_linear",
+    "op_up_corners"};
 
 TEST_CASE("ONNX import: forward output equals PyTorch's", "[onnx]") {
   Manifest const mf = manifest();
-  for (std::string const name : {"mlp", "cnn", "resmlp", "resnet18", "unet"}) {
+  for (std::string const& name : models) {
     INFO(name);
     Imported imp = telar::onnx::import_model<float>(fixture(name + ".onnx"));
     imp.model.build(imp.input_shape);
@@ -187,7 +204,7 @@ TEST_CASE("ONNX import: forward output equals PyTorch's", "[onnx]") {
 }
 
 TEST_CASE("ONNX import: SGD training equals PyTorch's; the export reloads", "[onnx]") {
-  for (std::string const name : {"mlp", "cnn", "resmlp", "resnet18", "unet"}) {
+  for (std::string const& name : models) {
     INFO(name);
     // Every rank trains alone (the export is written once, by rank 0).
     int rank = 0;
@@ -254,14 +271,16 @@ TEST_CASE("ONNX import: dp2, pp2, tp2 and ZeRO-3 train to the serial parameters"
   // BatchNorm imports with SyncStats: dp=2 with one micro-batch per rank
   // normalises the whole batch, as serial does (running statistics included).
   // Not pp: its micro-batches are normalised one by one, as in PyTorch.
-  for (std::string const name : {"resnet18", "unet"}) {
+  for (std::string const name : {"resnet18", "unet", "mobilenetv2"}) {
     Trained const ref = train(name, MPI_COMM_SELF, serial_options(), false);
     telar::TrainerOptions o;
     o.grid = {2, 1, 1};
     std::string worst_name;
     double const worst = worst_error(train(name, MPI_COMM_WORLD, o, false), ref, worst_name);
     INFO(name << " dp=2: worst relative error " << worst << " (" << worst_name << ")");
-    CHECK(worst <= 1e-5);
+    // MobileNetV2's last BatchNorms see 1x1 maps of 8 samples: their running
+    // variances take the order of the reduction to 1.4e-5 (1e-4 there).
+    CHECK(worst <= (name == "mobilenetv2" ? 1e-4 : 1e-5));
   }
 }
 
@@ -276,7 +295,8 @@ TEST_CASE("ONNX import refuses what it does not support, naming it", "[onnx]") {
     return std::string("no error");
   };
   std::string const op = refuse("bad_op.onnx");
-  CHECK_THAT(op, ContainsSubstring("(Elu)") && ContainsSubstring("operator Elu is not supported") &&
+  CHECK_THAT(op, ContainsSubstring("(Softplus)") &&
+                     ContainsSubstring("operator Softplus is not supported") &&
                      ContainsSubstring("supported: Gemm") && ContainsSubstring("bad_op.onnx"));
   CHECK_THAT(refuse("bad_opset.onnx"),
              ContainsSubstring("opset 99") && ContainsSubstring("9 to 18"));
@@ -285,26 +305,32 @@ TEST_CASE("ONNX import refuses what it does not support, naming it", "[onnx]") {
   CHECK_THAT(refuse("missing.onnx"), ContainsSubstring("cannot open"));
   CHECK_THAT(refuse("identity.onnx"),
              ContainsSubstring("identity.onnx") && ContainsSubstring("maps to no layer"));
-  CHECK_THAT(refuse("softmax_axis1.onnx"),
-             ContainsSubstring("(Softmax)") && ContainsSubstring("axis 1 of an output of rank 3"));
+  CHECK_THAT(refuse("logsoftmax_axis1.onnx"),
+             ContainsSubstring("(LogSoftmax)") &&
+                 ContainsSubstring("LogSoftmax is supported only as the graph's last node") &&
+                 ContainsSubstring("axis 1 of rank 3"));
   struct Case {
     char const* file;
     char const* op;
     char const* says;
   };
-  for (Case const c : {Case{"asym_pads", "(Conv)", "attribute pads: asymmetric padding"},
-                       Case{"same_odd", "(Conv)", "attribute auto_pad = SAME_UPPER pads"},
-                       Case{"conv1d", "(Conv)", "1-D convolutions"},
-                       Case{"gemm_alpha", "(Gemm)", "attribute alpha = 2"},
-                       Case{"gemm_transa", "(Gemm)", "attribute transA = 1"},
-                       Case{"add_const", "(Add)", "no per-channel affine layer"},
-                       Case{"ceil_mode", "(MaxPool)", "attribute ceil_mode = 1"},
-                       Case{"count_pad", "(AveragePool)", "attribute count_include_pad = 0"},
-                       Case{"pool3d", "(MaxPool)", "attribute kernel_shape has 3 entries"},
-                       Case{"clip", "(Clip)", "telar::ReLU6"},
-                       Case{"concat_axis", "(Concat)", "Concat joins along the channels"},
-                       Case{"tied", "(Gemm)", "shared (tied) parameters"},
-                       Case{"dead", "(Tanh)", "does not reach the graph output"}}) {
+  for (Case const c :
+       {Case{"asym_pads", "(Conv)", "attribute pads: asymmetric padding"},
+        Case{"same_odd", "(Conv)", "attribute auto_pad = SAME_UPPER pads"},
+        Case{"conv1d", "(Conv)", "1-D convolutions"},
+        Case{"gemm_alpha", "(Gemm)", "attribute alpha = 2"},
+        Case{"gemm_transa", "(Gemm)", "attribute transA = 1"},
+        Case{"add_const", "(Add)", "no per-channel affine layer"},
+        Case{"pool_dilations", "(MaxPool)", "attribute dilations"},
+        Case{"pool_rect", "(AveragePool)", "equal along every axis"},
+        Case{"pool1d", "(MaxPool)", "attribute kernel_shape has 1 entries"},
+        Case{"ceil_pad", "(MaxPool)", "attribute ceil_mode = 1 with a last window"},
+        Case{"resize_cubic", "(Resize)", "attribute mode = 'cubic'"},
+        Case{"resize_frac", "(Resize)", "integer upsampling factors only"},
+        Case{"resize_asym", "(Resize)", "attribute coordinate_transformation_mode = 'asymmetric'"},
+        Case{"concat_axis", "(Concat)", "Concat joins along the channels"},
+        Case{"tied", "(Gemm)", "shared (tied) parameters"},
+        Case{"dead", "(Tanh)", "does not reach the graph output"}}) {
     std::string const file = std::string(c.file) + ".onnx";
     INFO(file);
     CHECK_THAT(refuse(file), ContainsSubstring(file) && ContainsSubstring(c.op) &&
@@ -326,6 +352,11 @@ TEST_CASE("ONNX import: graphs become DynamicGraph layers between chain layers",
   Imported resnet = telar::onnx::import_model<float>(fixture("resnet18.onnx"));
   CHECK(graphs(resnet) == 8);
   CHECK(resnet.model.layer_count() == 4 + 8 * 2 + 3);
+  // MobileNetV2: 10 of its 17 inverted residual blocks have a skip; the
+  // skip blocks of one stage follow each other, so each stage with skips
+  // (5 of 7) is one graph.
+  Imported mobile = telar::onnx::import_model<float>(fixture("mobilenetv2.onnx"));
+  CHECK(graphs(mobile) == 5);
   // One tensor into two Gemms, concatenated; a residual inside a residual;
   // a BatchNorm1d (its initializers shared through Identity nodes).
   for (char const* file : {"branch.onnx", "nested.onnx", "batchnorm.onnx"}) {
@@ -346,6 +377,15 @@ TEST_CASE("ONNX import: negative axes count from the end; an active Dropout trai
       telar::onnx::predict(flat.model, to_matrix(read_bin<float>("flatten_neg_x.bin"), mf.n)));
   CHECK(rel_err(got, read_bin<float>("flatten_neg_y.bin")) <= 1e-6);
 
+  // A Softmax over axis 1 of [N, 4, 5], the graph's last node: a telar::Softmax layer.
+  Imported soft = telar::onnx::import_model<float>(fixture("softmax_axis1.onnx"));
+  CHECK(soft.output_activation.empty());
+  soft.model.build(soft.input_shape);
+  soft.model.initialize(0);
+  auto const probs = to_vector(
+      telar::onnx::predict(soft.model, to_matrix(read_bin<float>("softmax_axis1_x.bin"), mf.n)));
+  CHECK(rel_err(probs, read_bin<float>("softmax_axis1_y.bin")) <= 1e-6);
+
   Imported drop = telar::onnx::import_model<float>(fixture("dropout_active.onnx"));
   REQUIRE(drop.model.layer_count() == 3);
   double p = -1;
@@ -354,4 +394,104 @@ TEST_CASE("ONNX import: negative axes count from the end; an active Dropout trai
       p = l.probability();
   });
   CHECK(p == 0.25);
+}
+
+// ONNX's node conformance tests for the supported operators, as
+// node_tests.py converts them (ctest onnx_node_conformance runs this hidden
+// case with TELAR_ONNX_NODE_TESTS set): each passes within 1e-5 relative,
+// or is refused with an OnnxError; a wrong result or another exception fails.
+TEST_CASE("ONNX node conformance tests", "[.conformance]") {
+  char const* dir = std::getenv("TELAR_ONNX_NODE_TESTS");
+  REQUIRE(dir != nullptr);
+  std::ifstream list(std::string(dir) + "/cases.txt");
+  REQUIRE(list);
+  struct Count {
+    int passed = 0, refused = 0, wrong = 0, error = 0, skipped = 0;
+  };
+  std::map<std::string, Count> counts;
+  std::vector<std::string> notes;
+  auto read = [&](std::string const& file) {
+    std::ifstream in(file, std::ios::binary | std::ios::ate);
+    std::vector<float> v(std::size_t(in.tellg()) / sizeof(float));
+    in.seekg(0);
+    in.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
+    return v;
+  };
+  std::string line;
+  while (std::getline(list, line)) {
+    std::istringstream ls(line);
+    std::string name, op, rows_s;
+    std::size_t last = 1;
+    ls >> name >> op >> rows_s;
+    Count& c = counts[op];
+    if (rows_s == "skip") {
+      std::string why;
+      std::getline(ls, why);
+      ++c.skipped;
+      notes.push_back(name + ": skipped:" + why);
+      continue;
+    }
+    ls >> last;
+    std::string const d = std::string(dir) + "/" + name;
+    try {
+      Imported imp = telar::onnx::import_model<float>(d + "/model.onnx");
+      imp.model.build(imp.input_shape);
+      imp.model.initialize(0);
+      auto const x = read(d + "/x.bin");
+      auto const want = read(d + "/y.bin");
+      std::size_t const rows = std::stoul(rows_s);
+      auto got = to_vector(telar::onnx::predict(imp.model, to_matrix(x, rows)));
+      if (!imp.output_activation.empty() && got.size() % last == 0) // the loss's softmax
+        for (std::size_t r = 0; r < got.size() / last; ++r) {
+          float* v = got.data() + r * last;
+          float const m = *std::max_element(v, v + last);
+          double sum = 0;
+          for (std::size_t j = 0; j < last; ++j)
+            sum += std::exp(double(v[j] - m));
+          for (std::size_t j = 0; j < last; ++j)
+            v[j] = imp.output_activation == "Softmax" ? float(std::exp(double(v[j] - m)) / sum)
+                                                      : float(double(v[j] - m) - std::log(sum));
+        }
+      double const err = got.size() == want.size() ? rel_err(got, want) : 1e30;
+      if (err <= 1e-5) {
+        ++c.passed;
+      } else {
+        ++c.wrong;
+        notes.push_back(name + ": WRONG, relative error " + std::to_string(err) + " (" +
+                        std::to_string(got.size()) + " values, expected " +
+                        std::to_string(want.size()) + ")");
+      }
+    } catch (telar::onnx::OnnxError const& e) {
+      ++c.refused;
+      std::string why = e.what();
+      if (auto const p = why.find(".onnx': "); p != std::string::npos)
+        why = why.substr(p + 8);
+      notes.push_back(name + ": refused: " + why.substr(0, 300));
+    } catch (std::exception const& e) {
+      ++c.error;
+      notes.push_back(name + ": ERROR (not an OnnxError): " + std::string(e.what()).substr(0, 300));
+    }
+  }
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  Count total;
+  if (rank == 0) {
+    std::printf(
+        "| operator | passed | refused | skipped | wrong | error |\n|---|---|---|---|---|---|\n");
+    for (auto const& [op, c] : counts)
+      std::printf("| %s | %d | %d | %d | %d | %d |\n", op.c_str(), c.passed, c.refused, c.skipped,
+                  c.wrong, c.error);
+    for (auto const& n : notes)
+      std::printf("%s\n", n.c_str());
+  }
+  for (auto const& [op, c] : counts) {
+    total.passed += c.passed, total.refused += c.refused, total.wrong += c.wrong;
+    total.error += c.error, total.skipped += c.skipped;
+  }
+  if (rank == 0)
+    std::printf("total: %d passed, %d refused, %d skipped, %d wrong, %d errors\n", total.passed,
+                total.refused, total.skipped, total.wrong, total.error);
+  CHECK(total.passed > 0);
+  CHECK(total.wrong == 0);
+  CHECK(total.error == 0);
 }

@@ -7,6 +7,7 @@
 #include <telar/core/detail/counter_rng.hpp>
 #include <telar/core/detail/graph_joins.hpp>
 #include <telar/core/detail/graph_topology.hpp>
+#include <telar/core/detail/join.hpp>
 #include <telar/core/dynamic_sequential.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
@@ -502,7 +503,7 @@ private:
                     saved_type const& saved) const {
     auto const in = [&](std::size_t j) { return value(saved, n.in_ids[j]); };
     if (n.op == Op::add) {
-      detail::sum_batches(exec, y, in(0), in(1));
+      detail::join_pair(exec, y, in(0), in(1), detail::JoinOp::add);
       for (std::size_t j = 2; j < n.in_ids.size(); ++j)
         detail::add_batch(exec, y, in(j));
     } else if (n.op == Op::concat) {

@@ -13,6 +13,8 @@
 #include <telar/layers/dropout.hpp>
 #include <telar/layers/flatten.hpp>
 #include <telar/layers/pooling.hpp>
+#include <telar/layers/softmax.hpp>
+#include <telar/layers/upsample.hpp>
 #include <telar/parallel/tensor_parallel.hpp>
 
 #include <string>
@@ -33,7 +35,11 @@ using NodeLayer =
                  Conv2D<T, MemorySpace>, MaxPool2D<T, MemorySpace>, AvgPool2D<T, MemorySpace>,
                  GlobalAvgPool<T, MemorySpace>, Dropout<T, MemorySpace>,
                  BatchNorm<T, MemorySpace, SyncStats>, ConvTranspose2D<T, MemorySpace>,
-                 Conv3D<T, MemorySpace>, ConvTranspose3D<T, MemorySpace>>;
+                 Conv3D<T, MemorySpace>, ConvTranspose3D<T, MemorySpace>, ReLU6<T, MemorySpace>,
+                 Clip<T, MemorySpace>, LeakyReLU<T, MemorySpace>, ELU<T, MemorySpace>,
+                 SiLU<T, MemorySpace>, HardSwish<T, MemorySpace>, HardSigmoid<T, MemorySpace>,
+                 MaxPool3D<T, MemorySpace>, AvgPool3D<T, MemorySpace>,
+                 GlobalMaxPool<T, MemorySpace>, Softmax<T, MemorySpace>, Upsample<T, MemorySpace>>;
 
 /*! \brief Former name of NodeLayer (a residual branch is now a graph).
  *  \tparam T value type \tparam MemorySpace memory space */
@@ -45,15 +51,17 @@ using BranchLayer = NodeLayer<T, MemorySpace>;
  *  of the file that is not a chain (branches, skips and their joins).
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-using Layer =
-    std::variant<Dense<T, MemorySpace>, ColumnParallel<Dense<T, MemorySpace>>,
-                 RowParallel<Dense<T, MemorySpace>>, ReLU<T, MemorySpace>, GELU<T, MemorySpace>,
-                 Sigmoid<T, MemorySpace>, Tanh<T, MemorySpace>, Flatten<T, MemorySpace>,
-                 Conv2D<T, MemorySpace>, MaxPool2D<T, MemorySpace>, AvgPool2D<T, MemorySpace>,
-                 GlobalAvgPool<T, MemorySpace>, Dropout<T, MemorySpace>,
-                 BatchNorm<T, MemorySpace, SyncStats>, ConvTranspose2D<T, MemorySpace>,
-                 Conv3D<T, MemorySpace>, ConvTranspose3D<T, MemorySpace>,
-                 DynamicGraph<NodeLayer<T, MemorySpace>>>;
+using Layer = std::variant<
+    Dense<T, MemorySpace>, ColumnParallel<Dense<T, MemorySpace>>,
+    RowParallel<Dense<T, MemorySpace>>, ReLU<T, MemorySpace>, GELU<T, MemorySpace>,
+    Sigmoid<T, MemorySpace>, Tanh<T, MemorySpace>, Flatten<T, MemorySpace>, Conv2D<T, MemorySpace>,
+    MaxPool2D<T, MemorySpace>, AvgPool2D<T, MemorySpace>, GlobalAvgPool<T, MemorySpace>,
+    Dropout<T, MemorySpace>, BatchNorm<T, MemorySpace, SyncStats>, ConvTranspose2D<T, MemorySpace>,
+    Conv3D<T, MemorySpace>, ConvTranspose3D<T, MemorySpace>, ReLU6<T, MemorySpace>,
+    Clip<T, MemorySpace>, LeakyReLU<T, MemorySpace>, ELU<T, MemorySpace>, SiLU<T, MemorySpace>,
+    HardSwish<T, MemorySpace>, HardSigmoid<T, MemorySpace>, MaxPool3D<T, MemorySpace>,
+    AvgPool3D<T, MemorySpace>, GlobalMaxPool<T, MemorySpace>, Softmax<T, MemorySpace>,
+    Upsample<T, MemorySpace>, DynamicGraph<NodeLayer<T, MemorySpace>>>;
 
 /*! \brief The run-time model an import builds.
  *  \tparam T value type \tparam MemorySpace memory space */

@@ -14,6 +14,8 @@
 #include <telar/layers/dropout.hpp>
 #include <telar/layers/flatten.hpp>
 #include <telar/layers/pooling.hpp>
+#include <telar/layers/softmax.hpp>
+#include <telar/layers/upsample.hpp>
 #include <telar/onnx/detail/proto.hpp>
 #include <telar/onnx/error.hpp>
 #include <telar/onnx/model.hpp>
@@ -23,6 +25,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -37,10 +40,12 @@ inline constexpr int min_opset = 9, max_opset = 18;
 
 inline char const* supported_ops() {
   return "Gemm, MatMul (+ Add of a bias), Relu, Gelu (or the Div/Erf/Add/Mul pattern), Sigmoid, "
-         "Tanh, Conv (2-D, 3-D, grouped), ConvTranspose, BatchNormalization, MaxPool, "
-         "AveragePool, GlobalAveragePool, Flatten, Reshape to [batch, features], Add, Mul and "
-         "Concat of tensors, Pad of zeros, Identity, Dropout, Softmax/LogSoftmax over the last "
-         "axis as the last node";
+         "Tanh, Clip, LeakyRelu, Elu, HardSigmoid, HardSwish, SiLU (Sigmoid and Mul of one "
+         "tensor), Conv (2-D, 3-D, grouped), ConvTranspose, BatchNormalization, MaxPool and "
+         "AveragePool (2-D, 3-D), GlobalAveragePool, GlobalMaxPool, Resize and Upsample "
+         "(nearest by integer factors, linear), Flatten, Reshape to [batch, features], Add, Mul "
+         "and Concat of tensors, Pad of zeros, Identity, Dropout, Softmax over an axis after the "
+         "batch, Softmax/LogSoftmax over the last axis as the last node";
 }
 
 // One node of the file once mapped, before it is placed in the model: a
@@ -83,6 +88,8 @@ public:
     for (auto const& [t, rs] : index_.consumers)
       if (rs.size() == 2)
         gelu_pattern(t, rs);
+    for (auto const& n : g_.node())
+      silu_pattern(n);
     for (auto const& n : g_.node())
       visit(n);
     std::string const out = resolve(plan_.output_name);
@@ -180,6 +187,8 @@ private:
            "operator domain '" + n.domain() + "' is not supported; supported: " + supported_ops());
     if (auto const g = gelu_.find(&n); g != gelu_.end())
       return emit(n, GELU<T, M>{}, g->second);
+    if (auto const g = silu_.find(&n); g != silu_.end())
+      return emit(n, SiLU<T, M>{}, g->second);
     for (auto const& in : n.input())
       if (!in.empty() && !index_.is_constant(in) && !shapes_.count(resolve(in)))
         fail(n, "reads tensor '" + in + "', which is not computed from the graph input '" +
@@ -238,13 +247,20 @@ private:
     if (op == "Softmax" || op == "LogSoftmax")
       return softmax(n);
     if (op == "Clip")
-      fail(n, "operator Clip is not supported yet (min = 0, max = 6 is PyTorch's ReLU6, which "
-              "maps onto telar::ReLU6 once that layer exists); supported: " +
-                  std::string(supported_ops()));
+      return clip(n);
+    if (op == "LeakyRelu")
+      return emit(n, LeakyReLU<T, M>(T(float_attr(n, "alpha", 0.01f))), x);
+    if (op == "Elu")
+      return emit(n, ELU<T, M>(T(float_attr(n, "alpha", 1.f))), x);
+    if (op == "HardSigmoid") // ONNX's defaults (PyTorch exports alpha 1/6)
+      return emit(
+          n, HardSigmoid<T, M>(T(float_attr(n, "alpha", 0.2f)), T(float_attr(n, "beta", 0.5f))), x);
+    if (op == "HardSwish")
+      return emit(n, HardSwish<T, M>{}, x);
     if (op == "GlobalMaxPool")
-      fail(n, "operator GlobalMaxPool is not supported yet (no telar::GlobalMaxPool layer); "
-              "supported: " +
-                  std::string(supported_ops()));
+      return emit(n, GlobalMaxPool<T, M>{}, x);
+    if (op == "Resize" || op == "Upsample")
+      return resize(n);
     fail(n, "operator " + op + " is not supported; supported: " + supported_ops());
   }
 
@@ -334,20 +350,155 @@ private:
     push(n, std::move(node), n.output(0));
   }
 
+  // Over the last axis as the last node: the loss's softmax (the model
+  // gives logits, Imported::output_activation says which). Anywhere else, a
+  // telar::Softmax layer over one axis of the sample.
   void softmax(::onnx::NodeProto const& n) {
     std::string const& op = n.op_type();
-    if (n.output(0) != plan_.output_name)
-      fail(n, op + " is supported only as the graph's last node (the loss's input)");
-    // Before opset 13 the default axis is 1 and the input is flattened from
-    // it; either way the loss's softmax is over the last axis only.
-    std::size_t const rank = shape_of(n.input(0)).rank + 1;
-    if (axis_of(n, opset_ < 13 ? 1 : -1, rank) != std::int64_t(rank) - 1)
-      fail(n, "axis " + std::to_string(int_attr(n, "axis", opset_ < 13 ? 1 : -1)) +
-                  " of an output of rank " + std::to_string(rank) +
-                  " is not supported (the loss applies softmax over the last axis, " +
-                  std::to_string(rank - 1) + " or -1)");
-    plan_.output_activation = op;
-    alias(n, n.input(0));
+    // Before opset 13 the default axis is 1 and the input is flattened from it.
+    std::int64_t const def = opset_ < 13 ? 1 : -1;
+    Shape const& s = shape_of(n.input(0));
+    std::size_t const rank = s.rank + 1;
+    std::int64_t const a = axis_of(n, def, rank);
+    std::string const given = "axis " + std::to_string(int_attr(n, "axis", def));
+    bool trailing = true; // no axis of extent > 1 after a (then opsets < 13 agree)
+    for (std::size_t d = std::size_t(std::max<std::int64_t>(a, 1)); d < s.rank; ++d)
+      trailing = trailing && s[d] == 1;
+    if (n.output(0) == plan_.output_name &&
+        (a == std::int64_t(rank) - 1 || (opset_ < 13 && a > 0 && trailing))) {
+      plan_.output_activation = op;
+      return alias(n, n.input(0));
+    }
+    if (op == "LogSoftmax")
+      fail(n, "LogSoftmax is supported only as the graph's last node over the last axis (the "
+              "loss's input); " +
+                  given + " of rank " + std::to_string(rank));
+    if (a == 0)
+      fail(n, given + " (the batch) is not supported: Telar's Softmax acts within each sample");
+    if (opset_ < 13 && !trailing)
+      fail(n, given + " with opset " + std::to_string(opset_) +
+                  " spans every axis from it on (the input flattened); supported only when the "
+                  "axes after it have extent 1 (export with opset 13+ for a one-axis softmax)");
+    emit(n, Softmax<T, M>(int(a - 1)), n.input(0));
+  }
+
+  // Clip with constant bounds (inputs 1 and 2 from opset 11, attributes
+  // before): telar::ReLU6 for [0, 6] (PyTorch's nn.ReLU6), telar::Clip otherwise.
+  void clip(::onnx::NodeProto const& n) {
+    float lo = -std::numeric_limits<float>::infinity(), hi = -lo;
+    if (opset_ < 11) {
+      lo = float_attr(n, "min", std::numeric_limits<float>::lowest());
+      hi = float_attr(n, "max", std::numeric_limits<float>::max());
+    } else {
+      auto bound = [&](int i, float def) {
+        if (n.input_size() <= i || n.input(i).empty())
+          return def;
+        float const v = index_.scalar(n.input(i));
+        if (std::isnan(v))
+          fail(n, std::string("its ") + (i == 1 ? "min" : "max") + " (input " + std::to_string(i) +
+                      ", '" + n.input(i) + "') must be a float32 constant with one value");
+        return v;
+      };
+      lo = bound(1, lo);
+      hi = bound(2, hi);
+    }
+    if (!(lo <= hi))
+      fail(n, "min " + std::to_string(lo) + " > max " + std::to_string(hi) +
+                  " is not supported (ONNX gives max everywhere)");
+    if (lo == 0.f && hi == 6.f)
+      return emit(n, ReLU6<T, M>{}, n.input(0));
+    emit(n, Clip<T, M>(T(lo), T(hi)), n.input(0));
+  }
+
+  // Resize (opset 11+: X, roi, scales, sizes; 10: X, scales) and Upsample
+  // (X, scales): upsampling by integer factors, nearest or linear.
+  void resize(::onnx::NodeProto const& n) {
+    bool const up = n.op_type() == "Upsample";
+    Shape const& s = shape_of(n.input(0));
+    if (s.rank < 2 || s.rank > 4)
+      fail(n, "needs an input [C, L], [C, H, W] or [C, D, H, W], got " + s.str());
+    std::string const mode = string_attr(n, "mode", "nearest");
+    std::string ct = string_attr(n, "coordinate_transformation_mode", "half_pixel");
+    std::string nm = string_attr(n, "nearest_mode", "round_prefer_floor");
+    if (up || opset_ < 11) { // Upsample and Resize-10: asymmetric, nearest rounds down
+      ct = "asymmetric";
+      nm = "floor";
+    }
+    for (char const* a : {"axes", "antialias"})
+      if (find_attr(n, a) && !(std::string(a) == "antialias" && int_attr(n, a, 0) == 0))
+        fail(n, std::string("attribute ") + a + " is not supported");
+    if (string_attr(n, "keep_aspect_ratio_policy", "stretch") != "stretch")
+      fail(n, "attribute keep_aspect_ratio_policy = '" +
+                  string_attr(n, "keep_aspect_ratio_policy", "") + "' is not supported (stretch)");
+    bool const linear = mode == "linear" || mode == "bilinear" || mode == "trilinear";
+    if (!linear && mode != "nearest")
+      fail(n, "attribute mode = '" + mode + "' is not supported (nearest, linear)");
+    bool align = false;
+    if (linear) {
+      if (ct == "align_corners")
+        align = true;
+      else if (ct != "half_pixel" && ct != "pytorch_half_pixel")
+        fail(n, std::string(up ? "Upsample"
+                               : "attribute coordinate_transformation_mode = '" + ct + "'") +
+                    (up ? "'s linear mode (asymmetric coordinates)" : "") +
+                    " is not supported with linear: half_pixel or pytorch_half_pixel (PyTorch's "
+                    "align_corners=False) and align_corners (align_corners=True)");
+    } else if (!((ct == "half_pixel" || ct == "pytorch_half_pixel") &&
+                 (nm == "round_prefer_floor" || nm == "round_prefer_ceil")) &&
+               !(ct == "asymmetric" && nm == "floor"))
+      fail(n,
+           "attributes coordinate_transformation_mode = '" + ct + "' and nearest_mode = '" + nm +
+               "' are not supported with nearest (asymmetric with floor, as PyTorch exports, "
+               "or half_pixel with round_prefer_floor/ceil: each output copies input i / factor)");
+    int const si = up || opset_ < 11 ? 1 : 2;
+    std::size_t const rank = s.rank + 1, sp = s.rank - 1;
+    auto const* st =
+        n.input_size() > si && !n.input(si).empty() ? index_.constant(n.input(si)) : nullptr;
+    if (n.input_size() > si && !n.input(si).empty() && !st)
+      fail(n, "its scales '" + n.input(si) + "' must be a constant");
+    std::vector<std::size_t> factor(sp), size(sp);
+    bool by_size = false;
+    if (st && count(*st) > 0) {
+      auto const v = floats_of(*st);
+      if (v.size() != rank)
+        fail(n, "its scales have " + std::to_string(v.size()) + " entries for an input of rank " +
+                    std::to_string(rank));
+      if (v[0] != 1.f || v[1] != 1.f)
+        fail(n, "its scales resize the batch or channel axis (" + std::to_string(v[0]) + ", " +
+                    std::to_string(v[1]) + "); only spatial axes are supported");
+      for (std::size_t d = 0; d < sp; ++d) {
+        if (!(v[d + 2] >= 1.f) || v[d + 2] != std::floor(v[d + 2]))
+          fail(n, "its scales: factor " + std::to_string(v[d + 2]) + " of spatial axis " +
+                      std::to_string(d) + " is not supported (integer upsampling factors only)");
+        factor[d] = std::size_t(v[d + 2]);
+      }
+    } else {
+      auto const* zt = !up && opset_ >= 11 && n.input_size() > 3 && !n.input(3).empty()
+                           ? index_.constant(n.input(3))
+                           : nullptr;
+      if (!zt)
+        fail(n, "needs constant scales or sizes");
+      auto const v = ints_of(*zt);
+      if (v.size() != rank || v[1] != std::int64_t(s[0]))
+        fail(n, "its sizes must have " + std::to_string(rank) + " entries and keep the channels (" +
+                    std::to_string(s[0]) + ")");
+      for (std::size_t d = 0; d < sp; ++d) {
+        std::size_t const in = s[d + 1];
+        if (v[d + 2] < std::int64_t(in))
+          fail(n, "its sizes shrink spatial axis " + std::to_string(d) +
+                      " (downsampling is not supported)");
+        size[d] = std::size_t(v[d + 2]);
+        if (!linear && size[d] % in != 0)
+          fail(n, "its sizes: " + std::to_string(size[d]) + " is not a multiple of " +
+                      std::to_string(in) + " (nearest: integer factors only)");
+        factor[d] = size[d] / in;
+      }
+      by_size = linear;
+    }
+    UpsampleMode const um = linear ? UpsampleMode::linear : UpsampleMode::nearest;
+    if (by_size)
+      return emit(n, Upsample<T, M>::to_size(size, um, align), n.input(0));
+    emit(n, Upsample<T, M>(factor, um, align), n.input(0));
   }
 
   // Opset 12+: ratio and training_mode are inputs 1 and 2 (constants);
@@ -676,28 +827,64 @@ private:
 
   void pool(::onnx::NodeProto const& n) {
     bool const max = n.op_type() == "MaxPool";
-    auto const kernel = ints_attr(n, "kernel_shape", {});
-    int const dims = int(kernel.size());
-    if (dims != 2)
+    int const dims = int(ints_attr(n, "kernel_shape", {}).size());
+    if (dims != 2 && dims != 3)
       fail(n, "attribute kernel_shape has " + std::to_string(dims) +
-                  " entries: only 2-D pooling is supported (MaxPool3D and AvgPool3D are not "
-                  "Telar layers yet)");
-    auto const k = extents(n, "kernel_shape", 2, 1), s = extents(n, "strides", 2, 1);
-    auto const p = pads(n, shape_of(n.input(0)), k, s, {1, 1}, false);
-    if (k[0] != k[1] || s[0] != s[1] || p[0] != p[1])
-      fail(n, "attributes kernel_shape, strides and pads must be equal along both axes "
-              "(Telar's pools are square)");
-    if (int_attr(n, "ceil_mode", 0) != 0)
-      fail(n, "attribute ceil_mode = 1 is not supported yet (output sizes round down)");
-    if (max && (extents(n, "dilations", 2, 1) != std::vector<std::size_t>{1, 1} ||
-                int_attr(n, "storage_order", 0) != 0))
-      fail(n, "attributes dilations and storage_order are not supported");
-    if (!max && p[0] > 0 && int_attr(n, "count_include_pad", 0) == 0)
-      fail(n, "attribute count_include_pad = 0 with pads is not supported yet (Telar's "
-              "AvgPool2D counts the padding: nn.AvgPool2d(count_include_pad=True))");
+                  " entries: 2-D and 3-D pooling are supported");
+    Shape const& in = shape_of(n.input(0));
+    std::vector<std::size_t> const ones(std::size_t(dims), 1);
+    auto const k = extents(n, "kernel_shape", dims, 1), s = extents(n, "strides", dims, 1);
+    auto const p = pads(n, in, k, s, ones, false);
+    auto same = [](std::vector<std::size_t> const& v) {
+      return std::all_of(v.begin(), v.end(), [&](std::size_t e) { return e == v[0]; });
+    };
+    if (!same(k) || !same(s) || !same(p))
+      fail(n, "attributes kernel_shape, strides and pads must be equal along every axis "
+              "(Telar's pools are square or cubic)");
+    if (2 * p[0] > k[0])
+      fail(n, "attribute pads: " + std::to_string(p[0]) + " is more than half the window " +
+                  std::to_string(k[0]) + " (as PyTorch, Telar's pools pad at most kernel / 2)");
+    if (max && extents(n, "dilations", dims, 1) != ones)
+      fail(n, "attribute dilations is not supported (only 1)");
+    if (max && int_attr(n, "storage_order", 0) != 0)
+      fail(n, "attribute storage_order = 1 is not supported");
+    if (n.output_size() > 1 && !n.output(1).empty())
+      fail(n, "its second output (Indices) is not supported");
+    bool const ceil = int_attr(n, "ceil_mode", 0) != 0;
+    if (ceil) // PyTorch drops a last window that starts in the right padding; ONNX keeps it
+      for (int d = 0; d < dims; ++d) {
+        std::size_t const x = in[std::size_t(d + 1)];
+        if (x + 2 * p[0] < k[0])
+          break; // output_shape refuses it
+        std::size_t const o = (x + 2 * p[0] - k[0] + s[0] - 1) / s[0] + 1;
+        if ((o - 1) * s[0] >= x + p[0])
+          fail(n, "attribute ceil_mode = 1 with a last window that starts in the padding is "
+                  "not supported (PyTorch drops that window, ONNX keeps it)");
+      }
+    bool const count_pad = int_attr(n, "count_include_pad", 0) != 0;
+    if (dims == 2) {
+      if (max)
+        return emit(n, MaxPool2D<T, M>(k[0], s[0], p[0], ceil), n.input(0));
+      return emit(n, AvgPool2D<T, M>(k[0], s[0], p[0], ceil, count_pad), n.input(0));
+    }
     if (max)
-      return emit(n, MaxPool2D<T, M>(k[0], s[0], p[0]), n.input(0));
-    emit(n, AvgPool2D<T, M>(k[0], s[0], p[0]), n.input(0));
+      return emit(n, MaxPool3D<T, M>(k[0], s[0], p[0], ceil), n.input(0));
+    emit(n, AvgPool3D<T, M>(k[0], s[0], p[0], ceil, count_pad), n.input(0));
+  }
+
+  // SiLU as PyTorch 1.13 exports nn.SiLU: Sigmoid(x) read only by a Mul by x.
+  void silu_pattern(::onnx::NodeProto const& n) {
+    if (n.op_type() != "Sigmoid" || n.input_size() != 1)
+      return;
+    auto const& rs = index_.readers(n.output(0));
+    if (rs.size() != 1 || rs[0]->op_type() != "Mul" || rs[0]->input_size() != 2)
+      return;
+    auto const& m = *rs[0];
+    std::string const other = m.input(0) == n.output(0) ? m.input(1) : m.input(0);
+    if (other != n.input(0) || n.output(0) == plan_.output_name)
+      return;
+    skip_.insert(&n);
+    silu_[&m] = n.input(0);
   }
 
   // PyTorch's exact GELU: 0.5 * (x * (1 + erf(x / sqrt 2))); the five nodes
@@ -816,6 +1003,7 @@ private:
   std::map<std::string, std::string> alias_; // outputs of nodes that map to nothing
   std::set<::onnx::NodeProto const*> skip_;  // inner nodes of a recognised pattern
   std::map<::onnx::NodeProto const*, std::string> gelu_; // last node of a GELU -> its input
+  std::map<::onnx::NodeProto const*, std::string> silu_; // the Mul of a SiLU -> its input
   std::map<std::string, std::string> bound_by_;          // initializer -> the node using it
   std::set<std::string> names_;
   std::vector<ParameterBinding> pending_; // of the node being mapped
