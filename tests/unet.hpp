@@ -37,6 +37,7 @@
 #include <telar/layers/pooling.hpp>
 
 #include <cstddef>
+#include <utility>
 
 namespace telar::test::unet {
 
@@ -65,15 +66,20 @@ using Net = telar::Sequential<Conv<T>, BN<T, Stats>, Relu<T>,       // stem
                               Conv<T>, BN<T, Stats>, Relu<T>,       // reduce
                               Conv<T>, telar::Flatten<T>, telar::Dense<T>>; // per-pixel head
 
+/// The U-Net block (both levels) for inputs [c, H, W]: gives [2c, H, W].
+template <class T, class Stats>
+Level1<T, Stats> make_block(std::size_t c) {
+  Level2<T, Stats> level2(Pool<T>(2), Conv<T>(2 * c, 2 * c, 3, 1, 1), BN<T, Stats>(2 * c), {},
+                          Up<T>(2 * c, 2 * c, 2, 2));
+  return Level1<T, Stats>(Pool<T>(2), Conv<T>(c, 2 * c, 3, 1, 1), BN<T, Stats>(2 * c), {},
+                          std::move(level2), Conv<T>(4 * c, 2 * c, 3, 1, 1), BN<T, Stats>(2 * c),
+                          {}, Up<T>(2 * c, c, 2, 2));
+}
+
 /// The U-Net for inputs [in, hw, hw] (hw a multiple of 4), width c.
 template <class T, class Stats>
 Net<T, Stats> make_net(std::size_t in, std::size_t hw, std::size_t c, std::size_t classes) {
-  Level2<T, Stats> level2(Pool<T>(2), Conv<T>(2 * c, 2 * c, 3, 1, 1), BN<T, Stats>(2 * c), {},
-                          Up<T>(2 * c, 2 * c, 2, 2));
-  Level1<T, Stats> level1(Pool<T>(2), Conv<T>(c, 2 * c, 3, 1, 1), BN<T, Stats>(2 * c), {},
-                          std::move(level2), Conv<T>(4 * c, 2 * c, 3, 1, 1), BN<T, Stats>(2 * c),
-                          {}, Up<T>(2 * c, c, 2, 2));
-  return Net<T, Stats>(Conv<T>(in, c, 3, 1, 1), BN<T, Stats>(c), {}, std::move(level1),
+  return Net<T, Stats>(Conv<T>(in, c, 3, 1, 1), BN<T, Stats>(c), {}, make_block<T, Stats>(c),
                        Conv<T>(2 * c, c, 3, 1, 1), BN<T, Stats>(c), {}, Conv<T>(c, 1, 1), {},
                        telar::Dense<T>(hw * hw, classes));
 }
