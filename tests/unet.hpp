@@ -53,17 +53,16 @@ template <class T>
 using Relu = telar::ReLU<T>;
 
 template <class T, class Stats>
-using Level2 =
-    telar::DenseConcat<Pool<T>, Conv<T>, BN<T, Stats>, Relu<T>, // down
-                       Up<T>>;                                  // up
+using Level2 = telar::DenseConcat<Pool<T>, Conv<T>, BN<T, Stats>, Relu<T>, // down
+                                  Up<T>>;                                  // up
 template <class T, class Stats>
 using Level1 = telar::DenseConcat<Pool<T>, Conv<T>, BN<T, Stats>, Relu<T>, // down
                                   Level2<T, Stats>,                        // inner level
                                   Conv<T>, BN<T, Stats>, Relu<T>, Up<T>>;  // reduce, up
 template <class T, class Stats>
-using Net = telar::Sequential<Conv<T>, BN<T, Stats>, Relu<T>,       // stem
-                              Level1<T, Stats>,                     // the U-Net block
-                              Conv<T>, BN<T, Stats>, Relu<T>,       // reduce
+using Net = telar::Sequential<Conv<T>, BN<T, Stats>, Relu<T>,               // stem
+                              Level1<T, Stats>,                             // the U-Net block
+                              Conv<T>, BN<T, Stats>, Relu<T>,               // reduce
                               Conv<T>, telar::Flatten<T>, telar::Dense<T>>; // per-pixel head
 
 /// The U-Net block (both levels) for inputs [c, H, W]: gives [2c, H, W].

@@ -532,7 +532,7 @@ using BN = telar::BatchNorm<T>; // LocalStats; telar::SyncStats normalises over 
 template <class T>
 using ConvBN = telar::Sequential<Conv<T>, BN<T>>;
 template <class T>
-using Basic = telar::ProjectedResidual<ConvBN<T>,                                        // shortcut
+using Basic = telar::ProjectedResidual<ConvBN<T>,                                       // shortcut
                                        Conv<T>, BN<T>, telar::ReLU<T>, Conv<T>, BN<T>>; // body
 template <class T>
 using Relu = telar::ReLU<T>;

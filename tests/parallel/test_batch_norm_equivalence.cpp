@@ -123,8 +123,8 @@ Result train(MPI_Comm comm, Model model, telar::TrainerOptions const& opts, Data
 // (rank d's share of a step is rows [d local, (d + 1) local), cut into
 // `microbatches` equal micro-batches).
 Data interleave(Data const& data, std::size_t batch, int dp, int microbatches) {
-  std::size_t const n = data.x.extent(0), width = data.x.extent(1),
-                    local = batch / std::size_t(dp), mb = local / std::size_t(microbatches);
+  std::size_t const n = data.x.extent(0), width = data.x.extent(1), local = batch / std::size_t(dp),
+                    mb = local / std::size_t(microbatches);
   auto hx = telar::test::to_host(data.x);
   auto hy = telar::test::to_host(data.y);
   Data out{telar::Matrix<T>("x", n, width), telar::Labels<>("y", n)};
@@ -322,8 +322,8 @@ TEST_CASE("A U-Net with SyncStats equals serial under dp, pp, dp x pp and ZeRO-3
   SECTION("ZeRO-3 over every rank") {
     Result const want =
         train(MPI_COMM_SELF, make_unet(), options(), data, batch, steps, unet_image);
-    Result const got = train<UNet, Zero3>(MPI_COMM_WORLD, make_unet(), options(), data, batch,
-                                          steps, unet_image);
+    Result const got =
+        train<UNet, Zero3>(MPI_COMM_WORLD, make_unet(), options(), data, batch, steps, unet_image);
     double const worst = worst_difference(got.model, want.model);
     INFO("U-Net ZeRO-3 dp=" << n << ": worst relative difference " << worst);
     CHECK(worst <= 1e-11);
