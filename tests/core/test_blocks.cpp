@@ -2,14 +2,18 @@
 // and the joins of branches (Concat, DenseConcat, Add, Mul). Shapes and their
 // error messages, parameter names, gradients by finite differences (double),
 // backward_weight without backward_input, saved state reused across steps,
-// and saved_bytes() against the bytes the meter sees allocated.
+// and saved_bytes() against the bytes the meter sees allocated; a two-level
+// U-Net with BatchNorm by finite differences; the branching guide's blocks.
 #include "support.hpp"
+#include "unet.hpp"
 
 #include <telar/core/branches.hpp>
 #include <telar/core/residual.hpp>
 #include <telar/core/sequential.hpp>
 #include <telar/layers/activation.hpp>
+#include <telar/layers/batch_norm.hpp>
 #include <telar/layers/conv.hpp>
+#include <telar/layers/conv_transpose.hpp>
 #include <telar/layers/dense.hpp>
 #include <telar/layers/normalization.hpp>
 #include <telar/layers/pooling.hpp>
@@ -19,7 +23,9 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 using Catch::Matchers::ContainsSubstring;
@@ -503,14 +509,31 @@ TEST_CASE("Blocks: saved_bytes() is what the saved state allocates", "[blocks][j
   CHECK(measured_saved_bytes(net.layer<4>(), 3, telar::Shape{2, 6}) > 0);
 }
 
+// A two-level U-Net (tests/unet.hpp: DenseConcat skips around MaxPool2D,
+// conv-BN-ReLU and a stride-2 ConvTranspose2D; a 1x1 head flattened into a
+// classifier), BatchNorm in training mode: every input and parameter gradient
+// against central differences.
+TEST_CASE("A two-level U-Net with BatchNorm: gradients match finite differences",
+          "[blocks][joins][unet][fd]") {
+  auto net = telar::test::unet::make_net<double, telar::SyncStats>(2, 8, 2, 3);
+  auto const report = telar::check_gradients(net, telar::Shape{2, 8, 8}, 2);
+  INFO(report.str());
+  CHECK(report.tensors.size() == 1 + names(net).size());
+  CHECK(report.passed(1e-6));
+}
+
 // The blocks of docs/writing_networks_that_branch.md, as written there:
 // their shapes and parameter names.
 namespace branch_guide {
 template <class T>
 using Conv = telar::Conv2D<T>;
 template <class T>
-using Basic = telar::ProjectedResidual<Conv<T>,                           // shortcut
-                                       Conv<T>, telar::ReLU<T>, Conv<T>>; // body
+using BN = telar::BatchNorm<T>; // LocalStats; telar::SyncStats normalises over the dp group
+template <class T>
+using ConvBN = telar::Sequential<Conv<T>, BN<T>>;
+template <class T>
+using Basic = telar::ProjectedResidual<ConvBN<T>,                                       // shortcut
+                                       Conv<T>, BN<T>, telar::ReLU<T>, Conv<T>, BN<T>>; // body
 template <class T>
 using Relu = telar::ReLU<T>;
 template <class T>
@@ -519,7 +542,22 @@ using Inception = telar::Concat<telar::Sequential<Conv<T>, Relu<T>>,            
                                 telar::Sequential<Conv<T>, Relu<T>, Conv<T>, Relu<T>>, // 1x1 -> 5x5
                                 telar::Sequential<telar::MaxPool2D<T>, Conv<T>, Relu<T>>>; // pool
 template <class T>
-using DenseLayer = telar::DenseConcat<Relu<T>, Conv<T>, Relu<T>, Conv<T>>;
+using DenseLayer = telar::DenseConcat<BN<T>, Relu<T>, Conv<T>, BN<T>, Relu<T>, Conv<T>>;
+template <class T>
+using Pool = telar::MaxPool2D<T>;
+template <class T>
+using Up = telar::ConvTranspose2D<T>; // kernel 2, stride 2: doubles H and W
+template <class T>
+using Level2 = telar::DenseConcat<Pool<T>, Conv<T>, BN<T>, Relu<T>, Up<T>>;
+template <class T>
+using Level1 = telar::DenseConcat<Pool<T>, Conv<T>, BN<T>, Relu<T>, // down
+                                  Level2<T>,                        // inner level
+                                  Conv<T>, BN<T>, Relu<T>, Up<T>>;  // reduce, up
+template <class T>
+using UNet = telar::Sequential<Conv<T>, BN<T>, Relu<T>, // stem: [3, H, W] -> [8, H, W]
+                               Level1<T>,               // [16, H, W]
+                               Conv<T>, BN<T>, Relu<T>, // reduce: [8, H, W]
+                               Conv<T>>;                // per-pixel head: [2, H, W]
 template <class T>
 using Excite = telar::Sequential<telar::GlobalAvgPool<T>, telar::Dense<T>, Relu<T>, telar::Dense<T>,
                                  telar::Sigmoid<T>>;
@@ -529,11 +567,19 @@ using SE = telar::Mul<telar::Identity<T>, Excite<T>>;
 
 TEST_CASE("The branching guide's blocks have the shapes and names it shows", "[blocks][doc]") {
   using namespace branch_guide;
-  Basic<float> block(Conv<float>(64, 128, 1, 2, 0, false), Conv<float>(64, 128, 3, 2, 1, false), {},
-                     Conv<float>(128, 128, 3, 1, 1, false));
+  Basic<float> block(ConvBN<float>(Conv<float>(64, 128, 1, 2, 0, false), BN<float>(128)),
+                     Conv<float>(64, 128, 3, 2, 1, false), BN<float>(128), {},
+                     Conv<float>(128, 128, 3, 1, 1, false), BN<float>(128));
   block.build(telar::Shape{64, 8, 8});
   CHECK(block.output_shape(telar::Shape{64, 8, 8}) == telar::Shape{128, 4, 4});
-  CHECK(names(block) == std::vector<std::string>{"0.weight", "2.weight", "shortcut.weight"});
+  CHECK(names(block) == std::vector<std::string>{"0.weight", "1.weight", "1.bias", "3.weight",
+                                                 "4.weight", "4.bias", "shortcut.0.weight",
+                                                 "shortcut.1.weight", "shortcut.1.bias"});
+  std::vector<std::string> buffers;
+  block.buffers([&](char const* n, auto&) { buffers.emplace_back(n); });
+  CHECK(buffers == std::vector<std::string>{"1.running_mean", "1.running_var", "4.running_mean",
+                                            "4.running_var", "shortcut.1.running_mean",
+                                            "shortcut.1.running_var"});
 
   using S = telar::Sequential<Conv<float>, Relu<float>>;
   using S2 = telar::Sequential<Conv<float>, Relu<float>, Conv<float>, Relu<float>>;
@@ -547,9 +593,26 @@ TEST_CASE("The branching guide's blocks have the shapes and names it shows", "[b
   CHECK(names(inception)[2] == "1.0.weight");
   CHECK(names(inception)[4] == "1.2.weight");
 
-  DenseLayer<float> layer({}, Conv<float>(64, 128, 1, 1, 0, false), {},
-                          Conv<float>(128, 32, 3, 1, 1, false));
+  DenseLayer<float> layer(BN<float>(64), {}, Conv<float>(64, 128, 1, 1, 0, false), BN<float>(128),
+                          {}, Conv<float>(128, 32, 3, 1, 1, false));
   CHECK(layer.output_shape(telar::Shape{64, 8, 8}) == telar::Shape{96, 8, 8});
+  layer.build(telar::Shape{64, 8, 8});
+  CHECK(names(layer) == std::vector<std::string>{"0.weight", "0.bias", "2.weight", "3.weight",
+                                                 "3.bias", "5.weight"});
+
+  Level2<float> level2(Pool<float>(2), Conv<float>(16, 16, 3, 1, 1), BN<float>(16), {},
+                       Up<float>(16, 16, 2, 2));
+  Level1<float> level1(Pool<float>(2), Conv<float>(8, 16, 3, 1, 1), BN<float>(16), {},
+                       std::move(level2), Conv<float>(32, 16, 3, 1, 1), BN<float>(16), {},
+                       Up<float>(16, 8, 2, 2));
+  UNet<float> unet(Conv<float>(3, 8, 3, 1, 1), BN<float>(8), {}, std::move(level1),
+                   Conv<float>(16, 8, 3, 1, 1), BN<float>(8), {}, Conv<float>(8, 2, 1));
+  CHECK(unet.output_shape(telar::Shape{3, 16, 16}) == telar::Shape{2, 16, 16});
+  unet.build(telar::Shape{3, 16, 16});
+  auto const unet_names = names(unet);
+  CHECK(std::count(unet_names.begin(), unet_names.end(), "3.1.weight") == 1);
+  CHECK(std::count(unet_names.begin(), unet_names.end(), "3.4.1.weight") == 1);
+  CHECK(unet_names.back() == "7.bias");
 
   SE<float> se(
       {}, Excite<float>({}, telar::Dense<float>(256, 16), {}, telar::Dense<float>(16, 256), {}));

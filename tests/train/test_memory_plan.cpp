@@ -7,6 +7,7 @@
 // without warnings. And a layout over the budget is refused before any
 // allocation, with the same message on every rank.
 #include "support.hpp"
+#include "unet.hpp"
 
 #include <telar/core/dynamic_sequential.hpp>
 #include <telar/core/recompute.hpp>
@@ -116,8 +117,9 @@ RecomputedMlp make_recomputed() {
   return telar::recompute_all(make_mlp());
 }
 
-// Every convolutional, pooling, normalisation and residual block, nested:
-// [4, 4, 4] -> 16 classes.
+// Every convolutional, pooling, normalisation and residual block, nested, a
+// two-level U-Net block among them (tests/unet.hpp: DenseConcat skips around
+// MaxPool2D, conv-BatchNorm-ReLU and ConvTranspose2D): [4, 4, 4] -> 16 classes.
 using Im2col = telar::Conv2D<T, telar::DefaultMemorySpace, telar::AutoGemm, telar::Im2colConv>;
 using ConvBlock = telar::Residual<telar::Conv2D<T>, telar::ReLU<T>>;
 using ProjectedConv =
@@ -127,14 +129,16 @@ using Inner = telar::Residual<telar::LayerNorm<T>, telar::Dense<T>, telar::Tanh<
 using Outer = telar::Residual<Inner, telar::RMSNorm<T>>;
 using DynBody = std::variant<telar::Dense<T>, telar::ReLU<T>>;
 using DynBlock = telar::DynamicResidual<DynBody>;
-using ConvZoo = telar::Sequential<ConvBlock, ProjectedConv, telar::MaxPool2D<T>, telar::Flatten<T>,
-                                  telar::Recompute<DenseBlock>, Outer, DynBlock, telar::Dense<T>>;
+using UNetBlock = telar::test::unet::Level1<T, telar::LocalStats>;
+using ConvZoo =
+    telar::Sequential<ConvBlock, UNetBlock, ProjectedConv, telar::MaxPool2D<T>, telar::Flatten<T>,
+                      telar::Recompute<DenseBlock>, Outer, DynBlock, telar::Dense<T>>;
 
 ConvBlock conv_block() {
   return ConvBlock(telar::Conv2D<T>(4, 4, 3, 1, 1), {});
 }
 ProjectedConv projected_conv() {
-  return ProjectedConv(Im2col(4, 8, 1), Im2col(4, 8, 3, 1, 1), telar::GroupNorm<T>(2, 8), {});
+  return ProjectedConv(Im2col(8, 8, 1), Im2col(8, 8, 3, 1, 1), telar::GroupNorm<T>(2, 8), {});
 }
 DenseBlock dense_block(std::size_t width) {
   return DenseBlock(telar::Dense<T>(width, width), {}, telar::Dropout<T>(0.1));
@@ -150,7 +154,8 @@ DynBlock dynamic_block(std::size_t width) {
   return DynBlock(std::move(body));
 }
 ConvZoo make_conv_zoo() {
-  return ConvZoo(conv_block(), projected_conv(), telar::MaxPool2D<T>(2), {},
+  return ConvZoo(conv_block(), telar::test::unet::make_block<T, telar::LocalStats>(4),
+                 projected_conv(), telar::MaxPool2D<T>(2), {},
                  telar::Recompute<DenseBlock>(dense_block(32)), nested_block(32), dynamic_block(32),
                  telar::Dense<T>(32, 16));
 }
@@ -541,12 +546,13 @@ TEST_CASE("Every built-in layer plans what it allocates", "[memory]") {
 
 TEST_CASE("Every built-in block plans what it allocates when nested", "[memory]") {
   check_alone(conv_block(), telar::Shape{4, 4, 4});
-  check_alone(projected_conv(), telar::Shape{4, 4, 4});
+  check_alone(projected_conv(), telar::Shape{8, 4, 4});
+  check_alone(telar::test::unet::make_block<T, telar::LocalStats>(2), telar::Shape{2, 8, 8});
   check_alone(dense_block(6), telar::Shape(6));
   check_alone(nested_block(6), telar::Shape(6));
   check_alone(dynamic_block(6), telar::Shape(6));
   check_alone(telar::Recompute<DenseBlock>(dense_block(6)), telar::Shape(6));
-  check_alone(telar::Recompute<ProjectedConv>(projected_conv()), telar::Shape{4, 4, 4});
+  check_alone(telar::Recompute<ProjectedConv>(projected_conv()), telar::Shape{8, 4, 4});
   check_alone(telar::Sequential<telar::Dense<T>, telar::ReLU<T>>(telar::Dense<T>(8, 6), {}),
               telar::Shape(8));
   check_alone(telar::make_transformer_block<T>(8, 2), telar::Shape{5, 8});
