@@ -1,0 +1,326 @@
+// telar_probe: measures this machine's telar::MachineProfile and writes it
+// where the planner reads it (telar::default_profile_path(), or --out).
+//
+//   mpirun -np 2 build/bench/probe/telar_probe [--out PATH] [--reps N]
+//
+// Compute rates are taken on rank 0 while the other ranks wait (one rank
+// alone, as the profile defines them): a Dense layer's forward at n = 64,
+// 256, 1024 (GEMM), a 3x3 Conv2D 32->32 on 14x14 images, an element-wise
+// ReLU pass (the fallback for layers that calibrate_layers() did not time).
+// shared_slowdown: a Dense 784->256 forward + backward timed on rank 0 alone
+// and on every rank at once (the median ratio). Message costs are fitted
+// over every rank: alpha + beta * bytes * f(p), least squares weighted by
+// 1/t^2 (relative error, so small messages fix alpha) over 8 B .. 64 MiB,
+// each call on a fresh buffer out of a pool larger than the caches, for
+// telar::RingAllreduce (the "allreduce" the examples use), MPI_Allreduce
+// ("mpi_allreduce"), MPI_Reduce_scatter_block, MPI_Allgather and a
+// ping-pong (same node when every rank is on this host: the "same node"
+// link class). sync_wait: see sync_wait_seconds(). Fixed step costs: Trainer steps of a 4-parameter model
+// (DataParallel<RingAllreduce>, SGD) at 1 and 8 micro-batches, less the
+// allreduce's alpha. Medians of --reps.
+#include <telar/layers/activation.hpp>
+#include <telar/layers/conv.hpp>
+#include <telar/layers/dense.hpp>
+#include <telar/comm/allreduce.hpp>
+#include <telar/optim/adam.hpp>
+#include <telar/optim/sgd.hpp>
+#include <telar/parallel/calibrate.hpp>
+#include <telar/parallel/machine_profile.hpp>
+#include <telar/train/trainer.hpp>
+
+#include <Kokkos_Core.hpp>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+int reps = 7;
+
+template <class F>
+double median_seconds(F&& f) {
+  f(); // warm-up
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    double const t0 = MPI_Wtime();
+    f();
+    Kokkos::fence();
+    t.push_back(MPI_Wtime() - t0);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// GFLOP/s of a layer's forward over n samples of shape `in`.
+template <class L>
+double forward_gflops(L layer, std::size_t n, telar::Shape const& in) {
+  if constexpr (telar::detail::is_detected_v<telar::detail::build_t, L>)
+    layer.build(in);
+  layer.initialize(1);
+  std::size_t const out = layer.output_shape(in).size();
+  telar::Matrix<float> x("x", n, in.size()), y("y", n, out);
+  Kokkos::deep_copy(x, 0.5f);
+  typename L::saved_type saved;
+  Kokkos::DefaultExecutionSpace exec;
+  double const s = median_seconds([&] { layer.forward(exec, x, y, saved); });
+  return layer.flops(n, in) / s * 1e-9;
+}
+
+// Least-squares alpha, beta of t = alpha + beta * x, weighted by 1/t^2:
+// the relative error counts, so 8-byte calls fix alpha and 64 MiB ones beta.
+telar::LinkCost fit(std::vector<double> const& x, std::vector<double> const& t) {
+  double sw = 0, sx = 0, st = 0, sxx = 0, sxt = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    double const w = 1.0 / (t[i] * t[i]);
+    sw += w;
+    sx += w * x[i];
+    st += w * t[i];
+    sxx += w * x[i] * x[i];
+    sxt += w * x[i] * t[i];
+  }
+  telar::LinkCost c;
+  c.beta = std::max(0.0, (sw * sxt - sx * st) / (sw * sxx - sx * sx));
+  c.alpha = std::max(0.0, (st - c.beta * sx) / sw);
+  return c;
+}
+
+// Buffers that a collective takes in turn, together larger than the caches,
+// so no call finds its data cached by the previous one.
+struct FreshBuffers {
+  std::vector<std::vector<float>> pool;
+  std::size_t next = 0;
+  explicit FreshBuffers(std::size_t bytes) {
+    std::size_t const n = std::max<std::size_t>(2, (std::size_t(192) << 20) / std::max<std::size_t>(bytes, 1));
+    pool.assign(std::min<std::size_t>(n, 64), std::vector<float>(std::max<std::size_t>(bytes / 4, 2), 1.0f));
+  }
+  float* get() { return pool[next++ % pool.size()].data(); }
+};
+
+// Every rank: the collective `run(bytes)` over sizes, fitted against bytes * factor.
+template <class Run>
+telar::LinkCost measure(char const* what, double factor, Run run) {
+  std::vector<double> x, t;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  for (std::size_t bytes = 8; bytes <= (std::size_t(64) << 20); bytes *= 4) {
+    FreshBuffers in(bytes), out(bytes);
+    MPI_Barrier(MPI_COMM_WORLD);
+    double s = median_seconds([&] { run(bytes, in.get(), out.get()); });
+    MPI_Allreduce(MPI_IN_PLACE, &s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    x.push_back(double(bytes) * factor);
+    t.push_back(s);
+    if (rank == 0)
+      std::fprintf(stderr, "%s %zu B: %.1f us\n", what, bytes, s * 1e6);
+  }
+  return fit(x, t);
+}
+
+// Median seconds of a Dense 784->256 forward + backward on 64 rows.
+double dense_step_seconds() {
+  using D = telar::Dense<float>;
+  auto const t = telar::detail::time_layer(D(784, 256), telar::Shape{784}, 64, reps * 3);
+  return t.forward + t.backward_input + t.backward_weight;
+}
+
+// Expected scheduling wait of one blocking synchronisation: every rank
+// loops (compute ~1 ms, 8-byte telar::RingAllreduce); the median loop less
+// the median of the same compute with no allreduce, less the allreduce's alpha.
+double sync_wait_seconds(telar::Communicator const& comm, double alpha) {
+  using D = telar::Dense<float>;
+  auto run = [&](bool sync) {
+    std::vector<double> t;
+    float flag = 1;
+    for (int i = 0; i < 4 + 6 * reps; ++i) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      double const t0 = MPI_Wtime();
+      (void)telar::detail::time_layer(D(784, 256), telar::Shape{784}, 64, 1);
+      if (sync)
+        telar::RingAllreduce::allreduce(comm, &flag, 1);
+      if (i >= 4)
+        t.push_back(MPI_Wtime() - t0);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  std::vector<double> d;
+  for (int i = 0; i < 3; ++i) { // interleaved
+    double const with = run(true), without = run(false);
+    d.push_back(with - without - alpha);
+  }
+  std::sort(d.begin(), d.end());
+  double w = std::max(0.0, d[1]);
+  MPI_Allreduce(MPI_IN_PLACE, &w, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return w;
+}
+
+// Median seconds of a Trainer step of a 4-parameter model with `m` micro-batches.
+double trainer_step_seconds(int p, int m) {
+  using Model = telar::Sequential<telar::Dense<float>>;
+  using S = telar::Strategy<telar::DataParallel<telar::RingAllreduce>>;
+  telar::TrainerOptions o;
+  o.batch_size = std::size_t(8 * p);
+  o.microbatches = m;
+  o.grid = {p, 1, 1};
+  telar::Trainer<Model, S, telar::SGD<float>> trainer(MPI_COMM_WORLD,
+                                                      Model(telar::Dense<float>(1, 2)),
+                                                      telar::SGD<float>{}, o, telar::Shape{1});
+  telar::Matrix<float> x("x", 8, 1);
+  telar::Labels<telar::DefaultMemorySpace> y("y", 8);
+  std::vector<double> t;
+  for (int i = 0; i < 3 + 4 * reps; ++i) {
+    double const s = trainer.step(x, y).seconds;
+    if (i >= 3)
+      t.push_back(s);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rc = 0;
+  {
+    Kokkos::ScopeGuard kokkos(argc, argv);
+    int rank = 0, p = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &p);
+    std::string out = telar::default_profile_path();
+    for (int i = 1; i < argc; ++i) {
+      if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc)
+        out = argv[++i];
+      else if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+        reps = std::max(1, std::atoi(argv[++i]));
+    }
+    telar::MachineProfile prof;
+    char host[256] = "unknown";
+    int len = 0;
+    MPI_Get_processor_name(host, &len);
+    prof.name = std::string(host) + " (telar_probe, np " + std::to_string(p) + ")";
+    prof.cores = std::max(1, int(std::thread::hardware_concurrency()));
+    if (rank == 0) {
+      using D = telar::Dense<float>;
+      prof.gemm_gflops_64 = forward_gflops(D(64, 64), 64, telar::Shape{64});
+      prof.gemm_gflops_256 = forward_gflops(D(256, 256), 256, telar::Shape{256});
+      prof.gemm_gflops_1024 = forward_gflops(D(1024, 1024), 256, telar::Shape{1024});
+      prof.conv_gflops =
+          forward_gflops(telar::Conv2D<float>(32, 32, 3, 1, 1), 16, telar::Shape{32, 14, 14});
+      // ReLU over 1M floats: 8 MB read and written; a tiny one gives the per-call cost.
+      telar::ReLU<float> relu;
+      std::size_t const n = 1024, w = 1024;
+      telar::Matrix<float> x("x", n, w), y("y", n, w);
+      Kokkos::deep_copy(x, 0.5f);
+      typename telar::ReLU<float>::saved_type saved;
+      Kokkos::DefaultExecutionSpace exec;
+      double const s = median_seconds([&] { relu.forward(exec, x, y, saved); });
+      prof.elementwise_gbs = double(n * w * 2 * sizeof(float)) / s * 1e-9;
+      telar::Matrix<float> xs("xs", 1, 16), ys("ys", 1, 16);
+      prof.layer_overhead_us =
+          1e6 * median_seconds([&] {
+            for (int i = 0; i < 100; ++i)
+              relu.forward(exec, xs, ys, saved);
+          }) / 100;
+    }
+    // Compute of every rank at once against rank 0 alone, interleaved.
+    if (p > 1) {
+      std::vector<double> ratio;
+      for (int i = 0; i < 3; ++i) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double alone = 0;
+        if (rank == 0)
+          alone = dense_step_seconds();
+        MPI_Barrier(MPI_COMM_WORLD);
+        double const together = dense_step_seconds();
+        ratio.push_back(together / alone);
+      }
+      std::sort(ratio.begin(), ratio.end());
+      prof.shared_slowdown = std::max(1.0, ratio[1]);
+      MPI_Bcast(&prof.shared_slowdown, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    }
+    if (p > 1) {
+      double const pd = double(p);
+      telar::Communicator comm(MPI_COMM_WORLD, "telar_probe");
+      prof.allreduce = measure("ring allreduce", 2 * (pd - 1) / pd,
+                               [&](std::size_t bytes, float* a, float*) {
+                                 telar::RingAllreduce::allreduce(comm, a, bytes / 4);
+                               });
+      prof.mpi_allreduce = measure("MPI_Allreduce", 2 * (pd - 1) / pd,
+                                   [&](std::size_t bytes, float* a, float* b) {
+                                     MPI_Allreduce(a, b, int(std::max<std::size_t>(bytes / 4, 1)),
+                                                   MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                                   });
+      prof.reduce_scatter = measure("MPI_Reduce_scatter_block", (pd - 1) / pd,
+                                    [&](std::size_t bytes, float* a, float* b) {
+                                      MPI_Reduce_scatter_block(
+                                          a, b, int(std::max<std::size_t>(bytes / 4 / std::size_t(p), 1)),
+                                          MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                                    });
+      prof.all_gather = measure("MPI_Allgather", (pd - 1) / pd,
+                                [&](std::size_t bytes, float* a, float* b) {
+                                  int const n = int(std::max<std::size_t>(bytes / std::size_t(p), 1));
+                                  MPI_Allgather(a, n, MPI_CHAR, b, n, MPI_CHAR, MPI_COMM_WORLD);
+                                });
+      // Ping-pong between ranks 0 and 1: half the round trip.
+      prof.send_recv = measure("send/recv", 1.0, [&](std::size_t bytes, float* a, float* b) {
+        for (int i = 0; i < 2; ++i) {
+          if (rank == 0) {
+            MPI_Send(a, int(bytes), MPI_CHAR, 1, 0, MPI_COMM_WORLD);
+            MPI_Recv(b, int(bytes), MPI_CHAR, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+          } else if (rank == 1) {
+            MPI_Recv(b, int(bytes), MPI_CHAR, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(a, int(bytes), MPI_CHAR, 0, 0, MPI_COMM_WORLD);
+          }
+        }
+      });
+      prof.send_recv.alpha /= 4; // two round trips of two messages
+      prof.send_recv.beta /= 4;
+      prof.sync_wait_us = 1e6 * sync_wait_seconds(comm, prof.allreduce.alpha);
+    }
+    {
+      // Fixed step costs; the 4-parameter model's own allreduce is the
+      // model's dp sync, not a fixed cost.
+      double const one = trainer_step_seconds(p, 1), eight = trainer_step_seconds(p, 8);
+      double const sync = p > 1 ? prof.allreduce.alpha : 0.0;
+      prof.step_overhead_us = std::max(0.0, (one - sync) * 1e6);
+      prof.microbatch_overhead_us = std::max(0.0, (eight - one) / 7 * 1e6);
+      MPI_Bcast(&prof.step_overhead_us, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+      MPI_Bcast(&prof.microbatch_overhead_us, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    }
+    if (rank == 0) {
+      // The optimizer's update (AdamW: 2 state slots) per parameter, 4 M
+      // parameters, out of cache.
+      std::size_t const n = std::size_t(4) << 20;
+      Kokkos::View<float*> w("w", n), g("g", n), st("st", 2 * n);
+      telar::AdamW<float> opt;
+      telar::StepInfo<float> info;
+      info.lr = 1e-3f;
+      double const s = median_seconds([&] {
+        Kokkos::parallel_for(
+            "telar_probe::adamw", n, KOKKOS_LAMBDA(std::size_t i) {
+              opt.update(w(i), g(i), telar::OptimizerState<float>{&st(i), n}, info);
+            });
+      });
+      prof.optimizer_ns_per_parameter = s / double(n) * 1e9;
+    }
+    if (rank == 0) {
+      std::error_code ec;
+      std::filesystem::create_directories(std::filesystem::path(out).parent_path(), ec);
+      try {
+        telar::save_machine_profile(prof, out);
+        std::printf("%s\nwritten to %s\n", prof.to_json().c_str(), out.c_str());
+      } catch (std::exception const& e) {
+        std::fprintf(stderr, "telar_probe: %s\n", e.what());
+        rc = 1;
+      }
+    }
+  }
+  MPI_Finalize();
+  return rc;
+}

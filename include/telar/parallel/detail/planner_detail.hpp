@@ -1,0 +1,117 @@
+#pragma once
+// What telar::plan_layout enumerates and how it words its answer.
+#include <telar/comm/process_grid.hpp>
+#include <telar/core/recompute.hpp>
+#include <telar/core/sequential.hpp>
+#include <telar/parallel/strategy.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace telar::detail {
+
+// The sharding stage of a strategy type (0 without data parallelism).
+template <class StrategyT>
+constexpr int planned_zero_stage() {
+  if constexpr (StrategyT::has_data_parallel)
+    return StrategyT::data_parallel::sharding::stage;
+  else
+    return 0;
+}
+
+// Every top-level layer recomputed (telar::RecomputeAll).
+template <class Model>
+inline constexpr bool recomputes_v = false;
+template <class... Ls>
+inline constexpr bool recomputes_v<Sequential<Ls...>> = (sizeof...(Ls) > 0) &&
+                                                        (is_recompute_v<Ls> && ...);
+
+template <class Model>
+bool has_tensor_parallel_layers(Model const& model) {
+  bool any = false;
+  model.for_each_layer([&](auto, auto const& layer) {
+    using L = std::decay_t<decltype(layer)>;
+    any = any || layer_traits<L>::has_tensor_parallel;
+  });
+  return any;
+}
+
+// dp x pp x tp of `world` with the axes the strategy has (tp > 1 only with
+// tensor-parallel layers).
+template <class StrategyT>
+std::vector<GridShape> grids(int world, bool tp_layers) {
+  std::vector<GridShape> out;
+  for (int pp = 1; pp <= world; ++pp)
+    for (int tp = 1; tp <= world / pp; ++tp) {
+      if (world % (pp * tp) != 0)
+        continue;
+      GridShape const g{world / (pp * tp), pp, tp};
+      if ((g.pp > 1 && !StrategyT::has_pipeline_parallel) ||
+          (g.tp > 1 && !(StrategyT::has_tensor_parallel && tp_layers)) ||
+          (g.dp > 1 && !StrategyT::has_data_parallel))
+        continue;
+      out.push_back(g);
+    }
+  return out;
+}
+
+// Fastest first; each says why it is where it is.
+template <class Candidate>
+void rank_candidates(std::vector<Candidate>& c) {
+  std::stable_sort(c.begin(), c.end(), [](Candidate const& a, Candidate const& b) {
+    return a.predicted_step_ms < b.predicted_step_ms;
+  });
+  if (c.empty())
+    return;
+  double const best = c.front().predicted_step_ms;
+  char buf[160];
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    if (i == 0) {
+      std::snprintf(buf, sizeof buf, "fastest of %zu that fit", c.size());
+      std::string why = buf;
+      if (c.size() > 1) {
+        std::snprintf(buf, sizeof buf, "; next %.2f ms (+%.0f%%) ", c[1].predicted_step_ms,
+                      100 * (c[1].predicted_step_ms / best - 1));
+        why += buf + c[1].str();
+      }
+      c[i].reason = why + "; " + c[i].prediction.summary();
+    } else {
+      std::snprintf(buf, sizeof buf, "+%.0f%% over the fastest; ",
+                    100 * (c[i].predicted_step_ms / best - 1));
+      c[i].reason = buf + c[i].prediction.summary();
+    }
+  }
+}
+
+inline std::string json_quote(std::string const& s) {
+  std::string q = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\')
+      q += '\\';
+    if (static_cast<unsigned char>(ch) >= 0x20)
+      q += ch;
+  }
+  return q + "\"";
+}
+
+template <class Candidate>
+std::string candidates_json(std::vector<Candidate> const& cs) {
+  std::string s = "[";
+  char buf[256];
+  for (auto const& c : cs) {
+    std::snprintf(buf, sizeof buf,
+                  "{\"dp\":%d,\"pp\":%d,\"tp\":%d,\"zero\":%d,\"microbatches\":%d,"
+                  "\"recompute\":%s,\"fits\":%s,\"predicted_step_ms\":%.4g,\"memory_bytes\":%zu,",
+                  c.grid.dp, c.grid.pp, c.grid.tp, c.zero_stage, c.microbatches,
+                  c.recompute ? "true" : "false", c.fits ? "true" : "false",
+                  c.predicted_step_ms, c.memory_bytes);
+    s += (s.size() > 1 ? "," : "") + std::string(buf) + "\"schedule\":" + json_quote(c.schedule) +
+         ",\"reason\":" + json_quote(c.reason) + "}";
+  }
+  return s + "]";
+}
+
+} // namespace telar::detail

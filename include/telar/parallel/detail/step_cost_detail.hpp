@@ -1,0 +1,347 @@
+#pragma once
+// The cost model behind telar::predict_step: per-layer times from flops()
+// and the machine profile, per-stage sums, the schedule simulator, then the
+// data-parallel reduction and the optimizer.
+#include <telar/core/recompute.hpp>
+#include <telar/parallel/machine_profile.hpp>
+#include <telar/parallel/memory_plan.hpp>
+#include <telar/parallel/run_layout.hpp>
+#include <telar/parallel/tensor_parallel.hpp>
+#include <telar/schedule/simulate.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace telar::detail {
+
+// What predict() needs beyond the model: the resolved layout.
+struct StepCostInput {
+  GridShape grid{1, 1, 1};
+  int zero_stage = 0;
+  bool zero3_per_step = false; // ZeRO<3, PerStep>: one gather per step, not per micro-batch
+  bool shared_zero1 = true;    // ZeRO<1> on one node reduces through shared memory
+  std::size_t state_size = 0;  // optimizer state per parameter
+  int world = 1;
+};
+
+template <class L>
+inline constexpr bool is_row_parallel_v = false;
+template <class L>
+inline constexpr bool is_row_parallel_v<RowParallel<L>> = true;
+template <class L>
+inline constexpr bool is_column_parallel_v = false;
+template <class L>
+inline constexpr bool is_column_parallel_v<ColumnParallel<L>> = true;
+
+// One layer's times (seconds) for `rows` samples.
+struct LayerTimes {
+  double forward = 0, backward_input = 0, backward_weight = 0;
+  double tp = 0;         // tensor-parallel allreduces (forward + backward)
+  double recompute = 0;  // the extra forward of a telar::Recompute layer
+  double parameters = 0; // parameter elements on this rank
+};
+
+// The layer a telar::Recompute wraps, or the layer itself.
+template <class L, class = void>
+struct unwrapped {
+  using type = L;
+};
+template <class L>
+struct unwrapped<L, std::enable_if_t<is_recompute_v<L>>> {
+  using type = typename L::layer_type;
+};
+
+// Threads a calibration runs with (and a prediction looks up): Kokkos'
+// concurrency once initialised, else 1.
+inline int calibration_threads() {
+  return Kokkos::is_initialized() ? int(Kokkos::DefaultExecutionSpace().concurrency()) : 1;
+}
+
+// A layer's calibration group (a telar::Recompute layer: the layer it wraps).
+template <class L>
+std::string calibration_group(L const& layer, Shape const& in, Shape const& out, int threads) {
+  std::string name;
+  if constexpr (is_recompute_v<L>)
+    name = layer_name(layer.inner());
+  else
+    name = layer_name(layer);
+  return MachineProfile::layer_group(name, in.str(), out.str(), threads);
+}
+
+// `measured`: the calibrated times of the layer's unsharded shapes, if any
+// (a tensor-parallel shard takes 1/tp of them).
+template <class L>
+LayerTimes layer_times(L const& layer, Shape const& in, Shape const& out, std::size_t rows, int tp,
+                       MachineProfile const& prof, double contention,
+                       std::optional<LayerTiming> const& measured = std::nullopt) {
+  using Inner = typename unwrapped<L>::type;
+  LayerTimes t;
+  double const overhead = prof.layer_overhead_us * 1e-6;
+  double const bytes = double(rows) * double(in.size() + out.size()) * sizeof(float);
+  double const elementwise = bytes / (prof.elementwise_gbs * 1e9);
+  double flops = 0;
+  if constexpr (is_detected_v<flops_t, L>)
+    flops = layer.flops(rows, in);
+  if constexpr (layer_traits<L>::has_parameter_count)
+    t.parameters = double(layer.parameter_count());
+  if (measured) {
+    double const shard = layer_traits<L>::has_tensor_parallel && tp > 1 ? 1.0 / tp : 1.0;
+    t.forward = measured->forward * shard;
+    t.backward_input = measured->backward_input * shard;
+    t.backward_weight = measured->backward_weight * shard;
+  } else if (flops > 0) {
+    // A convolution reuses each weight at every position: many more flops
+    // per parameter than a dense layer, and another rate.
+    double const per_sample = flops / double(std::max<std::size_t>(rows, 1));
+    bool const conv = t.parameters > 0 && per_sample > 8.0 * t.parameters;
+    double const rate = (conv ? prof.conv_gflops : prof.gemm_gflops(flops)) * 1e9;
+    t.forward = flops / rate + overhead;
+    // dX and dW are each a product of the forward's size; a layer without a
+    // weight part does all of backward in backward_input.
+    if constexpr (layer_traits<L>::has_backward_weight) {
+      t.backward_input = flops / rate + overhead;
+      t.backward_weight = flops / rate + overhead;
+    } else
+      t.backward_input = (t.parameters > 0 ? 2.0 : 1.0) * flops / rate + overhead;
+  } else {
+    t.forward = elementwise + overhead;
+    t.backward_input = 1.5 * elementwise + overhead; // reads dY and X, writes dX
+  }
+  if constexpr (is_recompute_v<L>) {
+    t.recompute = t.forward;
+    t.backward_input += t.recompute;
+  }
+  t.forward *= contention;
+  t.backward_input *= contention;
+  t.backward_weight *= contention;
+  t.recompute *= contention;
+  // Megatron pairs: a row-parallel layer sums its output in forward, a
+  // column-parallel one its input gradient in backward (blocking, on the
+  // critical path).
+  if (tp > 1) {
+    double const factor = 2.0 * (tp - 1) / tp;
+    if constexpr (is_row_parallel_v<Inner>) {
+      double const s = prof.allreduce.seconds(double(rows) * double(out.size()) * 4, factor);
+      t.forward += s;
+      t.tp += s;
+    }
+    if constexpr (is_column_parallel_v<Inner>) {
+      double const s = prof.allreduce.seconds(double(rows) * double(in.size()) * 4, factor);
+      t.backward_input += s;
+      t.tp += s;
+    }
+  }
+  return t;
+}
+
+// Blocking tensor-parallel allreduces of one micro-batch (forward and backward).
+template <class Model>
+int tp_allreduces_per_microbatch(Model const& model) {
+  int n = 0;
+  model.for_each_layer([&](auto, auto const& layer) {
+    using Inner = typename unwrapped<std::decay_t<decltype(layer)>>::type;
+    n += (is_row_parallel_v<Inner> ? 1 : 0) + (is_column_parallel_v<Inner> ? 1 : 0);
+  });
+  return n;
+}
+
+// What one virtual stage costs per micro-batch, and its parameters.
+struct StageTimes {
+  LayerTimes sum;
+  double activation_bytes = 0; // of the message into the next stage
+};
+
+template <class StrategyT, class Loss, class Result, class Model>
+Result predict(Model const& given, LayoutOptions const& options, Shape const& in,
+               StepCostInput const& c, MachineProfile const& prof) {
+  Model unsharded = given; // the shapes calibration timed
+  std::vector<Shape> const full = unsharded.build(in);
+  Model model = given;
+  if constexpr (StrategyT::has_tensor_parallel) {
+    TensorParallelContext ctx;
+    ctx.size = c.grid.tp;
+    ctx.rank = 0;
+    ctx.shape_only = true;
+    set_tensor_parallel(model, ctx);
+  }
+  std::vector<Shape> const shapes = model.build(in);
+  // The schedule and the stage bounds the Trainer runs: rank 0's RunLayout of
+  // this candidate grid (every rank of a pipeline shares them).
+  LayoutOptions candidate = options;
+  candidate.grid = c.grid;
+  RunLayout const layout =
+      make_run_layout<StrategyT>(given, candidate, in, c.grid.dp * c.grid.pp * c.grid.tp, 0);
+  schedule::Schedule const& sched = layout.schedule;
+  int const S = sched.virtual_stages();
+  std::vector<std::size_t> const& bounds = layout.stage_bounds;
+  std::size_t const local = options.batch_size / std::size_t(c.grid.dp);
+  std::size_t const rows =
+      (local + std::size_t(sched.microbatches) - 1) / std::size_t(sched.microbatches);
+  // Ranks sharing the machine: the measured slowdown of concurrent ranks,
+  // and world / cores beyond the cores.
+  double const contention = (c.world > 1 ? prof.shared_slowdown : 1.0) *
+                            std::max(1.0, double(c.world) / double(std::max(1, prof.cores)));
+  int const threads = calibration_threads();
+  int measured_layers = 0, layers = 0;
+
+  std::vector<StageTimes> stages(static_cast<std::size_t>(S));
+  model.for_each_layer([&](auto index, auto const& layer) {
+    std::size_t const vs = std::size_t(
+        std::upper_bound(bounds.begin(), bounds.end(), std::size_t(index)) - bounds.begin() - 1);
+    std::optional<LayerTiming> const measured = prof.layer_timing(
+        detail::calibration_group(layer, full[index], full[index + 1], threads), rows);
+    LayerTimes const t = layer_times(layer, shapes[index], shapes[index + 1], rows, c.grid.tp, prof,
+                                     contention, measured);
+    measured_layers += measured ? 1 : 0;
+    ++layers;
+    LayerTimes& s = stages[vs].sum;
+    s.forward += t.forward;
+    s.backward_input += t.backward_input;
+    s.backward_weight += t.backward_weight;
+    s.tp += t.tp;
+    s.recompute += t.recompute;
+    s.parameters += t.parameters;
+    if (std::size_t(index) + 1 == bounds[vs + 1])
+      stages[vs].activation_bytes = double(rows) * double(shapes[index + 1].size()) * 4;
+  });
+  // The loss runs on the last stage after each micro-batch's forward.
+  if (auto const loss =
+          prof.layer_timing(MachineProfile::layer_group("loss " + layer_name(Loss{}),
+                                                        shapes.back().str(), "[]", threads),
+                            rows))
+    stages.back().sum.forward += loss->forward * contention;
+  Result r;
+  r.contention = contention;
+  r.measured_layers = measured_layers;
+  r.layers = layers;
+  int const dp = c.grid.dp;
+  double const ag = double(dp - 1) / dp; // all-gather and reduce-scatter traffic factor
+  schedule::CostModel cost;
+  cost.forward.clear();
+  cost.backward_input.clear();
+  cost.backward_weight.clear();
+  for (auto& st : stages) {
+    // ZeRO-3 gathers the stage's parameters for each micro-batch's forward
+    // and again for its backward (PerStep: once per step, counted below).
+    if (c.zero_stage == 3 && dp > 1 && !c.zero3_per_step) {
+      double const g = prof.all_gather.seconds(st.sum.parameters * 4, ag);
+      st.sum.forward += g;
+      st.sum.backward_input += g;
+      r.zero_gather_ms += 2e3 * g * sched.microbatches;
+    }
+    cost.forward.push_back(st.sum.forward);
+    cost.backward_input.push_back(st.sum.backward_input);
+    cost.backward_weight.push_back(st.sum.backward_weight);
+    cost.activation_bytes = std::max(cost.activation_bytes, st.activation_bytes);
+  }
+  cost.grad_bytes = cost.activation_bytes;
+  cost.alpha = prof.send_recv.alpha;
+  cost.beta = prof.send_recv.beta;
+  schedule::SimulationResult const sim = schedule::simulate(sched, cost);
+  r.pipeline_ms = 1e3 * sim.makespan;
+  r.bubble_fraction = c.grid.pp > 1 ? sim.bubble_fraction : 0.0;
+
+  // Per pipeline rank: the data-parallel reduction after (or during) its
+  // last backward, then the optimizer; the step ends with the slowest rank.
+  std::vector<double> finish(std::size_t(c.grid.pp), 0.0);
+  for (auto const& e : sim.timeline.events)
+    if (e.rank >= 0 && e.rank < c.grid.pp)
+      finish[std::size_t(e.rank)] = std::max(finish[std::size_t(e.rank)], e.end - sim.start);
+  double step = 0;
+  for (int p = 0; p < c.grid.pp; ++p) {
+    double params = 0, last_backward = 0, tp = 0, recompute = 0;
+    for (int ch = 0; ch < sched.chunks; ++ch) {
+      StageTimes const& st = stages[std::size_t(sched.virtual_stage(p, ch))];
+      params += st.sum.parameters;
+      tp += st.sum.tp * sched.microbatches;
+      recompute += st.sum.recompute * sched.microbatches;
+      last_backward += st.sum.backward_input + st.sum.backward_weight;
+    }
+    double const bytes = params * 4;
+    double const buckets = std::max(1.0, std::ceil(bytes / double(options.bucket_bytes)));
+    double const bucket = bytes / buckets;
+    double sync = 0, exposed = 0, gather = 0;
+    if (dp > 1) {
+      if (c.zero_stage == 0 || c.zero_stage >= 2) {
+        // Bucketed during backward: allreduce (0) or reduce-scatter (2, 3);
+        // all but the last bucket may hide behind the last backward, by
+        // the profile's overlap fraction.
+        LinkCost const& link = c.zero_stage == 0 ? prof.allreduce : prof.reduce_scatter;
+        double const f = c.zero_stage == 0 ? 2.0 * (dp - 1) / dp : ag;
+        double const one = link.seconds(bucket, f);
+        sync = buckets * one;
+        exposed = sync - std::min(prof.overlap * (sync - one), last_backward);
+      } else if (c.shared_zero1) {
+        // ZeRO-1 on one node: each rank sums its shard out of every rank's
+        // gradient buffer (a pass over one full buffer), after backward.
+        sync = 2 * prof.allreduce.alpha + bytes / (prof.elementwise_gbs * 1e9) * contention;
+        exposed = sync;
+      } else {
+        sync = prof.reduce_scatter.seconds(bytes, ag);
+        exposed = sync;
+      }
+      // ZeRO-1 (messages) and ZeRO-2 publish the updated shards; ZeRO-3
+      // PerStep gathers once per step.
+      if ((c.zero_stage == 1 && !c.shared_zero1) || c.zero_stage == 2 ||
+          (c.zero_stage == 3 && c.zero3_per_step))
+        gather = prof.all_gather.seconds(bytes, ag);
+    }
+    // The update reads parameters, gradients and state, writes parameters and state.
+    double const updated = c.zero_stage >= 1 && dp > 1 ? params / dp : params;
+    double const opt =
+        (prof.optimizer_ns_per_parameter > 0
+             ? updated * prof.optimizer_ns_per_parameter * 1e-9
+             : updated * 4 * double(3 + 2 * c.state_size) / (prof.elementwise_gbs * 1e9)) *
+            contention +
+        prof.layer_overhead_us * 1e-6;
+    // Fixed costs of a step and of each micro-batch (checks, the non-finite
+    // flag's allreduce, bookkeeping), measured by telar_probe.
+    double const fixed =
+        (prof.step_overhead_us + prof.microbatch_overhead_us * sched.microbatches) * 1e-6;
+    double const end = finish[std::size_t(p)] + exposed + gather + opt + fixed;
+    if (end >= step) {
+      step = end;
+      r.compute_ms = p < int(sim.busy.size()) ? 1e3 * sim.busy[std::size_t(p)] : 0.0;
+      r.dp_comm_ms = 1e3 * sync;
+      r.dp_exposed_ms = 1e3 * exposed;
+      r.optimizer_ms = 1e3 * opt;
+      r.fixed_ms = 1e3 * fixed;
+      r.tp_comm_ms = 1e3 * tp;
+      r.recompute_ms = 1e3 * recompute;
+      if (gather > 0)
+        r.zero_gather_ms = 1e3 * gather;
+    }
+  }
+  // Blocking synchronisations of the busiest rank (the non-finite flag's
+  // allreduce; data parallel: the end of the gradient reduction and any
+  // gather; tensor parallel: every blocking allreduce; pipeline: each
+  // micro-batch's messages per stage boundary). On shared cores a rank often
+  // reaches one while its peer is descheduled and waits sync_wait_us; once
+  // both run they stay in step for the rest of the time slice, so the model
+  // charges that wait once per step, not per sync point (counting each one
+  // overpredicted pipelines and tensor parallelism several-fold).
+  if (c.world > 1) {
+    int syncs = 1;
+    if (dp > 1)
+      syncs += 1 + (c.zero_stage == 3 && !c.zero3_per_step ? 2 * sched.microbatches * sched.chunks
+                    : r.zero_gather_ms > 0                 ? 1
+                                                           : 0);
+    if (c.grid.tp > 1)
+      syncs += tp_allreduces_per_microbatch(model) * sched.microbatches;
+    if (c.grid.pp > 1)
+      syncs += 2 * sched.microbatches * sched.chunks;
+    r.sync_points = syncs;
+    r.sync_wait_ms = 1e-3 * prof.sync_wait_us;
+    step += 1e-3 * r.sync_wait_ms;
+  }
+  r.step_ms = 1e3 * step;
+  return r;
+}
+
+} // namespace telar::detail
