@@ -29,8 +29,8 @@ using Opt = telar::AdamW<T>;
 
 Model mlp(std::size_t h) { return Model(Col(784, h), {}, Row(h, h), {}, D(h, 10)); }
 
-telar::TrainerOptions options(std::size_t batch) {
-  telar::TrainerOptions o;
+telar::LayoutOptions options(std::size_t batch) {
+  telar::LayoutOptions o;
   o.batch_size = batch;
   return o;
 }
@@ -163,7 +163,7 @@ TEST_CASE("planner: calibrated layers are what predict_step uses", "[planner]") 
   // Fixed costs add per step and per micro-batch.
   slow.step_overhead_us = 1000;
   slow.microbatch_overhead_us = 100;
-  telar::TrainerOptions o = options(64);
+  telar::LayoutOptions o = options(64);
   o.microbatches = 4;
   auto const fixed = telar::predict_step<Model, Plain, Opt>(mlp(64), o, 784, 1, slow);
   CHECK(std::abs(fixed.fixed_ms - 1.4) < 1e-9);
