@@ -61,9 +61,11 @@ struct MachineProfile {
   std::string name = "default";  //!< where it came from (host name, "default", ...)
   std::string link = "same node"; //!< the link class the message costs are for
   int cores = 1;                  //!< ranks that run at once without sharing a core
-  /*! \brief GEMM GFLOP/s at square sizes 64, 256 and 1024 (interpolated in
-   *  log size by gemm_gflops()). */
-  double gemm_gflops_64 = 2.0, gemm_gflops_256 = 5.0, gemm_gflops_1024 = 8.0;
+  // GEMM GFLOP/s at square sizes 64, 256 and 1024, interpolated in log size
+  // by gemm_gflops().
+  double gemm_gflops_64 = 2.0;   //!< GEMM GFLOP/s at 64 x 64 x 64
+  double gemm_gflops_256 = 5.0;  //!< GEMM GFLOP/s at 256 x 256 x 256
+  double gemm_gflops_1024 = 8.0; //!< GEMM GFLOP/s at 1024 x 1024 x 1024
   double conv_gflops = 3.0;       //!< convolution GFLOP/s (the layer's flops() per second)
   double elementwise_gbs = 5.0;   //!< GB/s of an element-wise pass (bytes read + written)
   double layer_overhead_us = 3.0; //!< fixed cost of one layer call (kernel launches, views)
