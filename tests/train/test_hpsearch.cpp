@@ -123,6 +123,21 @@ TEST_CASE("Successive halving keeps the best 1/eta and multiplies the budget", "
   }
 }
 
+namespace {
+// Waits like a slow trial whose collectives keep entering MPI: the queue's
+// counter lives on world rank 0, and without asynchronous progress (MPICH's
+// default) other ranks' fetch-and-adds wait while rank 0 stays out of MPI.
+// A bare sleep there made the test depend on which group drew config 0.
+void busy_in_mpi(std::chrono::milliseconds d) {
+  auto const end = std::chrono::steady_clock::now() + d;
+  while (std::chrono::steady_clock::now() < end) {
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+} // namespace
+
 TEST_CASE("Groups take the next configuration when they are done with one", "[hpsearch]") {
   int const world = world_size();
   telar::SearchSpace space;
@@ -135,7 +150,7 @@ TEST_CASE("Groups take the next configuration when they are done with one", "[hp
       telar::successive_halving(MPI_COMM_WORLD, space.grid(), opts, [&](telar::Trial const& t) {
         mine.push_back(t.id());
         if (t.config().integer("cost") > 0 && world > 1) // config 0 is slow: the rest go elsewhere
-          std::this_thread::sleep_for(std::chrono::milliseconds(600));
+          busy_in_mpi(std::chrono::milliseconds(600));
         return telar::TrialOutcome{double(t.id()), 0, 1};
       });
   REQUIRE(r.leaderboard.size() == 8);
