@@ -13,8 +13,11 @@
 #include <telar/comm/communicator.hpp>
 #include <telar/comm/process_grid.hpp>
 #include <telar/config.hpp>
+#include <telar/core/branches.hpp>
+#include <telar/core/dynamic_graph.hpp>
 #include <telar/core/dynamic_sequential.hpp>
 #include <telar/core/gemm.hpp>
+#include <telar/core/identity.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/loss.hpp>
 #include <telar/core/recompute.hpp>
@@ -29,7 +32,9 @@
 #endif
 #include <telar/layers/activation.hpp>
 #include <telar/layers/attention.hpp>
+#include <telar/layers/batch_norm.hpp>
 #include <telar/layers/conv.hpp>
+#include <telar/layers/conv_transpose.hpp>
 #include <telar/layers/dense.hpp>
 #include <telar/layers/dropout.hpp>
 #include <telar/layers/embedding.hpp>
@@ -45,6 +50,7 @@
 #include <telar/optim/lamb.hpp>
 #include <telar/optim/lr_schedule.hpp>
 #include <telar/optim/sgd.hpp>
+#include <telar/parallel/data_parallel.hpp>
 #include <telar/parallel/layout_options.hpp>
 #include <telar/parallel/memory_plan.hpp>
 #include <telar/parallel/run_layout.hpp>
