@@ -80,18 +80,24 @@ LayerTiming time_layer(L const& layer, Shape const& in, std::size_t rows, int re
   Kokkos::DefaultExecutionSpace exec;
   LayerTiming t;
   t.forward = best_call_seconds(reps, [&] { seq.forward(exec, x, y, saved); });
-  t.backward_input = best_call_seconds(reps, [&] {
-    seq.forward(exec, x, y, saved); // backward_weight consumes what backward_input keeps
-    Kokkos::fence();
-    seq.backward_input(exec, dy, dx, saved);
-  }) - t.forward;
+  t.backward_input =
+      best_call_seconds(reps,
+                        [&] {
+                          seq.forward(exec, x, y,
+                                      saved); // backward_weight consumes what backward_input keeps
+                          Kokkos::fence();
+                          seq.backward_input(exec, dy, dx, saved);
+                        }) -
+      t.forward;
   if constexpr (layer_traits<L>::has_backward_weight)
-    t.backward_weight = best_call_seconds(reps, [&] {
-      seq.forward(exec, x, y, saved);
-      seq.backward_input(exec, dy, dx, saved);
-      Kokkos::fence();
-      seq.backward_weight(exec, dy, saved);
-    }) - t.forward - t.backward_input;
+    t.backward_weight = best_call_seconds(reps,
+                                          [&] {
+                                            seq.forward(exec, x, y, saved);
+                                            seq.backward_input(exec, dy, dx, saved);
+                                            Kokkos::fence();
+                                            seq.backward_weight(exec, dy, saved);
+                                          }) -
+                        t.forward - t.backward_input;
   t.backward_input = std::max(t.backward_input, 0.0);
   t.backward_weight = std::max(t.backward_weight, 0.0);
   return t;

@@ -58,14 +58,14 @@ struct LayerTiming {
  *   "allreduce_alpha_us":15,"allreduce_beta_ns":0.1, ...}
  *  \endcode */
 struct MachineProfile {
-  std::string name = "default";  //!< where it came from (host name, "default", ...)
+  std::string name = "default";   //!< where it came from (host name, "default", ...)
   std::string link = "same node"; //!< the link class the message costs are for
   int cores = 1;                  //!< ranks that run at once without sharing a core
   // GEMM GFLOP/s at square sizes 64, 256 and 1024, interpolated in log size
   // by gemm_gflops().
-  double gemm_gflops_64 = 2.0;   //!< GEMM GFLOP/s at 64 x 64 x 64
-  double gemm_gflops_256 = 5.0;  //!< GEMM GFLOP/s at 256 x 256 x 256
-  double gemm_gflops_1024 = 8.0; //!< GEMM GFLOP/s at 1024 x 1024 x 1024
+  double gemm_gflops_64 = 2.0;    //!< GEMM GFLOP/s at 64 x 64 x 64
+  double gemm_gflops_256 = 5.0;   //!< GEMM GFLOP/s at 256 x 256 x 256
+  double gemm_gflops_1024 = 8.0;  //!< GEMM GFLOP/s at 1024 x 1024 x 1024
   double conv_gflops = 3.0;       //!< convolution GFLOP/s (the layer's flops() per second)
   double elementwise_gbs = 5.0;   //!< GB/s of an element-wise pass (bytes read + written)
   double layer_overhead_us = 3.0; //!< fixed cost of one layer call (kernel launches, views)
@@ -130,7 +130,9 @@ struct MachineProfile {
       ++hi;
     auto lo = std::prev(hi);
     double const x0 = double(lo->first), x1 = double(hi->first), x = double(rows);
-    auto lerp = [&](double a, double b) { return std::max(0.0, a + (b - a) * (x - x0) / (x1 - x0)); };
+    auto lerp = [&](double a, double b) {
+      return std::max(0.0, a + (b - a) * (x - x0) / (x1 - x0));
+    };
     LayerTiming t{lerp(lo->second.forward, hi->second.forward),
                   lerp(lo->second.backward_input, hi->second.backward_input),
                   lerp(lo->second.backward_weight, hi->second.backward_weight)};
@@ -238,7 +240,8 @@ private:
     if (r == std::string::npos || r <= 5 ||
         std::sscanf(text.c_str(), "%lf %lf %lf", &t.forward, &t.backward_input,
                     &t.backward_weight) != 3)
-      throw Error("telar::MachineProfile: \"" + key + "\" must be \"time <layer> r<rows>\": "
+      throw Error("telar::MachineProfile: \"" + key +
+                  "\" must be \"time <layer> r<rows>\": "
                   "\"forward backward_input backward_weight\" (µs)");
     layer_times[key.substr(5, r - 5)][std::size_t(std::stoull(key.substr(r + 2)))] =
         LayerTiming{t.forward * 1e-6, t.backward_input * 1e-6, t.backward_weight * 1e-6};

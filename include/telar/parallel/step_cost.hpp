@@ -83,12 +83,15 @@ struct StepPrediction {
  *  opts.batch_size = 256;
  *  opts.microbatches = 4;
  *  auto const profile = telar::load_machine_profile();
- *  auto p = telar::predict_step<Model, Strategy, telar::AdamW<float>>(model, opts, 784, 4,
- * profile); std::cout << p.step_ms << " ms: " << p.summary() << "\n"; \endcode \tparam Model,
- * StrategyT, Optimizer, Loss those of the Trainer predicted \param model the model (not
- * initialised) \param options run-time settings (batch_size must be set) \param in per-sample input
- * shape \param world_size ranks of the run \param profile this machine's rates \throws GridError or
- * Error when the layout cannot run */
+ *  auto p = telar::predict_step<Model, Strategy, telar::AdamW<float>>(
+ *      model, opts, telar::Shape{784}, 4, profile);
+ *  std::cout << p.step_ms << " ms: " << p.summary() << "\n";
+ *  \endcode
+ *  \tparam Model, StrategyT, Optimizer, Loss those of the Trainer predicted
+ *  \param model the model (not initialised) \param options the layout
+ *  settings (batch_size must be set) \param in per-sample input shape
+ *  \param world_size ranks of the run \param profile this machine's rates
+ *  \throws GridError or Error when the layout cannot run */
 template <
     class Model, class StrategyT, class Optimizer,
     class Loss = SoftmaxCrossEntropy<typename Model::value_type, typename Model::memory_space>>

@@ -300,8 +300,8 @@ private:
       if (index_.is_constant(in))
         fail(n, op + " of the constant '" + in +
                     "' and a tensor is not supported: Telar has no per-channel affine layer to "
-                    "fold it into (only a MatMul's bias Add is folded, into Dense); " + op +
-                    " is supported between tensors (a join)");
+                    "fold it into (only a MatMul's bias Add is folded, into Dense); " +
+                    op + " is supported between tensors (a join)");
     if (n.input_size() < 2)
       fail(n, op + " needs two inputs or more");
     std::vector<Shape> in;
@@ -697,8 +697,9 @@ private:
       return p;
     }
     if (ap != "NOTSET")
-      fail(n, "attribute auto_pad = '" + ap + "' is not valid (NOTSET, SAME_UPPER, SAME_LOWER, "
-              "VALID)");
+      fail(n, "attribute auto_pad = '" + ap +
+                  "' is not valid (NOTSET, SAME_UPPER, SAME_LOWER, "
+                  "VALID)");
     auto const v = ints_attr(n, "pads", std::vector<std::int64_t>(std::size_t(2 * dims), 0));
     if (v.size() != std::size_t(2 * dims))
       fail(n, "attribute pads must have " + std::to_string(2 * dims) + " entries");
@@ -724,8 +725,7 @@ private:
     std::size_t groups = 1, volume = 1;
     std::vector<std::size_t> k, stride, dil, pad;
   };
-  ConvAttrs conv_attrs(::onnx::NodeProto const& n, ::onnx::TensorProto const& w,
-                       bool transposed) {
+  ConvAttrs conv_attrs(::onnx::NodeProto const& n, ::onnx::TensorProto const& w, bool transposed) {
     ConvAttrs a;
     a.dims = w.dims_size() - 2;
     if (a.dims == 1)
@@ -743,8 +743,7 @@ private:
       a.k.push_back(std::size_t(w.dims(d + 2)));
     for (auto e : a.k)
       a.volume *= e;
-    if (find_attr(n, "kernel_shape") &&
-        extents(n, "kernel_shape", a.dims, 1) != a.k)
+    if (find_attr(n, "kernel_shape") && extents(n, "kernel_shape", a.dims, 1) != a.k)
       fail(n, "attribute kernel_shape does not match weight '" + w.name() + "'");
     a.stride = extents(n, "strides", a.dims, 1);
     a.dil = extents(n, "dilations", a.dims, 1);
@@ -787,8 +786,8 @@ private:
     auto const opad = extents(n, "output_padding", a.dims, 0, 0);
     std::size_t const in = std::size_t(w.dims(0)), out = std::size_t(w.dims(1)) * a.groups;
     if (shape_of(n.input(0))[0] != in)
-      fail(n, "weight '" + w.name() + "' takes " + std::to_string(in) +
-                  " channels; the input is " + shape_of(n.input(0)).str());
+      fail(n, "weight '" + w.name() + "' takes " + std::to_string(in) + " channels; the input is " +
+                  shape_of(n.input(0)).str());
     bool const bias = n.input_size() > 2 && !n.input(2).empty();
     bind(n, 1, "weight", "weight", false, in, out / a.groups * a.volume);
     if (bias)
@@ -799,8 +798,8 @@ private:
                                         arr<2>(opad), bias, arr<2>(a.dil), a.groups),
                   n.input(0));
     emit(n,
-         ConvTranspose3D<T, M>(in, out, arr<3>(a.k), arr<3>(a.stride), arr<3>(a.pad),
-                               arr<3>(opad), bias, arr<3>(a.dil), a.groups),
+         ConvTranspose3D<T, M>(in, out, arr<3>(a.k), arr<3>(a.stride), arr<3>(a.pad), arr<3>(opad),
+                               bias, arr<3>(a.dil), a.groups),
          n.input(0));
   }
 
@@ -999,9 +998,9 @@ private:
   std::string path_;
   std::int64_t opset_ = 13; // of the default domain
   GraphPlan<T, M> plan_;
-  std::map<std::string, Shape> shapes_;      // per-sample shape by (resolved) tensor
-  std::map<std::string, std::string> alias_; // outputs of nodes that map to nothing
-  std::set<::onnx::NodeProto const*> skip_;  // inner nodes of a recognised pattern
+  std::map<std::string, Shape> shapes_;                  // per-sample shape by (resolved) tensor
+  std::map<std::string, std::string> alias_;             // outputs of nodes that map to nothing
+  std::set<::onnx::NodeProto const*> skip_;              // inner nodes of a recognised pattern
   std::map<::onnx::NodeProto const*, std::string> gelu_; // last node of a GELU -> its input
   std::map<::onnx::NodeProto const*, std::string> silu_; // the Mul of a SiLU -> its input
   std::map<std::string, std::string> bound_by_;          // initializer -> the node using it
@@ -1091,7 +1090,8 @@ struct StartValues {
           auto buffer = [&](char const* name, auto& value) {
             for (auto const& b : bindings)
               if (b.layer == k && b.buffer && b.param == name)
-                load_block(value, start->at(b.initializer), b.cols, Block{0, 0, b.rows, b.cols, true});
+                load_block(value, start->at(b.initializer), b.cols,
+                           Block{0, 0, b.rows, b.cols, true});
           };
           telar::detail::prefixed_buffers(l, "", buffer);
         },

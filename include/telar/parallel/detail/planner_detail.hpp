@@ -106,8 +106,8 @@ std::string candidates_json(std::vector<Candidate> const& cs) {
                   "{\"dp\":%d,\"pp\":%d,\"tp\":%d,\"zero\":%d,\"microbatches\":%d,"
                   "\"recompute\":%s,\"fits\":%s,\"predicted_step_ms\":%.4g,\"memory_bytes\":%zu,",
                   c.grid.dp, c.grid.pp, c.grid.tp, c.zero_stage, c.microbatches,
-                  c.recompute ? "true" : "false", c.fits ? "true" : "false",
-                  c.predicted_step_ms, c.memory_bytes);
+                  c.recompute ? "true" : "false", c.fits ? "true" : "false", c.predicted_step_ms,
+                  c.memory_bytes);
     s += (s.size() > 1 ? "," : "") + std::string(buf) + "\"schedule\":" + json_quote(c.schedule) +
          ",\"reason\":" + json_quote(c.reason) + "}";
   }
