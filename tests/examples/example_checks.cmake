@@ -1,6 +1,20 @@
 # Functions the example checks (run_*.cmake) share; include() after setting
 # PROGRAM (the example's name, for messages).
 
+# Sets `out` to the Fashion-MNIST directory ($TELAR_FASHION_MNIST_DIR or
+# Debian's), or ends the check as skipped (77) when it is not installed.
+function(fashion_mnist_dir out)
+  set(data /usr/share/datasets/fashion-mnist)
+  if(DEFINED ENV{TELAR_FASHION_MNIST_DIR})
+    set(data $ENV{TELAR_FASHION_MNIST_DIR})
+  endif()
+  if(NOT EXISTS ${data})
+    message(STATUS "Fashion-MNIST not installed in ${data}: skipped")
+    cmake_language(EXIT 77)
+  endif()
+  set(${out} ${data} PARENT_SCOPE)
+endfunction()
+
 # The number after "key": in a JSON summary line.
 function(json_field json key out)
   string(REGEX MATCH "\"${key}\":([-0-9.eE+]+)" _ "${json}")

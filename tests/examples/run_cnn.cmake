@@ -1,16 +1,9 @@
 # cmake -DEXE=cnn -DMPIEXEC=mpiexec -DCHECK=<train|dp> -P run_cnn.cmake
 # Quick checks of example 02 (the full 5-epoch run is too slow for ctest).
-set(data /usr/share/datasets/fashion-mnist)
-if(DEFINED ENV{TELAR_FASHION_MNIST_DIR})
-  set(data $ENV{TELAR_FASHION_MNIST_DIR})
-endif()
-if(NOT EXISTS ${data})
-  message(STATUS "Fashion-MNIST not installed in ${data}: skipped")
-  cmake_language(EXIT 77)
-endif()
 
 set(PROGRAM cnn)
 include(${CMAKE_CURRENT_LIST_DIR}/example_checks.cmake)
+fashion_mnist_dir(data)
 
 if(CHECK STREQUAL "train")
   # 200 steps of 32: the mean training loss falls well below ln(10) = 2.30 and

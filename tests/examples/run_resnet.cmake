@@ -1,16 +1,9 @@
 # cmake -DEXE=resnet -DMPIEXEC=mpiexec -DCHECK=<train|strategies> -P run_resnet.cmake
 # Quick checks of example 06 on a small ResNet-8 (the default ResNet-20 run
 # takes hours on two cores).
-set(data /usr/share/datasets/fashion-mnist)
-if(DEFINED ENV{TELAR_FASHION_MNIST_DIR})
-  set(data $ENV{TELAR_FASHION_MNIST_DIR})
-endif()
-if(NOT EXISTS ${data})
-  message(STATUS "Fashion-MNIST not installed in ${data}: skipped")
-  cmake_language(EXIT 77)
-endif()
 set(PROGRAM resnet)
 include(${CMAKE_CURRENT_LIST_DIR}/example_checks.cmake)
+fashion_mnist_dir(data)
 set(small --depth 8 --width 8 --epochs 1 --json --data ${data})
 
 if(CHECK STREQUAL "train")
