@@ -15,13 +15,13 @@
 // telar::RingAllreduce (the "allreduce" the examples use), MPI_Allreduce
 // ("mpi_allreduce"), MPI_Reduce_scatter_block, MPI_Allgather and a
 // ping-pong (same node when every rank is on this host: the "same node"
-// link class). sync_wait: see sync_wait_seconds(). Fixed step costs: Trainer steps of a 4-parameter model
-// (DataParallel<RingAllreduce>, SGD) at 1 and 8 micro-batches, less the
-// allreduce's alpha. Medians of --reps.
+// link class). sync_wait: see sync_wait_seconds(). Fixed step costs: Trainer steps of a 4-parameter
+// model (DataParallel<RingAllreduce>, SGD) at 1 and 8 micro-batches, less the allreduce's alpha.
+// Medians of --reps.
+#include <telar/comm/allreduce.hpp>
 #include <telar/layers/activation.hpp>
 #include <telar/layers/conv.hpp>
 #include <telar/layers/dense.hpp>
-#include <telar/comm/allreduce.hpp>
 #include <telar/optim/adam.hpp>
 #include <telar/optim/sgd.hpp>
 #include <telar/parallel/calibrate.hpp>
@@ -96,8 +96,10 @@ struct FreshBuffers {
   std::vector<std::vector<float>> pool;
   std::size_t next = 0;
   explicit FreshBuffers(std::size_t bytes) {
-    std::size_t const n = std::max<std::size_t>(2, (std::size_t(192) << 20) / std::max<std::size_t>(bytes, 1));
-    pool.assign(std::min<std::size_t>(n, 64), std::vector<float>(std::max<std::size_t>(bytes / 4, 2), 1.0f));
+    std::size_t const n =
+        std::max<std::size_t>(2, (std::size_t(192) << 20) / std::max<std::size_t>(bytes, 1));
+    pool.assign(std::min<std::size_t>(n, 64),
+                std::vector<float>(std::max<std::size_t>(bytes / 4, 2), 1.0f));
   }
   float* get() { return pool[next++ % pool.size()].data(); }
 };
@@ -167,9 +169,8 @@ double trainer_step_seconds(int p, int m) {
   o.batch_size = std::size_t(8 * p);
   o.microbatches = m;
   o.grid = {p, 1, 1};
-  telar::Trainer<Model, S, telar::SGD<float>> trainer(MPI_COMM_WORLD,
-                                                      Model(telar::Dense<float>(1, 2)),
-                                                      telar::SGD<float>{}, o, telar::Shape{1});
+  telar::Trainer<Model, S, telar::SGD<float>> trainer(
+      MPI_COMM_WORLD, Model(telar::Dense<float>(1, 2)), telar::SGD<float>{}, o, telar::Shape{1});
   telar::Matrix<float> x("x", 8, 1);
   telar::Labels<telar::DefaultMemorySpace> y("y", 8);
   std::vector<double> t;
@@ -222,11 +223,11 @@ int main(int argc, char** argv) {
       double const s = median_seconds([&] { relu.forward(exec, x, y, saved); });
       prof.elementwise_gbs = double(n * w * 2 * sizeof(float)) / s * 1e-9;
       telar::Matrix<float> xs("xs", 1, 16), ys("ys", 1, 16);
-      prof.layer_overhead_us =
-          1e6 * median_seconds([&] {
-            for (int i = 0; i < 100; ++i)
-              relu.forward(exec, xs, ys, saved);
-          }) / 100;
+      prof.layer_overhead_us = 1e6 * median_seconds([&] {
+                                 for (int i = 0; i < 100; ++i)
+                                   relu.forward(exec, xs, ys, saved);
+                               }) /
+                               100;
     }
     // Compute of every rank at once against rank 0 alone, interleaved.
     if (p > 1) {
@@ -247,26 +248,26 @@ int main(int argc, char** argv) {
     if (p > 1) {
       double const pd = double(p);
       telar::Communicator comm(MPI_COMM_WORLD, "telar_probe");
-      prof.allreduce = measure("ring allreduce", 2 * (pd - 1) / pd,
-                               [&](std::size_t bytes, float* a, float*) {
-                                 telar::RingAllreduce::allreduce(comm, a, bytes / 4);
-                               });
-      prof.mpi_allreduce = measure("MPI_Allreduce", 2 * (pd - 1) / pd,
-                                   [&](std::size_t bytes, float* a, float* b) {
-                                     MPI_Allreduce(a, b, int(std::max<std::size_t>(bytes / 4, 1)),
-                                                   MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-                                   });
-      prof.reduce_scatter = measure("MPI_Reduce_scatter_block", (pd - 1) / pd,
-                                    [&](std::size_t bytes, float* a, float* b) {
-                                      MPI_Reduce_scatter_block(
-                                          a, b, int(std::max<std::size_t>(bytes / 4 / std::size_t(p), 1)),
-                                          MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-                                    });
-      prof.all_gather = measure("MPI_Allgather", (pd - 1) / pd,
-                                [&](std::size_t bytes, float* a, float* b) {
-                                  int const n = int(std::max<std::size_t>(bytes / std::size_t(p), 1));
-                                  MPI_Allgather(a, n, MPI_CHAR, b, n, MPI_CHAR, MPI_COMM_WORLD);
-                                });
+      prof.allreduce =
+          measure("ring allreduce", 2 * (pd - 1) / pd, [&](std::size_t bytes, float* a, float*) {
+            telar::RingAllreduce::allreduce(comm, a, bytes / 4);
+          });
+      prof.mpi_allreduce =
+          measure("MPI_Allreduce", 2 * (pd - 1) / pd, [&](std::size_t bytes, float* a, float* b) {
+            MPI_Allreduce(a, b, int(std::max<std::size_t>(bytes / 4, 1)), MPI_FLOAT, MPI_SUM,
+                          MPI_COMM_WORLD);
+          });
+      prof.reduce_scatter = measure(
+          "MPI_Reduce_scatter_block", (pd - 1) / pd, [&](std::size_t bytes, float* a, float* b) {
+            MPI_Reduce_scatter_block(a, b,
+                                     int(std::max<std::size_t>(bytes / 4 / std::size_t(p), 1)),
+                                     MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+          });
+      prof.all_gather =
+          measure("MPI_Allgather", (pd - 1) / pd, [&](std::size_t bytes, float* a, float* b) {
+            int const n = int(std::max<std::size_t>(bytes / std::size_t(p), 1));
+            MPI_Allgather(a, n, MPI_CHAR, b, n, MPI_CHAR, MPI_COMM_WORLD);
+          });
       // Ping-pong between ranks 0 and 1: half the round trip.
       prof.send_recv = measure("send/recv", 1.0, [&](std::size_t bytes, float* a, float* b) {
         for (int i = 0; i < 2; ++i) {

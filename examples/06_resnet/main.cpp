@@ -95,8 +95,7 @@ Args parse(int argc, char** argv) {
   if (a.model != "resnet" && a.model != "resnet50")
     usage(("--model expects resnet or resnet50, got '" + a.model + "'").c_str());
   if (a.depth < 8 || (a.depth - 2) % 6 != 0)
-    usage(("--depth expects 6n + 2 (20, 32, 44, 56, 110), got " + std::to_string(a.depth))
-              .c_str());
+    usage(("--depth expects 6n + 2 (20, 32, 44, 56, 110), got " + std::to_string(a.depth)).c_str());
   if (a.bn != "local" && a.bn != "sync")
     usage(("--bn expects local or sync, got '" + a.bn + "'").c_str());
   if (a.width < 1 || a.resolution < 32)
@@ -174,8 +173,8 @@ struct Net {
                                      conv(mid, mid, 3, s), BN(mid), R{}, conv(mid, out, 1, 1),
                                      BN(out)));
         else
-          m.push_back(Bottleneck(conv(in, mid, 1, 1), BN(mid), R{}, conv(mid, mid, 3, 1),
-                                 BN(mid), R{}, conv(mid, out, 1, 1), BN(out)));
+          m.push_back(Bottleneck(conv(in, mid, 1, 1), BN(mid), R{}, conv(mid, mid, 3, 1), BN(mid),
+                                 R{}, conv(mid, out, 1, 1), BN(out)));
         m.push_back(R{});
         in = out;
       }

@@ -333,8 +333,8 @@ TEST_CASE("ONNX import refuses what it does not support, naming it", "[onnx]") {
         Case{"dead", "(Tanh)", "does not reach the graph output"}}) {
     std::string const file = std::string(c.file) + ".onnx";
     INFO(file);
-    CHECK_THAT(refuse(file), ContainsSubstring(file) && ContainsSubstring(c.op) &&
-                                 ContainsSubstring(c.says));
+    CHECK_THAT(refuse(file),
+               ContainsSubstring(file) && ContainsSubstring(c.op) && ContainsSubstring(c.says));
   }
 }
 

@@ -22,12 +22,13 @@ using Row = telar::RowParallel<D>;
 using Model = telar::Sequential<Col, R, Row, R, D>;
 using Plain = telar::Strategy<telar::DataParallel<telar::RingAllreduce>,
                               telar::PipelineParallel<telar::OneFOneB>, telar::TensorParallel<>>;
-using Zero1 =
-    telar::Strategy<telar::DataParallel<telar::RingAllreduce, telar::ZeRO<1>>,
-                    telar::PipelineParallel<telar::OneFOneB>, telar::TensorParallel<>>;
+using Zero1 = telar::Strategy<telar::DataParallel<telar::RingAllreduce, telar::ZeRO<1>>,
+                              telar::PipelineParallel<telar::OneFOneB>, telar::TensorParallel<>>;
 using Opt = telar::AdamW<T>;
 
-Model mlp(std::size_t h) { return Model(Col(784, h), {}, Row(h, h), {}, D(h, 10)); }
+Model mlp(std::size_t h) {
+  return Model(Col(784, h), {}, Row(h, h), {}, D(h, 10));
+}
 
 telar::LayoutOptions options(std::size_t batch) {
   telar::LayoutOptions o;
@@ -100,8 +101,8 @@ TEST_CASE("planner: every layout ranked or refused, fastest first", "[planner]")
   REQUIRE(lo < hi);
   telar::PlannerOptions search;
   search.memory_budget = (lo + hi) / 2;
-  auto const tight = telar::plan_layout<Model, Plain, Opt>(mlp(128), options(64), 784, 4, prof,
-                                                           search);
+  auto const tight =
+      telar::plan_layout<Model, Plain, Opt>(mlp(128), options(64), 784, 4, prof, search);
   REQUIRE(!tight.refused.empty());
   for (auto const& c : tight.ranked)
     CHECK(c.memory_bytes <= search.memory_budget);

@@ -25,8 +25,8 @@
 #include <telar/layers/normalization.hpp>
 #include <telar/layers/pooling.hpp>
 #include <telar/layers/softmax.hpp>
-#include <telar/layers/upsample.hpp>
 #include <telar/layers/transformer.hpp>
+#include <telar/layers/upsample.hpp>
 #include <telar/optim/adam.hpp>
 #include <telar/parallel/memory_plan.hpp>
 #include <telar/parallel/run_layout.hpp>
