@@ -24,6 +24,7 @@
  *
  *  Needs a parallel HDF5 (TELAR_HAVE_HDF5; CMake target Telar::hdf5).
  */
+#include <telar/io/detail/agree.hpp>
 #include <telar/io/detail/hdf5.hpp>
 #include <telar/io/detail/model_pieces.hpp>
 #include <telar/io/detail/trainer_access.hpp>
@@ -93,35 +94,13 @@ inline std::map<long long, std::string> list_checkpoints(std::string const& dir)
 // Throws the same CheckpointError on every rank when any rank has a
 // message: the lowest such rank's.
 inline void agree(Communicator const* comm, std::string const& error) {
-  if (comm == nullptr || comm->size() == 1) {
-    if (!error.empty())
-      throw CheckpointError(error);
-    return;
-  }
-  int first = error.empty() ? comm->size() : comm->rank();
-  comm->allreduce(&first, 1, ReduceOp::min);
-  if (first == comm->size())
-    return;
-  std::string msg = error;
-  unsigned long long n = msg.size();
-  comm->broadcast(&n, 1, first);
-  msg.resize(std::size_t(n));
-  comm->broadcast(msg.data(), std::size_t(n), first);
-  throw CheckpointError(msg);
+  agree_as<CheckpointError>(comm, error);
 }
 
 // Runs f(), catching what it throws as this rank's message; then agrees.
 template <class F>
 void agreed(Communicator const* comm, F&& f) {
-  std::string error;
-  try {
-    f();
-  } catch (std::exception const& e) {
-    error = e.what();
-    if (error.empty())
-      error = "telar::checkpoint: unknown error";
-  }
-  agree(comm, error);
+  agreed_as<CheckpointError>(comm, "telar::checkpoint: unknown error", std::forward<F>(f));
 }
 
 // "layer0.weight [64, 784]\n..." for every tensor: the model's signature.

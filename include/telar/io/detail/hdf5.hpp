@@ -56,11 +56,17 @@ struct H5Quiet { // no HDF5 error stack on stderr
   H5Quiet() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 };
 
-// Throws CheckpointError("<what>: <file>: <call> failed") on a negative code.
-inline hid_t h5_check(hid_t id, std::string const& file, char const* call) {
+// Throws E("<api>: <file>: <call> failed") on a negative code.
+template <class E>
+hid_t h5_check_as(hid_t id, char const* api, std::string const& file, char const* call) {
   if (id < 0)
-    throw CheckpointError("telar::checkpoint: " + file + ": " + call + " failed");
+    throw E(std::string(api) + ": " + file + ": " + call + " failed");
   return id;
+}
+
+// The checkpoints' h5_check_as: a CheckpointError.
+inline hid_t h5_check(hid_t id, std::string const& file, char const* call) {
+  return h5_check_as<CheckpointError>(id, "telar::checkpoint", file, call);
 }
 
 template <class T>
