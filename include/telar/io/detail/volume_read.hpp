@@ -16,7 +16,7 @@
 namespace telar::detail {
 
 inline hid_t h5v(hid_t id, std::string const& file, char const* call) {
-  return h5_check_as<DataError>(id, "telar::volumes", file, call);
+  return h5_check_as<DataError>(id, "telar::VolumeReader", file, call);
 }
 
 inline std::string dims_str(std::vector<hsize_t> const& d) {
@@ -30,7 +30,7 @@ inline std::string dims_str(std::vector<hsize_t> const& d) {
 inline std::vector<hsize_t> dataset_dims(hid_t file, char const* name, std::string const& path) {
   if (H5Lexists(file, name, H5P_DEFAULT) <= 0)
     throw DataError(
-        "telar::volumes: " + path + ": no dataset /" + name +
+        "telar::VolumeReader: " + path + ": no dataset /" + name +
         " (a segmentation file holds /images [N, C, D, H, W] and /labels [N, D, H, W])");
   H5Handle d(h5v(H5Dopen2(file, name, H5P_DEFAULT), path, "H5Dopen2"), H5Dclose);
   H5Handle s(h5v(H5Dget_space(d.get()), path, "H5Dget_space"), H5Sclose);
