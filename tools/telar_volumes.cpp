@@ -15,6 +15,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -22,8 +23,8 @@ namespace {
 struct Args {
   std::string file, corrupt;
   telar::SyntheticVolumeOptions gen;
-  bool generate = false, read = false, prefetch = true;
-  long long halo = 0, batch = 1, repeat = 1;
+  bool generate = false, read = false, prefetch = true, collective = true;
+  long long halo = 0, batch = 1, repeat = 1, work_ms = 0;
   int model_classes = 0;
 };
 
@@ -46,8 +47,8 @@ Args parse(int argc, char** argv) {
   std::map<std::string, std::string> kv;
   for (int i = 1; i < argc; ++i) {
     std::string const f = argv[i];
-    if (f == "--read" || f == "--no-prefetch") {
-      (f == "--read" ? a.read : a.prefetch) = f == "--read";
+    if (f == "--read" || f == "--no-prefetch" || f == "--independent") {
+      (f == "--read" ? a.read : f == "--no-prefetch" ? a.prefetch : a.collective) = f == "--read";
       continue;
     }
     if (i + 1 >= argc)
@@ -80,6 +81,8 @@ Args parse(int argc, char** argv) {
       a.halo = integer(f, v, 0);
     else if (f == "--batch")
       a.batch = integer(f, v, 1);
+    else if (f == "--work-ms")
+      a.work_ms = integer(f, v, 0);
     else if (f == "--repeat")
       a.repeat = integer(f, v, 1);
     else if (f == "--model-classes")
@@ -114,39 +117,54 @@ void corrupt(Args const& a) {
 void read(Args const& a, telar::Communicator const& world) {
   telar::VolumeReaderOptions opts;
   opts.classes = a.model_classes;
+  opts.collective = a.collective;
   telar::VolumeShape const shape = telar::read_volume_shape(a.file, world, a.model_classes);
   telar::VolumeSlab slab{telar::split_extent(shape.depth, world.size(), world.rank(), a.halo), {}};
   telar::VolumeReader reader(a.file, slab, world, opts);
   // Every rank reads the same samples (spatial parallelism: one replica).
   telar::BatchLoader loader({std::size_t(shape.samples), 1, 0, a.gen.seed}, std::size_t(a.batch));
-  std::vector<double> rates;
+  std::vector<double> rates, waits;
   telar::VolumeBatch b;
+  using clock = std::chrono::steady_clock;
+  auto since = [](clock::time_point t) {
+    return std::chrono::duration<double>(clock::now() - t).count();
+  };
   for (long long r = 0; r < a.repeat; ++r) {
     world.barrier();
-    auto const t0 = std::chrono::steady_clock::now();
-    double bytes = 0;
+    auto const t0 = clock::now();
+    double bytes = 0, wait = 0; // wait: seconds the loop waited for data
     if (a.prefetch && loader.size() > 0)
       reader.prefetch(loader.batch(0).indices);
     for (std::size_t s = 0; s < loader.size(); ++s) {
+      auto const w0 = clock::now();
       if (a.prefetch) {
         reader.wait(b);
         if (s + 1 < loader.size())
           reader.prefetch(loader.batch(s + 1).indices);
       } else
         reader.read(loader.batch(s).indices, b);
+      wait += since(w0);
       bytes += double(reader.bytes_per_sample() * b.samples());
+      // Stands for a training step: --work-ms of sleep per step.
+      std::this_thread::sleep_for(std::chrono::milliseconds(a.work_ms));
     }
     world.allreduce(&bytes, 1, telar::ReduceOp::sum);
+    world.allreduce(&wait, 1, telar::ReduceOp::max);
     world.barrier();
-    double const sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double const sec = since(t0);
     rates.push_back(bytes / sec / 1e6);
+    waits.push_back(wait);
     if (world.rank() == 0)
-      std::printf("pass %lld: %.1f MB in %.3f s: %.1f MB/s\n", r, bytes / 1e6, sec, rates.back());
+      std::printf("pass %lld: %.1f MB in %.3f s (%.3f s waiting for data): %.1f MB/s\n", r,
+                  bytes / 1e6, sec, wait, rates.back());
   }
   std::sort(rates.begin(), rates.end());
+  std::sort(waits.begin(), waits.end());
   if (world.rank() == 0)
-    std::printf("median %.1f MB/s over %zu passes, %d ranks, %s\n", rates[rates.size() / 2],
-                rates.size(), world.size(), a.prefetch ? "prefetch" : "plain read");
+    std::printf("median %.1f MB/s, %.3f s waiting for data, over %zu passes, %d ranks, %s, %s\n",
+                rates[rates.size() / 2], waits[waits.size() / 2], rates.size(), world.size(),
+                a.prefetch ? "prefetch" : "plain read",
+                a.collective ? "collective" : "independent");
 }
 
 } // namespace

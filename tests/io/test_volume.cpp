@@ -103,6 +103,32 @@ void check_slab(telar::VolumeBatch const& b, telar::VolumeBatch const& w,
   CHECK(bad == 0);
 }
 
+// Writes volumes w of shape s to `path` in 1 x 1 x 4 x 4 x 4 chunks (rank 0 alone).
+void write_chunked(std::string const& path, telar::VolumeShape const& s,
+                   telar::VolumeBatch const& w) {
+  using telar::detail::H5Handle;
+  H5Handle f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  auto put = [&](char const* name, hid_t type, std::vector<hsize_t> const& dims, hid_t mem,
+                 void const* data) {
+    H5Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
+    H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    std::vector<hsize_t> chunk(dims.size(), 1);
+    for (std::size_t i = dims.size() - 3; i < dims.size(); ++i)
+      chunk[i] = std::min<hsize_t>(4, dims[i]);
+    H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data());
+    H5Handle d(H5Dcreate2(f.get(), name, type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+               H5Dclose);
+    REQUIRE(H5Dwrite(d.get(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0);
+    return d;
+  };
+  auto const n = hsize_t(s.samples), d = hsize_t(s.depth), h = hsize_t(s.height),
+             x = hsize_t(s.width);
+  put("images", H5T_IEEE_F32LE, {n, hsize_t(s.channels), d, h, x}, H5T_NATIVE_FLOAT,
+      w.images.data());
+  H5Handle l = put("labels", H5T_STD_U8LE, {n, d, h, x}, H5T_NATIVE_INT32, w.labels.data());
+  telar::detail::h5_write_attr<long long>(l.get(), "classes", s.classes, path);
+}
+
 // Rank r asks for a different batch: shuffled, repeated, of 1 or 2 samples.
 std::vector<std::size_t> batch_of(int rank) {
   return rank % 2 == 0 ? std::vector<std::size_t>{1, 0} : std::vector<std::size_t>{1};
@@ -192,6 +218,13 @@ TEST_CASE("Depth and height split together (2-D decomposition)", "[volume]") {
   r.wait(p);
   CHECK(p.images == b.images);
   CHECK(p.labels == b.labels);
+  // Independent MPI-IO reads the same.
+  telar::VolumeReaderOptions independent;
+  independent.collective = false;
+  telar::VolumeReader ri(path, slab, c, independent);
+  ri.read(batch_of(c.rank()), p);
+  CHECK(p.images == b.images);
+  CHECK(p.labels == b.labels);
 }
 
 TEST_CASE("Prefetching returns what a plain read does, batch after batch", "[volume]") {
@@ -216,6 +249,25 @@ TEST_CASE("Prefetching returns what a plain read does, batch after batch", "[vol
     CHECK(fetched.labels == plain.labels);
   }
   CHECK_THROWS_AS(r.wait(fetched), std::logic_error);
+
+  // A chunked copy: no pread thread; wait() reads collectively and agrees.
+  std::string const chunked = scratch("chunked");
+  if (c.rank() == 0) {
+    telar::Communicator self(MPI_COMM_SELF, "self");
+    auto const s = telar::read_volume_shape(path, self);
+    telar::VolumeBatch const w = whole(path, s);
+    write_chunked(chunked, s, w);
+  }
+  c.barrier();
+  telar::VolumeReader rc(chunked, slab, c);
+  CHECK_FALSE(rc.prefetch_in_background());
+  for (std::size_t step = 0; step < loader.size(); ++step) {
+    rc.prefetch(loader.batch(step).indices);
+    rc.wait(fetched);
+    r.read(loader.batch(step).indices, plain);
+    CHECK(fetched.images == plain.images);
+    CHECK(fetched.labels == plain.labels);
+  }
 }
 
 TEST_CASE("Bad volume files and slabs stop every rank with one message", "[volume]") {

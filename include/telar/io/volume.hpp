@@ -294,6 +294,14 @@ struct VolumeReaderOptions {
    *  samples), so a label outside `[0, classes)` stops every rank before
    *  training; costs one read of `/labels`. */
   bool check_labels = true;
+  /*! \brief Collective MPI-IO transfers for `read` (two-phase I/O: a few
+   *  aggregator ranks read large blocks and scatter them); false reads
+   *  independently, which can be faster for 1-D slabs (each a few
+   *  contiguous runs) on a local disk. Built against Open MPI 4.1.0 to
+   *  4.1.4, reads of a chunked file are independent whatever this says: its
+   *  ompio returned zeros from collective reads of chunked datasets
+   *  (open-mpi/ompi#10546, fixed in 4.1.5). */
+  bool collective = true;
 };
 
 /*! \brief Reads a rank's slab (and halos) of a batch of volumes from a file
@@ -336,7 +344,8 @@ public:
    *  the same on every rank */
   VolumeReader(std::string path, VolumeSlab slab, Communicator const& comm,
                VolumeReaderOptions options = {})
-      : path_(std::move(path)), slab_(slab), comm_(comm.dup("telar::volumes")) {
+      : path_(std::move(path)), slab_(slab), comm_(comm.dup("telar::volumes")),
+        collective_(options.collective) {
     detail::H5Quiet quiet;
     detail::agreed_as<DataError>(&comm_, "telar::VolumeReader: unknown error", [&] {
       open(options.classes);
@@ -381,7 +390,7 @@ public:
     comm_.allreduce(&most, 1, ReduceOp::max);
     shape_batch(out, indices);
     detail::agreed_as<DataError>(&comm_, "telar::VolumeReader: unknown error", [&] {
-      detail::H5Handle dxpl = detail::h5_dxpl(&comm_, true, path_);
+      detail::H5Handle dxpl = detail::h5_dxpl(&comm_, collective_, path_);
       for (std::size_t k = 0; k < most; ++k) // one collective read per position
         read_sample(k < indices.size() ? (long long)indices[k] : -1,
                     out.images.data() + k * image_elems(), out.labels.data() + k * label_elems(),
@@ -457,6 +466,9 @@ private:
         detail::h5v(H5Dopen2(file_.get(), "labels", H5P_DEFAULT), path_, "H5Dopen2"), H5Dclose);
     detail::H5Handle ltype(detail::h5v(H5Dget_type(labels_.get()), path_, "H5Dget_type"), H5Tclose);
     label_bytes_ = H5Tget_size(ltype.get());
+    if (detail::ompio_read_sieving_bug() &&
+        !(detail::is_contiguous(images_.get()) && detail::is_contiguous(labels_.get())))
+      collective_ = false;
     open_raw();
   }
 
@@ -588,6 +600,7 @@ private:
   VolumeShape shape_;
   detail::H5Handle file_, images_, labels_;
   detail::RawLayout image_raw_, label_raw_;
+  bool collective_ = true;
   std::size_t label_bytes_ = 1;
   int fd_ = -1;
   bool pending_ = false;

@@ -45,6 +45,23 @@ inline H5T_class_t dataset_class(hid_t dset) {
   return t.get() < 0 ? H5T_NO_CLASS : H5Tget_class(t.get());
 }
 
+// Open MPI 4.1.0 to 4.1.4's ompio returns wrong data (zeros) from some
+// collective reads through its data sieving (open-mpi/ompi#10546, fixed in
+// 4.1.5): HDF5's collective reads of chunked datasets hit it at 4 ranks.
+constexpr bool ompio_read_sieving_bug() {
+#if defined(OPEN_MPI) && OMPI_MAJOR_VERSION == 4 && OMPI_MINOR_VERSION == 1 &&                     \
+    OMPI_RELEASE_VERSION < 5
+  return true;
+#else
+  return false;
+#endif
+}
+
+inline bool is_contiguous(hid_t dset) {
+  H5Handle dcpl(H5Dget_create_plist(dset), H5Pclose);
+  return dcpl.get() >= 0 && H5Pget_layout(dcpl.get()) == H5D_CONTIGUOUS;
+}
+
 // The first label outside [0, classes) in n labels of sample `sample`, as a
 // message, or "".
 inline std::string bad_label(std::vector<std::int32_t> const& lab, long long sample, long long H,
@@ -70,9 +87,8 @@ struct RawLayout {
 };
 inline RawLayout raw_layout(hid_t dset, bool is_float) {
   RawLayout r;
-  H5Handle dcpl(H5Dget_create_plist(dset), H5Pclose);
   H5Handle type(H5Dget_type(dset), H5Tclose);
-  if (dcpl.get() < 0 || type.get() < 0 || H5Pget_layout(dcpl.get()) != H5D_CONTIGUOUS)
+  if (type.get() < 0 || !is_contiguous(dset))
     return r;
   haddr_t const off = H5Dget_offset(dset);
   if (off == HADDR_UNDEF)
