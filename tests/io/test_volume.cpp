@@ -180,12 +180,12 @@ TEST_CASE("Each rank reads its slab and halos of the whole volume", "[volume]") 
     telar::write_synthetic_volumes(path, small(depth), c);
     auto const s = telar::read_volume_shape(path, c);
     telar::VolumeBatch const w = whole(path, s);
-    for (long long halo : {0LL, 1LL, 2LL}) {
+    for (long long halo : {0LL, 2LL}) {
       INFO("depth " << depth << ", halo " << halo);
       telar::VolumeSlab const slab{telar::split_extent(depth, c.size(), c.rank(), halo), {}};
       CHECK(slab.depth.halo_lo == (c.rank() == 0 ? 0 : halo)); // no halo at the faces
       CHECK(slab.depth.halo_hi == (c.rank() + 1 == c.size() ? 0 : halo));
-      telar::VolumeReader r(path, slab, c);
+      telar::VolumeReader r(path, slab, c, {0, false}); // labels scanned in the last test case
       telar::VolumeBatch b;
       r.read(batch_of(c.rank()), b);
       check_slab(b, w, s, slab);
