@@ -358,7 +358,8 @@ public:
 
   VolumeReader(VolumeReader const&) = delete;            //!< not copyable
   VolumeReader& operator=(VolumeReader const&) = delete; //!< not copyable
-  /*! \brief Waits for a prefetch in flight and closes the file. */
+  /*! \brief Waits for a prefetch in flight and closes the file (collective
+   *  with MPI-IO: destroy the readers of all ranks together). */
   ~VolumeReader() {
     if (worker_.joinable())
       worker_.join();
