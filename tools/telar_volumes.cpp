@@ -42,6 +42,14 @@ long long integer(std::string const& flag, std::string const& v, long long lo) {
   return x;
 }
 
+char const* const usage =
+    "usage: telar_volumes --file F [--generate N] [--size DxHxW] [--channels C] [--classes K]\n"
+    "                     [--lesions L] [--seed S] [--corrupt no-labels|label-shape|label-rank]\n"
+    "                     [--read] [--halo H] [--batch B] [--repeat R] [--model-classes K]\n"
+    "                     [--no-prefetch] [--independent] [--work-ms T]\n"
+    "Writes a synthetic segmentation set (--generate, every rank writing its samples) and/or\n"
+    "reads it with the depth split over the ranks, printing MB/s (--read). docs/volumes.md\n";
+
 Args parse(int argc, char** argv) {
   Args a;
   std::map<std::string, std::string> kv;
@@ -167,6 +175,20 @@ void read(Args const& a, telar::Communicator const& world) {
                 a.collective ? "collective" : "independent");
 }
 
+// Generates (and breaks, with --corrupt) the file, then reads it.
+void run(Args const& a, telar::Communicator const& world) {
+  if (a.generate) {
+    telar::write_synthetic_volumes(a.file, a.gen, world);
+    if (!a.corrupt.empty())
+      telar::detail::agreed_as<telar::DataError>(&world, "telar_volumes: --corrupt failed", [&] {
+        if (world.rank() == 0)
+          corrupt(a);
+      });
+  }
+  if (a.read)
+    read(a, world);
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -175,18 +197,13 @@ int main(int argc, char** argv) {
   {
     telar::Communicator world(MPI_COMM_WORLD, "world");
     try {
-      Args const a = parse(argc, argv);
-      if (a.generate) {
-        telar::write_synthetic_volumes(a.file, a.gen, world);
-        if (!a.corrupt.empty())
-          telar::detail::agreed_as<telar::DataError>(&world, "telar_volumes: --corrupt failed",
-                                                     [&] {
-                                                       if (world.rank() == 0)
-                                                         corrupt(a);
-                                                     });
+      if (argc < 2 || std::string(argv[1]) == "--help") {
+        if (world.rank() == 0)
+          std::fputs(usage, argc < 2 ? stderr : stdout);
+        rc = argc < 2;
+      } else {
+        run(parse(argc, argv), world);
       }
-      if (a.read)
-        read(a, world);
     } catch (std::exception const& e) {
       std::string const m = e.what();
       if (world.rank() == 0)
