@@ -35,7 +35,7 @@ inline long env_positive(detail::CommHandle const& h, const char* var) {
 }
 
 // The rank the launcher gave this process: a communicator cannot tell
-// (sub-communicators renumber, and headers never use MPI_COMM_WORLD).
+// (sub-communicators renumber, and the library never talks on the world).
 inline long launch_rank(detail::CommHandle const& h) {
   for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"})
     if (const char* s = std::getenv(var); s && *s)
