@@ -70,6 +70,7 @@ Data<T> make_data(std::size_t n) {
 }
 
 struct Result {
+  telar::GridOrder order = telar::default_grid_order;
   double l2 = 0;
   std::map<std::string, double> norms;
   double last_loss = 0;
@@ -91,6 +92,8 @@ Result train(MPI_Comm comm, Opt opt, telar::TrainerOptions opts, Data<T> const& 
   }
   r.l2 = trainer.param_l2();
   r.norms = trainer.tensor_norms();
+  if (trainer.grid())
+    r.order = trainer.grid()->order();
   return r;
 }
 
@@ -205,11 +208,24 @@ TEMPLATE_TEST_CASE("Hierarchical gradient allreduce over fake nodes matches seri
   telar::TrainerOptions opts = base;
   opts.grid = {n, 1, 1};
   Result const got = train<T, Full>(MPI_COMM_WORLD, sgd, opts, data, batch, 3);
+  // dp = 2 x pp = 2 on 2 nodes: the Trainer places each pipeline on one node
+  // ({dp, pp, tp}), dp crosses nodes (one rank per node: the flat ring).
+  Result placed;
+  if (n == 4) {
+    opts.grid = {2, 2, 1};
+    opts.microbatches = 2;
+    placed = train<T, Full>(MPI_COMM_WORLD, sgd, opts, data, batch, 3);
+  }
   unsetenv("TELAR_RANKS_PER_NODE");
   unsetenv("TELAR_ALLREDUCE");
   CHECK(group == (n == 4 ? 2 : 1)); // 1: forced, HierarchicalAllreduce picks its groups
-  require_same(got, serial<T>(sgd, base, data, batch, 3), tol,
-               "dp=" + std::to_string(n) + " hierarchical");
+  Result const want = serial<T>(sgd, base, data, batch, 3);
+  require_same(got, want, tol, "dp=" + std::to_string(n) + " hierarchical");
+  if (n == 4) {
+    CHECK(placed.order ==
+          telar::GridOrder{telar::GridAxis::dp, telar::GridAxis::pp, telar::GridAxis::tp});
+    require_same(placed, want, tol, "dp=2 x pp=2 placed by node");
+  }
 }
 
 TEST_CASE("Adam and LAMB (per-tensor norms across stages) match serial", "[equivalence]") {
