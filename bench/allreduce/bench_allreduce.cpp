@@ -4,7 +4,11 @@
 //
 //   mpiexec -np 2 ./bench_allreduce [--max-bytes N] [--min-bytes N]
 //       [--mode sweep|buckets|all] [--segment-bytes N] [--max-in-flight N]
-//       [--group-size N]
+//       [--group-size N] [--rounds N]
+//
+// --mode interleaved: ring, hier and MPI_Allreduce take turns, one call each
+// per round, for --rounds rounds at each size; the median per algorithm then
+// compares them under the same load (for machines whose speed drifts).
 //
 // Each figure is the median over repetitions of the slowest rank's time,
 // after warm-up; the number of repetitions falls with the size so a sweep
@@ -13,6 +17,7 @@
 // time / this time (> 1: faster than MPI_Allreduce).
 #include <telar/comm/allreduce.hpp>
 #include <telar/comm/communicator.hpp>
+#include <telar/comm/topology.hpp>
 
 #include <mpi.h>
 
@@ -33,6 +38,7 @@ struct Options {
   std::size_t segment_bytes = telar::SegmentedSettings::default_segment_bytes;
   int max_in_flight = telar::SegmentedSettings::default_max_in_flight;
   int group_size = 0;
+  int rounds = 9;
 };
 
 Options parse(int argc, char** argv) {
@@ -51,6 +57,8 @@ Options parse(int argc, char** argv) {
       o.max_in_flight = std::stoi(v);
     else if (k == "--group-size")
       o.group_size = std::stoi(v);
+    else if (k == "--rounds")
+      o.rounds = std::stoi(v);
     else {
       std::fprintf(stderr, "bench_allreduce: unknown option %s\n", k.c_str());
       std::exit(2);
@@ -144,6 +152,46 @@ void sweep(telar::Communicator const& comm, std::vector<Algo> const& algos, Opti
       std::printf("\n");
       std::fflush(stdout);
     }
+  }
+}
+
+// One call of each algorithm per round, in turn; the median of the slowest
+// rank's time per algorithm.
+void interleaved(telar::Communicator const& comm, std::vector<Algo> const& algos,
+                 Options const& o) {
+  bool const root = comm.rank() == 0;
+  std::vector<float> buf(o.max_bytes / sizeof(float) + 1, 0.f);
+  if (root) {
+    std::printf("\n## Interleaved: median of %d rounds, ms (slowest rank)\n\n| size |", o.rounds);
+    for (auto const& a : algos)
+      std::printf(" %s |", a.name.c_str());
+    std::printf(" %s / %s |\n|---:|", algos[0].name.c_str(), algos[1].name.c_str());
+    for (std::size_t i = 0; i <= algos.size(); ++i)
+      std::printf("---:|");
+    std::printf("\n");
+  }
+  for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 4) {
+    std::size_t const n = bytes / sizeof(float);
+    std::vector<std::vector<double>> t(algos.size());
+    for (int r = 0; r < o.rounds + 1; ++r) // round 0 warms up
+      for (std::size_t a = 0; a < algos.size(); ++a) {
+        if (r == 0 && !verify(comm, algos[a].run, buf.data(), n))
+          MPI_Abort(comm.native(), 3);
+        std::vector<double> one = {time_it(comm, algos[a].run, buf.data(), n, 0, 1)};
+        if (r > 0)
+          t[a].push_back(one[0]);
+      }
+    if (!root)
+      continue;
+    std::printf("| %s |", human(bytes).c_str());
+    std::vector<double> med;
+    for (auto& v : t) {
+      std::sort(v.begin(), v.end());
+      med.push_back(v[v.size() / 2]);
+      std::printf(" %.2f |", med.back() * 1e3);
+    }
+    std::printf(" %.2f |\n", med[0] / med[1]);
+    std::fflush(stdout);
   }
 }
 
@@ -241,6 +289,8 @@ int main(int argc, char** argv) {
           {"hier", [&](float* d, std::size_t n) { hier.start(comm, d, n).wait(); }},
       };
       int const g = hier.group_size_for(comm);
+      auto const nodes = telar::node_layout(comm);
+      int const auto_g = telar::TopologyAwareAllreduce{}.group_size_for(comm);
       if (comm.rank() == 0) {
         char version[MPI_MAX_LIBRARY_VERSION_STRING];
         int len = 0;
@@ -249,6 +299,9 @@ int main(int argc, char** argv) {
         v = v.substr(0, v.find_first_of("\n,"));
         std::printf("# bench_allreduce\n\n");
         std::printf("- ranks: %d\n- MPI: %s\n", comm.size(), v.c_str());
+        std::printf("- nodes: %d, %d rank(s) on rank 0's node, %s; TopologyAwareAllreduce: %s\n",
+                    nodes.nodes, nodes.ranks_per_node, nodes.regular() ? "regular" : "irregular",
+                    auto_g == 0 ? "flat (ring)" : "hierarchical");
         std::printf("- sizes: %zu B .. %zu B, x4; float sum in place\n", o.min_bytes, o.max_bytes);
         std::printf("- repetitions: clamp(256 MB / size, 5, 200) after 3 warm-up runs (1 from 16 "
                     "MB); median of the slowest rank\n");
@@ -261,6 +314,8 @@ int main(int argc, char** argv) {
       }
       if (o.mode == "sweep" || o.mode == "all")
         sweep(comm, algos, o);
+      if (o.mode == "interleaved")
+        interleaved(comm, {algos[2], algos[4], algos[0]}, o); // ring, hier, MPI_Allreduce
       if (o.mode == "buckets" || o.mode == "all") {
         std::vector<
             std::function<std::vector<telar::AllreduceOp<float>>(std::vector<std::vector<float>>&)>>

@@ -3,7 +3,7 @@
 // synthetic data: the model bench/peers/mlp_torch.py runs in PyTorch.
 //   [mpirun -np N] bench_mlp_step [--batch 128] [--steps 30] [--warmup 5] [--hidden 2048]
 //        [--dp N] [--pp N] [--tp N] [--microbatches M] [--schedule 1f1b]
-//        [--algorithm ring|mpi|rhd|hier] [--bucket-mb 8] [--timeline PREFIX]
+//        [--algorithm ring|mpi|rhd|hier|auto] [--bucket-mb 8] [--timeline PREFIX]
 //        [--precision fp32|bf16]
 // --precision bf16 (telar::Bf16Gemm) runs with the ring allreduce and no sharding.
 // --batch is per data-parallel rank (weak scaling). Prints the configuration,
@@ -191,6 +191,8 @@ int main(int argc, char** argv) {
         rc = run<telar::RecursiveHalvingDoubling, telar::NoSharding>(a);
       else if (a.algorithm == "hier")
         rc = run<telar::HierarchicalAllreduce, telar::NoSharding>(a);
+      else if (a.algorithm == "auto") // TELAR_ALLREDUCE=flat|hierarchical overrides
+        rc = run<telar::TopologyAwareAllreduce, telar::NoSharding>(a);
       else
         throw std::invalid_argument("bench_mlp_step: unknown --algorithm " + a.algorithm);
     } catch (std::exception const& e) {

@@ -3,6 +3,7 @@
 // segments), random values against a serial sum, bitwise agreement across
 // ranks, concurrent operations waited in different orders.
 #include <telar/comm/allreduce.hpp>
+#include <telar/comm/topology.hpp>
 
 #include "mpi_check.hpp"
 
@@ -11,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -22,6 +24,7 @@ static_assert(telar::is_allreduce_algorithm_v<telar::MpiAllreduce>);
 static_assert(telar::is_allreduce_algorithm_v<telar::RingAllreduce>);
 static_assert(telar::is_allreduce_algorithm_v<telar::RecursiveHalvingDoubling>);
 static_assert(telar::is_allreduce_algorithm_v<const telar::HierarchicalAllreduce>);
+static_assert(telar::is_allreduce_algorithm_v<telar::TopologyAwareAllreduce>);
 static_assert(!telar::is_allreduce_algorithm_v<int>);
 static_assert(!telar::is_allreduce_algorithm_v<Communicator>);
 
@@ -202,4 +205,99 @@ TEST_CASE("algorithm names", "[comm][allreduce]") {
   REQUIRE(std::string(telar::RingAllreduce::name()) == "ring");
   REQUIRE(std::string(telar::RecursiveHalvingDoubling::name()) == "recursive_halving_doubling");
   REQUIRE(std::string(telar::HierarchicalAllreduce::name()) == "hierarchical");
+  REQUIRE(std::string(telar::TopologyAwareAllreduce::name()) == "topology_aware");
+}
+
+namespace {
+// Sets an environment variable for one scope (the same on every rank).
+struct ScopedEnv {
+  char const* name;
+  ScopedEnv(char const* n, char const* value) : name(n) {
+    if (value)
+      setenv(n, value, 1);
+    else
+      unsetenv(n);
+  }
+  ~ScopedEnv() { unsetenv(name); }
+};
+
+// The group size TopologyAwareAllreduce must pick with k ranks per fake node
+// on p ranks: k when there are >= 2 nodes of k >= 2 consecutive ranks, else 0 (flat).
+int expected_group(int p, int k) {
+  return (k > 1 && p > k && p % k == 0) ? k : 0;
+}
+} // namespace
+
+TEST_CASE("topology-aware allreduce equals the flat one on fake nodes", "[comm][allreduce]") {
+  int const p = telar_test::world_size();
+  std::mt19937 gen(1234u + unsigned(telar_test::world_rank()));
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  for (char const* k : {"1", "2", "3"}) {
+    ScopedEnv fake("TELAR_RANKS_PER_NODE", k);
+    Communicator comm(MPI_COMM_WORLD, "world"); // fresh: the layout is cached per communicator
+    int const g = telar::TopologyAwareAllreduce{}.group_size_for(comm);
+    auto const layout = telar::node_layout(comm);
+    INFO("TELAR_RANKS_PER_NODE=" << k << " p=" << p << " group " << g);
+    TELAR_REQUIRE_ALL(g == expected_group(p, std::atoi(k)));
+    TELAR_REQUIRE_ALL(layout.nodes == (p + std::atoi(k) - 1) / std::atoi(k));
+    TELAR_REQUIRE_ALL(layout.local_rank == comm.rank() % std::atoi(k));
+    // Sizes not divisible by the ranks per node, and several segments.
+    for (std::size_t n : {std::size_t(1), std::size_t(3), std::size_t(1001), std::size_t(65537),
+                          (std::size_t(1) << 20) + 3}) {
+      std::vector<float> x(n);
+      for (auto& v : x)
+        v = dist(gen);
+      std::vector<float> flat = x;
+      telar::RingAllreduce{}.start(comm, flat.data(), n).wait();
+      telar::TopologyAwareAllreduce{}.start(comm, x.data(), n).wait();
+      bool ok = true;
+      for (std::size_t i = 0; i < n; ++i)
+        ok = ok && std::fabs(x[i] - flat[i]) <= 1e-5f * (1.f + std::fabs(flat[i]));
+      std::uint64_t h = fnv(x.data(), n * sizeof(float)), h0 = h;
+      comm.broadcast(&h0, 1, 0);
+      INFO("n=" << n);
+      TELAR_REQUIRE_ALL(ok && h == h0); // within tolerance, bitwise equal on all ranks
+    }
+  }
+}
+
+TEST_CASE("TELAR_ALLREDUCE forces flat or hierarchical", "[comm][allreduce]") {
+  int const p = telar_test::world_size();
+  ScopedEnv fake("TELAR_RANKS_PER_NODE", "2");
+  Communicator comm(MPI_COMM_WORLD, "world");
+  telar::TopologyAwareAllreduce algo;
+  {
+    ScopedEnv mode("TELAR_ALLREDUCE", "flat");
+    TELAR_REQUIRE_ALL(algo.group_size_for(comm) == 0);
+  }
+  {
+    ScopedEnv mode("TELAR_ALLREDUCE", "hierarchical");
+    int const g = algo.group_size_for(comm);
+    TELAR_REQUIRE_ALL(g >= 1 && (expected_group(p, 2) == 0 || g == 2));
+    std::vector<double> v(777, 1.0 + comm.rank());
+    algo.start(comm, v.data(), v.size()).wait();
+    TELAR_REQUIRE_ALL(v[0] == p * (p + 1) / 2.0 && v[776] == v[0]);
+  }
+  algo.mode = telar::AllreduceMode::flat; // the member, when the variable is unset
+  TELAR_REQUIRE_ALL(algo.group_size_for(comm) == 0);
+  // Bad values: a CommError naming the variable, the value and the rank, on every rank.
+  auto message = [&](char const* var, char const* value) {
+    ScopedEnv bad(var, value);
+    Communicator fresh(MPI_COMM_WORLD, "world");
+    std::vector<float> v(8, 1.f);
+    try {
+      telar::TopologyAwareAllreduce{}.start(fresh, v.data(), v.size()).wait();
+    } catch (telar::CommError const& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  std::string const rank = "on rank " + std::to_string(comm.rank()) + " of " + std::to_string(p);
+  if (p > 1) {
+    TELAR_REQUIRE_ALL(message("TELAR_ALLREDUCE", "ring") ==
+                      "telar: TELAR_ALLREDUCE='ring' " + rank +
+                          ": expected auto, flat or hierarchical");
+    TELAR_REQUIRE_ALL(message("TELAR_RANKS_PER_NODE", "0") ==
+                      "telar: TELAR_RANKS_PER_NODE='0' " + rank + ": expected a positive integer");
+  }
 }

@@ -6,6 +6,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -123,4 +124,46 @@ TEST_CASE("shapes that do not fit throw the same GridError on every rank", "[com
   TELAR_REQUIRE_ALL(lo == hi);
   // Resolution itself needs no communicator.
   TELAR_REQUIRE_ALL(ProcessGrid::resolve(12, GridShape{0, 3, 2}).dp == 2);
+}
+
+TEST_CASE("node-aware placement keeps tp groups and then pipelines on one node", "[comm][grid]") {
+  using telar::GridAxis;
+  telar::GridOrder const by_node = {GridAxis::dp, GridAxis::pp, GridAxis::tp};
+  telar::NodeLayout two_nodes;
+  two_nodes.nodes = 2;
+  two_nodes.ranks_per_node = 4;
+  // Several nodes: dp outermost when pp and dp are both > 1; otherwise the
+  // orders coincide and the default stays.
+  CHECK(ProcessGrid::node_aware_order({2, 2, 2}, two_nodes) == by_node);
+  CHECK(ProcessGrid::node_aware_order({4, 2, 1}, two_nodes) == by_node);
+  CHECK(ProcessGrid::node_aware_order({4, 1, 2}, two_nodes) == telar::default_grid_order);
+  CHECK(ProcessGrid::node_aware_order({1, 2, 4}, two_nodes) == telar::default_grid_order);
+  CHECK(ProcessGrid::node_aware_order({2, 2, 2}, telar::NodeLayout{}) ==
+        telar::default_grid_order); // one node: unchanged
+  auto irregular = two_nodes;
+  irregular.uniform = false;
+  CHECK(ProcessGrid::node_aware_order({2, 2, 2}, irregular) == telar::default_grid_order);
+
+  // Fake nodes of 2 consecutive ranks: every tp group (tp = 2), and at pp = 2
+  // every pipeline, lies on one node; dp groups cross nodes.
+  int const p = telar_test::world_size();
+  setenv("TELAR_RANKS_PER_NODE", "2", 1);
+  Communicator world(MPI_COMM_WORLD, "world");
+  int const me = world.rank();
+  auto node_of = [](int r) { return r / 2; };
+  for (GridShape shape : {GridShape{0, 1, 2}, GridShape{0, 2, 1}}) {
+    if (p % 2 != 0)
+      break;
+    ProcessGrid grid(world, shape);
+    bool ok = true;
+    auto const& inner = shape.tp == 2 ? grid.tp() : grid.pp();
+    for (int r : members(inner, me))
+      ok = ok && node_of(r) == node_of(me);
+    if (p == 4)
+      for (int r : members(grid.dp(), me))
+        ok = ok && (r == me || node_of(r) != node_of(me));
+    INFO(grid.name());
+    TELAR_REQUIRE_ALL(ok);
+  }
+  unsetenv("TELAR_RANKS_PER_NODE");
 }

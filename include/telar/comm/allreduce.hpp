@@ -14,6 +14,7 @@
 #include <telar/comm/detail/comm_handle.hpp>
 #include <telar/comm/detail/progress.hpp>
 #include <telar/comm/detail/schedule.hpp>
+#include <telar/comm/detail/topology.hpp>
 #include <telar/comm/device_buffer.hpp>
 #include <telar/comm/error.hpp>
 #include <telar/config.hpp>
@@ -25,6 +26,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <string>
@@ -526,23 +528,9 @@ private:
   // Node size if nodes form a regular grid of consecutive ranks, else the
   // divisor of p nearest to sqrt(p) (from above, so groups are the larger side).
   static int auto_group_size(detail::CommHandle& h) {
-    detail::bounded_barrier(h); // the split below cannot time out on its own
-    MPI_Comm node = MPI_COMM_NULL;
-    h.check(MPI_Comm_split_type(h.comm, MPI_COMM_TYPE_SHARED, h.rank, MPI_INFO_NULL, &node),
-            "MPI_Comm_split_type");
-    int nsize = 1, nrank = 0;
-    MPI_Comm_size(node, &nsize);
-    MPI_Comm_rank(node, &nrank);
-    MPI_Comm_free(&node);
-    // Regular: same node size everywhere and node-local rank = rank % size.
-    int v[3] = {nsize, -nsize, nrank == h.rank % nsize ? 1 : 0};
-    int lo[3] = {0, 0, 0};
-    MPI_Request req = MPI_REQUEST_NULL;
-    h.check(MPI_Iallreduce(v, lo, 3, MPI_INT, MPI_MIN, h.comm, &req), "MPI_Iallreduce");
-    detail::wait_request(h, req, MPI_STATUS_IGNORE, "MPI_Allreduce", -1, -1, "with");
-    bool const regular = lo[0] == -lo[1] && lo[2] == 1; // same answer on every rank
-    if (regular && nsize > 1 && nsize < h.size)
-      return nsize;
+    int const g = detail::node_group_size(h);
+    if (g > 1)
+      return g;
     int best = h.size;
     for (int d = 1; d <= h.size; ++d)
       if (h.size % d == 0 && d * d >= h.size) {
@@ -569,6 +557,104 @@ private:
   }
 };
 
+/*! \brief How TopologyAwareAllreduce chooses (see there). */
+enum class AllreduceMode {
+  automatic,   //!< hierarchical when the ranks span several regular nodes, else flat
+  flat,        //!< always RingAllreduce
+  hierarchical //!< always HierarchicalAllreduce (node size, or √p groups on one node)
+};
+
+/*! \brief Ring or hierarchical allreduce, chosen from where the ranks run;
+ *         the default of telar::DataParallel.
+ *
+ *  With AllreduceMode::automatic it runs HierarchicalAllreduce with one group
+ *  per node when the communicator spans at least two nodes of the same number
+ *  (at least two) of consecutive ranks (telar::node_layout), and RingAllreduce
+ *  otherwise, so one node, one rank per node, or an irregular layout keeps the
+ *  flat ring. The environment variable `TELAR_ALLREDUCE` (`auto`, `flat` or
+ *  `hierarchical`), when set, overrides `mode`: the same binary can be timed
+ *  both ways. The node layout is detected on the first call for a
+ *  communicator (collective) and cached with it.
+ */
+struct TopologyAwareAllreduce : SegmentedSettings {
+  /*! \brief The choice when `TELAR_ALLREDUCE` is unset. */
+  AllreduceMode mode = AllreduceMode::automatic;
+
+  /*! \brief Name for logs and traces. */
+  static constexpr const char* name() { return "topology_aware"; }
+
+  /*! \brief Starts a sum-allreduce of \p n elements in place.
+   *  \tparam T arithmetic element type
+   *  \param comm communicator (every rank calls start in the same order)
+   *  \param data buffer, untouched until the operation completes
+   *  \param n    number of elements
+   *  \throws telar::CommError if `TELAR_ALLREDUCE` or `TELAR_RANKS_PER_NODE` is invalid
+   */
+  template <class T>
+  AllreduceOp<T> start(Communicator const& comm, T* data, std::size_t n) const {
+    static_assert(detail::summable_v<T>,
+                  "telar::TopologyAwareAllreduce: element type must be arithmetic");
+    if (comm.size() == 1 || n == 0)
+      return AllreduceOp<T>();
+    int const g = group_size_for(comm);
+    if (g == 0) {
+      RingAllreduce ring;
+      static_cast<SegmentedSettings&>(ring) = *this;
+      return ring.start(comm, data, n);
+    }
+    HierarchicalAllreduce hier(g == 1 ? 0 : g);
+    static_cast<SegmentedSettings&>(hier) = *this;
+    return hier.start(comm, data, n);
+  }
+
+  /*! \brief Blocking sum-allreduce in place (bounded), automatic choice.
+   *  \tparam T arithmetic element type
+   *  \param comm communicator
+   *  \param data buffer
+   *  \param n    number of elements
+   */
+  template <class T>
+  static void allreduce(Communicator const& comm, T* data, std::size_t n) {
+    TopologyAwareAllreduce{}.start(comm, data, n).wait();
+  }
+
+  /*! \brief The mode in effect: `TELAR_ALLREDUCE` if set, else `mode`.
+   *  \param comm communicator (names the rank in the error)
+   *  \throws telar::CommError if `TELAR_ALLREDUCE` is not auto, flat or hierarchical
+   */
+  AllreduceMode effective_mode(Communicator const& comm) const {
+    const char* s = std::getenv("TELAR_ALLREDUCE");
+    if (!s || !*s)
+      return mode;
+    std::string const v = s;
+    if (v == "auto")
+      return AllreduceMode::automatic;
+    if (v == "flat")
+      return AllreduceMode::flat;
+    if (v == "hierarchical")
+      return AllreduceMode::hierarchical;
+    throw CommError("telar: TELAR_ALLREDUCE='" + v + "' on rank " + std::to_string(comm.rank()) +
+                        " of " + std::to_string(comm.size()) +
+                        ": expected auto, flat or hierarchical",
+                    comm.rank(), "TELAR_ALLREDUCE");
+  }
+
+  /*! \brief What start() runs on \p comm: 0 for the flat ring, else the
+   *  hierarchical group size (1: HierarchicalAllreduce's own choice, when
+   *  forced on a layout without regular nodes). Collective on first use.
+   *  \param comm communicator
+   */
+  int group_size_for(Communicator const& comm) const {
+    AllreduceMode const m = effective_mode(comm);
+    if (m == AllreduceMode::flat)
+      return 0;
+    int const g = detail::node_group_size(*comm.handle_ptr());
+    if (m == AllreduceMode::hierarchical)
+      return g;
+    return g > 1 ? g : 0;
+  }
+};
+
 /*! \cond */
 template <>
 struct is_allreduce_algorithm<MpiAllreduce> : std::true_type {};
@@ -578,6 +664,8 @@ template <>
 struct is_allreduce_algorithm<RecursiveHalvingDoubling> : std::true_type {};
 template <>
 struct is_allreduce_algorithm<HierarchicalAllreduce> : std::true_type {};
+template <>
+struct is_allreduce_algorithm<TopologyAwareAllreduce> : std::true_type {};
 /*! \endcond */
 
 namespace detail {
@@ -621,7 +709,8 @@ template <class Algorithm, class T>
 void allreduce(Algorithm const& algorithm, Communicator const& comm, T* data, std::size_t n) {
   static_assert(is_allreduce_algorithm_v<Algorithm>,
                 "telar::allreduce: Algorithm is not an allreduce algorithm; use MpiAllreduce, "
-                "RingAllreduce, RecursiveHalvingDoubling or HierarchicalAllreduce, or specialise "
+                "RingAllreduce, RecursiveHalvingDoubling, HierarchicalAllreduce or "
+                "TopologyAwareAllreduce, or specialise "
                 "telar::is_allreduce_algorithm for your own");
   algorithm.start(comm, data, n).wait();
 }

@@ -6,6 +6,7 @@
 
 #include <telar/comm/communicator.hpp>
 #include <telar/comm/error.hpp>
+#include <telar/comm/topology.hpp>
 
 #include <array>
 #include <sstream>
@@ -55,7 +56,9 @@ struct GridCoord {
 /*! \brief The world communicator factored into dp × pp × tp.
  *
  *  With the default order, `world_rank = (pp_rank * dp + dp_rank) * tp + tp_rank`
- *  (tp innermost, pp outermost); pass a telar::GridOrder to change it. Each
+ *  (tp innermost, pp outermost); pass a telar::GridOrder to change it. Without
+ *  one, a world spread over several nodes gets node_aware_order()'s
+ *  `{dp, pp, tp}`, which keeps each model replica's pipeline on its node. Each
  *  process belongs to one dp group (same pp and tp coordinates), one pipeline
  *  (same dp and tp) and one tp group (same dp and pp); its rank in each
  *  sub-communicator equals its coordinate on that axis.
@@ -71,13 +74,23 @@ struct GridCoord {
  */
 class ProcessGrid {
 public:
+  /*! \brief Builds the grid with the rank layout chosen from the nodes
+   *  (node_aware_order(); collective over \p world).
+   *  \param world communicator to factor (duplicated; not used directly)
+   *  \param shape degrees; dp = 0 takes what pp and tp leave
+   *  \throws telar::GridError if the shape does not fit (before any communication)
+   */
+  ProcessGrid(Communicator const& world, GridShape shape)
+      : ProcessGrid(world, shape,
+                    node_aware_order(resolve(world.size(), shape), node_layout(world))) {}
+
   /*! \brief Builds the grid and its sub-communicators (collective over \p world).
    *  \param world communicator to factor (duplicated; not used directly)
    *  \param shape degrees; dp = 0 takes what pp and tp leave
    *  \param order axes from outermost to innermost
    *  \throws telar::GridError if the shape or the order does not fit
    */
-  ProcessGrid(Communicator const& world, GridShape shape, GridOrder order = default_grid_order)
+  ProcessGrid(Communicator const& world, GridShape shape, GridOrder order)
       : shape_(resolve(world.size(), shape, order)), order_(order) {
     world_ = world.dup(world.name());
     coord_ = coords_of(world_.rank());
@@ -194,6 +207,22 @@ public:
       throw GridError(os.str());
     }
     return shape;
+  }
+
+  /*! \brief The rank layout for \p shape on \p nodes: `{dp, pp, tp}` when
+   *  the world spans several regular nodes (telar::NodeLayout::regular()) of
+   *  more than one rank, so tensor-parallel groups, then pipelines, are
+   *  consecutive ranks on one node and only the data-parallel dimension
+   *  crosses nodes; default_grid_order otherwise (one node: the layout, and so
+   *  every result, is the same as without node awareness).
+   *  \param shape resolved degrees
+   *  \param nodes node layout of the world (telar::node_layout)
+   */
+  static GridOrder node_aware_order(GridShape shape, NodeLayout const& nodes) noexcept {
+    bool const spread = nodes.regular() && nodes.nodes > 1 && nodes.ranks_per_node > 1;
+    if (!spread || shape.dp == 1 || shape.pp == 1)
+      return default_grid_order; // the two orders place ranks identically
+    return {GridAxis::dp, GridAxis::pp, GridAxis::tp};
   }
 
   /*! \brief Formats a shape as "dp=2 x pp=1 x tp=2".

@@ -100,9 +100,11 @@ inline constexpr bool is_sharding_v<ZeRO<Stage, G>> = true;
  *  batch; gradients are summed over the dp group in buckets that start while
  *  backward still runs (or, with ZeRO, reduced to the rank that owns each
  *  shard of the optimizer state).
- *  \tparam Algorithm allreduce policy (telar/comm/allreduce.hpp)
+ *  \tparam Algorithm allreduce policy (telar/comm/allreduce.hpp); the default,
+ *  TopologyAwareAllreduce, is the ring on one node and the hierarchical
+ *  algorithm when the dp group spans several nodes
  *  \tparam Sharding NoSharding, ZeRO<1>, ZeRO<2> or ZeRO<3, Gather> */
-template <class Algorithm = RingAllreduce, class Sharding = NoSharding>
+template <class Algorithm = TopologyAwareAllreduce, class Sharding = NoSharding>
 struct DataParallel {
   static_assert(is_allreduce_algorithm_v<Algorithm>,
                 "telar::DataParallel: Algorithm must be an allreduce policy such as "

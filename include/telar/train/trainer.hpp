@@ -488,11 +488,16 @@ private:
   }
 
   // The degrees (a policy the strategy lacks has degree 1) and the process
-  // grid's sub-communicators, which the layers' shapes need next.
+  // grid's sub-communicators, which the layers' shapes need next. A rank
+  // order left at the default follows the nodes (ProcessGrid::node_aware_order:
+  // unchanged on one node); every later phase reads options_.grid_order.
   void build_grid() {
     layout_.grid = detail::layout_grid<StrategyT>(options_, size());
-    if (world_)
-      grid_.emplace(*world_, layout_.grid, options_.grid_order);
+    if (!world_)
+      return;
+    if (options_.grid_order == default_grid_order)
+      options_.grid_order = ProcessGrid::node_aware_order(layout_.grid, node_layout(*world_));
+    grid_.emplace(*world_, layout_.grid, options_.grid_order);
   }
 
   // Everything about where layers, micro-batches and buffers go (schedule,

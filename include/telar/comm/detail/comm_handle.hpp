@@ -94,6 +94,8 @@ struct CommHandle {
   // Sub-communicators made for HierarchicalAllreduce, keyed by group size.
   std::map<int, std::pair<std::shared_ptr<CommHandle>, std::shared_ptr<CommHandle>>> hier;
   int auto_group_size = 0;
+  // Ranks per node if a two-level allreduce fits, else 1; 0 until detected.
+  int node_group = 0;
   // Every rank's host and pid (see liveness.hpp), by rank; empty until exchanged.
   std::vector<PeerInfo> peers;
   // Bytes this rank handed to MPI to send (see Communicator::bytes_sent).

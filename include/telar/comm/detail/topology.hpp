@@ -1,0 +1,102 @@
+#pragma once
+// Node detection behind telar::node_layout and the topology-aware allreduce.
+
+#include <telar/comm/detail/comm_handle.hpp>
+#include <telar/comm/error.hpp>
+
+#include <mpi.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace telar::detail {
+
+struct NodeCounts {
+  int nodes = 1, ranks_per_node = 1, local_rank = 0;
+  bool uniform = true, consecutive = true;
+};
+
+// A positive integer from the environment variable `var`, 0 when unset.
+inline long env_positive(detail::CommHandle const& h, const char* var) {
+  const char* s = std::getenv(var);
+  if (!s || !*s)
+    return 0;
+  errno = 0;
+  char* end = nullptr;
+  long const v = std::strtol(s, &end, 10);
+  if (*end != '\0' || errno != 0 || v <= 0 || v > 1000000)
+    throw CommError(std::string("telar: ") + var + "='" + s + "' on rank " +
+                        std::to_string(h.rank) + " of " + std::to_string(h.size) +
+                        ": expected a positive integer",
+                    h.rank, var);
+  return v;
+}
+
+// The rank the launcher gave this process: a communicator cannot tell
+// (sub-communicators renumber, and the library never talks on the world).
+inline long launch_rank(detail::CommHandle const& h) {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"})
+    if (const char* s = std::getenv(var); s && *s)
+      return std::strtol(s, nullptr, 10);
+  if (h.size == 1)
+    return 0; // a singleton run
+  throw CommError("telar: TELAR_RANKS_PER_NODE is set but rank " + std::to_string(h.rank) + " of " +
+                      std::to_string(h.size) +
+                      " finds no launch rank (OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK or "
+                      "SLURM_PROCID) in its environment",
+                  h.rank, "TELAR_RANKS_PER_NODE");
+}
+
+// This rank's node as a communicator: real (shared memory) or faked.
+inline MPI_Comm split_node(detail::CommHandle const& h) {
+  long const fake = env_positive(h, "TELAR_RANKS_PER_NODE");
+  long const color = fake > 0 ? launch_rank(h) / fake : 0;
+  bounded_barrier(h); // the splits below cannot time out on their own
+  MPI_Comm node = MPI_COMM_NULL;
+  if (fake > 0)
+    h.check(MPI_Comm_split(h.comm, static_cast<int>(color), h.rank, &node), "MPI_Comm_split");
+  else
+    h.check(MPI_Comm_split_type(h.comm, MPI_COMM_TYPE_SHARED, h.rank, MPI_INFO_NULL, &node),
+            "MPI_Comm_split_type");
+  return node;
+}
+
+// Every rank's (node size, node-local rank), gathered: the same answer everywhere.
+inline NodeCounts node_counts(detail::CommHandle const& h) {
+  MPI_Comm node = split_node(h);
+  int mine[2] = {1, 0};
+  MPI_Comm_size(node, &mine[0]);
+  MPI_Comm_rank(node, &mine[1]);
+  MPI_Comm_free(&node);
+  std::vector<int> all(2 * static_cast<std::size_t>(h.size));
+  MPI_Request req = MPI_REQUEST_NULL;
+  h.check(MPI_Iallgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, h.comm, &req), "MPI_Iallgather");
+  wait_request(h, req, MPI_STATUS_IGNORE, "MPI_Allgather", -1, -1, "with");
+  NodeCounts c;
+  c.ranks_per_node = mine[0];
+  c.local_rank = mine[1];
+  c.nodes = 0;
+  for (int r = 0; r < h.size; ++r) {
+    int const size = all[2 * r], local = all[2 * r + 1];
+    c.nodes += local == 0 ? 1 : 0;
+    c.uniform = c.uniform && size == all[0];
+    c.consecutive = c.consecutive && local == r % size;
+  }
+  return c;
+}
+
+// Ranks per node when the nodes are regular (g consecutive ranks each), there
+// are at least two, and each holds at least two ranks; else 1. Collective on
+// the first call for a communicator, then cached with it.
+inline int node_group_size(CommHandle& h) {
+  if (h.node_group == 0) {
+    NodeCounts const c = node_counts(h);
+    bool const two_level = c.uniform && c.consecutive && c.nodes > 1 && c.ranks_per_node > 1;
+    h.node_group = two_level ? c.ranks_per_node : 1;
+  }
+  return h.node_group;
+}
+
+} // namespace telar::detail
