@@ -12,9 +12,9 @@
  *  no scores. It computes a chunk of (sample, head) pairs at a time in one
  *  [samples, heads, seq, seq] workspace owned by the layer (shared by every
  *  micro-batch, at most 64 MiB unless set_score_workspace_limit says
- *  otherwise: every pair of a small
- *  model, a few heads of GPT-2 at seq 1024) and saves, per micro-batch, Q,
- *  K, V and the concatenated heads O (4 x seq x hidden values per sample)
+ *  otherwise: every pair of a small model, one sample's 12 heads of GPT-2
+ *  small at seq 1024) and saves, per micro-batch, Q, K, V and the
+ *  concatenated heads O (4 x seq x hidden values per sample)
  *  plus each query row's log-sum-exp (heads x seq). Backward recomputes
  *  S = Q K^T of a chunk and rebuilds P from the log-sum-exp, in two such
  *  workspaces. What it saves: keeping P would cost heads x seq^2 values per
@@ -28,7 +28,9 @@
  *  the heads of Q, K, V and writing those of O, dQ, dK, dV in place through
  *  strides (no per-head copies); so forward and backward launch the same
  *  kernels at every batch size and head count while the scores fit in one
- *  chunk.
+ *  chunk (3 launches forward, 7 backward, per chunk; before, 7 and 14 per
+ *  pair). On the host, oneDNN and BLAS still multiply pair by pair inside
+ *  telar::gemm_batched, where a call costs no launch.
  */
 #include <telar/core/detail/math.hpp>
 #include <telar/core/error.hpp>
@@ -420,16 +422,16 @@ public:
   /*! \brief Caps one score workspace at \p bytes (64 MiB unless set): (sample,
    *  head) pairs are batched up to it, so launches do not grow with the
    *  batch and the head count until seq^2 x heads x samples outgrows it
-   *  (GPT-2 small at seq 1024 in float: 4 MiB a pair, one sample's 12 heads a
-   *  chunk). One pair
-   *  is always allowed. \param bytes most bytes per score workspace */
+   *  (GPT-2 small at seq 1024 in float: 4 MiB a pair, one sample's 12 heads
+   *  a chunk). One pair is always allowed.
+   *  \param bytes most bytes per score workspace */
   void set_score_workspace_limit(std::size_t bytes) { score_limit_ = bytes; }
   /*! \brief The cap set by set_score_workspace_limit. */
   std::size_t score_workspace_limit() const { return score_limit_; }
 
-  /*! \brief Score-sized values the layer's workspace holds now (one chunk's
-   *  scores in forward, twice that after a backward), whatever the
-   *  micro-batches in flight. */
+  /*! \brief Score-sized values the layer's workspace holds now (the largest
+   *  chunk's scores so far, and as many for dP once a backward ran),
+   *  whatever the micro-batches in flight. */
   std::size_t score_workspace_size() const { return ws_.s.size() + ws_.dp.size(); }
 
 protected:
