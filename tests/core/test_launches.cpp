@@ -106,6 +106,40 @@ TEST_CASE("gemm_batched matches gemm on each entry, in one launch on the referen
                   telar::ShapeError);
 }
 
+#if TELAR_HAVE_KOKKOSKERNELS
+TEST_CASE("gemm_batched's device path (Kokkos Kernels team GEMM) matches the reference kernel",
+          "[launches][gemm]") {
+  // Run here on the host execution space: one launch for the batch, every
+  // transposition, beta 0 and 1.
+  std::size_t const n1 = 2, n2 = 3, m = 4, k = 5, w = 6;
+  auto a = random_matrix<double>(n1 * n2, m * k, 7), b = random_matrix<double>(n1 * n2, k * w, 8);
+  for (char ta : {'N', 'T'})
+    for (char tb : {'N', 'T'})
+      for (double beta : {0.0, 1.0}) {
+        INFO(ta << tb << " beta " << beta);
+        std::size_t const ar = ta == 'N' ? m : k, ac = ta == 'N' ? k : m;
+        std::size_t const br = tb == 'N' ? k : w, bc = tb == 'N' ? w : k;
+        auto const ab =
+            telar::strided_batch<M>(a.data(), n1, n2 * ar * ac, n2, ar * ac, ar, ac, ac);
+        auto const bb =
+            telar::strided_batch<M>(b.data(), n1, n2 * br * bc, n2, br * bc, br, bc, bc);
+        auto c = random_matrix<double>(n1 * n2, m * w, 9),
+             ref = random_matrix<double>(n1 * n2, m * w, 9);
+        auto const cb = telar::strided_batch<M>(c.data(), n1, n2 * m * w, n2, m * w, m, w, w);
+        auto const rb = telar::strided_batch<M>(ref.data(), n1, n2 * m * w, n2, m * w, m, w, w);
+        {
+          telar::LaunchCounter count;
+          telar::detail::kokkos_kernels_gemm_batched(Exec{}, ta, tb, 0.5, ab, bb, beta, cb);
+          CHECK(count.total() == 1);
+        }
+        telar::detail::reference_gemm_batched(Exec{}, ta, tb, 0.5, ab, bb, beta, rb);
+        auto hc = to_host(c), hr = to_host(ref);
+        for (std::size_t i = 0; i < hc.size(); ++i)
+          CHECK(hc.data()[i] == Catch::Approx(hr.data()[i]).epsilon(1e-13));
+      }
+}
+#endif
+
 TEST_CASE("Attention launches as many kernels at 2 and 4 heads, batch 2 and 8", "[launches]") {
   for (std::size_t heads : {2, 4}) {
     same_at_batch_2_and_8("attention (reference GEMM), heads " + std::to_string(heads),
