@@ -59,10 +59,19 @@ void same_at_batch_2_and_8(std::string const& what, L layer, telar::Shape const&
     CHECK(b2.library_calls == b8.library_calls);
 }
 
+int tool_launches = 0; // what a loaded tool's own callback sees
+void tool_begin(char const*, std::uint32_t, std::uint64_t* id) {
+  ++tool_launches;
+  *id = 42;
+}
+
 } // namespace
 
 TEST_CASE("LaunchCounter counts kernels, nests and restores the callbacks", "[launches]") {
-  auto const before = Kokkos::Tools::Experimental::get_callbacks().begin_parallel_for;
+  namespace KT = Kokkos::Tools::Experimental;
+  auto const outside = KT::get_callbacks();
+  KT::set_begin_parallel_for_callback(&tool_begin);
+  auto const before = KT::get_callbacks().begin_parallel_for;
   {
     telar::LaunchCounter outer;
     Kokkos::parallel_for("a", Kokkos::RangePolicy<Exec>(0, 4), KOKKOS_LAMBDA(int){});
@@ -75,7 +84,9 @@ TEST_CASE("LaunchCounter counts kernels, nests and restores the callbacks", "[la
     CHECK(inner.kernels() == 1);
     CHECK(inner.by_name() == std::map<std::string, std::uint64_t>{{"b", 1}});
   }
-  CHECK(Kokkos::Tools::Experimental::get_callbacks().begin_parallel_for == before);
+  CHECK(tool_launches == 1); // the tool saw the parallel_for it was registered for
+  CHECK(KT::get_callbacks().begin_parallel_for == before);
+  KT::set_callbacks(outside);
   telar::LaunchCounter none;
   CHECK(none.total() == 0);
 }

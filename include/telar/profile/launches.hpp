@@ -30,12 +30,8 @@ namespace telar {
 /*! \brief Counts kernel launches and policy library calls made while it
  *  lives, on every thread. Counters nest: each one sees the launches since
  *  its own construction. Other Kokkos Tools callbacks (a loaded tool, the
- *  memory meter) keep theirs; the launch callbacks it replaces come back when
- *  the last counter goes.
- *
- *  A launch from a tool library loaded with KOKKOS_PROFILE_LIBRARY is not
- *  forwarded while a counter lives (the Kokkos 3.4 callback table holds one
- *  function per event). */
+ *  memory meter) keep theirs; the launch callbacks it replaces still see
+ *  every launch and come back when the last counter goes. */
 class LaunchCounter {
 public:
   /*! \brief Starts counting. */
@@ -45,9 +41,9 @@ public:
     if (s.counters++ == 0) {
       namespace KT = Kokkos::Tools::Experimental;
       s.previous = KT::get_callbacks();
-      KT::set_begin_parallel_for_callback(&LaunchCounter::on_begin);
-      KT::set_begin_parallel_reduce_callback(&LaunchCounter::on_begin);
-      KT::set_begin_parallel_scan_callback(&LaunchCounter::on_begin);
+      KT::set_begin_parallel_for_callback(&LaunchCounter::on_for);
+      KT::set_begin_parallel_reduce_callback(&LaunchCounter::on_reduce);
+      KT::set_begin_parallel_scan_callback(&LaunchCounter::on_scan);
       s.active = true;
     }
     kernels0_ = s.kernels.load();
@@ -96,11 +92,27 @@ public:
   }
 
 private:
-  static void on_begin(char const* name, std::uint32_t, std::uint64_t* id) {
+  using Begin = Kokkos_Profiling_beginFunction;
+  // Counts, then hands the event to the callback it replaced (a loaded
+  // tool's, which then sets the kernel id its end callback expects).
+  static void count(Begin previous, char const* name, std::uint32_t dev, std::uint64_t* id) {
     auto& s = detail::launch_state();
     *id = ++s.kernels;
-    std::lock_guard<std::mutex> lock(s.mutex);
-    ++s.names[name ? name : ""];
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      ++s.names[name ? name : ""];
+    }
+    if (previous)
+      previous(name, dev, id);
+  }
+  static void on_for(char const* name, std::uint32_t dev, std::uint64_t* id) {
+    count(detail::launch_state().previous.begin_parallel_for, name, dev, id);
+  }
+  static void on_reduce(char const* name, std::uint32_t dev, std::uint64_t* id) {
+    count(detail::launch_state().previous.begin_parallel_reduce, name, dev, id);
+  }
+  static void on_scan(char const* name, std::uint32_t dev, std::uint64_t* id) {
+    count(detail::launch_state().previous.begin_parallel_scan, name, dev, id);
   }
 
   std::uint64_t kernels0_ = 0, library0_ = 0;
