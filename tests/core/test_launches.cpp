@@ -4,6 +4,9 @@
 #include "support.hpp"
 
 #include <telar/core/gemm.hpp>
+#if TELAR_HAVE_KOKKOSKERNELS
+#include <telar/core/detail/team_gemm_batched.hpp> // the device path, checked on the host
+#endif
 #include <telar/layers/activation.hpp>
 #include <telar/layers/attention.hpp>
 #include <telar/layers/batch_norm.hpp>

@@ -20,9 +20,18 @@
 #include <dnnl.h>
 #endif
 #if TELAR_HAVE_KOKKOSKERNELS
-#include <KokkosBatched_Gemm_Decl.hpp>
-#include <KokkosBatched_Gemm_Team_Impl.hpp>
 #include <KokkosBlas3_gemm.hpp>
+#endif
+// Only builds with a device compile Kokkos Kernels' batched GEMM (host-only
+// builds never take that path; its headers cost every file that multiplies).
+#if TELAR_HAVE_KOKKOSKERNELS &&                                                                    \
+    (defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP) || defined(KOKKOS_ENABLE_SYCL))
+#define TELAR_GEMM_DEVICE_BATCHED 1
+#else
+#define TELAR_GEMM_DEVICE_BATCHED 0
+#endif
+#if TELAR_GEMM_DEVICE_BATCHED
+#include <telar/core/detail/team_gemm_batched.hpp>
 #endif
 
 #include <algorithm>
@@ -301,41 +310,6 @@ void reference_gemm_batched(Exec const& exec, char ta, char tb, T alpha, AV A, B
       });
 }
 
-#if TELAR_HAVE_KOKKOSKERNELS
-// One team per batch entry running Kokkos Kernels' team GEMM: one launch, the
-// device path of KokkosKernelsGemm (TA, TB: KokkosBatched::Trans tags).
-template <class TA, class TB, class Exec, class AV, class BV, class CV, class T>
-void team_gemm_batched(Exec const& exec, T alpha, AV A, BV B, T beta, CV C) {
-  using Policy = Kokkos::TeamPolicy<Exec>;
-  using Member = typename Policy::member_type;
-  using Gemm = KokkosBatched::TeamGemm<Member, TA, TB, KokkosBatched::Algo::Gemm::Unblocked>;
-  std::size_t const n2 = C.extent(1);
-  Kokkos::parallel_for(
-      "telar::gemm_batched::kokkos-kernels", Policy(exec, int(C.extent(0) * n2), Kokkos::AUTO),
-      KOKKOS_LAMBDA(Member const& m) {
-        std::size_t const b = std::size_t(m.league_rank()), b1 = b / n2, b2 = b % n2;
-        Gemm::invoke(m, alpha, Kokkos::subview(A, b1, b2, Kokkos::ALL, Kokkos::ALL),
-                     Kokkos::subview(B, b1, b2, Kokkos::ALL, Kokkos::ALL), beta,
-                     Kokkos::subview(C, b1, b2, Kokkos::ALL, Kokkos::ALL));
-      });
-}
-
-template <class Exec, class AV, class BV, class CV, class T>
-void kokkos_kernels_gemm_batched(Exec const& exec, char ta, char tb, T alpha, AV A, BV B, T beta,
-                                 CV C) {
-  using N = KokkosBatched::Trans::NoTranspose;
-  using Tr = KokkosBatched::Trans::Transpose;
-  if (ta == 'N' && tb == 'N')
-    team_gemm_batched<N, N>(exec, alpha, A, B, beta, C);
-  else if (ta == 'N')
-    team_gemm_batched<N, Tr>(exec, alpha, A, B, beta, C);
-  else if (tb == 'N')
-    team_gemm_batched<Tr, N>(exec, alpha, A, B, beta, C);
-  else
-    team_gemm_batched<Tr, Tr>(exec, alpha, A, B, beta, C);
-}
-#endif
-
 } // namespace detail
 
 /*! \brief C(b1, b2) = alpha op(A(b1, b2)) op(B(b1, b2)) + beta C(b1, b2) for
@@ -378,7 +352,7 @@ void gemm_batched(Policy, Exec const& exec, char ta, char tb, typename CV::value
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, M>::accessible;
   if constexpr (std::is_same_v<Policy, AutoGemm>) {
     gemm_batched(typename AutoGemm::template select<T, M>{}, exec, ta, tb, alpha, A, B, beta, C);
-#if TELAR_HAVE_KOKKOSKERNELS
+#if TELAR_GEMM_DEVICE_BATCHED
   } else if constexpr (std::is_same_v<Policy, KokkosKernelsGemm> && !host) {
     detail::kokkos_kernels_gemm_batched(exec, ta, tb, T(alpha), A, B, T(beta), C);
 #endif
