@@ -355,8 +355,26 @@ TEST_CASE("CausalSelfAttention: values against a host reference", "[transformer]
   auto ref = reference_attention(attn, x, seq);
   for (std::size_t i = 0; i < ref.size(); ++i)
     CHECK(hy.data()[i] == Approx(ref[i]).epsilon(1e-12).margin(1e-13));
-  // One seq x seq workspace in forward, whatever the batch.
-  CHECK(attn.score_workspace_size() == seq * seq);
+  // Forward batches every (sample, head) pair in one score workspace.
+  CHECK(attn.score_workspace_size() == 2 * 3 * seq * seq);
+
+  // Capped at two pairs, chunks of (1 sample, 2 heads) and (1 sample, 1
+  // head) give the same values and gradients, bit for bit.
+  telar::CausalSelfAttention<double> capped(6, 3);
+  capped.initialize(7);
+  capped.set_score_workspace_limit(2 * seq * seq * sizeof(double));
+  Mat yc("yc", 2, seq * 6), dx("dx", 2, seq * 6), dxc("dxc", 2, seq * 6);
+  Mat dy = random_matrix<double>(2, seq * 6, 13);
+  telar::CausalSelfAttention<double>::saved_type saved_c;
+  capped.forward(Exec{}, x, yc, saved_c);
+  attn.backward_input(Exec{}, dy, dx, saved);
+  capped.backward_input(Exec{}, dy, dxc, saved_c);
+  CHECK(capped.score_workspace_size() == 2 * 2 * seq * seq);
+  auto hyc = to_host(yc), hdx = to_host(dx), hdxc = to_host(dxc);
+  for (std::size_t i = 0; i < hy.size(); ++i) {
+    CHECK(hyc.data()[i] == hy.data()[i]);
+    CHECK(hdxc.data()[i] == hdx.data()[i]);
+  }
 
   std::vector<std::string> names;
   attn.parameters([&](char const* nm, auto&, auto&) { names.emplace_back(nm); });
@@ -368,8 +386,8 @@ TEST_CASE("CausalSelfAttention: values against a host reference", "[transformer]
 TEST_CASE("CausalSelfAttention is causal and passes the gradient check", "[transformer]") {
   telar::CausalSelfAttention<double> attn(8, 2);
   check_fd(attn, telar::Shape{5, 8}, 2);
-  // Backward keeps two seq x seq workspaces, not one per head.
-  CHECK(attn.score_workspace_size() == 2 * 5 * 5);
+  // Backward keeps scores and dP of every (sample, head) pair of the batch.
+  CHECK(attn.score_workspace_size() == 2 * (2 * 2 * 5 * 5));
 
   // A change at position 3 leaves outputs 0..2 unchanged.
   Mat x = random_matrix<double>(1, 40, 3);

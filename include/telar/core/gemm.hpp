@@ -12,6 +12,7 @@
 #include <telar/core/detail/type_traits.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/tensor.hpp>
+#include <telar/profile/detail/launches.hpp>
 
 #if TELAR_HAVE_ONEDNN
 #include <telar/core/detail/onednn_bf16_gemm.hpp>
@@ -20,6 +21,17 @@
 #endif
 #if TELAR_HAVE_KOKKOSKERNELS
 #include <KokkosBlas3_gemm.hpp>
+#endif
+// Only builds with a device compile Kokkos Kernels' batched GEMM (host-only
+// builds never take that path; its headers cost every file that multiplies).
+#if TELAR_HAVE_KOKKOSKERNELS &&                                                                    \
+    (defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP) || defined(KOKKOS_ENABLE_SYCL))
+#define TELAR_GEMM_DEVICE_BATCHED 1
+#else
+#define TELAR_GEMM_DEVICE_BATCHED 0
+#endif
+#if TELAR_GEMM_DEVICE_BATCHED
+#include <telar/core/detail/team_gemm_batched.hpp>
 #endif
 
 #include <algorithm>
@@ -228,6 +240,7 @@ void gemm(Policy, Exec const& exec, char ta, char tb, typename CV::value_type al
         return static_cast<dnnl_dim_t>(
             std::max<std::size_t>({std::size_t(v.stride(0)), v.extent(1), std::size_t{1}}));
       };
+      detail::count_library_call("telar::gemm::onednn");
       dnnl_status_t st = dnnl_sgemm(ta, tb, dnnl_dim_t(m), dnnl_dim_t(n), dnnl_dim_t(k), alpha,
                                     A.data(), ld(A), B.data(), ld(B), beta, C.data(), ld(C));
       if (st != dnnl_success)
@@ -241,6 +254,7 @@ void gemm(Policy, Exec const& exec, char ta, char tb, typename CV::value_type al
             std::max<std::size_t>({std::size_t(v.stride(0)), v.extent(1), std::size_t{1}}));
       };
       if (detail::bf16_check_isa("telar::gemm (telar::Bf16Gemm)")) {
+        detail::count_library_call("telar::gemm::onednn-bf16");
         detail::onednn_bf16_matmul().run(ta, tb, std::int64_t(m), std::int64_t(n), std::int64_t(k),
                                          alpha, A.data(), ld(A), B.data(), ld(B), beta, C.data(),
                                          ld(C));
@@ -254,9 +268,102 @@ void gemm(Policy, Exec const& exec, char ta, char tb, typename CV::value_type al
       // The execution-space overload is not in every supported Kokkos Kernels
       // release; order with a fence instead.
       exec.fence();
+      detail::count_library_call("telar::gemm::kokkos-kernels");
       KokkosBlas::gemm(tas, tbs, alpha, A, B, beta, C);
 #endif
     }
+  }
+}
+
+/*! \brief A batch of row-major matrices as a rank-4 view [n1, n2, rows, cols]
+ *  over existing memory: entry (b1, b2) starts at \p data + b1 \p s1 + b2
+ *  \p s2 and its rows are \p ld apart (columns contiguous). E.g. head h of
+ *  sample s in Q [n * seq, heads * d]: strided_batch<M>(q, n, seq * heads * d,
+ *  heads, d, seq, heads * d, d).
+ *  \tparam MemorySpace where \p data lives \tparam T value type */
+template <class MemorySpace, class T>
+auto strided_batch(T* data, std::size_t n1, std::size_t s1, std::size_t n2, std::size_t s2,
+                   std::size_t rows, std::size_t ld, std::size_t cols) {
+  using V = Kokkos::View<T****, Kokkos::LayoutStride, MemorySpace,
+                         Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  return V(data, Kokkos::LayoutStride(n1, s1, n2, s2, rows, ld, cols, 1));
+}
+
+namespace detail {
+
+// All entries of a batched product in one kernel: the portable path, and the
+// one every device takes (a vendor strided-batched GEMM is the GPU tuning's).
+template <class Exec, class AV, class BV, class CV, class T>
+void reference_gemm_batched(Exec const& exec, char ta, char tb, T alpha, AV A, BV B, T beta, CV C) {
+  std::size_t const K = op_cols(ta, A.extent(2), A.extent(3));
+  bool const tA = ta != 'N', tB = tb != 'N';
+  Kokkos::parallel_for(
+      "telar::gemm_batched::reference",
+      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<4>>(
+          exec, {0, 0, 0, 0}, {C.extent(0), C.extent(1), C.extent(2), C.extent(3)}),
+      KOKKOS_LAMBDA(std::size_t b1, std::size_t b2, std::size_t i, std::size_t j) {
+        T acc = 0;
+        for (std::size_t k = 0; k < K; ++k)
+          acc +=
+              (tA ? A(b1, b2, k, i) : A(b1, b2, i, k)) * (tB ? B(b1, b2, j, k) : B(b1, b2, k, j));
+        C(b1, b2, i, j) = (beta == T(0) ? T(0) : beta * C(b1, b2, i, j)) + alpha * acc;
+      });
+}
+
+} // namespace detail
+
+/*! \brief C(b1, b2) = alpha op(A(b1, b2)) op(B(b1, b2)) + beta C(b1, b2) for
+ *  every entry of rank-4 batches [n1, n2, rows, cols] (see strided_batch).
+ *
+ *  The launches do not grow with the batch where they cost: on a device the
+ *  whole batch is one kernel (KokkosKernelsGemm: one team per entry running
+ *  KokkosBatched::TeamGemm; otherwise the reference kernel), and so it is
+ *  for ReferenceGemm everywhere. On the host a library policy (oneDNN,
+ *  Kokkos Kernels' BLAS) multiplies entry by entry, which costs no launch
+ *  there and keeps its speed. A shape mismatch throws ShapeError.
+ *  \tparam Policy a GEMM policy \param exec execution space instance
+ *  \param ta 'N' or 'T' for A \param tb 'N' or 'T' for B \param alpha scale of
+ *  the products \param A left matrices \param B right matrices \param beta
+ *  scale of the old C \param C results */
+template <class Policy, class Exec, class AV, class BV, class CV>
+void gemm_batched(Policy, Exec const& exec, char ta, char tb, typename CV::value_type alpha,
+                  AV const& A, BV const& B, typename CV::value_type beta, CV const& C) {
+  static_assert(is_gemm_policy_v<Policy>,
+                "telar::gemm_batched: Policy must be a Telar GEMM policy");
+  static_assert(AV::rank == 4 && BV::rank == 4 && CV::rank == 4,
+                "telar::gemm_batched: A, B and C are rank-4 batches [n1, n2, rows, cols]");
+  using T = typename CV::non_const_value_type;
+  using M = typename CV::memory_space;
+  static_assert(Kokkos::SpaceAccessibility<Exec, M>::accessible,
+                "telar::gemm_batched: the execution space cannot access the matrices' memory");
+  std::size_t const n1 = C.extent(0), n2 = C.extent(1);
+  bool const same = A.extent(0) == n1 && B.extent(0) == n1 && A.extent(1) == n2 &&
+                    B.extent(1) == n2 &&
+                    detail::op_rows(ta, A.extent(2), A.extent(3)) == C.extent(2) &&
+                    detail::op_cols(tb, B.extent(2), B.extent(3)) == C.extent(3) &&
+                    detail::op_cols(ta, A.extent(2), A.extent(3)) ==
+                        detail::op_rows(tb, B.extent(2), B.extent(3));
+  if (!same)
+    throw ShapeError("telar::gemm_batched: batches or matrices do not match (C is " +
+                     std::to_string(n1) + " x " + std::to_string(n2) + " of " +
+                     std::to_string(C.extent(2)) + "x" + std::to_string(C.extent(3)) + ")");
+  if (C.size() == 0)
+    return;
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, M>::accessible;
+  if constexpr (std::is_same_v<Policy, AutoGemm>) {
+    gemm_batched(typename AutoGemm::template select<T, M>{}, exec, ta, tb, alpha, A, B, beta, C);
+#if TELAR_GEMM_DEVICE_BATCHED
+  } else if constexpr (std::is_same_v<Policy, KokkosKernelsGemm> && !host) {
+    detail::kokkos_kernels_gemm_batched(exec, ta, tb, T(alpha), A, B, T(beta), C);
+#endif
+  } else if constexpr (std::is_same_v<Policy, ReferenceGemm> || !host) {
+    detail::reference_gemm_batched(exec, ta, tb, T(alpha), A, B, T(beta), C);
+  } else {
+    using Kokkos::ALL;
+    for (std::size_t b1 = 0; b1 < n1; ++b1)
+      for (std::size_t b2 = 0; b2 < n2; ++b2)
+        gemm(Policy{}, exec, ta, tb, alpha, Kokkos::subview(A, b1, b2, ALL, ALL),
+             Kokkos::subview(B, b1, b2, ALL, ALL), beta, Kokkos::subview(C, b1, b2, ALL, ALL));
   }
 }
 

@@ -9,21 +9,28 @@
  *  mask); O_h = P V_h; y = concat_h(O_h) Wo^T + bo.
  *
  *  Memory of the score matrix (the hot spot, seq^2 per head): forward keeps
- *  no scores. It computes one (sample, head) at a time in a single
- *  [seq, seq] workspace owned by the layer (shared by every micro-batch) and
- *  saves, per micro-batch, Q, K, V and the concatenated heads O (4 x seq x
- *  hidden values per sample) plus each query row's log-sum-exp (heads x seq).
- *  Backward recomputes S = Q K^T of one head at a time and rebuilds P from
- *  the log-sum-exp, in two [seq, seq] workspaces. What it saves: keeping P
- *  would cost heads x seq^2 values per sample and micro-batch in flight
- *  (GPT-2 small, seq 1024, 12 heads: 12.6 M values per sample, against
- *  3.1 M for Q, K, V and O); the price is one extra seq x seq x d product per
- *  head in backward (7 instead of 6 such products per head and step).
+ *  no scores. It computes a chunk of (sample, head) pairs at a time in one
+ *  [samples, heads, seq, seq] workspace owned by the layer (shared by every
+ *  micro-batch, at most 64 MiB unless set_score_workspace_limit says
+ *  otherwise: every pair of a small model, one sample's 12 heads of GPT-2
+ *  small at seq 1024) and saves, per micro-batch, Q, K, V and the
+ *  concatenated heads O (4 x seq x hidden values per sample)
+ *  plus each query row's log-sum-exp (heads x seq). Backward recomputes
+ *  S = Q K^T of a chunk and rebuilds P from the log-sum-exp, in two such
+ *  workspaces. What it saves: keeping P would cost heads x seq^2 values per
+ *  sample and micro-batch in flight (GPT-2 small, seq 1024, 12 heads: 12.6 M
+ *  values per sample, against 3.1 M for Q, K, V and O); the price is one
+ *  extra seq x seq x d product per head in backward (7 instead of 6 such
+ *  products per head and step).
  *
- *  Products go through telar::gemm on contiguous per-head copies ([seq, d])
- *  of Q, K, V, so every GEMM policy applies. The per-head loop runs on the
- *  host and launches a handful of kernels per (sample, head); batching
- *  heads in one launch is left for the GPU tuning.
+ *  Launches (what a device pays per call): each step of a chunk is one
+ *  batched launch over its (sample, head) pairs, telar::gemm_batched reading
+ *  the heads of Q, K, V and writing those of O, dQ, dK, dV in place through
+ *  strides (no per-head copies); so forward and backward launch the same
+ *  kernels at every batch size and head count while the scores fit in one
+ *  chunk (3 launches forward, 7 backward, per chunk; before, 7 and 14 per
+ *  pair). On the host, oneDNN and BLAS still multiply pair by pair inside
+ *  telar::gemm_batched, where a call costs no launch.
  */
 #include <telar/core/detail/math.hpp>
 #include <telar/core/error.hpp>
@@ -33,6 +40,7 @@
 #include <telar/core/tensor.hpp>
 #include <telar/layers/dense.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -48,71 +56,63 @@ struct AttentionGeometry {
   std::size_t width() const { return heads * d; }
 };
 
-// dst[seq, d] = rows [r0, r0 + seq), columns [c0, c0 + d) of src.
-template <class Exec, class Src, class Dst>
-void attn_gather(Exec const& exec, Src const& src, std::size_t r0, std::size_t c0, Dst const& dst) {
-  Kokkos::parallel_for(
-      "telar::CausalSelfAttention::gather",
-      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {dst.extent(0), dst.extent(1)}),
-      KOKKOS_LAMBDA(std::size_t i, std::size_t c) { dst(i, c) = src(r0 + i, c0 + c); });
-}
+// A block of the (sample, head) pairs that one set of batched launches
+// covers: samples [s0, s0 + ns), heads [h0, h0 + nh) of `heads`.
+struct AttentionChunk {
+  std::size_t s0 = 0, ns = 0, h0 = 0, nh = 0, heads = 0, seq = 0;
+  // Position in the log-sum-exp and row-dot vectors of row i of pair (a, b).
+  KOKKOS_INLINE_FUNCTION std::size_t row(std::size_t a, std::size_t b, std::size_t i) const {
+    return ((s0 + a) * heads + h0 + b) * seq + i;
+  }
+  std::size_t rows() const { return ns * nh * seq; }
+};
 
-// Rows [r0, r0 + seq), columns [c0, c0 + d) of dst = src[seq, d].
-template <class Exec, class Src, class Dst>
-void attn_scatter(Exec const& exec, Src const& src, Dst const& dst, std::size_t r0,
-                  std::size_t c0) {
-  Kokkos::parallel_for(
-      "telar::CausalSelfAttention::scatter",
-      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {src.extent(0), src.extent(1)}),
-      KOKKOS_LAMBDA(std::size_t i, std::size_t c) { dst(r0 + i, c0 + c) = src(i, c); });
-}
-
-// In place on scaled scores s [seq, seq]: row i becomes the softmax over
-// j <= i (0 beyond); lse(o + i) = log sum_j exp(s(i, j)).
+// In place on the chunk's scaled scores s [ns, nh, seq, seq]: row i becomes
+// the softmax over j <= i (0 beyond); lse(row) = log sum_j exp(s(i, j)).
 template <class Exec, class S, class L>
-void attn_softmax(Exec const& exec, S const& s, L const& lse, std::size_t o) {
+void attn_softmax(Exec const& exec, S const& s, L const& lse, AttentionChunk c) {
   using T = typename S::non_const_value_type;
-  std::size_t const seq = s.extent(0);
   Kokkos::parallel_for(
-      "telar::CausalSelfAttention::softmax", Kokkos::RangePolicy<Exec>(exec, 0, seq),
-      KOKKOS_LAMBDA(std::size_t i) {
-        T m = s(i, 0);
+      "telar::CausalSelfAttention::softmax", Kokkos::RangePolicy<Exec>(exec, 0, c.rows()),
+      KOKKOS_LAMBDA(std::size_t r) {
+        std::size_t const i = r % c.seq, b = r / c.seq % c.nh, a = r / (c.seq * c.nh);
+        T m = s(a, b, i, 0);
         for (std::size_t j = 1; j <= i; ++j)
-          m = detail::max(m, s(i, j));
+          m = detail::max(m, s(a, b, i, j));
         T sum = 0;
         for (std::size_t j = 0; j <= i; ++j) {
-          s(i, j) = detail::exp(s(i, j) - m);
-          sum += s(i, j);
+          s(a, b, i, j) = detail::exp(s(a, b, i, j) - m);
+          sum += s(a, b, i, j);
         }
         T const inv = T(1) / sum;
-        for (std::size_t j = 0; j < seq; ++j)
-          s(i, j) = j <= i ? s(i, j) * inv : T(0);
-        lse(o + i) = m + detail::log(sum);
+        for (std::size_t j = 0; j < c.seq; ++j)
+          s(a, b, i, j) = j <= i ? s(a, b, i, j) * inv : T(0);
+        lse(c.row(a, b, i)) = m + detail::log(sum);
       });
 }
 
 // In place on recomputed scaled scores: P = exp(S - lse), 0 beyond i.
 template <class Exec, class S, class L>
-void attn_probabilities(Exec const& exec, S const& s, L const& lse, std::size_t o) {
+void attn_probabilities(Exec const& exec, S const& s, L const& lse, AttentionChunk c) {
   using T = typename S::non_const_value_type;
   Kokkos::parallel_for(
       "telar::CausalSelfAttention::probabilities",
-      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {s.extent(0), s.extent(1)}),
-      KOKKOS_LAMBDA(std::size_t i, std::size_t j) {
-        s(i, j) = j <= i ? detail::exp(s(i, j) - lse(o + i)) : T(0);
+      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<4>>(exec, {0, 0, 0, 0}, {c.ns, c.nh, c.seq, c.seq}),
+      KOKKOS_LAMBDA(std::size_t a, std::size_t b, std::size_t i, std::size_t j) {
+        s(a, b, i, j) = j <= i ? detail::exp(s(a, b, i, j) - lse(c.row(a, b, i))) : T(0);
       });
 }
 
 // In place: dp becomes dS = scale * P .* (dP - D_i), D_i = sum_c dO(i, c) O(i, c)
 // (= sum_j P(i, j) dP(i, j)), the softmax's backward with the 1/sqrt(d) folded in.
 template <class Exec, class P, class DP, class D>
-void attn_dscores(Exec const& exec, P const& p, DP const& dp, D const& rowdot, std::size_t o,
+void attn_dscores(Exec const& exec, P const& p, DP const& dp, D const& rowdot, AttentionChunk c,
                   typename DP::non_const_value_type scale) {
   Kokkos::parallel_for(
       "telar::CausalSelfAttention::dscores",
-      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {p.extent(0), p.extent(1)}),
-      KOKKOS_LAMBDA(std::size_t i, std::size_t j) {
-        dp(i, j) = scale * p(i, j) * (dp(i, j) - rowdot(o + i));
+      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<4>>(exec, {0, 0, 0, 0}, {c.ns, c.nh, c.seq, c.seq}),
+      KOKKOS_LAMBDA(std::size_t a, std::size_t b, std::size_t i, std::size_t j) {
+        dp(a, b, i, j) = scale * p(a, b, i, j) * (dp(a, b, i, j) - rowdot(c.row(a, b, i)));
       });
 }
 
@@ -243,13 +243,13 @@ public:
     return 8 * detail::view_bytes<T>(samples * seq * local) +
            2 * detail::view_bytes<T>(samples * heads_local_ * seq);
   }
-  /*! \brief One (sample, head) at a time: seven [seq, d] copies and two
-   *  [seq, seq] score matrices, whatever the micro-batches in flight.
-   *  \param samples rows (unused) \param in [seq, hidden] */
+  /*! \brief Two score workspaces [samples, heads, seq, seq] of one chunk of
+   *  (sample, head) pairs (at most score_workspace_limit() bytes each unless
+   *  one pair alone is larger), whatever the micro-batches in flight.
+   *  \param samples rows \param in [seq, hidden] */
   std::size_t workspace_bytes(std::size_t samples, Shape const& in) const {
-    (void)samples;
-    std::size_t const seq = in[0], d = hidden_ / heads_;
-    return 7 * detail::view_bytes<T>(seq * d) + 2 * detail::view_bytes<T>(seq * seq);
+    auto const [cs, ch] = chunk_shape({samples, in[0], heads_local_, hidden_ / heads_});
+    return 2 * detail::view_bytes<T>(cs * ch * in[0] * in[0]);
   }
 
   /*! \brief Allocates and draws the four projections. \param seed stream seed */
@@ -369,31 +369,25 @@ public:
     saved.grads_ready = false;
   }
 
-  /*! \brief Per (sample, head): S = Q K^T / sqrt(d), causal softmax, O = P V,
-   *  in one [seq, seq] workspace. \param exec execution space instance
-   *  \param saved holds Q, K, V; receives O and the log-sum-exp \param g geometry */
+  /*! \brief Per chunk of (sample, head) pairs: S = Q K^T / sqrt(d), causal
+   *  softmax, O = P V, each one batched launch over the chunk.
+   *  \param exec execution space instance \param saved holds Q, K, V; receives
+   *  O and the log-sum-exp \param g geometry */
   template <class Exec>
   void core_forward(Exec const& exec, saved_type& saved, detail::AttentionGeometry g) const {
-    workspace(g, false);
-    std::size_t const rows = g.n * g.seq;
-    auto const q = as_rows(saved.q, rows, g.width()), k = as_rows(saved.k, rows, g.width()),
-               v = as_rows(saved.v, rows, g.width()), o = as_rows(saved.out, rows, g.width());
     T const scale = T(1) / detail::sqrt(T(g.d));
-    for (std::size_t s = 0; s < g.n; ++s)
-      for (std::size_t h = 0; h < g.heads; ++h) {
-        std::size_t const r0 = s * g.seq, c0 = h * g.d, l0 = (s * g.heads + h) * g.seq;
-        detail::attn_gather(exec, q, r0, c0, ws_.q);
-        detail::attn_gather(exec, k, r0, c0, ws_.k);
-        detail::attn_gather(exec, v, r0, c0, ws_.v);
-        gemm(Gemm{}, exec, 'N', 'T', scale, ws_.q, ws_.k, T(0), ws_.s);
-        detail::attn_softmax(exec, ws_.s, saved.lse, l0);
-        gemm(Gemm{}, exec, 'N', 'N', T(1), ws_.s, ws_.v, T(0), ws_.o);
-        detail::attn_scatter(exec, ws_.o, o, r0, c0);
-      }
+    for_each_chunk(g, false, [&](detail::AttentionChunk c, Scores const& s, Scores const&) {
+      auto const q = heads_of(saved.q, g, c), k = heads_of(saved.k, g, c),
+                 v = heads_of(saved.v, g, c), o = heads_of(saved.out, g, c);
+      gemm_batched(Gemm{}, exec, 'N', 'T', scale, q, k, T(0), s);
+      detail::attn_softmax(exec, s, saved.lse, c);
+      gemm_batched(Gemm{}, exec, 'N', 'N', T(1), s, v, T(0), o);
+    });
   }
 
-  /*! \brief dO from dy, then per (sample, head) the recomputed P and dQ, dK,
-   *  dV, into saved. \param exec execution space instance \param dy output gradient
+  /*! \brief dO from dy, then per chunk of (sample, head) pairs the
+   *  recomputed P and dQ, dK, dV, into saved (batched launches over the
+   *  chunk). \param exec execution space instance \param dy output gradient
    *  \param saved state of the matching forward \param g geometry */
   template <class Exec>
   void inner_gradients(Exec const& exec, ConstMatrix<T, MemorySpace> dy, saved_type const& saved,
@@ -406,36 +400,38 @@ public:
     detail::attn_ensure(saved.rowdot, "telar::CausalSelfAttention::rowdot", n * g.heads * g.seq);
     proj_.backward_input(exec, dy, saved.dout, typename Proj::saved_type{saved.out});
     std::size_t const rows = n * g.seq;
-    auto const q = as_rows(saved.q, rows, g.width()), k = as_rows(saved.k, rows, g.width()),
-               v = as_rows(saved.v, rows, g.width()), o = as_rows(saved.out, rows, g.width());
-    auto const dq = as_rows(saved.dq, rows, g.width()), dk = as_rows(saved.dk, rows, g.width()),
-               dv = as_rows(saved.dv, rows, g.width()), dout = as_rows(saved.dout, rows, g.width());
-    detail::attn_rowdot(exec, dout, o, saved.rowdot, g);
-    workspace(g, true);
+    detail::attn_rowdot(exec, as_rows(saved.dout, rows, g.width()),
+                        as_rows(saved.out, rows, g.width()), saved.rowdot, g);
     T const scale = T(1) / detail::sqrt(T(g.d));
-    for (std::size_t s = 0; s < n; ++s)
-      for (std::size_t h = 0; h < g.heads; ++h) {
-        std::size_t const r0 = s * g.seq, c0 = h * g.d, l0 = (s * g.heads + h) * g.seq;
-        detail::attn_gather(exec, q, r0, c0, ws_.q);
-        detail::attn_gather(exec, k, r0, c0, ws_.k);
-        detail::attn_gather(exec, v, r0, c0, ws_.v);
-        detail::attn_gather(exec, dout, r0, c0, ws_.o);
-        gemm(Gemm{}, exec, 'N', 'T', scale, ws_.q, ws_.k, T(0), ws_.s);
-        detail::attn_probabilities(exec, ws_.s, saved.lse, l0);
-        gemm(Gemm{}, exec, 'T', 'N', T(1), ws_.s, ws_.o, T(0), ws_.dv); // dV = P^T dO
-        gemm(Gemm{}, exec, 'N', 'T', T(1), ws_.o, ws_.v, T(0), ws_.dp); // dP = dO V^T
-        detail::attn_dscores(exec, ws_.s, ws_.dp, saved.rowdot, l0, scale);
-        gemm(Gemm{}, exec, 'N', 'N', T(1), ws_.dp, ws_.k, T(0), ws_.dq); // dQ = dS K
-        gemm(Gemm{}, exec, 'T', 'N', T(1), ws_.dp, ws_.q, T(0), ws_.dk); // dK = dS^T Q
-        detail::attn_scatter(exec, ws_.dq, dq, r0, c0);
-        detail::attn_scatter(exec, ws_.dk, dk, r0, c0);
-        detail::attn_scatter(exec, ws_.dv, dv, r0, c0);
-      }
+    for_each_chunk(g, true, [&](detail::AttentionChunk c, Scores const& s, Scores const& dp) {
+      auto const q = heads_of(saved.q, g, c), k = heads_of(saved.k, g, c),
+                 v = heads_of(saved.v, g, c), dout = heads_of(saved.dout, g, c),
+                 dq = heads_of(saved.dq, g, c), dk = heads_of(saved.dk, g, c),
+                 dv = heads_of(saved.dv, g, c);
+      gemm_batched(Gemm{}, exec, 'N', 'T', scale, q, k, T(0), s);
+      detail::attn_probabilities(exec, s, saved.lse, c);
+      gemm_batched(Gemm{}, exec, 'T', 'N', T(1), s, dout, T(0), dv); // dV = P^T dO
+      gemm_batched(Gemm{}, exec, 'N', 'T', T(1), dout, v, T(0), dp); // dP = dO V^T
+      detail::attn_dscores(exec, s, dp, saved.rowdot, c, scale);
+      gemm_batched(Gemm{}, exec, 'N', 'N', T(1), dp, k, T(0), dq); // dQ = dS K
+      gemm_batched(Gemm{}, exec, 'T', 'N', T(1), dp, q, T(0), dk); // dK = dS^T Q
+    });
     saved.grads_ready = true;
   }
 
-  /*! \brief Score-sized values the layer's workspace holds now (seq^2 in
-   *  forward, 2 seq^2 after a backward), whatever the micro-batches in flight. */
+  /*! \brief Caps one score workspace at \p bytes (64 MiB unless set): (sample,
+   *  head) pairs are batched up to it, so launches do not grow with the
+   *  batch and the head count until seq^2 x heads x samples outgrows it
+   *  (GPT-2 small at seq 1024 in float: 4 MiB a pair, one sample's 12 heads
+   *  a chunk). One pair is always allowed.
+   *  \param bytes most bytes per score workspace */
+  void set_score_workspace_limit(std::size_t bytes) { score_limit_ = bytes; }
+  /*! \brief The cap set by set_score_workspace_limit. */
+  std::size_t score_workspace_limit() const { return score_limit_; }
+
+  /*! \brief Score-sized values the layer's workspace holds now (the largest
+   *  chunk's scores so far, and as many for dP once a backward ran),
+   *  whatever the micro-batches in flight. */
   std::size_t score_workspace_size() const { return ws_.s.size() + ws_.dp.size(); }
 
 protected:
@@ -448,10 +444,11 @@ protected:
   Proj proj_;                   //!< output projection [hidden, heads_local d]
 
 private:
-  // One (sample, head) at a time: per-head copies [seq, d] and the scores
-  // [seq, seq] (plus dP in backward), shared by every micro-batch.
+  using Scores = Kokkos::View<T****, MemorySpace>;
+  // Scores [samples, heads, seq, seq] of one chunk, plus dP in backward,
+  // shared by every micro-batch.
   struct Workspace {
-    Mat q, k, v, o, dq, dk, dv, s, dp;
+    Scores s, dp;
   };
 
   template <class F>
@@ -461,16 +458,55 @@ private:
       f(b, p.bias, p.bias_grad);
   }
 
-  void workspace(detail::AttentionGeometry g, bool backward) const {
-    char const* l = "telar::CausalSelfAttention::workspace";
-    for (Mat* m : {&ws_.q, &ws_.k, &ws_.v, &ws_.o})
-      detail::attn_ensure(*m, l, g.seq, g.d);
-    detail::attn_ensure(ws_.s, l, g.seq, g.seq);
-    if (backward) {
-      for (Mat* m : {&ws_.dq, &ws_.dk, &ws_.dv})
-        detail::attn_ensure(*m, l, g.seq, g.d);
-      detail::attn_ensure(ws_.dp, l, g.seq, g.seq);
-    }
+  // Samples and heads per chunk: all of both if their scores fit in
+  // the limit, else heads of one sample, at least one.
+  std::pair<std::size_t, std::size_t> chunk_shape(detail::AttentionGeometry g) const {
+    std::size_t const pair = detail::view_bytes<T>(std::max<std::size_t>(1, g.seq * g.seq));
+    std::size_t const pairs = std::max<std::size_t>(1, score_limit_ / pair);
+    if (pairs >= g.heads)
+      return {std::min(g.n, pairs / g.heads), g.heads};
+    return {1, pairs};
+  }
+
+  // Calls f(chunk, scores, dP) over chunks covering every (sample, head),
+  // the workspace views cut to the chunk (dP empty unless backward).
+  template <class F>
+  void for_each_chunk(detail::AttentionGeometry g, bool backward, F&& f) const {
+    auto const [cs, ch] = chunk_shape(g);
+    grow(ws_.s, cs * ch, g.seq);
+    if (backward)
+      grow(ws_.dp, cs * ch, g.seq);
+    for (std::size_t s0 = 0; s0 < g.n; s0 += cs)
+      for (std::size_t h0 = 0; h0 < g.heads; h0 += ch) {
+        detail::AttentionChunk const c{
+            s0, std::min(cs, g.n - s0), h0, std::min(ch, g.heads - h0), g.heads, g.seq};
+        auto cut = [&](Scores const& v) { return v.size() == 0 ? Scores() : cut_scores(v, c); };
+        f(c, cut(ws_.s), cut(ws_.dp));
+      }
+  }
+
+  // v holds at least `pairs` score matrices afterwards (a smaller batch,
+  // e.g. a pipeline's last micro-batch, reuses a larger workspace).
+  static void grow(Scores& v, std::size_t pairs, std::size_t seq) {
+    if (v.size() < pairs * seq * seq)
+      v = Scores(Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                                    std::string("telar::CausalSelfAttention::workspace")),
+                 pairs, 1, seq, seq);
+  }
+
+  // The first ns x nh score matrices of v, as a view of v's type (a full
+  // chunk is v itself; a last, smaller one reuses its memory).
+  static Scores cut_scores(Scores const& v, detail::AttentionChunk c) {
+    return Scores(v.data(), c.ns, c.nh, c.seq, c.seq);
+  }
+
+  // Heads [h0, h0 + nh) of samples [s0, s0 + ns) of m [n, seq * width] as a
+  // batch [ns, nh, seq, d] (no copies).
+  template <class V>
+  static auto heads_of(V const& m, detail::AttentionGeometry g, detail::AttentionChunk c) {
+    std::size_t const w = g.width();
+    return strided_batch<MemorySpace>(m.data() + c.s0 * g.seq * w + c.h0 * g.d, c.ns, g.seq * w,
+                                      c.nh, g.d, g.seq, w, g.d);
   }
 
   detail::AttentionGeometry geometry(char const* what, std::size_t an, std::size_t ak,
@@ -487,6 +523,7 @@ private:
     return detail::AttentionGeometry{an, ak / hidden_, heads_local_, hidden_ / heads_};
   }
 
+  std::size_t score_limit_ = std::size_t(64) << 20;
   mutable Workspace ws_;
 };
 

@@ -137,6 +137,19 @@ GradientReport::Entry fd_compare(std::string name, V v, A const& analytic, F&& f
   return e;
 }
 
+// dx and the parameter gradients from dy: split backward (input, then
+// weight) or fused, whichever the layer has.
+template <class L, class Exec, class M, class S>
+void run_backward(L& layer, Exec const& exec, M const& dy, M const& dx, S const& saved) {
+  if constexpr (layer_traits<L>::has_split_backward) {
+    layer.backward_input(exec, dy, dx, saved);
+    if constexpr (layer_traits<L>::has_backward_weight)
+      layer.backward_weight(exec, dy, saved);
+  } else {
+    layer.backward(exec, dy, dx, saved);
+  }
+}
+
 } // namespace detail
 
 /*! \brief Checks a layer's input and parameter gradients against central
@@ -170,13 +183,7 @@ GradientReport check_gradients(L& layer, Shape const& in, std::size_t samples,
   layer.forward(Exec{}, x, y, saved);
   if constexpr (layer_traits<L>::has_parameters)
     layer.parameters([](char const*, auto&, auto& g) { Kokkos::deep_copy(g, 0.0); });
-  if constexpr (layer_traits<L>::has_split_backward) {
-    layer.backward_input(Exec{}, R, dx, saved);
-    if constexpr (layer_traits<L>::has_backward_weight)
-      layer.backward_weight(Exec{}, R, saved);
-  } else {
-    layer.backward(Exec{}, R, dx, saved);
-  }
+  detail::run_backward(layer, Exec{}, R, dx, saved);
   Exec{}.fence();
 
   auto f = [&] { return detail::fd_probe(layer, x, R); };

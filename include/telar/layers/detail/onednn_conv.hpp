@@ -18,6 +18,7 @@
 #if TELAR_HAVE_ONEDNN
 #include <telar/core/detail/onednn.hpp>
 #include <telar/core/error.hpp>
+#include <telar/profile/detail/launches.hpp>
 
 #include <dnnl.hpp>
 
@@ -73,6 +74,7 @@ public:
     if (b)
       e.f_bias.in(s, b);
     e.f_dst.out(y);
+    count_library_call("telar::conv::onednn");
     e.fwd.execute(s, e.f_args);
     e.f_dst.finish(s);
     s.wait();
@@ -88,6 +90,7 @@ public:
     e.d_ddst.in(s, dy);
     e.d_wei.in(s, w);
     e.d_dsrc.out(dx);
+    count_library_call("telar::conv::onednn");
     e.bwd_data.execute(s, e.d_args);
     e.d_dsrc.finish(s);
     s.wait();
@@ -102,6 +105,7 @@ public:
     auto& s = onednn_stream();
     e.w_src.in(s, x);
     e.w_ddst.in(s, dy);
+    count_library_call("telar::conv::onednn");
     e.bwd_weights.execute(s, e.w_args);
     e.w_dwei.finish(s);
     if (db)

@@ -1,0 +1,40 @@
+#pragma once
+// The process's launch counts behind telar::LaunchCounter, and the hook the
+// GEMM and convolution policies call before each library call (oneDNN,
+// Kokkos Kernels): Kokkos Tools never sees those, a device still launches them.
+#include <Kokkos_Core.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace telar::detail {
+
+struct LaunchState {
+  std::mutex mutex;
+  int counters = 0; // live LaunchCounters
+  std::atomic<bool> active{false};
+  std::atomic<std::uint64_t> kernels{0}, library_calls{0};
+  std::map<std::string, std::uint64_t> names;
+  Kokkos::Tools::Experimental::EventSet previous{};
+};
+
+inline LaunchState& launch_state() {
+  static LaunchState s;
+  return s;
+}
+
+// One library call by policy `name` (e.g. "telar::gemm::onednn"); a relaxed
+// load and nothing else while no LaunchCounter lives.
+inline void count_library_call(char const* name) {
+  auto& s = launch_state();
+  if (!s.active.load(std::memory_order_relaxed))
+    return;
+  ++s.library_calls;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  ++s.names[name];
+}
+
+} // namespace telar::detail
