@@ -147,7 +147,7 @@ public:
     auto const& order = graph_->topology().order();
     units_.clear();
     for (std::size_t k = 0; k < order.size(); ++k)
-      units_.emplace_back(graph_.get(), order[k], live_at(k, graph_->shapes_),
+      units_.emplace_back(graph_.get(), order[k], k, live_at(k, graph_->shapes_),
                           live_at(k + 1, graph_->shapes_));
     shapes_ = cut_shapes(graph_->shapes_);
     return shapes_;

@@ -78,8 +78,16 @@ public:
   };
 
   GraphUnit() = default;
-  GraphUnit(Graph* g, std::size_t node, GraphLiveSet in, GraphLiveSet out)
-      : g_(g), node_(node), in_(std::move(in)), out_(std::move(out)) {}
+  // Node `node` at position `position` of the order; `in`, `out`: the live
+  // sets before and after it.
+  GraphUnit(Graph* g, std::size_t node, std::size_t position, GraphLiveSet in, GraphLiveSet out)
+      : g_(g), node_(node), first_(position == 0), in_(std::move(in)), out_(std::move(out)) {
+    scratch_width_ = 0;
+    auto const& ids = node_info().in_ids;
+    for (std::size_t j = 0; j < ids.size(); ++j)
+      if (out_.holds(ids[j]) || std::count(ids.begin(), ids.end(), ids[j]) > 1)
+        scratch_width_ = std::max(scratch_width_, width(ids[j]));
+  }
 
   static constexpr char const* name() { return "DynamicGraph node"; }
   void reseat(Graph* g) { g_ = g; }
@@ -103,23 +111,31 @@ public:
   std::size_t buffer_count() const {
     return layer() ? std::visit([](auto const& l) { return buffer_count_of(l); }, *layer()) : 0;
   }
-  // The layer's state plus the unpacked copies a packed batch needs: the
-  // inputs and the output going forward, every input-set tensor's gradient,
-  // the output's and one scratch going back.
+  // The layer's state plus what unpacking needs: going forward, copies of
+  // the inputs and the output when the batch holds more; going back, every
+  // input-set tensor's gradient and the output's likewise, the scratch for
+  // a tensor's second gradient, and the first node's unread dL/dx.
   std::size_t saved_bytes(std::size_t samples, Shape const&) const {
     auto const& n = node_info();
-    std::size_t n_bytes = 0;
+    std::size_t bytes = 0;
     if (layer())
       std::visit(
-          [&](auto const& l) { n_bytes = saved_bytes_of(l, samples, g_->shapes_[n.in_ids[0]]); },
+          [&](auto const& l) { bytes = saved_bytes_of(l, samples, g_->shapes_[n.in_ids[0]]); },
           *layer());
-    std::size_t el = 0;
-    if (in_.tensors.size() > 1)
+    auto const matrix = [&](std::size_t cols) { return view_bytes<value_type>(samples * cols); };
+    if (in_.tensors.size() > 1) {
       for (std::size_t t : n.in_ids)
-        el += 2 * width(t); // the copy and its gradient
-    if (out_.tensors.size() > 1)
-      el += 2 * width(n.out_id);
-    return n_bytes + el * samples * sizeof(value_type);
+        bytes += matrix(width(t));
+      for (std::size_t t : in_.tensors)
+        bytes += matrix(width(t));
+    }
+    if (packed_out())
+      bytes += 2 * matrix(width(n.out_id));
+    if (scratch_width_ > 0)
+      bytes += matrix(scratch_width_);
+    if (first_ && fused())
+      bytes += matrix(in_.width);
+    return bytes;
   }
   std::size_t workspace_bytes(std::size_t samples, Shape const&) const {
     auto const& n = node_info();
@@ -213,7 +229,7 @@ public:
         started[a] = true;
         write(own);
       } else {
-        Mat const s = sized(saved.scratch, rows, width(t));
+        Mat const s = scratch(saved, rows, width(t));
         write(s);
         add_batch(exec, own, s);
       }
@@ -231,8 +247,12 @@ public:
 
   template <class Exec>
   void backward_weight(Exec const& exec, CMat dy, saved_type const& saved) {
-    if (!saved.grads_ready) // nothing needed dL/dx (the first node): its gradient still comes first
+    // Nothing needed dL/dx (the first node): a split layer only needs its
+    // output gradient, a fused one runs whole into a buffer nobody reads.
+    if (!saved.grads_ready && fused())
       backward_input(exec, dy, sized(saved.unused_dx, dy.extent(0), in_.width), saved);
+    else if (!saved.grads_ready)
+      out_grad(exec, dy, saved);
     if (layer())
       std::visit(
           [&](auto& l) {
@@ -257,6 +277,14 @@ private:
   std::optional<Variant>& layer() const { return g_->layers_[node_]; }
   std::size_t width(std::size_t t) const { return g_->shapes_[t].size(); }
   bool packed_out() const { return out_.tensors.size() > 1; }
+  // A layer with only a fused backward (its weight part runs with dL/dx).
+  bool fused() const {
+    return layer() && std::visit(
+                          [](auto const& l) {
+                            return !layer_traits<std::decay_t<decltype(l)>>::has_split_backward;
+                          },
+                          *layer());
+  }
 
   // A [rows, cols] buffer in `m`, reallocated only when the size changes.
   static Mat sized(Mat& m, std::size_t rows, std::size_t cols) {
@@ -264,6 +292,12 @@ private:
       m = Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::GraphChain::unpacked"), rows,
               cols);
     return m;
+  }
+  // A [rows, cols] view of the scratch buffer (as wide as the widest tensor
+  // that gets a second gradient, so one allocation serves them all).
+  Mat scratch(saved_type const& saved, std::size_t rows, std::size_t cols) const {
+    sized(saved.scratch, rows, scratch_width_);
+    return Mat(saved.scratch.data(), rows, cols);
   }
   template <class M>
   auto columns(M const& packed, std::size_t t) const {
@@ -306,7 +340,9 @@ private:
 
   Graph* g_ = nullptr;
   std::size_t node_ = 0;
+  bool first_ = false; // the first node: nothing reads its dL/dx
   GraphLiveSet in_, out_;
+  std::size_t scratch_width_ = 0;
 };
 
 } // namespace telar::detail
