@@ -439,29 +439,37 @@ TEST_CASE("A U-Net as one DynamicGraph equals serial under dp, ZeRO-3 and pipeli
                               unet_image),
           train(MPI_COMM_SELF, make_graph_net(), options(), data, batch, steps, unet_image));
   }
-  SECTION("pipelines: pp = 2 (dp x pp = 2 x 2 at 4 ranks), 1f1b and zb-h1") {
+  SECTION("pipelines: pp = 2 (dp x pp = 2 x 2 at 4 ranks), 1f1b and zb-h1; pp = 4") {
     if (n < 2)
       return;
-    int const dp = n / 2;
     struct Case {
+      int pp;
       char const* schedule;
       int microbatches;
     };
-    for (Case const c : {Case{"1f1b", 2}, Case{"zb-h1", 4}}) {
-      INFO("GraphChain " << c.schedule << " m=" << c.microbatches << " dp=" << dp << " pp=2");
+    std::vector<Case> cases{{2, "1f1b", 2}, {2, "zb-h1", 4}};
+    if (n == 4)
+      cases.push_back({4, "1f1b", 4});
+    for (Case const c : cases) {
+      int const dp = n / c.pp;
+      INFO("GraphChain " << c.schedule << " m=" << c.microbatches << " dp=" << dp
+                         << " pp=" << c.pp);
       std::vector<std::vector<std::string>> cut;
       Hooks hooks;
       hooks.before = [&](void* t) { cut = crossing(*static_cast<ChainTrainer*>(t)); };
       Result const got =
-          train(MPI_COMM_WORLD, make_chain(), options({dp, 2, 1}, c.schedule, c.microbatches), data,
-                batch, steps, unet_image, hooks);
-      // The boundary the cost estimate chose cuts through the U-Net: a skip
-      // crosses it with the activation.
-      REQUIRE(cut.size() == 1);
+          train(MPI_COMM_WORLD, make_chain(), options({dp, c.pp, 1}, c.schedule, c.microbatches),
+                data, batch, steps, unet_image, hooks);
+      // The boundaries the cost estimate chose cut through the U-Net: a skip
+      // crosses the first with the activation.
+      REQUIRE(cut.size() == std::size_t(c.pp - 1));
       std::string names;
-      for (auto const& name : cut[0])
-        names += name + " ";
-      INFO("crossing the boundary: " << names);
+      for (auto const& boundary : cut) {
+        for (auto const& name : boundary)
+          names += name + " ";
+        names += "| ";
+      }
+      INFO("crossing the boundaries: " << names);
       CHECK(cut[0].size() > 1);
       check(got, train(MPI_COMM_SELF, make_graph_net(), options({1, 1, 1}, "", c.microbatches),
                        interleave(data, batch, dp, c.microbatches), batch, steps, unet_image));
