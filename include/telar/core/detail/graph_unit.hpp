@@ -42,15 +42,6 @@ struct GraphLiveSet {
   bool holds(std::size_t t) const { return find(t) < tensors.size(); }
 };
 
-// dst(i, e) += src(i, e) for a column range of a packed batch.
-template <class Exec, class D, class S>
-void graph_add_into(Exec const& exec, D const& dst, S const& src) {
-  Kokkos::parallel_for(
-      "telar::GraphChain::add_into",
-      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {dst.extent(0), dst.extent(1)}),
-      KOKKOS_LAMBDA(std::size_t i, std::size_t e) { dst(i, e) += src(i, e); });
-}
-
 template <class Variant>
 class GraphUnit {
   using Graph = DynamicGraph<Variant>;
