@@ -23,10 +23,12 @@
 // Pipelines split the model between its top-level units (ten here: the stem's
 // three layers, the U-Net block, the reduction's three, the head's three), so
 // a skip inside a DenseConcat never crosses a stage boundary: the whole
-// U-Net block is one unit on one stage. Skips that cross stages (a U-Net
-// whose encoder and decoder sit on different stages) need the DynamicGraph
-// pipeline, which is not built yet.
+// U-Net block is one unit on one stage. make_graph writes the same network
+// as one telar::DynamicGraph (same layers, same concatenation order); trained
+// as a telar::GraphChain its pipeline cuts between nodes, so the skips cross
+// stage boundaries (the live set a boundary sends holds them).
 #include <telar/core/branches.hpp>
+#include <telar/core/dynamic_graph.hpp>
 #include <telar/core/sequential.hpp>
 #include <telar/layers/activation.hpp>
 #include <telar/layers/batch_norm.hpp>
@@ -37,7 +39,9 @@
 #include <telar/layers/pooling.hpp>
 
 #include <cstddef>
+#include <string>
 #include <utility>
+#include <variant>
 
 namespace telar::test::unet {
 
@@ -81,6 +85,46 @@ Net<T, Stats> make_net(std::size_t in, std::size_t hw, std::size_t c, std::size_
   return Net<T, Stats>(Conv<T>(in, c, 3, 1, 1), BN<T, Stats>(c), {}, make_block<T, Stats>(c),
                        Conv<T>(2 * c, c, 3, 1, 1), BN<T, Stats>(c), {}, Conv<T>(c, 1, 1), {},
                        telar::Dense<T>(hw * hw, classes));
+}
+
+template <class T, class Stats>
+using GraphLayer = std::variant<Conv<T>, BN<T, Stats>, Relu<T>, Pool<T>, Up<T>, telar::Flatten<T>,
+                                telar::Dense<T>>;
+template <class T, class Stats>
+using Graph = telar::DynamicGraph<GraphLayer<T, Stats>>;
+
+/// Conv, BN, ReLU from tensor `in` (node names `name`_conv, _bn, _relu);
+/// returns the output tensor's name.
+template <class T, class Stats>
+std::string conv_bn_relu(Graph<T, Stats>& g, std::string const& name, std::string const& in,
+                         std::size_t from, std::size_t to, std::size_t kernel = 3) {
+  std::size_t const pad = kernel / 2;
+  g.add(name + "_conv", Conv<T>(from, to, kernel, 1, pad), in, name + "_c");
+  g.add(name + "_bn", BN<T, Stats>(to), name + "_c", name + "_n");
+  g.add(name + "_relu", Relu<T>{}, name + "_n", name);
+  return name;
+}
+
+/// make_net as one DynamicGraph over tensor "x" to "y" (24 nodes).
+template <class T, class Stats>
+Graph<T, Stats> make_graph(std::size_t in, std::size_t hw, std::size_t c, std::size_t classes) {
+  Graph<T, Stats> g("x");
+  std::string const a = conv_bn_relu(g, "stem", "x", in, c); // skip of level 1
+  g.add("l1_pool", Pool<T>(2), a, "l1_p");
+  std::string const b = conv_bn_relu(g, "l1_down", "l1_p", c, 2 * c); // skip of level 2
+  g.add("l2_pool", Pool<T>(2), b, "l2_p");
+  std::string const e = conv_bn_relu(g, "l2_down", "l2_p", 2 * c, 2 * c);
+  g.add("l2_up", Up<T>(2 * c, 2 * c, 2, 2), e, "l2_u");
+  g.add_concat("l2_cat", {b, "l2_u"}, "l2");
+  std::string const r = conv_bn_relu(g, "l1_reduce", "l2", 4 * c, 2 * c);
+  g.add("l1_up", Up<T>(2 * c, c, 2, 2), r, "l1_u");
+  g.add_concat("l1_cat", {a, "l1_u"}, "l1");
+  std::string const d = conv_bn_relu(g, "reduce", "l1", 2 * c, c);
+  g.add("head_conv", Conv<T>(c, 1, 1), d, "h");
+  g.add("head_flat", telar::Flatten<T>{}, "h", "f");
+  g.add("head_dense", telar::Dense<T>(hw * hw, classes), "f", "y");
+  g.set_output("y");
+  return g;
 }
 
 } // namespace telar::test::unet

@@ -17,6 +17,7 @@
 #include <telar/core/dynamic_graph.hpp>
 #include <telar/core/dynamic_sequential.hpp>
 #include <telar/core/gemm.hpp>
+#include <telar/core/graph_chain.hpp>
 #include <telar/core/identity.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/loss.hpp>

@@ -6,12 +6,16 @@
 // the serial reference runs the same micro-batches; ZeRO-3 and full
 // recomputation leave the statistics alone. Double precision, a small CNN:
 // Conv2D -> BatchNorm -> ReLU -> Flatten -> Dense; then a two-level U-Net
-// (DenseConcat skips, BatchNorm inside them) under the same layouts.
+// (DenseConcat skips, BatchNorm inside them) under the same layouts; then the
+// same U-Net as one DynamicGraph trained as a GraphChain, whose pipeline cuts
+// between nodes so the skips cross stage boundaries.
 #include "support.hpp"
 #include "unet.hpp"
 
+#include <telar/core/graph_chain.hpp>
 #include <telar/core/recompute.hpp>
 #include <telar/data/synthetic.hpp>
+#include <telar/io/checkpoint.hpp>
 #include <telar/io/gather.hpp>
 #include <telar/layers/activation.hpp>
 #include <telar/layers/batch_norm.hpp>
@@ -28,6 +32,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <functional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -96,18 +102,29 @@ struct Result {
   std::vector<T> local_buffers; // this rank's own copy of every buffer
 };
 
+// Called on the trainer before its first step (e.g. to load a checkpoint) and
+// after its last (before the evaluation).
+struct Hooks {
+  std::function<void(void*)> before, after; // void*: the Trainer (one type per test)
+};
+
 template <class Model, class Strategy = Full>
 Result train(MPI_Comm comm, Model model, telar::TrainerOptions const& opts, Data const& data,
-             std::size_t batch, int steps, telar::Shape const& in = image) {
+             std::size_t batch, int steps, telar::Shape const& in = image,
+             Hooks const& hooks = {}) {
   telar::SGD<T> sgd;
   sgd.momentum = T(0.9);
   telar::Trainer<Model, Strategy, telar::SGD<T>> trainer(comm, std::move(model), sgd, opts, in);
   int const dp = trainer.grid_shape().dp, d = trainer.grid_coords().dp;
   std::size_t const local = batch / std::size_t(dp);
+  if (hooks.before)
+    hooks.before(&trainer);
   for (int s = 0; s < steps; ++s) {
     std::size_t const b = std::size_t(s) * batch + std::size_t(d) * local;
     trainer.step(telar::rows(data.x, b, b + local), telar::rows(data.y, b, b + local));
   }
+  if (hooks.after)
+    hooks.after(&trainer);
   Result r;
   r.eval_loss = trainer.evaluate(telar::rows(data.x, 0, batch), telar::rows(data.y, 0, batch)).loss;
   r.model = telar::gather_model(trainer, -1);
@@ -284,8 +301,8 @@ TEST_CASE("BatchNorm under full recomputation equals the plain model",
 // SyncStats, on [2, 8, 8] inputs: dp over every rank, then the pipelines.
 // The pipeline cuts between the model's ten top-level units (stem, the U-Net
 // block, reduction, head), so every skip, inside its DenseConcat, stays on
-// one stage; skips across stages need the DynamicGraph pipeline (not built
-// yet). The serial reference sees the same micro-batches as the pipeline.
+// one stage; the GraphChain tests below cut inside the skips. The serial
+// reference sees the same micro-batches as the pipeline.
 namespace {
 telar::Shape const unet_image{2, 8, 8};
 using UNet = telar::test::unet::Net<T, telar::SyncStats>;
@@ -355,5 +372,150 @@ TEST_CASE("A U-Net with SyncStats equals serial under dp, pp, dp x pp and ZeRO-3
       CHECK(worst <= 1e-11);
       CHECK(std::abs(got.eval_loss - want.eval_loss) <= 1e-11 * std::abs(want.eval_loss));
     }
+  }
+}
+
+// The same U-Net as one DynamicGraph (tests/unet.hpp, make_graph), trained as
+// a GraphChain: one unit per node, so pipeline boundaries fall between nodes
+// and every boundary inside the U-Net sends skips with the activation (the
+// live set). The reference is the graph as the one layer of a Sequential,
+// serial: the same parameter names and starting values.
+namespace {
+using GLayer = telar::test::unet::GraphLayer<T, telar::SyncStats>;
+using GraphNet = telar::Sequential<telar::DynamicGraph<GLayer>>;
+using Chain = telar::GraphChain<GLayer>;
+using ChainTrainer = telar::Trainer<Chain, Full, telar::SGD<T>>;
+telar::DynamicGraph<GLayer> make_unet_graph() {
+  return telar::test::unet::make_graph<T, telar::SyncStats>(2, 8, 2, classes);
+}
+GraphNet make_graph_net() {
+  return GraphNet(make_unet_graph());
+}
+Chain make_chain() {
+  return Chain(make_unet_graph());
+}
+
+// Rows [lo, hi) of `d`, copied.
+Data slice(Data const& d, std::size_t lo, std::size_t hi) {
+  Data out{telar::Matrix<T>("x", hi - lo, d.x.extent(1)), telar::Labels<>("y", hi - lo)};
+  Kokkos::deep_copy(out.x, telar::rows(d.x, lo, hi));
+  Kokkos::deep_copy(out.y, telar::rows(d.y, lo, hi));
+  return out;
+}
+
+// Tensors crossing each interior stage boundary of `t`.
+std::vector<std::vector<std::string>> crossing(ChainTrainer& t) {
+  std::vector<std::vector<std::string>> out;
+  auto const& b = t.stage_boundaries();
+  for (std::size_t s = 1; s + 1 < b.size(); ++s)
+    out.push_back(t.model().live_tensors(b[s]));
+  return out;
+}
+} // namespace
+
+TEST_CASE("A U-Net as one DynamicGraph equals serial under dp, ZeRO-3 and pipelines cut "
+          "inside the graph",
+          "[batch_norm][equivalence][unet][graph_pipeline]") {
+  int const n = world_size();
+  std::size_t const batch = 16;
+  int const steps = 2;
+  auto const data = make_data(batch * steps, unet_image.size());
+  auto const check = [&](Result const& got, Result const& want) {
+    REQUIRE(count_buffers(got.model, ".running_var") == 5);
+    REQUIRE(got.model.tensors.count("layer0.stem_conv.weight") == 1);
+    double const worst = worst_difference(got.model, want.model);
+    INFO("worst relative difference " << worst);
+    CHECK(worst <= 1e-11);
+    CHECK(std::abs(got.eval_loss - want.eval_loss) <= 1e-11 * std::abs(want.eval_loss));
+  };
+  SECTION("data parallel over every rank") {
+    INFO("GraphChain dp=" << n);
+    check(train(MPI_COMM_WORLD, make_chain(), options(), data, batch, steps, unet_image),
+          train(MPI_COMM_SELF, make_graph_net(), options(), data, batch, steps, unet_image));
+  }
+  SECTION("ZeRO-3 over every rank") {
+    INFO("GraphChain ZeRO-3 dp=" << n);
+    check(train<Chain, Zero3>(MPI_COMM_WORLD, make_chain(), options(), data, batch, steps,
+                              unet_image),
+          train(MPI_COMM_SELF, make_graph_net(), options(), data, batch, steps, unet_image));
+  }
+  SECTION("pipelines: pp = 2 (dp x pp = 2 x 2 at 4 ranks), 1f1b and zb-h1; pp = 4") {
+    if (n < 2)
+      return;
+    struct Case {
+      int pp;
+      char const* schedule;
+      int microbatches;
+    };
+    std::vector<Case> cases{{2, "1f1b", 2}, {2, "zb-h1", 4}};
+    if (n == 4)
+      cases.push_back({4, "1f1b", 4});
+    for (Case const c : cases) {
+      int const dp = n / c.pp;
+      INFO("GraphChain " << c.schedule << " m=" << c.microbatches << " dp=" << dp
+                         << " pp=" << c.pp);
+      std::vector<std::vector<std::string>> cut;
+      Hooks hooks;
+      hooks.before = [&](void* t) { cut = crossing(*static_cast<ChainTrainer*>(t)); };
+      Result const got =
+          train(MPI_COMM_WORLD, make_chain(), options({dp, c.pp, 1}, c.schedule, c.microbatches),
+                data, batch, steps, unet_image, hooks);
+      // The boundaries the cost estimate chose cut through the U-Net: a skip
+      // crosses the first with the activation.
+      REQUIRE(cut.size() == std::size_t(c.pp - 1));
+      std::string names;
+      for (auto const& boundary : cut) {
+        for (auto const& name : boundary)
+          names += name + " ";
+        names += "| ";
+      }
+      INFO("crossing the boundaries: " << names);
+      CHECK(cut[0].size() > 1);
+      check(got, train(MPI_COMM_SELF, make_graph_net(), options({1, 1, 1}, "", c.microbatches),
+                       interleave(data, batch, dp, c.microbatches), batch, steps, unet_image));
+    }
+  }
+}
+
+// A checkpoint written by a GraphChain at pp = 2 loads at pp = 1 (and the
+// other way): the names do not depend on the split. Trained on: one step
+// before the checkpoint, one after, against two uninterrupted steps.
+TEST_CASE("A GraphChain checkpoint moves between pipeline degrees",
+          "[graph_pipeline][checkpoint]") {
+  int const n = world_size();
+  if (n < 2)
+    return;
+  std::size_t const batch = 8;
+  auto const data = make_data(batch * 2, unet_image.size());
+  std::string const dir = "graph_chain_ckpt_" + std::to_string(n);
+  struct Way {
+    int save_pp, load_pp;
+  };
+  for (Way const w : {Way{2, 1}, Way{1, 2}}) {
+    INFO("saved at pp=" << w.save_pp << ", loaded at pp=" << w.load_pp);
+    auto const grid = [&](int pp) { return telar::GridShape{n / pp, pp, 1}; };
+    // One micro-batch: SyncStats then normalises over the whole batch at
+    // either degree, so the steps agree.
+    Result const want =
+        train(MPI_COMM_WORLD, make_chain(), options(grid(w.load_pp)), data, batch, 2, unet_image);
+    std::string path;
+    Hooks save;
+    save.after = [&](void* t) {
+      path = telar::save_checkpoint(*static_cast<ChainTrainer*>(t), dir);
+    };
+    train(MPI_COMM_WORLD, make_chain(), options(grid(w.save_pp)), slice(data, 0, batch), batch, 1,
+          unet_image, save);
+    Hooks load;
+    load.before = [&](void* t) { telar::load_checkpoint(*static_cast<ChainTrainer*>(t), path); };
+    Result const got = train(MPI_COMM_WORLD, make_chain(), options(grid(w.load_pp)),
+                             slice(data, batch, 2 * batch), batch, 1, unet_image, load);
+    double const worst = worst_difference(got.model, want.model);
+    INFO("worst relative difference " << worst);
+    CHECK(worst <= 1e-11);
+    MPI_Barrier(MPI_COMM_WORLD);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0)
+      std::remove(path.c_str());
   }
 }

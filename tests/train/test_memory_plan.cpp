@@ -10,6 +10,7 @@
 #include "unet.hpp"
 
 #include <telar/core/dynamic_sequential.hpp>
+#include <telar/core/graph_chain.hpp>
 #include <telar/core/recompute.hpp>
 #include <telar/core/residual.hpp>
 #include <telar/data/synthetic.hpp>
@@ -190,15 +191,19 @@ void make_batch(telar::Shape const& in, bool ids, telar::Matrix<T>& x, telar::La
   Kokkos::deep_copy(y, hy);
 }
 
+// `keep`, if given, picks the layouts to check.
 template <class Sharding, class Model = Mlp>
 void check_layouts(bool shared_memory, Model (*make)() = make_mlp,
-                   telar::Shape const& in = telar::Shape(64), bool ids = false) {
+                   telar::Shape const& in = telar::Shape(64), bool ids = false,
+                   bool (*keep)(Layout const&) = nullptr) {
   int const n = world_size();
   std::size_t const batch = 32;
   telar::Matrix<T> x("x", batch, 1);
   telar::Labels<> y("y", batch);
   make_batch(in, ids, x, y);
   for (Layout const& l : layouts(n)) {
+    if (keep && !keep(l))
+      continue;
     telar::TrainerOptions opts;
     opts.grid = {l.dp, l.pp, l.tp};
     opts.schedule = l.schedule;
@@ -422,6 +427,23 @@ TEST_CASE("make_run_layout refuses what the Trainer refuses", "[layout]") {
 TEST_CASE("The memory plan matches the meter: every built-in block nested", "[memory]") {
   check_layouts<telar::NoSharding>(true, make_conv_zoo, telar::Shape{4, 4, 4});
   check_layouts<telar::NoSharding>(true, make_transformer_zoo, telar::Shape(16), true);
+}
+
+namespace {
+// The U-Net as one DynamicGraph trained as a GraphChain (tests/unet.hpp): its
+// pipeline boundaries send live sets holding skips, and its units keep
+// unpacked copies; both planned. Its layouts without tensor parallelism (no
+// layer of it is tensor-parallel).
+using GraphUNet = telar::GraphChain<telar::test::unet::GraphLayer<T, telar::LocalStats>>;
+GraphUNet make_graph_unet() {
+  return GraphUNet(telar::test::unet::make_graph<T, telar::LocalStats>(2, 8, 2, 16));
+}
+} // namespace
+
+TEST_CASE("The memory plan matches the meter: a U-Net graph pipelined between its nodes",
+          "[memory][graph_pipeline]") {
+  check_layouts<telar::NoSharding>(true, make_graph_unet, telar::Shape{2, 8, 8}, false,
+                                   [](Layout const& l) { return l.tp == 1; });
 }
 
 namespace {

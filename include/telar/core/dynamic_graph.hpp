@@ -48,6 +48,13 @@ double graph_layer_flops(L const& l, std::size_t samples, Shape const& in) {
 
 } // namespace detail
 
+template <class Variant>
+class GraphChain;
+namespace detail {
+template <class Variant>
+class GraphUnit;
+} // namespace detail
+
 /*! \brief A directed acyclic graph of layers chosen at run time (each one of
  *  the alternatives of \p Variant) and joins, over named tensors.
  *
@@ -62,7 +69,9 @@ double graph_layer_flops(L const& l, std::size_t samples, Shape const& in) {
  *  nodes and tensors.
  *
  *  A graph is a layer: put it in a telar::Sequential (or DynamicSequential)
- *  to train it; pipeline stages then split at its boundary. Its parameters
+ *  to train it; pipeline stages then split at its boundary. To cut stages
+ *  inside it (between its nodes, every tensor crossing a cut sent along),
+ *  train it as a telar::GraphChain (graph_chain.hpp). Its parameters
  *  are named "<node>.<name>", as PyTorch names a module's attributes.
  *  \code
  *  using Layer = std::variant<telar::Dense<float>, telar::ReLU<float>>;
@@ -79,6 +88,9 @@ double graph_layer_flops(L const& l, std::size_t samples, Shape const& in) {
  */
 template <class Variant>
 class DynamicGraph {
+  // The pipeline's view (graph_chain.hpp) runs the nodes one at a time.
+  friend class GraphChain<Variant>;
+  friend class detail::GraphUnit<Variant>;
   static_assert(detail::check_variant_layers<Variant>::value);
   using First = std::variant_alternative_t<0, Variant>;
   using Op = detail::GraphOp;
@@ -356,7 +368,7 @@ public:
             },
             *layers_[i]);
       else
-        join_forward(exec, n, out, saved);
+        join_forward(exec, n, out, inputs_of(n, saved));
     }
   }
   /*! \brief dL/dx: gradients in reverse topological order, summed over the
@@ -498,10 +510,20 @@ private:
     return Mat(saved.scratch.data(), rows, width);
   }
 
+  // The values a node reads, in its input order.
+  std::vector<CMat> inputs_of(detail::GraphNode const& n, saved_type const& saved) const {
+    std::vector<CMat> ins;
+    for (std::size_t t : n.in_ids)
+      ins.push_back(value(saved, t));
+    return ins;
+  }
+
+  // A join's output from its inputs' values (also run by the pipeline's
+  // node units, detail::GraphUnit, which hold the values elsewhere).
   template <class Exec>
   void join_forward(Exec const& exec, detail::GraphNode const& n, Mat const& y,
-                    saved_type const& saved) const {
-    auto const in = [&](std::size_t j) { return value(saved, n.in_ids[j]); };
+                    std::vector<CMat> const& ins) const {
+    auto const in = [&](std::size_t j) { return ins[j]; };
     if (n.op == Op::add) {
       detail::join_pair(exec, y, in(0), in(1), detail::JoinOp::add);
       for (std::size_t j = 2; j < n.in_ids.size(); ++j)
@@ -545,7 +567,7 @@ private:
       if (n.op == Op::layer)
         layer_input_grad(exec, *it, g, saved, need_dx, contribute);
       else
-        join_input_grads(exec, n, g, saved, contribute);
+        join_input_grads(exec, n, g, inputs_of(n, saved), contribute);
     }
     saved.grads_ready = true;
   }
@@ -569,9 +591,10 @@ private:
         *layers_[i]);
   }
 
+  // contribute(j-th input's tensor, write) for each input of a join.
   template <class Exec, class Contribute>
   void join_input_grads(Exec const& exec, detail::GraphNode const& n, CMat dy,
-                        saved_type const& saved, Contribute& contribute) const {
+                        std::vector<CMat> const& ins, Contribute& contribute) const {
     std::size_t first = 0;
     for (std::size_t j = 0; j < n.in_ids.size(); ++j) {
       std::size_t const t = n.in_ids[j], width = shapes_[t].size();
@@ -581,7 +604,7 @@ private:
         else if (n.op == Op::concat)
           Kokkos::deep_copy(exec, g, detail::graph_columns(dy, first, width));
         else
-          detail::graph_mul_grad(exec, g, dy, value(saved, n.in_ids[1 - j]));
+          detail::graph_mul_grad(exec, g, dy, ins[1 - j]);
       });
       first += width;
     }

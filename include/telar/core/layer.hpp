@@ -367,6 +367,19 @@ std::size_t buffer_count_of(L const& l) {
   else
     return (void)l, 0;
 }
+template <class M>
+using layer_prefix_t = decltype(std::declval<M const&>().layer_prefix(std::size_t{}));
+// The model-wide name prefix of layer k's parameters and buffers:
+// "layer<k>.", or the model's own (telar::GraphChain's units are all layer 0,
+// so a graph keeps its names at every pipeline split).
+template <class Model>
+std::string layer_prefix(Model const& model, std::size_t k) {
+  if constexpr (is_detected_v<layer_prefix_t, Model>)
+    return model.layer_prefix(k);
+  else
+    return (void)model, "layer" + std::to_string(k) + ".";
+}
+
 // Passes a data-parallel context to l if it takes one.
 template <class L, class Context>
 void pass_data_parallel(L& l, Context const& ctx) {

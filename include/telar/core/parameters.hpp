@@ -103,7 +103,7 @@ public:
                         "telar::ParameterStore: a parameter's value and gradient views must have "
                         "the same type");
           ParameterInfo info;
-          info.name = "layer" + std::to_string(index) + "." + name;
+          info.name = detail::layer_prefix(model, index) + name;
           info.layer = index;
           info.offset = total;
           info.size = value.size();

@@ -537,7 +537,7 @@ set_parameter_replicas(Model& model, ParameterStore<T, MemorySpace>& store, int 
     using L = std::decay_t<decltype(layer)>;
     if constexpr (layer_traits<L>::has_parameters) {
       layer.parameters([&](char const* name, auto&, auto&) {
-        std::string const full = "layer" + std::to_string(index) + "." + name;
+        std::string const full = detail::layer_prefix(model, index) + name;
         for (auto& e : entries)
           if (e.layer == index && e.name == full)
             e.replicas = parameter_replicas(layer, name, tp_size);

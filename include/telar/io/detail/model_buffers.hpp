@@ -27,9 +27,8 @@ struct ModelBuffer {
 // Calls f(full name, view) for every buffer of model's layers.
 template <class Model, class F>
 void for_each_model_buffer(Model& model, F&& f) {
-  model.for_each_layer([&](auto index, auto& layer) {
-    prefixed_buffers(layer, "layer" + std::to_string(std::size_t(index)) + ".", f);
-  });
+  model.for_each_layer(
+      [&](auto index, auto& layer) { prefixed_buffers(layer, layer_prefix(model, index), f); });
 }
 
 // Every buffer of the model with this rank's values; sizes agreed over

@@ -64,7 +64,7 @@ struct TrainerView {
       using L = std::decay_t<decltype(layer)>;
       if constexpr (layer_traits<L>::has_parameters)
         layer.parameters([&](char const* name, auto& value, auto&) {
-          std::string const full = "layer" + std::to_string(index) + "." + name;
+          std::string const full = layer_prefix(t.model(), index) + name;
           bool held = false;
           for (auto const& e : entries)
             held = held || e.name == full;

@@ -34,7 +34,7 @@ public:
       using L = std::decay_t<decltype(layer)>;
       if constexpr (layer_traits<L>::has_parameters)
         layer.parameters([&](char const* name, auto&, auto&) {
-          names_.push_back("layer" + std::to_string(index) + "." + name);
+          names_.push_back(layer_prefix(model, index) + name);
         });
     });
     local_ = Pieces{};
