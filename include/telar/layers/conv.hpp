@@ -570,6 +570,14 @@ public:
   std::size_t groups() const { return groups_; }
   /*! \brief Whether the layer adds a bias. */
   bool has_bias() const { return use_bias_; }
+  /*! \brief Kernel extents. */
+  Extents kernel() const { return kernel_; }
+  /*! \brief Strides. */
+  Extents stride() const { return stride_; }
+  /*! \brief Zero padding on each side. */
+  Extents padding() const { return padding_; }
+  /*! \brief Dilations. */
+  Extents dilation() const { return dilation_; }
 
   /*! \brief [out, (Do,) Ho, Wo] for an input [in, (D,) H, W].
    *  \param in the input shape
@@ -581,6 +589,19 @@ public:
    *  \throws ShapeError as output_shape */
   void build(Shape const& in) {
     g_ = geometry(in);
+    built_ = true;
+  }
+
+  /*! \brief Builds for one slab of a sample split along its first spatial
+   *  axis (spatial parallelism, telar/parallel/spatial_conv.hpp): \p in is the
+   *  slab with its halo rows, \p front_padding zero rows precede it (the
+   *  volume's face, or none inside it), and the layer computes \p out_rows
+   *  rows; rows a window reads past the slab's end are zero (the far face).
+   *  \param in the slab's shape \param front_padding zero rows before it
+   *  \param out_rows output rows along the split axis
+   *  \throws ShapeError as build for the other axes */
+  void build_slab(Shape const& in, std::size_t front_padding, std::size_t out_rows) {
+    g_ = geometry(in, long(front_padding), long(out_rows));
     built_ = true;
   }
 
@@ -667,8 +688,9 @@ private:
     return std::string(name()) + " expects inputs [" + std::to_string(in_) +
            (Dims == 3 ? ", D, H, W]" : ", H, W]");
   }
-  // Sizes for input shape `in`, or ShapeError.
-  detail::ConvGeometry geometry(Shape const& in) const {
+  // Sizes for input shape `in`, or ShapeError; a slab (out_rows >= 0) has
+  // `front` zero rows before it along the first axis and `out_rows` outputs.
+  detail::ConvGeometry geometry(Shape const& in, long front = 0, long out_rows = -1) const {
     if (in.rank != Dims + 1 || in[0] != in_)
       throw ShapeError(expected() + ", got " + in.str());
     detail::conv_check_settings<Dims>(name(), kernel_, stride_, dilation_);
@@ -677,9 +699,12 @@ private:
     g.Co = int(out_);
     g.G = int(groups_);
     for (std::size_t i = 0; i < Dims; ++i) {
-      int const k = int(kernel_[i]), s = int(stride_[i]), p = int(padding_[i]),
-                d = int(dilation_[i]);
-      long const out = detail::conv_out_extent(long(in[i + 1]), k, s, p, d);
+      int const k = int(kernel_[i]), s = int(stride_[i]), d = int(dilation_[i]);
+      int p = int(padding_[i]);
+      long const out =
+          i == 0 && out_rows >= 0 ? out_rows : detail::conv_out_extent(long(in[i + 1]), k, s, p, d);
+      if (i == 0 && out_rows >= 0)
+        p = int(front);
       if (out < 1)
         throw ShapeError(expected() + " whose spatial extents, padded, cover the kernel (" +
                          std::to_string(d * (k - 1) + 1) + "), got " + in.str());

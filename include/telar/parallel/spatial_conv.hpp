@@ -1,0 +1,198 @@
+#pragma once
+/*! \file
+ *  \brief telar::SpatialConv: a Conv2D or Conv3D whose samples are split
+ *  along their first spatial axis (depth in 3-D, height in 2-D) over the
+ *  ranks of a spatial group, with halo exchange between neighbours.
+ *
+ *  Each rank holds the rows telar::split_extent gives it of every input and
+ *  computes the output rows the same rule gives it. Forward: the halo rows
+ *  are exchanged (telar::HaloExchange) and the unchanged layer runs on the
+ *  halo-extended slab, with the volume's zero padding only at its faces
+ *  (Convolution::build_slab). Backward: the layer's input gradient of the
+ *  extended slab goes back through the reverse exchange (halo gradients are
+ *  added to their owners); weight and bias gradients are summed over the
+ *  group, so every rank ends with the gradient of the whole sample, equal to
+ *  the unsplit layer's up to summation order. See docs/spatial.md.
+ *  \code
+ *  telar::SpatialConv<telar::Conv3D<double>> conv(sp_comm, telar::Conv3D<double>(4, 8, 3, 1, 1));
+ *  conv.build({4, 64, 32, 32});   // the whole sample; this rank holds conv.input_shape()
+ *  conv.initialize(seed);         // the same seed on every rank: the same weights
+ *  \endcode
+ */
+#include <telar/comm/communicator.hpp>
+#include <telar/comm/halo_exchange.hpp>
+#include <telar/core/error.hpp>
+#include <telar/core/shape.hpp>
+#include <telar/core/tensor.hpp>
+#include <telar/layers/conv.hpp>
+#include <telar/parallel/spatial_decomposition.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace telar {
+
+/*! \brief A convolution layer (telar::Conv2D, telar::Conv3D) over slabs of
+ *  samples split along the first spatial axis over a spatial group.
+ *
+ *  Any kernel, stride, dilation, padding and groups of the layer; uneven
+ *  splits (telar::split_extent). Refused with a telar::ShapeError naming
+ *  the layer, the extent, sp and the rank: a split that leaves a rank an
+ *  empty input or output slab, or a rank that needs more halo rows than its
+ *  neighbour holds (telar::conv_slab).
+ *  \tparam Conv a telar::Convolution */
+template <class Conv>
+class SpatialConv {
+public:
+  /*! \brief Scalar type. */
+  using value_type = typename Conv::value_type;
+  /*! \brief Memory space of parameters and activations. */
+  using memory_space = typename Conv::memory_space;
+  /*! \brief What backward needs from forward: the halo-extended input slab. */
+  struct saved_type {
+    Matrix<value_type, memory_space> ext; //!< the input slab with its halo rows
+    typename Conv::saved_type inner;      //!< the layer's own saved state
+  };
+
+  /*! \brief Splits \p layer over the spatial group \p sp (kept by reference:
+   *  it must outlive this object). \param sp the spatial group
+   *  \param conv the convolution (configured, not built) */
+  SpatialConv(Communicator const& sp, Conv conv) : layer(std::move(conv)), sp_(&sp), halo_(sp) {}
+
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return Conv::name(); }
+
+  /*! \brief Computes this rank's slab of the whole sample shape \p in and
+   *  builds the layer for it. \param in the unsplit input shape [C, (D,) H, W]
+   *  \throws ShapeError for a shape the layer refuses or a split it cannot take */
+  void build(Shape const& in) {
+    Shape const whole = layer.output_shape(in); // the layer's own checks first
+    auto const at = [](auto const& e) { return e[0]; };
+    ConvAxis const axis{at(layer.kernel()), at(layer.stride()), at(layer.padding()),
+                        at(layer.dilation())};
+    slab_ = conv_slab(name(), in[1], axis, sp_->size(), sp_->rank());
+    in_ = with_rows(in, slab_.in.size());
+    out_ = with_rows(whole, slab_.out.size());
+    plane_ = 1;
+    for (int i = 2; i < in.rank; ++i)
+      plane_ *= in[std::size_t(i)];
+    layer.build_slab(with_rows(in, slab_.halo.extended_rows()), slab_.window.pad_front,
+                     slab_.out.size());
+  }
+
+  /*! \brief This rank's input slab shape (rows slab().in of the first spatial axis). */
+  Shape input_shape() const { return in_; }
+  /*! \brief This rank's output slab shape (rows slab().out). */
+  Shape output_shape() const { return out_; }
+  /*! \brief This rank's slabs, window and halo. */
+  SpatialSlab const& slab() const { return slab_; }
+
+  /*! \brief Allocates and draws the parameters (the same \p seed on every
+   *  rank of the group gives every rank the same weights). \param seed stream seed */
+  void initialize(std::uint64_t seed) { layer.initialize(seed); }
+  /*! \brief Visits the layer's (name, value, gradient).
+   *  \param f callable as f(char const*, View&, View&) */
+  template <class F>
+  void parameters(F&& f) {
+    layer.parameters(std::forward<F>(f));
+  }
+
+  /*! \brief y (this rank's output rows) = conv(x) over the input slab x and
+   *  the neighbours' halo rows. \param exec execution space instance
+   *  \param x input slab [n, C * rows * plane] \param y output slab
+   *  \param saved keeps the extended slab */
+  template <class Exec>
+  void forward(Exec const& exec, ConstMatrix<value_type, memory_space> x,
+               Matrix<value_type, memory_space> y, saved_type& saved) {
+    std::size_t const n = x.extent(0), outer = n * in_[0];
+    fit(saved.ext, n, "telar::SpatialConv::extended_input");
+    halo_.post(exec, slab_.halo, x.data(), outer, plane_, saved.ext.data());
+    halo_.finish(exec);
+    layer.forward(exec, saved.ext, y, saved.inner);
+  }
+
+  /*! \brief dx (this rank's input rows) from dy: the layer's gradient of the
+   *  extended slab, with the halo rows' gradients added by their owners.
+   *  \param exec execution space instance \param dy output slab gradient
+   *  \param dx input slab gradient \param saved from forward */
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
+                      Matrix<value_type, memory_space> dx, saved_type const& saved) {
+    std::size_t const n = dy.extent(0);
+    fit(dext_, n, "telar::SpatialConv::extended_gradient");
+    layer.backward_input(exec, dy, dext_, saved.inner);
+    halo_.post_reverse(exec, slab_.halo, dext_.data(), n * in_[0], plane_, dx.data());
+    halo_.finish_reverse(exec);
+  }
+
+  /*! \brief dW, db += the gradient of the whole sample: this rank's part,
+   *  summed over the spatial group. \param exec execution space instance
+   *  \param dy output slab gradient \param saved from forward */
+  template <class Exec>
+  void backward_weight(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
+                       saved_type const& saved) {
+    // The layer accumulates into its gradients; the sum over the group must
+    // cover this call's part only, so it accumulates into zeroed scratch.
+    swap_gradients();
+    Kokkos::deep_copy(exec, layer.weight_grad, value_type(0));
+    if (layer.has_bias())
+      Kokkos::deep_copy(exec, layer.bias_grad, value_type(0));
+    layer.backward_weight(exec, dy, saved.inner);
+    swap_gradients();
+    exec.fence();
+    sum_into(exec, dw_, layer.weight_grad.data(), layer.weight_grad.span());
+    if (layer.has_bias())
+      sum_into(exec, db_, layer.bias_grad.data(), layer.bias_grad.span());
+  }
+
+  Conv layer; //!< the convolution, built for this rank's extended slab
+
+private:
+  static Shape with_rows(Shape s, std::size_t rows) {
+    s.dims[1] = rows;
+    return s;
+  }
+  // m = [n, C * extended rows * plane], reallocated when the batch changes.
+  void fit(Matrix<value_type, memory_space>& m, std::size_t n, char const* label) const {
+    std::size_t const cols = in_[0] * slab_.halo.extended_rows() * plane_;
+    if (m.extent(0) != n || m.extent(1) != cols)
+      m = Matrix<value_type, memory_space>(std::string(label), n, cols);
+  }
+  // Exchanges the layer's gradients with the scratch ones (allocated once).
+  void swap_gradients() {
+    if (dw_.extent(0) != layer.weight_grad.extent(0) ||
+        dw_.extent(1) != layer.weight_grad.extent(1))
+      dw_ = Matrix<value_type, memory_space>("telar::SpatialConv::weight_grad_part",
+                                             layer.weight_grad.extent(0),
+                                             layer.weight_grad.extent(1));
+    if (layer.has_bias() && db_.extent(0) != layer.bias_grad.extent(0))
+      db_ = Vector<value_type, memory_space>("telar::SpatialConv::bias_grad_part",
+                                             layer.bias_grad.extent(0));
+    std::swap(dw_, layer.weight_grad);
+    if (layer.has_bias())
+      std::swap(db_, layer.bias_grad);
+  }
+  // grad += the sum over the group of part (summed in place).
+  template <class Exec, class V>
+  void sum_into(Exec const& exec, V const& part, value_type* grad, std::size_t n) const {
+    sp_->allreduce(part.data(), n, ReduceOp::sum);
+    auto const* p = part.data();
+    Kokkos::parallel_for(
+        "telar::SpatialConv::add_gradient", Kokkos::RangePolicy<Exec>(exec, 0, n),
+        KOKKOS_LAMBDA(std::size_t i) { grad[i] += p[i]; });
+  }
+
+  Communicator const* sp_;
+  HaloExchange<value_type, memory_space> halo_;
+  SpatialSlab slab_{};
+  Shape in_{}, out_{};
+  std::size_t plane_ = 1;
+  Matrix<value_type, memory_space> dext_, dw_;
+  Vector<value_type, memory_space> db_;
+};
+
+} // namespace telar
