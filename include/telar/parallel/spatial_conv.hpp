@@ -25,6 +25,7 @@
 #include <telar/core/shape.hpp>
 #include <telar/core/tensor.hpp>
 #include <telar/layers/conv.hpp>
+#include <telar/parallel/detail/spatial.hpp>
 #include <telar/parallel/spatial_decomposition.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -135,18 +136,10 @@ public:
   template <class Exec>
   void backward_weight(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
                        saved_type const& saved) {
-    // The layer accumulates into its gradients; the sum over the group must
-    // cover this call's part only, so it accumulates into zeroed scratch.
-    swap_gradients();
-    Kokkos::deep_copy(exec, layer.weight_grad, value_type(0));
-    if (layer.has_bias())
-      Kokkos::deep_copy(exec, layer.bias_grad, value_type(0));
-    layer.backward_weight(exec, dy, saved.inner);
-    swap_gradients();
-    exec.fence();
-    sum_into(exec, dw_, layer.weight_grad.data(), layer.weight_grad.span());
-    if (layer.has_bias())
-      sum_into(exec, db_, layer.bias_grad.data(), layer.bias_grad.span());
+    sum_(layer, *sp_, [&] {
+      layer.backward_weight(exec, dy, saved.inner);
+      exec.fence();
+    });
   }
 
   Conv layer; //!< the convolution, built for this rank's extended slab
@@ -162,37 +155,13 @@ private:
     if (m.extent(0) != n || m.extent(1) != cols)
       m = Matrix<value_type, memory_space>(std::string(label), n, cols);
   }
-  // Exchanges the layer's gradients with the scratch ones (allocated once).
-  void swap_gradients() {
-    if (dw_.extent(0) != layer.weight_grad.extent(0) ||
-        dw_.extent(1) != layer.weight_grad.extent(1))
-      dw_ = Matrix<value_type, memory_space>("telar::SpatialConv::weight_grad_part",
-                                             layer.weight_grad.extent(0),
-                                             layer.weight_grad.extent(1));
-    if (layer.has_bias() && db_.extent(0) != layer.bias_grad.extent(0))
-      db_ = Vector<value_type, memory_space>("telar::SpatialConv::bias_grad_part",
-                                             layer.bias_grad.extent(0));
-    std::swap(dw_, layer.weight_grad);
-    if (layer.has_bias())
-      std::swap(db_, layer.bias_grad);
-  }
-  // grad += the sum over the group of part (summed in place).
-  template <class Exec, class V>
-  void sum_into(Exec const& exec, V const& part, value_type* grad, std::size_t n) const {
-    sp_->allreduce(part.data(), n, ReduceOp::sum);
-    auto const* p = part.data();
-    Kokkos::parallel_for(
-        "telar::SpatialConv::add_gradient", Kokkos::RangePolicy<Exec>(exec, 0, n),
-        KOKKOS_LAMBDA(std::size_t i) { grad[i] += p[i]; });
-  }
-
   Communicator const* sp_;
   HaloExchange<value_type, memory_space> halo_;
   SpatialSlab slab_{};
   Shape in_{}, out_{};
   std::size_t plane_ = 1;
-  Matrix<value_type, memory_space> dext_, dw_;
-  Vector<value_type, memory_space> db_;
+  Matrix<value_type, memory_space> dext_;
+  detail::GroupGradientSum<value_type> sum_;
 };
 
 } // namespace telar
