@@ -13,6 +13,7 @@
 #include <telar/layers/activation.hpp>
 #include <telar/layers/batch_norm.hpp>
 #include <telar/layers/conv.hpp>
+#include <telar/layers/pooling.hpp>
 #include <telar/parallel/spatial_conv.hpp>
 #include <telar/parallel/spatial_decomposition.hpp>
 #include <telar/parallel/spatial_local.hpp>
@@ -476,4 +477,48 @@ TEST_CASE("A Conv3D-BatchNorm-ReLU-Conv3D chain on slabs trains to the serial pa
     worst = std::max(worst, std::abs(a[i] - b[i]));
   CHECK(worst < 1e-11);
   CHECK(max_diff(std::get<1>(split).layer.running_mean, std::get<1>(serial).running_mean) < 1e-11);
+}
+
+namespace {
+
+// A pooling on slabs against the unsplit one: output and input gradient.
+template <class Pool>
+void check_pool(Pool const& proto, telar::Shape const& shape) {
+  auto comm = world();
+  INFO(Pool::name() << " over " << shape.str() << ", sp = " << comm.size() << ", rank "
+                    << comm.rank());
+  std::size_t const n = 2, C = shape[0], rows = shape[1], plane = shape.size() / (C * rows);
+  Pool whole = proto;
+  whole.build(shape);
+  telar::Shape const out = whole.output_shape(shape);
+  std::size_t const oplane = out.size() / (C * out[1]);
+  auto const x = telar::test::random_matrix<T>(n, shape.size(), 12);
+  auto const dy = telar::test::random_matrix<T>(n, out.size(), 13);
+  telar::Matrix<T, M> y("test::y", n, out.size()), dx("test::dx", n, shape.size());
+  typename telar::layer_traits<Pool>::saved_type saved;
+  whole.forward(Exec{}, x, y, saved);
+  whole.backward_input(Exec{}, dy, dx, saved);
+
+  telar::SpatialPool<Pool> split(comm, proto);
+  split.build(shape);
+  auto const& s = split.slab();
+  telar::Matrix<T, M> ys("test::ys", n, split.output_shape().size());
+  telar::Matrix<T, M> dxs("test::dxs", n, split.input_shape().size());
+  typename telar::SpatialPool<Pool>::saved_type ssaved;
+  split.forward(Exec{}, rows_of(x, C, rows, plane, s.in), ys, ssaved);
+  split.backward_input(Exec{}, rows_of(dy, C, out[1], oplane, s.out), dxs, ssaved);
+  CHECK(max_diff(ys, rows_of(y, C, out[1], oplane, s.out)) < 1e-11);
+  CHECK(max_diff(dxs, rows_of(dx, C, rows, plane, s.in)) < 1e-11);
+}
+
+} // namespace
+
+TEST_CASE("SpatialPool equals the unsplit MaxPool and AvgPool on every slab", "[spatial][mpi]") {
+  using Max3 = telar::MaxPool<3, T, M>;
+  using Avg3 = telar::AvgPool<3, T, M>;
+  check_pool(Max3(2), {2, 9, 4, 3});        // tiled 2 / 2, uneven, a row no window reads
+  check_pool(Max3(3, 2, 1), {2, 10, 3, 3}); // overlapping windows, padding at the faces
+  check_pool(Avg3(3, 2, 1), {2, 11, 3, 2}); // padding counted in the divisor
+  check_pool(Avg3(3, 1, 1, false, false), {1, 8, 2, 3}); // padding not counted
+  check_pool(telar::MaxPool<2, T, M>(3, 1, 1), {2, 7, 5});
 }

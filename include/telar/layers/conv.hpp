@@ -594,14 +594,26 @@ public:
 
   /*! \brief Builds for one slab of a sample split along its first spatial
    *  axis (spatial parallelism, telar/parallel/spatial_conv.hpp): \p in is the
-   *  slab with its halo rows, \p front_padding zero rows precede it (the
-   *  volume's face, or none inside it), and the layer computes \p out_rows
-   *  rows; rows a window reads past the slab's end are zero (the far face).
+   *  slab with its halo rows, \p front_padding zero rows precede it and
+   *  \p back_padding follow it (the volume's faces; none inside it), and the
+   *  layer computes \p out_rows rows.
    *  \param in the slab's shape \param front_padding zero rows before it
-   *  \param out_rows output rows along the split axis
-   *  \throws ShapeError as build for the other axes */
-  void build_slab(Shape const& in, std::size_t front_padding, std::size_t out_rows) {
-    g_ = geometry(in, long(front_padding), long(out_rows));
+   *  \param back_padding zero rows after it \param out_rows output rows along
+   *  the split axis
+   *  \throws ShapeError when the windows of the output rows do not fit the
+   *  padded slab, or as build for the other axes */
+  void build_slab(Shape const& in, std::size_t front_padding, std::size_t back_padding,
+                  std::size_t out_rows) {
+    detail::ConvGeometry const g = geometry(in, long(front_padding), long(out_rows));
+    // Rows past the slab read as zero (the kernels check bounds): the back
+    // padding needs no setting, only room.
+    long const last = long(out_rows - 1) * (Dims == 3 ? g.sd : g.sh) +
+                      (Dims == 3 ? g.dd * (g.kd - 1) : g.dh * (g.kh - 1)) + 1;
+    if (out_rows < 1 || last > long(front_padding + in[1] + back_padding))
+      throw ShapeError(expected() + ": a slab of " + std::to_string(in[1]) + " rows padded by " +
+                       std::to_string(front_padding) + " and " + std::to_string(back_padding) +
+                       " cannot give " + std::to_string(out_rows) + " output rows");
+    g_ = g;
     built_ = true;
   }
 

@@ -22,6 +22,7 @@
 #include <telar/comm/communicator.hpp>
 #include <telar/comm/halo_exchange.hpp>
 #include <telar/core/error.hpp>
+#include <telar/core/layer.hpp>
 #include <telar/core/shape.hpp>
 #include <telar/core/tensor.hpp>
 #include <telar/layers/conv.hpp>
@@ -37,15 +38,15 @@
 
 namespace telar {
 
-/*! \brief A convolution layer (telar::Conv2D, telar::Conv3D) over slabs of
- *  samples split along the first spatial axis over a spatial group.
+/*! \brief A layer with a window along the first spatial axis (telar::Conv2D,
+ *  telar::Conv3D, telar::MaxPool, telar::AvgPool) over slabs of samples
+ *  split along that axis over a spatial group.
  *
- *  Any kernel, stride, dilation, padding and groups of the layer; uneven
- *  splits (telar::split_extent). Refused with a telar::ShapeError naming
- *  the layer, the extent, sp and the rank: a split that leaves a rank an
- *  empty input or output slab, or a rank that needs more halo rows than its
- *  neighbour holds (telar::conv_slab).
- *  \tparam Conv a telar::Convolution */
+ *  Any kernel, stride, dilation, padding and groups of a convolution; any
+ *  pooling but ceil_mode; uneven splits (telar::split_extent). Refused with a telar::ShapeError
+ * naming the layer, the extent, sp and the rank: a split that leaves a rank an empty input or
+ * output slab, or a rank that needs more halo rows than its neighbour holds (telar::conv_slab).
+ *  \tparam Conv a telar::Convolution, telar::MaxPool or telar::AvgPool */
 template <class Conv>
 class SpatialConv {
 public:
@@ -55,8 +56,8 @@ public:
   using memory_space = typename Conv::memory_space;
   /*! \brief What backward needs from forward: the halo-extended input slab. */
   struct saved_type {
-    Matrix<value_type, memory_space> ext; //!< the input slab with its halo rows
-    typename Conv::saved_type inner;      //!< the layer's own saved state
+    Matrix<value_type, memory_space> ext;          //!< the input slab with its halo rows
+    typename layer_traits<Conv>::saved_type inner; //!< the layer's own saved state
   };
 
   /*! \brief Splits \p layer over the spatial group \p sp (kept by reference:
@@ -72,17 +73,14 @@ public:
    *  \throws ShapeError for a shape the layer refuses or a split it cannot take */
   void build(Shape const& in) {
     Shape const whole = layer.output_shape(in); // the layer's own checks first
-    auto const at = [](auto const& e) { return e[0]; };
-    ConvAxis const axis{at(layer.kernel()), at(layer.stride()), at(layer.padding()),
-                        at(layer.dilation())};
-    slab_ = conv_slab(name(), in[1], axis, sp_->size(), sp_->rank());
+    slab_ = conv_slab(name(), in[1], detail::split_axis(layer), sp_->size(), sp_->rank());
     in_ = with_rows(in, slab_.in.size());
     out_ = with_rows(whole, slab_.out.size());
     plane_ = 1;
     for (int i = 2; i < in.rank; ++i)
       plane_ *= in[std::size_t(i)];
     layer.build_slab(with_rows(in, slab_.halo.extended_rows()), slab_.window.pad_front,
-                     slab_.out.size());
+                     slab_.window.pad_back, slab_.out.size());
   }
 
   /*! \brief This rank's input slab shape (rows slab().in of the first spatial axis). */
@@ -94,12 +92,16 @@ public:
 
   /*! \brief Allocates and draws the parameters (the same \p seed on every
    *  rank of the group gives every rank the same weights). \param seed stream seed */
-  void initialize(std::uint64_t seed) { layer.initialize(seed); }
+  void initialize(std::uint64_t seed) {
+    if constexpr (layer_traits<Conv>::has_initialize)
+      layer.initialize(seed);
+  }
   /*! \brief Visits the layer's (name, value, gradient).
    *  \param f callable as f(char const*, View&, View&) */
   template <class F>
   void parameters(F&& f) {
-    layer.parameters(std::forward<F>(f));
+    if constexpr (layer_traits<Conv>::has_parameters)
+      layer.parameters(std::forward<F>(f));
   }
 
   /*! \brief y (this rank's output rows) = conv(x) over the input slab x and
@@ -136,10 +138,11 @@ public:
   template <class Exec>
   void backward_weight(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
                        saved_type const& saved) {
-    sum_(layer, *sp_, [&] {
-      layer.backward_weight(exec, dy, saved.inner);
-      exec.fence();
-    });
+    if constexpr (layer_traits<Conv>::has_backward_weight)
+      sum_(layer, *sp_, [&] {
+        layer.backward_weight(exec, dy, saved.inner);
+        exec.fence();
+      });
   }
 
   Conv layer; //!< the convolution, built for this rank's extended slab
@@ -163,5 +166,11 @@ private:
   Matrix<value_type, memory_space> dext_;
   detail::GroupGradientSum<value_type> sum_;
 };
+
+/*! \brief Pooling (telar::MaxPool, telar::AvgPool) over slabs: the same
+ *  wrapper, a pooling window is a convolution's for the decomposition.
+ *  \tparam Pool a telar::MaxPool or telar::AvgPool */
+template <class Pool>
+using SpatialPool = SpatialConv<Pool>;
 
 } // namespace telar

@@ -54,7 +54,7 @@ public:
   /*! \brief Memory space of parameters and activations. */
   using memory_space = typename Layer::memory_space;
   /*! \brief What backward needs from forward: the layer's own. */
-  using saved_type = typename Layer::saved_type;
+  using saved_type = typename layer_traits<Layer>::saved_type;
 
   /*! \brief Runs \p l over slabs of the spatial group \p sp (kept by
    *  reference: it must outlive this object). \param sp the spatial group

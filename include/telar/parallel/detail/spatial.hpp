@@ -1,8 +1,11 @@
 #pragma once
 // Internals of spatial parallelism shared by the layer wrappers.
 #include <telar/comm/communicator.hpp>
+#include <telar/parallel/spatial_decomposition.hpp>
 
 #include <cstddef>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace telar::detail {
@@ -40,5 +43,29 @@ public:
 private:
   std::vector<T> before_, part_;
 };
+
+// The window of a layer along its first spatial axis: a convolution's
+// settings are per dimension, a pooling's the same in every one (and it has
+// no dilation).
+template <class V>
+std::size_t first_axis(V const& v) {
+  if constexpr (std::is_arithmetic_v<V>)
+    return std::size_t(v);
+  else
+    return std::size_t(v[0]);
+}
+template <class L, class = void>
+struct has_dilation : std::false_type {};
+template <class L>
+struct has_dilation<L, std::void_t<decltype(std::declval<L const&>().dilation())>>
+    : std::true_type {};
+
+template <class L>
+ConvAxis split_axis(L const& l) {
+  std::size_t dilation = 1;
+  if constexpr (has_dilation<L>::value)
+    dilation = first_axis(l.dilation());
+  return {first_axis(l.kernel()), first_axis(l.stride()), first_axis(l.padding()), dilation};
+}
 
 } // namespace telar::detail
