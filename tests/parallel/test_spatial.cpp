@@ -14,9 +14,11 @@
 #include <telar/layers/batch_norm.hpp>
 #include <telar/layers/conv.hpp>
 #include <telar/layers/pooling.hpp>
+#include <telar/layers/voxel_losses.hpp>
 #include <telar/parallel/spatial_conv.hpp>
 #include <telar/parallel/spatial_decomposition.hpp>
 #include <telar/parallel/spatial_local.hpp>
+#include <telar/parallel/spatial_loss.hpp>
 
 #include <catch2/catch_test_macros.hpp>
 
@@ -521,4 +523,74 @@ TEST_CASE("SpatialPool equals the unsplit MaxPool and AvgPool on every slab", "[
   check_pool(Avg3(3, 2, 1), {2, 11, 3, 2}); // padding counted in the divisor
   check_pool(Avg3(3, 1, 1, false, false), {1, 8, 2, 3}); // padding not counted
   check_pool(telar::MaxPool<2, T, M>(3, 1, 1), {2, 7, 5});
+}
+
+namespace {
+
+// Labels [n, voxels] in [0, classes), the same on every rank.
+telar::VoxelLabels<M> random_labels(std::size_t n, std::size_t voxels, int classes) {
+  telar::VoxelLabels<M> y("test::labels", n, voxels);
+  auto h = Kokkos::create_mirror_view(y);
+  for (std::size_t i = 0; i < h.span(); ++i)
+    h.data()[i] = int(std::size_t(1e6 * (1 + telar::test::hash_uniform(17, i))) % classes);
+  Kokkos::deep_copy(y, h);
+  return y;
+}
+
+// The summed loss of logits z (scale 1) and its gradient.
+template <class Loss>
+double loss_and_gradient(Loss const& loss, telar::Matrix<T, M> const& z,
+                         telar::VoxelLabels<M> const& y, telar::Matrix<T, M> const& dz) {
+  return loss.forward_backward(Exec{}, z, y, dz, T(1)).loss;
+}
+
+// Central differences of the summed loss against its gradient, every entry.
+template <class Loss>
+double fd_error(Loss const& loss, std::size_t n, std::size_t k, std::size_t voxels) {
+  auto z = telar::test::random_matrix<T>(n, k, 41, 2.0);
+  auto const y = random_labels(n, voxels, int(k / voxels));
+  telar::Matrix<T, M> dz("test::dz", n, k), scratch("test::scratch", n, k);
+  loss_and_gradient(loss, z, y, dz);
+  double worst = 0;
+  for (std::size_t i = 0; i < z.span(); ++i) {
+    T const keep = z.data()[i], h = 1e-6;
+    z.data()[i] = keep + h;
+    double const up = loss_and_gradient(loss, z, y, scratch);
+    z.data()[i] = keep - h;
+    double const down = loss_and_gradient(loss, z, y, scratch);
+    z.data()[i] = keep;
+    worst = std::max(worst, std::abs((up - down) / (2 * h) - dz.data()[i]));
+  }
+  return worst;
+}
+
+} // namespace
+
+TEST_CASE("VoxelCrossEntropy and SoftDice gradients match finite differences", "[spatial]") {
+  CHECK(fd_error(telar::VoxelCrossEntropy<T, M>(3), 2, 3 * 10, 10) < 1e-7);
+  CHECK(fd_error(telar::SoftDice<T, M>(3), 2, 3 * 10, 10) < 1e-7);
+  CHECK(fd_error(telar::SoftDice<T, M>(2, 1e-3), 1, 2 * 12, 12) < 1e-7);
+}
+
+TEST_CASE("Voxel cross entropy and soft Dice on slabs equal the unsplit loss", "[spatial][mpi]") {
+  auto comm = world();
+  std::size_t const n = 2, C = 3, rows = 9, plane = 4, V = rows * plane;
+  auto const z = telar::test::random_matrix<T>(n, C * V, 51, 2.0);
+  auto const y = random_labels(n, V, int(C));
+  telar::Slab const s = telar::split_extent(rows, comm.size(), comm.rank());
+  auto const zs = rows_of(z, C, rows, plane, s);
+  auto const ys = rows_of<int>(y, 1, rows, plane, s);
+  telar::Matrix<T, M> dz("test::dz", n, C * V), dzs("test::dzs", n, zs.extent(1));
+
+  telar::VoxelCrossEntropy<T, M> const ce(C);
+  double const whole_ce = ce.forward_backward(Exec{}, z, y, dz, T(1.0 / double(n * V))).loss;
+  double const split_ce = telar::spatial_voxel_cross_entropy(Exec{}, ce, comm, zs, ys, dzs);
+  CHECK(std::abs(split_ce - whole_ce / double(n * V)) < 1e-11);
+  CHECK(max_diff(dzs, rows_of(dz, C, rows, plane, s)) < 1e-11);
+
+  telar::SoftDice<T, M> const dice(C);
+  double const whole_dice = dice.forward_backward(Exec{}, z, y, dz, T(1.0 / double(n))).loss;
+  double const split_dice = telar::spatial_soft_dice(Exec{}, dice, comm, zs, ys, dzs);
+  CHECK(std::abs(split_dice - whole_dice / double(n)) < 1e-11);
+  CHECK(max_diff(dzs, rows_of(dz, C, rows, plane, s)) < 1e-11);
 }
