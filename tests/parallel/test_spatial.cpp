@@ -26,7 +26,9 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -593,4 +595,59 @@ TEST_CASE("Voxel cross entropy and soft Dice on slabs equal the unsplit loss", "
   double const split_dice = telar::spatial_soft_dice(Exec{}, dice, comm, zs, ys, dzs);
   CHECK(std::abs(split_dice - whole_dice / double(n)) < 1e-11);
   CHECK(max_diff(dzs, rows_of(dz, C, rows, plane, s)) < 1e-11);
+}
+
+// Not run by ctest (hidden tag): medians of five steps of a float Conv3D
+// 8 -> 8, k3 p1 on [8, 32, 32, 32] x 2 samples, unsplit on every rank, on
+// slabs, and the forward halo exchange alone. Run with
+// mpiexec -n P test_spatial "[.bench]".
+TEST_CASE("SpatialConv timing", "[.bench][spatial]") {
+  using F = float;
+  auto comm = world();
+  telar::Shape const shape{8, 32, 32, 32};
+  std::size_t const n = 2, plane = 32 * 32;
+  telar::Conv3D<F> const proto(8, 8, 3, 1, 1);
+  auto median = [&](auto&& f) {
+    std::vector<double> t;
+    for (int i = 0; i < 5; ++i) {
+      comm.barrier();
+      auto const t0 = std::chrono::steady_clock::now();
+      f();
+      Exec{}.fence();
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(t.begin(), t.end());
+    return t[2];
+  };
+  telar::Conv3D<F> whole = proto;
+  whole.build(shape);
+  whole.initialize(1);
+  auto const x = telar::test::random_matrix<F>(n, shape.size(), 1);
+  telar::Matrix<F, M> y("y", n, shape.size()), dx("dx", n, shape.size());
+  telar::Conv3D<F>::saved_type saved;
+  double const t_whole = median([&] {
+    whole.forward(Exec{}, x, y, saved);
+    whole.backward_input(Exec{}, y, dx, saved);
+    whole.backward_weight(Exec{}, y, saved);
+  });
+  telar::SpatialConv<telar::Conv3D<F>> split(comm, proto);
+  split.build(shape);
+  split.initialize(1);
+  auto const xs = rows_of<F>(x, 8, 32, plane, split.slab().in);
+  telar::Matrix<F, M> ys("ys", n, split.output_shape().size()), dxs("dxs", n, xs.extent(1));
+  telar::SpatialConv<telar::Conv3D<F>>::saved_type ss;
+  double const t_split = median([&] {
+    split.forward(Exec{}, xs, ys, ss);
+    split.backward_input(Exec{}, ys, dxs, ss);
+    split.backward_weight(Exec{}, ys, ss);
+  });
+  telar::HaloExchange<F, M> halo(comm);
+  double const t_halo = median([&] {
+    halo.post(Exec{}, split.slab().halo, xs.data(), n * 8, plane, ss.ext.data());
+    halo.finish(Exec{});
+  });
+  if (comm.rank() == 0)
+    std::printf("sp = %d: unsplit step %.4f s, slab step %.4f s, halo exchange %.5f s\n",
+                comm.size(), t_whole, t_split, t_halo);
+  CHECK(t_split > 0);
 }
