@@ -14,6 +14,7 @@
 #include <telar/comm/detail/halo_rows.hpp>
 #include <telar/comm/halo_plan.hpp>
 #include <telar/comm/request.hpp>
+#include <telar/core/tensor.hpp>
 
 #include <Kokkos_Core.hpp>
 
