@@ -545,7 +545,6 @@ public:
    *  [C, D, H, W]). \param in input shape
    *  \throws ShapeError for another rank or a window larger than the padded input */
   Shape output_shape(Shape const& in) const { return this->output(this->geometry(in, name())); }
-  /*! \brief Remembers the input's extents. \param in input shape */
   /*! \brief Builds for one slab of a sample split along its first spatial
    *  axis (spatial parallelism, telar/parallel/spatial_conv.hpp): \p in with
    *  its halo rows, padding only at the volume's faces. \param in the slab's
@@ -560,6 +559,7 @@ public:
   using Base::kernel;
   using Base::padding;
   using Base::stride;
+  /*! \brief Remembers the input's extents. \param in input shape */
   void build(Shape const& in) {
     this->g_ = this->geometry(in, name());
     this->built_ = true;
@@ -624,7 +624,6 @@ public:
    *  [C, D, H, W]). \param in input shape
    *  \throws ShapeError for another rank or a window larger than the padded input */
   Shape output_shape(Shape const& in) const { return this->output(this->geometry(in, name())); }
-  /*! \brief Remembers the input's extents. \param in input shape */
   /*! \brief Builds for one slab of a sample split along its first spatial
    *  axis (spatial parallelism, telar/parallel/spatial_conv.hpp): \p in with
    *  its halo rows, padding only at the volume's faces. \param in the slab's
@@ -639,6 +638,7 @@ public:
   using Base::kernel;
   using Base::padding;
   using Base::stride;
+  /*! \brief Remembers the input's extents. \param in input shape */
   void build(Shape const& in) {
     this->g_ = this->geometry(in, name());
     this->built_ = true;
