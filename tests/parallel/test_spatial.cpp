@@ -14,6 +14,7 @@
 #include <telar/layers/batch_norm.hpp>
 #include <telar/layers/conv.hpp>
 #include <telar/layers/pooling.hpp>
+#include <telar/layers/upsample.hpp>
 #include <telar/layers/voxel_losses.hpp>
 #include <telar/parallel/spatial_conv.hpp>
 #include <telar/parallel/spatial_decomposition.hpp>
@@ -485,7 +486,8 @@ TEST_CASE("A Conv3D-BatchNorm-ReLU-Conv3D chain on slabs trains to the serial pa
 
 namespace {
 
-// A pooling on slabs against the unsplit one: output and input gradient.
+// A layer without parameters (pooling, upsampling) on slabs against the
+// unsplit one: output and input gradient.
 template <class Pool>
 void check_pool(Pool const& proto, telar::Shape const& shape) {
   auto comm = world();
@@ -525,6 +527,13 @@ TEST_CASE("SpatialPool equals the unsplit MaxPool and AvgPool on every slab", "[
   check_pool(Avg3(3, 2, 1), {2, 11, 3, 2}); // padding counted in the divisor
   check_pool(Avg3(3, 1, 1, false, false), {1, 8, 2, 3}); // padding not counted
   check_pool(telar::MaxPool<2, T, M>(3, 1, 1), {2, 7, 5});
+}
+
+TEST_CASE("SpatialUpsample equals the unsplit Upsample on every slab", "[spatial][mpi]") {
+  using Up = telar::Upsample<T, M>;
+  check_pool(Up({2, 2, 2}), {2, 5, 3, 2});                              // nearest, uneven
+  check_pool(Up({2, 2, 2}, telar::UpsampleMode::linear), {2, 6, 3, 2}); // trilinear
+  check_pool(Up({3, 2}, telar::UpsampleMode::linear, true), {2, 7, 4}); // align_corners
 }
 
 namespace {

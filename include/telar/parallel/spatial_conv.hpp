@@ -39,7 +39,7 @@
 namespace telar {
 
 /*! \brief A layer with a window along the first spatial axis (telar::Conv2D,
- *  telar::Conv3D, telar::MaxPool, telar::AvgPool) over slabs of samples
+ *  telar::Conv3D, telar::MaxPool, telar::AvgPool, telar::Upsample) over slabs of samples
  *  split along that axis over a spatial group.
  *
  *  Any kernel, stride, dilation, padding and groups of a convolution; any
@@ -72,15 +72,23 @@ public:
    *  builds the layer for it. \param in the unsplit input shape [C, (D,) H, W]
    *  \throws ShapeError for a shape the layer refuses or a split it cannot take */
   void build(Shape const& in) {
-    Shape const whole = layer.output_shape(in); // the layer's own checks first
-    slab_ = conv_slab(name(), in[1], detail::split_axis(layer), sp_->size(), sp_->rank());
+    Shape const whole = layer.output_shape(in);          // the layer's own checks first
+    if constexpr (detail::has_input_rows<Conv>::value) { // resampling: its own tables
+      slab_ = spatial_slab(name(), in[1], whole[1], sp_->size(), sp_->rank(), [&](Slab o) {
+        auto const rows = layer.input_rows(in, o.begin, o.end);
+        return SlabWindow{rows[0], rows[1], 0, 0};
+      });
+      layer.build_slab(in, slab_.out.begin, slab_.out.end, slab_.window.begin, slab_.window.end);
+    } else { // a window along the axis: kernel, stride, padding, dilation
+      slab_ = conv_slab(name(), in[1], detail::split_axis(layer), sp_->size(), sp_->rank());
+      layer.build_slab(with_rows(in, slab_.halo.extended_rows()), slab_.window.pad_front,
+                       slab_.window.pad_back, slab_.out.size());
+    }
     in_ = with_rows(in, slab_.in.size());
     out_ = with_rows(whole, slab_.out.size());
     plane_ = 1;
     for (int i = 2; i < in.rank; ++i)
       plane_ *= in[std::size_t(i)];
-    layer.build_slab(with_rows(in, slab_.halo.extended_rows()), slab_.window.pad_front,
-                     slab_.window.pad_back, slab_.out.size());
   }
 
   /*! \brief This rank's input slab shape (rows slab().in of the first spatial axis). */
@@ -172,5 +180,12 @@ private:
  *  \tparam Pool a telar::MaxPool or telar::AvgPool */
 template <class Pool>
 using SpatialPool = SpatialConv<Pool>;
+
+/*! \brief Upsampling (telar::Upsample, nearest or linear) over slabs: the
+ *  same wrapper; output rows read the input rows of the layer's
+ *  interpolation tables (Upsample::input_rows), which the halo supplies.
+ *  \tparam Up a telar::Upsample */
+template <class Up>
+using SpatialUpsample = SpatialConv<Up>;
 
 } // namespace telar

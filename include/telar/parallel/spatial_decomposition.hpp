@@ -105,15 +105,6 @@ inline void check_split(char const* layer, std::size_t in, char const* what, std
         " an empty slab (every rank needs at least one row: sp <= " + std::to_string(extent) + ")");
 }
 
-// The slabs of part p, unchecked against its neighbours.
-inline SpatialSlab conv_part(std::size_t in, std::size_t out, ConvAxis const& a, int parts, int p) {
-  SpatialSlab s;
-  s.in = split_extent(in, parts, p);
-  s.out = split_extent(out, parts, p);
-  s.window = conv_window(s.out, in, a);
-  return s;
-}
-
 // ShapeError when part p reads rows beyond its neighbours' slabs (a slab
 // thinner than the halo) or none of its own.
 inline void check_halo(char const* layer, std::size_t in, int parts, int p, SpatialSlab const& s,
@@ -135,24 +126,32 @@ inline void check_halo(char const* layer, std::size_t in, int parts, int p, Spat
 
 } // namespace detail
 
-/*! \brief Rank \p part's share of a convolution whose input extent \p in
- *  along the split axis is split over \p parts ranks, the output extent by
- *  the same rule. Every rank checks every part, so a refusal is the same
- *  text on every rank.
+/*! \brief Rank \p part's share of a layer whose output rows [ob, oe) read
+ *  the input rows \p window gives, with input and output extents split over
+ *  \p parts ranks by telar::split_extent. Every rank checks every part, so a
+ *  refusal is the same text on every rank.
  *  \param layer layer name for messages \param in input extent along the
- *  split axis \param axis the convolution along it \param parts sp
- *  \param part rank in the spatial group
+ *  split axis \param out output extent \param parts sp \param part rank in
+ *  the spatial group \param window callable as window(Slab out) returning
+ *  the telar::SlabWindow those outputs read
  *  \throws ShapeError when a rank's input or output slab would be empty, or
  *  a rank needs more halo rows than its neighbour holds */
-inline SpatialSlab conv_slab(char const* layer, std::size_t in, ConvAxis const& axis, int parts,
-                             int part) {
-  std::size_t const out = detail::conv_axis_out(in, axis);
+template <class Window>
+SpatialSlab spatial_slab(char const* layer, std::size_t in, std::size_t out, int parts, int part,
+                         Window&& window) {
   detail::check_split(layer, in, "input", in, parts);
   detail::check_split(layer, in, "output", out, parts);
+  auto slabs = [&](int p) {
+    SpatialSlab s;
+    s.in = split_extent(in, parts, p);
+    s.out = split_extent(out, parts, p);
+    s.window = window(s.out);
+    return s;
+  };
   SpatialSlab mine{};
-  SpatialSlab prev{}, cur = detail::conv_part(in, out, axis, parts, 0);
+  SpatialSlab prev{}, cur = slabs(0);
   for (int p = 0; p < parts; ++p) {
-    SpatialSlab next = p + 1 < parts ? detail::conv_part(in, out, axis, parts, p + 1) : cur;
+    SpatialSlab next = p + 1 < parts ? slabs(p + 1) : cur;
     detail::check_halo(layer, in, parts, p, cur, p > 0 ? &prev : nullptr,
                        p + 1 < parts ? &next : nullptr);
     if (p == part) {
@@ -170,6 +169,21 @@ inline SpatialSlab conv_slab(char const* layer, std::size_t in, ConvAxis const& 
     prev = cur, cur = next;
   }
   return mine;
+}
+
+/*! \brief Rank \p part's share of a convolution (or pooling) whose input
+ *  extent \p in along the split axis is split over \p parts ranks, the
+ *  output extent by the same rule (telar::spatial_slab with the window of
+ *  the kernel, stride, padding and dilation).
+ *  \param layer layer name for messages \param in input extent along the
+ *  split axis \param axis the convolution along it \param parts sp
+ *  \param part rank in the spatial group
+ *  \throws ShapeError when a rank's input or output slab would be empty, or
+ *  a rank needs more halo rows than its neighbour holds */
+inline SpatialSlab conv_slab(char const* layer, std::size_t in, ConvAxis const& axis, int parts,
+                             int part) {
+  return spatial_slab(layer, in, detail::conv_axis_out(in, axis), parts, part,
+                      [&](Slab out) { return detail::conv_window(out, in, axis); });
 }
 
 } // namespace telar

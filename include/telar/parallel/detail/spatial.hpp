@@ -1,6 +1,7 @@
 #pragma once
 // Internals of spatial parallelism shared by the layer wrappers.
 #include <telar/comm/communicator.hpp>
+#include <telar/core/shape.hpp>
 #include <telar/parallel/spatial_decomposition.hpp>
 
 #include <cstddef>
@@ -58,6 +59,14 @@ template <class L, class = void>
 struct has_dilation : std::false_type {};
 template <class L>
 struct has_dilation<L, std::void_t<decltype(std::declval<L const&>().dilation())>>
+    : std::true_type {};
+
+// Layers that say which input rows an output row range reads (Upsample).
+template <class L, class = void>
+struct has_input_rows : std::false_type {};
+template <class L>
+struct has_input_rows<L, std::void_t<decltype(std::declval<L const&>().input_rows(
+                             std::declval<Shape const&>(), std::size_t(), std::size_t()))>>
     : std::true_type {};
 
 template <class L>
