@@ -32,6 +32,7 @@
 #include <cstdio>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -366,35 +367,36 @@ std::vector<double> flat_parameters(Tuple& layers) {
   return all;
 }
 
-// One SGD step (lr 0.05) of a chain of four layers on L = 0.5 sum y^2 over
-// this rank's outputs; `cols` are the activations' sizes per sample. The
-// same code drives the plain layers (serial) and the spatial wrappers.
-template <class Tuple>
-void sgd_step(Tuple& layers, telar::Matrix<T, M> const& x, std::array<std::size_t, 4> cols) {
-  Exec exec;
+// Layer J's backward: input gradient (not for the first layer), then its
+// parameter gradient.
+template <std::size_t J, class Tuple, class Saved, class G>
+void backward_at(Tuple& layers, Saved& saved, G& g) {
+  auto& l = std::get<J>(layers);
+  if constexpr (J > 0)
+    l.backward_input(Exec{}, g[J], g[J - 1], std::get<J>(saved));
+  if constexpr (telar::layer_traits<std::decay_t<decltype(l)>>::has_backward_weight)
+    l.backward_weight(Exec{}, g[J], std::get<J>(saved));
+}
+
+// One SGD step (lr 0.05) of a chain of layers on L = 0.5 scale sum y^2 over
+// this rank's outputs (scale: 1 / outputs in the whole batch); `cols` are the activations' sizes
+// per sample. The same code drives the plain layers (serial) and the spatial wrappers.
+template <class Tuple, std::size_t... I>
+void sgd_step(Tuple& layers, telar::Matrix<T, M> const& x, std::vector<std::size_t> const& cols,
+              T scale, std::index_sequence<I...>) {
+  constexpr std::size_t N = sizeof...(I);
   std::size_t const n = x.extent(0);
-  auto& [a, b, c, d] = layers;
-  std::array<telar::Matrix<T, M>, 4> y, g;
-  for (std::size_t i = 0; i < 4; ++i) {
+  std::vector<telar::Matrix<T, M>> y(N), g(N);
+  for (std::size_t i = 0; i < N; ++i) {
     y[i] = telar::Matrix<T, M>("test::y", n, cols[i]);
     g[i] = telar::Matrix<T, M>("test::g", n, cols[i]);
   }
-  typename std::decay_t<decltype(a)>::saved_type sa;
-  typename std::decay_t<decltype(b)>::saved_type sb;
-  typename std::decay_t<decltype(c)>::saved_type sc;
-  typename std::decay_t<decltype(d)>::saved_type sd;
-  a.forward(exec, x, y[0], sa);
-  b.forward(exec, y[0], y[1], sb);
-  c.forward(exec, y[1], y[2], sc);
-  d.forward(exec, y[2], y[3], sd);
-  Kokkos::deep_copy(g[3], y[3]); // dL/dy = y
-  d.backward_input(exec, g[3], g[2], sd);
-  d.backward_weight(exec, g[3], sd);
-  c.backward_input(exec, g[2], g[1], sc); // ReLU: no parameters
-  b.backward_input(exec, g[1], g[0], sb);
-  b.backward_weight(exec, g[1], sb);
-  a.backward_weight(exec, g[0], sa);
-  exec.fence();
+  std::tuple<typename telar::layer_traits<std::tuple_element_t<I, Tuple>>::saved_type...> saved;
+  (std::get<I>(layers).forward(Exec{}, I == 0 ? x : y[I - (I > 0)], y[I], std::get<I>(saved)), ...);
+  for (std::size_t i = 0; i < y[N - 1].span(); ++i) // dL/dy = scale y
+    g[N - 1].data()[i] = scale * y[N - 1].data()[i];
+  (backward_at<N - 1 - I>(layers, saved, g), ...);
+  Exec{}.fence();
   std::apply(
       [&](auto&... l) {
         (visit(l,
@@ -407,6 +409,26 @@ void sgd_step(Tuple& layers, telar::Matrix<T, M> const& x, std::array<std::size_
          ...);
       },
       layers);
+}
+
+// Builds and initialises (seed 20 + i) every layer of a chain. Plain
+// layers (Split false) take their input's shape, starting from whole[0];
+// spatial wrappers take the whole shape of their input, whole[i]. Returns
+// the whole shapes of every layer's input and of the chain's output.
+template <bool Split, class Tuple, std::size_t... I>
+std::vector<telar::Shape> build_chain(Tuple& layers, std::vector<telar::Shape> whole,
+                                      std::index_sequence<I...>) {
+  auto one = [&](auto& l, std::size_t i) {
+    using L = std::decay_t<decltype(l)>;
+    if constexpr (telar::layer_traits<L>::has_build)
+      l.build(whole[i]);
+    if constexpr (telar::layer_traits<L>::has_initialize)
+      l.initialize(20 + i);
+    if constexpr (!Split)
+      whole.push_back(l.output_shape(whole[i]));
+  };
+  (one(std::get<I>(layers), I), ...);
+  return whole;
 }
 
 } // namespace
@@ -440,47 +462,47 @@ TEST_CASE("SpatialLocal BatchNorm: statistics and gradients over the group", "[s
   CHECK(max_diff(split.layer.running_var, whole.running_var) < 1e-11);
 }
 
-TEST_CASE("A Conv3D-BatchNorm-ReLU-Conv3D chain on slabs trains to the serial parameters",
-          "[spatial][mpi]") {
+TEST_CASE("A U-Net-like chain on slabs trains to the serial parameters", "[spatial][mpi]") {
+  // Conv3D -> BatchNorm -> ReLU -> MaxPool 2 -> Conv3D -> Upsample 2 ->
+  // Conv3D, three SGD steps on slabs of depth 12 (uneven slabs below).
   auto comm = world();
-  telar::Shape const shape{2, 10, 3, 3};
+  telar::Shape const shape{2, 12, 4, 4};
   std::size_t const n = 2;
-  telar::Conv3D<T> const c0(2, 4, 3, 1, 1), c1(4, 2, 3, 2, 1);
-  auto serial = std::make_tuple(c0, BN(4), telar::ReLU<T>{}, c1);
-  std::get<0>(serial).build(shape);
-  telar::Shape const mid = std::get<0>(serial).output_shape(shape);
-  std::get<3>(serial).build(mid);
-  std::get<0>(serial).initialize(21);
-  std::get<1>(serial).initialize(22);
-  std::get<3>(serial).initialize(23);
+  telar::Conv3D<T> const c0(2, 4, 3, 1, 1), c1(4, 4, 3, 1, 1), c2(4, 2, 3, 1, 1);
+  telar::MaxPool<3, T, M> const pool(2);
+  telar::Upsample<T, M> const up({2, 2, 2});
+  auto serial = std::make_tuple(c0, BN(4), telar::ReLU<T>{}, pool, c1, up, c2);
   auto split = std::make_tuple(telar::SpatialConv<telar::Conv3D<T>>(comm, c0),
                                telar::SpatialLocal<BN>(comm, BN(4)),
                                telar::SpatialLocal<telar::ReLU<T>>(comm, telar::ReLU<T>{}),
-                               telar::SpatialConv<telar::Conv3D<T>>(comm, c1));
-  std::get<0>(split).build(shape);
-  std::get<1>(split).build(mid);
-  std::get<2>(split).build(mid);
-  std::get<3>(split).build(mid);
-  std::get<0>(split).initialize(21);
-  std::get<1>(split).initialize(22);
-  std::get<3>(split).initialize(23);
-  telar::Shape const out = std::get<3>(serial).output_shape(mid);
+                               telar::SpatialPool<telar::MaxPool<3, T, M>>(comm, pool),
+                               telar::SpatialConv<telar::Conv3D<T>>(comm, c1),
+                               telar::SpatialUpsample<telar::Upsample<T, M>>(comm, up),
+                               telar::SpatialConv<telar::Conv3D<T>>(comm, c2));
+  auto const seq = std::make_index_sequence<7>{};
+  auto const shapes = build_chain<false>(serial, {shape}, seq);
+  build_chain<true>(split, shapes, seq);
+  std::vector<std::size_t> whole_cols, slab_cols;
+  std::apply([&](auto&... l) { (slab_cols.push_back(l.output_shape().size()), ...); }, split);
+  for (std::size_t i = 1; i < shapes.size(); ++i)
+    whole_cols.push_back(shapes[i].size());
   auto const& s0 = std::get<0>(split).slab();
-  std::array<std::size_t, 4> const whole_cols{mid.size(), mid.size(), mid.size(), out.size()};
-  std::size_t const mid_slab = std::get<1>(split).input_shape().size();
-  std::array<std::size_t, 4> const slab_cols{mid_slab, mid_slab, mid_slab,
-                                             std::get<3>(split).output_shape().size()};
+  auto const initial = flat_parameters(serial);
   for (int step = 0; step < 3; ++step) {
     auto const x = telar::test::random_matrix<T>(n, shape.size(), 30 + std::uint64_t(step));
-    sgd_step(serial, x, whole_cols);
-    sgd_step(split, rows_of(x, 2, shape[1], 9, s0.in), slab_cols);
+    T const scale = T(1) / T(n * whole_cols.back());
+    sgd_step(serial, x, whole_cols, scale, seq);
+    sgd_step(split, rows_of(x, 2, shape[1], 16, s0.in), slab_cols, scale, seq);
   }
   auto const a = flat_parameters(serial), b = flat_parameters(split);
   REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (std::size_t i = 0; i < a.size(); ++i)
+  double worst = 0, moved = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
     worst = std::max(worst, std::abs(a[i] - b[i]));
+    moved = std::max(moved, std::abs(a[i] - initial[i]));
+  }
   CHECK(worst < 1e-11);
+  CHECK(moved > 1e-4); // the steps moved the parameters: not a comparison of the seeds
   CHECK(max_diff(std::get<1>(split).layer.running_mean, std::get<1>(serial).running_mean) < 1e-11);
 }
 
