@@ -13,6 +13,7 @@
 #include <telar/layers/activation.hpp>
 #include <telar/layers/batch_norm.hpp>
 #include <telar/layers/conv.hpp>
+#include <telar/layers/conv_transpose.hpp>
 #include <telar/layers/pooling.hpp>
 #include <telar/layers/upsample.hpp>
 #include <telar/layers/voxel_losses.hpp>
@@ -508,18 +509,26 @@ TEST_CASE("A U-Net-like chain on slabs trains to the serial parameters", "[spati
 
 namespace {
 
-// A layer without parameters (pooling, upsampling) on slabs against the
-// unsplit one: output and input gradient.
+// A layer without a halo-free footprint (pooling, upsampling, transposed
+// convolution) on slabs against the unsplit one: output, input gradient,
+// and parameter gradients (summed over the group) where it has parameters.
 template <class Pool>
 void check_pool(Pool const& proto, telar::Shape const& shape) {
   auto comm = world();
   INFO(Pool::name() << " over " << shape.str() << ", sp = " << comm.size() << ", rank "
                     << comm.rank());
+  constexpr bool params = telar::layer_traits<Pool>::has_parameters;
   std::size_t const n = 2, C = shape[0], rows = shape[1], plane = shape.size() / (C * rows);
   Pool whole = proto;
   whole.build(shape);
+  telar::SpatialConv<Pool> split(comm, proto);
+  split.build(shape);
+  if constexpr (params) {
+    whole.initialize(3);
+    split.initialize(3);
+  }
   telar::Shape const out = whole.output_shape(shape);
-  std::size_t const oplane = out.size() / (C * out[1]);
+  std::size_t const Co = out[0], oplane = out.size() / (Co * out[1]);
   auto const x = telar::test::random_matrix<T>(n, shape.size(), 12);
   auto const dy = telar::test::random_matrix<T>(n, out.size(), 13);
   telar::Matrix<T, M> y("test::y", n, out.size()), dx("test::dx", n, shape.size());
@@ -527,16 +536,27 @@ void check_pool(Pool const& proto, telar::Shape const& shape) {
   whole.forward(Exec{}, x, y, saved);
   whole.backward_input(Exec{}, dy, dx, saved);
 
-  telar::SpatialPool<Pool> split(comm, proto);
-  split.build(shape);
   auto const& s = split.slab();
   telar::Matrix<T, M> ys("test::ys", n, split.output_shape().size());
   telar::Matrix<T, M> dxs("test::dxs", n, split.input_shape().size());
-  typename telar::SpatialPool<Pool>::saved_type ssaved;
+  typename telar::SpatialConv<Pool>::saved_type ssaved;
+  auto const dys = rows_of(dy, Co, out[1], oplane, s.out);
   split.forward(Exec{}, rows_of(x, C, rows, plane, s.in), ys, ssaved);
-  split.backward_input(Exec{}, rows_of(dy, C, out[1], oplane, s.out), dxs, ssaved);
-  CHECK(max_diff(ys, rows_of(y, C, out[1], oplane, s.out)) < 1e-11);
+  split.backward_input(Exec{}, dys, dxs, ssaved);
+  CHECK(max_diff(ys, rows_of(y, Co, out[1], oplane, s.out)) < 1e-11);
   CHECK(max_diff(dxs, rows_of(dx, C, rows, plane, s.in)) < 1e-11);
+  if constexpr (params) {
+    whole.backward_weight(Exec{}, dy, saved);
+    split.backward_weight(Exec{}, dys, ssaved);
+    std::vector<double> a, b;
+    visit(whole, [&](auto&, auto& g) { a.insert(a.end(), g.data(), g.data() + g.span()); });
+    visit(split.layer, [&](auto&, auto& g) { b.insert(b.end(), g.data(), g.data() + g.span()); });
+    REQUIRE(a.size() == b.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      worst = std::max(worst, std::abs(a[i] - b[i]));
+    CHECK(worst < 1e-11);
+  }
 }
 
 } // namespace
@@ -549,6 +569,13 @@ TEST_CASE("SpatialPool equals the unsplit MaxPool and AvgPool on every slab", "[
   check_pool(Avg3(3, 2, 1), {2, 11, 3, 2}); // padding counted in the divisor
   check_pool(Avg3(3, 1, 1, false, false), {1, 8, 2, 3}); // padding not counted
   check_pool(telar::MaxPool<2, T, M>(3, 1, 1), {2, 7, 5});
+}
+
+TEST_CASE("SpatialConv of ConvTranspose equals the unsplit layer on every slab", "[spatial][mpi]") {
+  using CT3 = telar::ConvTranspose3D<T, M>;
+  check_pool(CT3(2, 3, 2, 2), {2, 5, 3, 2});       // k2 s2, uneven
+  check_pool(CT3(2, 2, 3, 2, 1, 1), {2, 6, 2, 2}); // k3 s2 p1, output_padding 1
+  check_pool(telar::ConvTranspose2D<T, M>(2, 2, 3, 1, 1), {2, 7, 4});
 }
 
 TEST_CASE("SpatialUpsample equals the unsplit Upsample on every slab", "[spatial][mpi]") {
