@@ -38,15 +38,17 @@
 
 namespace telar {
 
-/*! \brief A layer with a window along the first spatial axis (telar::Conv2D,
- *  telar::Conv3D, telar::MaxPool, telar::AvgPool, telar::Upsample) over slabs of samples
- *  split along that axis over a spatial group.
+/*! \brief A layer with a window along the first spatial axis over slabs of
+ *  samples split along that axis over a spatial group: telar::Conv2D,
+ *  telar::Conv3D, telar::ConvTranspose2D/3D, telar::MaxPool,
+ *  telar::AvgPool, telar::Upsample.
  *
  *  Any kernel, stride, dilation, padding and groups of a convolution; any
- *  pooling but ceil_mode; uneven splits (telar::split_extent). Refused with a telar::ShapeError
- * naming the layer, the extent, sp and the rank: a split that leaves a rank an empty input or
- * output slab, or a rank that needs more halo rows than its neighbour holds (telar::conv_slab).
- *  \tparam Conv a telar::Convolution, telar::MaxPool or telar::AvgPool */
+ *  pooling but ceil_mode; uneven splits (telar::split_extent). Refused with
+ *  a telar::ShapeError naming the layer, the extent, sp and the rank: a
+ *  split that leaves a rank an empty input or output slab, or a rank that
+ *  needs more halo rows than its neighbour holds (telar::spatial_slab).
+ *  \tparam Conv one of the layers above */
 template <class Conv>
 class SpatialConv {
 public:
