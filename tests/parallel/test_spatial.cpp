@@ -578,6 +578,30 @@ TEST_CASE("SpatialConv of ConvTranspose equals the unsplit layer on every slab",
   check_pool(telar::ConvTranspose2D<T, M>(2, 2, 3, 1, 1), {2, 7, 4});
 }
 
+TEST_CASE("SpatialPool and ConvTranspose refusals on every rank", "[spatial][mpi]") {
+  auto comm = world();
+  telar::SpatialPool<telar::MaxPool<3, T, M>> pool(comm, telar::MaxPool<3, T, M>(2, 2, 0, true));
+  std::string got;
+  try {
+    pool.build({1, 8, 3, 3});
+  } catch (telar::ShapeError const& e) {
+    got = e.what();
+  }
+  CHECK(got == "MaxPool3D: ceil_mode is not supported on slabs (spatial parallelism)");
+  if (comm.size() != 2)
+    return; // sp = 2 puts a slab start between the taps of a 1-tap stride-2 kernel
+  telar::SpatialConv<telar::ConvTranspose3D<T, M>> up(comm,
+                                                      telar::ConvTranspose3D<T, M>(1, 1, 1, 2));
+  got.clear();
+  try {
+    up.build({1, 3, 2, 2});
+  } catch (telar::ShapeError const& e) {
+    got = e.what();
+  }
+  CHECK(got == "ConvTranspose3D: a stride (2) longer than the kernel's span is not supported on "
+               "slabs (spatial parallelism)");
+}
+
 TEST_CASE("SpatialUpsample equals the unsplit Upsample on every slab", "[spatial][mpi]") {
   using Up = telar::Upsample<T, M>;
   check_pool(Up({2, 2, 2}), {2, 5, 3, 2});                              // nearest, uneven

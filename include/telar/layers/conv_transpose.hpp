@@ -196,6 +196,7 @@ public:
     long const reach = long(dilation_[0]) * (long(kernel_[0]) - 1);
     long const lo = std::max(0L, (long(out_begin) + p - reach + s - 1 + s * reach) / s - reach);
     long const hi = std::min(long(in[1]), (long(out_end) - 1 + p) / s + 1);
+    check_slab_offset(long(out_begin) + p - lo * s);
     return {std::size_t(lo), std::size_t(std::max(lo, hi))};
   }
   /*! \brief Builds for one slab of the whole input \p in split along its
@@ -210,9 +211,7 @@ public:
                   std::size_t in_end) {
     detail::ConvGeometry g = geometry(in);
     long const front = long(out_begin) + long(padding_[0]) - long(in_begin) * long(stride_[0]);
-    if (front < 0)
-      throw ShapeError(std::string(name()) + ": a stride (" + std::to_string(stride_[0]) +
-                       ") longer than the kernel's span is not supported on slabs");
+    check_slab_offset(front);
     detail::conv_set_dim(g, 3 - Dims, int(out_end - out_begin), int(kernel_[0]), int(stride_[0]),
                          int(front), int(dilation_[0]), int(in_end - in_begin));
     g_ = g;
@@ -262,6 +261,15 @@ public:
 
 private:
   static constexpr Extents fill(std::size_t v) { return detail::conv_fill_extents<Dims>(v); }
+  // ShapeError when a slab's first output row lies before its first input
+  // row's taps (a stride longer than the kernel's span): the adjoint's front
+  // padding would be negative. input_rows checks it for every rank's slab.
+  void check_slab_offset(long front) const {
+    if (front < 0)
+      throw ShapeError(std::string(name()) + ": a stride (" + std::to_string(stride_[0]) +
+                       ") longer than the kernel's span is not supported on slabs (spatial "
+                       "parallelism)");
+  }
   std::string expected() const {
     return std::string(name()) + " expects inputs [" + std::to_string(in_) +
            (Dims == 3 ? ", D, H, W]" : ", H, W]");

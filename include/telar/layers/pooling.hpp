@@ -395,7 +395,8 @@ protected:
   PoolGeometry slab_geometry(Shape const& in, char const* name, std::size_t front, std::size_t back,
                              std::size_t out_rows) const {
     if (o_.ceil_mode)
-      throw ShapeError(std::string(name) + ": ceil_mode is not supported on slabs");
+      throw ShapeError(std::string(name) +
+                       ": ceil_mode is not supported on slabs (spatial parallelism)");
     PoolGeometry g = geometry(in, name);
     int const a = 3 - Dims;
     g.p[a] = int(front), g.pb[a] = int(back), g.out[a] = int(out_rows);
