@@ -61,6 +61,14 @@ struct ConvGeometry {
   int dd = 1, dh = 1, dw = 1;     // dilation
   int Do = 1, Ho = 0, Wo = 0;     // output
   int G = 1;                      // groups: channels [i C/G, (i+1) C/G) feed outputs of group i
+  // Padding after the input along D and H where it differs from pd / ph (a
+  // slab of a sample split over ranks pads only at the volume's faces); -1:
+  // the same. im2col/col2im need none (rows past the input read as zero);
+  // oneDNN is told it.
+  int pd_end = -1, ph_end = -1;
+
+  int pad_end_d() const { return pd_end < 0 ? pd : pd_end; }
+  int pad_end_h() const { return ph_end < 0 ? ph : ph_end; }
 
   KOKKOS_INLINE_FUNCTION int kvol() const { return kd * kh * kw; }
   // Rows of col(x): every input channel times the kernel volume.
@@ -250,10 +258,16 @@ inline void conv_set_dim(ConvGeometry& g, int j, int in, int k, int s, int p, in
 }
 
 // True when every output extent of g is the one conv_out_extent gives (a
-// transposed convolution's output_padding may add a row no kernel reaches).
+// transposed convolution's output_padding may add a row no kernel reaches),
+// with the padding after the input where it differs (a slab).
 inline bool conv_extents_consistent(ConvGeometry const& g) {
-  return conv_out_extent(g.D, g.kd, g.sd, g.pd, g.dd) == g.Do &&
-         conv_out_extent(g.H, g.kh, g.sh, g.ph, g.dh) == g.Ho &&
+  auto fits = [](long in, long k, long s, long front, long back, long d, long out) {
+    long const span = d * (k - 1) + 1;
+    return front >= 0 && back >= 0 && in + front + back >= span &&
+           (in + front + back - span) / s + 1 == out;
+  };
+  return fits(g.D, g.kd, g.sd, g.pd, g.pad_end_d(), g.dd, g.Do) &&
+         fits(g.H, g.kh, g.sh, g.ph, g.pad_end_h(), g.dh, g.Ho) &&
          conv_out_extent(g.W, g.kw, g.sw, g.pw, g.dw) == g.Wo;
 }
 
@@ -614,6 +628,7 @@ public:
                        std::to_string(front_padding) + " and " + std::to_string(back_padding) +
                        " cannot give " + std::to_string(out_rows) + " output rows");
     g_ = g;
+    (Dims == 3 ? g_.pd_end : g_.ph_end) = int(back_padding);
     built_ = true;
   }
 
