@@ -1,8 +1,10 @@
 #pragma once
 /*! \file
- *  \brief telar::SpatialConv: a Conv2D or Conv3D whose samples are split
- *  along their first spatial axis (depth in 3-D, height in 2-D) over the
- *  ranks of a spatial group, with halo exchange between neighbours.
+ *  \brief telar::SpatialConv: a Conv2D or Conv3D (also a ConvTranspose,
+ *  MaxPool, AvgPool or Upsample: telar::SpatialPool, telar::SpatialUpsample)
+ *  whose samples are split along their first spatial axis (depth in 3-D,
+ *  height in 2-D) over the ranks of a spatial group, with halo exchange
+ *  between neighbours.
  *
  *  Each rank holds the rows telar::split_extent gives it of every input and
  *  computes the output rows the same rule gives it. Forward: the halo rows
@@ -62,7 +64,7 @@ public:
     typename layer_traits<Conv>::saved_type inner; //!< the layer's own saved state
   };
 
-  /*! \brief Splits \p layer over the spatial group \p sp (kept by reference:
+  /*! \brief Splits \p conv over the spatial group \p sp (kept by reference:
    *  it must outlive this object). \param sp the spatial group
    *  \param conv the convolution (configured, not built) */
   SpatialConv(Communicator const& sp, Conv conv) : layer(std::move(conv)), sp_(&sp), halo_(sp) {}
