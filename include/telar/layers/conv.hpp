@@ -61,6 +61,14 @@ struct ConvGeometry {
   int dd = 1, dh = 1, dw = 1;     // dilation
   int Do = 1, Ho = 0, Wo = 0;     // output
   int G = 1;                      // groups: channels [i C/G, (i+1) C/G) feed outputs of group i
+  // Padding after the input along D and H where it differs from pd / ph (a
+  // slab of a sample split over ranks pads only at the volume's faces); -1:
+  // the same. im2col/col2im need none (rows past the input read as zero);
+  // oneDNN is told it.
+  int pd_end = -1, ph_end = -1;
+
+  int pad_end_d() const { return pd_end < 0 ? pd : pd_end; }
+  int pad_end_h() const { return ph_end < 0 ? ph : ph_end; }
 
   KOKKOS_INLINE_FUNCTION int kvol() const { return kd * kh * kw; }
   // Rows of col(x): every input channel times the kernel volume.
@@ -250,10 +258,16 @@ inline void conv_set_dim(ConvGeometry& g, int j, int in, int k, int s, int p, in
 }
 
 // True when every output extent of g is the one conv_out_extent gives (a
-// transposed convolution's output_padding may add a row no kernel reaches).
+// transposed convolution's output_padding may add a row no kernel reaches),
+// with the padding after the input where it differs (a slab).
 inline bool conv_extents_consistent(ConvGeometry const& g) {
-  return conv_out_extent(g.D, g.kd, g.sd, g.pd, g.dd) == g.Do &&
-         conv_out_extent(g.H, g.kh, g.sh, g.ph, g.dh) == g.Ho &&
+  auto fits = [](long in, long k, long s, long front, long back, long d, long out) {
+    long const span = d * (k - 1) + 1;
+    return front >= 0 && back >= 0 && in + front + back >= span &&
+           (in + front + back - span) / s + 1 == out;
+  };
+  return fits(g.D, g.kd, g.sd, g.pd, g.pad_end_d(), g.dd, g.Do) &&
+         fits(g.H, g.kh, g.sh, g.ph, g.pad_end_h(), g.dh, g.Ho) &&
          conv_out_extent(g.W, g.kw, g.sw, g.pw, g.dw) == g.Wo;
 }
 
@@ -570,6 +584,14 @@ public:
   std::size_t groups() const { return groups_; }
   /*! \brief Whether the layer adds a bias. */
   bool has_bias() const { return use_bias_; }
+  /*! \brief Kernel extents. */
+  Extents kernel() const { return kernel_; }
+  /*! \brief Strides. */
+  Extents stride() const { return stride_; }
+  /*! \brief Zero padding on each side. */
+  Extents padding() const { return padding_; }
+  /*! \brief Dilations. */
+  Extents dilation() const { return dilation_; }
 
   /*! \brief [out, (Do,) Ho, Wo] for an input [in, (D,) H, W].
    *  \param in the input shape
@@ -581,6 +603,32 @@ public:
    *  \throws ShapeError as output_shape */
   void build(Shape const& in) {
     g_ = geometry(in);
+    built_ = true;
+  }
+
+  /*! \brief Builds for one slab of a sample split along its first spatial
+   *  axis (spatial parallelism, telar/parallel/spatial_conv.hpp): \p in is the
+   *  slab with its halo rows, \p front_padding zero rows precede it and
+   *  \p back_padding follow it (the volume's faces; none inside it), and the
+   *  layer computes \p out_rows rows.
+   *  \param in the slab's shape \param front_padding zero rows before it
+   *  \param back_padding zero rows after it \param out_rows output rows along
+   *  the split axis
+   *  \throws ShapeError when the windows of the output rows do not fit the
+   *  padded slab, or as build for the other axes */
+  void build_slab(Shape const& in, std::size_t front_padding, std::size_t back_padding,
+                  std::size_t out_rows) {
+    detail::ConvGeometry const g = geometry(in, long(front_padding), long(out_rows));
+    // Rows past the slab read as zero (the kernels check bounds): the back
+    // padding needs no setting, only room.
+    long const last = long(out_rows - 1) * (Dims == 3 ? g.sd : g.sh) +
+                      (Dims == 3 ? g.dd * (g.kd - 1) : g.dh * (g.kh - 1)) + 1;
+    if (out_rows < 1 || last > long(front_padding + in[1] + back_padding))
+      throw ShapeError(expected() + ": a slab of " + std::to_string(in[1]) + " rows padded by " +
+                       std::to_string(front_padding) + " and " + std::to_string(back_padding) +
+                       " cannot give " + std::to_string(out_rows) + " output rows");
+    g_ = g;
+    (Dims == 3 ? g_.pd_end : g_.ph_end) = int(back_padding);
     built_ = true;
   }
 
@@ -667,8 +715,9 @@ private:
     return std::string(name()) + " expects inputs [" + std::to_string(in_) +
            (Dims == 3 ? ", D, H, W]" : ", H, W]");
   }
-  // Sizes for input shape `in`, or ShapeError.
-  detail::ConvGeometry geometry(Shape const& in) const {
+  // Sizes for input shape `in`, or ShapeError; a slab (out_rows >= 0) has
+  // `front` zero rows before it along the first axis and `out_rows` outputs.
+  detail::ConvGeometry geometry(Shape const& in, long front = 0, long out_rows = -1) const {
     if (in.rank != Dims + 1 || in[0] != in_)
       throw ShapeError(expected() + ", got " + in.str());
     detail::conv_check_settings<Dims>(name(), kernel_, stride_, dilation_);
@@ -677,9 +726,12 @@ private:
     g.Co = int(out_);
     g.G = int(groups_);
     for (std::size_t i = 0; i < Dims; ++i) {
-      int const k = int(kernel_[i]), s = int(stride_[i]), p = int(padding_[i]),
-                d = int(dilation_[i]);
-      long const out = detail::conv_out_extent(long(in[i + 1]), k, s, p, d);
+      int const k = int(kernel_[i]), s = int(stride_[i]), d = int(dilation_[i]);
+      int p = int(padding_[i]);
+      long const out =
+          i == 0 && out_rows >= 0 ? out_rows : detail::conv_out_extent(long(in[i + 1]), k, s, p, d);
+      if (i == 0 && out_rows >= 0)
+        p = int(front);
       if (out < 1)
         throw ShapeError(expected() + " whose spatial extents, padded, cover the kernel (" +
                          std::to_string(d * (k - 1) + 1) + "), got " + in.str());

@@ -17,6 +17,7 @@
  */
 #include <telar/layers/conv.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -184,6 +185,39 @@ public:
       f("bias", bias, bias_grad);
   }
 
+  /*! \brief Input rows [first, last) of the first spatial axis that output
+   *  rows [out_begin, out_end) read (spatial parallelism): those whose
+   *  kernel taps reach them. \param in the whole input shape
+   *  \param out_begin first output row \param out_end one past the last
+   *  \return {first, last} (first == last: no input reaches those rows) */
+  std::array<std::size_t, 2> input_rows(Shape const& in, std::size_t out_begin,
+                                        std::size_t out_end) const {
+    long const s = long(stride_[0]), p = long(padding_[0]);
+    long const reach = long(dilation_[0]) * (long(kernel_[0]) - 1);
+    long const lo = std::max(0L, (long(out_begin) + p - reach + s - 1 + s * reach) / s - reach);
+    long const hi = std::min(long(in[1]), (long(out_end) - 1 + p) / s + 1);
+    check_slab_offset(long(out_begin) + p - lo * s);
+    return {std::size_t(lo), std::size_t(std::max(lo, hi))};
+  }
+  /*! \brief Builds for one slab of the whole input \p in split along its
+   *  first spatial axis: output rows [out_begin, out_end) from the input rows
+   *  [in_begin, in_end) the slab holds with its halo (see input_rows).
+   *  \param in the whole input shape \param out_begin first output row
+   *  \param out_end one past the last \param in_begin first input row held
+   *  \param in_end one past the last
+   *  \throws ShapeError as build, or for a stride longer than the kernel's
+   *  span (a slab would start between taps) */
+  void build_slab(Shape const& in, std::size_t out_begin, std::size_t out_end, std::size_t in_begin,
+                  std::size_t in_end) {
+    detail::ConvGeometry g = geometry(in);
+    long const front = long(out_begin) + long(padding_[0]) - long(in_begin) * long(stride_[0]);
+    check_slab_offset(front);
+    detail::conv_set_dim(g, 3 - Dims, int(out_end - out_begin), int(kernel_[0]), int(stride_[0]),
+                         int(front), int(dilation_[0]), int(in_end - in_begin));
+    g_ = g;
+    built_ = true;
+  }
+
   /*! \brief y = conv^T(x) + b: the adjoint convolution's input gradient.
    *  \param exec execution space instance \param x input [n, in * (D *) H * W]
    *  \param y output [n, out * (Do *) Ho * Wo] \param saved keeps x */
@@ -227,6 +261,15 @@ public:
 
 private:
   static constexpr Extents fill(std::size_t v) { return detail::conv_fill_extents<Dims>(v); }
+  // ShapeError when a slab's first output row lies before its first input
+  // row's taps (a stride longer than the kernel's span): the adjoint's front
+  // padding would be negative. input_rows checks it for every rank's slab.
+  void check_slab_offset(long front) const {
+    if (front < 0)
+      throw ShapeError(std::string(name()) + ": a stride (" + std::to_string(stride_[0]) +
+                       ") longer than the kernel's span is not supported on slabs (spatial "
+                       "parallelism)");
+  }
   std::string expected() const {
     return std::string(name()) + " expects inputs [" + std::to_string(in_) +
            (Dims == 3 ? ", D, H, W]" : ", H, W]");

@@ -36,6 +36,7 @@ struct PoolGeometry {
   int in[3] = {1, 1, 1};  // D, H, W
   int out[3] = {1, 1, 1}; // Do, Ho, Wo
   int k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, p[3] = {0, 0, 0};
+  int pb[3] = {0, 0, 0}; // padding after the input: p, or a slab's own (spatial parallelism)
   bool count_pad = true; // average pooling: padding counts in the divisor
   bool uniform = true;   // every average divides by k[0] k[1] k[2] (see count)
 
@@ -60,7 +61,7 @@ struct PoolGeometry {
   KOKKOS_INLINE_FUNCTION int count(int a, int o) const {
     int const b = start(a, o), e = b + k[a];
     if (count_pad)
-      return (e < in[a] + p[a] ? e : in[a] + p[a]) - b;
+      return (e < in[a] + pb[a] ? e : in[a] + pb[a]) - b;
     return (e < in[a] ? e : in[a]) - (b > 0 ? b : 0);
   }
 };
@@ -381,13 +382,40 @@ protected:
       g.in[a] = int(in[i]);
       g.k[a] = int(o_.k);
       g.s[a] = int(o_.s);
-      g.p[a] = int(o_.p);
+      g.p[a] = g.pb[a] = int(o_.p);
       g.out[a] = int(out_extent(in[i]));
       for (int o = 0; o < g.out[a]; ++o)
         g.uniform = g.uniform && g.count(a, o) == g.k[a];
     }
     return g;
   }
+  // The geometry of a slab along the first spatial axis: `in` with its
+  // halo rows, `front` / `back` padding rows at the volume's faces only,
+  // `out_rows` outputs (see Convolution::build_slab).
+  PoolGeometry slab_geometry(Shape const& in, char const* name, std::size_t front, std::size_t back,
+                             std::size_t out_rows) const {
+    if (o_.ceil_mode)
+      throw ShapeError(std::string(name) +
+                       ": ceil_mode is not supported on slabs (spatial parallelism)");
+    PoolGeometry g = geometry(in, name);
+    int const a = 3 - Dims;
+    g.p[a] = int(front), g.pb[a] = int(back), g.out[a] = int(out_rows);
+    g.uniform = true;
+    for (int b = a; b < 3; ++b)
+      for (int o = 0; o < g.out[b]; ++o)
+        g.uniform = g.uniform && g.count(b, o) == g.k[b];
+    return g;
+  }
+
+public:
+  /*! \brief Window extent (every dimension). */
+  std::size_t kernel() const { return o_.k; }
+  /*! \brief Step between windows. */
+  std::size_t stride() const { return o_.s; }
+  /*! \brief Implicit padding on each side. */
+  std::size_t padding() const { return o_.p; }
+
+protected:
   Shape output(PoolGeometry const& g) const {
     if constexpr (Dims == 2)
       return Shape{std::size_t(g.C), std::size_t(g.out[1]), std::size_t(g.out[2])};
@@ -518,6 +546,20 @@ public:
    *  [C, D, H, W]). \param in input shape
    *  \throws ShapeError for another rank or a window larger than the padded input */
   Shape output_shape(Shape const& in) const { return this->output(this->geometry(in, name())); }
+  /*! \brief Builds for one slab of a sample split along its first spatial
+   *  axis (spatial parallelism, telar/parallel/spatial_conv.hpp): \p in with
+   *  its halo rows, padding only at the volume's faces. \param in the slab's
+   *  shape \param front_padding padding rows before it \param back_padding
+   *  padding rows after it \param out_rows output rows along the split axis
+   *  \throws ShapeError with ceil_mode, or as build for the other axes */
+  void build_slab(Shape const& in, std::size_t front_padding, std::size_t back_padding,
+                  std::size_t out_rows) {
+    this->g_ = this->slab_geometry(in, name(), front_padding, back_padding, out_rows);
+    this->built_ = true;
+  }
+  using Base::kernel;
+  using Base::padding;
+  using Base::stride;
   /*! \brief Remembers the input's extents. \param in input shape */
   void build(Shape const& in) {
     this->g_ = this->geometry(in, name());
@@ -583,6 +625,20 @@ public:
    *  [C, D, H, W]). \param in input shape
    *  \throws ShapeError for another rank or a window larger than the padded input */
   Shape output_shape(Shape const& in) const { return this->output(this->geometry(in, name())); }
+  /*! \brief Builds for one slab of a sample split along its first spatial
+   *  axis (spatial parallelism, telar/parallel/spatial_conv.hpp): \p in with
+   *  its halo rows, padding only at the volume's faces. \param in the slab's
+   *  shape \param front_padding padding rows before it \param back_padding
+   *  padding rows after it \param out_rows output rows along the split axis
+   *  \throws ShapeError with ceil_mode, or as build for the other axes */
+  void build_slab(Shape const& in, std::size_t front_padding, std::size_t back_padding,
+                  std::size_t out_rows) {
+    this->g_ = this->slab_geometry(in, name(), front_padding, back_padding, out_rows);
+    this->built_ = true;
+  }
+  using Base::kernel;
+  using Base::padding;
+  using Base::stride;
   /*! \brief Remembers the input's extents. \param in input shape */
   void build(Shape const& in) {
     this->g_ = this->geometry(in, name());

@@ -21,6 +21,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <string>
 #include <utility>
@@ -67,38 +68,62 @@ inline double resample_source(std::size_t in, std::size_t out, std::size_t o, bo
   return src < 0 ? 0.0 : src;
 }
 
-// Tables of every dimension (nearest: out is a multiple of in).
+// Inputs i0, i1 and weight lam of i1 that output o reads along a dimension
+// of `in` inputs and `out` outputs.
+inline void resample_index(int in, int out, int o, UpsampleMode mode, bool align_corners, int& i0,
+                           int& i1, double& lam) {
+  if (mode == UpsampleMode::nearest) {
+    i0 = i1 = o / (out / in);
+    lam = 0;
+    return;
+  }
+  double const src =
+      resample_source(std::size_t(in), std::size_t(out), std::size_t(o), align_corners);
+  i0 = int(src);
+  i1 = i0 + (i0 < in - 1 ? 1 : 0);
+  lam = src - i0;
+}
+
+// Part of one dimension a slab holds (spatial parallelism): outputs
+// [out_begin, out_end) reading inputs [in_begin, in_end) of the whole extent.
+struct ResampleRange {
+  int axis = -1; // none
+  int out_begin = 0, out_end = 0, in_begin = 0, in_end = 0;
+};
+
+// Tables of every dimension (nearest: out is a multiple of in), restricted
+// along range.axis to the slab's rows.
 template <class T, class MemorySpace>
 ResampleTables<T, MemorySpace> resample_tables(int const (&in)[3], int const (&out)[3],
-                                               UpsampleMode mode, bool align_corners) {
+                                               UpsampleMode mode, bool align_corners,
+                                               ResampleRange const& range = {}) {
   ResampleTables<T, MemorySpace> t;
   std::size_t nout = 0, nin = 0;
+  int ob[3], ib[3];
   for (int a = 0; a < 3; ++a) {
-    t.in[a] = in[a];
-    t.out[a] = out[a];
+    bool const part = a == range.axis;
+    ob[a] = part ? range.out_begin : 0;
+    ib[a] = part ? range.in_begin : 0;
+    t.in[a] = part ? range.in_end - range.in_begin : in[a];
+    t.out[a] = part ? range.out_end - range.out_begin : out[a];
     t.ooff[a] = int(nout);
     t.ioff[a] = int(nin);
-    nout += std::size_t(out[a]);
-    nin += std::size_t(in[a]);
+    nout += std::size_t(t.out[a]);
+    nin += std::size_t(t.in[a]);
   }
   using Ints = Kokkos::View<int*, Kokkos::HostSpace>;
   Ints i0("telar::Upsample::i0", nout), i1("telar::Upsample::i1", nout);
   Ints lo("telar::Upsample::lo", nin), hi("telar::Upsample::hi", nin);
   Kokkos::View<T*, Kokkos::HostSpace> lam("telar::Upsample::lam", nout);
   for (int a = 0; a < 3; ++a) {
-    for (int i = 0; i < in[a]; ++i)
-      lo(t.ioff[a] + i) = out[a], hi(t.ioff[a] + i) = 0;
-    for (int o = 0; o < out[a]; ++o) {
+    for (int i = 0; i < t.in[a]; ++i)
+      lo(t.ioff[a] + i) = t.out[a], hi(t.ioff[a] + i) = 0;
+    for (int o = 0; o < t.out[a]; ++o) {
       int const k = t.ooff[a] + o;
-      if (mode == UpsampleMode::nearest) {
-        i0(k) = i1(k) = o / (out[a] / in[a]);
-        lam(k) = T(0);
-      } else {
-        double const src = resample_source(in[a], out[a], o, align_corners);
-        i0(k) = int(src);
-        i1(k) = i0(k) + (i0(k) < in[a] - 1 ? 1 : 0);
-        lam(k) = T(src - i0(k));
-      }
+      double l = 0;
+      resample_index(in[a], out[a], ob[a] + o, mode, align_corners, i0(k), i1(k), l);
+      i0(k) -= ib[a], i1(k) -= ib[a];
+      lam(k) = T(l);
       for (int i : {i0(k), i1(k)}) {
         lo(t.ioff[a] + i) = std::min(lo(t.ioff[a] + i), o);
         hi(t.ioff[a] + i) = std::max(hi(t.ioff[a] + i), o + 1);
@@ -226,17 +251,33 @@ public:
     return s;
   }
   /*! \brief Builds the interpolation tables. \param in input shape */
-  void build(Shape const& in) {
-    std::vector<std::size_t> const out = out_extents(in);
-    int ti[3] = {1, 1, 1}, to[3] = {1, 1, 1};
-    int const first = 3 - int(out.size());
-    for (std::size_t a = 0; a < out.size(); ++a) {
-      ti[first + int(a)] = int(in[int(a) + 1]);
-      to[first + int(a)] = int(out[a]);
+  void build(Shape const& in) { make_tables(in, {}); }
+  /*! \brief Input rows [first, last) of the first spatial axis that output
+   *  rows [out_begin, out_end) read (spatial parallelism).
+   *  \param in the whole input shape \param out_begin first output row
+   *  \param out_end one past the last output row \return {first, last}
+   *  \throws ShapeError as output_shape */
+  std::array<std::size_t, 2> input_rows(Shape const& in, std::size_t out_begin,
+                                        std::size_t out_end) const {
+    int const n = int(in[1]), m = int(out_extents(in)[0]);
+    int first = n, last = 0;
+    for (int o = int(out_begin); o < int(out_end); ++o) {
+      int i0 = 0, i1 = 0;
+      double lam = 0;
+      detail::resample_index(n, m, o, mode_, align_, i0, i1, lam);
+      first = std::min(first, i0), last = std::max(last, i1 + 1);
     }
-    t_ = detail::resample_tables<T, MemorySpace>(ti, to, mode_, align_);
-    channels_ = in[0];
-    built_ = true;
+    return {std::size_t(first), std::size_t(std::max(first, last))};
+  }
+  /*! \brief Builds for one slab of the whole input \p in split along its
+   *  first spatial axis: output rows [out_begin, out_end) from the input rows
+   *  [in_begin, in_end) the slab holds with its halo (see input_rows).
+   *  \param in the whole input shape \param out_begin first output row
+   *  \param out_end one past the last \param in_begin first input row held
+   *  \param in_end one past the last \throws ShapeError as output_shape */
+  void build_slab(Shape const& in, std::size_t out_begin, std::size_t out_end, std::size_t in_begin,
+                  std::size_t in_end) {
+    make_tables(in, {0, int(out_begin), int(out_end), int(in_begin), int(in_end)});
   }
   /*! \brief A copy per output (nearest), or 2 per corner (linear).
    *  \param samples batch size \param in input shape */
@@ -270,6 +311,22 @@ public:
 private:
   Upsample(UpsampleMode mode, bool align_corners) : mode_(mode), align_(align_corners) {}
 
+  // The tables for input shape `in`; a range (axis >= 0) restricts the
+  // first spatial axis to a slab.
+  void make_tables(Shape const& in, detail::ResampleRange range) {
+    std::vector<std::size_t> const out = out_extents(in);
+    int ti[3] = {1, 1, 1}, to[3] = {1, 1, 1};
+    int const first = 3 - int(out.size());
+    for (std::size_t a = 0; a < out.size(); ++a) {
+      ti[first + int(a)] = int(in[int(a) + 1]);
+      to[first + int(a)] = int(out[a]);
+    }
+    if (range.axis >= 0)
+      range.axis = first;
+    t_ = detail::resample_tables<T, MemorySpace>(ti, to, mode_, align_, range);
+    channels_ = in[0];
+    built_ = true;
+  }
   static std::string list(std::vector<std::size_t> const& v) {
     std::string s = "[";
     for (std::size_t i = 0; i < v.size(); ++i)

@@ -267,9 +267,9 @@ private:
 
   template <class G>
   static std::vector<int> key_of(G const& g, std::size_t n, bool bias) {
-    return {g.C,  g.D,  g.H,  g.W,  g.Co, g.kd,   g.kh,         g.kw,
-            g.sd, g.sh, g.sw, g.pd, g.ph, g.pw,   g.dd,         g.dh,
-            g.dw, g.Do, g.Ho, g.Wo, g.G,  int(n), int(n >> 31), bias ? 1 : 0};
+    return {g.C,  g.D,  g.H,  g.W,    g.Co,         g.kd,         g.kh,          g.kw,         g.sd,
+            g.sh, g.sw, g.pd, g.ph,   g.pw,         g.dd,         g.dh,          g.dw,         g.Do,
+            g.Ho, g.Wo, g.G,  int(n), int(n >> 31), bias ? 1 : 0, g.pad_end_d(), g.pad_end_h()};
   }
 
   template <class G>
@@ -321,8 +321,9 @@ private:
     }
     // Right padding that gives Telar's output extent: oneDNN requires
     // (in + l + r - span) / stride + 1 == out exactly, so r = l works
-    // (floor division, as in conv_out_extent).
-    sh.pad_r = sh.pad_l;
+    // (floor division, as in conv_out_extent), or a slab's own padding after
+    // it (conv_extents_consistent checked that it gives out).
+    sh.pad_r = three ? dims{g.pad_end_d(), g.pad_end_h(), g.pw} : dims{g.pad_end_h(), g.pw};
     sh.bias = dims{g.Co};
     entries_.push_back(std::move(e));
     return *entries_.back();

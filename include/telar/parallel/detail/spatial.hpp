@@ -1,0 +1,80 @@
+#pragma once
+// Internals of spatial parallelism shared by the layer wrappers.
+#include <telar/comm/communicator.hpp>
+#include <telar/core/shape.hpp>
+#include <telar/parallel/spatial_decomposition.hpp>
+
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace telar::detail {
+
+// Runs a layer's backward_weight so that its gradients grow by the sum over
+// the spatial group of every rank's part (each rank saw only its slab), and
+// not by this rank's part alone. The layer accumulates (+=) into gradients
+// that may already hold earlier micro-batches, so the part is what the call
+// added: after - before, summed over the group, added to before. Host
+// memory (the wrappers assert it); one allreduce per layer.
+template <class T>
+class GroupGradientSum {
+public:
+  template <class Layer, class F>
+  void operator()(Layer& layer, Communicator const& group, F&& accumulate) {
+    before_.clear();
+    layer.parameters([&](char const*, auto&, auto& g) {
+      before_.insert(before_.end(), g.data(), g.data() + g.span());
+    });
+    accumulate();
+    part_.resize(before_.size());
+    std::size_t i = 0;
+    layer.parameters([&](char const*, auto&, auto& g) {
+      for (std::size_t k = 0; k < g.span(); ++k, ++i)
+        part_[i] = g.data()[k] - before_[i];
+    });
+    group.allreduce(part_.data(), part_.size());
+    i = 0;
+    layer.parameters([&](char const*, auto&, auto& g) {
+      for (std::size_t k = 0; k < g.span(); ++k, ++i)
+        g.data()[k] = before_[i] + part_[i];
+    });
+  }
+
+private:
+  std::vector<T> before_, part_;
+};
+
+// The window of a layer along its first spatial axis: a convolution's
+// settings are per dimension, a pooling's the same in every one (and it has
+// no dilation).
+template <class V>
+std::size_t first_axis(V const& v) {
+  if constexpr (std::is_arithmetic_v<V>)
+    return std::size_t(v);
+  else
+    return std::size_t(v[0]);
+}
+template <class L, class = void>
+struct has_dilation : std::false_type {};
+template <class L>
+struct has_dilation<L, std::void_t<decltype(std::declval<L const&>().dilation())>>
+    : std::true_type {};
+
+// Layers that say which input rows an output row range reads (Upsample).
+template <class L, class = void>
+struct has_input_rows : std::false_type {};
+template <class L>
+struct has_input_rows<L, std::void_t<decltype(std::declval<L const&>().input_rows(
+                             std::declval<Shape const&>(), std::size_t(), std::size_t()))>>
+    : std::true_type {};
+
+template <class L>
+ConvAxis split_axis(L const& l) {
+  std::size_t dilation = 1;
+  if constexpr (has_dilation<L>::value)
+    dilation = first_axis(l.dilation());
+  return {first_axis(l.kernel()), first_axis(l.stride()), first_axis(l.padding()), dilation};
+}
+
+} // namespace telar::detail

@@ -1,0 +1,195 @@
+#pragma once
+/*! \file
+ *  \brief telar::SpatialConv: a Conv2D or Conv3D (also a ConvTranspose,
+ *  MaxPool, AvgPool or Upsample: telar::SpatialPool, telar::SpatialUpsample)
+ *  whose samples are split along their first spatial axis (depth in 3-D,
+ *  height in 2-D) over the ranks of a spatial group, with halo exchange
+ *  between neighbours.
+ *
+ *  Each rank holds the rows telar::split_extent gives it of every input and
+ *  computes the output rows the same rule gives it. Forward: the halo rows
+ *  are exchanged (telar::HaloExchange) and the unchanged layer runs on the
+ *  halo-extended slab, with the volume's zero padding only at its faces
+ *  (Convolution::build_slab). Backward: the layer's input gradient of the
+ *  extended slab goes back through the reverse exchange (halo gradients are
+ *  added to their owners); weight and bias gradients are summed over the
+ *  group, so every rank ends with the gradient of the whole sample, equal to
+ *  the unsplit layer's up to summation order. See docs/spatial.md.
+ *  \code
+ *  telar::SpatialConv<telar::Conv3D<double>> conv(sp_comm, telar::Conv3D<double>(4, 8, 3, 1, 1));
+ *  conv.build({4, 64, 32, 32});   // the whole sample; this rank holds conv.input_shape()
+ *  conv.initialize(seed);         // the same seed on every rank: the same weights
+ *  \endcode
+ */
+#include <telar/comm/communicator.hpp>
+#include <telar/comm/halo_exchange.hpp>
+#include <telar/core/error.hpp>
+#include <telar/core/layer.hpp>
+#include <telar/core/shape.hpp>
+#include <telar/core/tensor.hpp>
+#include <telar/layers/conv.hpp>
+#include <telar/parallel/detail/spatial.hpp>
+#include <telar/parallel/spatial_decomposition.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace telar {
+
+/*! \brief A layer with a window along the first spatial axis over slabs of
+ *  samples split along that axis over a spatial group: telar::Conv2D,
+ *  telar::Conv3D, telar::ConvTranspose2D/3D, telar::MaxPool,
+ *  telar::AvgPool, telar::Upsample.
+ *
+ *  Any kernel, stride, dilation, padding and groups of a convolution; any
+ *  pooling but ceil_mode; uneven splits (telar::split_extent). Refused with
+ *  a telar::ShapeError naming the layer, the extent, sp and the rank: a
+ *  split that leaves a rank an empty input or output slab, or a rank that
+ *  needs more halo rows than its neighbour holds (telar::spatial_slab).
+ *  \tparam Conv one of the layers above */
+template <class Conv>
+class SpatialConv {
+public:
+  /*! \brief Scalar type. */
+  using value_type = typename Conv::value_type;
+  /*! \brief Memory space of parameters and activations. */
+  using memory_space = typename Conv::memory_space;
+  /*! \brief What backward needs from forward: the halo-extended input slab. */
+  struct saved_type {
+    Matrix<value_type, memory_space> ext;          //!< the input slab with its halo rows
+    typename layer_traits<Conv>::saved_type inner; //!< the layer's own saved state
+  };
+
+  /*! \brief Splits \p conv over the spatial group \p sp (kept by reference:
+   *  it must outlive this object). \param sp the spatial group
+   *  \param conv the convolution (configured, not built) */
+  SpatialConv(Communicator const& sp, Conv conv) : layer(std::move(conv)), sp_(&sp), halo_(sp) {}
+
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return Conv::name(); }
+
+  /*! \brief Computes this rank's slab of the whole sample shape \p in and
+   *  builds the layer for it. \param in the unsplit input shape [C, (D,) H, W]
+   *  \throws ShapeError for a shape the layer refuses or a split it cannot take */
+  void build(Shape const& in) {
+    Shape const whole = layer.output_shape(in);          // the layer's own checks first
+    if constexpr (detail::has_input_rows<Conv>::value) { // resampling: its own tables
+      slab_ = spatial_slab(name(), in[1], whole[1], sp_->size(), sp_->rank(), [&](Slab o) {
+        auto const rows = layer.input_rows(in, o.begin, o.end);
+        return SlabWindow{rows[0], rows[1], 0, 0};
+      });
+      layer.build_slab(in, slab_.out.begin, slab_.out.end, slab_.window.begin, slab_.window.end);
+    } else { // a window along the axis: kernel, stride, padding, dilation
+      slab_ = conv_slab(name(), in[1], detail::split_axis(layer), sp_->size(), sp_->rank());
+      layer.build_slab(with_rows(in, slab_.halo.extended_rows()), slab_.window.pad_front,
+                       slab_.window.pad_back, slab_.out.size());
+    }
+    in_ = with_rows(in, slab_.in.size());
+    out_ = with_rows(whole, slab_.out.size());
+    plane_ = 1;
+    for (int i = 2; i < in.rank; ++i)
+      plane_ *= in[std::size_t(i)];
+  }
+
+  /*! \brief This rank's input slab shape (rows slab().in of the first spatial axis). */
+  Shape input_shape() const { return in_; }
+  /*! \brief This rank's output slab shape (rows slab().out). */
+  Shape output_shape() const { return out_; }
+  /*! \brief This rank's slabs, window and halo. */
+  SpatialSlab const& slab() const { return slab_; }
+
+  /*! \brief Allocates and draws the parameters (the same \p seed on every
+   *  rank of the group gives every rank the same weights). \param seed stream seed */
+  void initialize(std::uint64_t seed) {
+    if constexpr (layer_traits<Conv>::has_initialize)
+      layer.initialize(seed);
+  }
+  /*! \brief Visits the layer's (name, value, gradient).
+   *  \param f callable as f(char const*, View&, View&) */
+  template <class F>
+  void parameters(F&& f) {
+    if constexpr (layer_traits<Conv>::has_parameters)
+      layer.parameters(std::forward<F>(f));
+  }
+
+  /*! \brief y (this rank's output rows) = conv(x) over the input slab x and
+   *  the neighbours' halo rows. \param exec execution space instance
+   *  \param x input slab [n, C * rows * plane] \param y output slab
+   *  \param saved keeps the extended slab */
+  template <class Exec>
+  void forward(Exec const& exec, ConstMatrix<value_type, memory_space> x,
+               Matrix<value_type, memory_space> y, saved_type& saved) {
+    std::size_t const n = x.extent(0), outer = n * in_[0];
+    fit(saved.ext, n, "telar::SpatialConv::extended_input");
+    halo_.post(exec, slab_.halo, x.data(), outer, plane_, saved.ext.data());
+    halo_.finish(exec);
+    layer.forward(exec, saved.ext, y, saved.inner);
+  }
+
+  /*! \brief dx (this rank's input rows) from dy: the layer's gradient of the
+   *  extended slab, with the halo rows' gradients added by their owners.
+   *  \param exec execution space instance \param dy output slab gradient
+   *  \param dx input slab gradient \param saved from forward */
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
+                      Matrix<value_type, memory_space> dx, saved_type const& saved) {
+    std::size_t const n = dy.extent(0);
+    fit(dext_, n, "telar::SpatialConv::extended_gradient");
+    layer.backward_input(exec, dy, dext_, saved.inner);
+    halo_.post_reverse(exec, slab_.halo, dext_.data(), n * in_[0], plane_, dx.data());
+    halo_.finish_reverse(exec);
+  }
+
+  /*! \brief dW, db += the gradient of the whole sample: this rank's part,
+   *  summed over the spatial group. \param exec execution space instance
+   *  \param dy output slab gradient \param saved from forward */
+  template <class Exec>
+  void backward_weight(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
+                       saved_type const& saved) {
+    if constexpr (layer_traits<Conv>::has_backward_weight)
+      sum_(layer, *sp_, [&] {
+        layer.backward_weight(exec, dy, saved.inner);
+        exec.fence();
+      });
+  }
+
+  Conv layer; //!< the convolution, built for this rank's extended slab
+
+private:
+  static Shape with_rows(Shape s, std::size_t rows) {
+    s.dims[1] = rows;
+    return s;
+  }
+  // m = [n, C * extended rows * plane], reallocated when the batch changes.
+  void fit(Matrix<value_type, memory_space>& m, std::size_t n, char const* label) const {
+    std::size_t const cols = in_[0] * slab_.halo.extended_rows() * plane_;
+    if (m.extent(0) != n || m.extent(1) != cols)
+      m = Matrix<value_type, memory_space>(std::string(label), n, cols);
+  }
+  Communicator const* sp_;
+  HaloExchange<value_type, memory_space> halo_;
+  SpatialSlab slab_{};
+  Shape in_{}, out_{};
+  std::size_t plane_ = 1;
+  Matrix<value_type, memory_space> dext_;
+  detail::GroupGradientSum<value_type> sum_;
+};
+
+/*! \brief Pooling (telar::MaxPool, telar::AvgPool) over slabs: the same
+ *  wrapper, a pooling window is a convolution's for the decomposition.
+ *  \tparam Pool a telar::MaxPool or telar::AvgPool */
+template <class Pool>
+using SpatialPool = SpatialConv<Pool>;
+
+/*! \brief Upsampling (telar::Upsample, nearest or linear) over slabs: the
+ *  same wrapper; output rows read the input rows of the layer's
+ *  interpolation tables (Upsample::input_rows), which the halo supplies.
+ *  \tparam Up a telar::Upsample */
+template <class Up>
+using SpatialUpsample = SpatialConv<Up>;
+
+} // namespace telar

@@ -1,0 +1,734 @@
+// Spatial parallelism, first slice: the split of an extent, the halo
+// exchange, and Conv2D/Conv3D on slabs against the unsplit layer. Every rank
+// of the world is one spatial group (sp = 1, 2, 4); each rank computes the
+// whole sample with the plain layer too and compares its own rows: forward
+// output, input gradient (through the reverse halo exchange) and the weight
+// and bias gradients (summed over the group), in double within 1e-11. Cases
+// cover stride, dilation, groups, per-axis kernels, no padding along the
+// split axis, pointwise kernels and uneven slabs; the refusals are checked
+// for their text.
+#include "support.hpp"
+
+#include <telar/comm/halo_exchange.hpp>
+#include <telar/layers/activation.hpp>
+#include <telar/layers/batch_norm.hpp>
+#include <telar/layers/conv.hpp>
+#include <telar/layers/conv_transpose.hpp>
+#include <telar/layers/pooling.hpp>
+#include <telar/layers/upsample.hpp>
+#include <telar/layers/voxel_losses.hpp>
+#include <telar/parallel/spatial_conv.hpp>
+#include <telar/parallel/spatial_decomposition.hpp>
+#include <telar/parallel/spatial_local.hpp>
+#include <telar/parallel/spatial_loss.hpp>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using T = double;
+using M = telar::DefaultMemorySpace;
+using Exec = Kokkos::DefaultExecutionSpace;
+
+telar::Communicator world() {
+  return telar::Communicator(MPI_COMM_WORLD, "sp");
+}
+
+// Rows `slab` of the split axis of x [n, C * rows * plane].
+template <class V = T>
+telar::Matrix<V, M> rows_of(telar::Matrix<V, M> const& x, std::size_t C, std::size_t rows,
+                            std::size_t plane, telar::Slab slab) {
+  telar::Matrix<V, M> out("test::slab", x.extent(0), C * slab.size() * plane);
+  telar::detail::copy_rows<V>(Exec{}, {x.data(), rows, slab.begin}, {out.data(), slab.size(), 0},
+                              slab.size(), x.extent(0) * C, plane, false);
+  Exec{}.fence();
+  return out;
+}
+
+// max |a - b| / max(1, max |b|) over two views of the same size.
+template <class A, class B>
+double max_diff(A const& a, B const& b) {
+  auto ha = telar::test::to_host(a);
+  auto hb = telar::test::to_host(b);
+  REQUIRE(ha.span() == hb.span());
+  double d = 0, s = 1;
+  for (std::size_t i = 0; i < ha.span(); ++i) {
+    d = std::max(d, std::abs(double(ha.data()[i]) - double(hb.data()[i])));
+    s = std::max(s, std::abs(double(hb.data()[i])));
+  }
+  return d / s;
+}
+
+std::string message_of(std::size_t in, telar::ConvAxis a, int parts) {
+  try {
+    for (int p = 0; p < parts; ++p)
+      telar::conv_slab("Conv3D", in, a, parts, p);
+  } catch (telar::ShapeError const& e) {
+    return e.what();
+  }
+  return "";
+}
+
+} // namespace
+
+TEST_CASE("split_extent: even and uneven parts cover the extent in order", "[spatial]") {
+  std::array<std::size_t, 4> const sizes{3, 3, 2, 2};
+  std::size_t next = 0;
+  for (int p = 0; p < 4; ++p) {
+    telar::Slab const s = telar::split_extent(10, 4, p);
+    CHECK(s.begin == next);
+    CHECK(s.size() == sizes[std::size_t(p)]);
+    next = s.end;
+  }
+  CHECK(next == 10);
+  CHECK(telar::split_extent(8, 2, 1).begin == 4);
+}
+
+TEST_CASE("conv_slab: windows, face padding and halo counts", "[spatial]") {
+  // k3 s1 p1 over 8 rows, sp 2: rank 0 reads [0, 5) with one zero row before.
+  auto const r0 = telar::conv_slab("Conv3D", 8, {3, 1, 1, 1}, 2, 0);
+  auto const r1 = telar::conv_slab("Conv3D", 8, {3, 1, 1, 1}, 2, 1);
+  CHECK((r0.window.begin == 0 && r0.window.end == 5 && r0.window.pad_front == 1));
+  CHECK((r0.window.pad_back == 0 && r1.window.pad_back == 1 && r1.window.pad_front == 0));
+  CHECK((r0.halo.recv_hi == 1 && r0.halo.send_hi == 1 && r0.halo.recv_lo == 0));
+  CHECK((r1.halo.recv_lo == 1 && r1.halo.send_lo == 1 && r1.halo.recv_hi == 0));
+  CHECK(r1.halo.extended_rows() == 5);
+  // k3 s2 p0 over 13 rows, sp 4: rank 2 (rows [7, 10)) reads from row 8 only.
+  auto const s2 = telar::conv_slab("Conv2D", 13, {3, 2, 0, 1}, 4, 2);
+  CHECK((s2.out.begin == 4 && s2.out.end == 5 && s2.window.begin == 8 && s2.window.end == 11));
+  CHECK((s2.halo.own_begin == 1 && s2.halo.recv_lo == 0 && s2.halo.recv_hi == 1));
+}
+
+TEST_CASE("conv_slab: refusals name the layer, the extent, sp and the rank", "[spatial]") {
+  CHECK(message_of(3, {3, 1, 1, 1}, 4) ==
+        "telar::SpatialParallel: Conv3D with split extent 3 over sp = 4: the input (3 rows) "
+        "leaves rank 3 an empty slab (every rank needs at least one row: sp <= 3)");
+  CHECK(message_of(8, {4, 4, 0, 1}, 4) ==
+        "telar::SpatialParallel: Conv3D with split extent 8 over sp = 4: the output (2 rows) "
+        "leaves rank 3 an empty slab (every rank needs at least one row: sp <= 2)");
+  CHECK(message_of(8, {7, 1, 3, 1}, 4) ==
+        "telar::SpatialParallel: Conv3D with split extent 8 over sp = 4: rank 0 needs 3 halo "
+        "rows from rank 1, whose slab has 2 (a slab thinner than the halo: use a smaller sp)");
+}
+
+TEST_CASE("HaloExchange: halo rows arrive, halo gradients return to their owners",
+          "[spatial][mpi]") {
+  auto comm = world();
+  int const P = comm.size(), r = comm.rank();
+  std::size_t const n = 2, C = 3, rows = 11, plane = 4, outer = n * C;
+  telar::ConvAxis const axis{5, 1, 2, 1};
+  auto const s = telar::conv_slab("Conv2D", rows, axis, P, r);
+  // x(global row g of block b, element e) = 1000 b + 10 g + e, so every row
+  // says where it came from.
+  telar::Matrix<T, M> whole("test::whole", n, C * rows * plane);
+  auto hw = Kokkos::create_mirror_view(whole);
+  for (std::size_t i = 0; i < hw.span(); ++i)
+    hw.data()[i] = T(1000 * (i / (rows * plane)) + 10 * ((i / plane) % rows) + i % plane);
+  Kokkos::deep_copy(whole, hw);
+  auto const x = rows_of(whole, C, rows, plane, s.in);
+  std::size_t const E = s.halo.extended_rows();
+  REQUIRE(E == s.window.end - s.window.begin);
+  telar::Matrix<T, M> ext("test::ext", n, C * E * plane);
+  telar::HaloExchange<T, M> halo(comm);
+  halo.post(Exec{}, s.halo, x.data(), outer, plane, ext.data());
+  halo.finish(Exec{});
+  CHECK(max_diff(ext, rows_of(whole, C, rows, plane, {s.window.begin, s.window.end})) == 0);
+  // Reverse: dext = 1 everywhere, so each local row's gradient is the
+  // number of ranks whose window reads it.
+  Kokkos::deep_copy(ext, T(1));
+  telar::Matrix<T, M> dx("test::dx", n, C * s.in.size() * plane);
+  halo.post_reverse(Exec{}, s.halo, ext.data(), outer, plane, dx.data());
+  halo.finish_reverse(Exec{});
+  auto hdx = telar::test::to_host(dx);
+  bool ok = true;
+  for (std::size_t i = 0; i < hdx.span(); ++i) {
+    std::size_t const g = s.in.begin + (i / plane) % s.in.size();
+    int readers = 0;
+    for (int p = 0; p < P; ++p) {
+      auto const w = telar::conv_slab("Conv2D", rows, axis, P, p).window;
+      readers += g >= w.begin && g < w.end;
+    }
+    ok = ok && hdx.data()[i] == T(readers);
+  }
+  CHECK(ok);
+}
+
+namespace {
+
+// One convolution: Dims, channels, groups, the whole sample's spatial
+// extents, and per-axis kernel, stride, padding and dilation.
+struct Case {
+  char const* what;
+  int dims;
+  std::size_t in, out, groups;
+  std::array<std::size_t, 3> extent, kernel, stride, padding, dilation;
+  bool bias;
+};
+
+template <class V, int Dims>
+void check_case(Case const& c, double tol = 1e-11) {
+  using Conv = telar::Convolution<V, Dims, M>;
+  using Ext = typename Conv::Extents;
+  auto pick = [](std::array<std::size_t, 3> const& a) {
+    Ext e{};
+    for (int i = 0; i < Dims; ++i)
+      e[std::size_t(i)] = a[std::size_t(i)];
+    return e;
+  };
+  Conv const proto(c.in, c.out, pick(c.kernel), pick(c.stride), pick(c.padding), c.bias,
+                   pick(c.dilation), c.groups);
+  telar::Shape const shape = Dims == 3 ? telar::Shape{c.in, c.extent[0], c.extent[1], c.extent[2]}
+                                       : telar::Shape{c.in, c.extent[0], c.extent[1]};
+  std::size_t const n = 2, plane = shape.size() / (c.in * c.extent[0]);
+  auto comm = world();
+  INFO(c.what << ", sp = " << comm.size() << ", rank " << comm.rank());
+
+  Conv whole = proto;
+  whole.build(shape);
+  whole.initialize(11);
+  telar::Shape const oshape = whole.output_shape(shape);
+  std::size_t const orows = oshape[1], oplane = oshape.size() / (c.out * orows);
+  auto const x = telar::test::random_matrix<V>(n, shape.size(), 5);
+  auto const dy = telar::test::random_matrix<V>(n, oshape.size(), 6);
+  telar::Matrix<V, M> y("test::y", n, oshape.size()), dx("test::dx", n, shape.size());
+  typename Conv::saved_type saved;
+  whole.forward(Exec{}, x, y, saved);
+  whole.backward_input(Exec{}, dy, dx, saved);
+  whole.backward_weight(Exec{}, dy, saved);
+
+  telar::SpatialConv<Conv> split(comm, proto);
+  split.build(shape);
+  split.initialize(11);
+  auto const& s = split.slab();
+  CHECK(split.input_shape().size() == c.in * s.in.size() * plane);
+  auto const xs = rows_of<V>(x, c.in, c.extent[0], plane, s.in);
+  auto const dys = rows_of<V>(dy, c.out, orows, oplane, s.out);
+  telar::Matrix<V, M> ys("test::ys", n, split.output_shape().size());
+  telar::Matrix<V, M> dxs("test::dxs", n, xs.extent(1));
+  typename telar::SpatialConv<Conv>::saved_type ssaved;
+  split.forward(Exec{}, xs, ys, ssaved);
+  split.backward_input(Exec{}, dys, dxs, ssaved);
+  split.backward_weight(Exec{}, dys, ssaved);
+
+  CHECK(max_diff(ys, rows_of<V>(y, c.out, orows, oplane, s.out)) < tol);
+  CHECK(max_diff(dxs, rows_of<V>(dx, c.in, c.extent[0], plane, s.in)) < tol);
+  CHECK(max_diff(split.layer.weight_grad, whole.weight_grad) < tol);
+  if (c.bias)
+    CHECK(max_diff(split.layer.bias_grad, whole.bias_grad) < tol);
+}
+
+} // namespace
+
+TEST_CASE("SpatialConv equals the unsplit Conv3D and Conv2D on every slab", "[spatial][mpi]") {
+  std::vector<Case> const cases{
+      {"3-D k3 s1 p1", 3, 2, 3, 1, {8, 4, 3}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, true},
+      {"3-D k3 s2 p1, uneven",
+       3,
+       2,
+       3,
+       1,
+       {9, 3, 4},
+       {3, 3, 3},
+       {2, 2, 1},
+       {1, 1, 1},
+       {1, 1, 1},
+       true},
+      {"3-D k2 s2 p0", 3, 3, 2, 1, {8, 3, 3}, {2, 2, 2}, {2, 2, 2}, {0, 0, 0}, {1, 1, 1}, false},
+      {"3-D k3 p2 dilation 2, groups 2, uneven",
+       3,
+       2,
+       4,
+       2,
+       {10, 3, 3},
+       {3, 3, 3},
+       {1, 1, 1},
+       {2, 1, 1},
+       {2, 1, 1},
+       true},
+      {"3-D pointwise, uneven",
+       3,
+       3,
+       2,
+       1,
+       {5, 2, 3},
+       {1, 1, 1},
+       {1, 1, 1},
+       {0, 0, 0},
+       {1, 1, 1},
+       true},
+      {"3-D kernel 3x1x3, no depth padding, uneven",
+       3,
+       2,
+       2,
+       1,
+       {11, 3, 4},
+       {3, 1, 3},
+       {1, 1, 1},
+       {0, 0, 1},
+       {1, 1, 1},
+       true},
+      {"2-D k3 s1 p1, uneven",
+       2,
+       2,
+       3,
+       1,
+       {7, 5, 0},
+       {3, 3, 0},
+       {1, 1, 0},
+       {1, 1, 0},
+       {1, 1, 0},
+       true},
+      {"2-D k5 p2", 2, 2, 2, 1, {12, 4, 0}, {5, 3, 0}, {1, 1, 0}, {2, 1, 0}, {1, 1, 0}, true},
+      {"2-D k3 s2 p0, uneven, a rank skipping its first row",
+       2,
+       3,
+       2,
+       1,
+       {13, 6, 0},
+       {3, 3, 0},
+       {2, 1, 0},
+       {0, 1, 0},
+       {1, 1, 0},
+       true},
+  };
+  for (auto const& c : cases) {
+    if (c.dims == 3)
+      check_case<T, 3>(c);
+    else
+      check_case<T, 2>(c);
+  }
+  // float runs oneDNN, with asymmetric padding at the volume's faces.
+  check_case<float, 3>(cases[0], 1e-5);
+}
+
+TEST_CASE("SpatialConv refuses a split on every rank before any message", "[spatial][mpi]") {
+  auto comm = world();
+  int const P = comm.size();
+  if (P < 2)
+    return; // sp = 1 splits nothing
+  auto refusal = [&](std::size_t depth) {
+    telar::SpatialConv<telar::Conv3D<T>> conv(comm, telar::Conv3D<T>(1, 1, 7, 1, 3));
+    try {
+      conv.build({1, depth, 3, 3});
+    } catch (telar::ShapeError const& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  std::string const where = "telar::SpatialParallel: Conv3D with split extent ";
+  CHECK(refusal(std::size_t(P - 1)) ==
+        where + std::to_string(P - 1) + " over sp = " + std::to_string(P) + ": the input (" +
+            std::to_string(P - 1) + " rows) leaves rank " + std::to_string(P - 1) +
+            " an empty slab (every rank needs at least one row: "
+            "sp <= " +
+            std::to_string(P - 1) + ")");
+  if (P == 4) // two ranks: the neighbour holds every other row
+    CHECK(refusal(8) == where + "8 over sp = 4: rank 0 needs 3 halo rows from rank 1, whose "
+                                "slab has 2 (a slab thinner than the halo: use a smaller sp)");
+}
+
+namespace {
+
+using BN = telar::BatchNorm<T, M, telar::SyncStats>;
+
+// f(value, gradient) for every parameter of l (none for an activation).
+template <class L, class F>
+void visit(L& l, F&& f) {
+  if constexpr (telar::layer_traits<L>::has_parameters)
+    l.parameters([&](char const*, auto& v, auto& g) { f(v, g); });
+}
+
+// Every parameter of `layers` (a tuple), flattened, as a host vector.
+template <class Tuple>
+std::vector<double> flat_parameters(Tuple& layers) {
+  std::vector<double> all;
+  std::apply(
+      [&](auto&... l) {
+        (visit(l,
+               [&](auto& v, auto&) {
+                 auto h = telar::test::to_host(v);
+                 all.insert(all.end(), h.data(), h.data() + h.span());
+               }),
+         ...);
+      },
+      layers);
+  return all;
+}
+
+// Layer J's backward: input gradient (not for the first layer), then its
+// parameter gradient.
+template <std::size_t J, class Tuple, class Saved, class G>
+void backward_at(Tuple& layers, Saved& saved, G& g) {
+  auto& l = std::get<J>(layers);
+  if constexpr (J > 0)
+    l.backward_input(Exec{}, g[J], g[J - 1], std::get<J>(saved));
+  if constexpr (telar::layer_traits<std::decay_t<decltype(l)>>::has_backward_weight)
+    l.backward_weight(Exec{}, g[J], std::get<J>(saved));
+}
+
+// One SGD step (lr 0.05) of a chain of layers on L = 0.5 scale sum y^2 over
+// this rank's outputs (scale: 1 / outputs in the whole batch); `cols` are the activations' sizes
+// per sample. The same code drives the plain layers (serial) and the spatial wrappers.
+template <class Tuple, std::size_t... I>
+void sgd_step(Tuple& layers, telar::Matrix<T, M> const& x, std::vector<std::size_t> const& cols,
+              T scale, std::index_sequence<I...>) {
+  constexpr std::size_t N = sizeof...(I);
+  std::size_t const n = x.extent(0);
+  std::vector<telar::Matrix<T, M>> y(N), g(N);
+  for (std::size_t i = 0; i < N; ++i) {
+    y[i] = telar::Matrix<T, M>("test::y", n, cols[i]);
+    g[i] = telar::Matrix<T, M>("test::g", n, cols[i]);
+  }
+  std::tuple<typename telar::layer_traits<std::tuple_element_t<I, Tuple>>::saved_type...> saved;
+  (std::get<I>(layers).forward(Exec{}, I == 0 ? x : y[I - (I > 0)], y[I], std::get<I>(saved)), ...);
+  for (std::size_t i = 0; i < y[N - 1].span(); ++i) // dL/dy = scale y
+    g[N - 1].data()[i] = scale * y[N - 1].data()[i];
+  (backward_at<N - 1 - I>(layers, saved, g), ...);
+  Exec{}.fence();
+  std::apply(
+      [&](auto&... l) {
+        (visit(l,
+               [&](auto& v, auto& dv) {
+                 for (std::size_t i = 0; i < v.span(); ++i) {
+                   v.data()[i] -= T(0.05) * dv.data()[i];
+                   dv.data()[i] = T(0);
+                 }
+               }),
+         ...);
+      },
+      layers);
+}
+
+// Builds and initialises (seed 20 + i) every layer of a chain. Plain
+// layers (Split false) take their input's shape, starting from whole[0];
+// spatial wrappers take the whole shape of their input, whole[i]. Returns
+// the whole shapes of every layer's input and of the chain's output.
+template <bool Split, class Tuple, std::size_t... I>
+std::vector<telar::Shape> build_chain(Tuple& layers, std::vector<telar::Shape> whole,
+                                      std::index_sequence<I...>) {
+  auto one = [&](auto& l, std::size_t i) {
+    using L = std::decay_t<decltype(l)>;
+    if constexpr (telar::layer_traits<L>::has_build)
+      l.build(whole[i]);
+    if constexpr (telar::layer_traits<L>::has_initialize)
+      l.initialize(20 + i);
+    if constexpr (!Split)
+      whole.push_back(l.output_shape(whole[i]));
+  };
+  (one(std::get<I>(layers), I), ...);
+  return whole;
+}
+
+} // namespace
+
+TEST_CASE("SpatialLocal BatchNorm: statistics and gradients over the group", "[spatial][mpi]") {
+  auto comm = world();
+  telar::Shape const shape{3, 9, 2, 3};
+  std::size_t const n = 2, rows = 9, plane = 6;
+  BN whole(3);
+  whole.initialize(1);
+  telar::SpatialLocal<BN> split(comm, BN(3));
+  split.build(shape);
+  split.initialize(1);
+  auto const x = telar::test::random_matrix<T>(n, shape.size(), 8);
+  auto const dy = telar::test::random_matrix<T>(n, shape.size(), 9);
+  telar::Matrix<T, M> y("test::y", n, shape.size()), dx("test::dx", n, shape.size());
+  BN::saved_type saved, ssaved;
+  whole.forward(Exec{}, x, y, saved);
+  whole.backward_input(Exec{}, dy, dx, saved);
+  whole.backward_weight(Exec{}, dy, saved);
+  auto const xs = rows_of(x, 3, rows, plane, split.slab());
+  auto const dys = rows_of(dy, 3, rows, plane, split.slab());
+  telar::Matrix<T, M> ys("test::ys", n, xs.extent(1)), dxs("test::dxs", n, xs.extent(1));
+  split.forward(Exec{}, xs, ys, ssaved);
+  split.backward_input(Exec{}, dys, dxs, ssaved);
+  split.backward_weight(Exec{}, dys, ssaved);
+  CHECK(max_diff(ys, rows_of(y, 3, rows, plane, split.slab())) < 1e-11);
+  CHECK(max_diff(dxs, rows_of(dx, 3, rows, plane, split.slab())) < 1e-11);
+  CHECK(max_diff(split.layer.weight_grad, whole.weight_grad) < 1e-11);
+  CHECK(max_diff(split.layer.bias_grad, whole.bias_grad) < 1e-11);
+  CHECK(max_diff(split.layer.running_var, whole.running_var) < 1e-11);
+}
+
+TEST_CASE("A U-Net-like chain on slabs trains to the serial parameters", "[spatial][mpi]") {
+  // Conv3D -> BatchNorm -> ReLU -> MaxPool 2 -> Conv3D -> Upsample 2 ->
+  // Conv3D, three SGD steps on slabs of depth 12 (uneven slabs below).
+  auto comm = world();
+  telar::Shape const shape{2, 12, 4, 4};
+  std::size_t const n = 2;
+  telar::Conv3D<T> const c0(2, 4, 3, 1, 1), c1(4, 4, 3, 1, 1), c2(4, 2, 3, 1, 1);
+  telar::MaxPool<3, T, M> const pool(2);
+  telar::Upsample<T, M> const up({2, 2, 2});
+  auto serial = std::make_tuple(c0, BN(4), telar::ReLU<T>{}, pool, c1, up, c2);
+  auto split = std::make_tuple(telar::SpatialConv<telar::Conv3D<T>>(comm, c0),
+                               telar::SpatialLocal<BN>(comm, BN(4)),
+                               telar::SpatialLocal<telar::ReLU<T>>(comm, telar::ReLU<T>{}),
+                               telar::SpatialPool<telar::MaxPool<3, T, M>>(comm, pool),
+                               telar::SpatialConv<telar::Conv3D<T>>(comm, c1),
+                               telar::SpatialUpsample<telar::Upsample<T, M>>(comm, up),
+                               telar::SpatialConv<telar::Conv3D<T>>(comm, c2));
+  auto const seq = std::make_index_sequence<7>{};
+  auto const shapes = build_chain<false>(serial, {shape}, seq);
+  build_chain<true>(split, shapes, seq);
+  std::vector<std::size_t> whole_cols, slab_cols;
+  std::apply([&](auto&... l) { (slab_cols.push_back(l.output_shape().size()), ...); }, split);
+  for (std::size_t i = 1; i < shapes.size(); ++i)
+    whole_cols.push_back(shapes[i].size());
+  auto const& s0 = std::get<0>(split).slab();
+  auto const initial = flat_parameters(serial);
+  for (int step = 0; step < 3; ++step) {
+    auto const x = telar::test::random_matrix<T>(n, shape.size(), 30 + std::uint64_t(step));
+    T const scale = T(1) / T(n * whole_cols.back());
+    sgd_step(serial, x, whole_cols, scale, seq);
+    sgd_step(split, rows_of(x, 2, shape[1], 16, s0.in), slab_cols, scale, seq);
+  }
+  auto const a = flat_parameters(serial), b = flat_parameters(split);
+  REQUIRE(a.size() == b.size());
+  double worst = 0, moved = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::abs(a[i] - b[i]));
+    moved = std::max(moved, std::abs(a[i] - initial[i]));
+  }
+  CHECK(worst < 1e-11);
+  CHECK(moved > 1e-4); // the steps moved the parameters: not a comparison of the seeds
+  CHECK(max_diff(std::get<1>(split).layer.running_mean, std::get<1>(serial).running_mean) < 1e-11);
+}
+
+namespace {
+
+// A layer without a halo-free footprint (pooling, upsampling, transposed
+// convolution) on slabs against the unsplit one: output, input gradient,
+// and parameter gradients (summed over the group) where it has parameters.
+template <class Pool>
+void check_pool(Pool const& proto, telar::Shape const& shape) {
+  auto comm = world();
+  INFO(Pool::name() << " over " << shape.str() << ", sp = " << comm.size() << ", rank "
+                    << comm.rank());
+  constexpr bool params = telar::layer_traits<Pool>::has_parameters;
+  std::size_t const n = 2, C = shape[0], rows = shape[1], plane = shape.size() / (C * rows);
+  Pool whole = proto;
+  whole.build(shape);
+  telar::SpatialConv<Pool> split(comm, proto);
+  split.build(shape);
+  if constexpr (params) {
+    whole.initialize(3);
+    split.initialize(3);
+  }
+  telar::Shape const out = whole.output_shape(shape);
+  std::size_t const Co = out[0], oplane = out.size() / (Co * out[1]);
+  auto const x = telar::test::random_matrix<T>(n, shape.size(), 12);
+  auto const dy = telar::test::random_matrix<T>(n, out.size(), 13);
+  telar::Matrix<T, M> y("test::y", n, out.size()), dx("test::dx", n, shape.size());
+  typename telar::layer_traits<Pool>::saved_type saved;
+  whole.forward(Exec{}, x, y, saved);
+  whole.backward_input(Exec{}, dy, dx, saved);
+
+  auto const& s = split.slab();
+  telar::Matrix<T, M> ys("test::ys", n, split.output_shape().size());
+  telar::Matrix<T, M> dxs("test::dxs", n, split.input_shape().size());
+  typename telar::SpatialConv<Pool>::saved_type ssaved;
+  auto const dys = rows_of(dy, Co, out[1], oplane, s.out);
+  split.forward(Exec{}, rows_of(x, C, rows, plane, s.in), ys, ssaved);
+  split.backward_input(Exec{}, dys, dxs, ssaved);
+  CHECK(max_diff(ys, rows_of(y, Co, out[1], oplane, s.out)) < 1e-11);
+  CHECK(max_diff(dxs, rows_of(dx, C, rows, plane, s.in)) < 1e-11);
+  if constexpr (params) {
+    whole.backward_weight(Exec{}, dy, saved);
+    split.backward_weight(Exec{}, dys, ssaved);
+    std::vector<double> a, b;
+    visit(whole, [&](auto&, auto& g) { a.insert(a.end(), g.data(), g.data() + g.span()); });
+    visit(split.layer, [&](auto&, auto& g) { b.insert(b.end(), g.data(), g.data() + g.span()); });
+    REQUIRE(a.size() == b.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      worst = std::max(worst, std::abs(a[i] - b[i]));
+    CHECK(worst < 1e-11);
+  }
+}
+
+} // namespace
+
+TEST_CASE("SpatialPool equals the unsplit MaxPool and AvgPool on every slab", "[spatial][mpi]") {
+  using Max3 = telar::MaxPool<3, T, M>;
+  using Avg3 = telar::AvgPool<3, T, M>;
+  check_pool(Max3(2), {2, 9, 4, 3});        // tiled 2 / 2, uneven, a row no window reads
+  check_pool(Max3(3, 2, 1), {2, 10, 3, 3}); // overlapping windows, padding at the faces
+  check_pool(Avg3(3, 2, 1), {2, 11, 3, 2}); // padding counted in the divisor
+  check_pool(Avg3(3, 1, 1, false, false), {1, 8, 2, 3}); // padding not counted
+  check_pool(telar::MaxPool<2, T, M>(3, 1, 1), {2, 7, 5});
+}
+
+TEST_CASE("SpatialConv of ConvTranspose equals the unsplit layer on every slab", "[spatial][mpi]") {
+  using CT3 = telar::ConvTranspose3D<T, M>;
+  check_pool(CT3(2, 3, 2, 2), {2, 5, 3, 2});       // k2 s2, uneven
+  check_pool(CT3(2, 2, 3, 2, 1, 1), {2, 6, 2, 2}); // k3 s2 p1, output_padding 1
+  check_pool(telar::ConvTranspose2D<T, M>(2, 2, 3, 1, 1), {2, 7, 4});
+}
+
+TEST_CASE("SpatialPool and ConvTranspose refusals on every rank", "[spatial][mpi]") {
+  auto comm = world();
+  telar::SpatialPool<telar::MaxPool<3, T, M>> pool(comm, telar::MaxPool<3, T, M>(2, 2, 0, true));
+  std::string got;
+  try {
+    pool.build({1, 8, 3, 3});
+  } catch (telar::ShapeError const& e) {
+    got = e.what();
+  }
+  CHECK(got == "MaxPool3D: ceil_mode is not supported on slabs (spatial parallelism)");
+  if (comm.size() != 2)
+    return; // sp = 2 puts a slab start between the taps of a 1-tap stride-2 kernel
+  telar::SpatialConv<telar::ConvTranspose3D<T, M>> up(comm,
+                                                      telar::ConvTranspose3D<T, M>(1, 1, 1, 2));
+  got.clear();
+  try {
+    up.build({1, 3, 2, 2});
+  } catch (telar::ShapeError const& e) {
+    got = e.what();
+  }
+  CHECK(got == "ConvTranspose3D: a stride (2) longer than the kernel's span is not supported on "
+               "slabs (spatial parallelism)");
+}
+
+TEST_CASE("SpatialUpsample equals the unsplit Upsample on every slab", "[spatial][mpi]") {
+  using Up = telar::Upsample<T, M>;
+  check_pool(Up({2, 2, 2}), {2, 5, 3, 2});                              // nearest, uneven
+  check_pool(Up({2, 2, 2}, telar::UpsampleMode::linear), {2, 6, 3, 2}); // trilinear
+  check_pool(Up({3, 2}, telar::UpsampleMode::linear, true), {2, 7, 4}); // align_corners
+}
+
+namespace {
+
+// Labels [n, voxels] in [0, classes), the same on every rank.
+telar::VoxelLabels<M> random_labels(std::size_t n, std::size_t voxels, int classes) {
+  telar::VoxelLabels<M> y("test::labels", n, voxels);
+  auto h = Kokkos::create_mirror_view(y);
+  for (std::size_t i = 0; i < h.span(); ++i)
+    h.data()[i] = int(std::size_t(1e6 * (1 + telar::test::hash_uniform(17, i))) % classes);
+  Kokkos::deep_copy(y, h);
+  return y;
+}
+
+// The summed loss of logits z (scale 1) and its gradient.
+template <class Loss>
+double loss_and_gradient(Loss const& loss, telar::Matrix<T, M> const& z,
+                         telar::VoxelLabels<M> const& y, telar::Matrix<T, M> const& dz) {
+  return loss.forward_backward(Exec{}, z, y, dz, T(1)).loss;
+}
+
+// Central differences of the summed loss against its gradient, every entry.
+template <class Loss>
+double fd_error(Loss const& loss, std::size_t n, std::size_t k, std::size_t voxels) {
+  auto z = telar::test::random_matrix<T>(n, k, 41, 2.0);
+  auto const y = random_labels(n, voxels, int(k / voxels));
+  telar::Matrix<T, M> dz("test::dz", n, k), scratch("test::scratch", n, k);
+  loss_and_gradient(loss, z, y, dz);
+  double worst = 0;
+  for (std::size_t i = 0; i < z.span(); ++i) {
+    T const keep = z.data()[i], h = 1e-6;
+    z.data()[i] = keep + h;
+    double const up = loss_and_gradient(loss, z, y, scratch);
+    z.data()[i] = keep - h;
+    double const down = loss_and_gradient(loss, z, y, scratch);
+    z.data()[i] = keep;
+    worst = std::max(worst, std::abs((up - down) / (2 * h) - dz.data()[i]));
+  }
+  return worst;
+}
+
+} // namespace
+
+TEST_CASE("VoxelCrossEntropy and SoftDice gradients match finite differences", "[spatial]") {
+  CHECK(fd_error(telar::VoxelCrossEntropy<T, M>(3), 2, 3 * 10, 10) < 1e-7);
+  CHECK(fd_error(telar::SoftDice<T, M>(3), 2, 3 * 10, 10) < 1e-7);
+  CHECK(fd_error(telar::SoftDice<T, M>(2, 1e-3), 1, 2 * 12, 12) < 1e-7);
+}
+
+TEST_CASE("Voxel cross entropy and soft Dice on slabs equal the unsplit loss", "[spatial][mpi]") {
+  auto comm = world();
+  std::size_t const n = 2, C = 3, rows = 9, plane = 4, V = rows * plane;
+  auto const z = telar::test::random_matrix<T>(n, C * V, 51, 2.0);
+  auto const y = random_labels(n, V, int(C));
+  telar::Slab const s = telar::split_extent(rows, comm.size(), comm.rank());
+  auto const zs = rows_of(z, C, rows, plane, s);
+  auto const ys = rows_of<int>(y, 1, rows, plane, s);
+  telar::Matrix<T, M> dz("test::dz", n, C * V), dzs("test::dzs", n, zs.extent(1));
+
+  telar::VoxelCrossEntropy<T, M> const ce(C);
+  double const whole_ce = ce.forward_backward(Exec{}, z, y, dz, T(1.0 / double(n * V))).loss;
+  double const split_ce = telar::spatial_voxel_cross_entropy(Exec{}, ce, comm, zs, ys, dzs);
+  CHECK(std::abs(split_ce - whole_ce / double(n * V)) < 1e-11);
+  CHECK(max_diff(dzs, rows_of(dz, C, rows, plane, s)) < 1e-11);
+
+  telar::SoftDice<T, M> const dice(C);
+  double const whole_dice = dice.forward_backward(Exec{}, z, y, dz, T(1.0 / double(n))).loss;
+  double const split_dice = telar::spatial_soft_dice(Exec{}, dice, comm, zs, ys, dzs);
+  CHECK(std::abs(split_dice - whole_dice / double(n)) < 1e-11);
+  CHECK(max_diff(dzs, rows_of(dz, C, rows, plane, s)) < 1e-11);
+}
+
+// Not run by ctest (hidden tag): medians of five steps of a float Conv3D
+// 8 -> 8, k3 p1 on [8, 32, 32, 32] x 2 samples, unsplit on every rank, on
+// slabs, and the forward halo exchange alone. Run with
+// mpiexec -n P test_spatial "[.bench]".
+TEST_CASE("SpatialConv timing", "[.bench][spatial]") {
+  using F = float;
+  auto comm = world();
+  telar::Shape const shape{8, 32, 32, 32};
+  std::size_t const n = 2, plane = 32 * 32;
+  telar::Conv3D<F> const proto(8, 8, 3, 1, 1);
+  auto median = [&](auto&& f) {
+    std::vector<double> t;
+    for (int i = 0; i < 5; ++i) {
+      comm.barrier();
+      auto const t0 = std::chrono::steady_clock::now();
+      f();
+      Exec{}.fence();
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(t.begin(), t.end());
+    return t[2];
+  };
+  telar::Conv3D<F> whole = proto;
+  whole.build(shape);
+  whole.initialize(1);
+  auto const x = telar::test::random_matrix<F>(n, shape.size(), 1);
+  telar::Matrix<F, M> y("y", n, shape.size()), dx("dx", n, shape.size());
+  telar::Conv3D<F>::saved_type saved;
+  double const t_whole = median([&] {
+    whole.forward(Exec{}, x, y, saved);
+    whole.backward_input(Exec{}, y, dx, saved);
+    whole.backward_weight(Exec{}, y, saved);
+  });
+  telar::SpatialConv<telar::Conv3D<F>> split(comm, proto);
+  split.build(shape);
+  split.initialize(1);
+  auto const xs = rows_of<F>(x, 8, 32, plane, split.slab().in);
+  telar::Matrix<F, M> ys("ys", n, split.output_shape().size()), dxs("dxs", n, xs.extent(1));
+  telar::SpatialConv<telar::Conv3D<F>>::saved_type ss;
+  double const t_split = median([&] {
+    split.forward(Exec{}, xs, ys, ss);
+    split.backward_input(Exec{}, ys, dxs, ss);
+    split.backward_weight(Exec{}, ys, ss);
+  });
+  telar::HaloExchange<F, M> halo(comm);
+  double const t_halo = median([&] {
+    halo.post(Exec{}, split.slab().halo, xs.data(), n * 8, plane, ss.ext.data());
+    halo.finish(Exec{});
+  });
+  if (comm.rank() == 0)
+    std::printf("sp = %d: unsplit step %.4f s, slab step %.4f s, halo exchange %.5f s\n",
+                comm.size(), t_whole, t_split, t_halo);
+  CHECK(t_split > 0);
+}
