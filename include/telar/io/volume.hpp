@@ -15,6 +15,7 @@
 #include <telar/io/detail/agree.hpp>
 #include <telar/io/detail/volume_read.hpp>
 #include <telar/io/detail/volume_synth.hpp>
+#include <telar/parallel/spatial_decomposition.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -63,15 +64,18 @@ inline SlabRange split_extent(long long extent, int parts, int part, long long h
   std::string const what = std::string("telar::split_extent: ") + axis + " " +
                            std::to_string(extent) + " split into " + std::to_string(parts) +
                            " slabs";
-  long long const base = extent / parts, extra = extent % parts;
+  long long const base = extent / parts;
   if (base == 0)
     throw DataError(what + ": a slab would be empty");
   if (parts > 1 && base < halo)
     throw DataError(what + " gives slabs of " + std::to_string(base) +
                     " planes, thinner than the halo of " + std::to_string(halo));
+  // The planes a rank owns are the spatial decomposition's, so that a slab
+  // read from the file is the slab the split layers compute on.
+  Slab const owned = split_extent(std::size_t(extent), parts, part);
   SlabRange r;
-  r.begin = part * base + std::min<long long>(part, extra);
-  r.end = r.begin + base + (part < extra ? 1 : 0);
+  r.begin = static_cast<long long>(owned.begin);
+  r.end = static_cast<long long>(owned.end);
   r.halo_lo = part > 0 ? halo : 0;
   r.halo_hi = part + 1 < parts ? halo : 0;
   return r;
