@@ -8,7 +8,9 @@
 # The model is 784-1024-1024-10 at a global batch of 256: at the examples'
 # default 784-256-256-10, batch 64, a step is ~2 ms of compute and a second
 # rank on 2 shared cores loses more to synchronisation than it gains
-# (docs/planner.md); here compute dominates and the second rank pays off.
+# (docs/planner.md); here compute dominates and a second rank can pay off,
+# when both cores are free (on a machine loaded by other work it may not:
+# the speed-up line says what happened).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
