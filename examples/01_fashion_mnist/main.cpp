@@ -7,8 +7,15 @@
 //                 [--nonfinite stop|skip] [--zero 0|1|2|3] [--timeline PREFIX] [--limit-steps N]
 //                 [--recompute none|full] [--memory-budget SIZE]
 //                 [--checkpoint-dir DIR] [--checkpoint-every N] [--resume]
-//                 [--precision fp32|bf16]
+//                 [--precision fp32|bf16] [--layout auto|manual] [--dry-run] [--profile PATH]
 //   mpirun -np 2 fashion_mnist --dp 2
+//   mpirun -np 2 fashion_mnist --layout auto
+//
+// --layout auto lets telar::plan_layout choose dp x pp x tp, the ZeRO stage,
+// schedule, micro-batches and recomputation: the fastest predicted layout
+// that fits --memory-budget (docs/planner.md); --dry-run prints the ranking
+// and why the others were refused (JSON with --json) and trains nothing.
+// --profile names the machine profile (default: the one telar_probe cached).
 //
 // --zero picks the data-parallel sharding: 0 none, 1 ZeRO-1 (optimizer
 // state), 2 ZeRO-2 (optimizer state and gradients), 3 ZeRO-3 (and the
@@ -27,11 +34,13 @@
 // default strategy set only (--zero 0, --recompute none).
 #include <telar/telar.hpp> // one include for all of Telar
 
-#include "example_support.hpp"
+#include "layout_planning.hpp"
 
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace {
 
@@ -51,7 +60,8 @@ struct Args : example::CommonArgs {
       "[--json] [--dp N] [--pp N] [--tp N] "
       "[--schedule %s] [--microbatches M] [--nonfinite stop|skip] [--zero 0|1|2|3] "
       "[--timeline PREFIX] [--limit-steps N] [--recompute none|full] [--memory-budget SIZE] "
-      "[--checkpoint-dir DIR] [--checkpoint-every N] [--resume] [--precision fp32|bf16]\n",
+      "[--checkpoint-dir DIR] [--checkpoint-every N] [--resume] [--precision fp32|bf16] "
+      "[--layout auto|manual] [--dry-run] [--profile PATH]\n",
       why, example::schedule_choices().c_str());
   throw 2;
 }
@@ -90,6 +100,8 @@ Args parse(int argc, char** argv) {
     usage(("--precision expects fp32 or bf16, got '" + a.precision + "'").c_str());
   if (a.precision == "bf16" && (a.zero != 0 || a.recompute != "none"))
     usage("--precision bf16 runs with --zero 0 and --recompute none");
+  if (a.precision == "bf16" && (a.layout_auto || a.dry_run))
+    usage("--layout auto and --dry-run plan the fp32 model (--precision fp32)");
   return a;
 }
 
@@ -140,10 +152,15 @@ std::string gemm_kernels(Args const& a) {
 }
 
 template <class Strategy, class ModelT, class Optimizer>
-int train(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt) {
+int train(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt,
+          std::optional<telar::LayoutPlan> const& plan) {
   telar::FashionMnist data = telar::load_fashion_mnist(a.data);
   telar::TrainerOptions const opts = example::trainer_options(a, data.train.size);
-  telar::Trainer<ModelT, Strategy, Optimizer> trainer(comm, std::move(model), opt, opts, 784);
+  ModelT const fresh = model; // the cost model's copy
+  auto trainer = example::with_fastest_fitting(plan, [&] {
+    return telar::Trainer<ModelT, Strategy, Optimizer>(comm, std::move(model), opt, opts, 784);
+  });
+  double const predicted = example::predicted_step_ms(comm, a, fresh, trainer, 784);
   std::size_t const local = example::local_batch(a, trainer.grid_shape().dp, "fashion_mnist");
   if (trainer.rank() == 0)
     std::fprintf(stderr,
@@ -156,7 +173,8 @@ int train(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt) {
                  a.precision.c_str());
 
   auto test_set = example::test_set(data.test, data.test.size);
-  example::Result const r = example::fit(trainer, a, data, test_set, local);
+  example::Result r = example::fit(trainer, a, data, test_set, local);
+  r.predicted_ms = predicted;
   example::write_timeline(trainer, a.timeline, "fashion_mnist");
   telar::JsonObject config = example::common_config(trainer, a);
   config.add("zero", a.zero)
@@ -170,28 +188,58 @@ int train(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt) {
 
 // --zero: the strategy type of the stage.
 template <class ModelT, class Optimizer>
-int train_zero(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt) {
+int train_zero(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt,
+               std::optional<telar::LayoutPlan> const& plan) {
   if (a.zero == 1)
-    return train<StrategyFor<1>>(comm, a, std::move(model), opt);
+    return train<StrategyFor<1>>(comm, a, std::move(model), opt, plan);
   if (a.zero == 2)
-    return train<StrategyFor<2>>(comm, a, std::move(model), opt);
+    return train<StrategyFor<2>>(comm, a, std::move(model), opt, plan);
   if (a.zero == 3)
-    return train<StrategyFor<3>>(comm, a, std::move(model), opt);
-  return train<StrategyFor<0>>(comm, a, std::move(model), opt);
+    return train<StrategyFor<3>>(comm, a, std::move(model), opt, plan);
+  return train<StrategyFor<0>>(comm, a, std::move(model), opt, plan);
 }
 
-// --recompute full: every layer keeps only its input (telar::RecomputeAll).
+// The layouts of `model` under every ZeRO stage (the strategy types
+// train_zero runs), merged.
+template <class Optimizer, class ModelT, int... Stage>
+telar::LayoutPlan plan_stages(MPI_Comm comm, Args const& a, ModelT const& model,
+                              std::integer_sequence<int, Stage...>) {
+  return example::merged(
+      {example::plan_of<ModelT, StrategyFor<Stage>, Optimizer>(comm, a, model, 784)...});
+}
+
+// Every layout this example's types can run: each ZeRO stage, with and
+// without recomputation.
 template <class Optimizer>
-int train_model(MPI_Comm comm, Args const& a, Optimizer opt) {
+telar::LayoutPlan plan_all(MPI_Comm comm, Args const& a) {
+  using Stages = std::integer_sequence<int, 0, 1, 2, 3>;
+  return example::merged(
+      {plan_stages<Optimizer>(comm, a, make_model(a.hidden), Stages{}),
+       plan_stages<Optimizer>(comm, a, telar::recompute_all(make_model(a.hidden)), Stages{})});
+}
+
+// --layout auto / --dry-run: the planner decides (ZeRO and recomputation
+// too); --recompute full: every layer keeps only its input (telar::RecomputeAll).
+template <class Optimizer>
+int train_model(MPI_Comm comm, Args const& given, Optimizer opt) {
+  Args a = given;
+  std::optional<telar::LayoutPlan> plan;
   if (a.precision == "bf16") {
     if constexpr (telar::Bf16Gemm::supports<T, telar::DefaultMemorySpace>())
-      return train<StrategyFor<0>>(comm, a, make_model<telar::Bf16Gemm>(a.hidden), opt);
+      return train<StrategyFor<0>>(comm, a, make_model<telar::Bf16Gemm>(a.hidden), opt, plan);
     else
       usage("--precision bf16 needs oneDNN and host memory (telar::Bf16Gemm)");
   }
+  if (!example::plan_run(comm, a, plan, "fashion_mnist",
+                         [&] { return plan_all<Optimizer>(comm, a); }))
+    return 0;
+  if (a.layout_auto) {
+    a.zero = plan->best().zero_stage;
+    a.recompute = plan->best().recompute ? "full" : "none";
+  }
   if (a.recompute == "full")
-    return train_zero(comm, a, telar::recompute_all(make_model(a.hidden)), opt);
-  return train_zero(comm, a, make_model(a.hidden), opt);
+    return train_zero(comm, a, telar::recompute_all(make_model(a.hidden)), opt, plan);
+  return train_zero(comm, a, make_model(a.hidden), opt, plan);
 }
 
 int run(MPI_Comm comm, int argc, char** argv) {

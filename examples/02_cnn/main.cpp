@@ -11,7 +11,10 @@
 //       [--dp N] [--pp N] [--tp N] [--schedule 1f1b] [--microbatches M]
 //       [--timeline PREFIX] [--limit-steps N] [--eval-limit N]
 //       [--checkpoint-dir DIR] [--checkpoint-every N] [--resume]
+//       [--memory-budget SIZE] [--layout auto|manual] [--dry-run] [--profile PATH]
 //
+// --layout auto: the planner's fastest layout that fits; --dry-run: its
+// ranking, no training (docs/planner.md).
 // --eval-limit evaluates on the first N test images only (quick checks).
 //   mpirun -np 2 cnn --dp 2
 //
@@ -25,10 +28,11 @@
 #include <telar/layers/pooling.hpp>
 #include <telar/parallel/tensor_parallel.hpp>
 
-#include "example_support.hpp"
+#include "layout_planning.hpp"
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 namespace {
@@ -46,7 +50,8 @@ struct Args : example::CommonArgs {
                "[--json] [--dp N] [--pp N] [--tp N] "
                "[--schedule gpipe|1f1b|interleaved|zb-h1|zb-h2] [--microbatches M] "
                "[--timeline PREFIX] [--limit-steps N] [--eval-limit N] "
-               "[--checkpoint-dir DIR] [--checkpoint-every N] [--resume]\n",
+               "[--checkpoint-dir DIR] [--checkpoint-every N] [--resume] "
+               "[--memory-budget SIZE] [--layout auto|manual] [--dry-run] [--profile PATH]\n",
                why);
   throw 2;
 }
@@ -89,11 +94,21 @@ Model make_model(std::size_t hidden) {
                Row(hidden, 10));
 }
 
+// --layout auto / --dry-run / --memory-budget: the layouts of the one
+// strategy type this example runs.
 template <class Optimizer>
-int train(MPI_Comm comm, Args const& a, Optimizer opt) {
+int train(MPI_Comm comm, Args const& given, Optimizer opt) {
+  Args a = given;
+  std::optional<telar::LayoutPlan> plan;
+  if (!example::plan_run(comm, a, plan, "cnn", [&] {
+        return example::plan_of<Model, Strategy, Optimizer>(comm, a, make_model(a.hidden), image);
+      }))
+    return 0;
   telar::FashionMnist data = telar::load_fashion_mnist(a.data);
   telar::TrainerOptions const opts = example::trainer_options(a, data.train.size);
-  telar::Trainer<Model, Strategy, Optimizer> trainer(comm, make_model(a.hidden), opt, opts, image);
+  auto trainer = example::with_fastest_fitting(plan, [&] {
+    return telar::Trainer<Model, Strategy, Optimizer>(comm, make_model(a.hidden), opt, opts, image);
+  });
   std::size_t const local = example::local_batch(a, trainer.grid_shape().dp, "cnn");
   if (trainer.rank() == 0)
     std::fprintf(stderr,
@@ -110,7 +125,8 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
                                ? std::min<std::size_t>(data.test.size, std::size_t(a.eval_limit))
                                : data.test.size;
   auto test_set = example::test_set(data.test, eval);
-  example::Result const r = example::fit(trainer, a, data, test_set, local);
+  example::Result r = example::fit(trainer, a, data, test_set, local);
+  r.predicted_ms = example::predicted_step_ms(comm, a, make_model(a.hidden), trainer, image);
   example::write_timeline(trainer, a.timeline, "cnn");
   telar::JsonObject config = example::common_config(trainer, a);
   config.add("gemm", telar::gemm_backend_name<T, telar::DefaultMemorySpace>())

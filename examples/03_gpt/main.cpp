@@ -12,7 +12,10 @@
 //       [--steps N] [--eval-every N] [--eval-limit 256] [--sample 200]
 //       [--temperature 0.8] [--prompt TEXT] [--data DIR] [--json]
 //       [--dp N] [--pp N] [--tp N] [--schedule 1f1b] [--microbatches M] [--timeline PREFIX]
+//       [--memory-budget SIZE] [--layout auto|manual] [--dry-run] [--profile PATH]
 //
+// --layout auto: the planner's fastest layout that fits; --dry-run: its
+// ranking, no training (docs/planner.md).
 //   mpirun -np 2 gpt --tp 2
 //
 // Reports the training loss and the validation loss and perplexity every
@@ -28,11 +31,12 @@
 #include <telar/layers/normalization.hpp>
 #include <telar/parallel/tensor_parallel_attention.hpp>
 
-#include "example_support.hpp"
+#include "layout_planning.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -59,7 +63,8 @@ struct Args : example::CommonArgs {
                "[--hidden N] [--heads N] [--dropout X] [--steps N] [--eval-every N] "
                "[--eval-limit N] [--sample N] [--temperature X] [--prompt TEXT] [--data DIR] "
                "[--json] [--dp N] [--pp N] [--tp N] [--schedule %s] [--microbatches M] "
-               "[--timeline PREFIX] [--checkpoint-dir DIR] [--checkpoint-every N] [--resume]\n",
+               "[--timeline PREFIX] [--checkpoint-dir DIR] [--checkpoint-every N] [--resume] "
+               "[--memory-budget SIZE] [--layout auto|manual] [--dry-run] [--profile PATH]\n",
                why, example::schedule_choices().c_str());
   throw 2;
 }
@@ -272,8 +277,18 @@ Report fit(Trainer& trainer, Args const& a, telar::TextWindows const& train, Win
   return r;
 }
 
+// --layout auto / --dry-run / --memory-budget: the layouts of the one
+// strategy type this example runs.
 template <std::size_t L, class Optimizer>
-int train(MPI_Comm comm, Args const& a, Optimizer opt) {
+int train(MPI_Comm comm, Args const& given, Optimizer opt) {
+  using Model = typename Gpt<L>::type;
+  telar::Shape const in(given.context);
+  Args a = given;
+  std::optional<telar::LayoutPlan> plan;
+  if (!example::plan_run(comm, a, plan, "gpt", [&] {
+        return example::plan_of<Model, Strategy, Optimizer, Loss>(comm, a, Gpt<L>::make(a), in);
+      }))
+    return 0;
   telar::TextSplit const text = telar::load_fortunes(a.data);
   telar::TextWindows const train_set(text.train, a.context), val_set(text.validation, a.context);
   telar::TrainerOptions opts = example::trainer_options(a, train_set.size());
@@ -282,9 +297,9 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
         std::min<long long>(a.limit_steps, (long long)(train_set.size() / a.batch) * a.epochs);
     opts.lr = telar::warmup_cosine(a.lr, std::min<long long>(100, total / 10), total, a.lr * 0.05);
   }
-  using Model = typename Gpt<L>::type;
-  telar::Trainer<Model, Strategy, Optimizer, Loss> trainer(comm, Gpt<L>::make(a), opt, opts,
-                                                           telar::Shape(a.context));
+  auto trainer = example::with_fastest_fitting(plan, [&] {
+    return telar::Trainer<Model, Strategy, Optimizer, Loss>(comm, Gpt<L>::make(a), opt, opts, in);
+  });
   std::size_t const local = example::local_batch(a, trainer.grid_shape().dp, "gpt");
   bool const root = trainer.rank() == 0;
   std::size_t const nval = std::min<std::size_t>(val_set.size(), std::size_t(a.eval_limit));
@@ -304,6 +319,7 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
                  trainer.pipeline_schedule().name.c_str(), opts.microbatches, a.batch);
 
   Report const r = fit(trainer, a, train_set, val, local);
+  double const predicted = example::predicted_step_ms(comm, a, Gpt<L>::make(a), trainer, in);
   example::write_timeline(trainer, a.timeline, "gpt");
   double const tokens_per_s = double(r.tokens) / r.train_seconds;
   std::string sample;
@@ -314,6 +330,7 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
   std::fprintf(stderr,
                "final: val loss %.4f, perplexity %.2f, median step %.1f ms, %.0f tokens/s\n",
                r.val_loss, std::exp(r.val_loss), r.median_ms, tokens_per_s);
+  example::print_prediction(predicted, r.median_ms);
   if (a.sample > 0)
     std::fprintf(stderr,
                  trainer.grid_shape().pp == 1
@@ -332,7 +349,8 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
       .add("val_loss", r.val_loss)
       .add("perplexity", std::exp(r.val_loss))
       .add("tokens_per_s", tokens_per_s)
-      .add("step_ms_median", r.median_ms)
+      .add("step_ms_median", r.median_ms);
+  example::add_prediction(j, a, predicted)
       .add("param_l2", r.param_l2)
       .add("steps", r.steps)
       .add("skipped_steps", trainer.skipped_steps())

@@ -7,7 +7,12 @@
 //              [--lr 1e-3] [--optimizer adamw] [--seed 1] [--data DIR] [--json]
 //              [--dp N] [--pp N] [--tp N] [--schedule 1f1b] [--microbatches M]
 //              [--timeline PREFIX] [--limit-steps N] [--memory-budget SIZE]
+//              [--layout auto|manual] [--dry-run] [--profile PATH]
 //   mpirun -np 2 onnx_train --model mlp.onnx --tp 2 --export mlp_trained.onnx
+//
+// --layout auto: the planner's fastest layout that fits (tensor parallelism
+// included when the graph has Megatron pairs); --dry-run: its ranking, no
+// training (docs/planner.md).
 //
 // The model takes Fashion-MNIST images: an input [batch, 784] or
 // [batch, 1, 28, 28] and 10 logits out (see docs/onnx.md for the operators).
@@ -17,9 +22,10 @@
 #include <telar/onnx/export.hpp>
 #include <telar/onnx/import.hpp>
 
-#include "example_support.hpp"
+#include "layout_planning.hpp"
 
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,7 +44,7 @@ struct Args : example::CommonArgs {
                "[--batch N] [--lr X] [--optimizer sgd|momentum|adam|adamw|lamb] [--seed N] "
                "[--data DIR] [--json] [--dp N] [--pp N] [--tp N] [--schedule %s] "
                "[--microbatches M] [--timeline PREFIX] [--limit-steps N] "
-               "[--memory-budget SIZE]\n",
+               "[--memory-budget SIZE] [--layout auto|manual] [--dry-run] [--profile PATH]\n",
                why, example::schedule_choices().c_str());
   throw 2;
 }
@@ -75,18 +81,37 @@ std::string join(std::vector<std::string> const& names) {
   return s;
 }
 
-template <class Optimizer>
-int train(MPI_Comm comm, Args const& a, Optimizer opt) {
+// The graph as Telar layers; tensor_parallel: Gemm pairs as Megatron pairs.
+telar::onnx::Imported<T> import_graph(Args const& a, bool tensor_parallel) {
   telar::onnx::ImportOptions io;
-  io.tensor_parallel = a.tp > 1;
-  auto const imported = telar::onnx::import_model<T>(a.model, io);
+  io.tensor_parallel = tensor_parallel;
+  auto imported = telar::onnx::import_model<T>(a.model, io);
   if (imported.input_shape.size() != 784)
     throw telar::Error("onnx_train: '" + a.model + "' takes inputs " + imported.input_shape.str() +
                        "; Fashion-MNIST needs 784 values per sample ([784] or [1, 28, 28])");
+  return imported;
+}
+
+// --layout auto / --dry-run / --memory-budget: the layouts of the one
+// strategy type, tensor parallelism included (the graph imported with its
+// Megatron pairs, which run plainly at tp 1).
+template <class Optimizer>
+int train(MPI_Comm comm, Args const& given, Optimizer opt) {
+  Args a = given;
+  std::optional<telar::LayoutPlan> plan;
+  if (!example::plan_run(comm, a, plan, "onnx_train", [&] {
+        auto const planned = import_graph(a, true);
+        return example::plan_of<Model, Strategy, Optimizer>(comm, a, planned.model,
+                                                            planned.input_shape);
+      }))
+    return 0;
+  auto const imported = import_graph(a, a.tp > 1);
   telar::FashionMnist data = telar::load_fashion_mnist(a.data);
   telar::TrainerOptions const opts = example::trainer_options(a, data.train.size);
-  telar::Trainer<Model, Strategy, Optimizer> trainer(comm, imported.model, opt, opts,
-                                                     imported.input_shape);
+  auto trainer = example::with_fastest_fitting(plan, [&] {
+    return telar::Trainer<Model, Strategy, Optimizer>(comm, imported.model, opt, opts,
+                                                      imported.input_shape);
+  });
   if (trainer.shapes().back().size() != 10)
     throw telar::Error("onnx_train: '" + a.model + "' has " +
                        std::to_string(trainer.shapes().back().size()) +
@@ -98,7 +123,9 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
                  join(imported.model.layer_names()).c_str(), imported.input_shape.str().c_str(),
                  Optimizer::name(), trainer.layout().c_str());
   auto test_set = example::test_set(data.test, data.test.size);
-  example::Result const r = example::fit(trainer, a, data, test_set, local);
+  example::Result r = example::fit(trainer, a, data, test_set, local);
+  r.predicted_ms =
+      example::predicted_step_ms(comm, a, imported.model, trainer, imported.input_shape);
   example::write_timeline(trainer, a.timeline, "onnx_train");
   if (!a.export_path.empty()) {
     telar::onnx::export_trained(trainer, imported, a.export_path); // collective

@@ -20,8 +20,12 @@
 //   resnet [--model resnet|resnet50] [--depth 20] [--width 16] [--bn local|sync]
 //          [--resolution 128] [--epochs 15] [--batch 128] [--lr 0.1]
 //          [--optimizer momentum] [common flags: --dp --pp --schedule --microbatches
-//          --limit-steps --eval-limit --json --timeline --checkpoint-dir ...]
+//          --limit-steps --eval-limit --json --timeline --checkpoint-dir ...
+//          --memory-budget --layout auto|manual --dry-run --profile]
 //   mpirun -np 2 resnet --dp 2 --bn sync
+//
+// --layout auto: the planner's fastest layout that fits; --dry-run: its
+// ranking, no training (docs/planner.md).
 //
 // --bn local normalises each rank's micro-batch on its own (what PyTorch's
 // DDP does); --bn sync reduces the statistics over the data-parallel group
@@ -34,10 +38,11 @@
 #include <telar/layers/dense.hpp>
 #include <telar/layers/pooling.hpp>
 
-#include "example_support.hpp"
+#include "layout_planning.hpp"
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <variant>
 
@@ -64,7 +69,8 @@ struct Args : example::CommonArgs {
                "[--optimizer momentum|adamw] [--seed N] [--data DIR] [--json] [--dp N] [--pp N] "
                "[--schedule gpipe|1f1b|interleaved|zb-h1|zb-h2] [--microbatches M] "
                "[--timeline PREFIX] [--limit-steps N] [--eval-limit N] [--memory-budget BYTES] "
-               "[--checkpoint-dir DIR] [--checkpoint-every N] [--resume]\n",
+               "[--checkpoint-dir DIR] [--checkpoint-every N] [--resume] [--layout auto|manual] "
+               "[--dry-run] [--profile PATH]\n",
                why);
   throw 2;
 }
@@ -203,16 +209,30 @@ telar::FashionMnist load_data(Args const& a) {
   return d;
 }
 
+// --layout auto / --dry-run / --memory-budget: the layouts of the one
+// strategy type this example runs.
 template <class Stats, class Optimizer>
-int train(MPI_Comm comm, Args const& a, Optimizer opt) {
+int train(MPI_Comm comm, Args const& given, Optimizer opt) {
   using N = Net<Stats>;
-  telar::FashionMnist const data = load_data(a);
-  bool const cifar = a.model == "resnet";
+  bool const cifar = given.model == "resnet";
   telar::Shape const image =
-      cifar ? telar::Shape{1, 28, 28} : telar::Shape{3, a.resolution, a.resolution};
+      cifar ? telar::Shape{1, 28, 28} : telar::Shape{3, given.resolution, given.resolution};
+  auto const make_model = [&] {
+    return cifar ? N::cifar(given.depth, given.width) : N::resnet50();
+  };
+  Args a = given;
+  std::optional<telar::LayoutPlan> plan;
+  if (!example::plan_run(comm, a, plan, "resnet", [&] {
+        return example::plan_of<typename N::Model, Strategy, Optimizer>(comm, a, make_model(),
+                                                                        image);
+      }))
+    return 0;
+  telar::FashionMnist const data = load_data(a);
   telar::TrainerOptions const opts = example::trainer_options(a, data.train.size);
-  telar::Trainer<typename N::Model, Strategy, Optimizer> trainer(
-      comm, cifar ? N::cifar(a.depth, a.width) : N::resnet50(), opt, opts, image);
+  auto trainer = example::with_fastest_fitting(plan, [&] {
+    return telar::Trainer<typename N::Model, Strategy, Optimizer>(comm, make_model(), opt, opts,
+                                                                  image);
+  });
   std::size_t const local = example::local_batch(a, trainer.grid_shape().dp, "resnet");
   std::string const name =
       cifar ? "ResNet-" + std::to_string(a.depth) + " (width " + std::to_string(a.width) + ")"
@@ -230,7 +250,8 @@ int train(MPI_Comm comm, Args const& a, Optimizer opt) {
                                ? std::min<std::size_t>(data.test.size, std::size_t(a.eval_limit))
                                : data.test.size;
   auto test_set = example::test_set(data.test, eval);
-  example::Result const r = example::fit(trainer, a, data, test_set, local);
+  example::Result r = example::fit(trainer, a, data, test_set, local);
+  r.predicted_ms = example::predicted_step_ms(comm, a, make_model(), trainer, image);
   example::write_timeline(trainer, a.timeline, "resnet");
   telar::JsonObject config = example::common_config(trainer, a);
   config.add("model", cifar ? "resnet" + std::to_string(a.depth) : std::string("resnet50"))

@@ -61,6 +61,10 @@ struct CommonArgs {
   long checkpoint_every = 0;     // steps between checkpoints (0: only at the end)
   bool resume = false;           // continue from the newest checkpoint in the directory
   telar::NonFinite nonfinite = telar::NonFinite::stop; // a step with a NaN or infinity
+  bool layout_auto = false;  // --layout auto: the planner's fastest layout that fits
+  bool dry_run = false;      // --dry-run: print the planner's ranking and train nothing
+  std::string profile;       // --profile: the machine profile (empty: the cached one)
+  std::string layout_reason; // why this layout: the planner's, or empty (given by flags)
 };
 
 // "1.5GB", "512MiB", "2000000": bytes (B, KB, MB, GB powers of 1000; KiB,
@@ -183,6 +187,15 @@ inline bool read_common_flag(ArgReader& r, CommonArgs& a) {
     a.checkpoint_every = long(r.integer(1, std::numeric_limits<long>::max()));
   else if (f == "--resume")
     a.resume = true;
+  else if (f == "--layout") {
+    std::string const v = r.value();
+    if (v != "auto" && v != "manual")
+      r.fail("--layout expects auto or manual, got '" + v + "'");
+    a.layout_auto = v == "auto";
+  } else if (f == "--dry-run")
+    a.dry_run = true;
+  else if (f == "--profile")
+    a.profile = r.value();
   else if (f == "--memory-budget") {
     a.memory_budget = parse_bytes(r.value());
     if (a.memory_budget == 0)
@@ -288,6 +301,7 @@ struct Result {
   double train_seconds = 0;
   double median_ms = 0; // median step time
   double param_l2 = 0;
+  double predicted_ms = 0; // the cost model's step time for this layout (0: none)
 };
 
 inline double median(std::vector<double> v) {
@@ -484,6 +498,20 @@ telar::JsonObject common_config(telar::Trainer<Model, Strategy, Optimizer, Loss>
   return config;
 }
 
+// The end of a run: the cost model's step time against the measured median.
+inline void print_prediction(double predicted_ms, double measured_ms) {
+  if (predicted_ms > 0)
+    std::fprintf(stderr, "step time: predicted %.2f ms, measured %.2f ms (median, %+.0f%%)\n",
+                 predicted_ms, measured_ms, 100 * (measured_ms / predicted_ms - 1));
+}
+
+// The JSON summary's predicted_step_ms and layout_reason (beside step_ms_median).
+inline telar::JsonObject& add_prediction(telar::JsonObject& j, CommonArgs const& a,
+                                         double predicted_ms) {
+  return j.add("predicted_step_ms", predicted_ms)
+      .add("layout_reason", a.layout_reason.empty() ? "given by flags" : a.layout_reason);
+}
+
 // Rank 0: the final line and, with --json, the one-line summary the tests parse.
 template <class TrainerT>
 void report(TrainerT const& trainer, CommonArgs const& a, Result const& r,
@@ -493,6 +521,7 @@ void report(TrainerT const& trainer, CommonArgs const& a, Result const& r,
   double const samples_per_s = double(r.samples) / r.train_seconds;
   std::fprintf(stderr, "final: test accuracy %.2f%%, median step %.2f ms, %.0f samples/s\n",
                100 * r.test.accuracy, r.median_ms, samples_per_s);
+  print_prediction(r.predicted_ms, r.median_ms);
   std::fprintf(stderr, "memory (rank 0, peak since construction): %s\nmemory plan (rank 0): %s\n",
                trainer.memory().str().c_str(), trainer.memory_plan().bytes.str().c_str());
   if (!a.json)
@@ -502,7 +531,8 @@ void report(TrainerT const& trainer, CommonArgs const& a, Result const& r,
       .add("test_loss", r.test.loss)
       .add("test_accuracy", r.test.accuracy)
       .add("samples_per_s", samples_per_s)
-      .add("step_ms_median", r.median_ms)
+      .add("step_ms_median", r.median_ms);
+  add_prediction(j, a, r.predicted_ms)
       .add("param_l2", r.param_l2)
       .add("steps", r.steps)
       .add("skipped_steps", r.skipped_steps)

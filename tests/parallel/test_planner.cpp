@@ -130,6 +130,18 @@ TEST_CASE("planner: the calibration cache interpolates in rows and survives JSON
   CHECK(p.layer_timing(g, 8)->backward_weight == 3e-4);
   CHECK(!p.layer_timing(telar::MachineProfile::layer_group("Dense", "[784]", "[64]", 1), 8));
 
+  // A size measured while descheduled is capped by its neighbours: by a
+  // larger size's time, and by a smaller size's time times the row ratio.
+  std::string const h = telar::MachineProfile::layer_group("Dense", "[784]", "[1024]", 1);
+  p.layer_times[h][64] = {1e-3, 1e-3, 1e-3};
+  p.layer_times[h][128] = {2e-3, 42e-3, 6e-3};
+  p.layer_times[h][256] = {3e-3, 36e-3, 4e-3};
+  auto const capped = p.layer_timing(h, 128);
+  CHECK(std::abs(capped->forward - 2e-3) < 1e-12);         // consistent: kept
+  CHECK(std::abs(capped->backward_input - 2e-3) < 1e-12);  // 2 x the 64 rows' time
+  CHECK(std::abs(capped->backward_weight - 2e-3) < 1e-12); // 2 x 64 rows, below 256 rows' 4 ms
+  CHECK(std::abs(p.layer_timing(h, 96)->backward_input - 1.5e-3) < 1e-12); // between capped sizes
+
   p.step_overhead_us = 120;
   p.shared_slowdown = 1.3;
   auto const q = telar::MachineProfile::from_json(p.to_json());

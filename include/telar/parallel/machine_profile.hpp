@@ -110,14 +110,16 @@ struct MachineProfile {
   /*! \brief The measured time of \p group at \p rows: linear in rows
    *  between the nearest measured sizes, linear through the two nearest
    *  beyond them (never below 0, nor below the smallest size's time when
-   *  fewer rows are asked); empty when the group was not measured. */
+   *  fewer rows are asked); empty when the group was not measured. Each
+   *  measured size counts as its lower envelope over the others
+   *  (envelope()): calibration noise only ever adds time. */
   std::optional<LayerTiming> layer_timing(std::string const& group, std::size_t rows) const {
     auto const g = layer_times.find(group);
     if (g == layer_times.end() || g->second.empty())
       return std::nullopt;
     auto const& m = g->second;
-    if (auto e = m.find(rows); e != m.end())
-      return e->second;
+    if (m.count(rows) > 0)
+      return envelope(m, rows);
     if (m.size() == 1) { // one size: proportional in rows
       double const f = double(rows) / double(m.begin()->first);
       LayerTiming t = m.begin()->second;
@@ -129,17 +131,35 @@ struct MachineProfile {
     if (hi == m.begin())
       ++hi;
     auto lo = std::prev(hi);
+    LayerTiming const a = envelope(m, lo->first), b = envelope(m, hi->first);
     double const x0 = double(lo->first), x1 = double(hi->first), x = double(rows);
-    auto lerp = [&](double a, double b) {
-      return std::max(0.0, a + (b - a) * (x - x0) / (x1 - x0));
+    auto lerp = [&](double u, double v) {
+      return std::max(0.0, u + (v - u) * (x - x0) / (x1 - x0));
     };
-    LayerTiming t{lerp(lo->second.forward, hi->second.forward),
-                  lerp(lo->second.backward_input, hi->second.backward_input),
-                  lerp(lo->second.backward_weight, hi->second.backward_weight)};
+    LayerTiming t{lerp(a.forward, b.forward), lerp(a.backward_input, b.backward_input),
+                  lerp(a.backward_weight, b.backward_weight)};
     if (x < x0) { // below the smallest: no cheaper than a fixed share of it
-      t.forward = std::max(t.forward, lo->second.forward * x / x0);
-      t.backward_input = std::max(t.backward_input, lo->second.backward_input * x / x0);
-      t.backward_weight = std::max(t.backward_weight, lo->second.backward_weight * x / x0);
+      t.forward = std::max(t.forward, a.forward * x / x0);
+      t.backward_input = std::max(t.backward_input, a.backward_input * x / x0);
+      t.backward_weight = std::max(t.backward_weight, a.backward_weight * x / x0);
+    }
+    return t;
+  }
+
+  /*! \brief The time measured at \p rows (a key of \p sizes), each part
+   *  capped by what the other sizes bound it to: no more than any larger
+   *  size's time, and no more than a smaller size's time scaled by the
+   *  ratio of rows. A call descheduled through all its repetitions (a 42 ms
+   *  backward between a 1 ms and a 36 ms neighbour, on a loaded machine)
+   *  would otherwise decide the ranking of the layouts that run that size.
+   *  \param sizes rows -> measured time \param rows a key of \p sizes */
+  static LayerTiming envelope(std::map<std::size_t, LayerTiming> const& sizes, std::size_t rows) {
+    LayerTiming t = sizes.at(rows);
+    for (auto const& [r, u] : sizes) {
+      double const f = r > rows ? 1.0 : double(rows) / double(r);
+      t.forward = std::min(t.forward, u.forward * f);
+      t.backward_input = std::min(t.backward_input, u.backward_input * f);
+      t.backward_weight = std::min(t.backward_weight, u.backward_weight * f);
     }
     return t;
   }

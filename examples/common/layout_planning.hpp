@@ -1,0 +1,216 @@
+// --layout auto, --dry-run and the predicted step time: what the examples
+// that train with a telar::Trainer share around the planner
+// (docs/planner.md). Apart from example_support.hpp so that an example
+// without these flags (hpsearch) does not compile the cost model.
+#pragma once
+
+#include "example_support.hpp"
+
+#include <telar/parallel/calibrate.hpp>
+#include <telar/parallel/planner.hpp>
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <initializer_list>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace example {
+
+inline int world_size(MPI_Comm comm) {
+  int n = 1;
+  MPI_Comm_size(comm, &n);
+  return n;
+}
+
+namespace detail {
+
+// Rank 0's `text` on every rank; a leading '!' marks an error, thrown on
+// every rank alike (rank 0 must not fail alone: the others would wait).
+inline std::string broadcast_or_throw(MPI_Comm comm, std::string text) {
+  unsigned long long n = text.size();
+  MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, 0, comm);
+  text.resize(n);
+  MPI_Bcast(text.data(), int(n), MPI_CHAR, 0, comm);
+  if (!text.empty() && text[0] == '!')
+    throw telar::Error(text.substr(1));
+  return text;
+}
+
+// Rank 0 times what `profile` lacks of `model` and its loss at `rows`, and
+// saves the result to --profile / $TELAR_PROFILE when one is named (never to
+// the shared default cache, which older builds read).
+template <class Model, class Loss>
+void calibrate_on_root(CommonArgs const& a, Model const& model, telar::Shape const& in,
+                       std::vector<std::size_t> const& rows, telar::MachineProfile& profile) {
+  auto const t0 = std::chrono::steady_clock::now();
+  Model m = model;
+  std::size_t const timed = telar::calibrate_layers(model, in, rows, profile) +
+                            telar::calibrate_loss<Loss>(m.build(in).back(), rows, profile);
+  if (timed == 0)
+    return;
+  char const* env = std::getenv("TELAR_PROFILE");
+  bool const keep = !a.profile.empty() || (env != nullptr && *env != 0);
+  std::string const path = a.profile.empty() ? telar::default_profile_path() : a.profile;
+  std::fprintf(stderr, "calibration: %zu layer sizes timed in %.2f s%s%s\n", timed,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+               keep ? ", cached in " : "", keep ? path.c_str() : "");
+  if (keep)
+    try {
+      std::error_code ec;
+      std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+      telar::save_machine_profile(profile, path);
+    } catch (std::exception const& e) {
+      std::fprintf(stderr, "calibration: not cached (%s)\n", e.what());
+    }
+}
+
+} // namespace detail
+
+// The machine profile (--profile, else the cached one) with every layer of
+// `model` timed at `rows` samples: rank 0 calibrates what the profile lacks
+// while the others wait (contention is the profile's shared_slowdown) and
+// sends the result to every rank, so all plan and predict alike. Collective;
+// the profile is loaded once per process and grows with each call.
+template <class Model, class Loss = telar::SoftmaxCrossEntropy<typename Model::value_type,
+                                                               typename Model::memory_space>>
+telar::MachineProfile const& machine_profile(MPI_Comm comm, CommonArgs const& a, Model const& model,
+                                             telar::Shape const& in,
+                                             std::vector<std::size_t> const& rows) {
+  static std::optional<telar::MachineProfile> cached;
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  std::string json;
+  if (rank == 0)
+    try {
+      if (!cached)
+        cached = telar::load_machine_profile(a.profile);
+      detail::calibrate_on_root<Model, Loss>(a, model, in, rows, *cached);
+      json = cached->to_json();
+    } catch (std::exception const& e) {
+      json = std::string("!") + e.what();
+    }
+  cached = telar::MachineProfile::from_json(detail::broadcast_or_throw(comm, json));
+  return *cached;
+}
+
+// Every layout of this world that a Trainer<Model, Strategy, Optimizer,
+// Loss> can run, ranked (collective: calibrates first). An example whose
+// flags pick among several strategy or model types merges their plans.
+template <class Model, class Strategy, class Optimizer,
+          class Loss =
+              telar::SoftmaxCrossEntropy<typename Model::value_type, typename Model::memory_space>>
+telar::LayoutPlan plan_of(MPI_Comm comm, CommonArgs const& a, Model const& model,
+                          telar::Shape const& in) {
+  int const world = world_size(comm);
+  telar::LayoutOptions opts;
+  opts.batch_size = a.batch;
+  telar::PlannerOptions search;
+  search.memory_budget = a.memory_budget;
+  auto const& prof =
+      machine_profile<Model, Loss>(comm, a, model, in, telar::planned_rows(a.batch, world));
+  return telar::plan_layout<Model, Strategy, Optimizer, Loss>(model, opts, in, world, prof, search);
+}
+
+// Plans of several strategy or model types (ZeRO stages, recomputation)
+// ranked together: the layouts an example's flags can choose from.
+inline telar::LayoutPlan merged(std::initializer_list<telar::LayoutPlan> plans) {
+  telar::LayoutPlan out = *plans.begin();
+  for (auto it = std::next(plans.begin()); it != plans.end(); ++it)
+    out.merge(*it);
+  return out;
+}
+
+// --dry-run prints the plan (rank 0; JSON on stdout with --json) and returns
+// false: train nothing. --layout auto takes the fastest layout that fits into
+// `a` (degrees, schedule, micro-batches; the example sets what its types
+// decide, such as ZeRO or recomputation) and says why. Every rank plans
+// alike (the same flags and the broadcast profile), so all choose alike.
+inline bool take_plan(MPI_Comm comm, CommonArgs& a, telar::LayoutPlan const& plan,
+                      char const* program) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  if (a.dry_run) {
+    if (rank == 0) {
+      std::fprintf(stderr, "%s: layouts of %d ranks, global batch %zu, profile %s\n%s", program,
+                   world_size(comm), a.batch, plan.profile.c_str(), plan.table().c_str());
+      if (a.json) {
+        std::printf("%s\n", plan.json().c_str());
+        std::fflush(stdout);
+      }
+    }
+    return false;
+  }
+  if (!a.layout_auto)
+    return true;
+  telar::LayoutCandidate const& best = plan.best();
+  a.dp = best.grid.dp;
+  a.pp = best.grid.pp;
+  a.tp = best.grid.tp;
+  a.schedule = best.schedule;
+  a.microbatches = best.microbatches;
+  a.layout_reason = best.reason;
+  if (rank == 0)
+    std::fprintf(stderr, "layout auto: chose %s, predicted %.2f ms/step (%s)\n", best.str().c_str(),
+                 best.predicted_step_ms, best.reason.c_str());
+  return true;
+}
+
+// Whether the flags ask for a plan: --layout auto, --dry-run, or a
+// --memory-budget (whose refusal names the fastest layout that fits).
+inline bool wants_plan(CommonArgs const& a) {
+  return a.layout_auto || a.dry_run || a.memory_budget > 0;
+}
+
+// The plan `make()` computes when the flags want one, taken into `a`;
+// false after --dry-run (train nothing).
+template <class MakePlan>
+bool plan_run(MPI_Comm comm, CommonArgs& a, std::optional<telar::LayoutPlan>& plan,
+              char const* program, MakePlan make) {
+  if (!wants_plan(a))
+    return true;
+  plan = make();
+  return take_plan(comm, a, *plan, program);
+}
+
+// Builds the Trainer; a layout given by flags that the budget refuses is
+// refused naming, besides the cheapest fitting layout, the planner's fastest.
+template <class Build>
+auto with_fastest_fitting(std::optional<telar::LayoutPlan> const& plan, Build build) {
+  try {
+    return build();
+  } catch (telar::MemoryError const& e) {
+    if (!plan || plan->ranked.empty())
+      throw;
+    auto const& best = plan->ranked.front();
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%.2f", best.predicted_step_ms);
+    throw telar::MemoryError(std::string(e.what()) + "; the fastest layout that fits: " +
+                             best.str() + ", predicted " + ms + " ms/step (--layout auto)");
+  }
+}
+
+// The cost model's step time of the layout `trainer` runs (collective):
+// `model` is a copy of its model before initialisation. Only this layout's
+// micro-batch size is calibrated when no plan did it already.
+template <class Model, class Strategy, class Optimizer, class Loss>
+double predicted_step_ms(MPI_Comm comm, CommonArgs const& a, Model const& model,
+                         telar::Trainer<Model, Strategy, Optimizer, Loss> const& trainer,
+                         telar::Shape const& in) {
+  telar::TrainerOptions const& opts = trainer.options();
+  std::size_t const rows =
+      a.batch / std::size_t(trainer.grid_shape().dp) / std::size_t(opts.microbatches);
+  auto const& prof = machine_profile<Model, Loss>(comm, a, model, in, {rows});
+  return telar::predict_step<Model, Strategy, Optimizer, Loss>(model, opts, in, world_size(comm),
+                                                               prof)
+      .step_ms;
+}
+
+} // namespace example
