@@ -26,7 +26,8 @@ pool_dilations, pool_rect, pool1d, ceil_pad, resize_cubic, resize_frac,
 resize_asym, concat_axis, tied, dead); graphs that import: the op_* models
 (one per activation, pooling, softmax and upsampling operator, each a Conv,
 the operator, Flatten, Linear: forward and training checked as the models
-above), mobilenetv2 (torchvision's, width 0.5, in the zoo with ResNet-18),
+above), mobilenetv2 (torchvision's, width 0.5, in the zoo with ResNet-18), resnet50,
+densenet121 and squeezenet (torchvision's, 3x32x32; ResNet-50 trained in float64),
 softmax_axis1.onnx (an inner Softmax over axis 1, with its _x.bin/_y.bin), branch.onnx (a tensor feeding two Linears, concatenated),
 nested.onnx (a residual inside a residual branch), batchnorm.onnx (a
 BatchNorm1d after a Linear), flatten_neg.onnx (Flatten with axis -3 on rank
@@ -205,7 +206,10 @@ ZOO = {"resnet18", "unet", "mobilenetv2", "resnet50", "densenet121", "squeezenet
 # PyTorch differ by 2e-2); at 1e-3 they agree to 1e-7. MobileNetV2's (its
 # last BatchNorms normalise 1x1 maps over 8 samples) differ by 0.3 at 1e-3,
 # 4e-3 at 1e-4 and 1e-5 at 1e-5.
-MODEL_LR = {"resnet18": 1e-3, "mobilenetv2": 1e-5, "resnet50": 1e-3, "densenet121": 1e-5}
+# DenseNet-121's last BatchNorms normalise 1x1 maps too: 1.7e-5 at 1e-5.
+# SqueezeNet's last ReLU outputs only zeros after three steps at 1e-2.
+MODEL_LR = {"resnet18": 1e-3, "mobilenetv2": 1e-5, "resnet50": 1e-3, "densenet121": 1e-5,
+            "squeezenet": 1e-3}
 # ResNet-50's BatchNorms normalise 8 samples of 2x2 and 1x1 maps at 3x32x32:
 # its float32 and float64 running variances differ by 0.13 after three steps
 # at any LR (1e-1 to 1e-5). Trained in float64 (<name>_trained.bin float64; Telar
