@@ -17,7 +17,7 @@ BatchNorms given random values) writes into OUT_DIR:
   <name>_trained.bin     PyTorch's trained parameters and running statistics, float32
                          (float64 for the models in DOUBLE, trained in float64),
                          in initializer order
-plus refusal fixtures: bad_op.onnx (Softplus), bad_opset.onnx (opset 99),
+plus refusal fixtures: transformer.onnx (an nn.TransformerEncoderLayer classifier), bad_op.onnx (Softplus), bad_opset.onnx (opset 99),
 float64.onnx (a double model), identity.onnx (one Identity node: no layer),
 logsoftmax_axis1.onnx (a LogSoftmax over axis 1 of a rank-3 output), and
 hand-built one-node graphs each refused for one attribute or form
@@ -292,8 +292,22 @@ def make(out, name):
     save(os.path.join(out, name + "_trained.bin"), np.concatenate(flat))
 
 
+class Encoder(nn.Module):
+    """An nn.TransformerEncoderLayer classifier (batch_first, d_model 32, 2
+    heads), mean over the tokens, Linear: not importable yet (refused)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.head = nn.Linear(8, 32), nn.Linear(32, 4)
+        self.enc = nn.TransformerEncoderLayer(32, 2, 64, dropout=0.0, batch_first=True)
+
+    def forward(self, x):
+        return self.head(self.enc(self.emb(x)).mean(1))
+
+
 def make_refusals(out):
     torch.manual_seed(5)
+    export(Encoder(), (6, 8), os.path.join(out, "transformer.onnx"))
     bad = nn.Sequential(nn.Linear(6, 4), nn.Softplus(), nn.Linear(4, 3))
     export(bad, (6,), os.path.join(out, "bad_op.onnx"))
     ok = nn.Sequential(nn.Linear(6, 4), nn.ReLU(), nn.Linear(4, 3))

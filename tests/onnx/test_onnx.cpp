@@ -341,8 +341,15 @@ TEST_CASE("ONNX import refuses what it does not support, naming it", "[onnx]") {
   };
   std::string const op = refuse("bad_op.onnx");
   CHECK_THAT(op, ContainsSubstring("(Softplus)") &&
-                     ContainsSubstring("operator Softplus is not supported") &&
+                     ContainsSubstring("operator Softplus is not supported (its input '") &&
+                     ContainsSubstring("' is [4] per sample)") &&
                      ContainsSubstring("supported: Gemm") && ContainsSubstring("bad_op.onnx"));
+  // Not importable yet: refused at its first unsupported node, with its shape.
+  std::string const encoder = refuse("transformer.onnx");
+  INFO(encoder);
+  CHECK_THAT(encoder, ContainsSubstring("transformer.onnx': node '") &&
+                          ContainsSubstring("(Transpose): operator Transpose is not supported") &&
+                          ContainsSubstring("is [6, 32] per sample"));
   CHECK_THAT(refuse("bad_opset.onnx"),
              ContainsSubstring("opset 99") && ContainsSubstring("9 to 18"));
   CHECK_THAT(refuse("float64.onnx"),

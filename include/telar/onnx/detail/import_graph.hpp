@@ -261,7 +261,10 @@ private:
       return emit(n, GlobalMaxPool<T, M>{}, x);
     if (op == "Resize" || op == "Upsample")
       return resize(n);
-    fail(n, "operator " + op + " is not supported; supported: " + supported_ops());
+    std::string const shape = shapes_.count(resolve(x)) ? " (its input '" + x + "' is " +
+                                                              shape_of(x).str() + " per sample)"
+                                                        : std::string();
+    fail(n, "operator " + op + " is not supported" + shape + "; supported: " + supported_ops());
   }
 
   // Layer node reading \p in, writing \p out (the node's output by default).
