@@ -14,9 +14,10 @@ BatchNorms given random values) writes into OUT_DIR:
   <name>_trained_y.bin   PyTorch's output (eval mode) on <name>_x after STEPS SGD steps
                          (training mode: BatchNorm with batch statistics)
   <name>_lr.txt          the SGD learning rate (LR, or the model's own)
-  <name>_trained.bin     PyTorch's trained parameters and running statistics, float32,
+  <name>_trained.bin     PyTorch's trained parameters and running statistics, float32
+                         (float64 for the models in DOUBLE, trained in float64),
                          in initializer order
-plus refusal fixtures: bad_op.onnx (Softplus), bad_opset.onnx (opset 99),
+plus refusal fixtures: transformer.onnx (an nn.TransformerEncoderLayer classifier), bad_op.onnx (Softplus), bad_opset.onnx (opset 99),
 float64.onnx (a double model), identity.onnx (one Identity node: no layer),
 logsoftmax_axis1.onnx (a LogSoftmax over axis 1 of a rank-3 output), and
 hand-built one-node graphs each refused for one attribute or form
@@ -25,7 +26,8 @@ pool_dilations, pool_rect, pool1d, ceil_pad, resize_cubic, resize_frac,
 resize_asym, concat_axis, tied, dead); graphs that import: the op_* models
 (one per activation, pooling, softmax and upsampling operator, each a Conv,
 the operator, Flatten, Linear: forward and training checked as the models
-above), mobilenetv2 (torchvision's, width 0.5, in the zoo with ResNet-18),
+above), mobilenetv2 (torchvision's, width 0.5, in the zoo with ResNet-18), resnet50,
+densenet121 and squeezenet (torchvision's, 3x32x32; ResNet-50 trained in float64),
 softmax_axis1.onnx (an inner Softmax over axis 1, with its _x.bin/_y.bin), branch.onnx (a tensor feeding two Linears, concatenated),
 nested.onnx (a residual inside a residual branch), batchnorm.onnx (a
 BatchNorm1d after a Linear), flatten_neg.onnx (Flatten with axis -3 on rank
@@ -132,6 +134,32 @@ def mobilenetv2():
     return randomize_batch_norms(m, 23)
 
 
+def resnet50():
+    import torchvision
+    return randomize_batch_norms(torchvision.models.resnet50(num_classes=10), 31)
+
+
+def densenet121():
+    """torchvision's DenseNet-121 (dense blocks: Concat of every earlier map;
+    transitions with AveragePool); at 3x32x32 its last block sees 1x1 maps."""
+    import torchvision
+    return randomize_batch_norms(torchvision.models.densenet121(num_classes=10), 37)
+
+
+def squeezenet():
+    """torchvision's SqueezeNet 1.0 (Fire modules: two Convs concatenated;
+    MaxPool with ceil_mode); its Dropout at 0, so that training is deterministic."""
+    import torchvision
+    m = torchvision.models.squeezenet1_0(num_classes=10)
+    m.classifier[0].p = 0.0
+    g = torch.Generator().manual_seed(41)
+    with torch.no_grad():  # as after training: its zero biases would be shared initializers
+        for c in m.modules():
+            if isinstance(c, nn.Conv2d):
+                c.bias.copy_(0.05 * torch.randn(c.out_channels, generator=g))
+    return m
+
+
 def op_net(body, shape, classes=3):
     """body (a Conv, then the operator under test), Flatten, Linear."""
     probe = nn.Sequential(*body, nn.Flatten())
@@ -169,14 +197,24 @@ def ops():
 
 MODELS = {"mlp": (mlp, (2, 6), 4), "cnn": (cnn, (1, 10, 10), 3), "resmlp": (resmlp, (12,), 4),
           "resnet18": (resnet18, (3, 32, 32), 10), "unet": (unet, (3, 16, 16), 2 * 16 * 16),
-          "mobilenetv2": (mobilenetv2, (3, 32, 32), 10), **ops()}
+          "mobilenetv2": (mobilenetv2, (3, 32, 32), 10), "resnet50": (resnet50, (3, 32, 32), 10),
+          "densenet121": (densenet121, (3, 32, 32), 10), "squeezenet": (squeezenet, (3, 32, 32), 10),
+          **ops()}
 # Exported with their BatchNormalization nodes (no Conv+BN folding): trainable.
-ZOO = {"resnet18", "unet", "mobilenetv2"}
+ZOO = {"resnet18", "unet", "mobilenetv2", "resnet50", "densenet121", "squeezenet"}
 # ResNet-18's three steps at LR on 8 samples are chaotic (float32 and float64
 # PyTorch differ by 2e-2); at 1e-3 they agree to 1e-7. MobileNetV2's (its
 # last BatchNorms normalise 1x1 maps over 8 samples) differ by 0.3 at 1e-3,
 # 4e-3 at 1e-4 and 1e-5 at 1e-5.
-MODEL_LR = {"resnet18": 1e-3, "mobilenetv2": 1e-5}
+# DenseNet-121's last BatchNorms normalise 1x1 maps too: 1.7e-5 at 1e-5.
+# SqueezeNet's last ReLU outputs only zeros after three steps at 1e-2.
+MODEL_LR = {"resnet18": 1e-3, "mobilenetv2": 1e-5, "resnet50": 1e-3, "densenet121": 1e-5,
+            "squeezenet": 1e-3}
+# ResNet-50's BatchNorms normalise 8 samples of 2x2 and 1x1 maps at 3x32x32:
+# its float32 and float64 running variances differ by 0.13 after three steps
+# at any LR (1e-1 to 1e-5). Trained in float64 (<name>_trained.bin float64; Telar
+# trains it in double).
+DOUBLE = {"resnet50"}
 OPSET = {"op_hardswish": 14}  # opset 13 writes nn.Hardswish as HardSigmoid and Mul
 
 
@@ -234,6 +272,8 @@ def make(out, name):
         save(os.path.join(out, name + "_y.bin"), model(x).numpy())
     save(os.path.join(out, name + "_train_x.bin"), tx.numpy())
     save(os.path.join(out, name + "_train_y.bin"), ty.numpy().astype(np.int32))
+    if name in DOUBLE:  # PyTorch's own float32 and float64 steps differ: the float64 one
+        model, tx, x = model.double(), tx.double(), x.double()
     model.train()
     lr = MODEL_LR.get(name, LR)
     with open(os.path.join(out, name + "_lr.txt"), "w") as f:
@@ -247,13 +287,27 @@ def make(out, name):
     model.eval()  # BatchNorm: running statistics, left as trained
     state = model.state_dict()
     with torch.no_grad():
-        save(os.path.join(out, name + "_trained_y.bin"), model(x).numpy())
+        save(os.path.join(out, name + "_trained_y.bin"), model(x).float().numpy())
     flat = [state[n].numpy().ravel() for n in initializer_names(path)]
     save(os.path.join(out, name + "_trained.bin"), np.concatenate(flat))
 
 
+class Encoder(nn.Module):
+    """An nn.TransformerEncoderLayer classifier (batch_first, d_model 32, 2
+    heads), mean over the tokens, Linear: not importable yet (refused)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.head = nn.Linear(8, 32), nn.Linear(32, 4)
+        self.enc = nn.TransformerEncoderLayer(32, 2, 64, dropout=0.0, batch_first=True)
+
+    def forward(self, x):
+        return self.head(self.enc(self.emb(x)).mean(1))
+
+
 def make_refusals(out):
     torch.manual_seed(5)
+    export(Encoder(), (6, 8), os.path.join(out, "transformer.onnx"))
     bad = nn.Sequential(nn.Linear(6, 4), nn.Softplus(), nn.Linear(4, 3))
     export(bad, (6,), os.path.join(out, "bad_op.onnx"))
     ok = nn.Sequential(nn.Linear(6, 4), nn.ReLU(), nn.Linear(4, 3))

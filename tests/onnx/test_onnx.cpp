@@ -59,8 +59,9 @@ void write_bin(std::string const& name, std::vector<T> const& v) {
   out.write(reinterpret_cast<char const*>(v.data()), std::streamsize(v.size() * sizeof(T)));
 }
 
-telar::Matrix<float> to_matrix(std::vector<float> const& v, std::size_t rows) {
-  telar::Matrix<float> m("x", rows, v.size() / rows);
+template <class T = float>
+telar::Matrix<T> to_matrix(std::vector<float> const& v, std::size_t rows) {
+  telar::Matrix<T> m("x", rows, v.size() / rows);
   auto h = Kokkos::create_mirror_view(m);
   std::copy(v.begin(), v.end(), h.data());
   Kokkos::deep_copy(m, h);
@@ -73,13 +74,15 @@ telar::Labels<> to_labels(std::vector<int> const& v) {
   Kokkos::deep_copy(y, h);
   return y;
 }
-std::vector<float> to_vector(telar::Matrix<float> const& m) {
+template <class T>
+std::vector<T> to_vector(telar::Matrix<T> const& m) {
   auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, m);
-  return std::vector<float>(h.data(), h.data() + h.size());
+  return std::vector<T>(h.data(), h.data() + h.size());
 }
 
 // max |a - b| / max |b|: a relative error that tiny entries do not inflate.
-double rel_err(std::vector<float> const& a, std::vector<float> const& b) {
+template <class T>
+double rel_err(std::vector<T> const& a, std::vector<T> const& b) {
   REQUIRE(a.size() == b.size());
   double num = 0, den = 0;
   for (std::size_t i = 0; i < a.size(); ++i) {
@@ -91,9 +94,10 @@ double rel_err(std::vector<float> const& a, std::vector<float> const& b) {
 
 // Initializers of the file, concatenated in file order (as make_models.py
 // writes PyTorch's trained values).
-std::vector<float> in_file_order(Imported const& imp,
-                                 std::map<std::string, std::vector<float>> const& values) {
-  std::vector<float> out;
+template <class T>
+std::vector<T> in_file_order(telar::onnx::Imported<T> const& imp,
+                             std::map<std::string, std::vector<T>> const& values) {
+  std::vector<T> out;
   for (auto const& t : imp.proto->graph().initializer()) {
     auto const* b = &*std::find_if(imp.bindings.begin(), imp.bindings.end(),
                                    [&](auto const& x) { return x.initializer == t.name(); });
@@ -125,29 +129,31 @@ int world_size() {
   return n;
 }
 
-// Trains `name` for the manifest's steps under the degrees of `opts`; the
-// gathered parameters (every rank) and the trainer's rank-0 outputs on x.
+// Trains `name` for the manifest's steps under the degrees of `opts`, in
+// T (the file's float32 values read as T); the gathered parameters (every
+// rank) and the trainer's rank-0 outputs on x (written as float32).
+template <class T = float>
 struct Trained {
-  std::map<std::string, std::vector<float>> params;
-  Imported imported;
+  std::map<std::string, std::vector<T>> params;
+  telar::onnx::Imported<T> imported;
 };
-template <class Strategy = Full>
-Trained train(std::string const& name, MPI_Comm comm, telar::TrainerOptions opts, bool tp,
-              std::string const& export_to = "") {
+template <class Strategy = Full, class T = float>
+Trained<T> train(std::string const& name, MPI_Comm comm, telar::TrainerOptions opts, bool tp,
+                 std::string const& export_to = "") {
   Manifest const mf = manifest();
-  Trained r;
+  Trained<T> r;
   telar::onnx::ImportOptions io;
   io.tensor_parallel = tp;
-  r.imported = telar::onnx::import_model<float>(fixture(name + ".onnx"), io);
+  r.imported = telar::onnx::import_model<T>(fixture(name + ".onnx"), io);
   auto const tx = read_bin<float>(name + "_train_x.bin");
   auto const ty = read_bin<int>(name + "_train_y.bin");
-  auto const x = to_matrix(tx, ty.size());
+  auto const x = to_matrix<T>(tx, ty.size());
   auto const y = to_labels(ty);
   double lr = mf.lr; // or the model's own (make_models.py's MODEL_LR)
   std::ifstream(fixture(name + "_lr.txt")) >> lr;
   opts.lr = telar::constant_lr(lr);
-  telar::Trainer<Model, Strategy, telar::SGD<float>> trainer(comm, r.imported.model, {}, opts,
-                                                             r.imported.input_shape);
+  telar::Trainer<telar::onnx::Model<T>, Strategy, telar::SGD<T>> trainer(
+      comm, r.imported.model, {}, opts, r.imported.input_shape);
   int const dp = trainer.grid_shape().dp, d = trainer.grid_coords().dp;
   std::size_t const local = mf.batch / std::size_t(dp);
   for (int s = 0; s < mf.steps; ++s) {
@@ -158,8 +164,8 @@ Trained train(std::string const& name, MPI_Comm comm, telar::TrainerOptions opts
   if (!export_to.empty()) {
     telar::onnx::export_trained(trainer, r.imported, fixture(export_to + ".onnx"));
     auto const xs = read_bin<float>(name + "_x.bin");
-    write_bin(export_to + "_y.bin",
-              to_vector(telar::onnx::predict(trainer.model(), to_matrix(xs, mf.n))));
+    auto const y = to_vector(telar::onnx::predict(trainer.model(), to_matrix<T>(xs, mf.n)));
+    write_bin(export_to + "_y.bin", std::vector<float>(y.begin(), y.end()));
   }
   return r;
 }
@@ -172,21 +178,25 @@ telar::TrainerOptions serial_options() {
 
 } // namespace
 
-// ResNet-18, the U-Net and MobileNetV2 (BatchNorm nodes, skips, joins):
+// The torchvision networks and the U-Net (BatchNorm nodes, skips, joins):
 // 1e-4; the rest 1e-5.
 bool zoo(std::string const& name) {
-  return name == "resnet18" || name == "unet" || name == "mobilenetv2";
+  for (char const* z : {"resnet18", "unet", "mobilenetv2", "resnet50", "densenet121", "squeezenet"})
+    if (name == z)
+      return true;
+  return false;
 }
 
 // Every model make_models.py trains: the small ones, the zoo, and one per
 // activation, pooling, softmax and upsampling operator (a Conv, the
 // operator, Flatten, Linear).
 std::vector<std::string> const models = {
-    "mlp",          "cnn",          "resmlp",         "resnet18",      "unet",
-    "mobilenetv2",  "op_relu6",     "op_clip",        "op_leaky",      "op_elu",
-    "op_silu",      "op_hardswish", "op_hardsigmoid", "op_softmax",    "op_gmaxpool",
-    "op_pool_ceil", "op_avgpool",   "op_pool3d",      "op_up_nearest", "op_up_linear",
-    "op_up_corners"};
+    "mlp",        "cnn",           "resmlp",       "resnet18",
+    "unet",       "mobilenetv2",   "resnet50",     "densenet121",
+    "squeezenet", "op_relu6",      "op_clip",      "op_leaky",
+    "op_elu",     "op_silu",       "op_hardswish", "op_hardsigmoid",
+    "op_softmax", "op_gmaxpool",   "op_pool_ceil", "op_avgpool",
+    "op_pool3d",  "op_up_nearest", "op_up_linear", "op_up_corners"};
 
 TEST_CASE("ONNX import: forward output equals PyTorch's", "[onnx]") {
   Manifest const mf = manifest();
@@ -203,31 +213,66 @@ TEST_CASE("ONNX import: forward output equals PyTorch's", "[onnx]") {
   }
 }
 
-TEST_CASE("ONNX import: SGD training equals PyTorch's; the export reloads", "[onnx]") {
-  for (std::string const& name : models) {
-    INFO(name);
-    // Every rank trains alone (the export is written once, by rank 0).
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    Trained const t =
-        train(name, MPI_COMM_SELF, serial_options(), false, rank == 0 ? name + "_telar" : "");
-    double const err =
-        rel_err(in_file_order(t.imported, t.params), read_bin<float>(name + "_trained.bin"));
-    INFO("parameters after training: relative error " << err);
-    CHECK(err <= 1e-4);
-    if (rank == 0) {
-      double const out =
-          rel_err(read_bin<float>(name + "_telar_y.bin"), read_bin<float>(name + "_trained_y.bin"));
-      INFO("outputs after training: relative error " << out);
-      CHECK(out <= 1e-4);
-      // The written file imports again with the trained values.
-      Imported back = telar::onnx::import_model<float>(fixture(name + "_telar.onnx"));
-      CHECK(in_file_order(back, *back.start) == in_file_order(t.imported, t.params));
-    }
+// ResNet-50's float32 training step is ill-conditioned at 3x32x32: its
+// BatchNorms normalise 8 samples of 2x2 and 1x1 maps, and PyTorch's own
+// float32 and float64 running variances differ by 0.13 after three steps,
+// at any learning rate. It trains in double, against PyTorch in float64.
+bool trained_in_double(std::string const& name) {
+  return name == "resnet50";
+}
+
+template <class T>
+void check_training(std::string const& name) {
+  // Every rank trains alone (the export is written once, by rank 0).
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  Trained<T> const t = train<Full, T>(name, MPI_COMM_SELF, serial_options(), false,
+                                      rank == 0 ? name + "_telar" : "");
+  std::vector<T> const got = in_file_order(t.imported, t.params);
+  double const err = rel_err(got, read_bin<T>(name + "_trained.bin"));
+  INFO("parameters after training: relative error " << err);
+  // In double, the file's float32 epsilon and momentum (1e-5f, 0.9f) differ
+  // from PyTorch's (1e-5, 0.1) by 2.5e-9 and 2.4e-7 relative.
+  CHECK(err <= (std::is_same_v<T, double> ? 1e-5 : 1e-4));
+  if (rank == 0) {
+    auto const want = read_bin<float>(name + "_trained_y.bin");
+    CHECK(std::any_of(want.begin(), want.end(), [](float v) { return v != 0; })); // not dead
+    double const out = rel_err(read_bin<float>(name + "_telar_y.bin"), want);
+    INFO("outputs after training: relative error " << out);
+    CHECK(out <= 1e-4);
+    // The written file (float32) imports again with the trained values.
+    Imported back = telar::onnx::import_model<float>(fixture(name + "_telar.onnx"));
+    CHECK(in_file_order(back, *back.start) == std::vector<float>(got.begin(), got.end()));
   }
 }
 
-static double worst_error(Trained const& got, Trained const& ref, std::string& worst_name) {
+// ResNet-50 and DenseNet-121 train in a case of their own (ctest
+// onnx_zoo_deep runs it beside the others): 12 s and 15 s of CPU here.
+bool deep(std::string const& name) {
+  return name == "resnet50" || name == "densenet121";
+}
+
+void check_training(std::string const& name) {
+  INFO(name);
+  if (trained_in_double(name))
+    check_training<double>(name);
+  else
+    check_training<float>(name);
+}
+
+TEST_CASE("ONNX import: SGD training equals PyTorch's; the export reloads", "[onnx]") {
+  for (std::string const& name : models)
+    if (!deep(name))
+      check_training(name);
+}
+
+TEST_CASE("ONNX import: ResNet-50 and DenseNet-121 train as PyTorch", "[.zoo_deep]") {
+  for (std::string const& name : models)
+    if (deep(name))
+      check_training(name);
+}
+
+static double worst_error(Trained<> const& got, Trained<> const& ref, std::string& worst_name) {
   double worst = 0;
   for (auto const& [init, v] : ref.params)
     if (double const e = rel_err(got.params.at(init), v); e >= worst) {
@@ -241,7 +286,7 @@ TEST_CASE("ONNX import: dp2, pp2, tp2 and ZeRO-3 train to the serial parameters"
   if (world_size() != 2)
     return; // the layouts below need two ranks
   {
-    Trained const ref = train("mlp", MPI_COMM_SELF, serial_options(), false);
+    Trained<> const ref = train("mlp", MPI_COMM_SELF, serial_options(), false);
     telar::TrainerOptions o;
     o.grid = {2, 1, 1};
     std::string name;
@@ -253,14 +298,14 @@ TEST_CASE("ONNX import: dp2, pp2, tp2 and ZeRO-3 train to the serial parameters"
     int dp, pp, tp;
   };
   for (std::string const name : {"mlp", "cnn", "resmlp"}) {
-    Trained const ref = train(name, MPI_COMM_SELF, serial_options(), false);
+    Trained<> const ref = train(name, MPI_COMM_SELF, serial_options(), false);
     for (Layout const l : {Layout{2, 1, 1}, Layout{1, 2, 1}, Layout{1, 1, 2}}) {
       if (l.tp > 1 && name != "mlp")
         continue; // tp pairs need Dense, act, Dense: the MLP has them
       telar::TrainerOptions o;
       o.grid = {l.dp, l.pp, l.tp};
       o.microbatches = l.pp > 1 ? 2 : 1;
-      Trained const got = train(name, MPI_COMM_WORLD, o, l.tp > 1);
+      Trained<> const got = train(name, MPI_COMM_WORLD, o, l.tp > 1);
       std::string worst_name;
       double const worst = worst_error(got, ref, worst_name);
       INFO(name << " dp=" << l.dp << " pp=" << l.pp << " tp=" << l.tp << ": worst relative error "
@@ -271,8 +316,8 @@ TEST_CASE("ONNX import: dp2, pp2, tp2 and ZeRO-3 train to the serial parameters"
   // BatchNorm imports with SyncStats: dp=2 with one micro-batch per rank
   // normalises the whole batch, as serial does (running statistics included).
   // Not pp: its micro-batches are normalised one by one, as in PyTorch.
-  for (std::string const name : {"resnet18", "unet", "mobilenetv2"}) {
-    Trained const ref = train(name, MPI_COMM_SELF, serial_options(), false);
+  for (std::string const name : {"resnet18", "unet", "mobilenetv2", "squeezenet"}) {
+    Trained<> const ref = train(name, MPI_COMM_SELF, serial_options(), false);
     telar::TrainerOptions o;
     o.grid = {2, 1, 1};
     std::string worst_name;
@@ -296,8 +341,15 @@ TEST_CASE("ONNX import refuses what it does not support, naming it", "[onnx]") {
   };
   std::string const op = refuse("bad_op.onnx");
   CHECK_THAT(op, ContainsSubstring("(Softplus)") &&
-                     ContainsSubstring("operator Softplus is not supported") &&
+                     ContainsSubstring("operator Softplus is not supported (its input '") &&
+                     ContainsSubstring("' is [4] per sample)") &&
                      ContainsSubstring("supported: Gemm") && ContainsSubstring("bad_op.onnx"));
+  // Not importable yet: refused at its first unsupported node, with its shape.
+  std::string const encoder = refuse("transformer.onnx");
+  INFO(encoder);
+  CHECK_THAT(encoder, ContainsSubstring("transformer.onnx': node '") &&
+                          ContainsSubstring("(Transpose): operator Transpose is not supported") &&
+                          ContainsSubstring("is [6, 32] per sample"));
   CHECK_THAT(refuse("bad_opset.onnx"),
              ContainsSubstring("opset 99") && ContainsSubstring("9 to 18"));
   CHECK_THAT(refuse("float64.onnx"),

@@ -261,7 +261,10 @@ private:
       return emit(n, GlobalMaxPool<T, M>{}, x);
     if (op == "Resize" || op == "Upsample")
       return resize(n);
-    fail(n, "operator " + op + " is not supported; supported: " + supported_ops());
+    std::string const shape = shapes_.count(resolve(x)) ? " (its input '" + x + "' is " +
+                                                              shape_of(x).str() + " per sample)"
+                                                        : std::string();
+    fail(n, "operator " + op + " is not supported" + shape + "; supported: " + supported_ops());
   }
 
   // Layer node reading \p in, writing \p out (the node's output by default).
@@ -302,6 +305,10 @@ private:
                     "' and a tensor is not supported: Telar has no per-channel affine layer to "
                     "fold it into (only a MatMul's bias Add is folded, into Dense); " +
                     op + " is supported between tensors (a join)");
+    if (op == "Concat" && n.input_size() == 1) {    // DenseNet's first layer: torch.cat([x])
+      axis_of(n, 1, shape_of(n.input(0)).rank + 1); // still a valid axis
+      return alias(n, n.input(0));
+    }
     if (n.input_size() < 2)
       fail(n, op + " needs two inputs or more");
     std::vector<Shape> in;
