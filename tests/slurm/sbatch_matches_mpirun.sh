@@ -42,7 +42,7 @@ OMP_NUM_THREADS=1 "$mpiexec" -np 2 "$program" "${args[@]}" >"$out/mpirun.out" 2>
   { cat "$out/mpirun.out"; exit 1; }
 
 # The summaries, without the fields that are timings.
-summary() { grep -o '^{"final_loss".*' "$1" | sed -E 's/"(samples_per_s|step_ms_median)":[^,]*,//g'; }
+summary() { grep -o '^{"final_loss".*' "$1" | sed -E 's/"(samples_per_s|step_ms_median|predicted_step_ms)":[^,]*,//g'; }
 a=$(summary "$out/job.out") b=$(summary "$out/mpirun.out")
 [[ -n $a ]] || { echo "no JSON summary from the sbatch job"; exit 1; }
 echo "sbatch: $a"

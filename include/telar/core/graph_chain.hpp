@@ -43,7 +43,7 @@ namespace telar {
  *  telar::DynamicGraph<Layer> g("x");
  *  // ... g.add(...), g.add_concat(...), g.set_output("y");
  *  telar::Trainer<telar::GraphChain<Layer>, Strategy, telar::SGD<float>> trainer(
- *      MPI_COMM_WORLD, telar::GraphChain<Layer>(std::move(g)), telar::SGD<float>(0.1f),
+ *      comm, telar::GraphChain<Layer>(std::move(g)), telar::SGD<float>(0.1f),
  *      options, telar::Shape{3, 32, 32});
  *  \endcode
  *  \tparam Variant the graph's layer variant
