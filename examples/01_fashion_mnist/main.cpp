@@ -155,7 +155,7 @@ template <class Strategy, class ModelT, class Optimizer>
 int train(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt,
           std::optional<telar::LayoutPlan> const& plan) {
   telar::FashionMnist data = telar::load_fashion_mnist(a.data);
-  telar::TrainerOptions const opts = example::trainer_options(a, data.train.size);
+  telar::TrainerOptions const opts = example::trainer_options(a, data.train.size, comm);
   ModelT const fresh = model; // the cost model's copy
   auto trainer = example::with_fastest_fitting(plan, [&] {
     return telar::Trainer<ModelT, Strategy, Optimizer>(comm, std::move(model), opt, opts, 784);

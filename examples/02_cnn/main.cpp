@@ -105,7 +105,7 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
       }))
     return 0;
   telar::FashionMnist data = telar::load_fashion_mnist(a.data);
-  telar::TrainerOptions const opts = example::trainer_options(a, data.train.size);
+  telar::TrainerOptions const opts = example::trainer_options(a, data.train.size, comm);
   auto trainer = example::with_fastest_fitting(plan, [&] {
     return telar::Trainer<Model, Strategy, Optimizer>(comm, make_model(a.hidden), opt, opts, image);
   });

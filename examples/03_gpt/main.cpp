@@ -218,10 +218,17 @@ struct Report {
   double train_seconds = 0, median_ms = 0, param_l2 = 0;
 };
 
+// " --steps N": gpt's learning-rate schedule spans --steps, so a resumed
+// run must repeat it (example::run_config).
+std::string steps_flag(Args const& a) {
+  return a.limit_steps > 0 ? " --steps " + std::to_string(a.limit_steps) : "";
+}
+
 template <class Trainer>
 Report fit(Trainer& trainer, Args const& a, telar::TextWindows const& train, Windows const& val,
            std::size_t local) {
-  example::check_outputs(trainer, a);
+  example::DirLock const lock = example::check_outputs(trainer, a);
+  std::string const extra = steps_flag(a);
   bool const root = trainer.rank() == 0;
   telar::DistributedSampler sampler(train.size(), trainer.grid_shape().dp, trainer.grid_coords().dp,
                                     a.seed, true, telar::LastBatch::drop);
@@ -239,7 +246,7 @@ Report fit(Trainer& trainer, Args const& a, telar::TextWindows const& train, Win
     sum = 0;
     n = 0;
   };
-  auto const pos = example::resume(trainer, a); // --resume: where the newest checkpoint stopped
+  auto const pos = example::resume(trainer, a, extra); // --resume: where the newest one stopped
   bool go_on = a.limit_steps <= 0 || trainer.steps() < a.limit_steps;
   int epoch = int(pos.epoch);
   std::size_t s = 0;
@@ -253,12 +260,14 @@ Report fit(Trainer& trainer, Args const& a, telar::TextWindows const& train, Win
       step_ms.push_back(step.seconds * 1e3);
       r.train_seconds += step.seconds;
       r.tokens += step.samples * (long long)train.context();
-      sum += step.loss;
-      ++n;
+      if (!step.skipped) { // NaN or infinite: the mean is of the others
+        sum += step.loss;
+        ++n;
+      }
       ++r.steps;
       go_on = a.limit_steps <= 0 || trainer.steps() < a.limit_steps; // resumed steps count
       if (a.checkpoint_every > 0 && trainer.steps() % a.checkpoint_every == 0 && go_on)
-        example::save(trainer, a, epoch, (long long)s + 1);
+        example::save(trainer, a, epoch, (long long)s + 1, extra);
       if (a.eval_every > 0 && r.steps % a.eval_every == 0)
         evaluate("step");
       else if (root && r.steps % 20 == 0)
@@ -269,12 +278,52 @@ Report fit(Trainer& trainer, Args const& a, telar::TextWindows const& train, Win
       evaluate(go_on ? "epoch" : "step");
   }
   if (r.steps > 0 && go_on) // every epoch done
-    example::save(trainer, a, epoch, 0);
+    example::save(trainer, a, epoch, 0, extra);
   else if (r.steps > 0)
-    example::save(trainer, a, epoch - 1, (long long)s);
+    example::save(trainer, a, epoch - 1, (long long)s, extra);
   r.param_l2 = trainer.param_l2(); // collective: every rank
   r.median_ms = example::median(step_ms);
   return r;
+}
+
+// Rank 0's end of a run: losses, speed, the prediction, the sample and,
+// with --json, the one-line summary the tests parse.
+template <std::size_t L, class Trainer>
+void print_summary(Trainer const& trainer, Args const& a, Report const& r, double predicted,
+                   std::string const& sample) {
+  double const tokens_per_s = double(r.tokens) / r.train_seconds;
+  std::fprintf(stderr,
+               "final: val loss %.4f, perplexity %.2f, median step %.1f ms, %.0f tokens/s\n",
+               r.val_loss, std::exp(r.val_loss), r.median_ms, tokens_per_s);
+  example::print_prediction(predicted, r.median_ms);
+  if (a.sample > 0)
+    std::fprintf(stderr,
+                 trainer.grid_shape().pp == 1
+                     ? "sample (temperature %.2f, seed %llu):\n%s\n"
+                     : "sample skipped under pipelining (temperature %.2f, seed %llu)%s\n",
+                 a.temperature, (unsigned long long)a.seed, sample.c_str());
+  if (!a.json)
+    return;
+  telar::JsonObject config = example::common_config(trainer, a);
+  config.add("context", (long long)a.context)
+      .add("layers", (long long)L)
+      .add("heads", (long long)a.heads)
+      .add("dropout", a.dropout);
+  telar::JsonObject j;
+  j.add("final_loss", r.train_loss)
+      .add("val_loss", r.val_loss)
+      .add("perplexity", std::exp(r.val_loss))
+      .add("tokens_per_s", tokens_per_s)
+      .add("step_ms_median", r.median_ms);
+  example::add_prediction(j, a, predicted)
+      .add("param_l2", r.param_l2)
+      .add("steps", r.steps)
+      .add("skipped_steps", trainer.skipped_steps())
+      .add("strategy", trainer.strategy_name())
+      .add("layout", trainer.layout())
+      .add("config", config);
+  std::printf("%s\n", j.str().c_str());
+  std::fflush(stdout);
 }
 
 // --layout auto / --dry-run / --memory-budget: the layouts of the one
@@ -291,7 +340,7 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
     return 0;
   telar::TextSplit const text = telar::load_fortunes(a.data);
   telar::TextWindows const train_set(text.train, a.context), val_set(text.validation, a.context);
-  telar::TrainerOptions opts = example::trainer_options(a, train_set.size());
+  telar::TrainerOptions opts = example::trainer_options(a, train_set.size(), comm);
   if (a.limit_steps > 0) { // warm-up and cosine over the steps that run
     long long const total =
         std::min<long long>(a.limit_steps, (long long)(train_set.size() / a.batch) * a.epochs);
@@ -321,44 +370,13 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
   Report const r = fit(trainer, a, train_set, val, local);
   double const predicted = example::predicted_step_ms(comm, a, Gpt<L>::make(a), trainer, in);
   example::write_timeline(trainer, a.timeline, "gpt");
-  double const tokens_per_s = double(r.tokens) / r.train_seconds;
   std::string sample;
   if (a.sample > 0 && trainer.grid_shape().pp == 1)
-    sample = generate(trainer.model(), a);
-  if (!root)
-    return 0;
-  std::fprintf(stderr,
-               "final: val loss %.4f, perplexity %.2f, median step %.1f ms, %.0f tokens/s\n",
-               r.val_loss, std::exp(r.val_loss), r.median_ms, tokens_per_s);
-  example::print_prediction(predicted, r.median_ms);
-  if (a.sample > 0)
-    std::fprintf(stderr,
-                 trainer.grid_shape().pp == 1
-                     ? "sample (temperature %.2f, seed %llu):\n%s\n"
-                     : "sample skipped under pipelining (temperature %.2f, seed %llu)%s\n",
-                 a.temperature, (unsigned long long)a.seed, sample.c_str());
-  if (!a.json)
-    return 0;
-  telar::JsonObject config = example::common_config(trainer, a);
-  config.add("context", (long long)a.context)
-      .add("layers", (long long)L)
-      .add("heads", (long long)a.heads)
-      .add("dropout", a.dropout);
-  telar::JsonObject j;
-  j.add("final_loss", r.train_loss)
-      .add("val_loss", r.val_loss)
-      .add("perplexity", std::exp(r.val_loss))
-      .add("tokens_per_s", tokens_per_s)
-      .add("step_ms_median", r.median_ms);
-  example::add_prediction(j, a, predicted)
-      .add("param_l2", r.param_l2)
-      .add("steps", r.steps)
-      .add("skipped_steps", trainer.skipped_steps())
-      .add("strategy", trainer.strategy_name())
-      .add("layout", trainer.layout())
-      .add("config", config);
-  std::printf("%s\n", j.str().c_str());
-  std::fflush(stdout);
+    sample = telar::escape_for_terminal(generate(trainer.model(), a));
+  if (root)
+    print_summary<L>(trainer, a, r, predicted, sample);
+  example::check_divergence(trainer.skipped_steps(), trainer.steps(), r.val_loss, "val loss",
+                            root);
   return 0;
 }
 

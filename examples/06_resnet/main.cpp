@@ -228,7 +228,7 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
       }))
     return 0;
   telar::FashionMnist const data = load_data(a);
-  telar::TrainerOptions const opts = example::trainer_options(a, data.train.size);
+  telar::TrainerOptions const opts = example::trainer_options(a, data.train.size, comm);
   auto trainer = example::with_fastest_fitting(plan, [&] {
     return telar::Trainer<typename N::Model, Strategy, Optimizer>(comm, make_model(), opt, opts,
                                                                   image);

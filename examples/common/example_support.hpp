@@ -5,9 +5,11 @@
 
 #include <telar/config.hpp>
 #include <telar/data.hpp>
+#include <telar/io/checkpoint_lock.hpp>
 #include <telar/optim/adam.hpp>
 #include <telar/optim/lamb.hpp>
 #include <telar/optim/sgd.hpp>
+#include <telar/profile/machine_memory.hpp>
 #include <telar/profile/trace.hpp>
 #include <telar/schedule/svg.hpp>
 #include <telar/schedule/tags.hpp>
@@ -30,6 +32,8 @@
 #include <exception>
 #include <filesystem>
 #include <limits>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,17 +72,27 @@ struct CommonArgs {
 };
 
 // "1.5GB", "512MiB", "2000000": bytes (B, KB, MB, GB powers of 1000; KiB,
-// MiB, GiB powers of 1024); 0 when malformed.
-inline std::size_t parse_bytes(std::string const& text) {
+// MiB, GiB powers of 1024); 0 when malformed, and 0 with *too_large set
+// when well-formed but past what a size_t holds.
+inline std::size_t parse_bytes(std::string const& text, bool* too_large = nullptr) {
   char* end = nullptr;
   double const v = std::strtod(text.c_str(), &end);
   std::string const unit(end);
   static std::pair<char const*, double> const units[] = {
       {"", 1},     {"B", 1},        {"KB", 1e3},        {"MB", 1e6},
       {"GB", 1e9}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+  // 2^64 as a double: the first value a size_t cannot hold (converting one
+  // at or past it is undefined behaviour, not a wrap).
+  double const limit = 18446744073709551616.0;
   for (auto const& [name, scale] : units)
-    if (unit == name && end != text.c_str() && v > 0)
+    if (unit == name && end != text.c_str() && v > 0) {
+      if (!(v * scale < limit)) { // inf too ("1e999")
+        if (too_large != nullptr)
+          *too_large = true;
+        return 0;
+      }
       return std::size_t(v * scale);
+    }
   return 0;
 }
 
@@ -125,6 +139,15 @@ public:
   }
   long number() { return long(integer(0)); }
 
+  // The value as a path: an empty one (--checkpoint-dir "", an unset shell
+  // variable) is refused, not read as "no such output".
+  std::string path(char const* what) {
+    std::string v = value();
+    if (v.empty())
+      fail(flag_ + " expects " + what + ", got an empty string");
+    return v;
+  }
+
   // The value as a finite real greater than zero.
   double positive_real() {
     std::string const v = value();
@@ -166,7 +189,7 @@ inline bool read_common_flag(ArgReader& r, CommonArgs& a) {
   else if (f == "--hidden")
     a.hidden = std::size_t(r.integer(1));
   else if (f == "--data")
-    a.data = r.value();
+    a.data = r.path("a directory");
   else if (f == "--json")
     a.json = true;
   else if (f == "--dp")
@@ -178,11 +201,11 @@ inline bool read_common_flag(ArgReader& r, CommonArgs& a) {
   else if (f == "--microbatches")
     a.microbatches = int(r.integer(1));
   else if (f == "--timeline")
-    a.timeline = r.value();
+    a.timeline = r.path("a file name prefix");
   else if (f == "--limit-steps")
     a.limit_steps = long(r.integer(1, std::numeric_limits<long>::max()));
   else if (f == "--checkpoint-dir")
-    a.checkpoint_dir = r.value();
+    a.checkpoint_dir = r.path("a directory");
   else if (f == "--checkpoint-every")
     a.checkpoint_every = long(r.integer(1, std::numeric_limits<long>::max()));
   else if (f == "--resume")
@@ -195,9 +218,14 @@ inline bool read_common_flag(ArgReader& r, CommonArgs& a) {
   } else if (f == "--dry-run")
     a.dry_run = true;
   else if (f == "--profile")
-    a.profile = r.value();
+    a.profile = r.path("a file");
   else if (f == "--memory-budget") {
-    a.memory_budget = parse_bytes(r.value());
+    std::string const v = r.value();
+    bool too_large = false;
+    a.memory_budget = parse_bytes(v, &too_large);
+    if (too_large)
+      r.fail("--memory-budget " + v +
+             " is too large: at most 18446744073709551615 bytes (2^64 - 1, 16 EiB)");
     if (a.memory_budget == 0)
       r.fail("--memory-budget takes a size such as 1.5GB, 512MiB or 100000 (B, KB, MB, GB, KiB, "
              "MiB, GiB)");
@@ -243,8 +271,42 @@ inline int microbatches_of(CommonArgs const& a) {
   return a.microbatches > 0 ? a.microbatches : (a.pp > 1 ? 2 * a.pp : 1);
 }
 
+// Why the run's memory budget is what it is, when no --memory-budget gave
+// it (appended to the plan's refusal); empty otherwise.
+inline std::string default_budget_note;
+
+// The default memory budget per rank: the host's available memory (the
+// smallest reading of any rank) over the ranks on the busiest host, so that
+// a run larger than the machine is refused by the memory plan, naming the
+// flag that made it large, not killed in the allocator (collective; the same
+// on every rank). 0 (none) for device memory, or when unknown.
+inline std::size_t machine_budget(MPI_Comm comm) {
+  if constexpr (!Kokkos::SpaceAccessibility<Kokkos::HostSpace,
+                                            telar::DefaultMemorySpace>::accessible)
+    return 0;
+  telar::MachineMemory const mem = telar::machine_memory();
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int on_node = 1;
+  MPI_Comm_size(node, &on_node);
+  MPI_Comm_free(&node);
+  unsigned long long v[2] = {mem.bytes / (unsigned long long)on_node, // min over ranks
+                             ~0ULL - (unsigned long long)on_node};      // max ranks per host
+  MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm);
+  on_node = int(~0ULL - v[1]);
+  if (v[0] == 0)
+    return 0;
+  default_budget_note = "; that budget is the default: this host's available memory "
+                        "(MemAvailable, or its cgroup's limit if lower) over its " +
+                        std::to_string(on_node) + " rank(s) (--memory-budget sets another)";
+  return std::size_t(v[0]);
+}
+
 // Grid, schedule and a warm-up + cosine learning rate over the whole run.
-inline telar::TrainerOptions trainer_options(CommonArgs const& a, std::size_t train_size) {
+// Given the communicator, a run without --memory-budget is budgeted to the
+// machine's memory (machine_budget).
+inline telar::TrainerOptions trainer_options(CommonArgs const& a, std::size_t train_size,
+                                             MPI_Comm comm = MPI_COMM_NULL) {
   telar::TrainerOptions opts;
   opts.seed = a.seed;
   opts.grid = {a.dp, a.pp, a.tp};
@@ -252,6 +314,8 @@ inline telar::TrainerOptions trainer_options(CommonArgs const& a, std::size_t tr
   opts.microbatches = microbatches_of(a);
   opts.trace = !a.timeline.empty();
   opts.memory_budget = a.memory_budget;
+  if (a.memory_budget == 0 && comm != MPI_COMM_NULL)
+    opts.memory_budget = machine_budget(comm);
   opts.batch_size = a.batch; // for the memory plan's activations
   opts.nonfinite = a.nonfinite;
   std::size_t const steps_per_epoch = train_size / a.batch;
@@ -309,32 +373,80 @@ inline double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// "--seed 1 --batch 64 --lr 0.001 --epochs 3" and the example's `extra`:
+// the flags a resumed run must repeat, because the data order and the
+// learning-rate schedule are functions of them (saved with each checkpoint).
+inline std::string run_config(CommonArgs const& a, std::string const& extra = "") {
+  char lr[32];
+  std::snprintf(lr, sizeof lr, "%.9g", a.lr);
+  return "--seed " + std::to_string(a.seed) + " --batch " + std::to_string(a.batch) + " --lr " +
+         lr + " --epochs " + std::to_string(a.epochs) + extra;
+}
+
+// The flags of `now` whose values differ in `saved` ("--flag value ..."
+// lists): "--seed 2, this run has --seed 1"; "" when all shared flags agree.
+inline std::string config_difference(std::string const& saved, std::string const& now) {
+  auto pairs = [](std::string const& text) {
+    std::vector<std::pair<std::string, std::string>> out;
+    std::istringstream in(text);
+    for (std::string flag, value; in >> flag >> value;)
+      out.emplace_back(flag, value);
+    return out;
+  };
+  std::string was, is;
+  auto const old = pairs(saved);
+  for (auto const& [flag, value] : pairs(now))
+    for (auto const& [oflag, ovalue] : old)
+      if (flag == oflag && value != ovalue) {
+        was += (was.empty() ? "" : " ") + flag + " " + ovalue;
+        is += (is.empty() ? "" : " ") + flag + " " + value;
+      }
+  return was.empty() ? "" : was + ", this run has " + is;
+}
+
 // --checkpoint-dir: the training state after `batch` batches of `epoch`.
 template <class TrainerT>
-void save(TrainerT& trainer, CommonArgs const& a, int epoch, long long batch) {
+void save(TrainerT& trainer, CommonArgs const& a, int epoch, long long batch,
+          std::string const& extra = "") {
 #if TELAR_HAVE_HDF5
   if (!a.checkpoint_dir.empty())
-    telar::save_checkpoint(trainer, a.checkpoint_dir, {epoch, batch, a.seed});
+    telar::save_checkpoint(trainer, a.checkpoint_dir, {epoch, batch, a.seed, run_config(a, extra)});
 #else
-  (void)trainer, (void)a, (void)epoch, (void)batch;
+  (void)trainer, (void)a, (void)epoch, (void)batch, (void)extra;
 #endif
 }
 
-// --resume: the newest checkpoint's state and position ({0, 0} without one).
+// --resume: the newest checkpoint's state and position ({0, 0} without one:
+// a first run and its requeued copies can share one command line). A
+// checkpoint of other training flags (run_config) is refused on every rank
+// (each reads the same file), never silently continued with this run's.
 template <class TrainerT>
-telar::RunPosition resume(TrainerT& trainer, CommonArgs const& a) {
+telar::RunPosition resume(TrainerT& trainer, CommonArgs const& a, std::string const& extra = "") {
 #if TELAR_HAVE_HDF5
-  if (a.resume && telar::latest_checkpoint(a.checkpoint_dir)) {
-    auto const pos = telar::load_checkpoint(trainer, a.checkpoint_dir);
+  if (!a.resume)
+    return {};
+  auto const last = telar::latest_checkpoint(a.checkpoint_dir);
+  if (!last) {
     if (trainer.rank() == 0)
-      std::fprintf(stderr, "resumed at step %lld (epoch %lld, batch %lld) from %s\n",
-                   trainer.steps(), pos.epoch + 1, pos.batch, a.checkpoint_dir.c_str());
-    return pos;
+      std::fprintf(stderr, "--resume: no checkpoint in %s: starting at step 0\n",
+                   a.checkpoint_dir.c_str());
+    return {};
   }
+  auto const pos = telar::load_checkpoint(trainer, *last);
+  std::string const saved = pos.config.empty() ? "--seed " + std::to_string(pos.seed) : pos.config;
+  if (std::string const diff = config_difference(saved, run_config(a, extra)); !diff.empty())
+    throw telar::Error("--resume: " + *last + " was written by a run with " + diff +
+                       ": give the same values to continue it (the data order and the "
+                       "learning-rate schedule follow them), or another --checkpoint-dir to "
+                       "start afresh");
+  if (trainer.rank() == 0)
+    std::fprintf(stderr, "resumed at step %lld (epoch %lld, batch %lld) from %s\n",
+                 trainer.steps(), pos.epoch + 1, pos.batch, last->c_str());
+  return pos;
 #else
-  (void)trainer, (void)a;
-#endif
+  (void)trainer, (void)a, (void)extra;
   return {};
+#endif
 }
 
 // One epoch's steps, with a progress bar on rank 0; false once --limit-steps is reached.
@@ -345,7 +457,7 @@ bool train_epoch(TrainerT& trainer, CommonArgs const& a, telar::Dataset const& t
   telar::ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(a.epochs),
                          (long long)loader.size(), trainer.rank() == 0);
   double sum = 0;
-  long long n = 0;
+  long long n = 0, ran = 0;
   bool go_on = true;
   telar::LocalBatch batch;
   for (std::size_t s = first; s < loader.size(); ++s) {
@@ -355,8 +467,11 @@ bool train_epoch(TrainerT& trainer, CommonArgs const& a, telar::Dataset const& t
     step_ms.push_back(step.seconds * 1e3);
     r.train_seconds += step.seconds;
     r.samples += step.samples;
-    sum += step.loss;
-    ++n;
+    if (!step.skipped) { // a skipped step's loss is NaN or infinite: the mean is of the others
+      sum += step.loss;
+      ++n;
+    }
+    ++ran;
     ++r.steps;
     if (s % 20 == 0 || s + 1 == loader.size()) {
       char m[96];
@@ -371,7 +486,7 @@ bool train_epoch(TrainerT& trainer, CommonArgs const& a, telar::Dataset const& t
       break;
     }
   }
-  r.last_loss = sum / double(std::max<long long>(1, n));
+  r.last_loss = n > 0 ? sum / double(n) : ran > 0 ? std::nan("") : 0.0; // NaN: all skipped
   return go_on;
 }
 
@@ -390,11 +505,29 @@ inline bool writable(std::string const& path) {
   return true;
 }
 
+// Rank 0's lock on --checkpoint-dir (telar::CheckpointLock), held for the
+// run: a second run given the same directory is refused.
+using DirLock = std::optional<telar::CheckpointLock>;
+
+// Takes the lock of `dir` into `lock`; the refusal's message, or "".
+inline std::string lock_dir(std::string const& dir, DirLock& lock) {
+  try {
+    lock.emplace(dir);
+  } catch (telar::CheckpointError const& e) {
+    return e.what();
+  }
+  if (!lock->warning().empty())
+    std::fprintf(stderr, "warning: %s\n", lock->warning().c_str());
+  return {};
+}
+
 // The files the run will write are checked before it trains, so a run never
 // trains for hours and then fails to save what it produced (collective).
+// Returns the checkpoint directory's lock: keep it until the run ends.
 template <class TrainerT>
-void check_outputs(TrainerT const& trainer, CommonArgs const& a) {
+[[nodiscard]] DirLock check_outputs(TrainerT const& trainer, CommonArgs const& a) {
   std::string bad;
+  DirLock lock;
   if (trainer.rank() == 0 && (a.resume || a.checkpoint_every > 0) && a.checkpoint_dir.empty())
     bad = "--resume and --checkpoint-every need --checkpoint-dir";
   if (trainer.rank() == 0 && bad.empty() && !a.checkpoint_dir.empty()) {
@@ -403,6 +536,8 @@ void check_outputs(TrainerT const& trainer, CommonArgs const& a) {
     std::filesystem::create_directories(a.checkpoint_dir, ec);
     if (!writable(a.checkpoint_dir + "/.telar_probe"))
       bad = "--checkpoint-dir " + a.checkpoint_dir + ": cannot write there";
+    else
+      bad = lock_dir(a.checkpoint_dir, lock);
 #else
     bad = "--checkpoint-dir: this build has no parallel HDF5 (TELAR_ENABLE_HDF5)";
 #endif
@@ -420,13 +555,14 @@ void check_outputs(TrainerT const& trainer, CommonArgs const& a) {
   }
   if (!bad.empty())
     throw telar::Error(bad);
+  return lock;
 }
 
 // Trains --epochs epochs (or --limit-steps steps), evaluating after each.
 template <class TrainerT>
 Result fit(TrainerT& trainer, CommonArgs const& a, telar::FashionMnist const& data,
            telar::BatchGather<telar::DefaultMemorySpace>& test_set, std::size_t local) {
-  check_outputs(trainer, a);
+  DirLock const lock = check_outputs(trainer, a);
   telar::DistributedSampler sampler(data.train.size, trainer.grid_shape().dp,
                                     trainer.grid_coords().dp, a.seed, true, telar::LastBatch::drop);
   telar::BatchLoader loader(sampler, local);
@@ -512,10 +648,31 @@ inline telar::JsonObject& add_prediction(telar::JsonObject& j, CommonArgs const&
       .add("layout_reason", a.layout_reason.empty() ? "given by flags" : a.layout_reason);
 }
 
+// --nonfinite skip: skipped steps are named on the terminal (rank 0); a run
+// that skipped more than half of its steps, or whose final `what` loss is
+// not finite, diverged: every rank throws the same message (the counts and
+// losses are reduced values), so the run fails instead of exiting 0.
+inline void check_divergence(long long skipped, long long steps, double loss, char const* what,
+                             bool root) {
+  std::string const counted = std::to_string(skipped) + " of " + std::to_string(steps) + " steps";
+  if (skipped * 2 > steps)
+    throw telar::Error("--nonfinite skip skipped " + counted +
+                       " (more than half: a loss or gradient was NaN or infinite): the run "
+                       "diverged; lower --lr or find the step with --nonfinite stop");
+  if (!std::isfinite(loss))
+    throw telar::Error(std::string("the final ") + what + " is " + telar::detail::loss_text(loss) +
+                       " (" + counted + " skipped): the run diverged");
+  if (skipped > 0 && root)
+    std::fprintf(stderr,
+                 "warning: --nonfinite skip skipped %s (a loss or gradient was NaN or "
+                 "infinite)\n",
+                 counted.c_str());
+}
+
 // Rank 0: the final line and, with --json, the one-line summary the tests parse.
 template <class TrainerT>
-void report(TrainerT const& trainer, CommonArgs const& a, Result const& r,
-            telar::JsonObject const& config) {
+void print_report(TrainerT const& trainer, CommonArgs const& a, Result const& r,
+                  telar::JsonObject const& config) {
   if (trainer.rank() != 0)
     return;
   double const samples_per_s = double(r.samples) / r.train_seconds;
@@ -543,6 +700,15 @@ void report(TrainerT const& trainer, CommonArgs const& a, Result const& r,
       .add("config", config);
   std::printf("%s\n", j.str().c_str());
   std::fflush(stdout);
+}
+
+// The run's summary (print_report), then every rank: check_divergence.
+template <class TrainerT>
+void report(TrainerT const& trainer, CommonArgs const& a, Result const& r,
+            telar::JsonObject const& config) {
+  print_report(trainer, a, r, config);
+  check_divergence(trainer.skipped_steps(), trainer.steps(), r.test.loss, "test loss",
+                   trainer.rank() == 0);
 }
 
 // MPI and Kokkos around run(comm, argc, argv); a usage error (the same on

@@ -181,14 +181,15 @@ bool plan_run(MPI_Comm comm, CommonArgs& a, std::optional<telar::LayoutPlan>& pl
 }
 
 // Builds the Trainer; a layout given by flags that the budget refuses is
-// refused naming, besides the cheapest fitting layout, the planner's fastest.
+// refused naming, besides the cheapest fitting layout, the planner's fastest
+// (or, under the default budget, where that budget comes from).
 template <class Build>
 auto with_fastest_fitting(std::optional<telar::LayoutPlan> const& plan, Build build) {
   try {
     return build();
   } catch (telar::MemoryError const& e) {
     if (!plan || plan->ranked.empty())
-      throw;
+      throw telar::MemoryError(e.what() + default_budget_note);
     auto const& best = plan->ranked.front();
     char ms[32];
     std::snprintf(ms, sizeof ms, "%.2f", best.predicted_step_ms);

@@ -49,5 +49,8 @@ case_() {
 case_ kill-launcher 20 "" X=1 --
 case_ kill 20 "$gone" X=1 -- "${keep[@]}"
 case_ stop 20 "telar: rank 0: MPI_Allreduce timed out after [0-9.]+ s on rank 0 of 2 \(communicator 'world'\).*; rank 1 \(pid [0-9]+ on host [^)]+\) is stopped" TELAR_COMM_TIMEOUT=3 --
+# A stopped rank under the default communication timeout (300 s): the
+# stopped-peer bound (TELAR_STOPPED_TIMEOUT, default 30 s, 3 here) ends it.
+case_ stop-bound 20 "telar: rank 0: rank 1 \(pid [0-9]+ on host [^)]+\) has been stopped \(SIGSTOP\) for [0-9]+ s; rank 0 was waiting for it in MPI_Allreduce on rank 0 of 2 \(communicator 'world'\)" TELAR_STOPPED_TIMEOUT=3 --
 case_ throw 15 "telar: rank 1: rank 1 alone failed" X=1 --
 [[ $failed == 0 ]]

@@ -72,3 +72,20 @@ TEST_CASE("the installed fortunes load when present", "[data][text]") {
   CHECK(s.validation.size() * 10 < s.train.size());
   CHECK(s.validation.size() * 40 > s.train.size());
 }
+
+TEST_CASE("escape_for_terminal keeps text and UTF-8, escapes the rest", "[data][text]") {
+  using telar::escape_for_terminal;
+  CHECK(escape_for_terminal("The cat\n\tsat.") == "The cat\n\tsat.");
+  CHECK(escape_for_terminal("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80") ==
+        "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"); // é, €, an emoji: kept
+  CHECK(escape_for_terminal(std::string("a\x1b[2Jb\x00" "c\x7f", 9)) == "a\\x1b[2Jb\\x00c\\x7f");
+  CHECK(escape_for_terminal("back\\slash") == "back\\\\slash");
+  // A stray continuation byte, a truncated sequence, an overlong '/', a
+  // surrogate, a C1 control (U+009B, CSI) and a byte never in UTF-8.
+  CHECK(escape_for_terminal("\x80") == "\\x80");
+  CHECK(escape_for_terminal("\xe2\x82") == "\\xe2\\x82");
+  CHECK(escape_for_terminal("\xc0\xaf") == "\\xc0\\xaf");
+  CHECK(escape_for_terminal("\xed\xa0\x80") == "\\xed\\xa0\\x80");
+  CHECK(escape_for_terminal("\xc2\x9b") == "\\xc2\\x9b");
+  CHECK(escape_for_terminal("\xff") == "\\xff");
+}

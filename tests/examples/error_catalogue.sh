@@ -2,7 +2,8 @@
 # ctest: every row of docs/errors.md — program, ranks, arguments, message —
 # must exit non-zero and print the message (on every rank that prints).
 #   error_catalogue.sh CATALOGUE MPIEXEC PROGRAM_DIR...
-# Programs are looked up by name in the PROGRAM_DIRs.
+# Programs are looked up by name in the PROGRAM_DIRs; "" in a row's arguments
+# is one empty argument.
 set -uo pipefail
 catalogue=$1 mpiexec=$2
 shift 2
@@ -31,6 +32,9 @@ while IFS='|' read -r _ num name ranks args message _; do
     continue
   fi
   read -ra argv <<<"$args"
+  for i in "${!argv[@]}"; do # "" in a row is an empty argument (--checkpoint-dir "")
+    [[ ${argv[$i]} == '""' ]] && argv[$i]=
+  done
   if [[ $ranks == 1 ]]; then
     out=$(timeout 120 "$program" "${argv[@]}" 2>&1 </dev/null)
   else

@@ -25,6 +25,17 @@ if(NOT EXISTS ${data})
   cmake_language(EXIT 77)
 endif()
 
+# Runs the command in ARGN; fails unless it exits 0 (want_rc 0) or non-zero
+# (want_rc 1) and prints `text` (literally) on stderr.
+function(run_expecting want_rc text)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e)
+  string(FIND "${e}" "${text}" at)
+  if((want_rc EQUAL 0) AND NOT (rc EQUAL 0) OR (want_rc EQUAL 1) AND (rc EQUAL 0) OR at EQUAL -1)
+    message(FATAL_ERROR "expected exit ${want_rc} (0: success, 1: failure) and '${text}' from ${ARGN}; "
+                        "got exit ${rc}:\n${e}")
+  endif()
+endfunction()
+
 if(CHECK STREQUAL "accuracy")
   train(json ${EXE} --epochs 3 --json --data ${data})
   json_field("${json}" test_accuracy acc)
@@ -54,10 +65,19 @@ elseif(CHECK STREQUAL "resume")
   set(common --data ${data} --epochs 1 --batch 32 --json --hidden 64)
   file(REMOVE_RECURSE ${dir} ${dir}_dp)
   train(s ${EXE} ${common} --limit-steps 8)
-  train(a ${EXE} ${common} --limit-steps 5 --checkpoint-dir ${dir} --checkpoint-every 2)
+  # --resume with no checkpoint yet (a first run and its requeued copies share
+  # one command line) starts at step 0 and says so.
+  run_expecting(0 "--resume: no checkpoint in ${dir}: starting at step 0"
+                ${EXE} ${common} --limit-steps 5 --checkpoint-dir ${dir} --checkpoint-every 2 --resume)
   file(COPY ${dir}/ DESTINATION ${dir}_dp)
   train(b ${EXE} ${common} --limit-steps 8 --checkpoint-dir ${dir} --resume)
   train(c ${MPIEXEC} -np 2 ${EXE} ${common} --limit-steps 8 --checkpoint-dir ${dir}_dp --resume)
+  # Another seed than the checkpoint's is refused, naming both (2 ranks: the same everywhere).
+  run_expecting(1 "--resume: ${dir}/step-000008.h5 was written by a run with --seed 1, this run has --seed 2"
+                ${MPIEXEC} -np 2 ${EXE} ${common} --limit-steps 9 --checkpoint-dir ${dir} --resume --seed 2)
+  # A directory another process holds (flock(1) here) is refused before training.
+  run_expecting(1 "checkpoint directory ${dir} is in use by another run"
+                flock ${dir}/.telar.lock ${EXE} ${common} --limit-steps 9 --checkpoint-dir ${dir})
   json_field("${s}" param_l2 ls)
   json_field("${b}" param_l2 lb)
   json_field("${c}" param_l2 lc)

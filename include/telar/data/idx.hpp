@@ -359,8 +359,17 @@ inline FashionMnist load_fashion_mnist(std::string const& dir = default_fashion_
   };
   FashionMnist f;
   f.train = load_idx(find("train-images-idx3-ubyte"), find("train-labels-idx1-ubyte"), 10);
-  f.train.name = "fashion-mnist/train";
   f.test = load_idx(find("t10k-images-idx3-ubyte"), find("t10k-labels-idx1-ubyte"), 10);
+  // Checked here, not at the first evaluation, an epoch of training later.
+  if (f.test.shape != f.train.shape) {
+    auto const hw = [](Dataset const& d) {
+      return std::to_string(d.shape[0]) + " x " + std::to_string(d.shape[1]);
+    };
+    throw DataError("telar::load_fashion_mnist: " + dir + ": the test images (" + f.test.name +
+                    ") are " + hw(f.test) + " pixels, the training images (" + f.train.name +
+                    ") " + hw(f.train) + ": one model cannot take both");
+  }
+  f.train.name = "fashion-mnist/train";
   f.test.name = "fashion-mnist/test";
   return f;
 }

@@ -138,4 +138,61 @@ private:
   std::size_t context_;
 };
 
+namespace detail {
+
+// The length of the well-formed UTF-8 sequence at s[i] that encodes a
+// printable character (not U+0080 to U+009F, the C1 controls a terminal
+// may act on), or 0: a stray continuation byte, a truncated, overlong or
+// surrogate sequence, or a code point past U+10FFFF.
+inline std::size_t printable_utf8_length(std::string const& s, std::size_t i) {
+  auto const b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  unsigned char const c = b(i);
+  std::size_t const n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
+  if (n == 0 || c > 0xF4 || i + n > s.size())
+    return 0;
+  unsigned code = c & (0x7F >> n);
+  for (std::size_t k = 1; k < n; ++k) {
+    if ((b(i + k) & 0xC0) != 0x80)
+      return 0;
+    code = (code << 6) | (b(i + k) & 0x3F);
+  }
+  static unsigned const lowest[] = {0, 0, 0xA0, 0x800, 0x10000}; // no overlong forms
+  if (code < lowest[n] || (code >= 0xD800 && code <= 0xDFFF) || code > 0x10FFFF)
+    return 0;
+  return n;
+}
+
+} // namespace detail
+
+/*! \brief \p text made safe to print on a terminal: control characters
+ *  other than newline and tab, and bytes that are not part of well-formed
+ *  UTF-8, become `\xNN`; a backslash becomes `\\`. A byte-level model's
+ *  samples can hold any byte, and raw ones garble or reprogram the terminal
+ *  (an escape sequence) or break a log's encoding.
+ *  \param text any bytes \return printable UTF-8 */
+inline std::string escape_for_terminal(std::string const& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    unsigned char const c = static_cast<unsigned char>(text[i]);
+    if (c == '\\') {
+      out += "\\\\";
+      ++i;
+    } else if ((c >= 0x20 && c < 0x7F) || c == '\n' || c == '\t') {
+      out += char(c);
+      ++i;
+    } else if (std::size_t const n = c >= 0x80 ? detail::printable_utf8_length(text, i) : 0) {
+      out.append(text, i, n);
+      i += n;
+    } else {
+      static char const hex[] = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+      ++i;
+    }
+  }
+  return out;
+}
+
 } // namespace telar

@@ -29,12 +29,16 @@
 #include <telar/io/detail/model_pieces.hpp>
 #include <telar/io/detail/trainer_access.hpp>
 #include <telar/io/detail/trainer_view.hpp>
+#include <telar/io/checkpoint_lock.hpp>
 #include <telar/io/error.hpp>
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -44,6 +48,7 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace telar {
@@ -54,6 +59,11 @@ struct RunPosition {
   long long epoch = 0;    //!< epoch in progress (0-based)
   long long batch = 0;    //!< batches of that epoch already trained
   std::uint64_t seed = 0; //!< the data sampler's shuffle seed
+  /*! \brief The caller's description of the run ("--seed 1 --batch 64"),
+   *  stored as the attribute `run_config` and returned as written (empty
+   *  for a file written without one), so a resumed run can refuse a
+   *  checkpoint of another configuration. */
+  std::string config;
 };
 
 /*! \brief How checkpoints are kept. */
@@ -285,6 +295,62 @@ void read_buffers(hid_t fid, Communicator const* comm, std::vector<ModelBuffer<T
   }
 }
 
+// Bytes the file system of `dir` gives this user (-1 when unknown).
+inline long long free_bytes(std::string const& dir) {
+  struct statvfs st {};
+  if (::statvfs(dir.c_str(), &st) != 0)
+    return -1;
+  return (long long)st.f_bavail * (long long)st.f_frsize;
+}
+
+// The tensors' bytes in a checkpoint (parameters, optimizer state, buffers);
+// HDF5's metadata comes on top.
+template <class T>
+long long checkpoint_bytes(ModelPieces const& m, std::vector<ModelBuffer<T>> const& bufs) {
+  long long n = 0;
+  for (auto const& shape : m.shapes) {
+    long long e = 1;
+    for (auto d : shape)
+      e *= (long long)d;
+    n += e * (1 + (long long)m.state_size);
+  }
+  for (auto const& b : bufs)
+    n += (long long)b.size;
+  return n * (long long)sizeof(T);
+}
+
+// "no space left on DIR (needs about N bytes, F free)" when `dir` has less
+// than `needed` bytes free, else "".
+inline std::string no_space(std::string const& dir, long long needed) {
+  long long const free = free_bytes(dir);
+  if (free < 0 || free >= needed)
+    return {};
+  return "telar::save_checkpoint: no space left on " + dir + " (needs about " +
+         std::to_string(needed) + " bytes, " + std::to_string(free) + " free)";
+}
+
+// Writes the temporary file (agreed(comm, write)); when that fails, rank 0
+// removes the partial file and every rank throws one message: "no space
+// left" when the disk filled up (HDF5 only says that a write failed), else
+// the failure's own.
+template <class Write>
+void removing_on_failure(Communicator const* comm, int rank, std::string const& tmp,
+                         std::string const& dir, long long needed, Write&& write) {
+  try {
+    agreed(comm, std::forward<Write>(write));
+  } catch (CheckpointError const& e) {
+    std::string const failed = e.what();
+    agreed(comm, [&] {
+      if (rank != 0)
+        return;
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec); // first: the partial file holds the space
+      std::string const full = no_space(dir, needed + (needed >> 4) + 65536);
+      throw CheckpointError(full.empty() ? failed : full);
+    });
+  }
+}
+
 inline void fsync_dir(std::string const& dir) {
   int const fd = ::open(dir.c_str(), O_RDONLY);
   if (fd >= 0) {
@@ -338,6 +404,12 @@ std::string save_checkpoint(Trainer& trainer, std::string const& dir,
                             (ec ? ": " + ec.message() : std::string()));
   });
   detail::ModelPieces const m = View::pieces(trainer);
+  auto const buffers = View::buffers(trainer);
+  long long const needed = detail::checkpoint_bytes(m, buffers);
+  detail::agreed(comm, [&] { // a full disk is refused before anything is written
+    if (std::string const full = detail::no_space(dir, needed); rank == 0 && !full.empty())
+      throw CheckpointError(full);
+  });
   std::vector<T> const values = Access::values(trainer);
   std::vector<T> const state = Access::state(trainer);
   std::size_t const parts = 1 + std::size_t(m.state_size), nt = m.names.size();
@@ -351,9 +423,8 @@ std::string save_checkpoint(Trainer& trainer, std::string const& dir,
       sums[part * nt + p.tensor] += detail::piece_hash(m, p, base(part) + p.shard_offset);
   if (comm && comm->size() > 1 && !sums.empty())
     comm->allreduce(sums.data(), sums.size());
-  auto const buffers = View::buffers(trainer);
   auto const buffer_sums = detail::buffer_sums(comm, buffers);
-  detail::agreed(comm, [&] {
+  detail::removing_on_failure(comm, rank, tmp, dir, needed, [&] {
     auto fapl = detail::h5_fapl(comm, tmp);
     detail::h5_check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST), tmp,
                      "H5Pset_libver_bounds");
@@ -370,6 +441,7 @@ std::string save_checkpoint(Trainer& trainer, std::string const& dir,
     detail::h5_write_attr<long long>(root, "epoch", position.epoch, tmp);
     detail::h5_write_attr<long long>(root, "batch", position.batch, tmp);
     detail::h5_write_attr<std::uint64_t>(root, "data_seed", position.seed, tmp);
+    detail::h5_write_attr_str(root, "run_config", position.config, tmp);
     detail::h5_write_attr<std::uint64_t>(root, "model_seed", View::seed(trainer), tmp);
     detail::h5_write_attr_str(root, "layout", trainer.layout(), tmp);
     detail::h5_write_attr_str(root, "strategy", trainer.strategy_name(), tmp);
@@ -502,6 +574,8 @@ RunPosition load_checkpoint(Trainer& trainer, std::string const& path) {
       throw CheckpointError(at + "attributes missing or unreadable");
     if (!detail::h5_read_attr<long long>(fid, "skipped_steps", skipped))
       skipped = 0; // written before steps could be skipped
+    if (!detail::h5_read_attr_str(fid, "run_config", pos.config))
+      pos.config.clear(); // written before runs described themselves
     std::string const want_type = sizeof(T) == 4 ? "float32" : "float64";
     if (vtype != want_type)
       throw CheckpointError(at + "values are " + vtype + ", the model's " + want_type);

@@ -98,6 +98,10 @@ struct CommHandle {
   int node_group = 0;
   // Every rank's host and pid (see liveness.hpp), by rank; empty until exchanged.
   std::vector<PeerInfo> peers;
+  // Seconds a peer on this host may stay stopped (TELAR_STOPPED_TIMEOUT), and
+  // how long each has been (the watch's record, updated by const waits).
+  double stop_timeout = 30.0;
+  mutable StoppedPeers stopped;
   // Bytes this rank handed to MPI to send (see Communicator::bytes_sent).
   std::uint64_t bytes_sent = 0;
   // Ring-equivalent bytes this rank sends in a collective moving `total`
@@ -146,18 +150,28 @@ struct CommHandle {
   }
 
   // A wait's watch: throws PeerLost when `peer` (every rank for -1) is on
-  // this host and its process is gone.
+  // this host and its process is gone, or has been stopped by a signal for
+  // stop_timeout seconds.
   void check_peers(std::string const& what, const char* op, int peer) const {
     if (peers.empty())
       return;
     PeerInfo const& self = peers[static_cast<std::size_t>(rank)];
     int const lo = peer >= 0 ? peer : 0, hi = peer >= 0 ? peer + 1 : size;
     for (int r = lo; r < hi && r < int(peers.size()); ++r) {
-      if (r == rank || peer_state(peers[std::size_t(r)], self) != PeerState::gone)
+      if (r == rank)
         continue;
-      throw PeerLost(describe_peer(peers[std::size_t(r)]) + " is gone; rank " +
-                         std::to_string(rank) + " was waiting for it in " + what + " on " + where(),
-                     rank, op, r);
+      PeerInfo const& p = peers[std::size_t(r)];
+      std::string const waiting =
+          "; rank " + std::to_string(rank) + " was waiting for it in " + what + " on " + where();
+      if (peer_state(p, self) == PeerState::gone)
+        throw PeerLost(describe_peer(p) + " is gone" + waiting, rank, op, r);
+      double const s = stop_timeout > 0 ? stopped.seconds(r, signal_stopped(p, self)) : 0;
+      if (stop_timeout > 0 && s >= stop_timeout)
+        throw PeerLost(describe_peer(p) + " has been stopped (SIGSTOP) for " +
+                           std::to_string(int(s)) + " s" + waiting +
+                           " (TELAR_STOPPED_TIMEOUT=" + std::to_string(int(stop_timeout)) +
+                           "; 0 waits for the communication timeout)",
+                       rank, op, r);
     }
   }
 
@@ -261,6 +275,7 @@ inline std::shared_ptr<CommHandle> adopt(MPI_Comm comm, std::string name, double
   h->comm = comm;
   h->name = std::move(name);
   h->timeout = timeout;
+  h->stop_timeout = stopped_timeout_from_env();
   if (comm == MPI_COMM_NULL)
     return h;
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);

@@ -5,11 +5,17 @@
 // has lasted a second asks the operating system about the peers on this host
 // (kill(pid, 0), and /proc on Linux for zombies, stopped processes and reused
 // pids). Peers on other hosts cannot be asked: for them the timeout remains
-// the bound.
+// the bound. A peer stopped by a signal (SIGSTOP, Ctrl-Z) ends the wait
+// after TELAR_STOPPED_TIMEOUT seconds of being seen stopped (StoppedPeers).
+#include <telar/comm/error.hpp>
+
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <signal.h>
@@ -127,6 +133,59 @@ inline void continue_if_stopped(PeerInfo const& peer, PeerInfo const& self) {
   (void)peer, (void)self;
 #endif
 }
+
+// Whether a peer on this host is stopped by a signal (state 'T': SIGSTOP,
+// SIGTSTP), not held by a debugger ('t': a rank at a breakpoint must not
+// end the job).
+inline bool signal_stopped(PeerInfo const& peer, PeerInfo const& self) {
+  char state = 0;
+  unsigned long long start = 0;
+  return peer_state(peer, self) == PeerState::stopped && read_proc_stat(peer.pid, state, start) &&
+         state == 'T';
+}
+
+// Seconds a wait lets a peer on this host stay stopped by a signal before it
+// gives up on it: TELAR_STOPPED_TIMEOUT (default 30; 0: only the
+// communication timeout bounds it). Every rank reads the same environment,
+// so a malformed value raises the same error everywhere.
+inline double stopped_timeout_from_env() {
+  char const* s = std::getenv("TELAR_STOPPED_TIMEOUT");
+  if (s == nullptr || *s == '\0')
+    return 30.0;
+  char* end = nullptr;
+  double const v = std::strtod(s, &end);
+  if (end == s || *end != '\0' || !(v >= 0))
+    throw CommError(std::string("telar::Communicator: TELAR_STOPPED_TIMEOUT='") + s +
+                        "' is not a number of seconds >= 0 (0: wait for the communication timeout)",
+                    -1, "TELAR_STOPPED_TIMEOUT");
+  return v;
+}
+
+// How long each peer has been seen stopped by a signal, over the checks of
+// the waits (once a second while one lasts). A gap between checks longer
+// than `gap` seconds starts the count again: the peer may have run then.
+class StoppedPeers {
+public:
+  // Seconds rank r has been seen stopped without a break, now included (0
+  // when `stopped` is false).
+  double seconds(int r, bool stopped, double gap = 2.5) {
+    using clock = std::chrono::steady_clock;
+    double const now = std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+    if (std::size_t(r) >= since_.size())
+      since_.resize(std::size_t(r) + 1, Seen{});
+    Seen& s = since_[std::size_t(r)];
+    if (!stopped || now - s.last > gap)
+      s.first = now;
+    s.last = stopped ? now : -1e300;
+    return stopped ? now - s.first : 0.0;
+  }
+
+private:
+  struct Seen {
+    double first = 0, last = -1e300;
+  };
+  std::vector<Seen> since_;
+};
 
 // "rank 3 (pid 1234 on host node7)"
 inline std::string describe_peer(PeerInfo const& p) {
