@@ -375,8 +375,7 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
     sample = telar::escape_for_terminal(generate(trainer.model(), a));
   if (root)
     print_summary<L>(trainer, a, r, predicted, sample);
-  example::check_divergence(trainer.skipped_steps(), trainer.steps(), r.val_loss, "val loss",
-                            root);
+  example::check_divergence(trainer.skipped_steps(), trainer.steps(), r.val_loss, "val loss", root);
   return 0;
 }
 

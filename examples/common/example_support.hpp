@@ -291,7 +291,7 @@ inline std::size_t machine_budget(MPI_Comm comm) {
   MPI_Comm_size(node, &on_node);
   MPI_Comm_free(&node);
   unsigned long long v[2] = {mem.bytes / (unsigned long long)on_node, // min over ranks
-                             ~0ULL - (unsigned long long)on_node};      // max ranks per host
+                             ~0ULL - (unsigned long long)on_node};    // max ranks per host
   MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm);
   on_node = int(~0ULL - v[1]);
   if (v[0] == 0)
@@ -440,8 +440,8 @@ telar::RunPosition resume(TrainerT& trainer, CommonArgs const& a, std::string co
                        "learning-rate schedule follow them), or another --checkpoint-dir to "
                        "start afresh");
   if (trainer.rank() == 0)
-    std::fprintf(stderr, "resumed at step %lld (epoch %lld, batch %lld) from %s\n",
-                 trainer.steps(), pos.epoch + 1, pos.batch, last->c_str());
+    std::fprintf(stderr, "resumed at step %lld (epoch %lld, batch %lld) from %s\n", trainer.steps(),
+                 pos.epoch + 1, pos.batch, last->c_str());
   return pos;
 #else
   (void)trainer, (void)a, (void)extra;

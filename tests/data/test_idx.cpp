@@ -390,10 +390,11 @@ TEST_CASE("load_fashion_mnist finds the files or says how to get them", "[data][
   // Test images of another size are refused at load time, naming both files.
   write_raw(fm + "/t10k-images.idx3-ubyte", idx_bytes(0x803, {2, 4, 4}, Bytes(32, 7)));
   msg = data_error([&] { telar::load_fashion_mnist(fm); });
-  CHECK_THAT(msg, ContainsSubstring("telar::load_fashion_mnist: " + fm + ": the test images (" + fm +
-                                    "/t10k-images.idx3-ubyte) are 4 x 4 pixels, the training "
-                                    "images (" +
-                                    fm + "/train-images-idx3-ubyte.gz) 2 x 4"));
+  CHECK_THAT(msg,
+             ContainsSubstring("telar::load_fashion_mnist: " + fm + ": the test images (" + fm +
+                               "/t10k-images.idx3-ubyte) are 4 x 4 pixels, the training "
+                               "images (" +
+                               fm + "/train-images-idx3-ubyte.gz) 2 x 4"));
 }
 
 TEST_CASE("the installed Fashion-MNIST loads", "[data][idx][fashion-mnist]") {

@@ -78,7 +78,9 @@ TEST_CASE("escape_for_terminal keeps text and UTF-8, escapes the rest", "[data][
   CHECK(escape_for_terminal("The cat\n\tsat.") == "The cat\n\tsat.");
   CHECK(escape_for_terminal("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80") ==
         "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"); // é, €, an emoji: kept
-  CHECK(escape_for_terminal(std::string("a\x1b[2Jb\x00" "c\x7f", 9)) == "a\\x1b[2Jb\\x00c\\x7f");
+  CHECK(escape_for_terminal(std::string("a\x1b[2Jb\x00"
+                                        "c\x7f",
+                                        9)) == "a\\x1b[2Jb\\x00c\\x7f");
   CHECK(escape_for_terminal("back\\slash") == "back\\\\slash");
   // A stray continuation byte, a truncated sequence, an overlong '/', a
   // surrogate, a C1 control (U+009B, CSI) and a byte never in UTF-8.

@@ -366,8 +366,8 @@ inline FashionMnist load_fashion_mnist(std::string const& dir = default_fashion_
       return std::to_string(d.shape[0]) + " x " + std::to_string(d.shape[1]);
     };
     throw DataError("telar::load_fashion_mnist: " + dir + ": the test images (" + f.test.name +
-                    ") are " + hw(f.test) + " pixels, the training images (" + f.train.name +
-                    ") " + hw(f.train) + ": one model cannot take both");
+                    ") are " + hw(f.test) + " pixels, the training images (" + f.train.name + ") " +
+                    hw(f.train) + ": one model cannot take both");
   }
   f.train.name = "fashion-mnist/train";
   f.test.name = "fashion-mnist/test";

@@ -24,12 +24,12 @@
  *
  *  Needs a parallel HDF5 (TELAR_HAVE_HDF5; CMake target Telar::hdf5).
  */
+#include <telar/io/checkpoint_lock.hpp>
 #include <telar/io/detail/agree.hpp>
 #include <telar/io/detail/hdf5.hpp>
 #include <telar/io/detail/model_pieces.hpp>
 #include <telar/io/detail/trainer_access.hpp>
 #include <telar/io/detail/trainer_view.hpp>
-#include <telar/io/checkpoint_lock.hpp>
 #include <telar/io/error.hpp>
 
 #include <fcntl.h>

@@ -76,9 +76,13 @@ public:
   CheckpointLock& operator=(CheckpointLock&&) = delete;
 
   /*! \brief Whether this object holds the lock. */
-  bool held() const { return fd_ >= 0; }
+  bool held() const {
+    return fd_ >= 0;
+  }
   /*! \brief Why the lock is not held (empty when it is). */
-  std::string const& warning() const { return warning_; }
+  std::string const& warning() const {
+    return warning_;
+  }
 
 private:
   // "host node7, pid 1234": who holds it, for the other run's message.

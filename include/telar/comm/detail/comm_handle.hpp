@@ -161,14 +161,18 @@ struct CommHandle {
       if (r == rank)
         continue;
       PeerInfo const& p = peers[std::size_t(r)];
-      std::string const waiting =
-          "; rank " + std::to_string(rank) + " was waiting for it in " + what + " on " + where();
-      if (peer_state(p, self) == PeerState::gone)
-        throw PeerLost(describe_peer(p) + " is gone" + waiting, rank, op, r);
-      double const s = stop_timeout > 0 ? stopped.seconds(r, signal_stopped(p, self)) : 0;
+      auto const waiting = [&] {
+        return "; rank " + std::to_string(rank) + " was waiting for it in " + what + " on " +
+               where();
+      };
+      PeerState const state = peer_state(p, self);
+      if (state == PeerState::gone)
+        throw PeerLost(describe_peer(p) + " is gone" + waiting(), rank, op, r);
+      bool const by_signal = state == PeerState::stopped && signal_stopped(p);
+      double const s = stop_timeout > 0 ? stopped.seconds(r, by_signal) : 0;
       if (stop_timeout > 0 && s >= stop_timeout)
         throw PeerLost(describe_peer(p) + " has been stopped (SIGSTOP) for " +
-                           std::to_string(int(s)) + " s" + waiting +
+                           std::to_string(int(s)) + " s" + waiting() +
                            " (TELAR_STOPPED_TIMEOUT=" + std::to_string(int(stop_timeout)) +
                            "; 0 waits for the communication timeout)",
                        rank, op, r);

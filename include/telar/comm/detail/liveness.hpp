@@ -134,14 +134,13 @@ inline void continue_if_stopped(PeerInfo const& peer, PeerInfo const& self) {
 #endif
 }
 
-// Whether a peer on this host is stopped by a signal (state 'T': SIGSTOP,
-// SIGTSTP), not held by a debugger ('t': a rank at a breakpoint must not
-// end the job).
-inline bool signal_stopped(PeerInfo const& peer, PeerInfo const& self) {
+// Whether a stopped peer on this host (PeerState::stopped) is stopped by a
+// signal (state 'T': SIGSTOP, SIGTSTP), not held by a debugger ('t': a rank
+// at a breakpoint must not end the job).
+inline bool signal_stopped(PeerInfo const& peer) {
   char state = 0;
   unsigned long long start = 0;
-  return peer_state(peer, self) == PeerState::stopped && read_proc_stat(peer.pid, state, start) &&
-         state == 'T';
+  return read_proc_stat(peer.pid, state, start) && state == 'T';
 }
 
 // Seconds a wait lets a peer on this host stay stopped by a signal before it
