@@ -555,17 +555,18 @@ telar::Shape const tiny{2, 4, 4}; // the U-Net's bottom level is 1 x 1
 TEST_CASE("BatchNorm on one value per channel is refused before training on every rank",
           "[batch_norm][refusal]") {
   int const n = world_size();
-  auto const tiny_unet = [] { return Chain(telar::test::unet::make_graph<T, telar::SyncStats>(
-                                   2, 4, 2, classes)); };
+  auto const tiny_unet = [] {
+    return Chain(telar::test::unet::make_graph<T, telar::SyncStats>(2, 4, 2, classes));
+  };
   // A pipeline over every rank (dp = 1): micro-batches of 1 sample leave the
   // bottom BatchNorm one value per channel, on a stage only one rank runs.
   auto opts = options({1, n, 1}, "1f1b", 2);
   opts.batch_size = 2;
-  std::string const built = refusal([&] {
-    ChainTrainer(MPI_COMM_WORLD, tiny_unet(), telar::SGD<T>{}, opts, tiny);
-  });
+  std::string const built =
+      refusal([&] { ChainTrainer(MPI_COMM_WORLD, tiny_unet(), telar::SGD<T>{}, opts, tiny); });
   INFO(built);
-  CHECK_THAT(built, Catch::Matchers::StartsWith(n > 1 ? "telar::Trainer: rank " : "telar::Trainer: "));
+  CHECK_THAT(built,
+             Catch::Matchers::StartsWith(n > 1 ? "telar::Trainer: rank " : "telar::Trainer: "));
   CHECK_THAT(built, Catch::Matchers::ContainsSubstring(
                         "micro-batches of 1 sample(s): telar::DynamicGraph: node 'l2_down_bn' "
                         "(BatchNorm) cannot take input 'l2_down_c' [4, 1, 1]: telar::BatchNorm(4): "
@@ -595,13 +596,15 @@ TEST_CASE("BatchNorm on one value per channel is refused before training on ever
   INFO(sync);
   CHECK(sync.empty() == (n > 1));
   auto const local_cnn = [] {
-    return Cnn<telar::LocalStats>(telar::Conv2D<T>(2, 4, 3, 1, 1),
-                                  telar::BatchNorm<T, telar::DefaultMemorySpace, telar::LocalStats>(4),
-                                  {}, {}, telar::Dense<T>(4, classes));
+    return Cnn<telar::LocalStats>(
+        telar::Conv2D<T>(2, 4, 3, 1, 1),
+        telar::BatchNorm<T, telar::DefaultMemorySpace, telar::LocalStats>(4), {}, {},
+        telar::Dense<T>(4, classes));
   };
   using LocalTrainer = telar::Trainer<Cnn<telar::LocalStats>, Full, telar::SGD<T>>;
-  std::string const local = refusal(
-      [&] { LocalTrainer(MPI_COMM_WORLD, local_cnn(), telar::SGD<T>{}, dp, telar::Shape{2, 1, 1}); });
+  std::string const local = refusal([&] {
+    LocalTrainer(MPI_COMM_WORLD, local_cnn(), telar::SGD<T>{}, dp, telar::Shape{2, 1, 1});
+  });
   INFO(local);
   CHECK_THAT(local, Catch::Matchers::ContainsSubstring(
                         "telar::Sequential: layer 1 (BatchNorm) cannot take input [4, 1, 1] from "

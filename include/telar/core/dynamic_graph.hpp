@@ -119,7 +119,7 @@ public:
     std::vector<Matrix<value_type, memory_space>> act;          //!< act[t]: inner tensor t
     mutable std::vector<Matrix<value_type, memory_space>> grad; //!< grad[t]: dL/d act[t]
     mutable Matrix<value_type, memory_space> scratch; //!< one contribution before it is added
-    mutable bool grads_ready = false; //!< backward_input ran since the last backward_weight
+    mutable bool grads_ready = false;    //!< backward_input ran since the last backward_weight
     std::uint64_t token = 0;             //!< which forward this is (recompute(): whose values)
     std::vector<std::uint64_t> counters; //!< recomputed nodes' random counters at forward
   };
@@ -409,10 +409,10 @@ public:
     for_each_recomputed_stochastic(record);
     for (std::size_t i : topo_.order()) {
       std::size_t const t = topo_.nodes()[i].out_id;
-      run_node(exec, i, t == topo_.output_id() ? y : dropped(t) ? work(t, x.extent(0)) : saved.act[t],
-               saved);
+      Mat const out = t == topo_.output_id() ? y : dropped(t) ? work(t, x.extent(0)) : saved.act[t];
+      run_node(exec, i, out, saved);
     }
-    work_owner_ = saved.token;
+    work_.owner = saved.token;
   }
   /*! \brief dL/dx: gradients in reverse topological order, summed over the
    *  readers of each tensor; inner gradients kept for backward_weight.
@@ -528,7 +528,7 @@ private:
   }
 
   CMat value(saved_type const& saved, std::size_t t) const {
-    return t == 0 ? saved.input : dropped(t) ? CMat(work_[t]) : CMat(saved.act[t]);
+    return t == 0 ? saved.input : dropped(t) ? CMat(work_.bufs[t]) : CMat(saved.act[t]);
   }
   // Whether tensor t is the output of a recomputed node; dropped: one kept in
   // a shared buffer rather than per micro-batch (the graph output is the caller's).
@@ -539,12 +539,13 @@ private:
   bool dropped(std::size_t t) const { return t != topo_.output_id() && recomputed(t); }
   // Tensor t's shared buffer, [rows, size].
   Mat work(std::size_t t, std::size_t rows) const {
-    work_.resize(shapes_.size());
-    if (work_[t].extent(0) != rows || work_[t].extent(1) != shapes_[t].size())
-      work_[t] = Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing,
-                                        std::string("telar::DynamicGraph::recomputed")),
-                     rows, shapes_[t].size());
-    return work_[t];
+    std::vector<Mat>& bufs = work_.bufs;
+    bufs.resize(shapes_.size());
+    if (bufs[t].extent(0) != rows || bufs[t].extent(1) != shapes_[t].size())
+      bufs[t] = Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                                       std::string("telar::DynamicGraph::recomputed")),
+                    rows, shapes_[t].size());
+    return bufs[t];
   }
   // Node i's forward into `out`, from the values in `saved`.
   template <class Exec>
@@ -572,7 +573,7 @@ private:
   // last, or this ran since), with the random counters of its forward.
   template <class Exec>
   void rerun_recomputed(Exec const& exec, saved_type const& saved) {
-    if (!recomputes() || work_owner_ == saved.token)
+    if (!recomputes() || work_.owner == saved.token)
       return;
     std::vector<std::uint64_t> now;
     std::size_t k = 0;
@@ -587,7 +588,7 @@ private:
     k = 0;
     auto restore = [&](auto& l) { l.set_random_counter(now[k++]); };
     for_each_recomputed_stochastic(restore);
-    work_owner_ = saved.token;
+    work_.owner = saved.token;
   }
   CMat output_grad(saved_type const& saved, std::size_t i, CMat dy) const {
     std::size_t const t = topo_.nodes()[i].out_id;
@@ -721,10 +722,23 @@ private:
   std::vector<Shape> shapes_;                  // by tensor, from build()
   initializer init_;
   int tp_size_ = 1;
-  std::vector<bool> recomputed_;      // by node (recompute()); empty: none
-  mutable std::vector<Mat> work_;     // by tensor: the recomputed nodes' outputs
-  std::uint64_t forwards_ = 0;        // forwards run: each micro-batch's token
-  std::uint64_t work_owner_ = 0;      // the token whose values work_ holds
+  // The recomputed nodes' outputs by tensor, shared by the micro-batches of
+  // this graph but not by its copies (a copy, e.g. calibration's, must not
+  // overwrite them between a forward and its backward): a copy starts empty.
+  struct Work {
+    std::vector<Mat> bufs;
+    std::uint64_t owner = 0; // the forward whose values bufs hold (0: none)
+    Work() = default;
+    Work(Work const&) noexcept {}
+    Work& operator=(Work const&) noexcept {
+      bufs.clear(), owner = 0;
+      return *this;
+    }
+  };
+
+  std::vector<bool> recomputed_; // by node (recompute()); empty: none
+  mutable Work work_;
+  std::uint64_t forwards_ = 0; // forwards run: each micro-batch's token
 };
 
 namespace detail {
