@@ -4,7 +4,9 @@
 // telar::DynamicGraph: a chain trains as the DynamicSequential of its layers,
 // joins match hand-written references, gradients through tensors read by
 // several nodes match finite differences, dp and ZeRO-3 match serial, and
-// each malformed graph is refused with a message naming the fault.
+// each malformed graph is refused with a message naming the fault; a node
+// range recomputed in backward (DynamicGraph::recompute) gives the plain
+// graph's gradients.
 #include "support.hpp"
 
 #include <telar/core/dynamic_graph.hpp>

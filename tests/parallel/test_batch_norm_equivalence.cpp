@@ -8,7 +8,9 @@
 // Conv2D -> BatchNorm -> ReLU -> Flatten -> Dense; then a two-level U-Net
 // (DenseConcat skips, BatchNorm inside them) under the same layouts; then the
 // same U-Net as one DynamicGraph trained as a GraphChain, whose pipeline cuts
-// between nodes so the skips cross stage boundaries.
+// between nodes so the skips cross stage boundaries. Last, micro-batches
+// that leave a BatchNorm one value per channel are refused before training,
+// the same on every rank.
 #include "support.hpp"
 #include "unet.hpp"
 
