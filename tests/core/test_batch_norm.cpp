@@ -185,6 +185,22 @@ TEST_CASE("BatchNorm says what it accepts", "[batch_norm]") {
                                       "channel, got input [1, 4]"));
   bn.set_training(false); // evaluation takes a single sample
   CHECK_NOTHROW(bn.forward(Exec{}, x, y, saved));
+  // Told the micro-batch (as the Trainer does), the shape pass refuses the
+  // same before any forward, naming the sizes; spatial values count.
+  bn.set_training(true);
+  telar::set_training_batch(bn, 1);
+  CHECK_THROWS_WITH(bn.output_shape(telar::Shape{4}),
+                    "telar::BatchNorm(4): expected more than 1 value per channel when training, "
+                    "got 1 (micro-batches of 1 sample(s) per rank x spatial size 1, input [4], "
+                    "LocalStats): use more samples per micro-batch, telar::SyncStats over "
+                    "data-parallel ranks or evaluation mode");
+  CHECK_THROWS_WITH(bn.output_shape(telar::Shape{4, 1, 1}), ContainsSubstring("spatial size 1"));
+  CHECK(bn.output_shape(telar::Shape{4, 2}) == telar::Shape{4, 2});
+  telar::set_training_batch(bn, 2);
+  CHECK(bn.output_shape(telar::Shape{4}) == telar::Shape{4});
+  telar::set_training_batch(bn, 1);
+  bn.set_training(false);
+  CHECK(bn.output_shape(telar::Shape{4}) == telar::Shape{4});
   Mat wrong("wrong", 2, 6), wy("wy", 2, 6);
   CHECK_THROWS_WITH(bn.forward(Exec{}, wrong, wy, saved),
                     ContainsSubstring("expected [n, 4 * spatial]"));

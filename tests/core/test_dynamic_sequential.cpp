@@ -4,11 +4,14 @@
 // telar::DynamicGraph: a chain trains as the DynamicSequential of its layers,
 // joins match hand-written references, gradients through tensors read by
 // several nodes match finite differences, dp and ZeRO-3 match serial, and
-// each malformed graph is refused with a message naming the fault.
+// each malformed graph is refused with a message naming the fault; a node
+// range recomputed in backward (DynamicGraph::recompute) gives the plain
+// graph's gradients.
 #include "support.hpp"
 
 #include <telar/core/dynamic_graph.hpp>
 #include <telar/core/dynamic_sequential.hpp>
+#include <telar/core/graph_chain.hpp>
 #include <telar/core/residual.hpp>
 #include <telar/data/synthetic.hpp>
 #include <telar/layers/activation.hpp>
@@ -429,4 +432,87 @@ TEST_CASE("DynamicGraph: buffers of its nodes, named by node; set_training reach
   CHECK(g.buffer_count() == 8);
   telar::set_training(g, false);
   CHECK_FALSE(std::get<BN>(g.layer("bn")).training());
+}
+
+// DynamicGraph::recompute: nodes whose outputs are not kept per micro-batch
+// but recomputed before its backward. Two micro-batches in flight, both
+// backward_input before either backward_weight (as zero-bubble schedules
+// do), so each backward finds the shared buffers holding the other's values:
+// outputs, input and parameter gradients and BatchNorm's running statistics
+// equal the plain graph's; the memory plan keeps one copy of the dropped
+// tensors instead of one per micro-batch.
+TEST_CASE("DynamicGraph::recompute gives the plain graph's gradients and keeps less",
+          "[graph][recompute]") {
+  using DD = telar::Dense<double>;
+  using G = telar::DynamicGraph<
+      std::variant<DD, telar::BatchNorm<double>, telar::ReLU<double>, telar::Dropout<double>>>;
+  auto const make = [] {
+    G g("x");
+    g.add("fc1", DD(6, 8), "x", "h1");
+    g.add("bn", telar::BatchNorm<double>(8), "h1", "h2");
+    g.add("relu", telar::ReLU<double>{}, "h2", "h3");
+    g.add("drop", telar::Dropout<double>(0.25), "h3", "h4");
+    g.add("fc2", DD(8, 8), "h4", "h5");
+    g.add_add("sum", {"h5", "h1"}, "s");
+    g.add("fc3", DD(8, 4), "s", "y");
+    g.set_output("y");
+    return g;
+  };
+  telar::Shape const in{6};
+  G plain = make(), lean = make();
+  lean.recompute("bn", "sum"); // h2, h3, h4, h5 and s: 5 x 8 values per sample
+  CHECK(lean.recomputes());
+  CHECK_FALSE(plain.recomputes());
+  CHECK_THROWS_WITH(lean.recompute("fc3", "bn"),
+                    Catch::Matchers::ContainsSubstring(
+                        "'fc3' to 'bn' is not a range of the execution order ('fc1', 'bn', "
+                        "'relu', 'drop', 'fc2', 'sum', 'fc3')"));
+  std::size_t const rows = 5;
+  std::size_t const dropped = 5 * 8 * rows * sizeof(double);
+  CHECK(plain.saved_bytes(rows, in) - lean.saved_bytes(rows, in) == dropped);
+  CHECK(lean.workspace_bytes(rows, in) == dropped);
+  CHECK(plain.workspace_bytes(rows, in) == 0);
+
+  struct Got {
+    std::vector<std::vector<double>> values; // y, dx per micro-batch, then gradients, buffers
+  };
+  auto const run = [&](G& g) {
+    g.build(in);
+    g.initialize(7);
+    Kokkos::DefaultExecutionSpace exec;
+    G::saved_type saved[2];
+    std::vector<telar::Matrix<double>> x, y, dy, dx;
+    for (std::uint64_t m = 0; m < 2; ++m) {
+      x.emplace_back("x", rows, 6), y.emplace_back("y", rows, 4);
+      dy.emplace_back("dy", rows, 4), dx.emplace_back("dx", rows, 6);
+      telar::detail::fd_fill(x[m], 3 + m, 1.0);
+      telar::detail::fd_fill(dy[m], 9 + m, 1.0);
+      g.forward(exec, x[m], y[m], saved[m]);
+    }
+    for (std::size_t m = 0; m < 2; ++m)
+      g.backward_input(exec, dy[m], dx[m], saved[m]);
+    for (std::size_t m = 0; m < 2; ++m)
+      g.backward_weight(exec, dy[m], saved[m]);
+    Got r;
+    for (std::size_t m = 0; m < 2; ++m)
+      r.values.push_back(host(y[m])), r.values.push_back(host(dx[m]));
+    g.parameters([&](char const*, auto&, auto& grad) { r.values.push_back(host(grad)); });
+    g.buffers([&](char const*, auto& v) { r.values.push_back(host(v)); });
+    return r;
+  };
+  Got const want = run(plain), got = run(lean);
+  REQUIRE(got.values.size() == want.values.size());
+  double worst = 0;
+  for (std::size_t k = 0; k < want.values.size(); ++k) {
+    REQUIRE(got.values[k].size() == want.values[k].size());
+    for (std::size_t i = 0; i < want.values[k].size(); ++i)
+      worst = std::max(worst, std::abs(got.values[k][i] - want.values[k][i]));
+  }
+  INFO("largest difference " << worst);
+  CHECK(worst <= 1e-11);
+  // A pipeline's units run the nodes one by one: recompute is refused there.
+  G piped = make();
+  piped.recompute("relu", "relu");
+  CHECK_THROWS_WITH(telar::GraphChain<G::layer_variant>(std::move(piped)).build(in),
+                    Catch::Matchers::ContainsSubstring("a GraphChain keeps every tensor"));
 }

@@ -2,7 +2,7 @@
 #       -DOUT=<dir> -P run_onnx_train.cmake
 # Example 04 as a user runs it: export an MLP from PyTorch, train it 60 steps
 # under dp=2 at 2 ranks, write it back; PyTorch loads the result and the JSON
-# summary shows it learnt.
+# summary shows it learnt. Then a BatchNorm model on one sample per rank.
 set(data /usr/share/datasets/fashion-mnist)
 if(DEFINED ENV{TELAR_FASHION_MNIST_DIR})
   set(data $ENV{TELAR_FASHION_MNIST_DIR})
@@ -37,3 +37,16 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "the exported model does not load in onnx")
 endif()
 message(STATUS "test accuracy ${acc}")
+# A BatchNorm after a Gemm on one sample per rank: SyncStats normalises over
+# both ranks' samples, so dp=2 --batch 2 trains (only 1 sample per micro-batch
+# on one rank is refused, docs/errors.md), step-time prediction included.
+execute_process(COMMAND ${PYTHON} ${SRC}/../examples/make_bad_onnx.py ${OUT} RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "make_bad_onnx.py failed (${rc})")
+endif()
+execute_process(COMMAND ${MPIEXEC} -n 2 ${EXE} --model ${OUT}/cat_bn.onnx --dp 2 --batch 2
+                        --limit-steps 3 --json --data ${data}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e)
+if(NOT rc EQUAL 0 OR NOT o MATCHES "\"predicted_step_ms\"")
+  message(FATAL_ERROR "BatchNorm on 1 sample per rank under dp=2 (SyncStats) failed (${rc}):\n${o}\n${e}")
+endif()

@@ -8,7 +8,9 @@
 // Conv2D -> BatchNorm -> ReLU -> Flatten -> Dense; then a two-level U-Net
 // (DenseConcat skips, BatchNorm inside them) under the same layouts; then the
 // same U-Net as one DynamicGraph trained as a GraphChain, whose pipeline cuts
-// between nodes so the skips cross stage boundaries.
+// between nodes so the skips cross stage boundaries. Last, micro-batches
+// that leave a BatchNorm one value per channel are refused before training,
+// the same on every rank.
 #include "support.hpp"
 #include "unet.hpp"
 
@@ -27,6 +29,7 @@
 
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <mpi.h>
 
@@ -518,4 +521,100 @@ TEST_CASE("A GraphChain checkpoint moves between pipeline degrees",
     if (rank == 0)
       std::remove(path.c_str());
   }
+}
+
+// BatchNorm on one value per channel (PyTorch refuses it too) is refused
+// before training: by the constructor when TrainerOptions::batch_size gives
+// the micro-batches, else by the step before any communication; the same
+// message on every rank (but for its rank), naming the node and the sizes.
+// SyncStats counts the values of every data-parallel rank.
+namespace {
+// The refusal's text, or "" if make() does not throw.
+template <class F>
+std::string refusal(F&& make) {
+  try {
+    make();
+  } catch (telar::ShapeError const& e) {
+    return e.what();
+  }
+  return {};
+}
+// True when every rank's message is the same once its own "rank R: " is cut.
+bool same_on_every_rank(std::string msg) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::string const mine = "rank " + std::to_string(rank) + ": ";
+  for (auto at = msg.find(mine); at != std::string::npos; at = msg.find(mine))
+    msg.erase(at, mine.size());
+  long long const h = (long long)(std::hash<std::string>{}(msg) >> 2), in[2] = {h, -h};
+  long long out[2] = {0, 0};
+  MPI_Allreduce(in, out, 2, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+  return out[0] == -out[1];
+}
+telar::Shape const tiny{2, 4, 4}; // the U-Net's bottom level is 1 x 1
+} // namespace
+
+TEST_CASE("BatchNorm on one value per channel is refused before training on every rank",
+          "[batch_norm][refusal]") {
+  int const n = world_size();
+  auto const tiny_unet = [] {
+    return Chain(telar::test::unet::make_graph<T, telar::SyncStats>(2, 4, 2, classes));
+  };
+  // A pipeline over every rank (dp = 1): micro-batches of 1 sample leave the
+  // bottom BatchNorm one value per channel, on a stage only one rank runs.
+  auto opts = options({1, n, 1}, "1f1b", 2);
+  opts.batch_size = 2;
+  std::string const built =
+      refusal([&] { ChainTrainer(MPI_COMM_WORLD, tiny_unet(), telar::SGD<T>{}, opts, tiny); });
+  INFO(built);
+  CHECK_THAT(built,
+             Catch::Matchers::StartsWith(n > 1 ? "telar::Trainer: rank " : "telar::Trainer: "));
+  CHECK_THAT(built, Catch::Matchers::ContainsSubstring(
+                        "micro-batches of 1 sample(s): telar::DynamicGraph: node 'l2_down_bn' "
+                        "(BatchNorm) cannot take input 'l2_down_c' [4, 1, 1]: telar::BatchNorm(4): "
+                        "expected more than 1 value per channel when training, got 1 "
+                        "(micro-batches of 1 sample(s) per rank x spatial size 1 x 1 "
+                        "data-parallel rank(s), input [4, 1, 1], SyncStats)"));
+  CHECK(same_on_every_rank(built));
+  // Without batch_size the step refuses the same, before any collective.
+  opts.batch_size = 0;
+  auto const data = make_data(2, tiny.size());
+  std::string const stepped = refusal([&] {
+    ChainTrainer t(MPI_COMM_WORLD, tiny_unet(), telar::SGD<T>{}, opts, tiny);
+    t.step(data.x, data.y);
+  });
+  INFO(stepped);
+  CHECK_THAT(stepped, Catch::Matchers::StartsWith("telar::Trainer::step: ") &&
+                          Catch::Matchers::ContainsSubstring("node 'l2_down_bn' (BatchNorm)"));
+  CHECK(same_on_every_rank(stepped));
+  // One sample per rank under dp = n: SyncStats normalises over n values
+  // (accepted, and a step trains, when n > 1); LocalStats over 1 (refused).
+  auto dp = options({n, 1, 1});
+  dp.batch_size = std::size_t(n);
+  std::string const sync = refusal([&] {
+    ChainTrainer t(MPI_COMM_WORLD, tiny_unet(), telar::SGD<T>{}, dp, tiny);
+    t.step(telar::rows(data.x, 0, 1), telar::rows(data.y, 0, 1));
+  });
+  INFO(sync);
+  CHECK(sync.empty() == (n > 1));
+  auto const local_cnn = [] {
+    return Cnn<telar::LocalStats>(
+        telar::Conv2D<T>(2, 4, 3, 1, 1),
+        telar::BatchNorm<T, telar::DefaultMemorySpace, telar::LocalStats>(4), {}, {},
+        telar::Dense<T>(4, classes));
+  };
+  using LocalTrainer = telar::Trainer<Cnn<telar::LocalStats>, Full, telar::SGD<T>>;
+  std::string const local = refusal([&] {
+    LocalTrainer(MPI_COMM_WORLD, local_cnn(), telar::SGD<T>{}, dp, telar::Shape{2, 1, 1});
+  });
+  INFO(local);
+  CHECK_THAT(local, Catch::Matchers::ContainsSubstring(
+                        "telar::Sequential: layer 1 (BatchNorm) cannot take input [4, 1, 1] from "
+                        "layer 0 (Conv2D): telar::BatchNorm(4): expected more than 1 value per "
+                        "channel when training, got 1"));
+  CHECK(same_on_every_rank(local));
+  // Spatial values count: 1 sample of [4, 6, 6] gives 36 per channel.
+  CHECK(refusal([&] {
+          LocalTrainer(MPI_COMM_WORLD, make_cnn<telar::LocalStats>(), telar::SGD<T>{}, dp, image);
+        }).empty());
 }

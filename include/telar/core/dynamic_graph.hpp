@@ -11,6 +11,7 @@
 #include <telar/core/dynamic_sequential.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
+#include <telar/core/recompute.hpp>
 #include <telar/core/residual.hpp>
 #include <telar/core/sequential.hpp>
 #include <telar/core/shape.hpp>
@@ -118,7 +119,9 @@ public:
     std::vector<Matrix<value_type, memory_space>> act;          //!< act[t]: inner tensor t
     mutable std::vector<Matrix<value_type, memory_space>> grad; //!< grad[t]: dL/d act[t]
     mutable Matrix<value_type, memory_space> scratch; //!< one contribution before it is added
-    mutable bool grads_ready = false; //!< backward_input ran since the last backward_weight
+    mutable bool grads_ready = false;    //!< backward_input ran since the last backward_weight
+    std::uint64_t token = 0;             //!< which forward this is (recompute(): whose values)
+    std::vector<std::uint64_t> counters; //!< recomputed nodes' random counters at forward
   };
 
   /*! \brief An empty graph. \param input name of the input tensor */
@@ -187,6 +190,39 @@ public:
   /*! \brief Checks the structure (see the class description); shapes are
    *  checked by output_shape() and build(). \throws Error naming the fault */
   void validate() const { topology(); }
+
+  /*! \brief Recomputes nodes \p first to \p last (a range of
+   *  execution_order()) in backward rather than keeping their outputs: the
+   *  outputs go to buffers shared by every micro-batch (workspace_bytes()),
+   *  and before a micro-batch's backward those nodes run forward again from
+   *  the tensors kept, their random counters as at its forward (dropout
+   *  masks repeat; BatchNorm updates its running statistics once).
+   *  saved_bytes() drops each such tensor (its gradient stays). For a graph
+   *  trained as one layer (telar::GraphChain refuses it).
+   *  \param first first node \param last last node (it may be \p first)
+   *  \throws Error if the two do not name such a range */
+  void recompute(std::string const& first, std::string const& last) {
+    auto const& order = topology().order();
+    auto const at = [&](std::string const& name) {
+      return std::find_if(order.begin(), order.end(),
+                          [&](std::size_t i) { return topo_.nodes()[i].name == name; });
+    };
+    auto const a = at(first), b = at(last);
+    if (a == order.end() || b == order.end() || b < a) {
+      std::string names;
+      for (std::string const& n : execution_order())
+        names += (names.empty() ? "'" : ", '") + n + "'";
+      throw Error("telar::DynamicGraph::recompute: '" + first + "' to '" + last +
+                  "' is not a range of the execution order (" + names + ")");
+    }
+    recomputed_.assign(layers_.size(), false);
+    for (auto it = a; it != b + 1; ++it)
+      recomputed_[*it] = true;
+  }
+  /*! \brief Whether some nodes are recomputed (recompute()). */
+  bool recomputes() const {
+    return std::find(recomputed_.begin(), recomputed_.end(), true) != recomputed_.end();
+  }
 
   /*! \brief Runs \p f(name, layer) after each node's initialize (starting
    *  values). \param f the hook */
@@ -262,13 +298,24 @@ public:
     std::size_t elements = scratch_width(s);
     for (std::size_t t = 1; t < s.size(); ++t)
       if (t != topo_.output_id())
-        elements += 2 * s[t].size();
+        elements += (dropped(t) ? 1 : 2) * s[t].size();
     std::size_t n = elements * samples * sizeof(value_type);
     for_each_layer([&](std::size_t i, auto const& l) {
       if constexpr (layer_traits<std::decay_t<decltype(l)>>::has_saved_bytes)
         n += l.saved_bytes(samples, s[input_of(i)]);
     });
     return n;
+  }
+
+  /*! \brief Bytes shared by every micro-batch: the outputs of the
+   *  recomputed nodes (recompute(); 0 without). \param samples rows
+   *  \param in input shape */
+  std::size_t workspace_bytes(std::size_t samples, Shape const& in) const {
+    auto const s = shapes(in);
+    std::size_t elements = 0;
+    for (std::size_t t = 1; t < s.size(); ++t)
+      elements += recomputed(t) ? s[t].size() : 0;
+    return elements * samples * sizeof(value_type);
   }
 
   /*! \brief Draws every layer node's parameters, node i from its own stream
@@ -353,23 +400,19 @@ public:
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<value_type, memory_space> x,
                Matrix<value_type, memory_space> y, saved_type& saved) {
-    ensure(saved.act, x.extent(0), "telar::DynamicGraph::activation");
+    ensure(saved.act, x.extent(0), "telar::DynamicGraph::activation", true);
     saved.input = x;
     saved.grads_ready = false; // gradients of an earlier micro-batch in this slot are stale
+    saved.token = ++forwards_;
+    saved.counters.clear();
+    auto record = [&](auto& l) { saved.counters.push_back(std::uint64_t(l.random_counter())); };
+    for_each_recomputed_stochastic(record);
     for (std::size_t i : topo_.order()) {
-      auto const& n = topo_.nodes()[i];
-      Matrix<value_type, memory_space> out =
-          n.out_id == topo_.output_id() ? y : saved.act[n.out_id];
-      if (n.op == Op::layer)
-        std::visit(
-            [&](auto& l) {
-              using L = std::decay_t<decltype(l)>;
-              l.forward(exec, value(saved, n.in_ids[0]), out, saved.inner.template at<L>(i));
-            },
-            *layers_[i]);
-      else
-        join_forward(exec, n, out, inputs_of(n, saved));
+      std::size_t const t = topo_.nodes()[i].out_id;
+      Mat const out = t == topo_.output_id() ? y : dropped(t) ? work(t, x.extent(0)) : saved.act[t];
+      run_node(exec, i, out, saved);
     }
+    work_.owner = saved.token;
   }
   /*! \brief dL/dx: gradients in reverse topological order, summed over the
    *  readers of each tensor; inner gradients kept for backward_weight.
@@ -386,6 +429,7 @@ public:
   template <class Exec>
   void backward_weight(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
                        saved_type const& saved) {
+    rerun_recomputed(exec, saved); // the layers' views of their inputs read the shared buffers
     if (!saved.grads_ready)
       propagate(exec, dy, Matrix<value_type, memory_space>(), saved, false);
     auto const& order = topo_.order();
@@ -484,19 +528,81 @@ private:
   }
 
   CMat value(saved_type const& saved, std::size_t t) const {
-    return t == 0 ? saved.input : CMat(saved.act[t]);
+    return t == 0 ? saved.input : dropped(t) ? CMat(work_.bufs[t]) : CMat(saved.act[t]);
+  }
+  // Whether tensor t is the output of a recomputed node; dropped: one kept in
+  // a shared buffer rather than per micro-batch (the graph output is the caller's).
+  bool recomputed(std::size_t t) const {
+    std::size_t const p = t == 0 ? detail::GraphTopology::none : topo_.producer(t);
+    return p != detail::GraphTopology::none && p < recomputed_.size() && recomputed_[p];
+  }
+  bool dropped(std::size_t t) const { return t != topo_.output_id() && recomputed(t); }
+  // Tensor t's shared buffer, [rows, size].
+  Mat work(std::size_t t, std::size_t rows) const {
+    std::vector<Mat>& bufs = work_.bufs;
+    bufs.resize(shapes_.size());
+    if (bufs[t].extent(0) != rows || bufs[t].extent(1) != shapes_[t].size())
+      bufs[t] = Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                                       std::string("telar::DynamicGraph::recomputed")),
+                    rows, shapes_[t].size());
+    return bufs[t];
+  }
+  // Node i's forward into `out`, from the values in `saved`.
+  template <class Exec>
+  void run_node(Exec const& exec, std::size_t i, Mat const& out, saved_type const& saved) {
+    auto const& n = topo_.nodes()[i];
+    if (n.op == Op::layer)
+      std::visit(
+          [&](auto& l) {
+            using L = std::decay_t<decltype(l)>;
+            l.forward(exec, value(saved, n.in_ids[0]), out, saved.inner.template at<L>(i));
+          },
+          *layers_[i]);
+    else
+      join_forward(exec, n, out, inputs_of(n, saved));
+  }
+  template <class F>
+  void for_each_recomputed_stochastic(F& f) {
+    for_each_layer([&](std::size_t i, auto& l) {
+      if (i < recomputed_.size() && recomputed_[i])
+        detail::for_each_stochastic(l, f);
+    });
+  }
+  // Before a micro-batch's backward: the recomputed nodes' outputs again,
+  // unless the shared buffers hold this micro-batch's (its forward was the
+  // last, or this ran since), with the random counters of its forward.
+  template <class Exec>
+  void rerun_recomputed(Exec const& exec, saved_type const& saved) {
+    if (!recomputes() || work_.owner == saved.token)
+      return;
+    std::vector<std::uint64_t> now;
+    std::size_t k = 0;
+    auto rewind = [&](auto& l) {
+      now.push_back(std::uint64_t(l.random_counter()));
+      l.set_random_counter(saved.counters.at(k++));
+    };
+    for_each_recomputed_stochastic(rewind);
+    for (std::size_t i : topo_.order())
+      if (recomputed_[i])
+        run_node(exec, i, work(topo_.nodes()[i].out_id, saved.input.extent(0)), saved);
+    k = 0;
+    auto restore = [&](auto& l) { l.set_random_counter(now[k++]); };
+    for_each_recomputed_stochastic(restore);
+    work_.owner = saved.token;
   }
   CMat output_grad(saved_type const& saved, std::size_t i, CMat dy) const {
     std::size_t const t = topo_.nodes()[i].out_id;
     return t == topo_.output_id() ? dy : CMat(saved.grad[t]);
   }
   // Inner tensors' buffers (neither the input nor the output), [rows, size].
-  void ensure(std::vector<Mat>& bufs, std::size_t rows, char const* label) const {
+  // Values skip the dropped tensors (recompute()).
+  void ensure(std::vector<Mat>& bufs, std::size_t rows, char const* label,
+              bool values = false) const {
     if (shapes_.size() != topo_.tensor_count() || !topo_.ready())
       throw Error("telar::DynamicGraph: run before build(input shape)");
     bufs.resize(shapes_.size());
     for (std::size_t t = 1; t < shapes_.size(); ++t)
-      if (t != topo_.output_id() &&
+      if (t != topo_.output_id() && !(values && dropped(t)) &&
           (bufs[t].extent(0) != rows || bufs[t].extent(1) != shapes_[t].size()))
         bufs[t] = Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), rows,
                       shapes_[t].size());
@@ -544,6 +650,7 @@ private:
   // scratch buffer and are added.
   template <class Exec>
   void propagate(Exec const& exec, CMat dy, Mat dx, saved_type const& saved, bool need_dx) {
+    rerun_recomputed(exec, saved);
     std::size_t const rows = dy.extent(0);
     ensure(saved.grad, rows, "telar::DynamicGraph::activation_grad");
     std::vector<bool> started(shapes_.size(), false);
@@ -615,6 +722,23 @@ private:
   std::vector<Shape> shapes_;                  // by tensor, from build()
   initializer init_;
   int tp_size_ = 1;
+  // The recomputed nodes' outputs by tensor, shared by the micro-batches of
+  // this graph but not by its copies (a copy, e.g. calibration's, must not
+  // overwrite them between a forward and its backward): a copy starts empty.
+  struct Work {
+    std::vector<Mat> bufs;
+    std::uint64_t owner = 0; // the forward whose values bufs hold (0: none)
+    Work() = default;
+    Work(Work const&) noexcept {}
+    Work& operator=(Work const&) noexcept {
+      bufs.clear(), owner = 0;
+      return *this;
+    }
+  };
+
+  std::vector<bool> recomputed_; // by node (recompute()); empty: none
+  mutable Work work_;
+  std::uint64_t forwards_ = 0; // forwards run: each micro-batch's token
 };
 
 namespace detail {

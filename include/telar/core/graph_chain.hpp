@@ -143,6 +143,9 @@ public:
   /*! \brief Builds the graph for \p in and makes the units.
    *  \param in per-sample input shape \return the live sets' shapes */
   std::vector<Shape> build(Shape const& in) {
+    if (graph_->recomputes()) // the units run the nodes one by one, keeping every tensor
+      throw Error("telar::GraphChain: DynamicGraph::recompute is for a graph trained as one "
+                  "layer (of a Sequential); a GraphChain keeps every tensor its units pass");
     graph_->build(in);
     auto const& order = graph_->topology().order();
     units_.clear();

@@ -83,7 +83,12 @@
  *  - `std::size_t workspace_bytes(std::size_t samples, telar::Shape const&
  *    in) const`: bytes the layer keeps for itself between calls, shared by
  *    every micro-batch (allocations labelled "...::workspace", e.g. a
- *    convolution's columns), for memory plans.
+ *    convolution's columns), for memory plans;
+ *  - `void set_training_batch(std::size_t samples)` (on a layer with a random
+ *    counter, which telar::set_training_batch reaches through blocks): the
+ *    samples of each micro-batch it will train on, set by telar::Trainer
+ *    before its shape pass, so that output_shape() can refuse what forward
+ *    could not train (BatchNorm: one value per channel) before any step.
  *
  *  Optional members for tensor parallelism (telar/parallel/tensor_parallel.hpp):
  *  - `void set_tensor_parallel(telar::TensorParallelContext const& ctx)`: the

@@ -61,6 +61,8 @@ class BatchNormGroup {
 
 protected:
   void sum(std::vector<double>&) const {}
+  // Ranks whose values one channel's statistics span.
+  std::size_t group_size() const { return 1; }
 };
 
 template <>
@@ -71,6 +73,7 @@ public:
   template <class Context>
   void set_data_parallel(Context const& ctx) {
     sum_ = [ctx](double* p, std::size_t n) { ctx.allreduce_sum(p, n); };
+    group_ = std::size_t(ctx.size);
   }
 
 protected:
@@ -78,10 +81,12 @@ protected:
     if (sum_)
       sum_(v.data(), v.size());
   }
+  std::size_t group_size() const { return group_; }
 
 private:
   // Type-erased so that layers/ needs no MPI; called on the host only.
   std::function<void(double*, std::size_t)> sum_;
+  std::size_t group_ = 1;
 };
 
 } // namespace detail
@@ -144,13 +149,21 @@ public:
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "BatchNorm"; }
   /*! \brief The input's shape. \param in [channels, ...spatial], rank 1 to 4
-   *  \throws ShapeError for another channel count */
+   *  \throws ShapeError for another channel count, or in training when the
+   *  micro-batch set by set_training_batch() gives each channel's statistics
+   *  one value */
   Shape output_shape(Shape const& in) const {
     if (in.rank < 1 || in[0] != channels_)
       throw ShapeError("telar::BatchNorm(" + std::to_string(channels_) + ") expects inputs [" +
                        std::to_string(channels_) + ", ...spatial], got " + in.str());
+    check_values_per_channel(in);
     return in;
   }
+  /*! \brief Samples per micro-batch this rank will train with (0: unknown),
+   *  so that output_shape() refuses, before any step, what forward would:
+   *  batch statistics of one value per channel (telar::Trainer sets it
+   *  through telar::set_training_batch). \param samples per micro-batch */
+  void set_training_batch(std::size_t samples) { samples_ = samples; }
   /*! \brief Number of channels. */
   std::size_t channels() const { return channels_; }
   /*! \brief The variance offset. */
@@ -340,6 +353,24 @@ private:
           Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), channels_);
   }
   std::size_t spatial(std::size_t sample) const { return sample / channels_; }
+  // What PyTorch refuses too ("Expected more than 1 value per channel when
+  // training"): the variance of one value is 0 and its gradient undefined.
+  // SyncStats counts the values of every data-parallel rank.
+  void check_values_per_channel(Shape const& in) const {
+    std::size_t const per_sample = spatial(in.size()), group = this->group_size();
+    std::size_t const values = samples_ * per_sample * group;
+    if (!training_ || samples_ == 0 || values > 1)
+      return;
+    bool const sync = std::is_same_v<Stats, SyncStats>;
+    throw ShapeError(
+        "telar::BatchNorm(" + std::to_string(channels_) +
+        "): expected more than 1 value per channel when training, got " + std::to_string(values) +
+        " (micro-batches of " + std::to_string(samples_) + " sample(s) per rank x spatial size " +
+        std::to_string(per_sample) +
+        (sync ? " x " + std::to_string(group) + " data-parallel rank(s)" : std::string()) +
+        ", input " + in.str() + ", " + Stats::name() + "): use more samples per micro-batch" +
+        (sync ? "" : ", telar::SyncStats over data-parallel ranks") + " or evaluation mode");
+  }
   void check(char const* what, std::size_t an, std::size_t ak, std::size_t bn,
              std::size_t bk) const {
     bool const ready = weight.extent(0) == channels_;
@@ -355,6 +386,7 @@ private:
   double eps_ = 1e-5;
   double momentum_ = 0.1;
   bool training_ = true;
+  std::size_t samples_ = 0;   // per micro-batch in training (0: unknown)
   std::uint64_t tracked_ = 0; // running-statistics updates
   std::uint64_t cursor_ = 0;  // training forwards, replays included
 };

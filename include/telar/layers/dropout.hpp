@@ -31,6 +31,7 @@
 #include <telar/core/shape.hpp>
 #include <telar/core/tensor.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -61,6 +62,8 @@ using set_random_position_t =
     decltype(std::declval<L&>().set_random_position(std::uint64_t{}, std::uint64_t{}));
 template <class L>
 using set_training_t = decltype(std::declval<L&>().set_training(true));
+template <class L>
+using set_training_batch_t = decltype(std::declval<L&>().set_training_batch(std::size_t{}));
 
 } // namespace detail
 
@@ -200,6 +203,20 @@ void set_training(Model& model, bool training) {
   auto f = [&](auto& l) {
     if constexpr (detail::is_detected_v<detail::set_training_t, std::decay_t<decltype(l)>>)
       l.set_training(training);
+  };
+  detail::for_each_stochastic(model, f);
+}
+
+/*! \brief Tells every layer of \p model whose training needs several
+ *  samples (BatchNorm's batch statistics) how many each micro-batch of this
+ *  rank holds, so that the model's shape pass (output_shape, build) refuses
+ *  too few before any step; telar::Trainer calls it. \param model a layer or
+ *  block \param samples per micro-batch (0: unknown, nothing refused) */
+template <class Model>
+void set_training_batch(Model& model, std::size_t samples) {
+  auto f = [&](auto& l) {
+    if constexpr (detail::is_detected_v<detail::set_training_batch_t, std::decay_t<decltype(l)>>)
+      l.set_training_batch(samples);
   };
   detail::for_each_stochastic(model, f);
 }

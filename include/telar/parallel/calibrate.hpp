@@ -6,6 +6,7 @@
  *  its FLOP rates. */
 #include <telar/core/recompute.hpp>
 #include <telar/core/sequential.hpp>
+#include <telar/layers/dropout.hpp>
 #include <telar/parallel/detail/step_cost_detail.hpp>
 #include <telar/parallel/machine_profile.hpp>
 
@@ -61,6 +62,22 @@ double best_call_seconds(int reps, F&& f) {
   return *std::min_element(t.begin(), t.end());
 }
 
+// `rows`, or 2 for a layer that cannot train on `rows` samples alone
+// (BatchNorm on one value per channel: a data-parallel SyncStats run sums
+// the ranks' values, the copy timed here has no group): timed on 2 rows, a
+// layer of one row per rank is planned a little slow rather than not at all.
+template <class S>
+std::size_t trainable_rows(S& seq, Shape const& in, std::size_t rows) {
+  set_training_batch(seq, rows);
+  try {
+    (void)seq.output_shape(in);
+    return rows;
+  } catch (ShapeError const&) {
+    set_training_batch(seq, 2);
+    return 2;
+  }
+}
+
 // One layer (as a one-layer Sequential, which dispatches split or fused
 // backward) timed at `rows`.
 template <class L>
@@ -70,6 +87,7 @@ LayerTiming time_layer(L const& layer, Shape const& in, std::size_t rows, int re
   Sequential<L> seq(layer);
   std::vector<Shape> const shapes = seq.build(in);
   seq.initialize(1);
+  rows = trainable_rows(seq, in, rows);
   Matrix<T, M> x("telar::calibrate::x", rows, in.size());
   Matrix<T, M> y("telar::calibrate::y", rows, shapes.back().size());
   Matrix<T, M> dy("telar::calibrate::dy", rows, shapes.back().size());

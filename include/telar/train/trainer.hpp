@@ -413,7 +413,7 @@ private:
   }
 
   // Agrees before any collective: a bad batch on one rank stops every rank.
-  void check_batch(ConstMatrix<value_type, memory_space> x, target_type const& y) const {
+  void check_batch(ConstMatrix<value_type, memory_space> x, target_type const& y) {
     std::size_t const n = x.extent(0), m = std::size_t(layout_.schedule.microbatches);
     std::string bad;
     if (y.extent(0) != n)
@@ -425,6 +425,8 @@ private:
       bad = "inputs have " + std::to_string(x.extent(1)) +
             " values per sample, the model expects " + layout_.shapes.front().str() + " = " +
             std::to_string(features_.front());
+    else
+      bad = refuse_micro_batch(n / m); // the smallest micro-batch
     // One message: [ranks rejecting their batch, invalid targets, targets],
     // the targets counted where the loss is (once per data-parallel share).
     double v[3] = {bad.empty() ? 0.0 : 1.0, 0.0, 0.0};
@@ -448,6 +450,36 @@ private:
                          loss_.invalid_targets_what(layout_.shapes.back()));
   }
 
+  // Layers whose training needs several samples per micro-batch (BatchNorm's
+  // statistics) refuse too few in the model's shape pass, told the size
+  // first: "" if the shapes hold for micro-batches of `samples`, else the
+  // message naming the layer (its node and position), the size and its
+  // shapes. Every rank holds the whole model, so every rank finds the same.
+  std::string refuse_micro_batch(std::size_t samples) {
+    if (samples == micro_samples_)
+      return {};
+    set_training_batch(model_, samples);
+    try {
+      (void)model_.output_shape(layout_.shapes.front());
+    } catch (ShapeError const& e) {
+      set_training_batch(model_, micro_samples_); // the accepted size again
+      return "micro-batches of " + std::to_string(samples) + " sample(s): " + e.what();
+    }
+    micro_samples_ = samples;
+    return {};
+  }
+  // With TrainerOptions::batch_size, the micro-batches are known before any
+  // step: refuse them here rather than in the first forward.
+  void check_micro_batches() {
+    std::size_t const m = std::size_t(layout_.schedule.microbatches);
+    std::size_t const local = options_.batch_size / std::size_t(dp_size());
+    if (local < m)
+      return; // unknown (0) or refused by the step's own check
+    std::string const bad = refuse_micro_batch(local / m);
+    if (!bad.empty())
+      throw ShapeError("telar::Trainer: " + where() + bad);
+  }
+
   // The constructor's phases, in order; each names what it builds.
   void setup(Optimizer const& optimizer, Shape const& in_shape) {
     detail::ScopedRegion region("telar::Trainer::Trainer");
@@ -461,6 +493,7 @@ private:
     build_grid();
     start_clock();
     plan_layout(build_shapes(in_shape));
+    check_micro_batches();
     check_memory_budget(in_shape);
     build_executor();
     bind_parameters();
@@ -713,6 +746,7 @@ private:
   std::optional<ProcessGrid> grid_;
   RunLayout layout_; // built once (plan_layout); every component reads it
   std::vector<std::size_t> features_;
+  std::size_t micro_samples_ = 0; // the micro-batch size the shape pass accepted (0: none yet)
   detail::PipelineExecutor<Model> executor_;
   ParameterStore<value_type, memory_space> params_;
   Residency residency_;

@@ -192,10 +192,33 @@ private:
     for (auto const& in : n.input())
       if (!in.empty() && !index_.is_constant(in) && !shapes_.count(resolve(in)))
         fail(n, "reads tensor '" + in + "', which is not computed from the graph input '" +
-                    plan_.input_name +
-                    "' by the nodes before it (Telar imports graphs in topological order with "
-                    "one input)");
+                    plan_.input_name + "' by the nodes before it" + cycle_through(n, in) +
+                    " (Telar imports acyclic graphs in topological order with one input)");
     map_node(n);
+  }
+
+  // ": a cycle, 'a' (Relu) -> 'b' (Sigmoid) -> 'a' (Relu)" when the node
+  // producing `t` depends on `n` itself (a breadth-first walk back through
+  // producers, recording where each node was reached from); else "".
+  std::string cycle_through(::onnx::NodeProto const& n, std::string const& t) const {
+    std::map<std::string, ::onnx::NodeProto const*> producer;
+    for (auto const& m : g_.node())
+      for (auto const& out : m.output())
+        producer[out] = &m;
+    std::map<::onnx::NodeProto const*, ::onnx::NodeProto const*> next; // toward n
+    std::vector<::onnx::NodeProto const*> todo;
+    if (auto it = producer.find(t); it != producer.end())
+      next[it->second] = &n, todo.push_back(it->second);
+    for (std::size_t k = 0; k < todo.size() && !next.count(&n); ++k)
+      for (auto const& in : todo[k]->input())
+        if (auto it = producer.find(in); it != producer.end() && !next.count(it->second))
+          next[it->second] = todo[k], todo.push_back(it->second);
+    if (!next.count(&n))
+      return {};
+    std::string path = node_label(n); // n, then what reads n's result, ..., back to n
+    for (auto const* m = next.at(&n); m != &n; m = next.at(m))
+      path += " -> " + node_label(*m);
+    return ": a cycle, " + path + " -> " + node_label(n);
   }
 
   void map_node(::onnx::NodeProto const& n) {
