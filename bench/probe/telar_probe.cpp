@@ -17,7 +17,11 @@
 // ping-pong (same node when every rank is on this host: the "same node"
 // link class). sync_wait: see sync_wait_seconds(). Fixed step costs: Trainer steps of a 4-parameter
 // model (DataParallel<RingAllreduce>, SGD) at 1 and 8 micro-batches, less the allreduce's alpha.
-// Medians of --reps.
+// Medians of --reps. Rank 0's compute (rates, optimizer, shared_slowdown)
+// is timed in thread CPU time on the serial backend and the message costs
+// are scaled to a whole core by the share of a core measured after them
+// (per_core()), so a probe under load writes the machine, not the load: the
+// run measures its own share (docs/planner.md).
 #include <telar/comm/allreduce.hpp>
 #include <telar/layers/activation.hpp>
 #include <telar/layers/conv.hpp>
@@ -165,6 +169,28 @@ double sync_wait_seconds(telar::Communicator const& comm, double alpha) {
   return w;
 }
 
+// The share of a core every rank had (measure_scheduling() on all at once,
+// the mean over ranks), around the message measurements.
+double share_of_a_core() {
+  MPI_Barrier(MPI_COMM_WORLD);
+  double s = telar::measure_scheduling(0.1).cpu_share;
+  MPI_Allreduce(MPI_IN_PLACE, &s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  int p = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  return s / p;
+}
+
+// Message costs per core: a collective on shared memory is CPU copies and
+// polling, so wall times taken with `share` of a core are `share` x what a
+// core takes; the cost model divides by the run's own share (docs/planner.md).
+void per_core(telar::MachineProfile& prof, double share) {
+  for (telar::LinkCost* l : {&prof.allreduce, &prof.mpi_allreduce, &prof.reduce_scatter,
+                             &prof.all_gather, &prof.send_recv}) {
+    l->alpha *= share;
+    l->beta *= share;
+  }
+}
+
 // Median seconds of a Trainer step of a 4-parameter model with `m` micro-batches.
 double trainer_step_seconds(int p, int m) {
   using Model = telar::Sequential<telar::Dense<float>>;
@@ -227,10 +253,13 @@ int main(int argc, char** argv) {
       double const s = median_seconds([&] { relu.forward(exec, x, y, saved); }, true);
       prof.elementwise_gbs = double(n * w * 2 * sizeof(float)) / s * 1e-9;
       telar::Matrix<float> xs("xs", 1, 16), ys("ys", 1, 16);
-      prof.layer_overhead_us = 1e6 * median_seconds([&] {
-                                 for (int i = 0; i < 100; ++i)
-                                   relu.forward(exec, xs, ys, saved);
-                               }, true) /
+      prof.layer_overhead_us = 1e6 *
+                               median_seconds(
+                                   [&] {
+                                     for (int i = 0; i < 100; ++i)
+                                       relu.forward(exec, xs, ys, saved);
+                                   },
+                                   true) /
                                100;
     }
     // Compute of every rank at once against rank 0 alone, interleaved.
@@ -287,6 +316,7 @@ int main(int argc, char** argv) {
       prof.send_recv.alpha /= 4; // two round trips of two messages
       prof.send_recv.beta /= 4;
       prof.sync_wait_us = 1e6 * sync_wait_seconds(comm, prof.allreduce.alpha);
+      per_core(prof, share_of_a_core());
     }
     {
       // Fixed step costs; the 4-parameter model's own allreduce is the
@@ -306,12 +336,14 @@ int main(int argc, char** argv) {
       telar::AdamW<float> opt;
       telar::StepInfo<float> info;
       info.lr = 1e-3f;
-      double const s = median_seconds([&] {
-        Kokkos::parallel_for(
-            "telar_probe::adamw", n, KOKKOS_LAMBDA(std::size_t i) {
-              opt.update(w(i), g(i), telar::OptimizerState<float>{&st(i), n}, info);
-            });
-      }, true);
+      double const s = median_seconds(
+          [&] {
+            Kokkos::parallel_for(
+                "telar_probe::adamw", n, KOKKOS_LAMBDA(std::size_t i) {
+                  opt.update(w(i), g(i), telar::OptimizerState<float>{&st(i), n}, info);
+                });
+          },
+          true);
       prof.optimizer_ns_per_parameter = s / double(n) * 1e9;
     }
     if (rank == 0) {

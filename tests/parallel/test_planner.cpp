@@ -303,7 +303,8 @@ TEST_CASE("planner: plain dp is chosen when the model cannot tell it from the fa
   CHECK(plan.best().predicted_step_ms == fastest);
   telar::PlannerOptions tolerant = exact;
   tolerant.plain_dp_margin = plain->predicted_step_ms / fastest - 1 + 1e-6;
-  auto const tie = telar::plan_layout<Model, Plain, Opt>(mlp(128), options(64), 784, 4, prof, tolerant);
+  auto const tie =
+      telar::plan_layout<Model, Plain, Opt>(mlp(128), options(64), 784, 4, prof, tolerant);
   CHECK(telar::detail::is_plain_dp(tie.best()));
   CHECK(tie.best().reason.find("plain data parallelism") == 0);
   // Merging ranks again, under the same rule.
