@@ -17,7 +17,11 @@
 // ping-pong (same node when every rank is on this host: the "same node"
 // link class). sync_wait: see sync_wait_seconds(). Fixed step costs: Trainer steps of a 4-parameter
 // model (DataParallel<RingAllreduce>, SGD) at 1 and 8 micro-batches, less the allreduce's alpha.
-// Medians of --reps.
+// Medians of --reps. Rank 0's compute (rates, optimizer, shared_slowdown)
+// is timed in thread CPU time on the serial backend and the message costs
+// are scaled to a whole core by the share of a core measured after them
+// (per_core()), so a probe under load writes the machine, not the load: the
+// run measures its own share (docs/planner.md).
 #include <telar/comm/allreduce.hpp>
 #include <telar/layers/activation.hpp>
 #include <telar/layers/conv.hpp>
@@ -43,15 +47,19 @@ namespace {
 
 int reps = 7;
 
+// Median seconds of f(): messages by the wall clock (MPI_Wtime), one rank's
+// compute (`cpu`) by calibrate_layers()' clock (thread CPU time on the
+// serial backend), so that the load at probe time stays out of the rates.
 template <class F>
-double median_seconds(F&& f) {
+double median_seconds(F&& f, bool cpu = false) {
+  auto const now = [cpu] { return cpu ? telar::detail::calibration_clock() : MPI_Wtime(); };
   f(); // warm-up
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
-    double const t0 = MPI_Wtime();
+    double const t0 = now();
     f();
     Kokkos::fence();
-    t.push_back(MPI_Wtime() - t0);
+    t.push_back(now() - t0);
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
@@ -68,7 +76,7 @@ double forward_gflops(L layer, std::size_t n, telar::Shape const& in) {
   Kokkos::deep_copy(x, 0.5f);
   typename L::saved_type saved;
   Kokkos::DefaultExecutionSpace exec;
-  double const s = median_seconds([&] { layer.forward(exec, x, y, saved); });
+  double const s = median_seconds([&] { layer.forward(exec, x, y, saved); }, true);
   return layer.flops(n, in) / s * 1e-9;
 }
 
@@ -161,6 +169,28 @@ double sync_wait_seconds(telar::Communicator const& comm, double alpha) {
   return w;
 }
 
+// The share of a core every rank had (measure_scheduling() on all at once,
+// the mean over ranks), around the message measurements.
+double share_of_a_core() {
+  MPI_Barrier(MPI_COMM_WORLD);
+  double s = telar::measure_scheduling(0.1).cpu_share;
+  MPI_Allreduce(MPI_IN_PLACE, &s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  int p = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  return s / p;
+}
+
+// Message costs per core: a collective on shared memory is CPU copies and
+// polling, so wall times taken with `share` of a core are `share` x what a
+// core takes; the cost model divides by the run's own share (docs/planner.md).
+void per_core(telar::MachineProfile& prof, double share) {
+  for (telar::LinkCost* l : {&prof.allreduce, &prof.mpi_allreduce, &prof.reduce_scatter,
+                             &prof.all_gather, &prof.send_recv}) {
+    l->alpha *= share;
+    l->beta *= share;
+  }
+}
+
 // Median seconds of a Trainer step of a 4-parameter model with `m` micro-batches.
 double trainer_step_seconds(int p, int m) {
   using Model = telar::Sequential<telar::Dense<float>>;
@@ -220,13 +250,16 @@ int main(int argc, char** argv) {
       Kokkos::deep_copy(x, 0.5f);
       typename telar::ReLU<float>::saved_type saved;
       Kokkos::DefaultExecutionSpace exec;
-      double const s = median_seconds([&] { relu.forward(exec, x, y, saved); });
+      double const s = median_seconds([&] { relu.forward(exec, x, y, saved); }, true);
       prof.elementwise_gbs = double(n * w * 2 * sizeof(float)) / s * 1e-9;
       telar::Matrix<float> xs("xs", 1, 16), ys("ys", 1, 16);
-      prof.layer_overhead_us = 1e6 * median_seconds([&] {
-                                 for (int i = 0; i < 100; ++i)
-                                   relu.forward(exec, xs, ys, saved);
-                               }) /
+      prof.layer_overhead_us = 1e6 *
+                               median_seconds(
+                                   [&] {
+                                     for (int i = 0; i < 100; ++i)
+                                       relu.forward(exec, xs, ys, saved);
+                                   },
+                                   true) /
                                100;
     }
     // Compute of every rank at once against rank 0 alone, interleaved.
@@ -283,6 +316,7 @@ int main(int argc, char** argv) {
       prof.send_recv.alpha /= 4; // two round trips of two messages
       prof.send_recv.beta /= 4;
       prof.sync_wait_us = 1e6 * sync_wait_seconds(comm, prof.allreduce.alpha);
+      per_core(prof, share_of_a_core());
     }
     {
       // Fixed step costs; the 4-parameter model's own allreduce is the
@@ -302,12 +336,14 @@ int main(int argc, char** argv) {
       telar::AdamW<float> opt;
       telar::StepInfo<float> info;
       info.lr = 1e-3f;
-      double const s = median_seconds([&] {
-        Kokkos::parallel_for(
-            "telar_probe::adamw", n, KOKKOS_LAMBDA(std::size_t i) {
-              opt.update(w(i), g(i), telar::OptimizerState<float>{&st(i), n}, info);
-            });
-      });
+      double const s = median_seconds(
+          [&] {
+            Kokkos::parallel_for(
+                "telar_probe::adamw", n, KOKKOS_LAMBDA(std::size_t i) {
+                  opt.update(w(i), g(i), telar::OptimizerState<float>{&st(i), n}, info);
+                });
+          },
+          true);
       prof.optimizer_ns_per_parameter = s / double(n) * 1e9;
     }
     if (rank == 0) {

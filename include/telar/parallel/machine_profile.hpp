@@ -7,6 +7,7 @@
 #include <telar/parallel/detail/machine_profile_json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -92,9 +93,28 @@ struct MachineProfile {
    *  beyond its message cost: on a machine whose cores are shared (by the
    *  ranks or by other work) the peer is often not running when a rank
    *  reaches the sync point (telar_probe: compute + 8-byte allreduce loops
-   *  against compute alone, on every rank at once). */
+   *  against compute alone, on every rank at once). A record of the load
+   *  at probe time, kept to check the model against: the cost model does
+   *  not charge it (it took 12 ms from a probe under load where a quiet
+   *  dp=2 step measured 1.55 ms); it derives the wait from cpu_share,
+   *  slice_us and descheduled_us of the run (docs/planner.md). */
   double sync_wait_us = 0;
   double optimizer_ns_per_parameter = 0; //!< measured update cost (0: bandwidth model)
+  /*! \brief Fraction of a core each rank gets while every rank is busy,
+   *  measured at the start of a run (measure_scheduling(), every rank at
+   *  once): 4 ranks on 2 idle cores give 0.5, 2 ranks beside 8 compiler
+   *  processes about 0.2. 0: not measured; the cost model then takes
+   *  min(1, cores / world), the ranks alone on the machine. */
+  double cpu_share = 0;
+  /*! \brief Mean time (µs) a rank runs between two deschedulings, from the
+   *  same measurement (0: not measured; the model takes 3000 µs). */
+  double slice_us = 0;
+  /*! \brief Expected wait (µs) of a rank that needs a peer which is
+   *  descheduled: the length-biased mean remaining of a descheduled gap,
+   *  E[gap^2] / (2 E[gap]), from the same measurement (0 with cpu_share
+   *  not measured: the model takes slice_us (1/cpu_share - 1) / 2, round
+   *  robin). */
+  double descheduled_us = 0;
   /*! \brief Measured layer times (calibrate_layers()): group key
    *  "name in->out tT" (layer_group()) -> rows -> seconds. */
   std::map<std::string, std::map<std::size_t, LayerTiming>> layer_times;
@@ -189,7 +209,10 @@ struct MachineProfile {
         .number("step_overhead_us", step_overhead_us)
         .number("microbatch_overhead_us", microbatch_overhead_us)
         .number("sync_wait_us", sync_wait_us)
-        .number("optimizer_ns_per_parameter", optimizer_ns_per_parameter);
+        .number("optimizer_ns_per_parameter", optimizer_ns_per_parameter)
+        .number("cpu_share", cpu_share)
+        .number("slice_us", slice_us)
+        .number("descheduled_us", descheduled_us);
     for (auto const& [key, c] : links())
       w.number(std::string(key) + "_alpha_us", c->alpha * 1e6)
           .number(std::string(key) + "_beta_ns", c->beta * 1e9);
@@ -245,6 +268,12 @@ struct MachineProfile {
         p.sync_wait_us = number();
       else if (key == "optimizer_ns_per_parameter")
         p.optimizer_ns_per_parameter = number();
+      else if (key == "cpu_share")
+        p.cpu_share = std::clamp(number(), 0.0, 1.0);
+      else if (key == "slice_us")
+        p.slice_us = std::max(0.0, number());
+      else if (key == "descheduled_us")
+        p.descheduled_us = std::max(0.0, number());
       else if (key.rfind("time ", 0) == 0)
         p.read_timing(key, value.text);
       else if (!p.read_link(key, number()))
@@ -294,6 +323,44 @@ private:
     return false;
   }
 };
+
+/*! \brief What one busy process sees of the scheduler (see measure_scheduling()). */
+struct SchedulingSample {
+  double cpu_share = 1;      //!< fraction of the wall time it ran
+  double slice_us = 0;       //!< mean run between two deschedulings (µs; 0: never descheduled)
+  double descheduled_us = 0; //!< length-biased mean remaining of a descheduled gap (µs)
+};
+
+/*! \brief Spins for \p seconds reading the clock and reads the scheduler off
+ *  the gaps: a gap over 50 µs between two readings is time this process was
+ *  descheduled (a reading costs well under 1 µs; interrupts take a few µs).
+ *  Call it on every rank at once, so that it sees what a step sees: every
+ *  rank busy (computing, or polling in MPI). Pure CPU; no MPI.
+ *  \param seconds how long to spin (50 ms sees several slices at a load of 10) */
+inline SchedulingSample measure_scheduling(double seconds = 0.05) {
+  using clock = std::chrono::steady_clock;
+  auto const start = clock::now();
+  auto const end =
+      start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(seconds));
+  auto last = start;
+  double gaps = 0, gaps2 = 0, wall = 0;
+  int count = 0;
+  for (auto now = clock::now(); now < end; now = clock::now()) {
+    double const g = std::chrono::duration<double, std::micro>(now - last).count();
+    if (g > 50) {
+      gaps += g;
+      gaps2 += g * g;
+      ++count;
+    }
+    last = now;
+  }
+  wall = std::chrono::duration<double, std::micro>(last - start).count();
+  SchedulingSample s;
+  s.cpu_share = wall > 0 ? std::clamp(1.0 - gaps / wall, 0.01, 1.0) : 1.0;
+  s.slice_us = count > 0 ? (wall - gaps) / count : 0.0;
+  s.descheduled_us = count > 0 ? gaps2 / (2 * gaps) : 0.0;
+  return s;
+}
 
 /*! \brief Where the profile of this machine is cached: `$TELAR_PROFILE`, else
  *  `$XDG_CACHE_HOME/telar/profile.json`, else `~/.cache/telar/profile.json`. */

@@ -45,6 +45,11 @@ struct PlannerOptions {
   /*! \brief Bytes per rank a layout may plan (0: no budget; a Trainer's
    *  caller passes TrainerOptions::memory_budget). */
   std::size_t memory_budget = 0;
+  /*! \brief Plain data parallelism (dp = world, no ZeRO, no recomputation,
+   *  one micro-batch) is chosen when predicted within this fraction of the
+   *  fastest: the model's error on a shared machine (docs/planner.md)
+   *  cannot separate layouts closer than that (0: always the fastest). */
+  double plain_dp_margin = 0.10;
 };
 
 /*! \brief The planner's answer: fitting layouts fastest first, then the refused. */
@@ -52,6 +57,7 @@ struct LayoutPlan {
   std::vector<LayoutCandidate> ranked;  //!< fitting layouts, fastest first
   std::vector<LayoutCandidate> refused; //!< layouts that cannot run or do not fit
   std::string profile;                  //!< the MachineProfile's name
+  double plain_dp_margin = 0;           //!< PlannerOptions::plain_dp_margin it was ranked with
 
   /*! \brief The fastest fitting layout. \throws telar::Error when none fits */
   LayoutCandidate const& best() const {
@@ -69,7 +75,8 @@ struct LayoutPlan {
   LayoutPlan& merge(LayoutPlan const& other) {
     ranked.insert(ranked.end(), other.ranked.begin(), other.ranked.end());
     refused.insert(refused.end(), other.refused.begin(), other.refused.end());
-    detail::rank_candidates(ranked);
+    plain_dp_margin = std::max(plain_dp_margin, other.plain_dp_margin);
+    detail::rank_candidates(ranked, plain_dp_margin);
     return *this;
   }
 
@@ -138,6 +145,7 @@ LayoutPlan plan_layout(Model const& model, LayoutOptions const& options, Shape c
   bool const tp_layers = search.tensor_parallel && detail::has_tensor_parallel_layers(model);
   LayoutPlan out;
   out.profile = profile.name;
+  out.plain_dp_margin = search.plain_dp_margin;
   for (GridShape const g : detail::grids<StrategyT>(world_size, tp_layers)) {
     std::vector<std::string> const schedules =
         g.pp > 1 ? search.schedules : std::vector<std::string>{"1f1b"};
@@ -190,7 +198,7 @@ LayoutPlan plan_layout(Model const& model, LayoutOptions const& options, Shape c
         out.ranked.push_back(c);
       }
   }
-  detail::rank_candidates(out.ranked);
+  detail::rank_candidates(out.ranked, out.plain_dp_margin);
   return out;
 }
 

@@ -27,8 +27,8 @@ struct StepPrediction {
   double optimizer_ms = 0;    //!< the update: a bandwidth-bound pass over the rank's shard
   double fixed_ms = 0;        //!< per-step and per-micro-batch fixed costs (profile)
   int sync_points = 0;        //!< blocking synchronisations between ranks per step
-  double sync_wait_ms = 0;    //!< their expected scheduling wait (profile's sync_wait_us)
-  double contention = 1;      //!< compute slowdown of ranks sharing cores
+  double sync_wait_ms = 0;    //!< their expected wait for descheduled peers (docs/planner.md)
+  double contention = 1;      //!< compute slowdown of ranks sharing cores (1 / cpu share)
   int measured_layers = 0;    //!< layers timed by calibration (the rest: FLOP rates)
   int layers = 0;             //!< layers in the model
 

@@ -58,18 +58,41 @@ std::vector<GridShape> grids(int world, bool tp_layers) {
   return out;
 }
 
-// Fastest first; each says why it is where it is.
+// Plain data parallelism: every rank a replica (dp = world), no sharding,
+// no recomputation, one micro-batch.
 template <class Candidate>
-void rank_candidates(std::vector<Candidate>& c) {
+bool is_plain_dp(Candidate const& c) {
+  return c.grid.pp == 1 && c.grid.tp == 1 && c.zero_stage == 0 && !c.recompute &&
+         c.microbatches == 1;
+}
+
+// Fastest first; each says why it is where it is. Plain data parallelism
+// goes first when it is predicted within `margin` (a fraction) of the
+// fastest: a difference the cost model cannot resolve (its median error on
+// this machine, docs/planner.md) must not buy a layout that may be slower
+// than the one every user would try first.
+template <class Candidate>
+void rank_candidates(std::vector<Candidate>& c, double margin = 0) {
   std::stable_sort(c.begin(), c.end(), [](Candidate const& a, Candidate const& b) {
     return a.predicted_step_ms < b.predicted_step_ms;
   });
   if (c.empty())
     return;
   double const best = c.front().predicted_step_ms;
-  char buf[160];
+  auto const plain = std::find_if(c.begin(), c.end(), is_plain_dp<Candidate>);
+  bool const tie = plain != c.begin() && plain != c.end() &&
+                   plain->predicted_step_ms <= best * (1 + margin);
+  if (tie)
+    std::rotate(c.begin(), plain, plain + 1);
+  char buf[200];
   for (std::size_t i = 0; i < c.size(); ++i) {
-    if (i == 0) {
+    if (i == 0 && tie) {
+      std::snprintf(buf, sizeof buf,
+                    "plain data parallelism, predicted within %.0f%% of the fastest "
+                    "(%.2f ms, %s): inside the model's error, so the simplest; ",
+                    100 * margin, best, c[1].str().c_str());
+      c[i].reason = buf + c[i].prediction.summary();
+    } else if (i == 0) {
       std::snprintf(buf, sizeof buf, "fastest of %zu that fit", c.size());
       std::string why = buf;
       if (c.size() > 1) {

@@ -157,9 +157,62 @@ struct StageTimes {
   double activation_bytes = 0; // of the message into the next stage
 };
 
+// The share of a core each of `world` busy ranks gets: measured at the start
+// of the run (cpu_share), else the ranks alone on the machine.
+inline double core_share(MachineProfile const& prof, int world) {
+  if (prof.cpu_share > 0)
+    return prof.cpu_share;
+  return std::min(1.0, double(std::max(1, prof.cores)) / double(std::max(1, world)));
+}
+
+// The profile as seen by a rank with `share` of a core: every message is
+// copied by the CPU (shared memory), so its costs stretch as compute does.
+inline MachineProfile on_share(MachineProfile prof, double share) {
+  for (LinkCost* l : {&prof.allreduce, &prof.mpi_allreduce, &prof.reduce_scatter,
+                      &prof.all_gather, &prof.send_recv}) {
+    l->alpha /= share;
+    l->beta /= share;
+  }
+  return prof;
+}
+
+// Expected scheduling waits (seconds) of a step of `busy` seconds whose
+// messages make `hops` sequential hand-offs between ranks (a ring allreduce
+// over g ranks: 2(g-1); a pipeline message: 1), across `world` ranks with
+// `share` of a core each. A hand-off finds its receiver descheduled with
+// probability 1 - share and then waits out the rest of the receiver's gap
+// (descheduled_us, measured; else round robin: half of
+// slice (1/share - 1)). Ranks that each have a core (world <= cores; the
+// share is lost to other work) run in step for about a slice after a wait,
+// so hand-offs closer together than a slice wait once: at most
+// 1 + busy / slice of them are independent (tp=2 with its many allreduces
+// measured faster than dp=2 under load). More ranks than cores can never all
+// run at once: every hand-off may wait (4-rank rings measured 0.2-3 s per
+// MLP step at a load of 15). A rank with a whole core (share 1) never
+// waits: the quiet dp=2 step the old per-step charge put at 12.2 ms
+// measured 1.55 ms.
+inline double scheduling_wait(MachineProfile const& prof, int world, int hops, double busy,
+                              double share) {
+  if (world < 2 || share >= 1.0 || hops <= 0)
+    return 0.0;
+  double const slice = (prof.slice_us > 0 ? prof.slice_us : 3000.0) * 1e-6;
+  double const gap =
+      prof.descheduled_us > 0 ? prof.descheduled_us * 1e-6 : 0.5 * slice * (1.0 / share - 1.0);
+  double const independent =
+      world <= prof.cores ? std::min(double(hops), 1.0 + busy / slice) : double(hops);
+  return independent * (1.0 - share) * gap;
+}
+
+// Sequential hand-offs of a ring collective over `g` ranks.
+inline int ring_hops(int g) { return 2 * (g - 1); }
+
 template <class StrategyT, class Loss, class Result, class Model>
 Result predict(Model const& given, LayoutOptions const& options, Shape const& in,
-               StepCostInput const& c, MachineProfile const& prof) {
+               StepCostInput const& c, MachineProfile const& measured) {
+  // Ranks sharing the machine: compute and messages at the share of a core
+  // each rank gets, and the probe's slowdown of concurrent ranks (memory).
+  double const share = core_share(measured, c.world);
+  MachineProfile const prof = on_share(measured, share);
   Model unsharded = given; // the shapes calibration timed
   std::vector<Shape> const full = unsharded.build(in);
   Model model = given;
@@ -183,10 +236,7 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
   std::size_t const local = options.batch_size / std::size_t(c.grid.dp);
   std::size_t const rows =
       (local + std::size_t(sched.microbatches) - 1) / std::size_t(sched.microbatches);
-  // Ranks sharing the machine: the measured slowdown of concurrent ranks,
-  // and world / cores beyond the cores.
-  double const contention = (c.world > 1 ? prof.shared_slowdown : 1.0) *
-                            std::max(1.0, double(c.world) / double(std::max(1, prof.cores)));
+  double const contention = (c.world > 1 ? prof.shared_slowdown : 1.0) / share;
   int const threads = calibration_threads();
   int measured_layers = 0, layers = 0;
 
@@ -254,6 +304,7 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
     if (e.rank >= 0 && e.rank < c.grid.pp)
       finish[std::size_t(e.rank)] = std::max(finish[std::size_t(e.rank)], e.end - sim.start);
   double step = 0;
+  int dp_buckets = 0;
   for (int p = 0; p < c.grid.pp; ++p) {
     double params = 0, last_backward = 0, tp = 0, recompute = 0;
     for (int ch = 0; ch < sched.chunks; ++ch) {
@@ -307,6 +358,7 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
     double const end = finish[std::size_t(p)] + exposed + gather + opt + fixed;
     if (end >= step) {
       step = end;
+      dp_buckets = dp > 1 ? int(buckets) : 0;
       r.compute_ms = p < int(sim.busy.size()) ? 1e3 * sim.busy[std::size_t(p)] : 0.0;
       r.dp_comm_ms = 1e3 * sync;
       r.dp_exposed_ms = 1e3 * exposed;
@@ -318,27 +370,33 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
         r.zero_gather_ms = 1e3 * gather;
     }
   }
-  // Blocking synchronisations of the busiest rank (the non-finite flag's
-  // allreduce; data parallel: the end of the gradient reduction and any
-  // gather; tensor parallel: every blocking allreduce; pipeline: each
-  // micro-batch's messages per stage boundary). On shared cores a rank often
-  // reaches one while its peer is descheduled and waits sync_wait_us; once
-  // both run they stay in step for the rest of the time slice, so the model
-  // charges that wait once per step, not per sync point (counting each one
-  // overpredicted pipelines and tensor parallelism several-fold).
+  // Blocking synchronisations of the busiest rank and their hand-offs (the
+  // non-finite flag's allreduce over every rank; data parallel: each
+  // bucket's reduction and any gather; tensor parallel: every blocking
+  // allreduce; pipeline: each micro-batch's messages per stage boundary),
+  // and what they wait for descheduled peers (scheduling_wait()).
   if (c.world > 1) {
-    int syncs = 1;
-    if (dp > 1)
-      syncs += 1 + (c.zero_stage == 3 && !c.zero3_per_step ? 2 * sched.microbatches * sched.chunks
-                    : r.zero_gather_ms > 0                 ? 1
-                                                           : 0);
-    if (c.grid.tp > 1)
-      syncs += tp_allreduces_per_microbatch(model) * sched.microbatches;
-    if (c.grid.pp > 1)
+    int syncs = 1, hops = ring_hops(c.world);
+    if (dp > 1) {
+      int const gathers = c.zero_stage == 3 && !c.zero3_per_step ? 2 * sched.microbatches * sched.chunks
+                          : r.zero_gather_ms > 0                 ? 1
+                                                                 : 0;
+      syncs += 1 + gathers;
+      hops += dp_buckets * ring_hops(dp) + gathers * (dp - 1);
+    }
+    if (c.grid.tp > 1) {
+      int const n = tp_allreduces_per_microbatch(model) * sched.microbatches;
+      syncs += n;
+      hops += n * ring_hops(c.grid.tp);
+    }
+    if (c.grid.pp > 1) {
       syncs += 2 * sched.microbatches * sched.chunks;
+      hops += 2 * sched.microbatches * sched.chunks;
+    }
     r.sync_points = syncs;
-    r.sync_wait_ms = 1e-3 * prof.sync_wait_us;
-    step += 1e-3 * r.sync_wait_ms;
+    double const wait = scheduling_wait(measured, c.world, hops, step, share);
+    r.sync_wait_ms = 1e3 * wait;
+    step += wait;
   }
   r.step_ms = 1e3 * step;
   return r;
