@@ -14,6 +14,7 @@ BatchNorms given random values) writes into OUT_DIR:
   <name>_trained_y.bin   PyTorch's output (eval mode) on <name>_x after STEPS SGD steps
                          (training mode: BatchNorm with batch statistics)
   <name>_lr.txt          the SGD learning rate (LR, or the model's own)
+  <name>_sources.txt     per initializer: its name, the state_dict key it holds, 1 if transposed
   <name>_trained.bin     PyTorch's trained parameters and running statistics, float32
                          (float64 for the models in DOUBLE, trained in float64),
                          in initializer order
@@ -302,6 +303,9 @@ def make(out, name):
                 del n.attribute[:]
         onnx.save(m, path)
     sources = state_sources(model, path)
+    with open(os.path.join(out, name + "_sources.txt"), "w") as f:  # for check_export.py
+        f.writelines(f"{t.name} {k} {int(tr)}\n"
+                     for t, (k, tr) in zip(onnx.load(path).graph.initializer, sources))
     g = torch.Generator().manual_seed(3)
     x = torch.randn((N,) + shape, generator=g)
     tx = torch.randn((STEPS * BATCH,) + shape, generator=g)
@@ -439,6 +443,8 @@ def make_graph_refusals(out):
     one("resize_asym", "Resize", ["x", "roi", "scales"], [empty, scales(1, 1, 2, 2)],
         mode="linear", coordinate_transformation_mode="asymmetric")
     one("concat_axis", "Concat", ["x", "x"], [], axis=2)
+    rows = onnx.numpy_helper.from_array(np.array([-1, 3], np.int64), "rows")
+    one("reshape_batch", "Reshape", ["x", "rows"], [rows], ("N", 6))  # the batch into the rows
     # Two Gemms reading one initializer (tied weights); a result that reaches nothing.
     onnx.save(graph("tied", [h.make_node("Gemm", ["x", "w"], ["a"], transB=1),
                              h.make_node("Gemm", ["a", "w"], ["y"], transB=1)],

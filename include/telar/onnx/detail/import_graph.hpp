@@ -1,8 +1,9 @@
 #pragma once
 // The graph walk of telar::onnx::import_model: every node (or recognised
 // pattern) mapped onto a built-in layer or a join, chains kept as chains and
-// the rest placed in DynamicGraph layers; and the starting values (parameters
-// and buffers) each layer loads after initialize.
+// the rest placed in DynamicGraph layers. Shape arithmetic is folded
+// (fold.hpp), tensors whose batch moved are tracked (layout.hpp); what the
+// model does with the plan is in start_values.hpp.
 #include <telar/core/dynamic_graph.hpp>
 #include <telar/core/dynamic_sequential.hpp>
 #include <telar/core/shape.hpp>
@@ -21,6 +22,7 @@
 #include <telar/onnx/detail/fold.hpp>
 #include <telar/onnx/detail/layout.hpp>
 #include <telar/onnx/detail/proto.hpp>
+#include <telar/onnx/detail/start_values.hpp>
 #include <telar/onnx/error.hpp>
 #include <telar/onnx/model.hpp>
 #include <telar/parallel/detail/stage_runner.hpp>
@@ -976,14 +978,14 @@ private:
   }
   // \p x stored as [batch, its logical axes...] (what layers other than the
   // shape-only ones read), or a refusal naming where the batch is.
-  void plain(::onnx::NodeProto const& n, std::string const& x) {
+  void plain(::onnx::NodeProto const& n, std::string const& x, std::string const& reader = {}) {
     if (layout_of(x) == plain_layout(shape_of(x).rank))
       return;
     arrange(n, x);
     Layout const l = layout_of(x);
     if (l != plain_layout(shape_of(x).rank))
-      fail(n, "its input '" + x + "' has the logical shape " + logical_str(x) +
-                  " with the batch not alone at axis 0; " + n.op_type() +
+      fail(n, "tensor '" + x + "' has the logical shape " + logical_str(x) +
+                  " with the batch not alone at axis 0; " + (reader.empty() ? n.op_type() : reader) +
                   " needs [batch, ...] (only Transpose, Reshape, Slice, MatMul, Softmax, "
                   "ReduceMean and element-wise nodes read a moved batch)");
   }
@@ -1339,7 +1341,7 @@ private:
   void output_in_place() {
     for (auto const& n : g_.node())
       if (n.output_size() > 0 && n.output(0) == plan_.output_name && shapes_.count(resolve(n.output(0))))
-        plain(n, n.output(0));
+        plain(n, n.output(0), "the graph output");
   }
 
   // SiLU as PyTorch 1.13 exports nn.SiLU: Sigmoid(x) read only by a Mul by x.
@@ -1484,110 +1486,5 @@ private:
   std::vector<ParameterBinding> pending_; // of the node being mapped
   std::vector<Ir> nodes_;
 };
-
-// Dense, element-wise, Dense runs become Megatron pairs (the activation acts
-// on the column-parallel shard, as in telar::ColumnParallel's docs).
-template <class Layers>
-void make_tensor_parallel_pairs(Layers& layers) {
-  auto dense = [&](std::size_t k) { return k < layers.size() && layers[k].index() == 0; };
-  auto elementwise = [&](std::size_t k) { // ReLU, GELU, Sigmoid, Tanh in telar::onnx::Layer
-    return k < layers.size() && layers[k].index() >= 3 && layers[k].index() <= 6;
-  };
-  for (std::size_t k = 0; k + 2 < layers.size(); ++k)
-    if (dense(k) && elementwise(k + 1) && dense(k + 2)) {
-      using D = std::variant_alternative_t<0, std::decay_t<decltype(layers[k])>>;
-      using T = typename D::value_type;
-      using M = typename D::memory_space;
-      auto const& a = std::get<0>(layers[k]);
-      auto const& b = std::get<0>(layers[k + 2]);
-      layers[k] = ColumnParallel<Dense<T, M>>(a.in_features(), a.out_features(), a.has_bias());
-      layers[k + 2] = RowParallel<Dense<T, M>>(b.in_features(), b.out_features(), b.has_bias());
-      k += 2;
-    }
-}
-
-// The block of a full [rows, cols] parameter a layer holds: first row and
-// column, extents, and whether other tensor-parallel ranks hold the same values.
-struct Block {
-  std::size_t row0 = 0, col0 = 0, rows = 0, cols = 0;
-  bool replicated = false;
-};
-template <class L> // a layer outside a tensor-parallel pair: every tp rank has it all
-Block block_of(L const&, std::string const&, std::size_t rows, std::size_t cols) {
-  return {0, 0, rows, cols, true};
-}
-template <class T, class M>
-Block block_of(ColumnParallel<Dense<T, M>> const& l, std::string const&, std::size_t,
-               std::size_t cols) {
-  return {l.shard_begin(), 0, l.shard_size(), cols, false};
-}
-template <class T, class M>
-Block block_of(RowParallel<Dense<T, M>> const& l, std::string const& param, std::size_t rows,
-               std::size_t cols) {
-  if (param == "bias")
-    return {0, 0, rows, cols, true};
-  return {0, l.shard_begin(), rows, l.shard_size(), false};
-}
-
-// Copies this layer's block of a full host tensor into its value view.
-template <class V, class T>
-void load_block(V const& v, std::vector<T> const& full, std::size_t cols, Block const& b) {
-  auto h = Kokkos::create_mirror_view(v);
-  if constexpr (V::rank == 1) {
-    for (std::size_t i = 0; i < h.extent(0); ++i)
-      h(i) = full[b.row0 + i];
-  } else {
-    for (std::size_t i = 0; i < h.extent(0); ++i)
-      for (std::size_t j = 0; j < h.extent(1); ++j)
-        h(i, j) = full[(b.row0 + i) * cols + b.col0 + j];
-  }
-  Kokkos::deep_copy(v, h);
-}
-
-// DynamicSequential's initializer hook: after a layer draws its values,
-// overwrite them with the file's (this rank's block of them).
-template <class T, class M>
-struct StartValues {
-  std::vector<ParameterBinding> bindings;
-  std::shared_ptr<std::map<std::string, std::vector<T>>> start;
-
-  template <class Variant>
-  void operator()(std::size_t k, Variant& layer) const {
-    std::visit(
-        [&](auto& l) {
-          using L = std::decay_t<decltype(l)>;
-          if constexpr (layer_traits<L>::has_parameters)
-            l.parameters([&](char const* name, auto& value, auto&) {
-              for (auto const& b : bindings)
-                if (b.layer == k && !b.buffer && b.param == name)
-                  load_block(value, start->at(b.initializer), b.cols,
-                             block_of(l, name, b.rows, b.cols));
-            });
-          auto buffer = [&](char const* name, auto& value) {
-            for (auto const& b : bindings)
-              if (b.layer == k && b.buffer && b.param == name)
-                load_block(value, start->at(b.initializer), b.cols,
-                           Block{0, 0, b.rows, b.cols, true});
-          };
-          telar::detail::prefixed_buffers(l, "", buffer);
-        },
-        layer);
-  }
-};
-
-template <class Model, class X>
-auto run_forward(Model& model, X const& x) {
-  using T = typename Model::value_type;
-  using MS = typename Model::memory_space;
-  std::vector<std::size_t> const features = model.feature_sizes(model.built_shapes().at(0));
-  telar::detail::StageRunner<Model> runner(&model, 0, model.layer_count(), features);
-  int const slot = runner.acquire(x.extent(0));
-  typename Model::execution_space exec;
-  runner.forward(exec, slot, ConstMatrix<T, MS>(x));
-  exec.fence();
-  Matrix<T, MS> y("telar::onnx::predict", x.extent(0), features.back());
-  Kokkos::deep_copy(y, runner.output(slot));
-  return y;
-}
 
 } // namespace telar::onnx::detail
