@@ -102,9 +102,10 @@ std::vector<T> in_file_order(telar::onnx::Imported<T> const& imp,
     auto const* b = &*std::find_if(imp.bindings.begin(), imp.bindings.end(),
                                    [&](auto const& x) { return x.initializer == t.name(); });
     auto const& v = values.at(t.name());
-    for (std::size_t i = 0; i < b->rows * b->cols; ++i) { // back to the file's layout
-      std::size_t const r = i / b->cols, c = i % b->cols;
-      out.push_back(b->transpose ? v[c * b->rows + r] : v[i]);
+    for (std::size_t i = 0; i < b->rows * b->cols; ++i) { // back to the file's layout:
+      std::size_t const r = b->transpose ? i % b->rows : i / b->cols; // [cols, rows] if transposed
+      std::size_t const c = b->transpose ? i / b->rows : i % b->cols;
+      out.push_back(v[r * b->cols + c]);
     }
   }
   return out;

@@ -943,8 +943,9 @@ private:
     layouts_[n.output(0)] = std::move(l);
   }
   // Emits \p layer reading \p in into a fresh tensor whose logical axes are \p l.
-  std::string emit_moved(::onnx::NodeProto const& n, Rearrange<T, M> layer, std::string const& in,
-                         Layout l, char const* tag) {
+  template <class L>
+  std::string emit_moved(::onnx::NodeProto const& n, L layer, std::string const& in, Layout l,
+                         char const* tag) {
     std::string const out = n.output(0) + "#" + tag + std::to_string(nodes_.size());
     emit(n, std::move(layer), in, out);
     layouts_[out] = std::move(l);
@@ -969,7 +970,9 @@ private:
             a = int(std::find(m.perm.begin(), m.perm.end(), a) - m.perm.begin());
       t = emit_moved(n, Rearrange<T, M>::transpose(s, m.perm), t, moved, "T");
     }
-    if (shape_of(t) != m.shape)
+    if (shape_of(t) != m.shape && m.shape.rank == 1) // [batch, C, H, W] read as [batch, C*H*W]
+      t = emit_moved(n, Flatten<T, M>{}, t, m.layout, "R");
+    else if (shape_of(t) != m.shape)
       t = emit_moved(n, Rearrange<T, M>::reshape(shape_of(t), m.shape), t, m.layout, "R");
     if (t == resolve(x))
       return;
