@@ -1,21 +1,26 @@
-// Element-wise, softmax, pooling and resampling layers: values against
+// Element-wise, softmax, pooling, resampling and rearranging layers (and the
+// graph's batched MatMul join): values against
 // PyTorch 1.13 (numbers printed by reference/layer_zoo_reference.py),
 // gradients against finite differences in double, and shape errors.
 #include "support.hpp"
 
+#include <telar/core/dynamic_graph.hpp>
 #include <telar/core/sequential.hpp>
 
 #include <telar/layers/activation.hpp>
 #include <telar/layers/pooling.hpp>
+#include <telar/layers/rearrange.hpp>
 #include <telar/layers/softmax.hpp>
 #include <telar/layers/upsample.hpp>
 #include <telar/testing/check_gradients.hpp>
 
 #include <catch2/catch_approx.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <cmath>
 #include <string>
+#include <variant>
 #include <vector>
 
 using Catch::Approx;
@@ -907,4 +912,68 @@ TEST_CASE("The new layers compose in a Sequential: shapes and gradients", "[laye
   auto const report = telar::check_gradients(net, Shape{3, 4, 4, 2}, 2);
   INFO(report.str());
   CHECK(report.passed(1e-6));
+}
+
+TEST_CASE("Rearrange moves values as index arithmetic says; FD gradients", "[layers][fd]") {
+  telar::Shape const in{2, 3, 4};
+  Values const x = sample(in);
+  auto t = telar::Rearrange<double>::transpose(in, {2, 0, 1}); // y(c, a, b) = x(a, b, c)
+  CHECK(t.output_shape(in).str() == telar::Shape{4, 2, 3}.str());
+  Values const y = run(t, in, x);
+  for (std::size_t a = 0; a < 2; ++a)
+    for (std::size_t b = 0; b < 3; ++b)
+      for (std::size_t c = 0; c < 4; ++c)
+        CHECK(y[c * 6 + a * 3 + b] == x[a * 12 + b * 4 + c]);
+  auto s = telar::Rearrange<double>::slice(in, 2, 1, 3); // x(:, :, 1:3)
+  Values dx;
+  Values const z = run(s, in, x, &dx);
+  REQUIRE(z.size() == 12);
+  for (std::size_t i = 0; i < 12; ++i)
+    CHECK(z[i] == x[i / 2 * 4 + 1 + i % 2]);
+  for (std::size_t i = 0; i < 24; ++i) // the dropped columns get no gradient
+    CHECK(dx[i] == (i % 4 == 1 || i % 4 == 2 ? 1.0 : 0.0));
+  auto r = telar::Rearrange<double>::reshape(in, telar::Shape{6, 4});
+  CHECK(run(r, in, x) == x);
+  for (auto* l : {&t, &s, &r}) {
+    auto const report = telar::check_gradients(*l, in, 2);
+    INFO(report.str());
+    CHECK(report.passed(1e-6));
+  }
+  CHECK_THROWS_AS(telar::Rearrange<double>::transpose(in, {0, 0, 1}), telar::ShapeError);
+  CHECK_THROWS_AS(telar::Rearrange<double>::slice(in, 1, 2, 4), telar::ShapeError);
+  check_shape_error(t, telar::Shape{2, 4, 3},
+                    "telar::Rearrange expects inputs [2, 3, 4], got [2, 4, 3]");
+}
+
+// x [2, 3, 4] per sample; y = (0.5 x) x^T per head: [2, 3, 3]. Both inputs of
+// the MatMul join come from x, so its two gradients add up.
+TEST_CASE("A graph's batched MatMul join equals the direct product; FD gradients",
+          "[layers][graph][fd]") {
+  using Node = std::variant<telar::Rearrange<double>, telar::Scale<double>>;
+  telar::Shape const in{2, 3, 4};
+  telar::DynamicGraph<Node> g("x");
+  g.add("half", telar::Scale<double>(0.5), "x", "q");
+  g.add("kt", telar::Rearrange<double>::transpose(in, {0, 2, 1}), "x", "k");
+  g.add_matmul("qk", {"q", "k"}, "y");
+  g.set_output("y");
+  CHECK(g.output_shape(in).str() == telar::Shape{2, 3, 3}.str());
+  g.build(in);
+  Values const x = sample(in);
+  Values const y = run(g, in, x);
+  for (std::size_t h = 0; h < 2; ++h)
+    for (std::size_t i = 0; i < 3; ++i)
+      for (std::size_t j = 0; j < 3; ++j) {
+        double want = 0;
+        for (std::size_t k = 0; k < 4; ++k)
+          want += 0.5 * x[h * 12 + i * 4 + k] * x[h * 12 + j * 4 + k];
+        CHECK(y[h * 9 + i * 3 + j] == Approx(want).epsilon(1e-12));
+      }
+  auto const report = telar::check_gradients(g, in, 2);
+  INFO(report.str());
+  CHECK(report.passed(1e-6));
+  telar::DynamicGraph<Node> bad("x");
+  bad.add_matmul("xx", {"x", "x"}, "y"); // [3, 4] x [3, 4]: K differs from the rows
+  bad.set_output("y");
+  CHECK_THROWS_WITH(bad.output_shape(telar::Shape{3, 4}),
+                    Catch::Matchers::ContainsSubstring("a MatMul needs [..., M, K] and [..., K, N]"));
 }

@@ -25,6 +25,9 @@ def check(out, name):
     onnx.checker.check_model(m)
     state = model.state_dict()
     loaded = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in m.graph.initializer}
+    with open(os.path.join(out, name + "_sources.txt")) as f:  # onnx::MatMul_<n>: a transpose
+        for init, key, transposed in (line.split() for line in f):
+            loaded[key] = loaded[init].T if transposed == "1" else loaded[init]
     # BatchNorm's num_batches_tracked is no initializer (only momentum=None reads it).
     wanted = [k for k in state if not k.endswith("num_batches_tracked")]
     missing = set(wanted) - set(loaded)

@@ -14,10 +14,11 @@ BatchNorms given random values) writes into OUT_DIR:
   <name>_trained_y.bin   PyTorch's output (eval mode) on <name>_x after STEPS SGD steps
                          (training mode: BatchNorm with batch statistics)
   <name>_lr.txt          the SGD learning rate (LR, or the model's own)
+  <name>_sources.txt     per initializer: its name, the state_dict key it holds, 1 if transposed
   <name>_trained.bin     PyTorch's trained parameters and running statistics, float32
                          (float64 for the models in DOUBLE, trained in float64),
                          in initializer order
-plus refusal fixtures: transformer.onnx (an nn.TransformerEncoderLayer classifier), bad_op.onnx (Softplus), bad_opset.onnx (opset 99),
+plus refusal fixtures: bad_op.onnx (Softplus), bad_opset.onnx (opset 99),
 float64.onnx (a double model), identity.onnx (one Identity node: no layer),
 logsoftmax_axis1.onnx (a LogSoftmax over axis 1 of a rank-3 output), and
 hand-built one-node graphs each refused for one attribute or form
@@ -160,6 +161,47 @@ def squeezenet():
     return m
 
 
+class Encoder(nn.Module):
+    """An nn.TransformerEncoderLayer classifier: Linear embedding of 8 tokens
+    of 16 features to d_model 32, one encoder layer (4 heads, feed-forward
+    64, ReLU, post-norm, batch_first), mean over the tokens, Linear to 4.
+    Its LayerNorm and attention biases are random: at their initial ones and
+    zeros PyTorch would share them through Identity nodes."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.head = nn.Linear(16, 32), nn.Linear(32, 4)
+        self.enc = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+        g = torch.Generator().manual_seed(43)
+        with torch.no_grad():
+            for name, p in self.enc.named_parameters():
+                if p.dim() == 1:
+                    p.copy_((1.0 if name.endswith("norm1.weight") or name.endswith("norm2.weight")
+                             else 0.0) + 0.1 * torch.randn(p.shape, generator=g))
+
+    def forward(self, x):
+        return self.head(self.enc(self.emb(x)).mean(1))
+
+
+def state_sources(model, path):
+    """(state_dict key, transposed) of each initializer of the exported file, in
+    file order: its own name, or, for the weights PyTorch's constant folding
+    writes transposed as onnx::MatMul_<n>, the parameter whose transpose it equals."""
+    state = model.state_dict()
+    out = []
+    for t in onnx.load(path).graph.initializer:
+        if t.name in state:
+            out.append((t.name, False))
+            continue
+        v = onnx.numpy_helper.to_array(t)
+        match = [k for k, p in state.items() if p.dim() == 2 and tuple(p.shape[::-1]) == v.shape
+                 and np.array_equal(p.numpy().T, v)]
+        if len(match) != 1:
+            raise SystemExit(f"{path}: initializer {t.name} matches {match}")
+        out.append((match[0], True))
+    return out
+
+
 def op_net(body, shape, classes=3):
     """body (a Conv, then the operator under test), Flatten, Linear."""
     probe = nn.Sequential(*body, nn.Flatten())
@@ -199,6 +241,7 @@ MODELS = {"mlp": (mlp, (2, 6), 4), "cnn": (cnn, (1, 10, 10), 3), "resmlp": (resm
           "resnet18": (resnet18, (3, 32, 32), 10), "unet": (unet, (3, 16, 16), 2 * 16 * 16),
           "mobilenetv2": (mobilenetv2, (3, 32, 32), 10), "resnet50": (resnet50, (3, 32, 32), 10),
           "densenet121": (densenet121, (3, 32, 32), 10), "squeezenet": (squeezenet, (3, 32, 32), 10),
+          "encoder": (Encoder, (8, 16), 4),
           **ops()}
 # Exported with their BatchNormalization nodes (no Conv+BN folding): trainable.
 ZOO = {"resnet18", "unet", "mobilenetv2", "resnet50", "densenet121", "squeezenet"}
@@ -246,10 +289,6 @@ def save(path, a):
     np.ascontiguousarray(a).tofile(path)
 
 
-def initializer_names(path):
-    return [t.name for t in onnx.load(path).graph.initializer]
-
-
 def make(out, name):
     factory, shape, classes = MODELS[name]
     torch.manual_seed({"mlp": 7, "cnn": 11}.get(name, 13))
@@ -263,6 +302,10 @@ def make(out, name):
                 n.op_type = "GlobalMaxPool"
                 del n.attribute[:]
         onnx.save(m, path)
+    sources = state_sources(model, path)
+    with open(os.path.join(out, name + "_sources.txt"), "w") as f:  # for check_export.py
+        f.writelines(f"{t.name} {k} {int(tr)}\n"
+                     for t, (k, tr) in zip(onnx.load(path).graph.initializer, sources))
     g = torch.Generator().manual_seed(3)
     x = torch.randn((N,) + shape, generator=g)
     tx = torch.randn((STEPS * BATCH,) + shape, generator=g)
@@ -288,26 +331,12 @@ def make(out, name):
     state = model.state_dict()
     with torch.no_grad():
         save(os.path.join(out, name + "_trained_y.bin"), model(x).float().numpy())
-    flat = [state[n].numpy().ravel() for n in initializer_names(path)]
+    flat = [(state[k].numpy().T if tr else state[k].numpy()).ravel() for k, tr in sources]
     save(os.path.join(out, name + "_trained.bin"), np.concatenate(flat))
-
-
-class Encoder(nn.Module):
-    """An nn.TransformerEncoderLayer classifier (batch_first, d_model 32, 2
-    heads), mean over the tokens, Linear: not importable yet (refused)."""
-
-    def __init__(self):
-        super().__init__()
-        self.emb, self.head = nn.Linear(8, 32), nn.Linear(32, 4)
-        self.enc = nn.TransformerEncoderLayer(32, 2, 64, dropout=0.0, batch_first=True)
-
-    def forward(self, x):
-        return self.head(self.enc(self.emb(x)).mean(1))
 
 
 def make_refusals(out):
     torch.manual_seed(5)
-    export(Encoder(), (6, 8), os.path.join(out, "transformer.onnx"))
     bad = nn.Sequential(nn.Linear(6, 4), nn.Softplus(), nn.Linear(4, 3))
     export(bad, (6,), os.path.join(out, "bad_op.onnx"))
     ok = nn.Sequential(nn.Linear(6, 4), nn.ReLU(), nn.Linear(4, 3))
@@ -414,6 +443,8 @@ def make_graph_refusals(out):
     one("resize_asym", "Resize", ["x", "roi", "scales"], [empty, scales(1, 1, 2, 2)],
         mode="linear", coordinate_transformation_mode="asymmetric")
     one("concat_axis", "Concat", ["x", "x"], [], axis=2)
+    rows = onnx.numpy_helper.from_array(np.array([-1, 3], np.int64), "rows")
+    one("reshape_batch", "Reshape", ["x", "rows"], [rows], ("N", 6))  # the batch into the rows
     # Two Gemms reading one initializer (tied weights); a result that reaches nothing.
     onnx.save(graph("tied", [h.make_node("Gemm", ["x", "w"], ["a"], transB=1),
                              h.make_node("Gemm", ["a", "w"], ["y"], transB=1)],

@@ -62,8 +62,9 @@ class GraphUnit;
  *  The graph reads one input tensor and writes one output tensor. A tensor
  *  may feed several nodes (its gradient is the sum over them). Join nodes
  *  take several tensors: Add (sum, equal shapes), Concat (along the first
- *  per-sample dimension, the channels) and Mul (element-wise, or per channel:
- *  [C] or [C, 1, 1] against [C, H, W]). The graph is checked when it is
+ *  per-sample dimension, the channels), Mul (element-wise, or per channel:
+ *  [C] or [C, 1, 1] against [C, H, W]) and MatMul (batched: [P..., M, K] x
+ *  [P..., K, N] per sample). The graph is checked when it is
  *  first used (validate(), output_shape(), build()): a cycle, a tensor read
  *  but never produced, a tensor produced twice, a node whose result reaches
  *  nothing and joins of mismatched shapes are each a telar::Error naming the
@@ -157,6 +158,13 @@ public:
    *  \param inputs two tensors \param output the tensor it writes \return the node's index */
   std::size_t add_mul(std::string node, std::vector<std::string> inputs, std::string output) {
     return add_join(std::move(node), Op::mul, std::move(inputs), std::move(output));
+  }
+  /*! \brief Adds output = the batched matrix product of two tensors,
+   *  [P..., M, K] x [P..., K, N] -> [P..., M, N] per sample (attention's
+   *  Q K^T and weights x V). \param node its name \param inputs two tensors
+   *  \param output the tensor it writes \return the node's index */
+  std::size_t add_matmul(std::string node, std::vector<std::string> inputs, std::string output) {
+    return add_join(std::move(node), Op::matmul, std::move(inputs), std::move(output));
   }
   /*! \brief Names the graph's output tensor. \param output a node's output tensor */
   void set_output(std::string output) { topo_.set_output(std::move(output)); }
@@ -640,9 +648,23 @@ private:
         Kokkos::deep_copy(exec, detail::graph_columns(y, first, in(j).extent(1)), in(j));
         first += in(j).extent(1);
       }
+    } else if (n.op == Op::matmul) {
+      detail::graph_matmul(exec, y, in(0), in(1), matmul_dims(n, false, false));
     } else {
       detail::graph_mul(exec, y, in(0), in(1));
     }
+  }
+  // P, M, K, N of a MatMul node from its input shapes; dA = dY B^T and
+  // dB = A^T dY reuse the kernel with (M, K, N) renamed.
+  detail::MatmulDims matmul_dims(detail::GraphNode const& n, bool ta, bool tb) const {
+    Shape const &a = shapes_[n.in_ids[0]], &b = shapes_[n.in_ids[1]];
+    std::size_t const M = a[a.rank - 2], K = a[a.rank - 1], N = b[b.rank - 1];
+    std::size_t const P = a.size() / (M * K);
+    if (!ta && !tb)
+      return {P, M, K, N, false, false};
+    if (tb)
+      return {P, M, N, K, false, true}; // dA [M, K] = dY [M, N] B^T
+    return {P, K, M, N, true, false};   // dB [K, N] = A^T dY [M, N]
   }
 
   // Gradients of every node's inputs, last node first. `started[t]`: tensor
@@ -710,6 +732,10 @@ private:
           Kokkos::deep_copy(exec, g, dy);
         else if (n.op == Op::concat)
           Kokkos::deep_copy(exec, g, detail::graph_columns(dy, first, width));
+        else if (n.op == Op::matmul && j == 0)
+          detail::graph_matmul(exec, g, dy, ins[1], matmul_dims(n, false, true));
+        else if (n.op == Op::matmul)
+          detail::graph_matmul(exec, g, ins[0], dy, matmul_dims(n, true, false));
         else
           detail::graph_mul_grad(exec, g, dy, ins[1 - j]);
       });

@@ -1,8 +1,8 @@
 #pragma once
 /*! \file
  *  \brief Element-wise activation layers: ReLU, ReLU6, Clip, LeakyReLU, ELU,
- *  GELU (exact), GELUTanh, SiLU (Swish), HardSwish, HardSigmoid, Sigmoid and
- *  Tanh. */
+ *  GELU (exact), GELUTanh, SiLU (Swish), HardSwish, HardSigmoid, Sigmoid,
+ *  Tanh and Scale (by a constant). */
 #include <telar/core/detail/elementwise.hpp>
 #include <telar/core/detail/fast_math.hpp>
 #include <telar/core/detail/math.hpp>
@@ -151,6 +151,12 @@ struct ClipOp {
   KOKKOS_INLINE_FUNCTION T slope(T x) const { return x >= lo && x <= hi ? T(1) : T(0); }
 };
 template <class T>
+struct ScaleOp {
+  T factor;
+  KOKKOS_INLINE_FUNCTION T value(T x) const { return factor * x; }
+  KOKKOS_INLINE_FUNCTION T slope(T) const { return factor; }
+};
+template <class T>
 struct LeakyReluOp {
   T negative_slope;
   KOKKOS_INLINE_FUNCTION T value(T x) const { return x > T(0) ? x : negative_slope * x; }
@@ -275,6 +281,19 @@ private:
                   std::to_string(op.hi) + ")");
     return op;
   }
+};
+
+/*! \brief y = factor * x with a constant factor (an imported Mul or Div by
+ *  a constant scalar: attention's 1 / sqrt(head size)).
+ *  \tparam T value type \tparam MemorySpace memory space */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+struct Scale : detail::Elementwise<detail::ScaleOp<T>, T, MemorySpace, false> {
+  /*! \brief \param factor the constant */
+  explicit Scale(T factor = T(1)) : Scale::Elementwise({factor}) {}
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "Scale"; }
+  /*! \brief The constant. */
+  T factor() const { return this->op_.factor; }
 };
 
 /*! \brief Leaky ReLU, y = x for x > 0, negative_slope x otherwise. Keeps x

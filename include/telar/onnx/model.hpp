@@ -12,7 +12,9 @@
 #include <telar/layers/dense.hpp>
 #include <telar/layers/dropout.hpp>
 #include <telar/layers/flatten.hpp>
+#include <telar/layers/normalization.hpp>
 #include <telar/layers/pooling.hpp>
+#include <telar/layers/rearrange.hpp>
 #include <telar/layers/softmax.hpp>
 #include <telar/layers/upsample.hpp>
 #include <telar/parallel/tensor_parallel.hpp>
@@ -24,7 +26,7 @@ namespace telar::onnx {
 
 /*! \brief The layers a node of an imported graph can be (the nodes of a
  *  telar::DynamicGraph inside the model; joins are the graph's own Add,
- *  Concat and Mul). BatchNorm uses telar::SyncStats: its statistics span the
+ *  Concat, Mul and MatMul). BatchNorm uses telar::SyncStats: its statistics span the
  *  data-parallel group, so a dp run with one micro-batch per rank equals the
  *  serial run (PyTorch's SyncBatchNorm).
  *  \tparam T value type \tparam MemorySpace memory space */
@@ -39,7 +41,8 @@ using NodeLayer =
                  Clip<T, MemorySpace>, LeakyReLU<T, MemorySpace>, ELU<T, MemorySpace>,
                  SiLU<T, MemorySpace>, HardSwish<T, MemorySpace>, HardSigmoid<T, MemorySpace>,
                  MaxPool3D<T, MemorySpace>, AvgPool3D<T, MemorySpace>,
-                 GlobalMaxPool<T, MemorySpace>, Softmax<T, MemorySpace>, Upsample<T, MemorySpace>>;
+                 GlobalMaxPool<T, MemorySpace>, Softmax<T, MemorySpace>, Upsample<T, MemorySpace>,
+                 LayerNorm<T, MemorySpace>, Rearrange<T, MemorySpace>, Scale<T, MemorySpace>>;
 
 /*! \brief Former name of NodeLayer (a residual branch is now a graph).
  *  \tparam T value type \tparam MemorySpace memory space */
@@ -61,7 +64,8 @@ using Layer = std::variant<
     Clip<T, MemorySpace>, LeakyReLU<T, MemorySpace>, ELU<T, MemorySpace>, SiLU<T, MemorySpace>,
     HardSwish<T, MemorySpace>, HardSigmoid<T, MemorySpace>, MaxPool3D<T, MemorySpace>,
     AvgPool3D<T, MemorySpace>, GlobalMaxPool<T, MemorySpace>, Softmax<T, MemorySpace>,
-    Upsample<T, MemorySpace>, DynamicGraph<NodeLayer<T, MemorySpace>>>;
+    Upsample<T, MemorySpace>, DynamicGraph<NodeLayer<T, MemorySpace>>, LayerNorm<T, MemorySpace>,
+    Rearrange<T, MemorySpace>, Scale<T, MemorySpace>>;
 
 /*! \brief The run-time model an import builds.
  *  \tparam T value type \tparam MemorySpace memory space */

@@ -1,7 +1,8 @@
 #pragma once
 // Kernels of telar::DynamicGraph's join nodes over [samples, features]
 // batches: Concat along the first per-sample dimension (a contiguous range of
-// each row) and Mul with per-channel broadcasting.
+// each row), Mul with per-channel broadcasting and a batched MatMul of two
+// tensors (attention's Q K^T and weights x V).
 #include <telar/core/tensor.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -44,6 +45,32 @@ void graph_mul_grad(Exec const& exec, DX const& dx, DY const& dy, O const& other
         for (std::size_t e = k * spread; e < (k + 1) * spread; ++e)
           s += dy(i, e) * other(i, e / so);
         dx(i, k) = s;
+      });
+}
+
+// One sample's P products of a batched MatMul, each y = op(a) op(b) with
+// y [M, N] and op(a) [M, K]: a is stored [M, K], or [K, M] when ta (its
+// transpose is used); b [K, N], or [N, K] when tb. One thread per entry of
+// y, no atomics; forward is (false, false), dA = dY B^T is (false, true),
+// dB = A^T dY is (true, false).
+struct MatmulDims {
+  std::size_t P, M, K, N;
+  bool ta, tb;
+};
+template <class Exec, class Y, class A, class B>
+void graph_matmul(Exec const& exec, Y const& y, A const& a, B const& b, MatmulDims d) {
+  std::size_t const W = d.P * d.M * d.N;
+  Kokkos::parallel_for(
+      "telar::DynamicGraph::matmul",
+      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {y.extent(0), W}),
+      KOKKOS_LAMBDA(std::size_t i, std::size_t e) {
+        std::size_t const p = e / (d.M * d.N), m = e / d.N % d.M, n = e % d.N;
+        std::size_t const a0 = p * d.M * d.K, b0 = p * d.K * d.N;
+        typename Y::non_const_value_type s = 0;
+        for (std::size_t k = 0; k < d.K; ++k)
+          s += a(i, a0 + (d.ta ? k * d.M + m : m * d.K + k)) *
+               b(i, b0 + (d.tb ? n * d.K + k : k * d.N + n));
+        y(i, e) = s;
       });
 }
 

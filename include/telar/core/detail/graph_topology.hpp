@@ -17,7 +17,7 @@
 namespace telar::detail {
 
 // What a node computes: a layer (one input) or a join of several inputs.
-enum class GraphOp { layer, add, concat, mul };
+enum class GraphOp { layer, add, concat, mul, matmul };
 
 inline char const* graph_op_name(GraphOp op) {
   switch (op) {
@@ -27,6 +27,8 @@ inline char const* graph_op_name(GraphOp op) {
     return "Concat";
   case GraphOp::mul:
     return "Mul";
+  case GraphOp::matmul:
+    return "MatMul";
   default:
     return "layer";
   }
@@ -47,6 +49,19 @@ inline std::string graph_inputs_str(GraphNode const& n, std::vector<Shape> const
   for (std::size_t i = 0; i < in.size(); ++i)
     s += (i ? ", '" : "'") + n.inputs[i] + "' " + in[i].str();
   return s;
+}
+
+// [P..., M, N] of a batched product [P..., M, K] x [P..., K, N] (rank 2 to
+// 4 per sample); an unknown Shape when the two do not match.
+inline Shape graph_matmul_shape(Shape const& a, Shape const& b) {
+  if (a.rank < 2 || a.rank != b.rank || a[a.rank - 1] != b[b.rank - 2])
+    return Shape();
+  for (int d = 0; d + 2 < a.rank; ++d)
+    if (a[d] != b[d])
+      return Shape();
+  Shape out = a;
+  out.dims[std::size_t(a.rank - 1)] = b[b.rank - 1];
+  return out;
 }
 
 // Output shape of a join; ShapeError naming the node and its inputs.
@@ -71,6 +86,10 @@ inline Shape graph_join_shape(GraphNode const& n, std::vector<Shape> const& in) 
         throw fail("a Concat needs equal shapes but for the first (channel) dimension");
       out.dims[0] += in[i].dims[0];
     }
+  } else if (n.op == GraphOp::matmul) {
+    out = graph_matmul_shape(in[0], in[1]);
+    if (!out.known())
+      throw fail("a MatMul needs [..., M, K] and [..., K, N] with equal leading extents");
   } else { // mul
     out = in[0].size() >= in[1].size() ? in[0] : in[1];
     for (Shape const& s : in)
@@ -94,10 +113,11 @@ public:
       if (n.name == name)
         throw Error(what + " is added twice: node names must be unique");
     std::size_t const k = inputs.size();
-    if (op == GraphOp::layer ? k != 1 : op == GraphOp::mul ? k != 2 : k < 2)
+    bool const pair = op == GraphOp::mul || op == GraphOp::matmul;
+    if (op == GraphOp::layer ? k != 1 : pair ? k != 2 : k < 2)
       throw Error(what + " (" + graph_op_name(op) + ") takes " +
                   (op == GraphOp::layer ? "one input"
-                   : op == GraphOp::mul ? "two inputs"
+                   : pair               ? "two inputs"
                                         : "two inputs or more") +
                   ", not " + std::to_string(k));
     nodes_.push_back({std::move(name), op, std::move(inputs), std::move(output), {}, 0});

@@ -1,8 +1,9 @@
 #pragma once
 // The graph walk of telar::onnx::import_model: every node (or recognised
 // pattern) mapped onto a built-in layer or a join, chains kept as chains and
-// the rest placed in DynamicGraph layers; and the starting values (parameters
-// and buffers) each layer loads after initialize.
+// the rest placed in DynamicGraph layers. Shape arithmetic is folded
+// (fold.hpp), tensors whose batch moved are tracked (layout.hpp); what the
+// model does with the plan is in start_values.hpp.
 #include <telar/core/dynamic_graph.hpp>
 #include <telar/core/dynamic_sequential.hpp>
 #include <telar/core/shape.hpp>
@@ -13,10 +14,15 @@
 #include <telar/layers/dense.hpp>
 #include <telar/layers/dropout.hpp>
 #include <telar/layers/flatten.hpp>
+#include <telar/layers/normalization.hpp>
 #include <telar/layers/pooling.hpp>
+#include <telar/layers/rearrange.hpp>
 #include <telar/layers/softmax.hpp>
 #include <telar/layers/upsample.hpp>
+#include <telar/onnx/detail/fold.hpp>
+#include <telar/onnx/detail/layout.hpp>
 #include <telar/onnx/detail/proto.hpp>
+#include <telar/onnx/detail/start_values.hpp>
 #include <telar/onnx/error.hpp>
 #include <telar/onnx/model.hpp>
 #include <telar/parallel/detail/stage_runner.hpp>
@@ -43,9 +49,12 @@ inline char const* supported_ops() {
          "Tanh, Clip, LeakyRelu, Elu, HardSigmoid, HardSwish, SiLU (Sigmoid and Mul of one "
          "tensor), Conv (2-D, 3-D, grouped), ConvTranspose, BatchNormalization, MaxPool and "
          "AveragePool (2-D, 3-D), GlobalAveragePool, GlobalMaxPool, Resize and Upsample "
-         "(nearest by integer factors, linear), Flatten, Reshape to [batch, features], Add, Mul "
+         "(nearest by integer factors, linear), Flatten, Add, Mul "
          "and Concat of tensors, Pad of zeros, Identity, Dropout, Softmax over an axis after the "
-         "batch, Softmax/LogSoftmax over the last axis as the last node";
+         "batch, Softmax/LogSoftmax over the last axis as the last node, Transpose, Reshape, "
+         "Slice (static shapes; the batch may move), MatMul of two tensors (batched), Mul/Div "
+         "by a constant scalar, ReduceMean, LayerNormalization's ReduceMean/Sub/Pow/Sqrt/Div "
+         "form, and shape arithmetic (Shape, Gather, Unsqueeze, Concat, Cast, ...) folded";
 }
 
 // One node of the file once mapped, before it is placed in the model: a
@@ -53,13 +62,21 @@ inline char const* supported_ops() {
 // parameters come from (names local to the layer).
 template <class T, class M>
 struct IrNode {
-  enum Kind { layer, add, concat, mul };
+  enum Kind { layer, add, concat, mul, matmul };
   Kind kind = layer;
   std::string name, label; // name in a DynamicGraph; the ONNX node for messages
   std::optional<NodeLayer<T, M>> op;
   std::vector<std::string> inputs;
   std::string output;
   std::vector<ParameterBinding> bindings;
+};
+
+// The parts of a LayerNormalization decomposition the layer needs.
+struct NormMatch {
+  std::string x;                    // the normalised tensor
+  ::onnx::NodeProto const* mul;     // by the weight (input 1)
+  ::onnx::NodeProto const* bias;    // plus the bias (input 1): the last node
+  float eps;
 };
 
 template <class T, class M>
@@ -91,7 +108,10 @@ public:
     for (auto const& n : g_.node())
       silu_pattern(n);
     for (auto const& n : g_.node())
+      layer_norm_pattern(n);
+    for (auto const& n : g_.node())
       visit(n);
+    output_in_place();
     std::string const out = resolve(plan_.output_name);
     if (!shapes_.count(out))
       fail("the graph output '" + plan_.output_name + "' is not computed from the input '" +
@@ -189,8 +209,13 @@ private:
       return emit(n, GELU<T, M>{}, g->second);
     if (auto const g = silu_.find(&n); g != silu_.end())
       return emit(n, SiLU<T, M>{}, g->second);
+    if (auto const g = norm_.find(&n); g != norm_.end())
+      return layer_norm(n, g->second);
+    if (fold(n))
+      return;
     for (auto const& in : n.input())
-      if (!in.empty() && !index_.is_constant(in) && !shapes_.count(resolve(in)))
+      if (!in.empty() && !index_.is_constant(in) && !folded_.count(in) &&
+          !shapes_.count(resolve(in)))
         fail(n, "reads tensor '" + in + "', which is not computed from the graph input '" +
                     plan_.input_name + "' by the nodes before it" + cycle_through(n, in) +
                     " (Telar imports acyclic graphs in topological order with one input)");
@@ -224,6 +249,14 @@ private:
   void map_node(::onnx::NodeProto const& n) {
     std::string const& op = n.op_type();
     std::string const x = n.input_size() > 0 ? n.input(0) : std::string();
+    if (!layout_aware(op) && !x.empty() && shapes_.count(resolve(x)))
+      plain(n, x); // Conv, pools, Flatten, ... read [batch, C, ...] in place
+    if (op == "Transpose")
+      return transpose(n);
+    if (op == "Slice")
+      return slice(n);
+    if (op == "ReduceMean")
+      return reduce_mean(n);
     if (op == "Gemm")
       return gemm(n);
     if (op == "MatMul")
@@ -265,7 +298,7 @@ private:
       return dropout(n);
     if (op == "Pad")
       return pad(n);
-    if (op == "Add" || op == "Mul" || op == "Concat")
+    if (op == "Add" || op == "Mul" || op == "Concat" || op == "Sub" || op == "Div")
       return join(n);
     if (op == "Softmax" || op == "LogSoftmax")
       return softmax(n);
@@ -301,6 +334,8 @@ private:
     } catch (ShapeError const& e) {
       fail(n, "cannot take input '" + in + "' " + s.str() + ": " + e.what());
     }
+    if (shapes_[out].rank == s.rank && layout_of(in) != plain_layout(s.rank))
+      layouts_[out] = layout_of(in); // element-wise, or along the last stored axis
     Ir node;
     node.op.emplace(std::move(layer));
     node.inputs = {resolve(in)};
@@ -322,6 +357,11 @@ private:
   // Add, Mul of two tensors and Concat along the channels: joins of the graph.
   void join(::onnx::NodeProto const& n) {
     std::string const& op = n.op_type();
+    if (scale(n))
+      return;
+    if (op == "Sub" || op == "Div")
+      fail(n, op + " of two tensors is not supported (only inside LayerNormalization's "
+                   "ReduceMean/Sub/Pow/Sqrt/Div form; by a constant scalar as a Scale)");
     for (auto const& in : n.input())
       if (index_.is_constant(in))
         fail(n, op + " of the constant '" + in +
@@ -334,12 +374,18 @@ private:
     }
     if (n.input_size() < 2)
       fail(n, op + " needs two inputs or more");
+    Layout const l = op == "Add" ? same_layouts(n) : Layout{};
+    if (op != "Add")
+      for (auto const& t : n.input())
+        plain(n, t);
     std::vector<Shape> in;
     for (auto const& t : n.input())
       in.push_back(shape_of(t));
     Shape out = in[0];
     Ir node;
     if (op == "Add") {
+      if (l != plain_layout(out.rank))
+        layouts_[n.output(0)] = l;
       node.kind = Ir::add;
       if (in[1] != in[0])
         fail(n, "adds " + in[0].str() + " and " + in[1].str() +
@@ -387,6 +433,8 @@ private:
     std::string const& op = n.op_type();
     // Before opset 13 the default axis is 1 and the input is flattened from it.
     std::int64_t const def = opset_ < 13 ? 1 : -1;
+    if (layout_of(n.input(0)) != plain_layout(shape_of(n.input(0)).rank))
+      return moved_softmax(n, def);
     Shape const& s = shape_of(n.input(0));
     std::size_t const rank = s.rank + 1;
     std::int64_t const a = axis_of(n, def, rank);
@@ -600,14 +648,11 @@ private:
     pending_.push_back(std::move(b));
   }
 
-  void need_flat(::onnx::NodeProto const& n) {
-    if (shape_of(n.input(0)).rank != 1)
-      fail(n, "needs flat samples [batch, features], got per-sample shape " +
-                  shape_of(n.input(0)).str() + " (add a Flatten before it)");
-  }
-
   void gemm(::onnx::NodeProto const& n) {
-    need_flat(n);
+    last_axis_in_place(n, n.input(0));
+    if (layout_of(n.input(0)).groups.size() != 2)
+      fail(n, "needs a matrix input (ONNX Gemm's A is 2-D), got the logical shape " +
+                  dims_str(logical_dims(layout_of(n.input(0)), shape_of(n.input(0)))));
     for (char const* a : {"alpha", "beta"})
       if (float_attr(n, a, 1.f) != 1.f)
         fail(n, std::string("attribute ") + a + " = " + std::to_string(float_attr(n, a, 1.f)) +
@@ -620,9 +665,9 @@ private:
       fail(n, "its weight must be a matrix");
     std::size_t const out = std::size_t(tb ? w.dims(0) : w.dims(1));
     std::size_t const in = std::size_t(tb ? w.dims(1) : w.dims(0));
-    if (in != shape_of(n.input(0))[0])
+    if (in != shape_of(n.input(0)).back())
       fail(n, "weight '" + w.name() + "' takes " + std::to_string(in) +
-                  " features, the input has " + std::to_string(shape_of(n.input(0))[0]));
+                  " features, the input has " + std::to_string(shape_of(n.input(0)).back()));
     bool const bias = n.input_size() > 2 && !n.input(2).empty();
     bind(n, 1, "weight", "weight", !tb, out, in);
     if (bias)
@@ -632,6 +677,9 @@ private:
 
   // MatMul by a constant [in, out], with the Add of a constant [out] after it.
   void matmul(::onnx::NodeProto const& n) {
+    if (n.input_size() == 2 && !index_.is_constant(n.input(1)))
+      return batched_matmul(n);
+    last_axis_in_place(n, n.input(0));
     auto const& w = initializer(n, 1, "weight");
     if (w.dims_size() != 2)
       fail(n, "its second input must be a constant matrix [in, out]");
@@ -657,19 +705,6 @@ private:
       }
     }
     emit(n, Dense<T, M>(in, out, bias), n.input(0), result);
-  }
-
-  void reshape(::onnx::NodeProto const& n) {
-    auto const* s = n.input_size() > 1 ? index_.constant(n.input(1)) : nullptr;
-    if (!s)
-      fail(n, "its shape must be a constant");
-    auto const v = ints_of(*s);
-    bool const ok = v.size() == 2 && (v[0] == 0 || v[0] == -1) &&
-                    (v[1] == -1 || std::size_t(v[1]) == shape_of(n.input(0)).size()) &&
-                    !(v[0] == -1 && v[1] == -1);
-    if (!ok)
-      fail(n, "only a reshape to [batch, features] (a flatten) is supported");
-    emit(n, Flatten<T, M>{}, n.input(0));
   }
 
   void pad(::onnx::NodeProto const& n) {
@@ -901,6 +936,440 @@ private:
     emit(n, AvgPool3D<T, M>(k[0], s[0], p[0], ceil, count_pad), n.input(0));
   }
 
+  // --- Tensors whose batch axis moved (see layout.hpp) and shape arithmetic.
+
+  static bool layout_aware(std::string const& op) {
+    static std::set<std::string> const ops{
+        "Relu",  "Sigmoid",  "Tanh", "Gelu", "Clip",   "LeakyRelu", "Elu",
+        "HardSigmoid", "HardSwish", "Dropout", "Identity", "Transpose", "Reshape", "MatMul",
+        "Gemm", "Add",      "Sub",  "Mul",  "Div",    "Softmax",   "Slice", "ReduceMean"};
+    return ops.count(op) > 0;
+  }
+  // The logical axes of tensor \p t: the first name along its alias chain
+  // that has a layout, else [batch, stored axes...].
+  Layout layout_of(std::string t) const {
+    for (;;) {
+      if (auto const l = layouts_.find(t); l != layouts_.end())
+        return l->second;
+      auto const a = alias_.find(t);
+      if (a == alias_.end())
+        return plain_layout(shapes_.at(t).rank);
+      t = a->second;
+    }
+  }
+  std::string logical_str(std::string const& t) const {
+    return dims_str(logical_dims(layout_of(t), shape_of(t)));
+  }
+  // Output \p out of node \p n: the same stored tensor as \p in, read through \p l.
+  void view(::onnx::NodeProto const& n, std::string const& in, Layout l) {
+    alias(n, in);
+    layouts_[n.output(0)] = std::move(l);
+  }
+  // Emits \p layer reading \p in into a fresh tensor whose logical axes are \p l.
+  template <class L>
+  std::string emit_moved(::onnx::NodeProto const& n, L layer, std::string const& in, Layout l,
+                         char const* tag) {
+    std::string const out = n.output(0) + "#" + tag + std::to_string(nodes_.size());
+    emit(n, std::move(layer), in, out);
+    layouts_[out] = std::move(l);
+    return out;
+  }
+  // Stores \p x as materialize() says (a Transpose, then a Reshape, each
+  // only when needed); later readers of \p x read the result.
+  void arrange(::onnx::NodeProto const& n, std::string const& x) {
+    Layout const l = layout_of(x);
+    Shape const s = shape_of(x);
+    Materialized const m = materialize(l, s);
+    if (m.shape.rank > Shape::max_rank)
+      fail(n, "its input '" + x + "' (logical shape " + logical_str(x) + ") would need " +
+                  std::to_string(m.shape.rank) + " axes per sample; Telar keeps at most " +
+                  std::to_string(Shape::max_rank));
+    std::string t = resolve(x);
+    if (!identity_perm(m.perm)) {
+      Layout moved = l; // atom perm[d] is stored at d now
+      for (auto& g : moved.groups)
+        for (int& a : g)
+          if (a != batch_atom)
+            a = int(std::find(m.perm.begin(), m.perm.end(), a) - m.perm.begin());
+      t = emit_moved(n, Rearrange<T, M>::transpose(s, m.perm), t, moved, "T");
+    }
+    if (shape_of(t) != m.shape && m.shape.rank == 1) // [batch, C, H, W] read as [batch, C*H*W]
+      t = emit_moved(n, Flatten<T, M>{}, t, m.layout, "R");
+    else if (shape_of(t) != m.shape)
+      t = emit_moved(n, Rearrange<T, M>::reshape(shape_of(t), m.shape), t, m.layout, "R");
+    if (t == resolve(x))
+      return;
+    alias_[x] = t;
+    layouts_.erase(x);
+  }
+  // \p x stored as [batch, its logical axes...] (what layers other than the
+  // shape-only ones read), or a refusal naming where the batch is.
+  void plain(::onnx::NodeProto const& n, std::string const& x, std::string const& reader = {}) {
+    if (layout_of(x) == plain_layout(shape_of(x).rank))
+      return;
+    arrange(n, x);
+    Layout const l = layout_of(x);
+    if (l != plain_layout(shape_of(x).rank))
+      fail(n, "tensor '" + x + "' has the logical shape " + logical_str(x) +
+                  " with the batch not alone at axis 0; " + (reader.empty() ? n.op_type() : reader) +
+                  " needs [batch, ...] (only Transpose, Reshape, Slice, MatMul, Softmax, "
+                  "ReduceMean and element-wise nodes read a moved batch)");
+  }
+  // \p x's last logical axis in place as its last stored axis (Dense,
+  // LayerNorm), arranging it if not.
+  void last_axis_in_place(::onnx::NodeProto const& n, std::string const& x) {
+    auto in_place = [&] {
+      Layout const l = layout_of(x);
+      return single_atom(l, l.groups.size() - 1) == shape_of(x).rank - 1;
+    };
+    if (in_place())
+      return;
+    arrange(n, x);
+    if (!in_place())
+      fail(n, "its input '" + x + "' (logical shape " + logical_str(x) +
+                  ") has the batch in its last axis");
+  }
+  // The stored axis of logical axis \p axis of \p x, arranging \p x if it
+  // spans several; -1 when it holds the batch.
+  int stored_axis(::onnx::NodeProto const& n, std::string const& x, std::size_t axis) {
+    if (single_atom(layout_of(x), axis) < 0)
+      arrange(n, x);
+    return single_atom(layout_of(x), axis);
+  }
+  // Logical axis \p a of \p x (ONNX's negative axes allowed).
+  std::size_t logical_axis(::onnx::NodeProto const& n, std::string const& x, std::int64_t a) {
+    std::int64_t const r = std::int64_t(layout_of(x).groups.size());
+    if (a < -r || a >= r)
+      fail(n, "axis " + std::to_string(a) + " is outside [" + std::to_string(-r) + ", " +
+                  std::to_string(r) + ") for the logical shape " + logical_str(x));
+    return std::size_t(a < 0 ? a + r : a);
+  }
+
+  // Folds \p n when it is shape arithmetic: a Shape of a tensor, or a node
+  // whose inputs are all integer constants or folded. False otherwise.
+  bool fold(::onnx::NodeProto const& n) {
+    if (n.op_type() == "Shape") {
+      if (!shapes_.count(resolve(n.input(0))) || find_attr(n, "start") || find_attr(n, "end"))
+        fail(n, "only a Shape (no start, end) of a tensor computed from the input folds");
+      folded_[n.output(0)].v = logical_dims(layout_of(n.input(0)), shape_of(n.input(0)));
+      return true;
+    }
+    std::vector<std::optional<Folded>> in;
+    for (auto const& t : n.input()) {
+      if (t.empty()) {
+        in.emplace_back();
+        continue;
+      }
+      auto const f = folded(t);
+      if (!f)
+        return false;
+      in.push_back(*f);
+    }
+    if (in.empty() || n.op_type() == "Constant")
+      return false;
+    try {
+      folded_[n.output(0)] = fold_node(n, in, int(opset_));
+    } catch (std::string const& why) {
+      fail(n, "shape arithmetic: " + why);
+    }
+    return true;
+  }
+  // A folded value or an int64 constant.
+  std::optional<Folded> folded(std::string const& t) const {
+    if (auto const f = folded_.find(t); f != folded_.end())
+      return f->second;
+    auto const* c = index_.constant(t);
+    if (!c || c->data_type() != ::onnx::TensorProto::INT64)
+      return std::nullopt;
+    return folded_ints(ints_of(*c), c->dims_size() == 0);
+  }
+  std::vector<Sym> folded_input(::onnx::NodeProto const& n, int i, char const* what) {
+    auto const f = i < n.input_size() ? folded(n.input(i)) : std::nullopt;
+    if (!f)
+      fail(n, std::string("its ") + what + " (input " + std::to_string(i) +
+                  ") must be a constant, or computed from shapes and constants");
+    return f->v;
+  }
+  std::vector<std::int64_t> constant_ints(::onnx::NodeProto const& n, int i, char const* what) {
+    try {
+      return constants_of(Folded{false, folded_input(n, i, what)}, what);
+    } catch (std::string const& why) {
+      fail(n, why);
+    }
+  }
+
+  void transpose(::onnx::NodeProto const& n) {
+    Layout const l = layout_of(n.input(0));
+    std::size_t const r = l.groups.size();
+    std::vector<std::int64_t> def(r);
+    for (std::size_t d = 0; d < r; ++d)
+      def[d] = std::int64_t(r - 1 - d);
+    auto const perm = ints_attr(n, "perm", def);
+    std::vector<bool> seen(r, false);
+    Layout out;
+    for (auto p : perm) {
+      if (perm.size() != r || p < 0 || p >= std::int64_t(r) || seen[std::size_t(p)])
+        fail(n, "attribute perm is not a permutation of the " + std::to_string(r) +
+                    " axes of its input (logical shape " + logical_str(n.input(0)) + ")");
+      seen[std::size_t(p)] = true;
+      out.groups.push_back(l.groups[std::size_t(p)]);
+    }
+    view(n, n.input(0), out);
+  }
+
+  // The target shape with ONNX's 0 (copy the input's extent) and -1 (infer).
+  std::vector<Sym> reshape_target(::onnx::NodeProto const& n) {
+    auto t = folded_input(n, 1, "shape");
+    auto const in = logical_dims(layout_of(n.input(0)), shape_of(n.input(0)));
+    Sym total{1, 0}, known{1, 0};
+    for (Sym e : in)
+      total = total * e;
+    int infer = -1;
+    for (std::size_t d = 0; d < t.size(); ++d) {
+      if (t[d] == Sym{0, 0} && int_attr(n, "allowzero", 0) == 0 && d < in.size())
+        t[d] = in[d];
+      if (t[d] == Sym{-1, 0} && infer < 0)
+        infer = int(d);
+      else
+        known = known * t[d];
+    }
+    if (infer >= 0) {
+      auto const e = divide(total, known);
+      if (!e)
+        fail(n, "cannot infer the -1 of shape " + dims_str(t) + " for the logical shape " +
+                    dims_str(in));
+      t[std::size_t(infer)] = *e;
+    }
+    return t;
+  }
+  // A view when the new axes group the stored ones; a stored axis that must
+  // split is split first (a Rearrange).
+  void reshape(::onnx::NodeProto const& n) {
+    auto const target = reshape_target(n);
+    std::string x = n.input(0);
+    for (int k = 0; k <= Shape::max_rank; ++k) {
+      Regroup const r = regroup(layout_of(x), shape_of(x), target);
+      if (r.layout)
+        return view(n, x, *r.layout);
+      if (r.split_axis < 0 || shape_of(x).rank >= Shape::max_rank)
+        break;
+      auto const [s, l] = split_axis(layout_of(x), shape_of(x), r.split_axis, r.split_outer);
+      x = emit_moved(n, Rearrange<T, M>::reshape(shape_of(x), s), resolve(x), l, "S");
+    }
+    fail(n, "cannot reshape the logical shape " + logical_str(n.input(0)) + " to " +
+                dims_str(target) +
+                ": it would split or reorder the batch, or need more than 4 axes per sample");
+  }
+
+  void slice(::onnx::NodeProto const& n) {
+    std::string const x = n.input(0);
+    if (opset_ < 10)
+      fail(n, "Slice before opset 10 (attributes) is not supported");
+    auto const b = constant_ints(n, 1, "starts"), e = constant_ints(n, 2, "ends");
+    auto const axes = n.input_size() > 3 && !n.input(3).empty() ? constant_ints(n, 3, "axes")
+                                                                  : std::vector<std::int64_t>{0};
+    bool const unit = n.input_size() <= 4 || n.input(4).empty() ||
+                      constant_ints(n, 4, "steps") == std::vector<std::int64_t>{1};
+    if (b.size() != 1 || e.size() != 1 || axes.size() != 1 || !unit)
+      fail(n, "only a Slice of one axis with step 1 is supported");
+    std::size_t const a = logical_axis(n, x, axes[0]);
+    int const d = stored_axis(n, x, a);
+    if (d < 0)
+      fail(n, "slices axis " + std::to_string(axes[0]) + " of the logical shape " +
+                  logical_str(x) + ", which holds the batch");
+    std::int64_t const len = std::int64_t(shape_of(x)[d]);
+    auto clamp = [&](std::int64_t v) {
+      return std::size_t(std::min(len, std::max<std::int64_t>(0, v < 0 ? v + len : v)));
+    };
+    std::size_t const lo = clamp(b[0]), hi = clamp(e[0]);
+    if (lo >= hi)
+      fail(n, "the slice [" + std::to_string(b[0]) + ", " + std::to_string(e[0]) + ") of axis " +
+                  std::to_string(axes[0]) + " is empty");
+    emit(n, Rearrange<T, M>::slice(shape_of(x), d, lo, hi), x);
+  }
+
+  // Softmax over a logical axis of a tensor whose batch moved: over the
+  // stored axis it is (never the loss's softmax: the output is [batch, ...]).
+  void moved_softmax(::onnx::NodeProto const& n, std::int64_t def) {
+    std::string const x = n.input(0);
+    if (n.op_type() == "LogSoftmax" || opset_ < 13)
+      fail(n, n.op_type() + " of the logical shape " + logical_str(x) +
+                  " (the batch moved) is supported only as Softmax from opset 13");
+    std::size_t const a = logical_axis(n, x, int_attr(n, "axis", def));
+    int const d = stored_axis(n, x, a);
+    if (d < 0)
+      fail(n, "axis " + std::to_string(a) + " of the logical shape " + logical_str(x) +
+                  " holds the batch: Telar's Softmax acts within each sample");
+    emit(n, Softmax<T, M>(d), x);
+  }
+
+  // Q K^T and weights x V: [P..., M, K] x [P..., K, N] with the same
+  // leading (batch and head) axes, both stored in logical order.
+  void batched_matmul(::onnx::NodeProto const& n) {
+    std::string const a = n.input(0), b = n.input(1);
+    arrange(n, a);
+    arrange(n, b);
+    Layout const la = layout_of(a), lb = layout_of(b);
+    std::size_t const r = la.groups.size();
+    bool ok = r >= 2 && lb.groups.size() == r;
+    for (std::size_t g = 0; ok && g < r; ++g)
+      ok = g + 2 < r ? la.groups[g].size() == lb.groups[g].size()
+                     : single_atom(la, g) >= 0 && single_atom(lb, g) >= 0;
+    for (std::size_t g = 0; ok && g + 2 < r; ++g)
+      for (std::size_t k = 0; k < la.groups[g].size(); ++k)
+        ok = ok && (la.groups[g][k] == batch_atom) == (lb.groups[g][k] == batch_atom);
+    Shape const out = ok ? telar::detail::graph_matmul_shape(shape_of(a), shape_of(b)) : Shape();
+    if (!out.known())
+      fail(n, "multiplies the logical shapes " + logical_str(a) + " and " + logical_str(b) +
+                  "; supported: [..., M, K] x [..., K, N] with equal leading axes (no "
+                  "broadcasting), the batch among them in the same place");
+    Layout lo = la;
+    lo.groups[r - 1] = {out.rank - 1};
+    Ir node;
+    node.kind = Ir::matmul;
+    node.inputs = {resolve(a), resolve(b)};
+    shapes_[n.output(0)] = out;
+    if (lo != plain_layout(out.rank))
+      layouts_[n.output(0)] = lo;
+    push(n, std::move(node), n.output(0));
+  }
+
+  // Add of two tensors with the same logical axes, stored alike.
+  Layout same_layouts(::onnx::NodeProto const& n) {
+    for (auto const& t : n.input())
+      arrange(n, t);
+    Layout const l = layout_of(n.input(0));
+    for (auto const& t : n.input())
+      if (layout_of(t) != l)
+        fail(n, "adds the logical shapes " + logical_str(n.input(0)) + " and " + logical_str(t) +
+                    ", stored differently (the batch at another axis)");
+    return l;
+  }
+
+  // Mul or Div of a tensor by a constant scalar: telar::Scale.
+  bool scale(::onnx::NodeProto const& n) {
+    std::string const& op = n.op_type();
+    if ((op != "Mul" && op != "Div") || n.input_size() != 2)
+      return false;
+    int const c = index_.is_constant(n.input(1)) ? 1 : op == "Mul" ? 0 : -1;
+    if (c < 0 || !index_.is_constant(n.input(c)) || index_.is_constant(n.input(1 - c)))
+      return false;
+    float const v = index_.scalar(n.input(c));
+    if (std::isnan(v) || (op == "Div" && v == 0.f))
+      fail(n, op + " by the constant '" + n.input(c) +
+                  "' is supported only for one nonzero float32 value (a Scale)");
+    emit(n, Scale<T, M>(op == "Div" ? T(1) / T(v) : T(v)), n.input(1 - c));
+    return true;
+  }
+
+  // ReduceMean over axes that are not the batch: the kept axes to the
+  // front, then GlobalAvgPool over [kept, reduced] (Rearranges as needed).
+  void reduce_mean(::onnx::NodeProto const& n) {
+    std::string const x = n.input(0);
+    auto axes = ints_attr(n, "axes", {});
+    if (opset_ >= 18 && n.input_size() > 1 && !n.input(1).empty())
+      axes = constant_ints(n, 1, "axes");
+    bool const keep = int_attr(n, "keepdims", 1) != 0;
+    arrange(n, x);
+    Layout const l = layout_of(x);
+    if (axes.empty())
+      fail(n, "a ReduceMean over every axis (the batch included) is not supported");
+    std::set<std::size_t> reduced;
+    for (auto a : axes)
+      reduced.insert(logical_axis(n, x, a));
+    std::vector<int> kept_atoms; // stored axes kept, in logical order
+    std::size_t kept = 1, over = 1;
+    Layout out;
+    for (std::size_t g = 0; g < l.groups.size(); ++g) {
+      if (reduced.count(g) && single_atom(l, g) < 0)
+        fail(n, "reduces axis " + std::to_string(g) + " of the logical shape " + logical_str(x) +
+                    ", which holds the batch");
+      if (reduced.count(g) && !keep)
+        continue;
+      out.groups.emplace_back(); // a kept reduced axis: extent 1, no atom
+      for (int a = 0; !reduced.count(g) && a < int(l.groups[g].size()); ++a) {
+        int const atom = l.groups[g][std::size_t(a)];
+        out.groups.back().push_back(atom == batch_atom ? atom : int(kept_atoms.size()));
+        if (atom != batch_atom)
+          kept_atoms.push_back(atom), kept *= shape_of(x)[atom];
+      }
+    }
+    std::vector<int> perm = kept_atoms;
+    for (std::size_t g : reduced)
+      perm.push_back(single_atom(l, g)), over *= shape_of(x)[single_atom(l, g)];
+    std::string t = resolve(x);
+    Layout const any = plain_layout(shape_of(x).rank); // inner tensors: never read as ONNX's
+    if (!identity_perm(perm))
+      t = emit_moved(n, Rearrange<T, M>::transpose(shape_of(x), perm), t, any, "T");
+    if (shape_of(t) != Shape{kept, over})
+      t = emit_moved(n, Rearrange<T, M>::reshape(shape_of(t), Shape{kept, over}), t,
+                     plain_layout(2), "R");
+    std::string const pooled = n.output(0) + (kept_atoms.size() == 1 ? "" : "#P");
+    emit(n, GlobalAvgPool<T, M>{}, t, pooled);
+    layouts_.erase(pooled);
+    Shape ks;
+    ks.rank = int(kept_atoms.size());
+    for (std::size_t d = 0; d < kept_atoms.size(); ++d)
+      ks.dims[d] = shape_of(x)[kept_atoms[d]];
+    if (kept_atoms.size() != 1) {
+      if (!ks.known())
+        fail(n, "keeps no axis but the batch; Telar's samples need at least one");
+      emit(n, Rearrange<T, M>::reshape(Shape(kept), ks), pooled);
+    }
+    if (out != plain_layout(ks.rank))
+      layouts_[n.output(0)] = out;
+  }
+
+  // LayerNormalization as opset 13 exports it: x - ReduceMean(x) = d;
+  // d / Sqrt(ReduceMean(d ^ 2) + eps) * weight + bias, all over the last axis.
+  void layer_norm_pattern(::onnx::NodeProto const& r1) {
+    if (r1.op_type() != "ReduceMean" || ints_attr(r1, "axes", {}) != std::vector<std::int64_t>{-1})
+      return;
+    auto only = [&](std::string const& t, char const* op) -> ::onnx::NodeProto const* {
+      auto const& r = index_.readers(t);
+      return r.size() == 1 && r[0]->op_type() == op ? r[0] : nullptr;
+    };
+    auto const* sub = only(r1.output(0), "Sub");
+    if (!sub || sub->input(0) != r1.input(0) || sub->input(1) != r1.output(0))
+      return;
+    auto const& ds = index_.readers(sub->output(0));
+    if (ds.size() != 2)
+      return;
+    auto const* pow = ds[0]->op_type() == "Pow" ? ds[0] : ds[1];
+    auto const* div = pow == ds[0] ? ds[1] : ds[0];
+    if (pow->op_type() != "Pow" || div->op_type() != "Div" || index_.scalar(pow->input(1)) != 2.f)
+      return;
+    auto const* r2 = only(pow->output(0), "ReduceMean");
+    auto const* add = r2 && ints_attr(*r2, "axes", {}) == std::vector<std::int64_t>{-1}
+                          ? only(r2->output(0), "Add")
+                          : nullptr;
+    auto const* sqrt = add ? only(add->output(0), "Sqrt") : nullptr;
+    if (!sqrt || div->input(1) != sqrt->output(0) || div->input(0) != sub->output(0))
+      return;
+    auto const* mul = only(div->output(0), "Mul");
+    auto const* bias = mul ? only(mul->output(0), "Add") : nullptr;
+    NormMatch m{r1.input(0), mul, bias, index_.scalar(add->input(1))};
+    if (!bias || mul->input(0) != div->output(0) || bias->input(0) != mul->output(0) || std::isnan(m.eps) || !index_.is_constant(mul->input(1)) ||
+        !index_.is_constant(bias->input(1)))
+      return;
+    for (auto const* k : {&r1, sub, pow, r2, add, sqrt, div, mul})
+      skip_.insert(k);
+    norm_[bias] = m;
+  }
+  void layer_norm(::onnx::NodeProto const& n, NormMatch const& m) {
+    last_axis_in_place(n, m.x);
+    std::size_t const d = shape_of(m.x).back();
+    bind(*m.mul, 1, "weight", "weight", false, d, 1);
+    bind(*m.bias, 1, "bias", "bias", false, d, 1);
+    emit(n, LayerNorm<T, M>(d, double(m.eps)), m.x);
+  }
+  // The graph output stored as [batch, ...].
+  void output_in_place() {
+    for (auto const& n : g_.node())
+      if (n.output_size() > 0 && n.output(0) == plan_.output_name && shapes_.count(resolve(n.output(0))))
+        plain(n, n.output(0), "the graph output");
+  }
+
   // SiLU as PyTorch 1.13 exports nn.SiLU: Sigmoid(x) read only by a Mul by x.
   void silu_pattern(::onnx::NodeProto const& n) {
     if (n.op_type() != "Sigmoid" || n.input_size() != 1)
@@ -1009,6 +1478,8 @@ private:
         g.add_add(nd.name, nd.inputs, nd.output);
       else if (nd.kind == Ir::concat)
         g.add_concat(nd.name, nd.inputs, nd.output);
+      else if (nd.kind == Ir::matmul)
+        g.add_matmul(nd.name, nd.inputs, nd.output);
       else
         g.add_mul(nd.name, nd.inputs, nd.output);
       for (auto b : nd.bindings) {
@@ -1034,114 +1505,12 @@ private:
   std::map<::onnx::NodeProto const*, std::string> gelu_; // last node of a GELU -> its input
   std::map<::onnx::NodeProto const*, std::string> silu_; // the Mul of a SiLU -> its input
   std::map<std::string, std::string> bound_by_;          // initializer -> the node using it
+  std::map<std::string, Layout> layouts_; // logical axes of a tensor whose batch moved (by name)
+  std::map<std::string, Folded> folded_;  // integer tensors of shape arithmetic
+  std::map<::onnx::NodeProto const*, NormMatch> norm_; // last Add of a LayerNorm -> its parts
   std::set<std::string> names_;
   std::vector<ParameterBinding> pending_; // of the node being mapped
   std::vector<Ir> nodes_;
 };
-
-// Dense, element-wise, Dense runs become Megatron pairs (the activation acts
-// on the column-parallel shard, as in telar::ColumnParallel's docs).
-template <class Layers>
-void make_tensor_parallel_pairs(Layers& layers) {
-  auto dense = [&](std::size_t k) { return k < layers.size() && layers[k].index() == 0; };
-  auto elementwise = [&](std::size_t k) { // ReLU, GELU, Sigmoid, Tanh in telar::onnx::Layer
-    return k < layers.size() && layers[k].index() >= 3 && layers[k].index() <= 6;
-  };
-  for (std::size_t k = 0; k + 2 < layers.size(); ++k)
-    if (dense(k) && elementwise(k + 1) && dense(k + 2)) {
-      using D = std::variant_alternative_t<0, std::decay_t<decltype(layers[k])>>;
-      using T = typename D::value_type;
-      using M = typename D::memory_space;
-      auto const& a = std::get<0>(layers[k]);
-      auto const& b = std::get<0>(layers[k + 2]);
-      layers[k] = ColumnParallel<Dense<T, M>>(a.in_features(), a.out_features(), a.has_bias());
-      layers[k + 2] = RowParallel<Dense<T, M>>(b.in_features(), b.out_features(), b.has_bias());
-      k += 2;
-    }
-}
-
-// The block of a full [rows, cols] parameter a layer holds: first row and
-// column, extents, and whether other tensor-parallel ranks hold the same values.
-struct Block {
-  std::size_t row0 = 0, col0 = 0, rows = 0, cols = 0;
-  bool replicated = false;
-};
-template <class L> // a layer outside a tensor-parallel pair: every tp rank has it all
-Block block_of(L const&, std::string const&, std::size_t rows, std::size_t cols) {
-  return {0, 0, rows, cols, true};
-}
-template <class T, class M>
-Block block_of(ColumnParallel<Dense<T, M>> const& l, std::string const&, std::size_t,
-               std::size_t cols) {
-  return {l.shard_begin(), 0, l.shard_size(), cols, false};
-}
-template <class T, class M>
-Block block_of(RowParallel<Dense<T, M>> const& l, std::string const& param, std::size_t rows,
-               std::size_t cols) {
-  if (param == "bias")
-    return {0, 0, rows, cols, true};
-  return {0, l.shard_begin(), rows, l.shard_size(), false};
-}
-
-// Copies this layer's block of a full host tensor into its value view.
-template <class V, class T>
-void load_block(V const& v, std::vector<T> const& full, std::size_t cols, Block const& b) {
-  auto h = Kokkos::create_mirror_view(v);
-  if constexpr (V::rank == 1) {
-    for (std::size_t i = 0; i < h.extent(0); ++i)
-      h(i) = full[b.row0 + i];
-  } else {
-    for (std::size_t i = 0; i < h.extent(0); ++i)
-      for (std::size_t j = 0; j < h.extent(1); ++j)
-        h(i, j) = full[(b.row0 + i) * cols + b.col0 + j];
-  }
-  Kokkos::deep_copy(v, h);
-}
-
-// DynamicSequential's initializer hook: after a layer draws its values,
-// overwrite them with the file's (this rank's block of them).
-template <class T, class M>
-struct StartValues {
-  std::vector<ParameterBinding> bindings;
-  std::shared_ptr<std::map<std::string, std::vector<T>>> start;
-
-  template <class Variant>
-  void operator()(std::size_t k, Variant& layer) const {
-    std::visit(
-        [&](auto& l) {
-          using L = std::decay_t<decltype(l)>;
-          if constexpr (layer_traits<L>::has_parameters)
-            l.parameters([&](char const* name, auto& value, auto&) {
-              for (auto const& b : bindings)
-                if (b.layer == k && !b.buffer && b.param == name)
-                  load_block(value, start->at(b.initializer), b.cols,
-                             block_of(l, name, b.rows, b.cols));
-            });
-          auto buffer = [&](char const* name, auto& value) {
-            for (auto const& b : bindings)
-              if (b.layer == k && b.buffer && b.param == name)
-                load_block(value, start->at(b.initializer), b.cols,
-                           Block{0, 0, b.rows, b.cols, true});
-          };
-          telar::detail::prefixed_buffers(l, "", buffer);
-        },
-        layer);
-  }
-};
-
-template <class Model, class X>
-auto run_forward(Model& model, X const& x) {
-  using T = typename Model::value_type;
-  using MS = typename Model::memory_space;
-  std::vector<std::size_t> const features = model.feature_sizes(model.built_shapes().at(0));
-  telar::detail::StageRunner<Model> runner(&model, 0, model.layer_count(), features);
-  int const slot = runner.acquire(x.extent(0));
-  typename Model::execution_space exec;
-  runner.forward(exec, slot, ConstMatrix<T, MS>(x));
-  exec.fence();
-  Matrix<T, MS> y("telar::onnx::predict", x.extent(0), features.back());
-  Kokkos::deep_copy(y, runner.output(slot));
-  return y;
-}
 
 } // namespace telar::onnx::detail
