@@ -21,6 +21,7 @@
 #include <telar/parallel/spatial_decomposition.hpp>
 #include <telar/parallel/spatial_local.hpp>
 #include <telar/parallel/spatial_loss.hpp>
+#include <telar/parallel/spatial_unet.hpp>
 
 #include <catch2/catch_test_macros.hpp>
 
@@ -682,6 +683,108 @@ TEST_CASE("Voxel cross entropy and soft Dice on slabs equal the unsplit loss", "
 // 8 -> 8, k3 p1 on [8, 32, 32, 32] x 2 samples, unsplit on every rank, on
 // slabs, and the forward halo exchange alone. Run with
 // mpiexec -n P test_spatial "[.bench]".
+namespace {
+
+using UNet = telar::SpatialUNetLayers<T, M>::Graph;
+
+// The graph's parameters, flattened, as a host vector.
+std::vector<double> graph_parameters(UNet& g) {
+  std::vector<double> all;
+  g.parameters([&](char const*, auto& v, auto&) {
+    auto h = telar::test::to_host(v);
+    all.insert(all.end(), h.data(), h.data() + h.span());
+  });
+  return all;
+}
+
+// One SGD step (lr 0.05) on L = 0.5 scale sum y^2 over this rank's outputs;
+// returns the output slab (a copy).
+telar::Matrix<T, M> graph_step(UNet& g, telar::Matrix<T, M> const& x, T scale) {
+  telar::Matrix<T, M> y("test::y", 0, 0);
+  auto const& out = g.forward(Exec{}, x);
+  Exec{}.fence();
+  y = telar::Matrix<T, M>("test::y", out.extent(0), out.extent(1));
+  Kokkos::deep_copy(y, out);
+  telar::Matrix<T, M> dy("test::dy", out.extent(0), out.extent(1));
+  for (std::size_t i = 0; i < dy.span(); ++i)
+    dy.data()[i] = scale * y.data()[i];
+  g.backward(Exec{}, dy);
+  g.parameters([&](char const*, auto& v, auto& dv) {
+    for (std::size_t i = 0; i < v.span(); ++i) {
+      v.data()[i] -= T(0.05) * dv.data()[i];
+      dv.data()[i] = T(0);
+    }
+  });
+  return y;
+}
+
+} // namespace
+
+TEST_CASE("A 3-D U-Net SlabGraph with concatenated skips trains to the serial parameters",
+          "[spatial][mpi]") {
+  // Depth 1, width 2: conv-BN-ReLU x2, pool, the same at 4 channels,
+  // transposed convolution, concat with the first block (the skip), conv-BN-
+  // ReLU x2, 1x1 head to 3 classes. Depth 12 over 4 ranks: slabs of 3, and
+  // 2, 2, 1, 1 after the pool (uneven). The reference is the same graph on
+  // MPI_COMM_SELF (sp = 1), whose wrappers equal the plain layers (above).
+  auto comm = world();
+  telar::Communicator self(MPI_COMM_SELF, "self");
+  telar::UNetOptions o;
+  o.in_channels = 2, o.classes = 3, o.depth = 1, o.width = 2;
+  telar::Shape const shape{2, 12, 4, 4};
+  UNet serial = telar::spatial_unet<T>(self, o), split = telar::spatial_unet<T>(comm, o);
+  serial.build(shape);
+  split.build(shape);
+  serial.initialize(40);
+  split.initialize(40);
+  REQUIRE(split.size() == serial.size());
+  CHECK(split.whole_shape(split.size() - 1) == telar::Shape{3, 12, 4, 4});
+  CHECK(split.name(15) == "Concat");
+  auto const initial = graph_parameters(serial);
+  std::size_t const n = 2;
+  T const scale = T(1) / T(n * 3 * 12 * 16);
+  for (int step = 0; step < 3; ++step) {
+    auto const x = telar::test::random_matrix<T>(n, shape.size(), 50 + std::uint64_t(step));
+    auto const y = graph_step(serial, x, scale);
+    auto const ys = graph_step(split, rows_of(x, 2, 12, 16, split.input_slab()), scale);
+    CHECK(max_diff(ys, rows_of(y, 3, 12, 16, split.output_slab())) < 1e-11);
+  }
+  auto const a = graph_parameters(serial), b = graph_parameters(split);
+  REQUIRE(a.size() == b.size());
+  double worst = 0, moved = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::abs(a[i] - b[i]));
+    moved = std::max(moved, std::abs(a[i] - initial[i]));
+  }
+  CHECK(worst < 1e-11);
+  CHECK(moved > 1e-4); // the steps moved the parameters: not a comparison of the seeds
+}
+
+TEST_CASE("SlabGraph refuses a node no other node reads and a concat of different extents",
+          "[spatial][mpi]") {
+  auto comm = world();
+  using L = telar::SpatialUNetLayers<T, M>;
+  auto message = [&](bool dead_end) -> std::string {
+    UNet g(comm);
+    int const a = g.add(L::Relu(comm, telar::ReLU<T>{}), UNet::input);
+    int const p = g.add(L::Pool(comm, telar::MaxPool<3, T, M>(2)), a);
+    if (dead_end)
+      g.add(L::Relu(comm, telar::ReLU<T>{}), a);
+    else
+      g.concat(a, p);
+    try {
+      g.build({1, 8, 4, 4});
+    } catch (telar::ShapeError const& e) {
+      return e.what();
+    }
+    return "";
+  };
+  CHECK(message(true) == "telar::SlabGraph: node 2 (MaxPool3D) is read by no node (only the last "
+                         "node is the output)");
+  CHECK(message(false) == "telar::SlabGraph: Concat of node 1 [1, 8, 4, 4] and node 2 "
+                          "[1, 4, 2, 2]: the spatial extents differ");
+}
+
 TEST_CASE("SpatialConv timing", "[.bench][spatial]") {
   using F = float;
   auto comm = world();

@@ -89,6 +89,7 @@ public:
                        slab_.window.pad_back, slab_.out.size());
     }
     in_ = with_rows(in, slab_.in.size());
+    whole_out_ = whole;
     out_ = with_rows(whole, slab_.out.size());
     plane_ = 1;
     for (int i = 2; i < in.rank; ++i)
@@ -99,6 +100,8 @@ public:
   Shape input_shape() const { return in_; }
   /*! \brief This rank's output slab shape (rows slab().out). */
   Shape output_shape() const { return out_; }
+  /*! \brief The unsplit output shape (of the whole sample). */
+  Shape whole_output_shape() const { return whole_out_; }
   /*! \brief This rank's slabs, window and halo. */
   SpatialSlab const& slab() const { return slab_; }
 
@@ -173,7 +176,7 @@ private:
   Communicator const* sp_;
   HaloExchange<value_type, memory_space> halo_;
   SpatialSlab slab_{};
-  Shape in_{}, out_{};
+  Shape in_{}, out_{}, whole_out_{};
   std::size_t plane_ = 1;
   Matrix<value_type, memory_space> dext_;
   detail::GroupGradientSum<value_type> sum_;
