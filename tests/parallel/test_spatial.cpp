@@ -718,6 +718,40 @@ telar::Matrix<T, M> graph_step(UNet& g, telar::Matrix<T, M> const& x, T scale) {
   return y;
 }
 
+// 0.5 scale sum y^2 of the graph's output on x.
+double half_square(UNet& g, telar::Matrix<T, M> const& x, T scale) {
+  auto const h = telar::test::to_host(g.forward(Exec{}, x));
+  double s = 0;
+  for (std::size_t i = 0; i < h.span(); ++i)
+    s += 0.5 * double(scale) * double(h.data()[i]) * double(h.data()[i]);
+  return s;
+}
+
+// The graph's backward (skips, concatenations, every wrapper) against
+// central differences of its forward, for two elements of every tensor.
+void check_graph_gradients(UNet& g, telar::Matrix<T, M> const& x, T scale) {
+  auto const& y = g.forward(Exec{}, x);
+  Exec{}.fence();
+  telar::Matrix<T, M> dy("test::dy", y.extent(0), y.extent(1));
+  for (std::size_t i = 0; i < dy.span(); ++i)
+    dy.data()[i] = scale * y.data()[i];
+  g.backward(Exec{}, dy);
+  double const h = 1e-6;
+  g.parameters([&](char const* name, auto& v, auto& dv) {
+    for (std::size_t i : {std::size_t(0), v.span() - 1}) {
+      T const w = v.data()[i];
+      v.data()[i] = w + h;
+      double const up = half_square(g, x, scale);
+      v.data()[i] = w - h;
+      double const down = half_square(g, x, scale);
+      v.data()[i] = w;
+      INFO(name << "[" << i << "]");
+      CHECK(std::abs((up - down) / (2 * h) - dv.data()[i]) < 1e-6 * std::max(1.0, std::abs(dv.data()[i])));
+      dv.data()[i] = T(0);
+    }
+  });
+}
+
 } // namespace
 
 TEST_CASE("A 3-D U-Net SlabGraph with concatenated skips trains to the serial parameters",
@@ -743,6 +777,8 @@ TEST_CASE("A 3-D U-Net SlabGraph with concatenated skips trains to the serial pa
   auto const initial = graph_parameters(serial);
   std::size_t const n = 2;
   T const scale = T(1) / T(n * 3 * 12 * 16);
+  check_graph_gradients(serial, telar::test::random_matrix<T>(n, shape.size(), 49), scale);
+  serial.parameters([](char const*, auto&, auto& dv) { Kokkos::deep_copy(dv, T(0)); });
   for (int step = 0; step < 3; ++step) {
     auto const x = telar::test::random_matrix<T>(n, shape.size(), 50 + std::uint64_t(step));
     auto const y = graph_step(serial, x, scale);
