@@ -132,16 +132,28 @@ Args parse(int argc, char** argv) {
 
 // dp x sp = world: the flags given, the other degree from the world size.
 void degrees(Args& a, int world) {
-  if (a.sp == 0 && a.dp == 0)
-    a.sp = world;
+  auto const refuse = [&](char const* flag, int v) {
+    usage((std::string(flag) + " " + std::to_string(v) + " does not divide the " +
+           std::to_string(world) + " ranks (dp x sp = ranks)")
+              .c_str());
+  };
+  if (a.sp > 0 && world % a.sp != 0)
+    refuse("--sp", a.sp);
+  if (a.dp > 0 && world % a.dp != 0)
+    refuse("--dp", a.dp);
   if (a.sp == 0)
-    a.sp = world / a.dp;
+    a.sp = world / (a.dp > 0 ? a.dp : 1);
   if (a.dp == 0)
     a.dp = world / a.sp;
   if (a.sp * a.dp != world)
     usage(("--dp " + std::to_string(a.dp) + " x --sp " + std::to_string(a.sp) + " is not the " +
            std::to_string(world) + " ranks")
               .c_str());
+}
+
+// --val, or a fifth of the volumes (at least one).
+long long validation_volumes(Args const& a, telar::VolumeShape const& v) {
+  return a.val > 0 ? a.val : std::max(1LL, v.samples / 5);
 }
 
 // The U-Net needs edges that halve `depth` times; the volume's H and W too.
@@ -154,7 +166,7 @@ void check_volume(Args const& a, telar::VolumeShape const& v) {
                              " do not halve " + std::to_string(a.depth) +
                              " times (--depth " + std::to_string(a.depth) +
                              " needs every edge a multiple of " + std::to_string(step) + ")");
-  long long const samples = v.samples, val = a.val > 0 ? a.val : std::max(1LL, samples / 5);
+  long long const samples = v.samples, val = validation_volumes(a, v);
   if (val >= samples)
     throw telar::DataError("unet3d: " + a.data + " holds " + std::to_string(samples) +
                            " volumes: too few for " + std::to_string(val) +
@@ -381,9 +393,15 @@ void generate(Args const& a, telar::Communicator const& world) {
   telar::write_synthetic_volumes(a.data, o, world);
 }
 
+// Peak bytes of this rank: per category, and of the total.
+struct Memory {
+  telar::MemoryBytes bytes;
+  std::size_t total = 0;
+};
+
 void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const& s,
-            double param_diff, std::size_t peak, telar::Communicator const& world) {
-  unsigned long long most = peak;
+            double param_diff, Memory const& memory, telar::Communicator const& world) {
+  unsigned long long most = memory.total;
   world.allreduce(&most, 1, telar::ReduceOp::max);
   double const step_ms = 1e3 * example::median(s.step_s);
   if (world.rank() != 0)
@@ -393,7 +411,8 @@ void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const
   if (!a.json)
     return;
   telar::JsonObject j;
-  j.add("program", "unet3d")
+  j.add("final_loss", s.loss)
+      .add("program", "unet3d")
       .add("sp", a.sp)
       .add("dp", a.dp)
       .add("size", (long long)v.depth)
@@ -401,11 +420,11 @@ void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const
       .add("width", (long long)a.width)
       .add("samples", (long long)v.samples)
       .add("steps", s.steps)
-      .add("final_loss", s.loss)
       .add("val_dice", s.val_dice)
       .add("step_ms", step_ms)
       .add("train_s", s.train_s)
       .add("peak_bytes_per_rank", (long long)most)
+      .raw("memory_rank0", memory.bytes.json())
       .add("nodes", net.size());
   if (param_diff >= 0)
     j.add("param_max_diff", param_diff);
@@ -425,6 +444,7 @@ int run(MPI_Comm comm, int argc, char** argv) {
   telar::VolumeShape const v = telar::read_volume_shape(a.data, world);
   check_volume(a, v);
   telar::MemoryMeterInstall meter;
+  telar::MemoryMeter::Scope counted(telar::MemoryCategory::activations); // unlabelled: activations
   int const tracker = telar::MemoryMeter::instance().start_tracking();
   telar::UNetOptions o;
   o.in_channels = std::size_t(v.channels), o.classes = std::size_t(v.classes);
@@ -433,16 +453,17 @@ int run(MPI_Comm comm, int argc, char** argv) {
   net.build({std::size_t(v.channels), std::size_t(v.depth), std::size_t(v.height),
              std::size_t(v.width)}); // refuses a split the layers cannot take, on every rank
   net.initialize(a.seed);
-  // Each rank reads its own depth planes; the first convolution's halo comes
-  // from the neighbours like every other layer's.
-  telar::VolumeReader reader(a.data, {telar::split_extent(v.depth, a.sp, sp_rank, 0), {}}, world);
-  long long const val = a.val > 0 ? a.val : std::max(1LL, v.samples / 5), first_val = v.samples - val;
+  long long const val = validation_volumes(a, v), first_val = v.samples - val;
   telar::BatchLoader loader({std::size_t(first_val), a.dp, dp_rank, a.seed}, a.batch);
   if (loader.size() == 0)
     usage(("--batch " + std::to_string(a.batch) + " x dp " + std::to_string(a.dp) + " needs " +
-           std::to_string(a.batch * std::size_t(a.dp)) + " training volumes, the file has " +
-           std::to_string(first_val))
+           std::to_string(a.batch * std::size_t(a.dp)) + " training volumes, " + a.data +
+           " has " + std::to_string(first_val) + " (and " + std::to_string(val) +
+           " for validation)")
               .c_str());
+  // Each rank reads its own depth planes; the first convolution's halo comes
+  // from the neighbours like every other layer's.
+  telar::VolumeReader reader(a.data, {telar::split_extent(v.depth, a.sp, sp_rank, 0), {}}, world);
   if (world.rank() == 0)
     std::fprintf(stderr,
                  "unet3d: %lld volumes %lldx%lldx%lld (%lld for validation), U-Net depth %d "
@@ -464,12 +485,12 @@ int run(MPI_Comm comm, int argc, char** argv) {
   }
   s.train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::size_t peak = 0;
-  telar::MemoryMeter::instance().peaks(tracker, &peak);
+  telar::MemoryBytes const memory = telar::MemoryMeter::instance().peaks(tracker, &peak);
   auto const params = flat_parameters(net);
   if (!a.save_params.empty() && world.rank() == 0)
     save_parameters(a.save_params, params);
   double const diff = a.compare_params.empty() ? -1 : compare_parameters(a.compare_params, params);
-  report(a, net, v, s, diff, peak, world);
+  report(a, net, v, s, diff, {memory, peak}, world);
   return 0;
 }
 

@@ -132,8 +132,9 @@ public:
 
   /*! \brief Builds every node for the whole input shape \p in [C, D, H, W]
    *  (or [C, H, W]): each wrapper computes this rank's slab.
-   *  \throws ShapeError naming the node for a dead end, a concatenation of
-   *  different spatial extents, or what a wrapper refuses */
+   *  \throws ShapeError naming the node and its input shape for a dead end,
+   *  a concatenation of different spatial extents, or what a wrapper refuses
+   *  (the same text on every rank) */
   void build(Shape const& in) {
     nodes_[0].whole = in;
     nodes_[0].slab = in;
@@ -142,7 +143,13 @@ public:
       if (i + 1 < nodes_.size() && nodes_[i].readers == 0)
         throw ShapeError("telar::SlabGraph: node " + std::to_string(i) + " (" + name(int(i)) +
                          ") is read by no node (only the last node is the output)");
-      build_node(nodes_[i]);
+      try {
+        build_node(nodes_[i]);
+      } catch (ShapeError const& e) { // the same on every rank: say where in the graph
+        throw ShapeError("telar::SlabGraph: node " + std::to_string(i) + " (" + name(int(i)) +
+                         ", input " + nodes_[std::size_t(nodes_[i].from[0])].whole.str() +
+                         "): " + e.what());
+      }
     }
   }
 
