@@ -393,11 +393,21 @@ void generate(Args const& a, telar::Communicator const& world) {
   telar::write_synthetic_volumes(a.data, o, world);
 }
 
-// Peak bytes of this rank: per category, and of the total.
+// Peak bytes of this rank: per category, and of the total; the part that
+// training added, and what the plan says it would.
 struct Memory {
   telar::MemoryBytes bytes;
-  std::size_t total = 0;
+  std::size_t total = 0, training = 0, plan = 0;
 };
+
+// The plan of a training step's bytes on this rank: the graph's, plus the
+// input slab, its labels and the loss gradients (cross entropy and Dice).
+std::size_t planned_bytes(Args const& a, UNet const& net, telar::VolumeShape const& v) {
+  std::size_t const in = net.slab_shape(UNet::input).size(), out = net.slab_shape(net.size() - 1).size();
+  std::size_t const voxels = out / std::size_t(v.classes);
+  return net.activation_bytes(a.batch) +
+         a.batch * (sizeof(T) * in + sizeof(int) * voxels + 2 * sizeof(T) * out);
+}
 
 void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const& s,
             double param_diff, Memory const& memory, telar::Communicator const& world) {
@@ -425,6 +435,8 @@ void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const
       .add("train_s", s.train_s)
       .add("peak_bytes_per_rank", (long long)most)
       .raw("memory_rank0", memory.bytes.json())
+      .add("training_bytes_rank0", (long long)memory.training)
+      .add("training_bytes_plan_rank0", (long long)memory.plan)
       .add("nodes", net.size());
   if (param_diff >= 0)
     j.add("param_max_diff", param_diff);
@@ -445,7 +457,6 @@ int run(MPI_Comm comm, int argc, char** argv) {
   check_volume(a, v);
   telar::MemoryMeterInstall meter;
   telar::MemoryMeter::Scope counted(telar::MemoryCategory::activations); // unlabelled: activations
-  int const tracker = telar::MemoryMeter::instance().start_tracking();
   telar::UNetOptions o;
   o.in_channels = std::size_t(v.channels), o.classes = std::size_t(v.classes);
   o.depth = a.depth, o.width = a.width;
@@ -453,6 +464,10 @@ int run(MPI_Comm comm, int argc, char** argv) {
   net.build({std::size_t(v.channels), std::size_t(v.depth), std::size_t(v.height),
              std::size_t(v.width)}); // refuses a split the layers cannot take, on every rank
   net.initialize(a.seed);
+  // From here on what Telar allocates is training's: activations, their
+  // gradients, halo buffers, workspaces (the peak less this baseline).
+  std::size_t const baseline = telar::MemoryMeter::instance().current().total();
+  int const tracker = telar::MemoryMeter::instance().start_tracking();
   long long const val = validation_volumes(a, v), first_val = v.samples - val;
   telar::BatchLoader loader({std::size_t(first_val), a.dp, dp_rank, a.seed}, a.batch);
   if (loader.size() == 0)
@@ -490,7 +505,7 @@ int run(MPI_Comm comm, int argc, char** argv) {
   if (!a.save_params.empty() && world.rank() == 0)
     save_parameters(a.save_params, params);
   double const diff = a.compare_params.empty() ? -1 : compare_parameters(a.compare_params, params);
-  report(a, net, v, s, diff, {memory, peak}, world);
+  report(a, net, v, s, diff, {memory, peak, peak - baseline, planned_bytes(a, net, v)}, world);
   return 0;
 }
 

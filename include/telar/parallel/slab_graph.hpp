@@ -180,6 +180,28 @@ public:
     return split_extent(nodes_.back().whole[1], sp_->size(), sp_->rank());
   }
 
+  /*! \brief Bytes of activations this rank allocates to train on \p
+   *  samples per rank (a memory plan): every node's output and its
+   *  gradient, the scratch of nodes read by two layers (skips), and each
+   *  wrapper's saved state (halo-extended inputs) and workspace. Not the
+   *  input slab, its labels or the loss gradient (the caller's). */
+  std::size_t activation_bytes(std::size_t samples) const {
+    std::size_t bytes = 0;
+    for (std::size_t i = 1; i < nodes_.size(); ++i) {
+      Node const& node = nodes_[i];
+      std::size_t const copies = 2 + (node.readers > 1 ? 1 : 0); // y, g (and scratch)
+      bytes += copies * detail::view_bytes<T>(samples * node.slab.size());
+      std::visit(
+          [&](auto const& op) {
+            using O = std::decay_t<decltype(op)>;
+            if constexpr (!std::is_same_v<O, std::monostate> && !std::is_same_v<O, Concat>)
+              bytes += op.layer.saved_bytes(samples) + op.layer.workspace_bytes(samples);
+          },
+          node.op);
+    }
+    return bytes;
+  }
+
   /*! \brief Draws every node's parameters: node i from seed + i (the same
    *  seed on every rank gives every rank the same weights). */
   void initialize(std::uint64_t seed) {

@@ -87,6 +87,16 @@ public:
   Shape whole_output_shape() const { return layer.output_shape(whole_); }
   /*! \brief This rank's rows of the first spatial axis. */
   Slab slab() const { return slab_; }
+  /*! \brief Bytes the layer keeps for backward on this rank's slab.
+   *  \param samples samples per rank */
+  std::size_t saved_bytes(std::size_t samples, Shape const& = {}) const {
+    return detail::saved_bytes_of(layer, samples, in_);
+  }
+  /*! \brief Bytes of workspace the layer keeps on this rank's slab.
+   *  \param samples samples per rank */
+  std::size_t workspace_bytes(std::size_t samples, Shape const& = {}) const {
+    return detail::workspace_bytes_of(layer, samples, in_);
+  }
 
   /*! \brief Allocates and draws the parameters (the same \p seed on every
    *  rank gives every rank the same ones). \param seed stream seed */
