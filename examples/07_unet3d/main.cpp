@@ -13,6 +13,7 @@
 //   unet3d [--generate N | --data FILE.h5] [--size 32] [--depth 2] [--width 8]
 //          [--sp S] [--dp D] [--epochs 6] [--batch 2] [--lr 0.003]
 //          [--optimizer adam|sgd] [--dice W] [--val N] [--lesions 3] [--seed 1]
+//          [--norm batch|group] [--groups 4] [--eval-bn running|batch]
 //          [--limit-steps N] [--json] [--save-params F] [--compare-params F]
 //   mpirun -np 2 unet3d --sp 2
 //
@@ -20,7 +21,10 @@
 // noise and ellipsoidal lesions: docs/volumes.md) to --data (default
 // unet3d_<size>_<N>.h5), then trains on them; the last --val samples
 // (default N / 5) are validation. --dice W adds W times the soft Dice loss
-// to the voxel cross entropy. The JSON summary has val_dice (the Dice of
+// to the voxel cross entropy. --norm group uses GroupNorm (--groups, per
+// sample, over the sp group) instead of BatchNorm; --eval-bn batch
+// validates BatchNorm with each batch's statistics instead of the running
+// ones. The JSON summary has val_dice (the Dice of
 // the lesion class over every validation voxel), the median step time and
 // the peak memory per rank. --save-params / --compare-params write the
 // trained parameters / report their largest difference from a saved run
@@ -60,6 +64,9 @@ struct Args {
   long long val = -1, limit_steps = -1;
   double lr = 3e-3, dice = 0;
   std::string optimizer = "adam", save_params, compare_params;
+  std::string eval_bn = "running"; // validation's BatchNorm statistics: running or batch
+  std::string norm = "batch";      // batch or group
+  std::size_t groups = 4;
   std::uint64_t seed = 1;
   bool json = false;
 };
@@ -70,7 +77,9 @@ struct Args {
                "usage: unet3d [--generate N | --data FILE.h5] [--size EDGE] [--depth L] "
                "[--width W] [--sp S] [--dp D] [--epochs N] [--batch B] [--lr X] "
                "[--optimizer adam|sgd] [--dice W] [--val N] [--lesions K] [--seed N] "
-               "[--limit-steps N] [--json] [--save-params FILE] [--compare-params FILE]\n",
+               "[--norm batch|group] [--groups G] [--eval-bn running|batch] [--limit-steps N] "
+               "[--json] [--save-params FILE] "
+               "[--compare-params FILE]\n",
                why);
   throw 2;
 }
@@ -112,6 +121,12 @@ Args parse(int argc, char** argv) {
       a.seed = std::uint64_t(r.integer(0, std::numeric_limits<long long>::max()));
     else if (f == "--limit-steps")
       a.limit_steps = r.integer(1);
+    else if (f == "--norm")
+      a.norm = r.value();
+    else if (f == "--groups")
+      a.groups = std::size_t(r.integer(1));
+    else if (f == "--eval-bn")
+      a.eval_bn = r.value();
     else if (f == "--json")
       a.json = true;
     else if (f == "--save-params")
@@ -121,6 +136,10 @@ Args parse(int argc, char** argv) {
     else
       usage(("unknown flag " + f).c_str());
   }
+  if (a.norm != "batch" && a.norm != "group")
+    usage(("--norm expects batch or group, got '" + a.norm + "'").c_str());
+  if (a.eval_bn != "running" && a.eval_bn != "batch")
+    usage(("--eval-bn expects running or batch, got '" + a.eval_bn + "'").c_str());
   if (a.optimizer != "adam" && a.optimizer != "sgd")
     usage(("--optimizer expects adam or sgd, got '" + a.optimizer + "'").c_str());
   if (a.generate == 0 && a.data.empty())
@@ -161,11 +180,11 @@ void check_volume(Args const& a, telar::VolumeShape const& v) {
   long long const step = 1LL << a.depth;
   for (long long e : {v.depth, v.height, v.width})
     if (e % step != 0)
-      throw telar::DataError("unet3d: " + a.data + ": volumes of " + std::to_string(v.depth) +
-                             "x" + std::to_string(v.height) + "x" + std::to_string(v.width) +
-                             " do not halve " + std::to_string(a.depth) +
-                             " times (--depth " + std::to_string(a.depth) +
-                             " needs every edge a multiple of " + std::to_string(step) + ")");
+      throw telar::DataError("unet3d: " + a.data + ": volumes of " + std::to_string(v.depth) + "x" +
+                             std::to_string(v.height) + "x" + std::to_string(v.width) +
+                             " do not halve " + std::to_string(a.depth) + " times (--depth " +
+                             std::to_string(a.depth) + " needs every edge a multiple of " +
+                             std::to_string(step) + ")");
   long long const samples = v.samples, val = validation_volumes(a, v);
   if (val >= samples)
     throw telar::DataError("unet3d: " + a.data + " holds " + std::to_string(samples) +
@@ -236,8 +255,8 @@ double loss_and_gradient(Args const& a, telar::Communicator const& sp, std::size
     dlogits = telar::Matrix<T, M>("unet3d::dlogits", logits.extent(0), logits.extent(1));
     ddice = telar::Matrix<T, M>("unet3d::ddice", logits.extent(0), logits.extent(1));
   }
-  double loss = telar::spatial_voxel_cross_entropy(
-      Exec{}, telar::VoxelCrossEntropy<T, M>(classes), sp, logits, labels, dlogits);
+  double loss = telar::spatial_voxel_cross_entropy(Exec{}, telar::VoxelCrossEntropy<T, M>(classes),
+                                                   sp, logits, labels, dlogits);
   if (a.dice > 0) {
     loss += a.dice * telar::spatial_soft_dice(Exec{}, telar::SoftDice<T, M>(classes), sp, logits,
                                               labels, ddice);
@@ -251,11 +270,10 @@ double loss_and_gradient(Args const& a, telar::Communicator const& sp, std::size
   return loss;
 }
 
-
 // Dice of the lesion classes over validation voxels: per class c >= 1,
 // true positives, predicted and true voxels of the argmax, summed.
-void count_dice(telar::Matrix<T, M> const& logits, telar::VolumeBatch const& b,
-                std::size_t classes, std::vector<double>& counts) {
+void count_dice(telar::Matrix<T, M> const& logits, telar::VolumeBatch const& b, std::size_t classes,
+                std::vector<double>& counts) {
   auto const h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, logits);
   std::size_t const n = b.samples(), V = b.labels.size() / n;
   for (std::size_t s = 0; s < n; ++s)
@@ -273,7 +291,8 @@ void count_dice(telar::Matrix<T, M> const& logits, telar::VolumeBatch const& b,
 
 // Validation: volumes [first, samples) dealt round-robin over dp, read
 // slab by slab (collective over the world: every rank reads the same
-// number of times), evaluated with BatchNorm's running statistics.
+// number of times), evaluated with BatchNorm's running statistics, or with
+// each validation batch's own (--eval-bn batch, as in training).
 double validate(Args const& a, UNet& net, telar::VolumeReader& reader, long long first,
                 std::size_t classes, telar::Communicator const& world, int dp_rank) {
   std::vector<std::size_t> mine;
@@ -286,7 +305,7 @@ double validate(Args const& a, UNet& net, telar::VolumeReader& reader, long long
   telar::VolumeBatch b;
   telar::Matrix<T, M> x;
   telar::VoxelLabels<M> labels;
-  net.set_training(false);
+  net.set_training(a.eval_bn == "batch");
   for (long long r = 0; r < rounds; ++r) {
     std::size_t const lo = std::min(mine.size(), std::size_t(r) * a.batch);
     std::size_t const hi = std::min(mine.size(), lo + a.batch);
@@ -403,7 +422,8 @@ struct Memory {
 // The plan of a training step's bytes on this rank: the graph's, plus the
 // input slab, its labels and the loss gradients (cross entropy and Dice).
 std::size_t planned_bytes(Args const& a, UNet const& net, telar::VolumeShape const& v) {
-  std::size_t const in = net.slab_shape(UNet::input).size(), out = net.slab_shape(net.size() - 1).size();
+  std::size_t const in = net.slab_shape(UNet::input).size(),
+                    out = net.slab_shape(net.size() - 1).size();
   std::size_t const voxels = out / std::size_t(v.classes);
   return net.activation_bytes(a.batch) +
          a.batch * (sizeof(T) * in + sizeof(int) * voxels + 2 * sizeof(T) * out);
@@ -416,7 +436,8 @@ void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const
   double const step_ms = 1e3 * example::median(s.step_s);
   if (world.rank() != 0)
     return;
-  std::fprintf(stderr, "unet3d: val_dice %.4f, loss %.4f, %lld steps in %.1f s (median step %.1f ms)\n",
+  std::fprintf(stderr,
+               "unet3d: val_dice %.4f, loss %.4f, %lld steps in %.1f s (median step %.1f ms)\n",
                s.val_dice, s.loss, s.steps, s.train_s, step_ms);
   if (!a.json)
     return;
@@ -428,6 +449,7 @@ void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const
       .add("size", (long long)v.depth)
       .add("depth", a.depth)
       .add("width", (long long)a.width)
+      .add("norm", a.norm)
       .add("samples", (long long)v.samples)
       .add("steps", s.steps)
       .add("val_dice", s.val_dice)
@@ -459,7 +481,8 @@ int run(MPI_Comm comm, int argc, char** argv) {
   telar::MemoryMeter::Scope counted(telar::MemoryCategory::activations); // unlabelled: activations
   telar::UNetOptions o;
   o.in_channels = std::size_t(v.channels), o.classes = std::size_t(v.classes);
-  o.depth = a.depth, o.width = a.width;
+  o.depth = a.depth, o.width = a.width, o.groups = a.groups;
+  o.norm = a.norm == "group" ? telar::UNetOptions::Norm::group : telar::UNetOptions::Norm::batch;
   UNet net = telar::spatial_unet<T>(sp, o);
   net.build({std::size_t(v.channels), std::size_t(v.depth), std::size_t(v.height),
              std::size_t(v.width)}); // refuses a split the layers cannot take, on every rank
@@ -472,9 +495,8 @@ int run(MPI_Comm comm, int argc, char** argv) {
   telar::BatchLoader loader({std::size_t(first_val), a.dp, dp_rank, a.seed}, a.batch);
   if (loader.size() == 0)
     usage(("--batch " + std::to_string(a.batch) + " x dp " + std::to_string(a.dp) + " needs " +
-           std::to_string(a.batch * std::size_t(a.dp)) + " training volumes, " + a.data +
-           " has " + std::to_string(first_val) + " (and " + std::to_string(val) +
-           " for validation)")
+           std::to_string(a.batch * std::size_t(a.dp)) + " training volumes, " + a.data + " has " +
+           std::to_string(first_val) + " (and " + std::to_string(val) + " for validation)")
               .c_str());
   // Each rank reads its own depth planes; the first convolution's halo comes
   // from the neighbours like every other layer's.

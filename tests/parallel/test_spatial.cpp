@@ -21,9 +21,11 @@
 #include <telar/parallel/spatial_decomposition.hpp>
 #include <telar/parallel/spatial_local.hpp>
 #include <telar/parallel/spatial_loss.hpp>
+#include <telar/parallel/spatial_norm.hpp>
 #include <telar/parallel/spatial_unet.hpp>
 
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
 
 #include <mpi.h>
 
@@ -463,6 +465,43 @@ TEST_CASE("SpatialLocal BatchNorm: statistics and gradients over the group", "[s
   CHECK(max_diff(split.layer.running_var, whole.running_var) < 1e-11);
 }
 
+TEST_CASE("SpatialGroupNorm: per-sample statistics and gradients over the group",
+          "[spatial][mpi]") {
+  // 6 channels in 3 groups over depth 9 (uneven at sp = 2 and 4): outputs,
+  // input gradient, gamma/beta gradients against the unsplit GroupNorm.
+  auto comm = world();
+  telar::Shape const shape{6, 9, 2, 3};
+  std::size_t const n = 2, rows = 9, plane = 6;
+  telar::GroupNorm<T> whole(3, 6);
+  whole.initialize(1);
+  telar::SpatialGroupNorm<T> split(comm, telar::GroupNorm<T>(3, 6));
+  split.build(shape);
+  split.initialize(1);
+  for (auto* l : {&whole, &split.layer}) { // gamma and beta away from 1 and 0
+    for (std::size_t c = 0; c < 6; ++c)
+      l->weight(c) = T(0.5 + 0.1 * double(c)), l->bias(c) = T(0.2 * double(c));
+  }
+  auto const x = telar::test::random_matrix<T>(n, shape.size(), 8);
+  auto const dy = telar::test::random_matrix<T>(n, shape.size(), 9);
+  telar::Matrix<T, M> y("test::y", n, shape.size()), dx("test::dx", n, shape.size());
+  telar::GroupNorm<T>::saved_type saved;
+  telar::SpatialGroupNorm<T>::saved_type ssaved;
+  whole.forward(Exec{}, x, y, saved);
+  whole.backward_input(Exec{}, dy, dx, saved);
+  whole.backward_weight(Exec{}, dy, saved);
+  auto const xs = rows_of(x, 6, rows, plane, split.slab());
+  auto const dys = rows_of(dy, 6, rows, plane, split.slab());
+  telar::Matrix<T, M> ys("test::ys", n, xs.extent(1)), dxs("test::dxs", n, xs.extent(1));
+  split.forward(Exec{}, xs, ys, ssaved);
+  split.backward_input(Exec{}, dys, dxs, ssaved);
+  split.backward_weight(Exec{}, dys, ssaved);
+  CHECK(split.whole_output_shape() == shape);
+  CHECK(max_diff(ys, rows_of(y, 6, rows, plane, split.slab())) < 1e-11);
+  CHECK(max_diff(dxs, rows_of(dx, 6, rows, plane, split.slab())) < 1e-11);
+  CHECK(max_diff(split.layer.weight_grad, whole.weight_grad) < 1e-11);
+  CHECK(max_diff(split.layer.bias_grad, whole.bias_grad) < 1e-11);
+}
+
 TEST_CASE("A U-Net-like chain on slabs trains to the serial parameters", "[spatial][mpi]") {
   // Conv3D -> BatchNorm -> ReLU -> MaxPool 2 -> Conv3D -> Upsample 2 ->
   // Conv3D, three SGD steps on slabs of depth 12 (uneven slabs below).
@@ -746,7 +785,8 @@ void check_graph_gradients(UNet& g, telar::Matrix<T, M> const& x, T scale) {
       double const down = half_square(g, x, scale);
       v.data()[i] = w;
       INFO(name << "[" << i << "]");
-      CHECK(std::abs((up - down) / (2 * h) - dv.data()[i]) < 1e-6 * std::max(1.0, std::abs(dv.data()[i])));
+      CHECK(std::abs((up - down) / (2 * h) - dv.data()[i]) <
+            1e-6 * std::max(1.0, std::abs(dv.data()[i])));
       dv.data()[i] = T(0);
     }
   });
@@ -756,6 +796,8 @@ void check_graph_gradients(UNet& g, telar::Matrix<T, M> const& x, T scale) {
 
 TEST_CASE("A 3-D U-Net SlabGraph with concatenated skips trains to the serial parameters",
           "[spatial][mpi]") {
+  auto const norm = GENERATE(telar::UNetOptions::Norm::batch, telar::UNetOptions::Norm::group);
+  INFO((norm == telar::UNetOptions::Norm::batch ? "BatchNorm" : "GroupNorm"));
   // Depth 1, width 2: conv-BN-ReLU x2, pool, the same at 4 channels,
   // transposed convolution, concat with the first block (the skip), conv-BN-
   // ReLU x2, 1x1 head to 3 classes. Depth 12 over 4 ranks: slabs of 3, and
@@ -764,7 +806,7 @@ TEST_CASE("A 3-D U-Net SlabGraph with concatenated skips trains to the serial pa
   auto comm = world();
   telar::Communicator self(MPI_COMM_SELF, "self");
   telar::UNetOptions o;
-  o.in_channels = 2, o.classes = 3, o.depth = 1, o.width = 2;
+  o.in_channels = 2, o.classes = 3, o.depth = 1, o.width = 2, o.norm = norm;
   telar::Shape const shape{2, 12, 4, 4};
   UNet serial = telar::spatial_unet<T>(self, o), split = telar::spatial_unet<T>(comm, o);
   serial.build(shape);

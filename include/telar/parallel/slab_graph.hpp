@@ -285,13 +285,14 @@ private:
 
   void build_node(Node& node) {
     if (std::holds_alternative<Concat>(node.op)) {
-      Shape a = nodes_[std::size_t(node.from[0])].whole, b = nodes_[std::size_t(node.from[1])].whole;
+      Shape a = nodes_[std::size_t(node.from[0])].whole,
+            b = nodes_[std::size_t(node.from[1])].whole;
       Shape sa = a, sb = b;
       sa.dims[0] = sb.dims[0] = 0;
       if (!(sa == sb))
-        throw ShapeError("telar::SlabGraph: Concat of node " + std::to_string(node.from[0]) +
-                         " " + a.str() + " and node " + std::to_string(node.from[1]) + " " +
-                         b.str() + ": the spatial extents differ");
+        throw ShapeError("telar::SlabGraph: Concat of node " + std::to_string(node.from[0]) + " " +
+                         a.str() + " and node " + std::to_string(node.from[1]) + " " + b.str() +
+                         ": the spatial extents differ");
       a.dims[0] += b[0];
       node.whole = a;
       node.slab = nodes_[std::size_t(node.from[0])].slab;

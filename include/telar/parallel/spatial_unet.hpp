@@ -10,7 +10,8 @@
  *  the decoder block. A 1³ convolution gives one logit per class. The input
  *  extents must divide by 2^depth. BatchNorm's statistics are summed over
  *  the spatial group (telar::SyncStats over the group, see
- *  telar::SpatialLocal).
+ *  telar::SpatialLocal), or GroupNorm's per sample
+ *  (telar::SpatialGroupNorm).
  *
  *    enc0 [w, D, H, W] ─────────────────────────── concat → dec0 [w] → head
  *     └ pool → enc1 [2w, D/2] ──── concat → dec1 [2w] ─ up ┘
@@ -25,7 +26,9 @@
 #include <telar/parallel/slab_graph.hpp>
 #include <telar/parallel/spatial_conv.hpp>
 #include <telar/parallel/spatial_local.hpp>
+#include <telar/parallel/spatial_norm.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <vector>
 
@@ -37,28 +40,38 @@ struct UNetOptions {
   std::size_t classes = 2;     //!< logits per voxel
   int depth = 2;               //!< poolings (levels below the first)
   std::size_t width = 8;       //!< channels of the first level (doubled per level)
+  /*! \brief Normalisation after each convolution: BatchNorm (statistics over
+   *  the batch and the spatial group, running ones for evaluation) or
+   *  GroupNorm (per sample, over the spatial group; the same in training
+   *  and evaluation). */
+  enum class Norm { batch, group } norm = Norm::batch;
+  std::size_t groups = 4; //!< GroupNorm's groups (at most the channels)
 };
 
 /*! \brief The slab layers of a 3-D U-Net of value type \p T. */
 template <class T, class M = DefaultMemorySpace>
 struct SpatialUNetLayers {
-  using Conv = SpatialConv<Conv3D<T, M>>;                              //!< 3³ and 1³ convolutions
-  using Norm = SpatialLocal<BatchNorm<T, M, SyncStats>>;               //!< BatchNorm over the group
-  using Relu = SpatialLocal<ReLU<T, M>>;                               //!< activation
-  using Pool = SpatialPool<MaxPool<3, T, M>>;                          //!< 2³ max-pool
-  using Up = SpatialConv<ConvTranspose3D<T, M>>;                       //!< 2³ stride-2 upsampling
-  using Graph = SlabGraph<T, M, Conv, Norm, Relu, Pool, Up>;           //!< the network
+  using Conv = SpatialConv<Conv3D<T, M>>;                           //!< 3³ and 1³ convolutions
+  using Norm = SpatialLocal<BatchNorm<T, M, SyncStats>>;            //!< BatchNorm over the group
+  using Group = SpatialGroupNorm<T, M>;                             //!< GroupNorm over the group
+  using Relu = SpatialLocal<ReLU<T, M>>;                            //!< activation
+  using Pool = SpatialPool<MaxPool<3, T, M>>;                       //!< 2³ max-pool
+  using Up = SpatialConv<ConvTranspose3D<T, M>>;                    //!< 2³ stride-2 upsampling
+  using Graph = SlabGraph<T, M, Conv, Norm, Group, Relu, Pool, Up>; //!< the network
 };
 
 namespace detail {
 // {conv 3³, BatchNorm, ReLU} twice, from node `at` with `in` channels.
 template <class T, class M>
-int unet_block(typename SpatialUNetLayers<T, M>::Graph& g, Communicator const& sp, int at,
-               std::size_t in, std::size_t out) {
+int unet_block(typename SpatialUNetLayers<T, M>::Graph& g, Communicator const& sp,
+               UNetOptions const& o, int at, std::size_t in, std::size_t out) {
   using L = SpatialUNetLayers<T, M>;
   for (int k = 0; k < 2; ++k, in = out) {
     at = g.add(typename L::Conv(sp, Conv3D<T, M>(in, out, 3, 1, 1, /*bias*/ false)), at);
-    at = g.add(typename L::Norm(sp, BatchNorm<T, M, SyncStats>(out)), at);
+    if (o.norm == UNetOptions::Norm::group)
+      at = g.add(typename L::Group(sp, GroupNorm<T, M>(std::min(o.groups, out), out)), at);
+    else
+      at = g.add(typename L::Norm(sp, BatchNorm<T, M, SyncStats>(out)), at);
     at = g.add(typename L::Relu(sp, ReLU<T, M>{}), at);
   }
   return at;
@@ -69,8 +82,7 @@ int unet_block(typename SpatialUNetLayers<T, M>::Graph& g, Communicator const& s
  *  build({C, D, H, W}) on the result, with D, H, W multiples of 2^depth).
  *  \tparam T value type \tparam M memory space */
 template <class T, class M = DefaultMemorySpace>
-typename SpatialUNetLayers<T, M>::Graph spatial_unet(Communicator const& sp,
-                                                     UNetOptions const& o) {
+typename SpatialUNetLayers<T, M>::Graph spatial_unet(Communicator const& sp, UNetOptions const& o) {
   using L = SpatialUNetLayers<T, M>;
   typename L::Graph g(sp);
   std::vector<int> skips;
@@ -80,7 +92,7 @@ typename SpatialUNetLayers<T, M>::Graph spatial_unet(Communicator const& sp,
     std::size_t const w = o.width << l;
     if (l > 0)
       at = g.add(typename L::Pool(sp, MaxPool<3, T, M>(2)), at);
-    at = detail::unet_block<T, M>(g, sp, at, in, w);
+    at = detail::unet_block<T, M>(g, sp, o, at, in, w);
     skips.push_back(at);
     in = w;
   }
@@ -88,7 +100,7 @@ typename SpatialUNetLayers<T, M>::Graph spatial_unet(Communicator const& sp,
     std::size_t const w = o.width << l;
     at = g.add(typename L::Up(sp, ConvTranspose3D<T, M>(2 * w, w, 2, 2)), at);
     at = g.concat(skips[std::size_t(l)], at);
-    at = detail::unet_block<T, M>(g, sp, at, 2 * w, w);
+    at = detail::unet_block<T, M>(g, sp, o, at, 2 * w, w);
   }
   g.add(typename L::Conv(sp, Conv3D<T, M>(o.width, o.classes, 1)), at);
   return g;
