@@ -33,6 +33,7 @@
 #include <telar/data/loader.hpp>
 #include <telar/io/volume.hpp>
 #include <telar/optim/adam.hpp>
+#include <telar/optim/lr_schedule.hpp>
 #include <telar/parallel/spatial_loss.hpp>
 #include <telar/parallel/spatial_unet.hpp>
 #include <telar/profile/memory.hpp>
@@ -211,11 +212,14 @@ void to_device(telar::VolumeBatch const& b, telar::Matrix<T, M>& x, telar::Voxel
 // Adam or SGD over every parameter of the graph, after the dp average.
 class Optimizer {
 public:
-  Optimizer(Args const& a) : adam_(a.optimizer == "adam"), lr_(T(a.lr)) {}
+  // Cosine decay from --lr to --lr / 20 over the run's `steps`.
+  Optimizer(Args const& a, long long steps)
+      : adam_(a.optimizer == "adam"), lr_(telar::warmup_cosine(a.lr, 0, steps, a.lr / 20)) {}
   void step(UNet& g, telar::Communicator const& dp) {
     ++t_;
+    T const lr = T(lr_(t_));
     telar::Adam<T> adam;
-    adam.begin_step({lr_, t_});
+    adam.begin_step({lr, t_});
     std::size_t k = 0;
     g.parameters([&](char const*, auto& v, auto& dv) {
       auto hv = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, v);
@@ -228,9 +232,9 @@ public:
       for (std::size_t i = 0; i < n; ++i) {
         T const grad = hg.data()[i] / T(dp.size());
         if (adam_)
-          adam.update(hv.data()[i], grad, {state_[k].data() + i, n}, {lr_, t_});
+          adam.update(hv.data()[i], grad, {state_[k].data() + i, n}, {lr, t_});
         else
-          hv.data()[i] -= lr_ * grad;
+          hv.data()[i] -= lr * grad;
         hg.data()[i] = T(0);
       }
       Kokkos::deep_copy(v, hv);
@@ -241,7 +245,7 @@ public:
 
 private:
   bool adam_;
-  T lr_;
+  telar::LRSchedule lr_;
   long long t_ = 0;
   std::vector<std::vector<T>> state_; // Adam's m and v per tensor
 };
@@ -507,7 +511,8 @@ int run(MPI_Comm comm, int argc, char** argv) {
                  "width %zu (%d nodes), dp %d x sp %d, rank 0 holds depth [%zu, %zu), %s\n",
                  v.samples, v.depth, v.height, v.width, val, a.depth, a.width, net.size(), a.dp,
                  a.sp, net.input_slab().begin, net.input_slab().end, a.optimizer.c_str());
-  Optimizer opt(a);
+  long long const steps = (long long)loader.size() * a.epochs;
+  Optimizer opt(a, a.limit_steps > 0 ? std::min(a.limit_steps, steps) : steps);
   Summary s;
   auto const t0 = std::chrono::steady_clock::now();
   for (int e = 0; e < a.epochs; ++e) {

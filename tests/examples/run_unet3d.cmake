@@ -6,10 +6,10 @@ set(PROGRAM unet3d)
 include(${CMAKE_CURRENT_LIST_DIR}/example_checks.cmake)
 set(file ${WORK_DIR}/unet3d_check.h5)
 set(params ${WORK_DIR}/unet3d_check_sp1.txt)
-set(common --size 16 --depth 1 --width 4 --epochs 1 --limit-steps 3 --batch 2 --val 1
+set(common --size 16 --depth 1 --width 4 --epochs 1 --limit-steps 3 --batch 2 --val 2
     --optimizer sgd --lr 0.05 --json)
 file(REMOVE ${params})
-train(a ${EXE} ${common} --generate 5 --data ${file} --save-params ${params})
+train(a ${EXE} ${common} --generate 8 --data ${file} --save-params ${params})
 train(b ${MPIEXEC} -np 2 ${EXE} ${common} --data ${file} --sp 2 --compare-params ${params})
 json_field("${a}" final_loss la)
 json_field("${b}" final_loss lb)

@@ -859,8 +859,8 @@ TEST_CASE("SlabGraph refuses a node no other node reads and a concat of differen
   };
   CHECK(message(true) == "telar::SlabGraph: node 2 (MaxPool3D) is read by no node (only the last "
                          "node is the output)");
-  CHECK(message(false) == "telar::SlabGraph: Concat of node 1 [1, 8, 4, 4] and node 2 "
-                          "[1, 4, 2, 2]: the spatial extents differ");
+  CHECK(message(false) == "telar::SlabGraph: node 3 (Concat, input [1, 8, 4, 4]): node 1 "
+                          "[1, 8, 4, 4] and node 2 [1, 4, 2, 2] have different spatial extents");
 }
 
 TEST_CASE("SpatialConv timing", "[.bench][spatial]") {

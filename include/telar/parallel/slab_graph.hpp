@@ -290,9 +290,9 @@ private:
       Shape sa = a, sb = b;
       sa.dims[0] = sb.dims[0] = 0;
       if (!(sa == sb))
-        throw ShapeError("telar::SlabGraph: Concat of node " + std::to_string(node.from[0]) + " " +
-                         a.str() + " and node " + std::to_string(node.from[1]) + " " + b.str() +
-                         ": the spatial extents differ");
+        throw ShapeError("node " + std::to_string(node.from[0]) + " " + a.str() + " and node " +
+                         std::to_string(node.from[1]) + " " + b.str() +
+                         " have different spatial extents");
       a.dims[0] += b[0];
       node.whole = a;
       node.slab = nodes_[std::size_t(node.from[0])].slab;
