@@ -11,24 +11,26 @@
 // rank of a group holds the whole sample's); they are averaged over dp.
 //
 //   unet3d [--generate N | --data FILE.h5] [--size 32] [--depth 2] [--width 8]
-//          [--sp S] [--dp D] [--epochs 6] [--batch 2] [--lr 0.003]
-//          [--optimizer adam|sgd] [--dice W] [--val N] [--lesions 3] [--seed 1]
-//          [--norm batch|group] [--groups 4] [--eval-bn running|batch]
+//          [--sp S] [--dp D] [--epochs 10] [--batch 2] [--lr 0.003]
+//          [--optimizer adam|sgd] [--dice 1] [--val N] [--lesions 3] [--seed 1]
+//          [--norm group|batch] [--groups 4] [--eval-bn running|batch]
 //          [--limit-steps N] [--json] [--save-params F] [--compare-params F]
 //   mpirun -np 2 unet3d --sp 2
 //
-// --generate N writes N synthetic volumes of --size^3 voxels (background,
-// noise and ellipsoidal lesions: docs/volumes.md) to --data (default
-// unet3d_<size>_<N>.h5), then trains on them; the last --val samples
-// (default N / 5) are validation. --dice W adds W times the soft Dice loss
-// to the voxel cross entropy. --norm group uses GroupNorm (--groups, per
-// sample, over the sp group) instead of BatchNorm; --eval-bn batch
-// validates BatchNorm with each batch's statistics instead of the running
-// ones. The JSON summary has val_dice (the Dice of
-// the lesion class over every validation voxel), the median step time and
-// the peak memory per rank. --save-params / --compare-params write the
-// trained parameters / report their largest difference from a saved run
-// (the sp = 2 test compares with sp = 1).
+// --generate N (default 160 without --data) writes N synthetic volumes of
+// --size^3 voxels (background, noise and ellipsoidal lesions:
+// docs/volumes.md) to --data (default unet3d_<size>_<N>.h5), then trains on
+// them; the last --val volumes (default N / 5) are validation. The loss is
+// the voxel cross entropy plus --dice W times the soft Dice loss (0: none).
+// Adam (or SGD) with a cosine decay from --lr to --lr / 20. --norm group:
+// GroupNorm (--groups per convolution, statistics per sample over the sp
+// group); --norm batch: BatchNorm (over the batch and the sp group),
+// validated with its running statistics or, --eval-bn batch, each batch's.
+// The JSON summary has val_dice (the Dice of the lesion classes over every
+// validation voxel), the median step time, the peak memory per rank and the
+// planned one. --save-params / --compare-params write the trained
+// parameters / report their largest difference from a saved run (the sp = 2
+// test compares with sp = 1).
 #include <telar/comm/communicator.hpp>
 #include <telar/data/loader.hpp>
 #include <telar/io/volume.hpp>
@@ -61,12 +63,12 @@ struct Args {
   long long generate = 0; // volumes to write first (0: read --data)
   std::string data;
   std::size_t size = 32, width = 8, batch = 2;
-  int depth = 2, sp = 0, dp = 0, epochs = 6, lesions = 3;
+  int depth = 2, sp = 0, dp = 0, epochs = 10, lesions = 3;
   long long val = -1, limit_steps = -1;
-  double lr = 3e-3, dice = 0;
+  double lr = 3e-3, dice = 1;
   std::string optimizer = "adam", save_params, compare_params;
   std::string eval_bn = "running"; // validation's BatchNorm statistics: running or batch
-  std::string norm = "batch";      // batch or group
+  std::string norm = "group";      // batch or group
   std::size_t groups = 4;
   std::uint64_t seed = 1;
   bool json = false;
@@ -83,6 +85,16 @@ struct Args {
                "[--compare-params FILE]\n",
                why);
   throw 2;
+}
+
+// A loss weight: a finite number >= 0 (0 turns the term off).
+double weight(example::ArgReader& r) {
+  std::string const v = r.value();
+  char* end = nullptr;
+  double const x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != 0 || !std::isfinite(x) || x < 0)
+    r.fail(r.flag() + " expects a finite number >= 0, got '" + v + "'");
+  return x;
 }
 
 Args parse(int argc, char** argv) {
@@ -113,7 +125,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--optimizer")
       a.optimizer = r.value();
     else if (f == "--dice")
-      a.dice = r.positive_real();
+      a.dice = weight(r);
     else if (f == "--val")
       a.val = r.integer(1);
     else if (f == "--lesions")
@@ -144,7 +156,7 @@ Args parse(int argc, char** argv) {
   if (a.optimizer != "adam" && a.optimizer != "sgd")
     usage(("--optimizer expects adam or sgd, got '" + a.optimizer + "'").c_str());
   if (a.generate == 0 && a.data.empty())
-    a.generate = 40;
+    a.generate = 160;
   if (a.generate > 0 && a.data.empty())
     a.data = "unet3d_" + std::to_string(a.size) + "_" + std::to_string(a.generate) + ".h5";
   return a;
