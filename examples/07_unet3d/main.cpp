@@ -59,20 +59,36 @@ using M = telar::DefaultMemorySpace;
 using Exec = Kokkos::DefaultExecutionSpace;
 using UNet = telar::SpatialUNetLayers<T, M>::Graph;
 
-struct Args {
+// The common flags (epochs, batch, lr, optimizer, seed, data, json, dp,
+// limit-steps) and this example's own.
+struct Args : example::CommonArgs {
+  Args() : CommonArgs(/*epochs*/ 10, /*hidden*/ 1) {
+    batch = 2;
+    lr = 3e-3;
+    optimizer = "adam";
+    data.clear(); // a volume file, not Fashion-MNIST
+  }
   long long generate = 0; // volumes to write first (0: read --data)
-  std::string data;
-  std::size_t size = 32, width = 8, batch = 2;
-  int depth = 2, sp = 0, dp = 0, epochs = 10, lesions = 3;
-  long long val = -1, limit_steps = -1;
-  double lr = 3e-3, dice = 1;
-  std::string optimizer = "adam", save_params, compare_params;
+  std::size_t size = 32, width = 8;
+  int depth = 2, sp = 0, lesions = 3;
+  long long val = -1;
+  double dice = 1;
+  std::string save_params, compare_params;
   std::string eval_bn = "running"; // validation's BatchNorm statistics: running or batch
   std::string norm = "group";      // batch or group
   std::size_t groups = 4;
-  std::uint64_t seed = 1;
-  bool json = false;
 };
+
+// The Trainer's flags, which this example (a SlabGraph trained by hand)
+// does not offer.
+bool trainer_flag(std::string const& f) {
+  for (char const* t : {"--hidden", "--pp", "--tp", "--schedule", "--microbatches", "--timeline",
+                        "--checkpoint-dir", "--checkpoint-every", "--resume", "--layout",
+                        "--dry-run", "--profile", "--memory-budget", "--nonfinite"})
+    if (f == t)
+      return true;
+  return false;
+}
 
 [[noreturn]] void usage(char const* why) {
   std::fprintf(stderr,
@@ -104,8 +120,6 @@ Args parse(int argc, char** argv) {
     std::string const& f = r.flag();
     if (f == "--generate")
       a.generate = r.integer(1);
-    else if (f == "--data")
-      a.data = r.value();
     else if (f == "--size")
       a.size = std::size_t(r.integer(1));
     else if (f == "--depth")
@@ -114,39 +128,27 @@ Args parse(int argc, char** argv) {
       a.width = std::size_t(r.integer(1));
     else if (f == "--sp")
       a.sp = int(r.integer(1));
-    else if (f == "--dp")
-      a.dp = int(r.integer(1));
-    else if (f == "--epochs")
-      a.epochs = int(r.integer(1));
-    else if (f == "--batch")
-      a.batch = std::size_t(r.integer(1));
-    else if (f == "--lr")
-      a.lr = r.positive_real();
-    else if (f == "--optimizer")
-      a.optimizer = r.value();
     else if (f == "--dice")
       a.dice = weight(r);
     else if (f == "--val")
       a.val = r.integer(1);
     else if (f == "--lesions")
       a.lesions = int(r.integer(1));
-    else if (f == "--seed")
-      a.seed = std::uint64_t(r.integer(0, std::numeric_limits<long long>::max()));
-    else if (f == "--limit-steps")
-      a.limit_steps = r.integer(1);
     else if (f == "--norm")
       a.norm = r.value();
     else if (f == "--groups")
       a.groups = std::size_t(r.integer(1));
     else if (f == "--eval-bn")
       a.eval_bn = r.value();
-    else if (f == "--json")
-      a.json = true;
     else if (f == "--save-params")
       a.save_params = r.value();
     else if (f == "--compare-params")
       a.compare_params = r.value();
-    else
+    else if (trainer_flag(f))
+      usage((f + " is not offered: unet3d trains its U-Net without the Trainer (use --sp and "
+                 "--dp)")
+                .c_str());
+    else if (!example::read_common_flag(r, a))
       usage(("unknown flag " + f).c_str());
   }
   if (a.norm != "batch" && a.norm != "group")
@@ -524,7 +526,7 @@ int run(MPI_Comm comm, int argc, char** argv) {
                  v.samples, v.depth, v.height, v.width, val, a.depth, a.width, net.size(), a.dp,
                  a.sp, net.input_slab().begin, net.input_slab().end, a.optimizer.c_str());
   long long const steps = (long long)loader.size() * a.epochs;
-  Optimizer opt(a, a.limit_steps > 0 ? std::min(a.limit_steps, steps) : steps);
+  Optimizer opt(a, a.limit_steps > 0 ? std::min<long long>(a.limit_steps, steps) : steps);
   Summary s;
   auto const t0 = std::chrono::steady_clock::now();
   for (int e = 0; e < a.epochs; ++e) {

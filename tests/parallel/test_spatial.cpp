@@ -436,42 +436,53 @@ std::vector<telar::Shape> build_chain(Tuple& layers, std::vector<telar::Shape> w
 
 } // namespace
 
+namespace {
+
+// A normalisation on slabs (split, built for `shape`) against the unsplit
+// layer: outputs, input gradient, gamma and beta gradients, within 1e-11.
+template <class Whole, class Split>
+void check_norm(Whole& whole, Split& split, telar::Shape const& shape) {
+  std::size_t const n = 2, C = shape[0], rows = shape[1], plane = shape.size() / (C * rows);
+  auto const x = telar::test::random_matrix<T>(n, shape.size(), 8);
+  auto const dy = telar::test::random_matrix<T>(n, shape.size(), 9);
+  telar::Matrix<T, M> y("test::y", n, shape.size()), dx("test::dx", n, shape.size());
+  typename Whole::saved_type saved;
+  typename Split::saved_type ssaved;
+  whole.forward(Exec{}, x, y, saved);
+  whole.backward_input(Exec{}, dy, dx, saved);
+  whole.backward_weight(Exec{}, dy, saved);
+  auto const xs = rows_of(x, C, rows, plane, split.slab());
+  auto const dys = rows_of(dy, C, rows, plane, split.slab());
+  telar::Matrix<T, M> ys("test::ys", n, xs.extent(1)), dxs("test::dxs", n, xs.extent(1));
+  split.forward(Exec{}, xs, ys, ssaved);
+  split.backward_input(Exec{}, dys, dxs, ssaved);
+  split.backward_weight(Exec{}, dys, ssaved);
+  CHECK(split.whole_output_shape() == shape);
+  CHECK(max_diff(ys, rows_of(y, C, rows, plane, split.slab())) < 1e-11);
+  CHECK(max_diff(dxs, rows_of(dx, C, rows, plane, split.slab())) < 1e-11);
+  CHECK(max_diff(split.layer.weight_grad, whole.weight_grad) < 1e-11);
+  CHECK(max_diff(split.layer.bias_grad, whole.bias_grad) < 1e-11);
+}
+
+} // namespace
+
 TEST_CASE("SpatialLocal BatchNorm: statistics and gradients over the group", "[spatial][mpi]") {
   auto comm = world();
   telar::Shape const shape{3, 9, 2, 3};
-  std::size_t const n = 2, rows = 9, plane = 6;
   BN whole(3);
   whole.initialize(1);
   telar::SpatialLocal<BN> split(comm, BN(3));
   split.build(shape);
   split.initialize(1);
-  auto const x = telar::test::random_matrix<T>(n, shape.size(), 8);
-  auto const dy = telar::test::random_matrix<T>(n, shape.size(), 9);
-  telar::Matrix<T, M> y("test::y", n, shape.size()), dx("test::dx", n, shape.size());
-  BN::saved_type saved, ssaved;
-  whole.forward(Exec{}, x, y, saved);
-  whole.backward_input(Exec{}, dy, dx, saved);
-  whole.backward_weight(Exec{}, dy, saved);
-  auto const xs = rows_of(x, 3, rows, plane, split.slab());
-  auto const dys = rows_of(dy, 3, rows, plane, split.slab());
-  telar::Matrix<T, M> ys("test::ys", n, xs.extent(1)), dxs("test::dxs", n, xs.extent(1));
-  split.forward(Exec{}, xs, ys, ssaved);
-  split.backward_input(Exec{}, dys, dxs, ssaved);
-  split.backward_weight(Exec{}, dys, ssaved);
-  CHECK(max_diff(ys, rows_of(y, 3, rows, plane, split.slab())) < 1e-11);
-  CHECK(max_diff(dxs, rows_of(dx, 3, rows, plane, split.slab())) < 1e-11);
-  CHECK(max_diff(split.layer.weight_grad, whole.weight_grad) < 1e-11);
-  CHECK(max_diff(split.layer.bias_grad, whole.bias_grad) < 1e-11);
+  check_norm(whole, split, shape);
   CHECK(max_diff(split.layer.running_var, whole.running_var) < 1e-11);
 }
 
 TEST_CASE("SpatialGroupNorm: per-sample statistics and gradients over the group",
           "[spatial][mpi]") {
-  // 6 channels in 3 groups over depth 9 (uneven at sp = 2 and 4): outputs,
-  // input gradient, gamma/beta gradients against the unsplit GroupNorm.
+  // 6 channels in 3 groups over depth 9 (uneven at sp = 2 and 4).
   auto comm = world();
   telar::Shape const shape{6, 9, 2, 3};
-  std::size_t const n = 2, rows = 9, plane = 6;
   telar::GroupNorm<T> whole(3, 6);
   whole.initialize(1);
   telar::SpatialGroupNorm<T> split(comm, telar::GroupNorm<T>(3, 6));
@@ -481,25 +492,7 @@ TEST_CASE("SpatialGroupNorm: per-sample statistics and gradients over the group"
     for (std::size_t c = 0; c < 6; ++c)
       l->weight(c) = T(0.5 + 0.1 * double(c)), l->bias(c) = T(0.2 * double(c));
   }
-  auto const x = telar::test::random_matrix<T>(n, shape.size(), 8);
-  auto const dy = telar::test::random_matrix<T>(n, shape.size(), 9);
-  telar::Matrix<T, M> y("test::y", n, shape.size()), dx("test::dx", n, shape.size());
-  telar::GroupNorm<T>::saved_type saved;
-  telar::SpatialGroupNorm<T>::saved_type ssaved;
-  whole.forward(Exec{}, x, y, saved);
-  whole.backward_input(Exec{}, dy, dx, saved);
-  whole.backward_weight(Exec{}, dy, saved);
-  auto const xs = rows_of(x, 6, rows, plane, split.slab());
-  auto const dys = rows_of(dy, 6, rows, plane, split.slab());
-  telar::Matrix<T, M> ys("test::ys", n, xs.extent(1)), dxs("test::dxs", n, xs.extent(1));
-  split.forward(Exec{}, xs, ys, ssaved);
-  split.backward_input(Exec{}, dys, dxs, ssaved);
-  split.backward_weight(Exec{}, dys, ssaved);
-  CHECK(split.whole_output_shape() == shape);
-  CHECK(max_diff(ys, rows_of(y, 6, rows, plane, split.slab())) < 1e-11);
-  CHECK(max_diff(dxs, rows_of(dx, 6, rows, plane, split.slab())) < 1e-11);
-  CHECK(max_diff(split.layer.weight_grad, whole.weight_grad) < 1e-11);
-  CHECK(max_diff(split.layer.bias_grad, whole.bias_grad) < 1e-11);
+  check_norm(whole, split, shape);
 }
 
 TEST_CASE("A U-Net-like chain on slabs trains to the serial parameters", "[spatial][mpi]") {
