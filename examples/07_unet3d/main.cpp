@@ -103,16 +103,6 @@ bool trainer_flag(std::string const& f) {
   throw 2;
 }
 
-// A loss weight: a finite number >= 0 (0 turns the term off).
-double weight(example::ArgReader& r) {
-  std::string const v = r.value();
-  char* end = nullptr;
-  double const x = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != 0 || !std::isfinite(x) || x < 0)
-    r.fail(r.flag() + " expects a finite number >= 0, got '" + v + "'");
-  return x;
-}
-
 Args parse(int argc, char** argv) {
   Args a;
   example::ArgReader r(argc, argv, usage);
@@ -129,7 +119,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--sp")
       a.sp = int(r.integer(1));
     else if (f == "--dice")
-      a.dice = weight(r);
+      a.dice = r.fraction(1e6); // 0: no Dice term
     else if (f == "--val")
       a.val = r.integer(1);
     else if (f == "--lesions")

@@ -353,6 +353,20 @@ void visit(L& l, F&& f) {
     l.parameters([&](char const*, auto& v, auto& g) { f(v, g); });
 }
 
+// Serial parameters a and split ones b after training from `initial`:
+// equal within 1e-11, and moved (not a comparison of the seeds).
+void check_trained(std::vector<double> const& a, std::vector<double> const& b,
+                   std::vector<double> const& initial) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0, moved = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::abs(a[i] - b[i]));
+    moved = std::max(moved, std::abs(a[i] - initial[i]));
+  }
+  CHECK(worst < 1e-11);
+  CHECK(moved > 1e-4);
+}
+
 // Every parameter of `layers` (a tuple), flattened, as a host vector.
 template <class Tuple>
 std::vector<double> flat_parameters(Tuple& layers) {
@@ -528,14 +542,7 @@ TEST_CASE("A U-Net-like chain on slabs trains to the serial parameters", "[spati
     sgd_step(split, rows_of(x, 2, shape[1], 16, s0.in), slab_cols, scale, seq);
   }
   auto const a = flat_parameters(serial), b = flat_parameters(split);
-  REQUIRE(a.size() == b.size());
-  double worst = 0, moved = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    worst = std::max(worst, std::abs(a[i] - b[i]));
-    moved = std::max(moved, std::abs(a[i] - initial[i]));
-  }
-  CHECK(worst < 1e-11);
-  CHECK(moved > 1e-4); // the steps moved the parameters: not a comparison of the seeds
+  check_trained(a, b, initial);
   CHECK(max_diff(std::get<1>(split).layer.running_mean, std::get<1>(serial).running_mean) < 1e-11);
 }
 
@@ -821,14 +828,7 @@ TEST_CASE("A 3-D U-Net SlabGraph with concatenated skips trains to the serial pa
     CHECK(max_diff(ys, rows_of(y, 3, 12, 16, split.output_slab())) < 1e-11);
   }
   auto const a = graph_parameters(serial), b = graph_parameters(split);
-  REQUIRE(a.size() == b.size());
-  double worst = 0, moved = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    worst = std::max(worst, std::abs(a[i] - b[i]));
-    moved = std::max(moved, std::abs(a[i] - initial[i]));
-  }
-  CHECK(worst < 1e-11);
-  CHECK(moved > 1e-4); // the steps moved the parameters: not a comparison of the seeds
+  check_trained(a, b, initial);
 }
 
 TEST_CASE("SlabGraph refuses a node no other node reads and a concat of different extents",
