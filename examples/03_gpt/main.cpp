@@ -69,17 +69,6 @@ struct Args : example::CommonArgs {
   throw 2;
 }
 
-// A real in [0, hi), "0" included (the ArgReader's reals are positive).
-double fraction(example::ArgReader& r, double hi) {
-  std::string const f = r.flag(), v = r.value();
-  char* end = nullptr;
-  double const x = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != 0 || !(x >= 0 && x < hi))
-    r.fail(f + " expects a number from 0 up to " + (hi == 1 ? "1 (excluded)" : "any") + ", got '" +
-           v + "'");
-  return x;
-}
-
 Args parse(int argc, char** argv) {
   Args a;
   example::ArgReader r(argc, argv, usage);
@@ -94,9 +83,9 @@ Args parse(int argc, char** argv) {
     else if (f == "--heads")
       a.heads = std::size_t(r.integer(1, 1 << 16));
     else if (f == "--dropout")
-      a.dropout = fraction(r, 1);
+      a.dropout = r.fraction(1);
     else if (f == "--temperature")
-      a.temperature = fraction(r, 1e6);
+      a.temperature = r.fraction(1e6);
     else if (f == "--steps")
       a.limit_steps = long(r.integer(1));
     else if (f == "--eval-every")

@@ -159,6 +159,17 @@ public:
     return x;
   }
 
+  // The value as a real in [0, hi), "0" included (positive_real's are not).
+  double fraction(double hi) {
+    std::string const v = value();
+    char* end = nullptr;
+    double const x = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != 0 || !(x >= 0 && x < hi))
+      fail(flag_ + " expects a number from 0 up to " + (hi == 1 ? "1 (excluded)" : "any") +
+           ", got '" + v + "'");
+    return x;
+  }
+
   [[noreturn]] void fail(std::string const& why) const {
     usage_(why.c_str());
     throw 2; // usage() throws already; this tells the compiler

@@ -21,8 +21,11 @@
 #include <telar/parallel/spatial_decomposition.hpp>
 #include <telar/parallel/spatial_local.hpp>
 #include <telar/parallel/spatial_loss.hpp>
+#include <telar/parallel/spatial_norm.hpp>
+#include <telar/parallel/spatial_unet.hpp>
 
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
 
 #include <mpi.h>
 
@@ -350,6 +353,20 @@ void visit(L& l, F&& f) {
     l.parameters([&](char const*, auto& v, auto& g) { f(v, g); });
 }
 
+// Serial parameters a and split ones b after training from `initial`:
+// equal within 1e-11, and moved (not a comparison of the seeds).
+void check_trained(std::vector<double> const& a, std::vector<double> const& b,
+                   std::vector<double> const& initial) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0, moved = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::abs(a[i] - b[i]));
+    moved = std::max(moved, std::abs(a[i] - initial[i]));
+  }
+  CHECK(worst < 1e-11);
+  CHECK(moved > 1e-4);
+}
+
 // Every parameter of `layers` (a tuple), flattened, as a host vector.
 template <class Tuple>
 std::vector<double> flat_parameters(Tuple& layers) {
@@ -433,33 +450,63 @@ std::vector<telar::Shape> build_chain(Tuple& layers, std::vector<telar::Shape> w
 
 } // namespace
 
+namespace {
+
+// A normalisation on slabs (split, built for `shape`) against the unsplit
+// layer: outputs, input gradient, gamma and beta gradients, within 1e-11.
+template <class Whole, class Split>
+void check_norm(Whole& whole, Split& split, telar::Shape const& shape) {
+  std::size_t const n = 2, C = shape[0], rows = shape[1], plane = shape.size() / (C * rows);
+  auto const x = telar::test::random_matrix<T>(n, shape.size(), 8);
+  auto const dy = telar::test::random_matrix<T>(n, shape.size(), 9);
+  telar::Matrix<T, M> y("test::y", n, shape.size()), dx("test::dx", n, shape.size());
+  typename Whole::saved_type saved;
+  typename Split::saved_type ssaved;
+  whole.forward(Exec{}, x, y, saved);
+  whole.backward_input(Exec{}, dy, dx, saved);
+  whole.backward_weight(Exec{}, dy, saved);
+  auto const xs = rows_of(x, C, rows, plane, split.slab());
+  auto const dys = rows_of(dy, C, rows, plane, split.slab());
+  telar::Matrix<T, M> ys("test::ys", n, xs.extent(1)), dxs("test::dxs", n, xs.extent(1));
+  split.forward(Exec{}, xs, ys, ssaved);
+  split.backward_input(Exec{}, dys, dxs, ssaved);
+  split.backward_weight(Exec{}, dys, ssaved);
+  CHECK(split.whole_output_shape() == shape);
+  CHECK(max_diff(ys, rows_of(y, C, rows, plane, split.slab())) < 1e-11);
+  CHECK(max_diff(dxs, rows_of(dx, C, rows, plane, split.slab())) < 1e-11);
+  CHECK(max_diff(split.layer.weight_grad, whole.weight_grad) < 1e-11);
+  CHECK(max_diff(split.layer.bias_grad, whole.bias_grad) < 1e-11);
+}
+
+} // namespace
+
 TEST_CASE("SpatialLocal BatchNorm: statistics and gradients over the group", "[spatial][mpi]") {
   auto comm = world();
   telar::Shape const shape{3, 9, 2, 3};
-  std::size_t const n = 2, rows = 9, plane = 6;
   BN whole(3);
   whole.initialize(1);
   telar::SpatialLocal<BN> split(comm, BN(3));
   split.build(shape);
   split.initialize(1);
-  auto const x = telar::test::random_matrix<T>(n, shape.size(), 8);
-  auto const dy = telar::test::random_matrix<T>(n, shape.size(), 9);
-  telar::Matrix<T, M> y("test::y", n, shape.size()), dx("test::dx", n, shape.size());
-  BN::saved_type saved, ssaved;
-  whole.forward(Exec{}, x, y, saved);
-  whole.backward_input(Exec{}, dy, dx, saved);
-  whole.backward_weight(Exec{}, dy, saved);
-  auto const xs = rows_of(x, 3, rows, plane, split.slab());
-  auto const dys = rows_of(dy, 3, rows, plane, split.slab());
-  telar::Matrix<T, M> ys("test::ys", n, xs.extent(1)), dxs("test::dxs", n, xs.extent(1));
-  split.forward(Exec{}, xs, ys, ssaved);
-  split.backward_input(Exec{}, dys, dxs, ssaved);
-  split.backward_weight(Exec{}, dys, ssaved);
-  CHECK(max_diff(ys, rows_of(y, 3, rows, plane, split.slab())) < 1e-11);
-  CHECK(max_diff(dxs, rows_of(dx, 3, rows, plane, split.slab())) < 1e-11);
-  CHECK(max_diff(split.layer.weight_grad, whole.weight_grad) < 1e-11);
-  CHECK(max_diff(split.layer.bias_grad, whole.bias_grad) < 1e-11);
+  check_norm(whole, split, shape);
   CHECK(max_diff(split.layer.running_var, whole.running_var) < 1e-11);
+}
+
+TEST_CASE("SpatialGroupNorm: per-sample statistics and gradients over the group",
+          "[spatial][mpi]") {
+  // 6 channels in 3 groups over depth 9 (uneven at sp = 2 and 4).
+  auto comm = world();
+  telar::Shape const shape{6, 9, 2, 3};
+  telar::GroupNorm<T> whole(3, 6);
+  whole.initialize(1);
+  telar::SpatialGroupNorm<T> split(comm, telar::GroupNorm<T>(3, 6));
+  split.build(shape);
+  split.initialize(1);
+  for (auto* l : {&whole, &split.layer}) { // gamma and beta away from 1 and 0
+    for (std::size_t c = 0; c < 6; ++c)
+      l->weight(c) = T(0.5 + 0.1 * double(c)), l->bias(c) = T(0.2 * double(c));
+  }
+  check_norm(whole, split, shape);
 }
 
 TEST_CASE("A U-Net-like chain on slabs trains to the serial parameters", "[spatial][mpi]") {
@@ -495,14 +542,7 @@ TEST_CASE("A U-Net-like chain on slabs trains to the serial parameters", "[spati
     sgd_step(split, rows_of(x, 2, shape[1], 16, s0.in), slab_cols, scale, seq);
   }
   auto const a = flat_parameters(serial), b = flat_parameters(split);
-  REQUIRE(a.size() == b.size());
-  double worst = 0, moved = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    worst = std::max(worst, std::abs(a[i] - b[i]));
-    moved = std::max(moved, std::abs(a[i] - initial[i]));
-  }
-  CHECK(worst < 1e-11);
-  CHECK(moved > 1e-4); // the steps moved the parameters: not a comparison of the seeds
+  check_trained(a, b, initial);
   CHECK(max_diff(std::get<1>(split).layer.running_mean, std::get<1>(serial).running_mean) < 1e-11);
 }
 
@@ -682,6 +722,140 @@ TEST_CASE("Voxel cross entropy and soft Dice on slabs equal the unsplit loss", "
 // 8 -> 8, k3 p1 on [8, 32, 32, 32] x 2 samples, unsplit on every rank, on
 // slabs, and the forward halo exchange alone. Run with
 // mpiexec -n P test_spatial "[.bench]".
+namespace {
+
+using UNet = telar::SpatialUNetLayers<T, M>::Graph;
+
+// The graph's parameters, flattened, as a host vector.
+std::vector<double> graph_parameters(UNet& g) {
+  std::vector<double> all;
+  g.parameters([&](char const*, auto& v, auto&) {
+    auto h = telar::test::to_host(v);
+    all.insert(all.end(), h.data(), h.data() + h.span());
+  });
+  return all;
+}
+
+// One SGD step (lr 0.05) on L = 0.5 scale sum y^2 over this rank's outputs;
+// returns the output slab (a copy).
+telar::Matrix<T, M> graph_step(UNet& g, telar::Matrix<T, M> const& x, T scale) {
+  telar::Matrix<T, M> y("test::y", 0, 0);
+  auto const& out = g.forward(Exec{}, x);
+  Exec{}.fence();
+  y = telar::Matrix<T, M>("test::y", out.extent(0), out.extent(1));
+  Kokkos::deep_copy(y, out);
+  telar::Matrix<T, M> dy("test::dy", out.extent(0), out.extent(1));
+  for (std::size_t i = 0; i < dy.span(); ++i)
+    dy.data()[i] = scale * y.data()[i];
+  g.backward(Exec{}, dy);
+  g.parameters([&](char const*, auto& v, auto& dv) {
+    for (std::size_t i = 0; i < v.span(); ++i) {
+      v.data()[i] -= T(0.05) * dv.data()[i];
+      dv.data()[i] = T(0);
+    }
+  });
+  return y;
+}
+
+// 0.5 scale sum y^2 of the graph's output on x.
+double half_square(UNet& g, telar::Matrix<T, M> const& x, T scale) {
+  auto const h = telar::test::to_host(g.forward(Exec{}, x));
+  double s = 0;
+  for (std::size_t i = 0; i < h.span(); ++i)
+    s += 0.5 * double(scale) * double(h.data()[i]) * double(h.data()[i]);
+  return s;
+}
+
+// The graph's backward (skips, concatenations, every wrapper) against
+// central differences of its forward, for two elements of every tensor.
+void check_graph_gradients(UNet& g, telar::Matrix<T, M> const& x, T scale) {
+  auto const& y = g.forward(Exec{}, x);
+  Exec{}.fence();
+  telar::Matrix<T, M> dy("test::dy", y.extent(0), y.extent(1));
+  for (std::size_t i = 0; i < dy.span(); ++i)
+    dy.data()[i] = scale * y.data()[i];
+  g.backward(Exec{}, dy);
+  double const h = 1e-6;
+  g.parameters([&](char const* name, auto& v, auto& dv) {
+    for (std::size_t i : {std::size_t(0), v.span() - 1}) {
+      T const w = v.data()[i];
+      v.data()[i] = w + h;
+      double const up = half_square(g, x, scale);
+      v.data()[i] = w - h;
+      double const down = half_square(g, x, scale);
+      v.data()[i] = w;
+      INFO(name << "[" << i << "]");
+      CHECK(std::abs((up - down) / (2 * h) - dv.data()[i]) <
+            1e-6 * std::max(1.0, std::abs(dv.data()[i])));
+      dv.data()[i] = T(0);
+    }
+  });
+}
+
+} // namespace
+
+TEST_CASE("A 3-D U-Net SlabGraph with concatenated skips trains to the serial parameters",
+          "[spatial][mpi]") {
+  auto const norm = GENERATE(telar::UNetOptions::Norm::batch, telar::UNetOptions::Norm::group);
+  INFO((norm == telar::UNetOptions::Norm::batch ? "BatchNorm" : "GroupNorm"));
+  // Depth 1, width 2: conv-BN-ReLU x2, pool, the same at 4 channels,
+  // transposed convolution, concat with the first block (the skip), conv-BN-
+  // ReLU x2, 1x1 head to 3 classes. Depth 12 over 4 ranks: slabs of 3, and
+  // 2, 2, 1, 1 after the pool (uneven). The reference is the same graph on
+  // MPI_COMM_SELF (sp = 1), whose wrappers equal the plain layers (above).
+  auto comm = world();
+  telar::Communicator self(MPI_COMM_SELF, "self");
+  telar::UNetOptions o;
+  o.in_channels = 2, o.classes = 3, o.depth = 1, o.width = 2, o.norm = norm;
+  telar::Shape const shape{2, 12, 4, 4};
+  UNet serial = telar::spatial_unet<T>(self, o), split = telar::spatial_unet<T>(comm, o);
+  serial.build(shape);
+  split.build(shape);
+  serial.initialize(40);
+  split.initialize(40);
+  REQUIRE(split.size() == serial.size());
+  CHECK(split.whole_shape(split.size() - 1) == telar::Shape{3, 12, 4, 4});
+  CHECK(split.name(15) == "Concat");
+  auto const initial = graph_parameters(serial);
+  std::size_t const n = 2;
+  T const scale = T(1) / T(n * 3 * 12 * 16);
+  check_graph_gradients(serial, telar::test::random_matrix<T>(n, shape.size(), 49), scale);
+  serial.parameters([](char const*, auto&, auto& dv) { Kokkos::deep_copy(dv, T(0)); });
+  for (int step = 0; step < 3; ++step) {
+    auto const x = telar::test::random_matrix<T>(n, shape.size(), 50 + std::uint64_t(step));
+    auto const y = graph_step(serial, x, scale);
+    auto const ys = graph_step(split, rows_of(x, 2, 12, 16, split.input_slab()), scale);
+    CHECK(max_diff(ys, rows_of(y, 3, 12, 16, split.output_slab())) < 1e-11);
+  }
+  auto const a = graph_parameters(serial), b = graph_parameters(split);
+  check_trained(a, b, initial);
+}
+
+TEST_CASE("SlabGraph refuses a node no other node reads and a concat of different extents",
+          "[spatial][mpi]") {
+  auto comm = world();
+  using L = telar::SpatialUNetLayers<T, M>;
+  auto message = [&](bool dead_end) -> std::string {
+    UNet g(comm);
+    int const a = g.add(L::Relu(comm, telar::ReLU<T>{}), UNet::input);
+    int const p = g.add(L::Pool(comm, telar::MaxPool<3, T, M>(2)), a);
+    if (dead_end)
+      g.add(L::Relu(comm, telar::ReLU<T>{}), a);
+    else
+      g.concat(a, p);
+    try {
+      g.build({1, 8, 4, 4});
+    } catch (telar::ShapeError const& e) {
+      return e.what();
+    }
+    return "";
+  };
+  CHECK(message(true) == "telar::SlabGraph: node 2 (MaxPool3D) is read by no node (only the last "
+                         "node is the output)");
+  CHECK(message(false) == "telar::SlabGraph: node 3 (Concat, input [1, 8, 4, 4]): node 1 "
+                          "[1, 8, 4, 4] and node 2 [1, 4, 2, 2] have different spatial extents");
+}
+
 TEST_CASE("SpatialConv timing", "[.bench][spatial]") {
   using F = float;
   auto comm = world();

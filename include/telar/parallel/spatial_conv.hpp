@@ -89,6 +89,7 @@ public:
                        slab_.window.pad_back, slab_.out.size());
     }
     in_ = with_rows(in, slab_.in.size());
+    whole_out_ = whole;
     out_ = with_rows(whole, slab_.out.size());
     plane_ = 1;
     for (int i = 2; i < in.rank; ++i)
@@ -99,8 +100,28 @@ public:
   Shape input_shape() const { return in_; }
   /*! \brief This rank's output slab shape (rows slab().out). */
   Shape output_shape() const { return out_; }
+  /*! \brief The unsplit output shape (of the whole sample). */
+  Shape whole_output_shape() const { return whole_out_; }
   /*! \brief This rank's slabs, window and halo. */
   SpatialSlab const& slab() const { return slab_; }
+
+  /*! \brief Bytes forward keeps for backward on this rank for \p samples:
+   *  the halo-extended input slab and the layer's own saved state (memory
+   *  plans; the shape argument of the layer convention is not needed: the
+   *  slab is this rank's since build). \param samples samples per rank */
+  std::size_t saved_bytes(std::size_t samples, Shape const& = {}) const {
+    return detail::view_bytes<value_type>(samples * extended().size()) +
+           detail::saved_bytes_of(layer, samples, extended());
+  }
+  /*! \brief Bytes kept between calls: the extended slab's gradient, the
+   *  four halo buffers and the layer's workspace. \param samples samples per rank */
+  std::size_t workspace_bytes(std::size_t samples, Shape const& = {}) const {
+    HaloPlan const& h = slab_.halo;
+    std::size_t const halo_rows = h.send_lo + h.send_hi + h.recv_lo + h.recv_hi;
+    return detail::view_bytes<value_type>(samples * extended().size()) +
+           detail::view_bytes<value_type>(halo_rows * samples * in_[0] * plane_) +
+           detail::workspace_bytes_of(layer, samples, extended());
+  }
 
   /*! \brief Allocates and draws the parameters (the same \p seed on every
    *  rank of the group gives every rank the same weights). \param seed stream seed */
@@ -164,16 +185,18 @@ private:
     s.dims[1] = rows;
     return s;
   }
+  // The input slab with its halo rows.
+  Shape extended() const { return with_rows(in_, slab_.halo.extended_rows()); }
   // m = [n, C * extended rows * plane], reallocated when the batch changes.
   void fit(Matrix<value_type, memory_space>& m, std::size_t n, char const* label) const {
-    std::size_t const cols = in_[0] * slab_.halo.extended_rows() * plane_;
+    std::size_t const cols = extended().size();
     if (m.extent(0) != n || m.extent(1) != cols)
       m = Matrix<value_type, memory_space>(std::string(label), n, cols);
   }
   Communicator const* sp_;
   HaloExchange<value_type, memory_space> halo_;
   SpatialSlab slab_{};
-  Shape in_{}, out_{};
+  Shape in_{}, out_{}, whole_out_{};
   std::size_t plane_ = 1;
   Matrix<value_type, memory_space> dext_;
   detail::GroupGradientSum<value_type> sum_;

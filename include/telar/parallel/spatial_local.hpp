@@ -71,6 +71,7 @@ public:
   void build(Shape const& in) {
     detail::check_split(name(), in[1], "input", in[1], sp_->size());
     slab_ = split_extent(in[1], sp_->size(), sp_->rank());
+    whole_ = in;
     in_ = in;
     in_.dims[1] = slab_.size();
     if constexpr (layer_traits<Layer>::has_build)
@@ -82,8 +83,20 @@ public:
   Shape input_shape() const { return in_; }
   /*! \brief This rank's output slab shape. */
   Shape output_shape() const { return layer.output_shape(in_); }
+  /*! \brief The unsplit output shape (of the whole sample). */
+  Shape whole_output_shape() const { return layer.output_shape(whole_); }
   /*! \brief This rank's rows of the first spatial axis. */
   Slab slab() const { return slab_; }
+  /*! \brief Bytes the layer keeps for backward on this rank's slab.
+   *  \param samples samples per rank */
+  std::size_t saved_bytes(std::size_t samples, Shape const& = {}) const {
+    return detail::saved_bytes_of(layer, samples, in_);
+  }
+  /*! \brief Bytes of workspace the layer keeps on this rank's slab.
+   *  \param samples samples per rank */
+  std::size_t workspace_bytes(std::size_t samples, Shape const& = {}) const {
+    return detail::workspace_bytes_of(layer, samples, in_);
+  }
 
   /*! \brief Allocates and draws the parameters (the same \p seed on every
    *  rank gives every rank the same ones). \param seed stream seed */
@@ -132,7 +145,7 @@ public:
 private:
   Communicator const* sp_;
   Slab slab_{};
-  Shape in_{};
+  Shape in_{}, whole_{};
   detail::GroupGradientSum<value_type> sum_;
 };
 

@@ -1,0 +1,547 @@
+// Example 07: a 3-D U-Net segmenting synthetic lesions in volumes that are
+// split over ranks by depth (spatial parallelism, docs/spatial.md).
+//
+// The world is dp x sp ranks: each sample's volume is cut into sp slabs of
+// its depth (telar::split_extent), each rank reads only its slab of every
+// sample from the HDF5 file (telar::VolumeReader, prefetching the next
+// batch while the current one trains) and runs the U-Net on it
+// (telar::spatial_unet: a telar::SlabGraph of the spatial wrappers, with
+// halo exchanges at every 3x3x3 convolution and the concatenated skips
+// local). Gradients come out of the graph summed over the sp group (every
+// rank of a group holds the whole sample's); they are averaged over dp.
+//
+//   unet3d [--generate N | --data FILE.h5] [--size 32] [--depth 2] [--width 8]
+//          [--sp S] [--dp D] [--epochs 10] [--batch 2] [--lr 0.003]
+//          [--optimizer adam|sgd] [--dice 1] [--val N] [--lesions 3] [--seed 1]
+//          [--norm group|batch] [--groups 4] [--eval-bn running|batch]
+//          [--limit-steps N] [--json] [--save-params F] [--compare-params F]
+//   mpirun -np 2 unet3d --sp 2
+//
+// --generate N (default 160 without --data) writes N synthetic volumes of
+// --size^3 voxels (background, noise and ellipsoidal lesions:
+// docs/volumes.md) to --data (default unet3d_<size>_<N>.h5), then trains on
+// them; the last --val volumes (default N / 5) are validation. The loss is
+// the voxel cross entropy plus --dice W times the soft Dice loss (0: none).
+// Adam (or SGD) with a cosine decay from --lr to --lr / 20. --norm group:
+// GroupNorm (--groups per convolution, statistics per sample over the sp
+// group); --norm batch: BatchNorm (over the batch and the sp group),
+// validated with its running statistics or, --eval-bn batch, each batch's.
+// The JSON summary has val_dice (the Dice of the lesion classes over every
+// validation voxel), the median step time, the peak memory per rank and the
+// planned one. --save-params / --compare-params write the trained
+// parameters / report their largest difference from a saved run (the sp = 2
+// test compares with sp = 1).
+#include <telar/comm/communicator.hpp>
+#include <telar/data/loader.hpp>
+#include <telar/io/volume.hpp>
+#include <telar/optim/adam.hpp>
+#include <telar/optim/lr_schedule.hpp>
+#include <telar/parallel/spatial_loss.hpp>
+#include <telar/parallel/spatial_unet.hpp>
+#include <telar/profile/memory.hpp>
+
+#include "example_support.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using T = float;
+using M = telar::DefaultMemorySpace;
+using Exec = Kokkos::DefaultExecutionSpace;
+using UNet = telar::SpatialUNetLayers<T, M>::Graph;
+
+// The common flags (epochs, batch, lr, optimizer, seed, data, json, dp,
+// limit-steps) and this example's own.
+struct Args : example::CommonArgs {
+  Args() : CommonArgs(/*epochs*/ 10, /*hidden*/ 1) {
+    batch = 2;
+    lr = 3e-3;
+    optimizer = "adam";
+    data.clear(); // a volume file, not Fashion-MNIST
+  }
+  long long generate = 0; // volumes to write first (0: read --data)
+  std::size_t size = 32, width = 8;
+  int depth = 2, sp = 0, lesions = 3;
+  long long val = -1;
+  double dice = 1;
+  std::string save_params, compare_params;
+  std::string eval_bn = "running"; // validation's BatchNorm statistics: running or batch
+  std::string norm = "group";      // batch or group
+  std::size_t groups = 4;
+};
+
+// The Trainer's flags, which this example (a SlabGraph trained by hand)
+// does not offer.
+bool trainer_flag(std::string const& f) {
+  for (char const* t : {"--hidden", "--pp", "--tp", "--schedule", "--microbatches", "--timeline",
+                        "--checkpoint-dir", "--checkpoint-every", "--resume", "--layout",
+                        "--dry-run", "--profile", "--memory-budget", "--nonfinite"})
+    if (f == t)
+      return true;
+  return false;
+}
+
+[[noreturn]] void usage(char const* why) {
+  std::fprintf(stderr,
+               "unet3d: %s\n"
+               "usage: unet3d [--generate N | --data FILE.h5] [--size EDGE] [--depth L] "
+               "[--width W] [--sp S] [--dp D] [--epochs N] [--batch B] [--lr X] "
+               "[--optimizer adam|sgd] [--dice W] [--val N] [--lesions K] [--seed N] "
+               "[--norm batch|group] [--groups G] [--eval-bn running|batch] [--limit-steps N] "
+               "[--json] [--save-params FILE] "
+               "[--compare-params FILE]\n",
+               why);
+  throw 2;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  example::ArgReader r(argc, argv, usage);
+  while (r.next()) {
+    std::string const& f = r.flag();
+    if (f == "--generate")
+      a.generate = r.integer(1);
+    else if (f == "--size")
+      a.size = std::size_t(r.integer(1));
+    else if (f == "--depth")
+      a.depth = int(r.integer(0, 6));
+    else if (f == "--width")
+      a.width = std::size_t(r.integer(1));
+    else if (f == "--sp")
+      a.sp = int(r.integer(1));
+    else if (f == "--dice")
+      a.dice = r.fraction(1e6); // 0: no Dice term
+    else if (f == "--val")
+      a.val = r.integer(1);
+    else if (f == "--lesions")
+      a.lesions = int(r.integer(1));
+    else if (f == "--norm")
+      a.norm = r.value();
+    else if (f == "--groups")
+      a.groups = std::size_t(r.integer(1));
+    else if (f == "--eval-bn")
+      a.eval_bn = r.value();
+    else if (f == "--save-params")
+      a.save_params = r.value();
+    else if (f == "--compare-params")
+      a.compare_params = r.value();
+    else if (trainer_flag(f))
+      usage((f + " is not offered: unet3d trains its U-Net without the Trainer (use --sp and "
+                 "--dp)")
+                .c_str());
+    else if (!example::read_common_flag(r, a))
+      usage(("unknown flag " + f).c_str());
+  }
+  if (a.norm != "batch" && a.norm != "group")
+    usage(("--norm expects batch or group, got '" + a.norm + "'").c_str());
+  if (a.eval_bn != "running" && a.eval_bn != "batch")
+    usage(("--eval-bn expects running or batch, got '" + a.eval_bn + "'").c_str());
+  if (a.optimizer != "adam" && a.optimizer != "sgd")
+    usage(("--optimizer expects adam or sgd, got '" + a.optimizer + "'").c_str());
+  if (a.generate == 0 && a.data.empty())
+    a.generate = 160;
+  if (a.generate > 0 && a.data.empty())
+    a.data = "unet3d_" + std::to_string(a.size) + "_" + std::to_string(a.generate) + ".h5";
+  return a;
+}
+
+// dp x sp = world: the flags given, the other degree from the world size.
+void degrees(Args& a, int world) {
+  auto const refuse = [&](char const* flag, int v) {
+    usage((std::string(flag) + " " + std::to_string(v) + " does not divide the " +
+           std::to_string(world) + " ranks (dp x sp = ranks)")
+              .c_str());
+  };
+  if (a.sp > 0 && world % a.sp != 0)
+    refuse("--sp", a.sp);
+  if (a.dp > 0 && world % a.dp != 0)
+    refuse("--dp", a.dp);
+  if (a.sp == 0)
+    a.sp = world / (a.dp > 0 ? a.dp : 1);
+  if (a.dp == 0)
+    a.dp = world / a.sp;
+  if (a.sp * a.dp != world)
+    usage(("--dp " + std::to_string(a.dp) + " x --sp " + std::to_string(a.sp) + " is not the " +
+           std::to_string(world) + " ranks")
+              .c_str());
+}
+
+// --val, or a fifth of the volumes (at least one).
+long long validation_volumes(Args const& a, telar::VolumeShape const& v) {
+  return a.val > 0 ? a.val : std::max(1LL, v.samples / 5);
+}
+
+// The U-Net needs edges that halve `depth` times; the volume's H and W too.
+void check_volume(Args const& a, telar::VolumeShape const& v) {
+  long long const step = 1LL << a.depth;
+  for (long long e : {v.depth, v.height, v.width})
+    if (e % step != 0)
+      throw telar::DataError("unet3d: " + a.data + ": volumes of " + std::to_string(v.depth) + "x" +
+                             std::to_string(v.height) + "x" + std::to_string(v.width) +
+                             " do not halve " + std::to_string(a.depth) + " times (--depth " +
+                             std::to_string(a.depth) + " needs every edge a multiple of " +
+                             std::to_string(step) + ")");
+  long long const samples = v.samples, val = validation_volumes(a, v);
+  if (val >= samples)
+    throw telar::DataError("unet3d: " + a.data + " holds " + std::to_string(samples) +
+                           " volumes: too few for " + std::to_string(val) +
+                           " validation volumes and at least one to train on");
+}
+
+// A batch's slabs as the graph's input [b, C * rows * H * W] and labels.
+void to_device(telar::VolumeBatch const& b, telar::Matrix<T, M>& x, telar::VoxelLabels<M>& y) {
+  std::size_t const n = b.samples(), cols = b.images.size() / std::max<std::size_t>(n, 1);
+  std::size_t const voxels = b.labels.size() / std::max<std::size_t>(n, 1);
+  if (x.extent(0) != n || x.extent(1) != cols)
+    x = telar::Matrix<T, M>("unet3d::x", n, cols);
+  if (y.extent(0) != n || y.extent(1) != voxels)
+    y = telar::VoxelLabels<M>("unet3d::labels", n, voxels);
+  auto hx = Kokkos::create_mirror_view(x);
+  auto hy = Kokkos::create_mirror_view(y);
+  std::copy(b.images.begin(), b.images.end(), hx.data());
+  std::copy(b.labels.begin(), b.labels.end(), hy.data());
+  Kokkos::deep_copy(x, hx);
+  Kokkos::deep_copy(y, hy);
+}
+
+// Adam or SGD over every parameter of the graph, after the dp average.
+class Optimizer {
+public:
+  // Cosine decay from --lr to --lr / 20 over the run's `steps`.
+  Optimizer(Args const& a, long long steps)
+      : adam_(a.optimizer == "adam"), lr_(telar::warmup_cosine(a.lr, 0, steps, a.lr / 20)) {}
+  void step(UNet& g, telar::Communicator const& dp) {
+    ++t_;
+    T const lr = T(lr_(t_));
+    telar::Adam<T> adam;
+    adam.begin_step({lr, t_});
+    std::size_t k = 0;
+    g.parameters([&](char const*, auto& v, auto& dv) {
+      auto hv = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, v);
+      auto hg = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, dv);
+      std::size_t const n = hv.span();
+      if (dp.size() > 1)
+        dp.allreduce(hg.data(), n);
+      if (state_.size() <= k)
+        state_.emplace_back(2 * n, T(0));
+      for (std::size_t i = 0; i < n; ++i) {
+        T const grad = hg.data()[i] / T(dp.size());
+        if (adam_)
+          adam.update(hv.data()[i], grad, {state_[k].data() + i, n}, {lr, t_});
+        else
+          hv.data()[i] -= lr * grad;
+        hg.data()[i] = T(0);
+      }
+      Kokkos::deep_copy(v, hv);
+      Kokkos::deep_copy(dv, hg);
+      ++k;
+    });
+  }
+
+private:
+  bool adam_;
+  telar::LRSchedule lr_;
+  long long t_ = 0;
+  std::vector<std::vector<T>> state_; // Adam's m and v per tensor
+};
+
+// The loss of one batch (the same on every rank of the sp group) and the
+// gradient of its logits: voxel cross entropy, plus --dice W soft Dice.
+double loss_and_gradient(Args const& a, telar::Communicator const& sp, std::size_t classes,
+                         telar::Matrix<T, M> const& logits, telar::VoxelLabels<M> const& labels,
+                         telar::Matrix<T, M>& dlogits, telar::Matrix<T, M>& ddice) {
+  if (dlogits.extent(0) != logits.extent(0) || dlogits.extent(1) != logits.extent(1)) {
+    dlogits = telar::Matrix<T, M>("unet3d::dlogits", logits.extent(0), logits.extent(1));
+    ddice = telar::Matrix<T, M>("unet3d::ddice", logits.extent(0), logits.extent(1));
+  }
+  double loss = telar::spatial_voxel_cross_entropy(Exec{}, telar::VoxelCrossEntropy<T, M>(classes),
+                                                   sp, logits, labels, dlogits);
+  if (a.dice > 0) {
+    loss += a.dice * telar::spatial_soft_dice(Exec{}, telar::SoftDice<T, M>(classes), sp, logits,
+                                              labels, ddice);
+    T const w = T(a.dice);
+    auto g = dlogits;
+    auto d = ddice;
+    Kokkos::parallel_for(
+        "unet3d::dice_gradient", Kokkos::RangePolicy<Exec>(0, g.span()),
+        KOKKOS_LAMBDA(std::size_t i) { g.data()[i] += w * d.data()[i]; });
+  }
+  return loss;
+}
+
+// Dice of the lesion classes over validation voxels: per class c >= 1,
+// true positives, predicted and true voxels of the argmax, summed.
+void count_dice(telar::Matrix<T, M> const& logits, telar::VolumeBatch const& b, std::size_t classes,
+                std::vector<double>& counts) {
+  auto const h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, logits);
+  std::size_t const n = b.samples(), V = b.labels.size() / n;
+  for (std::size_t s = 0; s < n; ++s)
+    for (std::size_t v = 0; v < V; ++v) {
+      std::size_t best = 0;
+      for (std::size_t c = 1; c < classes; ++c)
+        if (h(s, c * V + v) > h(s, best * V + v))
+          best = c;
+      std::size_t const truth = std::size_t(b.labels[s * V + v]);
+      counts[3 * best + 0] += best == truth;
+      counts[3 * best + 1] += 1;
+      counts[3 * truth + 2] += 1;
+    }
+}
+
+// Validation: volumes [first, samples) dealt round-robin over dp, read
+// slab by slab (collective over the world: every rank reads the same
+// number of times), evaluated with BatchNorm's running statistics, or with
+// each validation batch's own (--eval-bn batch, as in training).
+double validate(Args const& a, UNet& net, telar::VolumeReader& reader, long long first,
+                std::size_t classes, telar::Communicator const& world, int dp_rank) {
+  std::vector<std::size_t> mine;
+  for (long long v = first; v < reader.shape().samples; ++v)
+    if ((v - first) % a.dp == dp_rank)
+      mine.push_back(std::size_t(v));
+  long long const per_rank = (reader.shape().samples - first + a.dp - 1) / a.dp;
+  long long const rounds = (per_rank + (long long)a.batch - 1) / (long long)a.batch;
+  std::vector<double> counts(3 * classes, 0.0);
+  telar::VolumeBatch b;
+  telar::Matrix<T, M> x;
+  telar::VoxelLabels<M> labels;
+  net.set_training(a.eval_bn == "batch");
+  for (long long r = 0; r < rounds; ++r) {
+    std::size_t const lo = std::min(mine.size(), std::size_t(r) * a.batch);
+    std::size_t const hi = std::min(mine.size(), lo + a.batch);
+    reader.read(std::vector<std::size_t>(mine.begin() + long(lo), mine.begin() + long(hi)), b);
+    if (b.samples() == 0) // the whole sp group has none: it shares the samples
+      continue;
+    to_device(b, x, labels);
+    count_dice(net.forward(Exec{}, x), b, classes, counts);
+  }
+  net.set_training(true);
+  world.allreduce(counts.data(), counts.size());
+  double dice = 0;
+  for (std::size_t c = 1; c < classes; ++c)
+    dice += 2 * counts[3 * c] / std::max(1.0, counts[3 * c + 1] + counts[3 * c + 2]);
+  return dice / double(classes - 1);
+}
+
+// The parameters, flattened (every rank holds the same).
+std::vector<double> flat_parameters(UNet& net) {
+  std::vector<double> all;
+  net.parameters([&](char const*, auto& v, auto&) {
+    auto const h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, v);
+    all.insert(all.end(), h.data(), h.data() + h.span());
+  });
+  return all;
+}
+
+// --compare-params: the largest |difference| from a file --save-params wrote.
+double compare_parameters(std::string const& path, std::vector<double> const& p) {
+  std::ifstream in(path);
+  std::vector<double> q;
+  for (double v; in >> v;)
+    q.push_back(v);
+  if (q.size() != p.size())
+    throw std::runtime_error("unet3d: " + path + " holds " + std::to_string(q.size()) +
+                             " parameters, the network has " + std::to_string(p.size()));
+  double worst = 0;
+  for (std::size_t i = 0; i < p.size(); ++i)
+    worst = std::max(worst, std::abs(p[i] - q[i]));
+  return worst;
+}
+
+void save_parameters(std::string const& path, std::vector<double> const& p) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f)
+    throw std::runtime_error("unet3d: cannot write " + path);
+  for (double v : p)
+    std::fprintf(f, "%.9g\n", v);
+  std::fclose(f);
+}
+
+struct Summary {
+  double loss = 0, val_dice = 0, train_s = 0;
+  long long steps = 0;
+  std::vector<double> step_s;
+};
+
+// One epoch of training; false once --limit-steps is reached.
+bool train_epoch(Args const& a, UNet& net, telar::VolumeReader& reader, telar::BatchLoader& loader,
+                 Optimizer& opt, std::size_t classes, telar::Communicator const& sp,
+                 telar::Communicator const& dp, int epoch, Summary& sum) {
+  telar::ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(a.epochs),
+                         (long long)loader.size(), sp.rank() == 0 && dp.rank() == 0);
+  telar::VolumeBatch b;
+  telar::Matrix<T, M> x, dlogits, ddice;
+  telar::VoxelLabels<M> labels;
+  reader.prefetch(loader.batch(0).indices);
+  for (std::size_t s = 0; s < loader.size(); ++s) {
+    auto const t0 = std::chrono::steady_clock::now();
+    reader.wait(b);
+    bool const last = s + 1 == loader.size() || sum.steps + 1 == a.limit_steps;
+    if (!last)
+      reader.prefetch(loader.batch(s + 1).indices); // read while this step trains
+    to_device(b, x, labels);
+    auto const& logits = net.forward(Exec{}, x);
+    double loss = loss_and_gradient(a, sp, classes, logits, labels, dlogits, ddice);
+    net.backward(Exec{}, dlogits);
+    opt.step(net, dp);
+    dp.allreduce(&loss, 1);
+    sum.loss = loss / dp.size();
+    sum.step_s.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    ++sum.steps;
+    char text[64];
+    std::snprintf(text, sizeof text, "loss %.4f", sum.loss);
+    bar.update((long long)s + 1, text, double(a.batch * std::size_t(dp.size())));
+    if (last && s + 1 < loader.size())
+      return false;
+  }
+  return true;
+}
+
+} // namespace
+
+namespace {
+
+// --generate: the synthetic set, written by every rank (docs/volumes.md).
+void generate(Args const& a, telar::Communicator const& world) {
+  telar::SyntheticVolumeOptions o;
+  o.samples = a.generate;
+  o.depth = o.height = o.width = (long long)a.size;
+  o.max_lesions = a.lesions;
+  o.seed = a.seed;
+  telar::write_synthetic_volumes(a.data, o, world);
+}
+
+// Peak bytes of this rank: per category, and of the total; the part that
+// training added, and what the plan says it would.
+struct Memory {
+  telar::MemoryBytes bytes;
+  std::size_t total = 0, training = 0, plan = 0;
+};
+
+// The plan of a training step's bytes on this rank: the graph's, plus the
+// input slab, its labels and the loss gradients (cross entropy and Dice).
+std::size_t planned_bytes(Args const& a, UNet const& net, telar::VolumeShape const& v) {
+  std::size_t const in = net.slab_shape(UNet::input).size(),
+                    out = net.slab_shape(net.size() - 1).size();
+  std::size_t const voxels = out / std::size_t(v.classes);
+  return net.activation_bytes(a.batch) +
+         a.batch * (sizeof(T) * in + sizeof(int) * voxels + 2 * sizeof(T) * out);
+}
+
+void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const& s,
+            double param_diff, Memory const& memory, telar::Communicator const& world) {
+  unsigned long long most = memory.total;
+  world.allreduce(&most, 1, telar::ReduceOp::max);
+  double const step_ms = 1e3 * example::median(s.step_s);
+  if (world.rank() != 0)
+    return;
+  std::fprintf(stderr,
+               "unet3d: val_dice %.4f, loss %.4f, %lld steps in %.1f s (median step %.1f ms)\n",
+               s.val_dice, s.loss, s.steps, s.train_s, step_ms);
+  if (!a.json)
+    return;
+  telar::JsonObject j;
+  j.add("final_loss", s.loss)
+      .add("program", "unet3d")
+      .add("sp", a.sp)
+      .add("dp", a.dp)
+      .add("size", (long long)v.depth)
+      .add("depth", a.depth)
+      .add("width", (long long)a.width)
+      .add("norm", a.norm)
+      .add("samples", (long long)v.samples)
+      .add("steps", s.steps)
+      .add("val_dice", s.val_dice)
+      .add("step_ms", step_ms)
+      .add("train_s", s.train_s)
+      .add("peak_bytes_per_rank", (long long)most)
+      .raw("memory_rank0", memory.bytes.json())
+      .add("training_bytes_rank0", (long long)memory.training)
+      .add("training_bytes_plan_rank0", (long long)memory.plan)
+      .add("nodes", net.size());
+  if (param_diff >= 0)
+    j.add("param_max_diff", param_diff);
+  std::printf("%s\n", j.str().c_str());
+  std::fflush(stdout);
+}
+
+int run(MPI_Comm comm, int argc, char** argv) {
+  Args a = parse(argc, argv);
+  telar::Communicator world(comm, "world");
+  degrees(a, world.size());
+  int const dp_rank = world.rank() / a.sp, sp_rank = world.rank() % a.sp;
+  telar::Communicator sp = world.split(dp_rank, sp_rank, "sp");
+  telar::Communicator dp = world.split(sp_rank, dp_rank, "dp");
+  if (a.generate > 0)
+    generate(a, world);
+  telar::VolumeShape const v = telar::read_volume_shape(a.data, world);
+  check_volume(a, v);
+  telar::MemoryMeterInstall meter;
+  telar::MemoryMeter::Scope counted(telar::MemoryCategory::activations); // unlabelled: activations
+  telar::UNetOptions o;
+  o.in_channels = std::size_t(v.channels), o.classes = std::size_t(v.classes);
+  o.depth = a.depth, o.width = a.width, o.groups = a.groups;
+  o.norm = a.norm == "group" ? telar::UNetOptions::Norm::group : telar::UNetOptions::Norm::batch;
+  UNet net = telar::spatial_unet<T>(sp, o);
+  net.build({std::size_t(v.channels), std::size_t(v.depth), std::size_t(v.height),
+             std::size_t(v.width)}); // refuses a split the layers cannot take, on every rank
+  net.initialize(a.seed);
+  // From here on what Telar allocates is training's: activations, their
+  // gradients, halo buffers, workspaces (the peak less this baseline).
+  std::size_t const baseline = telar::MemoryMeter::instance().current().total();
+  int const tracker = telar::MemoryMeter::instance().start_tracking();
+  long long const val = validation_volumes(a, v), first_val = v.samples - val;
+  telar::BatchLoader loader({std::size_t(first_val), a.dp, dp_rank, a.seed}, a.batch);
+  if (loader.size() == 0)
+    usage(("--batch " + std::to_string(a.batch) + " x dp " + std::to_string(a.dp) + " needs " +
+           std::to_string(a.batch * std::size_t(a.dp)) + " training volumes, " + a.data + " has " +
+           std::to_string(first_val) + " (and " + std::to_string(val) + " for validation)")
+              .c_str());
+  // Each rank reads its own depth planes; the first convolution's halo comes
+  // from the neighbours like every other layer's.
+  telar::VolumeReader reader(a.data, {telar::split_extent(v.depth, a.sp, sp_rank, 0), {}}, world);
+  if (world.rank() == 0)
+    std::fprintf(stderr,
+                 "unet3d: %lld volumes %lldx%lldx%lld (%lld for validation), U-Net depth %d "
+                 "width %zu (%d nodes), dp %d x sp %d, rank 0 holds depth [%zu, %zu), %s\n",
+                 v.samples, v.depth, v.height, v.width, val, a.depth, a.width, net.size(), a.dp,
+                 a.sp, net.input_slab().begin, net.input_slab().end, a.optimizer.c_str());
+  long long const steps = (long long)loader.size() * a.epochs;
+  Optimizer opt(a, a.limit_steps > 0 ? std::min<long long>(a.limit_steps, steps) : steps);
+  Summary s;
+  auto const t0 = std::chrono::steady_clock::now();
+  for (int e = 0; e < a.epochs; ++e) {
+    loader.set_epoch(std::uint64_t(e));
+    bool const more = train_epoch(a, net, reader, loader, opt, o.classes, sp, dp, e, s);
+    s.val_dice = validate(a, net, reader, first_val, o.classes, world, dp_rank);
+    if (world.rank() == 0)
+      std::fprintf(stderr, "unet3d: epoch %d: loss %.4f, val_dice %.4f\n", e + 1, s.loss,
+                   s.val_dice);
+    if (!more || s.steps == a.limit_steps)
+      break;
+  }
+  s.train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::size_t peak = 0;
+  telar::MemoryBytes const memory = telar::MemoryMeter::instance().peaks(tracker, &peak);
+  auto const params = flat_parameters(net);
+  if (!a.save_params.empty() && world.rank() == 0)
+    save_parameters(a.save_params, params);
+  double const diff = a.compare_params.empty() ? -1 : compare_parameters(a.compare_params, params);
+  report(a, net, v, s, diff, {memory, peak, peak - baseline, planned_bytes(a, net, v)}, world);
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  return example::run_main(argc, argv, "unet3d", run);
+}

@@ -1,0 +1,45 @@
+# cmake -DEXE=unet3d -DMPIEXEC=mpiexec -DWORK_DIR=dir -P run_unet3d.cmake
+# Example 07 on a tiny U-Net (16^3 volumes, depth 1, width 4, GroupNorm;
+# BatchNorm on slabs is checked in tests/parallel/test_spatial.cpp): three SGD steps with each volume split over sp = 2
+# ranks end with the parameters of the unsplit run (float, within 1e-5),
+# and so does the loss. With GroupNorm (per-sample statistics) dp = 2 with
+# one volume per rank also equals the serial run's batches of two.
+set(PROGRAM unet3d)
+include(${CMAKE_CURRENT_LIST_DIR}/example_checks.cmake)
+set(file ${WORK_DIR}/unet3d_check.h5)
+# Fails unless run b (with --compare-params) took 3 steps, ended within 1e-5
+# of run a's parameters and with its loss.
+function(same_run a b what)
+  json_field("${a}" final_loss la)
+  json_field("${b}" final_loss lb)
+  json_field("${b}" param_max_diff diff)
+  json_field("${b}" steps steps)
+  if(diff STREQUAL "")
+    message(FATAL_ERROR "no param_max_diff (${what}): ${b}")
+  endif()
+  if(NOT steps EQUAL 3)
+    message(FATAL_ERROR "expected 3 steps (${what}): ${b}")
+  endif()
+  message(STATUS "${what} vs serial: largest parameter difference ${diff}")
+  execute_process(COMMAND python3 -c "import sys; sys.exit(0 if 0 <= float(sys.argv[1]) < 1e-5 else 1)"
+                  ${diff} RESULT_VARIABLE ok)
+  if(NOT ok EQUAL 0)
+    message(FATAL_ERROR "${what}: parameters differ from the serial run's by ${diff}: ${b}")
+  endif()
+  require_close(${la} ${lb} 1e-5 "${what}: last-step loss")
+endfunction()
+
+set(common --size 16 --depth 1 --width 4 --epochs 1 --limit-steps 3 --batch 2 --val 2
+    --optimizer sgd --lr 0.05 --json)
+foreach(norm group) # add batch to check BatchNorm too (two more runs)
+  set(params ${WORK_DIR}/unet3d_check_${norm}.txt)
+  file(REMOVE ${params})
+  train(a ${EXE} ${common} --norm ${norm} --generate 8 --data ${file} --save-params ${params})
+  train(b ${MPIEXEC} -np 2 ${EXE} ${common} --norm ${norm} --data ${file} --sp 2
+        --compare-params ${params})
+  same_run("${a}" "${b}" "${norm}, sp = 2")
+  set(serial_${norm} "${a}")
+endforeach()
+train(c ${MPIEXEC} -np 2 ${EXE} ${common} --norm group --data ${file} --dp 2 --batch 1
+      --compare-params ${WORK_DIR}/unet3d_check_group.txt)
+same_run("${serial_group}" "${c}" "group, dp = 2")
