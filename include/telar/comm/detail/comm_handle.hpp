@@ -176,7 +176,7 @@ struct CommHandle {
     std::ostringstream os;
     os.precision(3);
     os << "lost " << describe_hosts(peers, lost) << ": no heartbeat for " << silence
-       << " s (its processes died or were stopped, or its link is down); rank " << rank
+       << " s (the processes died or were stopped, or the link is down); rank " << rank
        << " was waiting in " << what << " on " << where();
     throw PeerLost(os.str(), rank, op, lost.front());
   }

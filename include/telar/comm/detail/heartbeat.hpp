@@ -28,6 +28,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -315,5 +316,16 @@ inline std::string describe_hosts(std::vector<PeerInfo> const& peers, std::vecto
   return out;
 }
 
+
+// Ends this process with `code` if it still runs `seconds` from now: for a
+// job being aborted after a lost host, where MPI_Abort can wait on that host
+// for good (MPICH 4.0 over UCX with a node whose link is down did).
+inline void exit_if_abort_hangs(int code, double seconds = 5.0) {
+  std::thread([code, seconds] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    std::fprintf(stderr, "telar: MPI_Abort did not end this process within %g s; exiting\n", seconds);
+    std::_Exit(code);
+  }).detach();
+}
 
 } // namespace telar::detail
