@@ -19,7 +19,6 @@ probe=$1 scripts=$2
 export TELAR_CLUSTER_DIR=$3
 source "$(dirname "$0")/lib.sh"
 cluster_up 4 "$scripts"
-source "$scripts/cluster/lib.sh" # ns_name
 if [[ $(mpi_flavour "$probe") == mpich ]]; then
   # UCX over TCP only: its shared-memory transports reach across the
   # emulated nodes (one kernel, one IPC namespace and /dev/shm: UCX sees one
@@ -30,35 +29,7 @@ else
 fi
 limit=30
 
-# probe_pids NODE: pids of the probe's processes in NODE's namespaces.
-probe_pids() {
-  ip netns pids "$(ns_name "$1")" 2>/dev/null | while read -r pid; do
-    [[ $(readlink "/proc/$pid/exe" 2>/dev/null) == "$(readlink -f "$probe")" ]] && echo "$pid"
-  done
-  return 0
-}
-
-fail() {
-  echo "cluster node loss: $*"
-  echo "--- job output:"
-  cat "$out" 2>/dev/null || echo "(none)"
-  dump_cluster
-  exit 1
-}
-
-# wait_for SECONDS WHAT CMD...: polls CMD every 0.2 s; fails naming WHAT.
-wait_for() {
-  local limit=$1 what=$2 i
-  shift 2
-  for ((i = 0; i < limit * 5; ++i)); do
-    "$@" && return 0
-    sleep 0.2
-  done
-  fail "waited $limit s for $what"
-}
-
-survivors_gone() { [[ -z $(probe_pids node1)$(probe_pids node2)$(probe_pids node3) ]]; }
-job_gone() { [[ -z $("$run" head squeue -h -j "$job" 2>/dev/null) ]]; }
+survivors_gone() { [[ -z $(node_pids node1 "$probe")$(node_pids node2 "$probe")$(node_pids node3 "$probe") ]]; }
 
 # lose MODE: one job, node4 lost by MODE, the checks above.
 lose() {
@@ -70,7 +41,7 @@ lose() {
   # second so that each has been heard (a silent-from-the-start peer is never judged).
   wait_for 30 "the job's ranks to run" grep -qs "ranks running" "$out"
   sleep 2
-  victim=$(probe_pids node4)
+  victim=$(node_pids node4 "$probe")
   [[ -n $victim ]] || fail "no rank of the probe runs on node4"
   fault_at=$(date +%s.%N)
   case $mode in
@@ -84,12 +55,12 @@ lose() {
   # waits for node4's daemon, srun may wait for Slurm to call node4 failed).
   [[ $mode == link ]] && "$run" node4 ip link set eth0 up
   kill -KILL $victim 2>/dev/null || true
-  for _ in $(seq 50); do job_gone && break; sleep 0.2; done
-  job_gone || "$run" head scancel "$job"
-  wait_for 40 "job $job to end after node4's $mode" job_gone
+  for _ in $(seq 50); do job_gone "$job" && break; sleep 0.2; done
+  job_gone "$job" || "$run" head scancel "$job"
+  wait_for 40 "job $job to end after node4's $mode" job_gone "$job"
   echo "node4 $mode: ranks on node1-3 ended $secs s after the fault; the job said:"
   grep -E "^telar: |launcher exit|node4" "$out" | cut -c1-300 | sed 's/^/  | /'
-  grep -q "launcher exit 0" "$out" && fail "job $job succeeded after node4's $mode"
+  grep -q "launcher exit 0" "$out" && fail "node loss: job $job succeeded after node4's $mode"
   if [[ $mode == kill ]]; then
     grep -qE "lost host node4 \(rank 3, pid $victim\)|node4" "$out" || fail "nothing names node4 after its kill"
   else
