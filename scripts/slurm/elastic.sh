@@ -11,13 +11,14 @@ lost_nodes() {
   local log=$1
   shift
   local found
-  found=$(sed -n 's/.*srun: error: Node failure on \([^ ]*\).*/\1/p' "$log" | sort -u)
+  # (Each search may find nothing: `|| true` under telar-srun's pipefail.)
+  found=$(sed -n 's/.*srun: error: Node failure on \([^ ]*\).*/\1/p' "$log" | sort -u || true)
   if [[ -z $found ]]; then
     found=$(grep -oE '(lost|and) host [^ ]+' "$log" | awk '{ c[$3]++ }
-      END { for (h in c) if (c[h] > max) max = c[h]; for (h in c) if (c[h] == max) print h }')
+      END { for (h in c) if (c[h] > max) max = c[h]; for (h in c) if (c[h] == max) print h }' || true)
   fi
   if [[ -z $found ]]; then
-    found=$(sed -n 's/^srun: error: \([^ :]*\): tasks\{0,1\} [0-9,-]*: .*/\1/p' "$log" | head -n 1)
+    found=$(sed -n 's/^srun: error: \([^ :]*\): tasks\{0,1\} [0-9,-]*: .*/\1/p' "$log" | head -n 1 || true)
   fi
   local n
   for n in $found; do
@@ -37,8 +38,9 @@ elastic_run() {
     local list
     list=$(IFS=,; echo "${nodes[*]}")
     # stderr also into LOG (to find the lost node), stdout untouched.
+    rc=0
     { srun "${args[@]}" --nodes="${#nodes[@]}" --ntasks=$((per_node * ${#nodes[@]})) --nodelist="$list" \
-        "$program" "$@" "${extra[@]}" 2>&1 1>&3 3>&- | tee "$log" >&2; rc=${PIPESTATUS[0]}; } 3>&1
+        "$program" "$@" "${extra[@]}" 2>&1 1>&3 3>&- | tee "$log" >&2 || rc=${PIPESTATUS[0]}; } 3>&1
     ((rc != 0)) || { rm -f "$log"; return 0; }
     if ((attempt == restarts)); then
       echo "telar-srun: the job failed (exit $rc) after $attempt restart(s) of $restarts" >&2

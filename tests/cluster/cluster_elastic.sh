@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ctest (label cluster): elastic restart. On a 4-node emulated cluster,
 # fashion_mnist runs as `sbatch --no-kill` -> `telar-srun --restarts 1` with
-# a checkpoint every 50 steps (dp=4); once the first checkpoint is written,
+# a checkpoint every 50 steps (dp=4, global batch 48: divisible by 3 too); once the first checkpoint is written,
 # node4's rank is killed (SIGKILL). telar-srun must restart the job on
 # node1-3 (dp=3) from the newest checkpoint, and the job must finish (exit 0)
 # with the same final parameters (param_l2, relative 1e-6) as a 3-node run
@@ -23,7 +23,7 @@ data=${TELAR_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 cluster_up 4 "$scripts"
 export UCX_TLS=tcp,self # TCP between the nodes (cluster_node_loss.sh says why)
 
-flags=(--data "$data" --epochs 1 --batch 32 --hidden 64 --seed 1 --limit-steps 400 --json)
+flags=(--data "$data" --epochs 1 --batch 48 --hidden 64 --seed 1 --limit-steps 400 --json)
 ckpt=$shared/ckpt ref=$shared/ref
 out=$shared/elastic.out
 
@@ -36,6 +36,11 @@ victim=$(node_pids node4 "$program")
 [[ -n $victim ]] || fail "no rank of fashion_mnist runs on node4 (the job ended before the kill?)"
 kill -KILL $victim
 echo "cluster elastic: killed node4's rank (pid $victim) after $(ls "$ckpt" | grep -c '^step-') checkpoint(s)"
+# The checkpoints as the restart finds them (the restarted run writes new
+# ones and keeps only the newest): copied as soon as telar-srun restarts,
+# seconds before the restarted run can have trained 50 more steps.
+wait_for 60 "telar-srun to restart the job" grep -q "telar-srun: restart 1 of 1" "$out"
+cp -r "$ckpt" "$ref"
 wait_for 120 "job $job to end" job_gone "$job"
 grep -E "^telar-srun|resumed at|job exit|^srun: error" "$out" | sed 's/^/  | /'
 grep -q "telar-srun: restart 1 of 1 without node4: 3 node(s) x 1 task(s) = 3 rank(s)" "$out" ||
@@ -45,12 +50,12 @@ step=$(sed -n 's/^resumed at step \([0-9]*\) .*/\1/p' "$out" | head -n 1)
 [[ -n $step ]] || fail "the restart did not say which step it resumed at"
 elastic_l2=$(grep -o '"param_l2": *[-0-9.e+]*' "$out" | tail -n 1 | sed 's/.*: *//')
 
-# The reference: 3 nodes from a copy of the checkpoint the restart used.
-mkdir -p "$ref"
-cp "$ckpt/$(printf 'step-%06d.h5' "$step")" "$ref/"
+# The reference: 3 nodes from the copy of the checkpoint the restart used.
+[[ -f $ref/$(printf 'step-%06d.h5' "$step") ]] || fail "the checkpoint of step $step was not in $ckpt at the restart"
+find "$ref" -name 'step-*.h5' ! -name "$(printf 'step-%06d.h5' "$step")" -delete
 refout=$shared/reference.out
 timeout 120 "$run" head sbatch --wait --no-requeue -N 3 -w node1,node2,node3 --ntasks=3 --ntasks-per-node=1 --time=3 \
-  --output="$refout" --wrap "srun --mpi=pmi2 $program ${flags[*]} --checkpoint-dir $ref --resume" >/dev/null ||
+  --output="$refout" --wrap "$scripts/slurm/telar-srun $program ${flags[*]} --checkpoint-dir $ref --resume" >/dev/null ||
   { cat "$refout"; fail "the 3-node reference run from step $step failed"; }
 ref_l2=$(grep -o '"param_l2": *[-0-9.e+]*' "$refout" | tail -n 1 | sed 's/.*: *//')
 echo "cluster elastic: resumed at step $step on 3 nodes; param_l2 elastic $elastic_l2, reference $ref_l2"
