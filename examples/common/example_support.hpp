@@ -754,6 +754,7 @@ int run_main(int argc, char** argv, char const* program, Run run) {
         // ranks failing the same way print too. Then end the job, also for
         // ranks that did not fail and wait on this one.
         std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        telar::detail::exit_if_abort_hangs(1); // a lost host can hold MPI_Abort
         MPI_Abort(MPI_COMM_WORLD, 1);
       }
       rc = 1;

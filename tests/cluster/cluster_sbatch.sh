@@ -12,37 +12,9 @@
 set -euo pipefail
 program=$1 scripts=$2
 export TELAR_CLUSTER_DIR=$3
-skip() { echo "cluster test skipped: $*"; exit 77; }
-
-[[ $(id -u) == 0 ]] || skip "needs root (network/UTS/mount namespaces, a bridge, slurmd starting jobs)"
-export PATH=$PATH:/usr/sbin:/sbin
-for tool in unshare nsenter ip tc munged slurmctld slurmd sbatch; do
-  command -v "$tool" >/dev/null || skip "$tool not installed (scripts/setup.sh installs iproute2, munge, slurm-wlm)"
-done
-unshare --net --uts --mount true 2>/dev/null || skip "this machine does not allow network namespaces (unshare --net failed)"
-unshare --net sh -c 'ip link add b0 type bridge && ip link add v0 type veth peer name v1' 2>/dev/null ||
-  skip "this kernel cannot make a bridge or veth pair in a network namespace"
-
-t0=$SECONDS
-cleanup() {
-  local rc=$?
-  "$scripts/cluster/stop.sh" || rc=1
-  echo "cluster test: done in $((SECONDS - t0)) s"
-  exit $rc
-}
-trap cleanup EXIT
-trap 'echo "cluster test: interrupted"; exit 1' INT TERM
-
-timeout 40 "$scripts/cluster/start.sh" 4 ||
-  { echo "cluster test: start.sh 4 failed or took over 40 s (logs in $TELAR_CLUSTER_DIR/log)"; exit 1; }
-source "$TELAR_CLUSTER_DIR/env"
-run=$scripts/cluster/run.sh
-shared=$TELAR_CLUSTER_SHARED
-
-# (ldd's output read whole: `ldd | grep -q` under pipefail fails when grep
-# quits before ldd has written everything.)
-libs=$(ldd "$program" 2>/dev/null || true)
-if grep -q libmpich <<<"$libs"; then flavour=mpich; else flavour=openmpi; fi
+source "$(dirname "$0")/lib.sh"
+cluster_up 4 "$scripts"
+flavour=$(mpi_flavour "$program")
 
 # job NAME NODES TASKS EXPECTED_LINE SBATCH_ARGS...: one batch job, bounded,
 # its output checked for EXPECTED_LINE (a grep pattern).
@@ -55,10 +27,7 @@ job() {
     cat "$shared/$name.sbatch"
     echo "--- job output:"
     cat "$out" 2>/dev/null || echo "(none)"
-    echo "--- queue and nodes:"
-    "$run" head squeue 2>&1 || true
-    "$run" head sinfo -N 2>&1 || true
-    tail -n 20 "$TELAR_CLUSTER_DIR"/log/slurmctld.log "$TELAR_CLUSTER_DIR"/log/slurmd-node*.log 2>/dev/null || true
+    dump_cluster
     exit 1
   fi
   cat "$out"

@@ -4,6 +4,9 @@
 //   kill  — SIGKILL (the peers find its process gone: telar::PeerLost)
 //   stop  — SIGSTOP (alive but silent: telar::CommTimeout names who waits for what)
 //   throw — a telar::Error on that rank only (abort_on_error ends the job)
+// Any other mode (with victim -1) runs until killed: tests/cluster's
+// node-loss test fails a node from outside. Rank 0 says when the first sum
+// is done (every rank is then running and its heartbeats are flowing).
 // Usage: test_comm_failure MODE [victim=1] [ms=1]
 #include <telar/comm/communicator.hpp>
 
@@ -11,6 +14,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -35,6 +39,10 @@ int main(int argc, char* argv[]) {
         }
         double v = 1;
         comm.allreduce(&v, 1);
+        if (i == 0 && comm.rank() == 0) {
+          std::printf("test_comm_failure: %d ranks running\n", comm.size());
+          std::fflush(stdout);
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(ms));
       }
     });

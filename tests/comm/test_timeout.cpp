@@ -8,7 +8,11 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 using telar::Communicator;
@@ -114,4 +118,60 @@ TEST_CASE("a timed-out MpiAllreduce completes when the peer arrives", "[comm][ti
   op.wait();
   TELAR_REQUIRE_ALL(v == std::vector<double>(3, double(comm.size())));
   TELAR_REQUIRE_ALL(comm.rank() != 0 || timed_out);
+}
+
+// Heartbeats (heartbeat.hpp): the socket path works between the ranks, a
+// malformed bound is refused by name, and a lost host is described by host,
+// ranks and pids. That a silent remote host ends a wait is checked on the
+// emulated cluster (tests/cluster/cluster_node_loss.sh: needs root).
+TEST_CASE("every rank hears every other rank's heartbeat", "[comm][heartbeat]") {
+  Communicator comm(MPI_COMM_WORLD, "world");
+  auto const* monitor = telar::detail::heartbeat_monitor();
+  REQUIRE(monitor != nullptr);
+  auto const& beats = comm.handle_ptr()->beats;
+  REQUIRE(int(beats.size()) == comm.size());
+  // The thread sends once a second; allow a loaded machine 15 s.
+  auto heard_all = [&] {
+    for (int r = 0; r < comm.size(); ++r)
+      if (r != comm.rank() && !(monitor->silence(beats[std::size_t(r)].token) >= 0))
+        return false;
+    return true;
+  };
+  for (int i = 0; i < 150 && !heard_all(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  bool const heard = heard_all();
+  comm.barrier();
+  TELAR_REQUIRE_ALL(heard);
+}
+
+TEST_CASE("a malformed TELAR_HEARTBEAT_TIMEOUT is refused by name", "[comm][heartbeat]") {
+  auto message_for = [](const char* value) {
+    ::setenv("TELAR_HEARTBEAT_TIMEOUT", value, 1);
+    std::string msg;
+    try {
+      (void)telar::detail::heartbeat_timeout_from_env();
+    } catch (telar::CommError const& e) {
+      msg = e.what();
+    }
+    ::unsetenv("TELAR_HEARTBEAT_TIMEOUT");
+    return msg;
+  };
+  CHECK(message_for("ten") == "telar::Communicator: TELAR_HEARTBEAT_TIMEOUT='ten' is not a number "
+                              "of seconds from 0 to 1e6 (0 turns heartbeats off)");
+  CHECK(contains(message_for("-1"), "TELAR_HEARTBEAT_TIMEOUT='-1'"));
+  CHECK(message_for("2.5").empty());
+  CHECK(telar::detail::heartbeat_timeout_from_env() == 10.0);
+}
+
+TEST_CASE("a lost host is named with its ranks and pids", "[comm][heartbeat]") {
+  std::vector<telar::detail::PeerInfo> peers(4);
+  char const* hosts[] = {"node1", "node4", "node2", "node4"};
+  for (int r = 0; r < 4; ++r) {
+    peers[std::size_t(r)].rank = r;
+    peers[std::size_t(r)].pid = 100 + r;
+    std::snprintf(peers[std::size_t(r)].host, sizeof peers[0].host, "%s", hosts[r]);
+  }
+  CHECK(telar::detail::describe_hosts(peers, {1, 3}) == "host node4 (ranks 1, 3, pids 101, 103)");
+  CHECK(telar::detail::describe_hosts(peers, {0, 1}) ==
+        "host node1 (rank 0, pid 100) and host node4 (rank 1, pid 101)");
 }

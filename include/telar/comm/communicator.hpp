@@ -593,6 +593,7 @@ void abort_on_error(Communicator const& comm, F&& body, int exit_code = 1) {
       if (std::size_t(rank) < peers.size()) // so that the launcher's SIGTERM reaches them
         for (auto const& p : peers)
           detail::continue_if_stopped(p, peers[std::size_t(rank)]);
+      detail::exit_if_abort_hangs(exit_code);
       MPI_Abort(c, exit_code);
     }
     std::abort();

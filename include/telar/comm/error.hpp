@@ -79,11 +79,13 @@ private:
 
 /*! \brief A peer this rank was waiting for has died (its process is gone):
  *         found by asking the operating system about the peers on this
- *         host while a wait lasts (peers on other hosts end in
- *         telar::CommTimeout instead).
+ *         host while a wait lasts; or a peer on another host has sent no
+ *         heartbeat for `TELAR_HEARTBEAT_TIMEOUT` seconds (died, stopped, or
+ *         its link is down).
  *
  *  The message names the lost rank (in the communicator waited on), its pid
- *  and host, and the operation this rank was waiting in.
+ *  and host (for a silent host: every silent rank there), and the operation
+ *  this rank was waiting in.
  *  The usual reaction is telar::abort_on_error, which ends the whole job.
  */
 class PeerLost : public CommError {

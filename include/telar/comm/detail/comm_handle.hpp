@@ -5,6 +5,7 @@
 // operations hold a shared_ptr to it, so the MPI_Comm outlives them even if
 // the Communicator object is destroyed first.
 
+#include <telar/comm/detail/heartbeat.hpp>
 #include <telar/comm/detail/liveness.hpp>
 #include <telar/comm/detail/progress.hpp>
 #include <telar/comm/error.hpp>
@@ -102,6 +103,8 @@ struct CommHandle {
   // how long each has been (the watch's record, updated by const waits).
   double stop_timeout = 30.0;
   mutable StoppedPeers stopped;
+  // Every rank's heartbeat endpoint (see heartbeat.hpp), by rank.
+  std::vector<HeartbeatEndpoint> beats;
   // Bytes this rank handed to MPI to send (see Communicator::bytes_sent).
   std::uint64_t bytes_sent = 0;
   // Ring-equivalent bytes this rank sends in a collective moving `total`
@@ -177,6 +180,23 @@ struct CommHandle {
                            "; 0 waits for the communication timeout)",
                        rank, op, r);
     }
+    check_heartbeats(what, op);
+  }
+
+  // A wait's watch for peers on other hosts: throws PeerLost naming their
+  // hosts when any rank of the communicator there has been silent past the
+  // heartbeat bound (none of the communicator's operations can then finish).
+  void check_heartbeats(std::string const& what, const char* op) const {
+    double silence = 0;
+    std::vector<int> const lost = silent_remote_peers(peers, beats, rank, silence);
+    if (lost.empty())
+      return;
+    std::ostringstream os;
+    os.precision(3);
+    os << "lost " << describe_hosts(peers, lost) << ": no heartbeat for " << silence
+       << " s (the processes died or were stopped, or the link is down); rank " << rank
+       << " was waiting in " << what << " on " << where();
+    throw PeerLost(os.str(), rank, op, lost.front());
   }
 
   // "; rank 3 (pid 1234 on host x) is stopped": peers on this host that are
@@ -262,15 +282,27 @@ inline void bounded_barrier(CommHandle const& h) {
 }
 
 // Every rank's host and pid, for the liveness watch (bounded collective).
+// The heartbeat endpoints travel in the same message; the monitor sends to
+// the members from then on.
 inline void exchange_peers(CommHandle& h) {
-  PeerInfo const me = self_peer_info(h.rank);
-  std::vector<PeerInfo> all(static_cast<std::size_t>(h.size));
+  struct Record {
+    PeerInfo info;
+    HeartbeatEndpoint beat;
+  };
+  HeartbeatMonitor* const monitor = heartbeat_monitor();
+  Record const me{self_peer_info(h.rank), monitor ? monitor->endpoint() : HeartbeatEndpoint{}};
+  std::vector<Record> all(static_cast<std::size_t>(h.size));
   MPI_Request req = MPI_REQUEST_NULL;
   h.check(MPI_Iallgather(&me, int(sizeof me), MPI_BYTE, all.data(), int(sizeof me), MPI_BYTE,
                          h.comm, &req),
           "MPI_Iallgather");
   wait_request(h, req, MPI_STATUS_IGNORE, "MPI_Allgather (host and pid)", -1, -1, "with");
-  h.peers = std::move(all);
+  for (auto const& r : all) {
+    h.peers.push_back(r.info);
+    h.beats.push_back(r.beat);
+  }
+  if (monitor != nullptr)
+    monitor->add_peers(h.beats);
 }
 
 // Makes a fresh handle owning `comm` (already a private communicator).
