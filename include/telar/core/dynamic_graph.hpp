@@ -79,11 +79,13 @@ class GraphUnit;
  *  \tparam Variant a std::variant of layer types sharing value_type and memory_space
  */
 template <class Variant>
-class DynamicGraph : public detail::LayerWalk<DynamicGraph<Variant>> {
+class DynamicGraph : public detail::LayerWalk<DynamicGraph<Variant>>,
+                     public detail::TensorParallelNames<DynamicGraph<Variant>> {
   // The pipeline's view (graph_chain.hpp) runs the nodes one at a time.
   friend class GraphChain<Variant>;
   friend class detail::GraphUnit<Variant>;
   friend class detail::LayerWalk<DynamicGraph>;
+  friend class detail::TensorParallelNames<DynamicGraph>;
   static_assert(detail::check_variant_layers<Variant>::value);
   using First = std::variant_alternative_t<0, Variant>;
   using Op = detail::GraphOp;
@@ -255,33 +257,7 @@ public:
       if (init_ && layers_[i])
         init_(topo_.nodes()[i].name, *layers_[i]);
   }
-  /*! \brief Passes a tensor-parallel context to every layer node that takes one.
-   *  \param ctx a telar::TensorParallelContext */
-  template <class Context>
-  void set_tensor_parallel(Context const& ctx) {
-    tp_size_ = ctx.size;
-    detail::layers_set_tensor_parallel(*this, ctx);
-  }
-  /*! \brief Replicas of parameter "<node>.<name>" in the tensor-parallel
-   *  group: its node's answer. \param name as passed to parameters(f) */
-  int parameter_replicas(std::string const& name) const {
-    int r = tp_size_;
-    with_parameter_node(name, [&](auto const& l, std::string const& rest) {
-      r = telar::parameter_replicas(l, rest, tp_size_);
-    });
-    return r;
-  }
-  /*! \brief Where this rank's parameter "<node>.<name>" lies in the whole
-   *  tensor: its node's answer. \param name as passed to parameters(f)
-   *  \param local the local tensor's extents */
-  TensorBlock parameter_block(std::string const& name,
-                              std::vector<std::size_t> const& local) const {
-    TensorBlock b{local, std::vector<std::size_t>(local.size(), 0)};
-    with_parameter_node(name, [&](auto const& l, std::string const& rest) {
-      b = telar::parameter_block(l, rest, local);
-    });
-    return b;
-  }
+  using detail::TensorParallelNames<DynamicGraph>::set_tensor_parallel;
 
   /*! \brief Runs the nodes in topological order; every inner tensor stays in
    *  \p saved for backward. \param exec execution space instance
@@ -415,7 +391,7 @@ private:
   // Calls f(layer, rest) for the layer node whose name, followed by '.',
   // starts \p name (the longest such: node names may hold dots).
   template <class F>
-  void with_parameter_node(std::string const& name, F&& f) const {
+  void with_parameter_layer(std::string const& name, F&& f) const {
     std::size_t best = layers_.size(), len = 0;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       std::string const& node = topo_.nodes()[i].name;
@@ -557,7 +533,6 @@ private:
   std::vector<std::optional<Variant>> layers_; // by node; empty for joins
   std::vector<Shape> shapes_;                  // by tensor, from build()
   initializer init_;
-  int tp_size_ = 1;
 };
 
 namespace detail {

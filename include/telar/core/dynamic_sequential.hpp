@@ -165,15 +165,6 @@ public:
     });
     return s;
   }
-  /*! \brief Checks the chain and tells every layer with a build() hook its
-   *  input shape. \param in per-sample input shape \return shapes(in) */
-  std::vector<Shape> build(Shape const& in) {
-    shapes_ = shapes(in);
-    detail::build_layers(*this, shapes_);
-    return shapes_;
-  }
-  /*! \brief Shapes from the last build() (empty before). */
-  std::vector<Shape> const& built_shapes() const { return shapes_; }
 
   /*! \brief Calls initialize on layers [first, last) that have one (seeds as
    *  Sequential's), then the initializer hook if set.
@@ -190,7 +181,6 @@ public:
 private:
 
   std::vector<Variant> layers_;
-  std::vector<Shape> shapes_;
   initializer init_;
 };
 

@@ -116,7 +116,8 @@ void add_batch(Exec const& exec, D const& dst, S const& src) {
  *  \tparam Layers layer functor types, first to last
  */
 template <class... Layers>
-class Sequential : public detail::ChainWalk<Sequential<Layers...>> {
+class Sequential : public detail::ChainWalk<Sequential<Layers...>>,
+                   public detail::TensorParallelNames<Sequential<Layers...>> {
   static_assert(sizeof...(Layers) > 0, "telar::Sequential: a model needs at least one layer");
   static_assert((detail::check_layer<Layers>() && ...));
 
@@ -201,17 +202,6 @@ public:
     return s;
   }
 
-  /*! \brief Checks the chain for input \p in and tells every layer with a
-   *  build() hook its input shape (nested blocks recursively). Call once,
-   *  before initialize() and forward().
-   *  \param in per-sample input shape \return shapes(in) */
-  std::vector<Shape> build(Shape const& in) {
-    shapes_ = shapes(in);
-    detail::build_layers(*this, shapes_);
-    return shapes_;
-  }
-  /*! \brief Shapes from the last build() (empty before). */
-  std::vector<Shape> const& built_shapes() const { return shapes_; }
 
   /*! \brief The first layer's required input shape, if it declares one. */
   Shape input_shape() const { return expected_input(std::get<0>(layers_)); }
@@ -228,34 +218,7 @@ public:
     });
   }
 
-  /*! \brief Passes a tensor-parallel context to every layer that takes one
-   *  (and keeps its size for parameter_replicas).
-   *  \param ctx a telar::TensorParallelContext */
-  template <class Context>
-  void set_tensor_parallel(Context const& ctx) {
-    tp_size_ = ctx.size;
-    detail::layers_set_tensor_parallel(*this, ctx);
-  }
-  /*! \brief Replicas of parameter "<index>.<name>" in the tensor-parallel
-   *  group: its layer's answer. \param name as passed to parameters(f) */
-  int parameter_replicas(std::string const& name) const {
-    int r = tp_size_;
-    with_parameter_layer(name, [&](auto const& l, std::string const& rest) {
-      r = telar::parameter_replicas(l, rest, tp_size_);
-    });
-    return r;
-  }
-  /*! \brief Where this rank's parameter "<index>.<name>" lies in the whole
-   *  tensor: its layer's answer. \param name as passed to parameters(f)
-   *  \param local the local tensor's extents */
-  TensorBlock parameter_block(std::string const& name,
-                              std::vector<std::size_t> const& local) const {
-    TensorBlock b{local, std::vector<std::size_t>(local.size(), 0)};
-    with_parameter_layer(name, [&](auto const& l, std::string const& rest) {
-      b = telar::parameter_block(l, rest, local);
-    });
-    return b;
-  }
+  using detail::TensorParallelNames<Sequential>::set_tensor_parallel;
 
   /*! \brief What a nested chain keeps per micro-batch: its layers' saved
    *  state and its inner activations and gradients (reused between steps). */
@@ -299,6 +262,9 @@ public:
   }
 
 private:
+  friend detail::TensorParallelNames<Sequential>;
+  using detail::ChainWalk<Sequential>::shapes_;
+
   template <class L>
   static Shape expected_input(L const& l) {
     if constexpr (detail::is_detected_v<detail::input_shape_t, L>)
@@ -359,8 +325,6 @@ private:
   }
 
   layers_type layers_;
-  std::vector<Shape> shapes_;
-  int tp_size_ = 1;
 };
 
 /*! \brief True for telar::Sequential types. \tparam M a type */

@@ -272,9 +272,18 @@ protected:
  *  where entry k is layer k's input. \tparam Derived the chain (CRTP) */
 template <class Derived>
 class ChainWalk : public LayerWalk<Derived> {
-  using LayerWalk<Derived>::self;
-
 public:
+  /*! \brief Checks the chain for input \p in and tells every layer with a
+   *  build() hook its input shape (nested blocks recursively). Call once,
+   *  before initialize() and forward().
+   *  \param in per-sample input shape \return shapes(in) */
+  std::vector<Shape> build(Shape const& in) {
+    shapes_ = self().shapes(in);
+    build_layers(self(), shapes_);
+    return shapes_;
+  }
+  /*! \brief Shapes from the last build() (empty before). */
+  std::vector<Shape> const& built_shapes() const { return shapes_; }
   /*! \brief Names of the layers, for messages. */
   std::vector<std::string> layer_names() const { return layer_names_of(self()); }
   /*! \brief Elements per sample along the chain (shapes(in)[k].size()).
@@ -301,6 +310,52 @@ public:
   std::size_t workspace_bytes(std::size_t samples, Shape const& in) const {
     return layers_workspace_bytes(self(), samples, self().shapes(in));
   }
+
+protected:
+  using LayerWalk<Derived>::self;
+  std::vector<Shape> shapes_; //!< from the last build()
+};
+
+/*! \brief Parameter names across a tensor-parallel group, for models whose
+ *  parameters are named "<layer>.<name>" (telar::Sequential,
+ *  telar::DynamicGraph): the layer's own answer for its parameter.
+ *  Derived::with_parameter_layer(name, f) calls f(layer, rest) for the layer
+ *  that holds parameter \p name. \tparam Derived the model (CRTP) */
+template <class Derived>
+class TensorParallelNames {
+public:
+  /*! \brief Passes a tensor-parallel context to every layer that takes one
+   *  (and keeps its size for parameter_replicas).
+   *  \param ctx a telar::TensorParallelContext */
+  template <class Context>
+  void set_tensor_parallel(Context const& ctx) {
+    tp_size_ = ctx.size;
+    layers_set_tensor_parallel(static_cast<Derived&>(*this), ctx);
+  }
+  /*! \brief Replicas of parameter \p name in the tensor-parallel group: its
+   *  layer's answer. \param name as passed to parameters(f) */
+  int parameter_replicas(std::string const& name) const {
+    int r = tp_size_;
+    self().with_parameter_layer(name, [&](auto const& l, std::string const& rest) {
+      r = telar::parameter_replicas(l, rest, tp_size_);
+    });
+    return r;
+  }
+  /*! \brief Where this rank's parameter \p name lies in the whole tensor: its
+   *  layer's answer. \param name as passed to parameters(f)
+   *  \param local the local tensor's extents */
+  TensorBlock parameter_block(std::string const& name,
+                              std::vector<std::size_t> const& local) const {
+    TensorBlock b{local, std::vector<std::size_t>(local.size(), 0)};
+    self().with_parameter_layer(name, [&](auto const& l, std::string const& rest) {
+      b = telar::parameter_block(l, rest, local);
+    });
+    return b;
+  }
+
+private:
+  Derived const& self() const { return static_cast<Derived const&>(*this); }
+  int tp_size_ = 1;
 };
 
 } // namespace telar::detail
