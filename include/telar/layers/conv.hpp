@@ -29,6 +29,7 @@
  */
 #include <telar/core/detail/counter_rng.hpp>
 #include <telar/core/detail/math.hpp>
+#include <telar/core/detail/uniform_fill.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/gemm.hpp>
 #include <telar/core/layer.hpp>
@@ -222,22 +223,7 @@ void conv_bias_grad(Exec const& exec, DY const& dy, DB const& db, int P) {
 // convolutions), entry i of each drawn from a counter-based stream.
 template <class Wt, class B>
 void conv_fill(Wt const& w, B const& b, std::uint64_t seed) {
-  using T = typename Wt::non_const_value_type;
-  using Exec = typename Wt::memory_space::execution_space;
-  std::size_t const K = w.extent(1);
-  T const bound = T(1) / detail::sqrt(T(K == 0 ? 1 : K));
-  std::uint64_t const wseed = mix_seed(seed, 0), bseed = mix_seed(seed, 1);
-  Kokkos::parallel_for(
-      "telar::Conv::initialize",
-      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>({0, 0}, {w.extent(0), w.extent(1)}),
-      KOKKOS_LAMBDA(std::size_t i, std::size_t j) {
-        w(i, j) = uniform_at(wseed, i * K + j, -bound, bound);
-      });
-  if (b.extent(0) > 0)
-    Kokkos::parallel_for(
-        "telar::Conv::initialize_bias", Kokkos::RangePolicy<Exec>(0, b.extent(0)),
-        KOKKOS_LAMBDA(std::size_t i) { b(i) = uniform_at(bseed, i, -bound, bound); });
-  Kokkos::fence();
+  uniform_fill_block("telar::Conv", w, b, seed, w.extent(1), 0, 0);
 }
 
 // A [rows, cols] row-major matrix over a raw pointer (one sample's slice).
@@ -664,14 +650,11 @@ class Convolution
     : public detail::ConvLayer<Convolution<T, Dims, MemorySpace, Gemm, ConvPolicy>, T, Dims,
                                MemorySpace, Gemm, ConvPolicy, false> {
   using Base = detail::ConvLayer<Convolution, T, Dims, MemorySpace, Gemm, ConvPolicy, false>;
+  using Ext = typename Base::Extents;
+  using Saved = typename Base::saved_type;
   friend Base;
 
 public:
-  /*! \brief Per-dimension settings (depth, height, width in 3-D; height, width in 2-D). */
-  using Extents = typename Base::Extents;
-  /*! \brief What backward needs from forward: the input. */
-  using saved_type = typename Base::saved_type;
-
   /*! \brief An empty layer; assign a configured one before use. */
   Convolution() = default;
   /*! \brief A cubic (square) kernel with the same stride, padding and
@@ -692,8 +675,8 @@ public:
    *  \param bias add a bias per output channel \param dilation kernel dilations
    *  \param groups channel groups (in and out must be multiples of it)
    *  \throws ShapeError when in or out is not a multiple of groups */
-  Convolution(std::size_t in, std::size_t out, Extents kernel, Extents stride, Extents padding,
-              bool bias = true, Extents dilation = Base::fill(1), std::size_t groups = 1)
+  Convolution(std::size_t in, std::size_t out, Ext kernel, Ext stride, Ext padding,
+              bool bias = true, Ext dilation = Base::fill(1), std::size_t groups = 1)
       : Base(in, out, kernel, stride, padding, bias, dilation, groups) {}
 
   /*! \brief Name for messages and traces. */
@@ -737,7 +720,7 @@ public:
    *  \param saved keeps x */
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
-               saved_type& saved) const {
+               Saved& saved) const {
     check("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
     saved.x = x;
     this->engine_.forward(exec, this->g_, x, this->weight.data(), this->bias, y);
@@ -748,7 +731,7 @@ public:
    *  \param dx gradient of the input */
   template <class Exec>
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
-                      saved_type const&) const {
+                      Saved const&) const {
     check("backward_input", dx.extent(0), dx.extent(1), dy.extent(0), dy.extent(1));
     this->engine_.backward_data(exec, this->g_, dy, this->weight.data(), dx, this->use_bias_);
   }
@@ -758,7 +741,7 @@ public:
    *  \param saved the input of the matching forward */
   template <class Exec>
   void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
-                       saved_type const& saved) const {
+                       Saved const& saved) const {
     check("backward_weight", saved.x.extent(0), saved.x.extent(1), dy.extent(0), dy.extent(1));
     this->engine_.backward_weights(exec, this->g_, saved.x, dy, this->weight_grad.data(),
                                    this->bias_grad);

@@ -69,14 +69,11 @@ class TransposedConvolution
                                Dims, MemorySpace, Gemm, ConvPolicy, true> {
   using Base =
       detail::ConvLayer<TransposedConvolution, T, Dims, MemorySpace, Gemm, ConvPolicy, true>;
+  using Ext = typename Base::Extents;
+  using Saved = typename Base::saved_type;
   friend Base;
 
 public:
-  /*! \brief Per-dimension settings (depth, height, width in 3-D; height, width in 2-D). */
-  using Extents = typename Base::Extents;
-  /*! \brief What backward needs from forward: the input. */
-  using saved_type = typename Base::saved_type;
-
   /*! \brief An empty layer; assign a configured one before use. */
   TransposedConvolution() = default;
   /*! \brief The same kernel extent, stride, padding, output padding and
@@ -99,9 +96,9 @@ public:
    *  \param bias add a bias per output channel \param dilation kernel dilations
    *  \param groups channel groups (in and out must be multiples of it)
    *  \throws ShapeError when in or out is not a multiple of groups */
-  TransposedConvolution(std::size_t in, std::size_t out, Extents kernel, Extents stride,
-                        Extents padding, Extents output_padding = Base::fill(0), bool bias = true,
-                        Extents dilation = Base::fill(1), std::size_t groups = 1)
+  TransposedConvolution(std::size_t in, std::size_t out, Ext kernel, Ext stride,
+                        Ext padding, Ext output_padding = Base::fill(0), bool bias = true,
+                        Ext dilation = Base::fill(1), std::size_t groups = 1)
       : Base(in, out, kernel, stride, padding, bias, dilation, groups),
         output_padding_(output_padding) {}
 
@@ -154,7 +151,7 @@ public:
    *  \param y output [n, out * (Do *) Ho * Wo] \param saved keeps x */
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
-               saved_type& saved) const {
+               Saved& saved) const {
     check("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
     saved.x = x;
     this->engine_.backward_data(exec, this->g_, x, this->weight.data(), y, false);
@@ -167,7 +164,7 @@ public:
    *  \param dx gradient of the input */
   template <class Exec>
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
-                      saved_type const&) const {
+                      Saved const&) const {
     check("backward_input", dx.extent(0), dx.extent(1), dy.extent(0), dy.extent(1));
     this->engine_.forward(exec, this->g_, dy, this->weight.data(), Vector<T, MemorySpace>{}, dx);
   }
@@ -178,7 +175,7 @@ public:
    *  \param saved the input of the matching forward */
   template <class Exec>
   void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
-                       saved_type const& saved) const {
+                       Saved const& saved) const {
     check("backward_weight", saved.x.extent(0), saved.x.extent(1), dy.extent(0), dy.extent(1));
     this->engine_.backward_weights(exec, this->g_, dy, saved.x, this->weight_grad.data(),
                                    Vector<T, MemorySpace>{});
@@ -234,7 +231,7 @@ private:
                 std::size_t(this->g_.in_size()), xn, xf, yn, yf);
   }
 
-  typename Base::Extents output_padding_ = Base::fill(0);
+  Ext output_padding_ = Base::fill(0);
 };
 
 /*! \brief Transposed 2-D convolution over samples [C, H, W]:

@@ -180,7 +180,7 @@ namespace detail {
  *  of the full (serial) sizes whose W is this rank's block, cut along its
  *  outputs (rows, \p SplitOutputs) or its inputs (columns); the group; the
  *  checks, counts and initialisation that follow from the cut.
- *  \tparam Derived the wrapper (CRTP: name() and its region names)
+ *  \tparam Derived the wrapper (CRTP: its name())
  *  \tparam DenseT the split telar::Dense \tparam SplitOutputs rows (true) or columns */
 template <class Derived, class DenseT, bool SplitOutputs>
 class TpDense : protected DenseT {
@@ -240,13 +240,28 @@ public:
 
   using DenseT::parameters;
 
+  /*! \brief dx = dy_local W_local: column-parallel, summed over the group
+   *  (one allreduce of the replicated [n, in]); row-parallel, this rank's
+   *  input block [n, in_local] without communication.
+   *  \param exec execution space instance \param dy gradient of this rank's output
+   *  \param dx gradient of this rank's input \param saved unused */
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
+                      Matrix<value_type, memory_space> dx, saved_type const& saved) const {
+    TpRegion scope(region("backward_input"));
+    check("backward_input", "dx", dx.extent(0), dx.extent(1), "dy", dy.extent(0), dy.extent(1));
+    DenseT::backward_input(exec, dy, dx, saved);
+    if constexpr (SplitOutputs)
+      ctx_.allreduce_sum(exec, dx);
+  }
+
   /*! \brief dW_local += dy_local^T x_local, db += column sums of dy_local; local.
    *  \param exec execution space instance \param dy gradient of this rank's output
    *  \param saved the input of the matching forward */
   template <class Exec>
   void backward_weight(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
                        saved_type const& saved) const {
-    TpRegion scope(Derived::region("backward_weight"));
+    TpRegion scope(region("backward_weight"));
     check("backward_weight", "x", saved.x.extent(0), saved.x.extent(1), "dy", dy.extent(0),
           dy.extent(1));
     DenseT::backward_weight(exec, dy, saved);
@@ -258,6 +273,13 @@ public:
   using DenseT::weight_grad;
 
 protected:
+  // "telar::ColumnParallel::forward": the Kokkos Tools region of a method.
+  static std::string region(char const* method) {
+    std::string const n = Derived::name();
+    return "telar::" + n.substr(0, n.find('<')) + "::" + method;
+  }
+  // The split layer's own methods (hidden by the wrapper's).
+  DenseT const& dense() const { return *this; }
   std::size_t split() const { return SplitOutputs ? this->out_ : this->in_; }
   std::size_t local_out() const { return SplitOutputs ? shard_size() : this->out_; }
   std::size_t local_in() const { return SplitOutputs ? this->in_ : shard_size(); }
@@ -301,13 +323,8 @@ class ColumnParallel<Dense<T, MemorySpace, Gemm>>
     : public detail::TpDense<ColumnParallel<Dense<T, MemorySpace, Gemm>>,
                              Dense<T, MemorySpace, Gemm>, true> {
   using Base = detail::TpDense<ColumnParallel, Dense<T, MemorySpace, Gemm>, true>;
-  using Layer = Dense<T, MemorySpace, Gemm>;
-  friend Base;
 
 public:
-  /*! \brief What backward needs from forward: the (replicated) input. */
-  using saved_type = typename Base::saved_type;
-
   /*! \brief An empty layer; assign a configured one before use. */
   ColumnParallel() = default;
   /*! \brief Sizes of the full (serial) layer.
@@ -348,29 +365,12 @@ public:
    *  \param y this rank's output block [n, out_local] \param saved keeps x */
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
-               saved_type& saved) const {
-    detail::TpRegion scope(region("forward"));
+               typename Base::saved_type& saved) const {
+    detail::TpRegion scope(this->region("forward"));
     this->check("forward", "x", x.extent(0), x.extent(1), "y", y.extent(0), y.extent(1));
-    Layer::forward(exec, x, y, saved);
+    this->dense().forward(exec, x, y, saved);
   }
 
-  /*! \brief dx = sum over the group of dy_local W_local (one allreduce of [n, in]).
-   *  \param exec execution space instance \param dy gradient of this rank's block [n, out_local]
-   *  \param dx gradient of the replicated input [n, in] \param saved unused */
-  template <class Exec>
-  void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
-                      saved_type const& saved) const {
-    detail::TpRegion scope(region("backward_input"));
-    this->check("backward_input", "dx", dx.extent(0), dx.extent(1), "dy", dy.extent(0),
-                dy.extent(1));
-    Layer::backward_input(exec, dy, dx, saved);
-    this->ctx_.allreduce_sum(exec, dx);
-  }
-
-private:
-  static std::string region(char const* method) {
-    return std::string("telar::ColumnParallel::") + method;
-  }
 };
 
 /*! \brief Row-parallel Dense: W [out, in] split by columns (input features).
@@ -389,13 +389,8 @@ class RowParallel<Dense<T, MemorySpace, Gemm>>
     : public detail::TpDense<RowParallel<Dense<T, MemorySpace, Gemm>>, Dense<T, MemorySpace, Gemm>,
                              false> {
   using Base = detail::TpDense<RowParallel, Dense<T, MemorySpace, Gemm>, false>;
-  using Layer = Dense<T, MemorySpace, Gemm>;
-  friend Base;
 
 public:
-  /*! \brief What backward needs from forward: this rank's input block. */
-  using saved_type = typename Base::saved_type;
-
   /*! \brief An empty layer; assign a configured one before use. */
   RowParallel() = default;
   /*! \brief Sizes of the full (serial) layer.
@@ -436,11 +431,11 @@ public:
    *  \param y replicated output [n, out] \param saved keeps x */
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
-               saved_type& saved) const {
-    detail::TpRegion scope(region("forward"));
+               typename Base::saved_type& saved) const {
+    detail::TpRegion scope(this->region("forward"));
     this->check("forward", "x", x.extent(0), x.extent(1), "y", y.extent(0), y.extent(1));
     if (this->ctx_.size == 1) {
-      Layer::forward(exec, x, y, saved); // the same operations as Dense, bit for bit
+      this->dense().forward(exec, x, y, saved); // the same operations as Dense, bit for bit
       return;
     }
     saved.x = x;
@@ -458,22 +453,6 @@ public:
     }
   }
 
-  /*! \brief dx_local = dy W_local; no communication.
-   *  \param exec execution space instance \param dy replicated output gradient [n, out]
-   *  \param dx gradient of this rank's input block [n, in_local] \param saved unused */
-  template <class Exec>
-  void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
-                      saved_type const& saved) const {
-    detail::TpRegion scope(region("backward_input"));
-    this->check("backward_input", "dx", dx.extent(0), dx.extent(1), "dy", dy.extent(0),
-                dy.extent(1));
-    Layer::backward_input(exec, dy, dx, saved);
-  }
-
-private:
-  static std::string region(char const* method) {
-    return std::string("telar::RowParallel::") + method;
-  }
 };
 
 /*! \brief Calls set_tensor_parallel(\p ctx) on every layer of \p model that
