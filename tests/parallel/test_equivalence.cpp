@@ -2,7 +2,7 @@
 // training with the same global batch and seed: checked on the L2 norm of
 // every parameter tensor and of all of them (relative 1e-5 in float, 1e-11 in
 // double) after a few steps, at whatever world size the test runs with.
-#include "support.hpp"
+#include "equivalence.hpp"
 
 #include <telar/data/synthetic.hpp>
 #include <telar/layers/activation.hpp>
@@ -41,11 +41,8 @@ Mlp<T> make_mlp() {
 using Full =
     telar::Strategy<telar::DataParallel<>, telar::PipelineParallel<>, telar::TensorParallel<>>;
 
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using telar::test::require_same;
+using telar::test::world_size;
 
 // Global batches for `steps` steps, the same on every rank.
 template <class T>
@@ -69,10 +66,8 @@ Data<T> make_data(std::size_t n) {
   return d;
 }
 
-struct Result {
+struct Result : telar::test::NormResult {
   telar::GridOrder order = telar::default_grid_order;
-  double l2 = 0;
-  std::map<std::string, double> norms;
   double last_loss = 0;
 };
 
@@ -103,27 +98,6 @@ Result serial(Opt opt, telar::TrainerOptions opts, Data<T> const& data, std::siz
   opts.grid = {1, 1, 1};
   opts.schedule.clear();
   return train<T, telar::Serial>(MPI_COMM_SELF, opt, opts, data, batch, steps);
-}
-
-// Compares with the reference and agrees on the verdict across ranks, so a
-// failure on one rank cannot leave the others waiting.
-void require_same(Result const& got, Result const& want, double tol, std::string const& what) {
-  double worst = telar::test::rel_diff(got.l2, want.l2);
-  std::string worst_name = "param_l2";
-  for (auto const& [name, v] : want.norms) {
-    auto it = got.norms.find(name);
-    double const d = it == got.norms.end() ? 1.0 : telar::test::rel_diff(it->second, v);
-    if (d > worst) {
-      worst = d;
-      worst_name = name;
-    }
-  }
-  double worst_all = worst;
-  MPI_Allreduce(&worst, &worst_all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  INFO(what << ": worst relative difference " << worst_all << " (here: " << worst_name << " "
-            << worst << "), param_l2 " << got.l2 << " vs serial " << want.l2);
-  CHECK(worst_all <= tol);
-  CHECK(got.norms.size() == want.norms.size());
 }
 
 struct Layout {

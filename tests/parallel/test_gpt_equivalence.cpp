@@ -8,7 +8,7 @@
 // steps, at whatever world size the test runs with. The Trainer keys the
 // dropout masks by step and global sample, so they too are the same in every
 // layout.
-#include "support.hpp"
+#include "equivalence.hpp"
 
 #include <telar/layers/dropout.hpp>
 #include <telar/layers/embedding.hpp>
@@ -51,11 +51,8 @@ using Loss = telar::PositionwiseCrossEntropy<T>;
 using Full =
     telar::Strategy<telar::DataParallel<>, telar::PipelineParallel<>, telar::TensorParallel<>>;
 
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using telar::test::require_same;
+using telar::test::world_size;
 
 // Token sequences and their next tokens (a fixed pseudo-random walk), the
 // last position padded (-100).
@@ -82,10 +79,7 @@ Data<T> make_data(std::size_t n) {
   return d;
 }
 
-struct Result {
-  double l2 = 0;
-  std::map<std::string, double> norms;
-};
+using Result = telar::test::NormResult;
 
 template <class T, class Strategy, class Opt>
 Result train(MPI_Comm comm, Opt opt, telar::TrainerOptions opts, Data<T> const& data,
@@ -100,27 +94,6 @@ Result train(MPI_Comm comm, Opt opt, telar::TrainerOptions opts, Data<T> const& 
     trainer.step(telar::rows(data.x, b, b + local), telar::rows(data.y, b, b + local));
   }
   return {trainer.param_l2(), trainer.tensor_norms()};
-}
-
-// Agrees on the verdict across ranks, so one failing rank cannot leave the
-// others waiting.
-void require_same(Result const& got, Result const& want, double tol, std::string const& what) {
-  double worst = telar::test::rel_diff(got.l2, want.l2);
-  std::string worst_name = "param_l2";
-  for (auto const& [name, v] : want.norms) {
-    auto it = got.norms.find(name);
-    double const d = it == got.norms.end() ? 1.0 : telar::test::rel_diff(it->second, v);
-    if (d > worst) {
-      worst = d;
-      worst_name = name;
-    }
-  }
-  double worst_all = worst;
-  MPI_Allreduce(&worst, &worst_all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  INFO(what << ": worst relative difference " << worst_all << " (here: " << worst_name << " "
-            << worst << "), param_l2 " << got.l2 << " vs serial " << want.l2);
-  CHECK(worst_all <= tol);
-  CHECK(got.norms.size() == want.norms.size());
 }
 
 struct Layout {

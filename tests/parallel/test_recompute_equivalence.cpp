@@ -6,7 +6,7 @@
 // test_equivalence). Two models: the flat Megatron MLP of test_equivalence,
 // and one of blocks whose first block holds the Column/RowParallel pair, so
 // the recomputed forward repeats the row-parallel allreduce.
-#include "support.hpp"
+#include "equivalence.hpp"
 
 #include <telar/core/recompute.hpp>
 #include <telar/data/synthetic.hpp>
@@ -56,11 +56,8 @@ Blocks<T> make_blocks() {
 using Full =
     telar::Strategy<telar::DataParallel<>, telar::PipelineParallel<>, telar::TensorParallel<>>;
 
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using telar::test::require_same;
+using telar::test::world_size;
 
 template <class T>
 struct Data {
@@ -83,10 +80,7 @@ Data<T> make_data(std::size_t n) {
   return d;
 }
 
-struct Result {
-  double l2 = 0;
-  std::map<std::string, double> norms;
-};
+using Result = telar::test::NormResult;
 
 template <class Model, class Strategy, class T, class Opt>
 Result train(MPI_Comm comm, Model model, Opt opt, telar::TrainerOptions opts, Data<T> const& data,
@@ -99,25 +93,6 @@ Result train(MPI_Comm comm, Model model, Opt opt, telar::TrainerOptions opts, Da
     trainer.step(telar::rows(data.x, b, b + local), telar::rows(data.y, b, b + local));
   }
   return {trainer.param_l2(), trainer.tensor_norms()};
-}
-
-void require_same(Result const& got, Result const& want, double tol, std::string const& what) {
-  double worst = telar::test::rel_diff(got.l2, want.l2);
-  std::string worst_name = "param_l2";
-  for (auto const& [name, v] : want.norms) {
-    auto it = got.norms.find(name);
-    double const d = it == got.norms.end() ? 1.0 : telar::test::rel_diff(it->second, v);
-    if (d > worst) {
-      worst = d;
-      worst_name = name;
-    }
-  }
-  double worst_all = worst;
-  MPI_Allreduce(&worst, &worst_all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  INFO(what << ": worst relative difference " << worst_all << " (here: " << worst_name << " "
-            << worst << "), param_l2 " << got.l2 << " vs serial " << want.l2);
-  CHECK(worst_all <= tol);
-  CHECK(got.norms.size() == want.norms.size());
 }
 
 struct Layout {

@@ -8,6 +8,7 @@
 #include <telar/core/detail/graph_joins.hpp>
 #include <telar/core/detail/graph_topology.hpp>
 #include <telar/core/detail/join.hpp>
+#include <telar/core/detail/layer_walk.hpp>
 #include <telar/core/dynamic_sequential.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
@@ -37,15 +38,6 @@ template <class... Ls>
 struct check_variant_layers<std::variant<Ls...>> {
   static constexpr bool value = (check_layer<Ls>() && ...);
 };
-
-// A layer's cost estimate, or one operation per input element.
-template <class L>
-double graph_layer_flops(L const& l, std::size_t samples, Shape const& in) {
-  if constexpr (is_detected_v<flops_t, L>)
-    return l.flops(samples, in);
-  else
-    return double(samples) * double(in.size());
-}
 
 } // namespace detail
 
@@ -89,10 +81,13 @@ class GraphUnit;
  *  \tparam Variant a std::variant of layer types sharing value_type and memory_space
  */
 template <class Variant>
-class DynamicGraph {
+class DynamicGraph : public detail::LayerWalk<DynamicGraph<Variant>>,
+                     public detail::TensorParallelNames<DynamicGraph<Variant>> {
   // The pipeline's view (graph_chain.hpp) runs the nodes one at a time.
   friend class GraphChain<Variant>;
   friend class detail::GraphUnit<Variant>;
+  friend class detail::LayerWalk<DynamicGraph>;
+  friend class detail::TensorParallelNames<DynamicGraph>;
   static_assert(detail::check_variant_layers<Variant>::value);
   using First = std::variant_alternative_t<0, Variant>;
   using Op = detail::GraphOp;
@@ -269,11 +264,7 @@ public:
    *  build() hook its input shape. \param in per-sample input shape */
   void build(Shape const& in) {
     shapes_ = shapes(in);
-    for_each_layer([&](std::size_t i, auto& l) {
-      using L = std::decay_t<decltype(l)>;
-      if constexpr (layer_traits<L>::has_build)
-        l.build(shapes_[input_of(i)]);
-    });
+    detail::build_layers(*this, layer_inputs(shapes_));
   }
 
   /*! \brief Cost estimate: the layers' plus one operation per element a join
@@ -284,19 +275,7 @@ public:
     for (auto const& n : topo_.nodes())
       if (n.op != Op::layer)
         total += double(samples) * double(s[n.out_id].size());
-    for_each_layer([&](std::size_t i, auto const& l) {
-      total += detail::graph_layer_flops(l, samples, s[input_of(i)]);
-    });
-    return total;
-  }
-  /*! \brief Parameter values of every layer node (valid after build()). */
-  std::size_t parameter_count() const {
-    std::size_t n = 0;
-    for_each_layer([&](std::size_t, auto const& l) {
-      if constexpr (layer_traits<std::decay_t<decltype(l)>>::has_parameter_count)
-        n += l.parameter_count();
-    });
-    return n;
+    return detail::layers_flops(*this, samples, layer_inputs(s), total);
   }
   /*! \brief Bytes one micro-batch keeps: every inner tensor (neither the
    *  input nor the output) and its gradient, the scratch buffer, and every
@@ -307,12 +286,8 @@ public:
     for (std::size_t t = 1; t < s.size(); ++t)
       if (t != topo_.output_id())
         elements += (dropped(t) ? 1 : 2) * s[t].size();
-    std::size_t n = elements * samples * sizeof(value_type);
-    for_each_layer([&](std::size_t i, auto const& l) {
-      if constexpr (layer_traits<std::decay_t<decltype(l)>>::has_saved_bytes)
-        n += l.saved_bytes(samples, s[input_of(i)]);
-    });
-    return n;
+    return elements * samples * sizeof(value_type) +
+           detail::layers_saved_bytes(*this, samples, layer_inputs(s));
   }
 
   /*! \brief Bytes shared by every micro-batch: the outputs of the
@@ -330,77 +305,14 @@ public:
    *  (detail::mix_seed(seed, i)), then calls the initializer hook if set.
    *  \param seed stream seed */
   void initialize(std::uint64_t seed) {
-    for_each_layer([&](std::size_t i, auto& l) {
-      if constexpr (layer_traits<std::decay_t<decltype(l)>>::has_initialize)
-        l.initialize(detail::mix_seed(seed, i));
-    });
+    for_each_layer(
+        [&](std::size_t i, auto& l) { detail::initialize_layer(l, detail::mix_seed(seed, i)); });
     for (std::size_t i = 0; i < layers_.size();
          ++i) // after the visit: the hook may replace a layer
       if (init_ && layers_[i])
         init_(topo_.nodes()[i].name, *layers_[i]);
   }
-  /*! \brief Visits (name, value, gradient) of every parameter, named
-   *  "<node>.<name>". \param f callable as f(char const*, View&, View&) */
-  template <class F>
-  void parameters(F&& f) {
-    for_each_layer([&](std::size_t i, auto& l) {
-      if constexpr (layer_traits<std::decay_t<decltype(l)>>::has_parameters)
-        l.parameters([&](char const* name, auto& value, auto& grad) {
-          std::string const full = topo_.nodes()[i].name + "." + name;
-          f(full.c_str(), value, grad);
-        });
-    });
-  }
-  /*! \brief Visits (name, view) of every buffer (BatchNorm's running
-   *  statistics), named "<node>.<name>". \param f callable as f(char const*, View&) */
-  template <class F>
-  void buffers(F&& f) {
-    for_each_layer([&](std::size_t i, auto& l) {
-      detail::prefixed_buffers(l, topo_.nodes()[i].name + ".", f);
-    });
-  }
-  /*! \brief Buffer values of every layer node. */
-  std::size_t buffer_count() const {
-    std::size_t n = 0;
-    for_each_layer([&](std::size_t, auto const& l) { n += detail::buffer_count_of(l); });
-    return n;
-  }
-  /*! \brief Passes a data-parallel context to every layer node that takes one.
-   *  \param ctx a telar::DataParallelContext */
-  template <class Context>
-  void set_data_parallel(Context const& ctx) {
-    for_each_layer([&](std::size_t, auto& l) { detail::pass_data_parallel(l, ctx); });
-  }
-  /*! \brief Passes a tensor-parallel context to every layer node that takes one.
-   *  \param ctx a telar::TensorParallelContext */
-  template <class Context>
-  void set_tensor_parallel(Context const& ctx) {
-    tp_size_ = ctx.size;
-    for_each_layer([&](std::size_t, auto& l) {
-      if constexpr (layer_traits<std::decay_t<decltype(l)>>::has_tensor_parallel)
-        l.set_tensor_parallel(ctx);
-    });
-  }
-  /*! \brief Replicas of parameter "<node>.<name>" in the tensor-parallel
-   *  group: its node's answer. \param name as passed to parameters(f) */
-  int parameter_replicas(std::string const& name) const {
-    int r = tp_size_;
-    with_parameter_node(name, [&](auto const& l, std::string const& rest) {
-      r = telar::parameter_replicas(l, rest, tp_size_);
-    });
-    return r;
-  }
-  /*! \brief Where this rank's parameter "<node>.<name>" lies in the whole
-   *  tensor: its node's answer. \param name as passed to parameters(f)
-   *  \param local the local tensor's extents */
-  TensorBlock parameter_block(std::string const& name,
-                              std::vector<std::size_t> const& local) const {
-    TensorBlock b{local, std::vector<std::size_t>(local.size(), 0)};
-    with_parameter_node(name, [&](auto const& l, std::string const& rest) {
-      b = telar::parameter_block(l, rest, local);
-    });
-    return b;
-  }
+  using detail::TensorParallelNames<DynamicGraph>::set_tensor_parallel;
 
   /*! \brief Runs the nodes in topological order; every inner tensor stays in
    *  \p saved for backward. \param exec execution space instance
@@ -470,6 +382,19 @@ private:
     return topo_;
   }
   std::size_t input_of(std::size_t i) const { return topo_.nodes()[i].in_ids[0]; }
+  // By node index: a layer node's input shape (joins: none), as the layer
+  // walks index shapes.
+  std::vector<Shape> layer_inputs(std::vector<Shape> const& s) const {
+    std::vector<Shape> in(layers_.size());
+    for (std::size_t i = 0; i < layers_.size(); ++i)
+      if (layers_[i])
+        in[i] = s[input_of(i)];
+    return in;
+  }
+  // "<node>." as parameters and buffers are named (detail::LayerWalk).
+  auto name_prefix() const {
+    return [this](std::size_t i) { return topo_.nodes()[i].name + "."; };
+  }
   std::size_t layer_index(std::string const& node) const {
     for (std::size_t i = 0; i < layers_.size(); ++i)
       if (topo_.nodes()[i].name == node && layers_[i])
@@ -495,16 +420,10 @@ private:
   Shape layer_shape(detail::GraphNode const& n, Variant const& layer, Shape const& in) const {
     return std::visit(
         [&](auto const& l) {
-          try {
-            Shape const out = l.output_shape(in);
-            if (!out.known())
-              throw ShapeError("output shape " + out.str() + " is not of rank 1 to 4");
-            return out;
-          } catch (ShapeError const& e) {
-            throw ShapeError("telar::DynamicGraph: node '" + n.name + "' (" + layer_name(l) +
-                             ") cannot take input '" + n.inputs[0] + "' " + in.str() + ": " +
-                             e.what());
-          }
+          return detail::checked_output_shape(l, in, [&] {
+            return "telar::DynamicGraph: node '" + n.name + "' (" + layer_name(l) +
+                   ") cannot take input '" + n.inputs[0] + "' " + in.str();
+          });
         },
         layer);
   }
@@ -524,7 +443,7 @@ private:
   // Calls f(layer, rest) for the layer node whose name, followed by '.',
   // starts \p name (the longest such: node names may hold dots).
   template <class F>
-  void with_parameter_node(std::string const& name, F&& f) const {
+  void with_parameter_layer(std::string const& name, F&& f) const {
     std::size_t best = layers_.size(), len = 0;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       std::string const& node = topo_.nodes()[i].name;
@@ -747,7 +666,6 @@ private:
   std::vector<std::optional<Variant>> layers_; // by node; empty for joins
   std::vector<Shape> shapes_;                  // by tensor, from build()
   initializer init_;
-  int tp_size_ = 1;
   // The recomputed nodes' outputs by tensor, shared by the micro-batches of
   // this graph but not by its copies (a copy, e.g. calibration's, must not
   // overwrite them between a forward and its backward): a copy starts empty.

@@ -3,7 +3,9 @@
  *  \brief telar::DynamicSequential: a chain of layers known only at run time
  *  (e.g. read from an ONNX file), each a std::variant over built-in layer
  *  types, trained by the Trainer as a telar::Sequential is. */
+#include <telar/core/detail/chain_run.hpp>
 #include <telar/core/detail/counter_rng.hpp>
+#include <telar/core/detail/layer_walk.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/sequential.hpp>
@@ -88,7 +90,7 @@ auto& saved_at(DynamicSaved<V>& saved, std::size_t k, L&) {
  *  \tparam Variant a std::variant of layer types sharing value_type and memory_space
  */
 template <class Variant>
-class DynamicSequential {
+class DynamicSequential : public detail::ChainWalk<DynamicSequential<Variant>> {
   using First = std::variant_alternative_t<0, Variant>;
 
 public:
@@ -133,27 +135,22 @@ public:
    *  concrete layer type. \param f the visitor */
   template <class F>
   void for_each_layer(F&& f) {
-    for (std::size_t k = 0; k < layers_.size(); ++k)
-      std::visit([&](auto& l) { f(k, l); }, layers_[k]);
+    detail::walk_items(layers_, f);
   }
   /*! \brief Const overload. \param f the visitor */
   template <class F>
   void for_each_layer(F&& f) const {
-    for (std::size_t k = 0; k < layers_.size(); ++k)
-      std::visit([&](auto const& l) { f(k, l); }, layers_[k]);
+    detail::walk_items(layers_, f);
   }
   /*! \brief Calls f(index, layer) for each layer, last to first. \param f the visitor */
   template <class F>
   void for_each_layer_reverse(F&& f) {
-    for (std::size_t k = layers_.size(); k-- > 0;)
-      std::visit([&](auto& l) { f(k, l); }, layers_[k]);
+    detail::walk_items_reverse(layers_, f);
   }
-
-  /*! \brief Names of the layers, for messages. */
-  std::vector<std::string> layer_names() const {
-    std::vector<std::string> names;
-    for_each_layer([&](std::size_t, auto const& l) { names.push_back(layer_name(l)); });
-    return names;
+  /*! \brief Const overload. \param f the visitor */
+  template <class F>
+  void for_each_layer_reverse(F&& f) const {
+    detail::walk_items_reverse(layers_, f);
   }
 
   /*! \brief Per-sample shapes along the chain (see Sequential::shapes).
@@ -163,71 +160,10 @@ public:
     if (layers_.empty())
       throw Error("telar::DynamicSequential: the model has no layer");
     std::vector<Shape> s{in};
-    for_each_layer([&](std::size_t k, auto const& l) { s.push_back(next_shape(k, l, s.back())); });
-    return s;
-  }
-  /*! \brief Elements per sample along the chain. \param in per-sample input shape */
-  std::vector<std::size_t> feature_sizes(Shape const& in) const {
-    std::vector<std::size_t> f;
-    for (Shape const& s : shapes(in))
-      f.push_back(s.size());
-    return f;
-  }
-  /*! \brief Checks the chain and tells every layer with a build() hook its
-   *  input shape. \param in per-sample input shape \return shapes(in) */
-  std::vector<Shape> build(Shape const& in) {
-    shapes_ = shapes(in);
-    for_each_layer([&](std::size_t k, auto& l) {
-      using L = std::decay_t<decltype(l)>;
-      if constexpr (layer_traits<L>::has_build)
-        l.build(shapes_[k]);
-    });
-    return shapes_;
-  }
-  /*! \brief Shapes from the last build() (empty before). */
-  std::vector<Shape> const& built_shapes() const { return shapes_; }
-  /*! \brief Output shape for input \p in. \param in input shape */
-  Shape output_shape(Shape const& in) const { return shapes(in).back(); }
-
-  /*! \brief Cost estimate: the sum of the layers'. \param samples rows \param in input shape */
-  double flops(std::size_t samples, Shape const& in) const {
-    auto const s = shapes(in);
-    double total = 0;
     for_each_layer([&](std::size_t k, auto const& l) {
-      using L = std::decay_t<decltype(l)>;
-      if constexpr (detail::is_detected_v<detail::flops_t, L>)
-        total += l.flops(samples, s[k]);
-      else
-        total += double(samples) * double(s[k].size());
+      s.push_back(detail::chain_next_shape("telar::DynamicSequential", *this, k, l, s.back()));
     });
-    return total;
-  }
-  /*! \brief Parameter values of every layer. */
-  std::size_t parameter_count() const {
-    std::size_t n = 0;
-    for_each_layer([&](std::size_t, auto const& l) { n += detail::parameter_count_of(l); });
-    return n;
-  }
-  /*! \brief What the chain keeps per micro-batch when nested (as the body of
-   *  a telar::DynamicResidual): its inner activations and their gradients
-   *  plus every layer's saved state, as telar::Sequential::saved_bytes.
-   *  \param samples rows \param in input shape */
-  std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
-    auto const s = shapes(in);
-    std::size_t n = 0;
-    for (std::size_t k = 1; k + 1 < s.size(); ++k)
-      n += 2 * detail::view_bytes<value_type>(samples * s[k].size());
-    for_each_layer(
-        [&](std::size_t k, auto const& l) { n += detail::saved_bytes_of(l, samples, s[k]); });
-    return n;
-  }
-  /*! \brief Every layer's workspace. \param samples rows \param in input shape */
-  std::size_t workspace_bytes(std::size_t samples, Shape const& in) const {
-    auto const s = shapes(in);
-    std::size_t n = 0;
-    for_each_layer(
-        [&](std::size_t k, auto const& l) { n += detail::workspace_bytes_of(l, samples, s[k]); });
-    return n;
+    return s;
   }
 
   /*! \brief Calls initialize on layers [first, last) that have one (seeds as
@@ -235,83 +171,16 @@ public:
    *  \param seed model seed \param first first layer \param last one past the last layer */
   void initialize(std::uint64_t seed, std::size_t first = 0, std::size_t last = std::size_t(-1)) {
     for (std::size_t k = first; k < last && k < layers_.size(); ++k) {
-      std::visit(
-          [&](auto& l) {
-            using L = std::decay_t<decltype(l)>;
-            if constexpr (layer_traits<L>::has_initialize)
-              l.initialize(detail::mix_seed(seed, k));
-          },
-          layers_[k]);
+      std::visit([&](auto& l) { detail::initialize_layer(l, detail::mix_seed(seed, k)); },
+                 layers_[k]);
       if (init_)
         init_(k, layers_[k]);
     }
   }
 
-  /*! \brief Visits (name, value, gradient) of every parameter, named
-   *  "<index>.<name>". \param f callable as f(char const*, View&, View&) */
-  template <class F>
-  void parameters(F&& f) {
-    for_each_layer([&](std::size_t k, auto& l) {
-      using L = std::decay_t<decltype(l)>;
-      if constexpr (layer_traits<L>::has_parameters)
-        l.parameters([&](char const* name, auto& value, auto& grad) {
-          std::string const full = std::to_string(k) + "." + name;
-          f(full.c_str(), value, grad);
-        });
-    });
-  }
-
-  /*! \brief Visits (name, view) of every buffer, named "<index>.<name>".
-   *  \param f callable as f(char const*, View&) */
-  template <class F>
-  void buffers(F&& f) {
-    for_each_layer(
-        [&](std::size_t k, auto& l) { detail::prefixed_buffers(l, std::to_string(k) + ".", f); });
-  }
-  /*! \brief Buffer values of every layer. */
-  std::size_t buffer_count() const {
-    std::size_t n = 0;
-    for_each_layer([&](std::size_t, auto const& l) { n += detail::buffer_count_of(l); });
-    return n;
-  }
-  /*! \brief Passes a data-parallel context to every layer that takes one.
-   *  \param ctx a telar::DataParallelContext */
-  template <class Context>
-  void set_data_parallel(Context const& ctx) {
-    for_each_layer([&](std::size_t, auto& l) { detail::pass_data_parallel(l, ctx); });
-  }
-
-  /*! \brief Passes a tensor-parallel context to every layer that takes one.
-   *  \param ctx a telar::TensorParallelContext */
-  template <class Context>
-  void set_tensor_parallel(Context const& ctx) {
-    for_each_layer([&](std::size_t, auto& l) {
-      using L = std::decay_t<decltype(l)>;
-      if constexpr (layer_traits<L>::has_tensor_parallel)
-        l.set_tensor_parallel(ctx);
-    });
-  }
-
 private:
-  template <class L>
-  Shape next_shape(std::size_t k, L const& l, Shape const& have) const {
-    auto const from = [&] {
-      return k == 0 ? std::string("the model input")
-                    : detail::layer_label(k - 1, layer_names()[k - 1]);
-    };
-    try {
-      Shape const out = l.output_shape(have);
-      if (!out.known())
-        throw ShapeError("output shape " + out.str() + " is not of rank 1 to 4");
-      return out;
-    } catch (ShapeError const& e) {
-      throw ShapeError("telar::DynamicSequential: " + detail::layer_label(k, layer_name(l)) +
-                       " cannot take input " + have.str() + " from " + from() + ": " + e.what());
-    }
-  }
 
   std::vector<Variant> layers_;
-  std::vector<Shape> shapes_;
   initializer init_;
 };
 
@@ -413,16 +282,9 @@ public:
     std::size_t const n = body_.layer_count();
     ensure(saved.act, x.extent(0), "telar::DynamicResidual::activation");
     saved.grads_ready = false;
-    for (std::size_t k = 0; k < n; ++k)
-      std::visit(
-          [&](auto const& l) {
-            using L = std::decay_t<decltype(l)>;
-            ConstMatrix<value_type, memory_space> in = k == 0 ? x : saved.act[k];
-            l.forward(exec, in, saved.act[k + 1], saved.inner.template at<L>(k));
-          },
-          body_.layer(k));
     // The body's output has its own buffer: its last layer may keep it (ReLU,
     // Tanh and Sigmoid keep y), so the sum must not overwrite it.
+    detail::chain_forward(body_, exec, x, saved.act[n], saved.act, inner_of(saved));
     Kokkos::deep_copy(exec, y, saved.act[n]);
     detail::add_batch(exec, y, x);
   }
@@ -441,59 +303,36 @@ public:
                        saved_type const& saved) const {
     if (!saved.grads_ready)
       propagate(exec, dy, scratch(saved, dy.extent(0)), saved);
-    std::size_t const n = body_.layer_count();
-    for (std::size_t k = n; k-- > 0;)
-      std::visit(
-          [&](auto const& l) {
-            using L = std::decay_t<decltype(l)>;
-            if constexpr (layer_traits<L>::has_split_backward &&
-                          layer_traits<L>::has_backward_weight)
-              l.backward_weight(
-                  exec, k + 1 == n ? dy : ConstMatrix<value_type, memory_space>(saved.grad[k + 1]),
-                  saved.inner.template at<L>(k));
-          },
-          body_.layer(k));
+    detail::chain_backward_weight(body_, exec, dy, saved.grad, inner_of(saved));
     saved.grads_ready = false;
   }
 
 private:
+  // Body layer k's slot of a micro-batch's saved states, for the chain walks.
+  static auto inner_of(saved_type const& saved) {
+    return [p = &saved](std::size_t k, auto const& l) -> auto& {
+      return p->inner.template at<std::decay_t<decltype(l)>>(k);
+    };
+  }
   void ensure(std::vector<Matrix<value_type, memory_space>>& bufs, std::size_t rows,
               char const* label) const {
     std::size_t const n = body_.layer_count();
     if (shapes_.size() != n + 1)
       throw Error("telar::DynamicResidual: run before build(input shape)");
-    bufs.resize(n + 1);
-    for (std::size_t k = 1; k <= n; ++k) // act[n]: the body's output
-      if (bufs[k].extent(0) != rows || bufs[k].extent(1) != shapes_[k].size())
-        bufs[k] = Matrix<value_type, memory_space>(
-            Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), rows,
-            shapes_[k].size());
+    detail::size_chain_buffers(bufs, shapes_, rows, n, label); // act[n]: the body's output
   }
   Matrix<value_type, memory_space> scratch(saved_type const& saved, std::size_t rows) const {
-    if (saved.scratch.extent(0) != rows || saved.scratch.extent(1) != shapes_[0].size())
-      saved.scratch = Matrix<value_type, memory_space>(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::DynamicResidual::scratch"), rows,
-          shapes_[0].size());
-    return saved.scratch;
+    return detail::sized_matrix(saved.scratch, rows, shapes_[0].size(),
+                                "telar::DynamicResidual::scratch");
   }
-  // Body input gradients, last layer first, into saved.grad and dx.
+  // Body input gradients, last layer first, into saved.grad and dx (every
+  // layer's, the first's too: dx is a scratch buffer when nobody reads it).
   template <class Exec>
   void propagate(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
                  Matrix<value_type, memory_space> dx, saved_type const& saved) const {
-    std::size_t const n = body_.layer_count();
     ensure(saved.grad, dy.extent(0), "telar::DynamicResidual::activation_grad");
-    for (std::size_t k = n; k-- > 0;)
-      std::visit(
-          [&](auto const& l) {
-            using L = std::decay_t<decltype(l)>;
-            ConstMatrix<value_type, memory_space> dyk = k + 1 == n ? dy : saved.grad[k + 1];
-            Matrix<value_type, memory_space> dxk = k == 0 ? dx : saved.grad[k];
-            if constexpr (layer_traits<L>::has_split_backward)
-              l.backward_input(exec, dyk, dxk, saved.inner.template at<L>(k));
-            else
-              l.backward(exec, dyk, dxk, saved.inner.template at<L>(k));
-          },
-          body_.layer(k));
+    detail::chain_backward_input(body_, exec, dy, dx, saved.grad, inner_of(saved), true,
+                                 [&]() -> Matrix<value_type, memory_space>& { return dx; });
     saved.grads_ready = true;
   }
 

@@ -5,6 +5,7 @@
  */
 #include <telar/core/detail/counter_rng.hpp>
 #include <telar/core/detail/graph_unit.hpp>
+#include <telar/core/detail/layer_walk.hpp>
 #include <telar/core/dynamic_graph.hpp>
 #include <telar/core/dynamic_sequential.hpp>
 #include <telar/core/error.hpp>
@@ -110,20 +111,17 @@ public:
   /*! \brief Calls f(index, unit) for each unit, first to last. \param f the visitor */
   template <class F>
   void for_each_layer(F&& f) {
-    for (std::size_t k = 0; k < units_.size(); ++k)
-      f(k, units_[k]);
+    detail::walk_items(units_, f);
   }
   /*! \brief Const overload. \param f the visitor */
   template <class F>
   void for_each_layer(F&& f) const {
-    for (std::size_t k = 0; k < units_.size(); ++k)
-      f(k, units_[k]);
+    detail::walk_items(units_, f);
   }
   /*! \brief Calls f(index, unit) for each unit, last to first. \param f the visitor */
   template <class F>
   void for_each_layer_reverse(F&& f) {
-    for (std::size_t k = units_.size(); k-- > 0;)
-      f(k, units_[k]);
+    detail::walk_items_reverse(units_, f);
   }
   /*! \brief Every unit is layer 0 to checkpoints and parameter names (as the
    *  graph in a telar::Sequential is). \return "layer0." */
@@ -135,10 +133,7 @@ public:
   std::vector<Shape> shapes(Shape const& in) const { return cut_shapes(graph_->shapes(in)); }
   /*! \brief Elements per sample of every live set. \param in per-sample input shape */
   std::vector<std::size_t> feature_sizes(Shape const& in) const {
-    std::vector<std::size_t> f;
-    for (Shape const& s : shapes(in))
-      f.push_back(s.size());
-    return f;
+    return detail::feature_sizes(shapes(in));
   }
   /*! \brief Builds the graph for \p in and makes the units.
    *  \param in per-sample input shape \return the live sets' shapes */
@@ -178,12 +173,8 @@ public:
       auto& layer = graph_->layers_[i];
       if (!layer)
         continue;
-      std::visit(
-          [&](auto& l) {
-            if constexpr (layer_traits<std::decay_t<decltype(l)>>::has_initialize)
-              l.initialize(detail::mix_seed(graph_seed, i));
-          },
-          *layer);
+      std::visit([&](auto& l) { detail::initialize_layer(l, detail::mix_seed(graph_seed, i)); },
+                 *layer);
       if (graph_->init_)
         graph_->init_(graph_->topo_.nodes()[i].name, *layer);
     }

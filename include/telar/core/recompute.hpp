@@ -153,14 +153,9 @@ struct RecomputeBackward<Derived, L, true, false> {
   }
 };
 template <class Derived, class L>
-struct RecomputeBackward<Derived, L, true, true> {
+struct RecomputeBackward<Derived, L, true, true> : RecomputeBackward<Derived, L, true, false> {
   using T = typename layer_traits<L>::value_type;
   using M = typename layer_traits<L>::memory_space;
-  template <class Exec>
-  void backward_input(Exec const& exec, ConstMatrix<T, M> dy, Matrix<T, M> dx,
-                      RecomputeSaved<L> const& saved) {
-    static_cast<Derived*>(this)->input_part(exec, dy, dx, saved);
-  }
   template <class Exec>
   void backward_weight(Exec const& exec, ConstMatrix<T, M> dy, RecomputeSaved<L> const& saved) {
     static_cast<Derived*>(this)->weight_part(exec, dy, saved);
@@ -210,6 +205,7 @@ template <class L>
 class Recompute : public detail::RecomputeBackward<Recompute<L>, L> {
   static_assert(detail::check_layer<L>());
   friend struct detail::RecomputeBackward<Recompute<L>, L>;
+  friend struct detail::RecomputeBackward<Recompute<L>, L, true, false>; // its input part
   using Traits = layer_traits<L>;
   using InnerSaved = typename Traits::saved_type;
   static constexpr bool with_weight = Traits::has_split_backward && Traits::has_backward_weight;

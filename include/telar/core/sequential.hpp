@@ -2,7 +2,9 @@
 /*! \file
  *  \brief telar::Sequential: a chain of layers and blocks, checked where it is
  *  formed; itself a layer, so chains nest. */
+#include <telar/core/detail/chain_run.hpp>
 #include <telar/core/detail/counter_rng.hpp>
+#include <telar/core/detail/layer_walk.hpp>
 #include <telar/core/detail/type_traits.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
@@ -82,11 +84,6 @@ auto& saved_at(std::tuple<S...>& saved, Index, L&) {
   return std::get<Index::value>(saved);
 }
 
-// "layer 2 (Conv2D)" in a message.
-inline std::string layer_label(std::size_t index, std::string const& name) {
-  return "layer " + std::to_string(index) + " (" + name + ")";
-}
-
 // Element-wise dst += src over two [n, k] batches (residual connections).
 template <class Exec, class D, class S>
 void add_batch(Exec const& exec, D const& dst, S const& src) {
@@ -119,7 +116,8 @@ void add_batch(Exec const& exec, D const& dst, S const& src) {
  *  \tparam Layers layer functor types, first to last
  */
 template <class... Layers>
-class Sequential {
+class Sequential : public detail::ChainWalk<Sequential<Layers...>>,
+                   public detail::TensorParallelNames<Sequential<Layers...>> {
   static_assert(sizeof...(Layers) > 0, "telar::Sequential: a model needs at least one layer");
   static_assert((detail::check_layer<Layers>() && ...));
 
@@ -193,13 +191,6 @@ public:
     detail::for_each_indexed_reverse(layers_, f, std::index_sequence_for<Layers...>{});
   }
 
-  /*! \brief Names of the layers, for messages. */
-  std::vector<std::string> layer_names() const {
-    std::vector<std::string> names;
-    for_each_layer([&](auto, auto const& l) { names.push_back(layer_name(l)); });
-    return names;
-  }
-
   /*! \brief Per-sample shapes along the chain: entry k is the input of layer
    *  k, the last entry the output.
    *  \param in per-sample shape of the input
@@ -211,72 +202,10 @@ public:
     return s;
   }
 
-  /*! \brief Elements per sample along the chain (shapes(in)[k].size()).
-   *  \param in per-sample shape of the input */
-  std::vector<std::size_t> feature_sizes(Shape const& in) const {
-    std::vector<std::size_t> f;
-    for (Shape const& s : shapes(in))
-      f.push_back(s.size());
-    return f;
-  }
 
-  /*! \brief Checks the chain for input \p in and tells every layer with a
-   *  build() hook its input shape (nested blocks recursively). Call once,
-   *  before initialize() and forward().
-   *  \param in per-sample input shape \return shapes(in) */
-  std::vector<Shape> build(Shape const& in) {
-    shapes_ = shapes(in);
-    for_each_layer([&](auto index, auto& l) {
-      using L = std::decay_t<decltype(l)>;
-      if constexpr (layer_traits<L>::has_build)
-        l.build(shapes_[index]);
-    });
-    return shapes_;
-  }
-  /*! \brief Shapes from the last build() (empty before). */
-  std::vector<Shape> const& built_shapes() const { return shapes_; }
-
-  /*! \brief Output shape for input \p in (the Layer concept). \param in input shape */
-  Shape output_shape(Shape const& in) const { return shapes(in).back(); }
   /*! \brief The first layer's required input shape, if it declares one. */
   Shape input_shape() const { return expected_input(std::get<0>(layers_)); }
 
-  /*! \brief Cost estimate: the sum of the layers' (Layer concept).
-   *  \param samples rows \param in input shape */
-  double flops(std::size_t samples, Shape const& in) const {
-    auto const s = shapes(in);
-    double total = 0;
-    for_each_layer([&](auto index, auto const& l) { total += layer_flops(l, samples, s[index]); });
-    return total;
-  }
-
-  /*! \brief Parameter values of every layer (layers without
-   *  parameter_count() count 0). */
-  std::size_t parameter_count() const {
-    std::size_t n = 0;
-    for_each_layer([&](auto, auto const& l) { n += detail::parameter_count_of(l); });
-    return n;
-  }
-  /*! \brief What a nested chain keeps per micro-batch: its inner
-   *  activations and their gradients plus every layer's saved state.
-   *  \param samples rows \param in input shape */
-  std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
-    auto const s = shapes(in);
-    std::size_t n = 0;
-    for (std::size_t k = 1; k < size; ++k)
-      n += 2 * detail::view_bytes<value_type>(samples * s[k].size());
-    for_each_layer(
-        [&](auto index, auto const& l) { n += detail::saved_bytes_of(l, samples, s[index]); });
-    return n;
-  }
-  /*! \brief Every layer's workspace. \param samples rows \param in input shape */
-  std::size_t workspace_bytes(std::size_t samples, Shape const& in) const {
-    auto const s = shapes(in);
-    std::size_t n = 0;
-    for_each_layer(
-        [&](auto index, auto const& l) { n += detail::workspace_bytes_of(l, samples, s[index]); });
-    return n;
-  }
 
   /*! \brief Calls initialize on layers [first, last) that have one, each with
    *  its own stream derived from \p seed and the layer index, so the values do
@@ -284,91 +213,12 @@ public:
    *  \param seed model seed \param first first layer \param last one past the last layer */
   void initialize(std::uint64_t seed, std::size_t first = 0, std::size_t last = size) {
     for_each_layer([&](auto index, auto& l) {
-      using L = std::decay_t<decltype(l)>;
-      if constexpr (layer_traits<L>::has_initialize)
-        if (index >= first && index < last)
-          l.initialize(detail::mix_seed(seed, index));
+      if (index >= first && index < last)
+        detail::initialize_layer(l, detail::mix_seed(seed, index));
     });
   }
 
-  /*! \brief Visits (name, value, gradient) of every parameter of every layer,
-   *  named "<index>.<name>" (the Layer concept, for nesting).
-   *  \param f callable as f(char const*, View&, View&) */
-  template <class F>
-  void parameters(F&& f) {
-    for_each_layer([&](auto index, auto& l) {
-      using L = std::decay_t<decltype(l)>;
-      if constexpr (layer_traits<L>::has_parameters)
-        l.parameters([&](char const* name, auto& value, auto& grad) {
-          std::string const full = std::to_string(index) + "." + name;
-          f(full.c_str(), value, grad);
-        });
-    });
-  }
-
-  /*! \brief Visits (name, view) of every buffer of every layer, named
-   *  "<index>.<name>" as parameters. \param f callable as f(char const*, View&) */
-  template <class F>
-  void buffers(F&& f) {
-    for_each_layer(
-        [&](auto index, auto& l) { detail::prefixed_buffers(l, std::to_string(index) + ".", f); });
-  }
-  /*! \brief Buffer values of every layer. */
-  std::size_t buffer_count() const {
-    std::size_t n = 0;
-    for_each_layer([&](auto, auto const& l) { n += detail::buffer_count_of(l); });
-    return n;
-  }
-  /*! \brief Passes a data-parallel context to every layer that takes one.
-   *  \param ctx a telar::DataParallelContext */
-  template <class Context>
-  void set_data_parallel(Context const& ctx) {
-    for_each_layer([&](auto, auto& l) { detail::pass_data_parallel(l, ctx); });
-  }
-
-  /*! \brief Passes a tensor-parallel context to every layer that takes one.
-   *  \param ctx a telar::TensorParallelContext */
-  template <class Context>
-  void set_tensor_parallel(Context const& ctx) {
-    tp_size_ = ctx.size;
-    for_each_layer([&](auto, auto& l) {
-      using L = std::decay_t<decltype(l)>;
-      if constexpr (layer_traits<L>::has_tensor_parallel)
-        l.set_tensor_parallel(ctx);
-    });
-  }
-  /*! \brief Replicas of parameter "<index>.<name>" in the tensor-parallel
-   *  group: its layer's answer. \param name as passed to parameters(f) */
-  int parameter_replicas(std::string const& name) const {
-    std::size_t const dot = name.find('.');
-    int r = tp_size_;
-    if (dot == std::string::npos)
-      return r;
-    std::size_t const which = std::stoul(name.substr(0, dot));
-    std::string const rest = name.substr(dot + 1);
-    for_each_layer([&](auto index, auto const& l) {
-      if (index == which)
-        r = telar::parameter_replicas(l, rest, tp_size_);
-    });
-    return r;
-  }
-  /*! \brief Where this rank's parameter "<index>.<name>" lies in the whole
-   *  tensor: its layer's answer. \param name as passed to parameters(f)
-   *  \param local the local tensor's extents */
-  TensorBlock parameter_block(std::string const& name,
-                              std::vector<std::size_t> const& local) const {
-    std::size_t const dot = name.find('.');
-    TensorBlock b{local, std::vector<std::size_t>(local.size(), 0)};
-    if (dot == std::string::npos)
-      return b;
-    std::size_t const which = std::stoul(name.substr(0, dot));
-    std::string const rest = name.substr(dot + 1);
-    for_each_layer([&](auto index, auto const& l) {
-      if (index == which)
-        b = telar::parameter_block(l, rest, local);
-    });
-    return b;
-  }
+  using detail::TensorParallelNames<Sequential>::set_tensor_parallel;
 
   /*! \brief What a nested chain keeps per micro-batch: its layers' saved
    *  state and its inner activations and gradients (reused between steps). */
@@ -385,15 +235,9 @@ public:
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<value_type, memory_space> x,
                Matrix<value_type, memory_space> y, saved_type& saved) {
-    std::size_t const n = x.extent(0);
-    ensure(saved.act, n, "telar::Sequential::activation");
+    ensure(saved.act, x.extent(0), "telar::Sequential::activation");
     saved.grads_ready = false; // gradients of an earlier micro-batch in this slot are stale
-    for_each_layer([&](auto index, auto& l) {
-      constexpr std::size_t k = decltype(index)::value;
-      ConstMatrix<value_type, memory_space> in = k == 0 ? x : saved.act[k];
-      Matrix<value_type, memory_space> out = k + 1 == size ? y : saved.act[k + 1];
-      l.forward(exec, in, out, std::get<k>(saved.inner));
-    });
+    detail::chain_forward(*this, exec, x, y, saved.act, inner_of(saved));
   }
 
   /*! \brief dL/dx through the chain, keeping every inner gradient for
@@ -413,18 +257,14 @@ public:
                        saved_type const& saved) {
     if (!saved.grads_ready)
       propagate(exec, dy, Matrix<value_type, memory_space>(), saved, false);
-    for_each_layer_reverse([&](auto index, auto& l) {
-      constexpr std::size_t k = decltype(index)::value;
-      using L = std::decay_t<decltype(l)>;
-      if constexpr (layer_traits<L>::has_split_backward && layer_traits<L>::has_backward_weight)
-        l.backward_weight(
-            exec, k + 1 == size ? dy : ConstMatrix<value_type, memory_space>(saved.grad[k + 1]),
-            std::get<k>(saved.inner));
-    });
+    detail::chain_backward_weight(*this, exec, dy, saved.grad, inner_of(saved));
     saved.grads_ready = false;
   }
 
 private:
+  friend detail::TensorParallelNames<Sequential>;
+  using detail::ChainWalk<Sequential>::shapes_;
+
   template <class L>
   static Shape expected_input(L const& l) {
     if constexpr (detail::is_detected_v<detail::input_shape_t, L>)
@@ -433,46 +273,43 @@ private:
       return layer_traits<L>::static_input_shape;
   }
 
-  template <class L>
-  static double layer_flops(L const& l, std::size_t samples, Shape const& in) {
-    if constexpr (detail::is_detected_v<detail::flops_t, L>)
-      return l.flops(samples, in);
-    else
-      return double(samples) * double(in.size());
-  }
-
   template <class Index, class L>
   Shape next_shape(Index index, L const& l, Shape const& have) const {
-    auto const from = [&] {
-      return index == 0 ? std::string("the model input")
-                        : detail::layer_label(index - 1, layer_names()[index - 1]);
-    };
     Shape const expect = expected_input(l);
     if (expect.known() && expect != have)
       throw ShapeError("telar::Sequential: " + detail::layer_label(index, layer_name(l)) +
-                       " expects input " + expect.str() + " but " + from() + " produces " +
-                       have.str());
-    try {
-      Shape const out = l.output_shape(have);
-      if (!out.known())
-        throw ShapeError("output shape " + out.str() + " is not of rank 1 to 4");
-      return out;
-    } catch (ShapeError const& e) {
-      throw ShapeError("telar::Sequential: " + detail::layer_label(index, layer_name(l)) +
-                       " cannot take input " + have.str() + " from " + from() + ": " + e.what());
-    }
+                       " expects input " + expect.str() + " but " +
+                       detail::chain_input_source(*this, index) + " produces " + have.str());
+    return detail::chain_next_shape("telar::Sequential", *this, index, l, have);
+  }
+
+  // Layer k's entry of a micro-batch's saved tuple, for the chain walks.
+  template <class Saved>
+  static auto inner_of(Saved& saved) {
+    return [p = &saved](auto index, auto const&) -> auto& {
+      return std::get<decltype(index)::value>(p->inner);
+    };
+  }
+
+  // Calls f(layer, rest) for parameter "<index>.<rest>"'s layer.
+  template <class F>
+  void with_parameter_layer(std::string const& name, F&& f) const {
+    std::size_t const dot = name.find('.');
+    if (dot == std::string::npos)
+      return;
+    std::size_t const which = std::stoul(name.substr(0, dot));
+    std::string const rest = name.substr(dot + 1);
+    for_each_layer([&](auto index, auto const& l) {
+      if (index == which)
+        f(l, rest);
+    });
   }
 
   void ensure(std::vector<Matrix<value_type, memory_space>>& bufs, std::size_t n,
               char const* label) const {
     if (shapes_.size() != size + 1)
       throw Error("telar::Sequential: a nested block was run before build(input shape)");
-    bufs.resize(size + 1);
-    for (std::size_t k = 1; k < size; ++k)
-      if (bufs[k].extent(0) != n || bufs[k].extent(1) != shapes_[k].size())
-        bufs[k] = Matrix<value_type, memory_space>(
-            Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), n,
-            shapes_[k].size());
+    detail::size_chain_buffers(bufs, shapes_, n, size - 1, label);
   }
 
   template <class Exec>
@@ -480,34 +317,14 @@ private:
                  Matrix<value_type, memory_space> dx, saved_type const& saved, bool need_dx) {
     std::size_t const n = dy.extent(0);
     ensure(saved.grad, n, "telar::Sequential::activation_grad");
-    for_each_layer_reverse([&](auto index, auto& l) {
-      constexpr std::size_t k = decltype(index)::value;
-      using L = std::decay_t<decltype(l)>;
-      ConstMatrix<value_type, memory_space> dyk = k + 1 == size ? dy : saved.grad[k + 1];
-      if constexpr (layer_traits<L>::has_split_backward) {
-        if (k > 0 || need_dx)
-          l.backward_input(exec, dyk, k == 0 ? dx : saved.grad[k], std::get<k>(saved.inner));
-      } else {
-        Matrix<value_type, memory_space> dxk = k > 0     ? saved.grad[k]
-                                               : need_dx ? dx
-                                                         : scratch(saved, n);
-        l.backward(exec, dyk, dxk, std::get<k>(saved.inner));
-      }
+    detail::chain_backward_input(*this, exec, dy, dx, saved.grad, inner_of(saved), need_dx, [&] {
+      return detail::sized_matrix(saved.scratch, n, shapes_[0].size(),
+                                  "telar::Sequential::scratch");
     });
     saved.grads_ready = true;
   }
 
-  Matrix<value_type, memory_space> scratch(saved_type const& saved, std::size_t n) const {
-    if (saved.scratch.extent(0) != n || saved.scratch.extent(1) != shapes_[0].size())
-      saved.scratch = Matrix<value_type, memory_space>(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::Sequential::scratch"), n,
-          shapes_[0].size());
-    return saved.scratch;
-  }
-
   layers_type layers_;
-  std::vector<Shape> shapes_;
-  int tp_size_ = 1;
 };
 
 /*! \brief True for telar::Sequential types. \tparam M a type */

@@ -29,6 +29,7 @@
  */
 #include <telar/core/detail/counter_rng.hpp>
 #include <telar/core/detail/math.hpp>
+#include <telar/core/detail/uniform_fill.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/gemm.hpp>
 #include <telar/core/layer.hpp>
@@ -222,22 +223,7 @@ void conv_bias_grad(Exec const& exec, DY const& dy, DB const& db, int P) {
 // convolutions), entry i of each drawn from a counter-based stream.
 template <class Wt, class B>
 void conv_fill(Wt const& w, B const& b, std::uint64_t seed) {
-  using T = typename Wt::non_const_value_type;
-  using Exec = typename Wt::memory_space::execution_space;
-  std::size_t const K = w.extent(1);
-  T const bound = T(1) / detail::sqrt(T(K == 0 ? 1 : K));
-  std::uint64_t const wseed = mix_seed(seed, 0), bseed = mix_seed(seed, 1);
-  Kokkos::parallel_for(
-      "telar::Conv::initialize",
-      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>({0, 0}, {w.extent(0), w.extent(1)}),
-      KOKKOS_LAMBDA(std::size_t i, std::size_t j) {
-        w(i, j) = uniform_at(wseed, i * K + j, -bound, bound);
-      });
-  if (b.extent(0) > 0)
-    Kokkos::parallel_for(
-        "telar::Conv::initialize_bias", Kokkos::RangePolicy<Exec>(0, b.extent(0)),
-        KOKKOS_LAMBDA(std::size_t i) { b(i) = uniform_at(bseed, i, -bound, bound); });
-  Kokkos::fence();
+  uniform_fill_block("telar::Conv", w, b, seed, w.extent(1), 0, 0);
 }
 
 // A [rows, cols] row-major matrix over a raw pointer (one sample's slice).
@@ -501,6 +487,144 @@ private:
 
 } // namespace detail
 
+namespace detail {
+/*! \brief What telar::Convolution and telar::TransposedConvolution share:
+ *  their settings, parameters W [rows, K] and b [out], the engine and the
+ *  geometry of the last build. \p Transposed swaps the roles of in and out in
+ *  W (a transposed convolution stores the weight of its adjoint).
+ *  \tparam Derived the layer (CRTP: name() and geometry(in))
+ *  \tparam T value type \tparam Dims 2 or 3 \tparam MemorySpace memory space
+ *  \tparam Gemm GEMM policy \tparam ConvPolicy convolution policy
+ *  \tparam Transposed whether W is the adjoint's */
+template <class Derived, class T, int Dims, class MemorySpace, class Gemm, class ConvPolicy,
+          bool Transposed>
+class ConvLayer {
+  static_assert(Dims == 2 || Dims == 3, "telar::Convolution, telar::TransposedConvolution: Dims must be 2 or 3");
+  static_assert(is_conv_policy_v<ConvPolicy>,
+                "telar::Convolution, telar::TransposedConvolution: ConvPolicy must be a Telar "
+                "convolution policy");
+  static_assert(ConvPolicy::template supports<T, MemorySpace>(),
+                "telar::Convolution, telar::TransposedConvolution: this convolution policy does "
+                "not support the value type or memory space (use telar::AutoConv)");
+
+public:
+  /*! \brief Scalar type. */
+  using value_type = T;
+  /*! \brief Memory space of parameters and activations. */
+  using memory_space = MemorySpace;
+  /*! \brief Per-dimension settings (depth, height, width in 3-D; height, width in 2-D). */
+  using Extents = std::array<std::size_t, Dims>;
+  /*! \brief What backward needs from forward: the input. */
+  struct saved_type {
+    ConstMatrix<T, MemorySpace> x; //!< the forward input
+  };
+  /*! \brief The concrete convolution policy (AutoConv resolved). */
+  using conv_policy =
+      std::conditional_t<std::is_same_v<ConvPolicy, AutoConv>,
+                         typename AutoConv::template select<T, MemorySpace>, ConvPolicy>;
+
+  /*! \brief Input channels. */
+  std::size_t in_channels() const { return in_; }
+  /*! \brief Output channels. */
+  std::size_t out_channels() const { return out_; }
+  /*! \brief Channel groups (1: dense; in_channels(): depthwise). */
+  std::size_t groups() const { return groups_; }
+  /*! \brief Whether the layer adds a bias. */
+  bool has_bias() const { return use_bias_; }
+  /*! \brief Kernel extents. */
+  Extents kernel() const { return kernel_; }
+  /*! \brief Strides. */
+  Extents stride() const { return stride_; }
+  /*! \brief Zero padding on each side. */
+  Extents padding() const { return padding_; }
+  /*! \brief Dilations. */
+  Extents dilation() const { return dilation_; }
+
+  /*! \brief Remembers the input's spatial extents. \param in the input shape
+   *  \throws ShapeError as output_shape */
+  void build(Shape const& in) {
+    g_ = self().geometry(in);
+    built_ = true;
+  }
+  /*! \brief Multiply-add count of forward for \p samples samples, times 2
+   *  (for a transposed convolution, that of its adjoint).
+   *  \param samples batch size \param in input shape */
+  double flops(std::size_t samples, Shape const& in) const {
+    ConvGeometry const g = self().geometry(in);
+    return 2.0 * double(samples) * double(g.Co) * double(g.P()) * double(g.Kg());
+  }
+  /*! \brief Values of W and b. */
+  std::size_t parameter_count() const { return rows() * cols() + (use_bias_ ? out_ : 0); }
+  /*! \brief Keeps a view of x only (its column workspace is per layer): 0. */
+  std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
+  /*! \brief The im2col columns of the samples lowered at once (none for a
+   *  pointwise convolution or with oneDNN). \param samples rows \param in input shape */
+  std::size_t workspace_bytes(std::size_t samples, Shape const& in) const {
+    return decltype(engine_)::workspace_bytes(self().geometry(in), samples);
+  }
+
+  /*! \brief Allocates W, b and their gradients and draws W and b.
+   *  \param seed stream seed (telar::Sequential derives one per layer) */
+  void initialize(std::uint64_t seed) {
+    std::string const label = Transposed ? "telar::ConvTranspose::" : "telar::Conv::";
+    weight = Matrix<T, MemorySpace>(label + "weight", rows(), cols());
+    weight_grad = Matrix<T, MemorySpace>(label + "weight_grad", rows(), cols());
+    if (use_bias_) {
+      bias = Vector<T, MemorySpace>(label + "bias", out_);
+      bias_grad = Vector<T, MemorySpace>(label + "bias_grad", out_);
+    }
+    conv_fill(weight, bias, seed);
+  }
+  /*! \brief Visits (name, value, gradient) of each parameter.
+   *  \param f callable as f(char const*, View&, View&) */
+  template <class F>
+  void parameters(F&& f) {
+    f("weight", weight, weight_grad);
+    if (use_bias_)
+      f("bias", bias, bias_grad);
+  }
+
+  Matrix<T, MemorySpace> weight;      //!< W [rows, in or out / groups * kernel volume]
+  Matrix<T, MemorySpace> weight_grad; //!< dL/dW, as W
+  Vector<T, MemorySpace> bias;        //!< b [out] (empty without bias)
+  Vector<T, MemorySpace> bias_grad;   //!< dL/db [out]
+
+protected:
+  ConvLayer() = default;
+  ConvLayer(std::size_t in, std::size_t out, Extents kernel, Extents stride, Extents padding,
+            bool bias, Extents dilation, std::size_t groups)
+      : in_(in), out_(out), groups_(groups), kernel_(kernel), stride_(stride), padding_(padding),
+        dilation_(dilation), use_bias_(bias) {
+    conv_check_groups(Derived::name(), in, out, groups);
+  }
+  static constexpr Extents fill(std::size_t v) { return conv_fill_extents<Dims>(v); }
+  // W's rows: the output channels, or the input's for the adjoint's weight.
+  std::size_t rows() const { return Transposed ? in_ : out_; }
+  std::size_t cols() const { return (Transposed ? out_ : in_) / groups_ * conv_volume(kernel_); }
+  std::string expected() const {
+    return std::string(Derived::name()) + " expects inputs [" + std::to_string(in_) +
+           (Dims == 3 ? ", D, H, W]" : ", H, W]");
+  }
+  // The layer's call on x-like [xn, xf] and y-like [yn, yf] against the
+  // sizes of the last build (x_size, y_size features), or ShapeError.
+  void check(char const* what, std::size_t x_size, std::size_t y_size, std::size_t xn,
+             std::size_t xf, std::size_t yn, std::size_t yf) const {
+    conv_check_call(Derived::name(), what, built_, weight.extent(0) > 0, x_size, y_size, xn, xf,
+                    yn, yf);
+  }
+  Derived const& self() const { return static_cast<Derived const&>(*this); }
+
+  std::size_t in_ = 0, out_ = 0, groups_ = 1;
+  Extents kernel_ = fill(1), stride_ = fill(1), padding_ = fill(0), dilation_ = fill(1);
+  bool use_bias_ = true;
+  ConvGeometry g_{};
+  bool built_ = false;
+  ConvEngine<T, MemorySpace, Gemm, is_onednn_conv_v<conv_policy>,
+             std::is_same_v<conv_policy, OneDnnConvBf16>>
+      engine_;
+};
+} // namespace detail
+
 /*! \brief A convolution over samples [C, H, W] (Dims = 2) or [C, D, H, W]
  *  (Dims = 3), with stride, zero padding, dilation per dimension and groups;
  *  use the aliases telar::Conv2D and telar::Conv3D.
@@ -522,26 +646,15 @@ private:
  *  \tparam ConvPolicy convolution policy (see telar/layers/conv_policy.hpp) */
 template <class T, int Dims, class MemorySpace = DefaultMemorySpace, class Gemm = AutoGemm,
           class ConvPolicy = AutoConv>
-class Convolution {
-  static_assert(Dims == 2 || Dims == 3, "telar::Convolution: Dims must be 2 or 3");
-  static_assert(is_conv_policy_v<ConvPolicy>,
-                "telar::Convolution: ConvPolicy must be a Telar convolution policy");
-  static_assert(ConvPolicy::template supports<T, MemorySpace>(),
-                "telar::Convolution: this convolution policy does not support the value type "
-                "or memory space (use telar::AutoConv)");
+class Convolution
+    : public detail::ConvLayer<Convolution<T, Dims, MemorySpace, Gemm, ConvPolicy>, T, Dims,
+                               MemorySpace, Gemm, ConvPolicy, false> {
+  using Base = detail::ConvLayer<Convolution, T, Dims, MemorySpace, Gemm, ConvPolicy, false>;
+  using Ext = typename Base::Extents;
+  using Saved = typename Base::saved_type;
+  friend Base;
 
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of parameters and activations. */
-  using memory_space = MemorySpace;
-  /*! \brief Per-dimension settings (depth, height, width in 3-D; height, width in 2-D). */
-  using Extents = std::array<std::size_t, Dims>;
-  /*! \brief What backward needs from forward: the input. */
-  struct saved_type {
-    ConstMatrix<T, MemorySpace> x; //!< the forward input
-  };
-
   /*! \brief An empty layer; assign a configured one before use. */
   Convolution() = default;
   /*! \brief A cubic (square) kernel with the same stride, padding and
@@ -554,57 +667,26 @@ public:
   Convolution(std::size_t in, std::size_t out, std::size_t kernel, std::size_t stride = 1,
               std::size_t padding = 0, bool bias = true, std::size_t dilation = 1,
               std::size_t groups = 1)
-      : Convolution(in, out, fill(kernel), fill(stride), fill(padding), bias, fill(dilation),
-                    groups) {}
+      : Convolution(in, out, Base::fill(kernel), Base::fill(stride), Base::fill(padding), bias,
+                    Base::fill(dilation), groups) {}
   /*! \brief Settings per dimension (e.g. a 1x5 kernel).
    *  \param in input channels \param out output channels \param kernel kernel extents
    *  \param stride strides \param padding zero padding on each side
    *  \param bias add a bias per output channel \param dilation kernel dilations
    *  \param groups channel groups (in and out must be multiples of it)
    *  \throws ShapeError when in or out is not a multiple of groups */
-  Convolution(std::size_t in, std::size_t out, Extents kernel, Extents stride, Extents padding,
-              bool bias = true, Extents dilation = fill(1), std::size_t groups = 1)
-      : in_(in), out_(out), groups_(groups), kernel_(kernel), stride_(stride), padding_(padding),
-        dilation_(dilation), use_bias_(bias) {
-    detail::conv_check_groups(name(), in, out, groups);
-  }
-
-  /*! \brief The concrete convolution policy (AutoConv resolved). */
-  using conv_policy =
-      std::conditional_t<std::is_same_v<ConvPolicy, AutoConv>,
-                         typename AutoConv::template select<T, MemorySpace>, ConvPolicy>;
+  Convolution(std::size_t in, std::size_t out, Ext kernel, Ext stride, Ext padding,
+              bool bias = true, Ext dilation = Base::fill(1), std::size_t groups = 1)
+      : Base(in, out, kernel, stride, padding, bias, dilation, groups) {}
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return Dims == 2 ? "Conv2D" : "Conv3D"; }
-  /*! \brief Input channels. */
-  std::size_t in_channels() const { return in_; }
-  /*! \brief Output channels. */
-  std::size_t out_channels() const { return out_; }
-  /*! \brief Channel groups (1: dense; in_channels(): depthwise). */
-  std::size_t groups() const { return groups_; }
-  /*! \brief Whether the layer adds a bias. */
-  bool has_bias() const { return use_bias_; }
-  /*! \brief Kernel extents. */
-  Extents kernel() const { return kernel_; }
-  /*! \brief Strides. */
-  Extents stride() const { return stride_; }
-  /*! \brief Zero padding on each side. */
-  Extents padding() const { return padding_; }
-  /*! \brief Dilations. */
-  Extents dilation() const { return dilation_; }
 
   /*! \brief [out, (Do,) Ho, Wo] for an input [in, (D,) H, W].
    *  \param in the input shape
    *  \throws ShapeError for another rank or channel count, or a kernel larger
    *  than the padded input */
   Shape output_shape(Shape const& in) const { return shape_of(geometry(in)); }
-
-  /*! \brief Remembers the input's spatial extents. \param in the input shape
-   *  \throws ShapeError as output_shape */
-  void build(Shape const& in) {
-    g_ = geometry(in);
-    built_ = true;
-  }
 
   /*! \brief Builds for one slab of a sample split along its first spatial
    *  axis (spatial parallelism, telar/parallel/spatial_conv.hpp): \p in is the
@@ -624,53 +706,13 @@ public:
     long const last = long(out_rows - 1) * (Dims == 3 ? g.sd : g.sh) +
                       (Dims == 3 ? g.dd * (g.kd - 1) : g.dh * (g.kh - 1)) + 1;
     if (out_rows < 1 || last > long(front_padding + in[1] + back_padding))
-      throw ShapeError(expected() + ": a slab of " + std::to_string(in[1]) + " rows padded by " +
-                       std::to_string(front_padding) + " and " + std::to_string(back_padding) +
-                       " cannot give " + std::to_string(out_rows) + " output rows");
-    g_ = g;
-    (Dims == 3 ? g_.pd_end : g_.ph_end) = int(back_padding);
-    built_ = true;
-  }
-
-  /*! \brief Multiply-add count of forward for \p samples samples, times 2.
-   *  \param samples batch size \param in input shape */
-  double flops(std::size_t samples, Shape const& in) const {
-    detail::ConvGeometry const g = geometry(in);
-    return 2.0 * double(samples) * double(g.Co) * double(g.P()) * double(g.Kg());
-  }
-
-  /*! \brief Values of W and b. */
-  std::size_t parameter_count() const {
-    return out_ * (in_ / groups_) * detail::conv_volume(kernel_) + (use_bias_ ? out_ : 0);
-  }
-  /*! \brief Keeps a view of x only (its column workspace is per layer): 0. */
-  std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
-  /*! \brief The im2col columns of the samples lowered at once (none for a
-   *  pointwise convolution or with oneDNN). \param samples rows \param in input shape */
-  std::size_t workspace_bytes(std::size_t samples, Shape const& in) const {
-    return decltype(engine_)::workspace_bytes(geometry(in), samples);
-  }
-
-  /*! \brief Allocates W, b and their gradients and draws W and b.
-   *  \param seed stream seed (telar::Sequential derives one per layer) */
-  void initialize(std::uint64_t seed) {
-    std::size_t const K = in_ / groups_ * detail::conv_volume(kernel_);
-    weight = Matrix<T, MemorySpace>("telar::Conv::weight", out_, K);
-    weight_grad = Matrix<T, MemorySpace>("telar::Conv::weight_grad", out_, K);
-    if (use_bias_) {
-      bias = Vector<T, MemorySpace>("telar::Conv::bias", out_);
-      bias_grad = Vector<T, MemorySpace>("telar::Conv::bias_grad", out_);
-    }
-    detail::conv_fill(weight, bias, seed);
-  }
-
-  /*! \brief Visits (name, value, gradient) of each parameter.
-   *  \param f callable as f(char const*, View&, View&) */
-  template <class F>
-  void parameters(F&& f) {
-    f("weight", weight, weight_grad);
-    if (use_bias_)
-      f("bias", bias, bias_grad);
+      throw ShapeError(this->expected() + ": a slab of " + std::to_string(in[1]) +
+                       " rows padded by " + std::to_string(front_padding) + " and " +
+                       std::to_string(back_padding) + " cannot give " + std::to_string(out_rows) +
+                       " output rows");
+    this->g_ = g;
+    (Dims == 3 ? this->g_.pd_end : this->g_.ph_end) = int(back_padding);
+    this->built_ = true;
   }
 
   /*! \brief y = conv(x) + b. \param exec execution space instance
@@ -678,10 +720,10 @@ public:
    *  \param saved keeps x */
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
-               saved_type& saved) const {
+               Saved& saved) const {
     check("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
     saved.x = x;
-    engine_.forward(exec, g_, x, weight.data(), bias, y);
+    this->engine_.forward(exec, this->g_, x, this->weight.data(), this->bias, y);
   }
 
   /*! \brief dx = col2im(W^T dy) (the saved input is not needed).
@@ -689,9 +731,9 @@ public:
    *  \param dx gradient of the input */
   template <class Exec>
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
-                      saved_type const&) const {
+                      Saved const&) const {
     check("backward_input", dx.extent(0), dx.extent(1), dy.extent(0), dy.extent(1));
-    engine_.backward_data(exec, g_, dy, weight.data(), dx, use_bias_);
+    this->engine_.backward_data(exec, this->g_, dy, this->weight.data(), dx, this->use_bias_);
   }
 
   /*! \brief dW += dy col(x)^T, db += sums of dy over positions.
@@ -699,41 +741,32 @@ public:
    *  \param saved the input of the matching forward */
   template <class Exec>
   void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
-                       saved_type const& saved) const {
+                       Saved const& saved) const {
     check("backward_weight", saved.x.extent(0), saved.x.extent(1), dy.extent(0), dy.extent(1));
-    engine_.backward_weights(exec, g_, saved.x, dy, weight_grad.data(), bias_grad);
+    this->engine_.backward_weights(exec, this->g_, saved.x, dy, this->weight_grad.data(),
+                                   this->bias_grad);
   }
-
-  Matrix<T, MemorySpace> weight;      //!< W [out, in / groups * kernel volume]
-  Matrix<T, MemorySpace> weight_grad; //!< dL/dW, as W
-  Vector<T, MemorySpace> bias;        //!< b [out] (empty without bias)
-  Vector<T, MemorySpace> bias_grad;   //!< dL/db [out]
 
 private:
-  static constexpr Extents fill(std::size_t v) { return detail::conv_fill_extents<Dims>(v); }
-  std::string expected() const {
-    return std::string(name()) + " expects inputs [" + std::to_string(in_) +
-           (Dims == 3 ? ", D, H, W]" : ", H, W]");
-  }
   // Sizes for input shape `in`, or ShapeError; a slab (out_rows >= 0) has
   // `front` zero rows before it along the first axis and `out_rows` outputs.
   detail::ConvGeometry geometry(Shape const& in, long front = 0, long out_rows = -1) const {
-    if (in.rank != Dims + 1 || in[0] != in_)
-      throw ShapeError(expected() + ", got " + in.str());
-    detail::conv_check_settings<Dims>(name(), kernel_, stride_, dilation_);
+    if (in.rank != Dims + 1 || in[0] != this->in_)
+      throw ShapeError(this->expected() + ", got " + in.str());
+    detail::conv_check_settings<Dims>(name(), this->kernel_, this->stride_, this->dilation_);
     detail::ConvGeometry g;
-    g.C = int(in_);
-    g.Co = int(out_);
-    g.G = int(groups_);
+    g.C = int(this->in_);
+    g.Co = int(this->out_);
+    g.G = int(this->groups_);
     for (std::size_t i = 0; i < Dims; ++i) {
-      int const k = int(kernel_[i]), s = int(stride_[i]), d = int(dilation_[i]);
-      int p = int(padding_[i]);
+      int const k = int(this->kernel_[i]), s = int(this->stride_[i]), d = int(this->dilation_[i]);
+      int p = int(this->padding_[i]);
       long const out =
           i == 0 && out_rows >= 0 ? out_rows : detail::conv_out_extent(long(in[i + 1]), k, s, p, d);
       if (i == 0 && out_rows >= 0)
         p = int(front);
       if (out < 1)
-        throw ShapeError(expected() + " whose spatial extents, padded, cover the kernel (" +
+        throw ShapeError(this->expected() + " whose spatial extents, padded, cover the kernel (" +
                          std::to_string(d * (k - 1) + 1) + "), got " + in.str());
       detail::conv_set_dim(g, int(i) + 3 - Dims, int(in[i + 1]), k, s, p, d, int(out));
     }
@@ -746,18 +779,9 @@ private:
   }
   void check(char const* what, std::size_t xn, std::size_t xf, std::size_t yn,
              std::size_t yf) const {
-    detail::conv_check_call(name(), what, built_, weight.extent(0) > 0, std::size_t(g_.in_size()),
-                            std::size_t(g_.Co) * std::size_t(g_.P()), xn, xf, yn, yf);
+    Base::check(what, std::size_t(this->g_.in_size()),
+                std::size_t(this->g_.Co) * std::size_t(this->g_.P()), xn, xf, yn, yf);
   }
-
-  std::size_t in_ = 0, out_ = 0, groups_ = 1;
-  Extents kernel_ = fill(1), stride_ = fill(1), padding_ = fill(0), dilation_ = fill(1);
-  bool use_bias_ = true;
-  detail::ConvGeometry g_{};
-  bool built_ = false;
-  detail::ConvEngine<T, MemorySpace, Gemm, is_onednn_conv_v<conv_policy>,
-                     std::is_same_v<conv_policy, OneDnnConvBf16>>
-      engine_;
 };
 
 /*! \brief 2-D convolution over samples [C, H, W]:

@@ -64,26 +64,16 @@ void conv_add_bias(Exec const& exec, Y const& y, B const& b, int P) {
  *  \tparam ConvPolicy convolution policy (see telar/layers/conv_policy.hpp) */
 template <class T, int Dims, class MemorySpace = DefaultMemorySpace, class Gemm = AutoGemm,
           class ConvPolicy = AutoConv>
-class TransposedConvolution {
-  static_assert(Dims == 2 || Dims == 3, "telar::TransposedConvolution: Dims must be 2 or 3");
-  static_assert(is_conv_policy_v<ConvPolicy>,
-                "telar::TransposedConvolution: ConvPolicy must be a Telar convolution policy");
-  static_assert(ConvPolicy::template supports<T, MemorySpace>(),
-                "telar::TransposedConvolution: this convolution policy does not support the "
-                "value type or memory space (use telar::AutoConv)");
+class TransposedConvolution
+    : public detail::ConvLayer<TransposedConvolution<T, Dims, MemorySpace, Gemm, ConvPolicy>, T,
+                               Dims, MemorySpace, Gemm, ConvPolicy, true> {
+  using Base =
+      detail::ConvLayer<TransposedConvolution, T, Dims, MemorySpace, Gemm, ConvPolicy, true>;
+  using Ext = typename Base::Extents;
+  using Saved = typename Base::saved_type;
+  friend Base;
 
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of parameters and activations. */
-  using memory_space = MemorySpace;
-  /*! \brief Per-dimension settings (depth, height, width in 3-D; height, width in 2-D). */
-  using Extents = std::array<std::size_t, Dims>;
-  /*! \brief What backward needs from forward: the input. */
-  struct saved_type {
-    ConstMatrix<T, MemorySpace> x; //!< the forward input
-  };
-
   /*! \brief An empty layer; assign a configured one before use. */
   TransposedConvolution() = default;
   /*! \brief The same kernel extent, stride, padding, output padding and
@@ -97,8 +87,8 @@ public:
   TransposedConvolution(std::size_t in, std::size_t out, std::size_t kernel, std::size_t stride = 1,
                         std::size_t padding = 0, std::size_t output_padding = 0, bool bias = true,
                         std::size_t dilation = 1, std::size_t groups = 1)
-      : TransposedConvolution(in, out, fill(kernel), fill(stride), fill(padding),
-                              fill(output_padding), bias, fill(dilation), groups) {}
+      : TransposedConvolution(in, out, Base::fill(kernel), Base::fill(stride), Base::fill(padding),
+                              Base::fill(output_padding), bias, Base::fill(dilation), groups) {}
   /*! \brief Settings per dimension.
    *  \param in input channels \param out output channels \param kernel kernel extents
    *  \param stride strides \param padding padding removed from each side of the output
@@ -106,84 +96,20 @@ public:
    *  \param bias add a bias per output channel \param dilation kernel dilations
    *  \param groups channel groups (in and out must be multiples of it)
    *  \throws ShapeError when in or out is not a multiple of groups */
-  TransposedConvolution(std::size_t in, std::size_t out, Extents kernel, Extents stride,
-                        Extents padding, Extents output_padding = fill(0), bool bias = true,
-                        Extents dilation = fill(1), std::size_t groups = 1)
-      : in_(in), out_(out), groups_(groups), kernel_(kernel), stride_(stride), padding_(padding),
-        output_padding_(output_padding), dilation_(dilation), use_bias_(bias) {
-    detail::conv_check_groups(name(), in, out, groups);
-  }
-
-  /*! \brief The concrete convolution policy (AutoConv resolved). */
-  using conv_policy =
-      std::conditional_t<std::is_same_v<ConvPolicy, AutoConv>,
-                         typename AutoConv::template select<T, MemorySpace>, ConvPolicy>;
+  TransposedConvolution(std::size_t in, std::size_t out, Ext kernel, Ext stride,
+                        Ext padding, Ext output_padding = Base::fill(0), bool bias = true,
+                        Ext dilation = Base::fill(1), std::size_t groups = 1)
+      : Base(in, out, kernel, stride, padding, bias, dilation, groups),
+        output_padding_(output_padding) {}
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return Dims == 2 ? "ConvTranspose2D" : "ConvTranspose3D"; }
-  /*! \brief Input channels. */
-  std::size_t in_channels() const { return in_; }
-  /*! \brief Output channels. */
-  std::size_t out_channels() const { return out_; }
-  /*! \brief Channel groups. */
-  std::size_t groups() const { return groups_; }
-  /*! \brief Whether the layer adds a bias. */
-  bool has_bias() const { return use_bias_; }
 
   /*! \brief [out, (Do,) Ho, Wo] for an input [in, (D,) H, W].
    *  \param in the input shape
    *  \throws ShapeError for another rank or channel count, an output padding
    *  not smaller than stride or dilation, or an empty output */
   Shape output_shape(Shape const& in) const { return shape_of(geometry(in)); }
-
-  /*! \brief Remembers the input's spatial extents. \param in the input shape
-   *  \throws ShapeError as output_shape */
-  void build(Shape const& in) {
-    g_ = geometry(in);
-    built_ = true;
-  }
-
-  /*! \brief Multiply-add count of forward for \p samples samples, times 2
-   *  (that of the adjoint convolution).
-   *  \param samples batch size \param in input shape */
-  double flops(std::size_t samples, Shape const& in) const {
-    detail::ConvGeometry const g = geometry(in);
-    return 2.0 * double(samples) * double(g.Co) * double(g.P()) * double(g.Kg());
-  }
-
-  /*! \brief Values of W and b. */
-  std::size_t parameter_count() const {
-    return in_ * (out_ / groups_) * detail::conv_volume(kernel_) + (use_bias_ ? out_ : 0);
-  }
-  /*! \brief Keeps a view of x only (its column workspace is per layer): 0. */
-  std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
-  /*! \brief The adjoint convolution's im2col columns for \p samples samples
-   *  (none for a pointwise one or with oneDNN). \param samples rows \param in input shape */
-  std::size_t workspace_bytes(std::size_t samples, Shape const& in) const {
-    return decltype(engine_)::workspace_bytes(geometry(in), samples);
-  }
-
-  /*! \brief Allocates W, b and their gradients and draws W and b.
-   *  \param seed stream seed (telar::Sequential derives one per layer) */
-  void initialize(std::uint64_t seed) {
-    std::size_t const K = out_ / groups_ * detail::conv_volume(kernel_);
-    weight = Matrix<T, MemorySpace>("telar::ConvTranspose::weight", in_, K);
-    weight_grad = Matrix<T, MemorySpace>("telar::ConvTranspose::weight_grad", in_, K);
-    if (use_bias_) {
-      bias = Vector<T, MemorySpace>("telar::ConvTranspose::bias", out_);
-      bias_grad = Vector<T, MemorySpace>("telar::ConvTranspose::bias_grad", out_);
-    }
-    detail::conv_fill(weight, bias, seed);
-  }
-
-  /*! \brief Visits (name, value, gradient) of each parameter.
-   *  \param f callable as f(char const*, View&, View&) */
-  template <class F>
-  void parameters(F&& f) {
-    f("weight", weight, weight_grad);
-    if (use_bias_)
-      f("bias", bias, bias_grad);
-  }
 
   /*! \brief Input rows [first, last) of the first spatial axis that output
    *  rows [out_begin, out_end) read (spatial parallelism): those whose
@@ -192,8 +118,8 @@ public:
    *  \return {first, last} (first == last: no input reaches those rows) */
   std::array<std::size_t, 2> input_rows(Shape const& in, std::size_t out_begin,
                                         std::size_t out_end) const {
-    long const s = long(stride_[0]), p = long(padding_[0]);
-    long const reach = long(dilation_[0]) * (long(kernel_[0]) - 1);
+    long const s = long(this->stride_[0]), p = long(this->padding_[0]);
+    long const reach = long(this->dilation_[0]) * (long(this->kernel_[0]) - 1);
     long const lo = std::max(0L, (long(out_begin) + p - reach + s - 1 + s * reach) / s - reach);
     long const hi = std::min(long(in[1]), (long(out_end) - 1 + p) / s + 1);
     check_slab_offset(long(out_begin) + p - lo * s);
@@ -210,12 +136,14 @@ public:
   void build_slab(Shape const& in, std::size_t out_begin, std::size_t out_end, std::size_t in_begin,
                   std::size_t in_end) {
     detail::ConvGeometry g = geometry(in);
-    long const front = long(out_begin) + long(padding_[0]) - long(in_begin) * long(stride_[0]);
+    long const front =
+        long(out_begin) + long(this->padding_[0]) - long(in_begin) * long(this->stride_[0]);
     check_slab_offset(front);
-    detail::conv_set_dim(g, 3 - Dims, int(out_end - out_begin), int(kernel_[0]), int(stride_[0]),
-                         int(front), int(dilation_[0]), int(in_end - in_begin));
-    g_ = g;
-    built_ = true;
+    detail::conv_set_dim(g, 3 - Dims, int(out_end - out_begin), int(this->kernel_[0]),
+                         int(this->stride_[0]), int(front), int(this->dilation_[0]),
+                         int(in_end - in_begin));
+    this->g_ = g;
+    this->built_ = true;
   }
 
   /*! \brief y = conv^T(x) + b: the adjoint convolution's input gradient.
@@ -223,12 +151,12 @@ public:
    *  \param y output [n, out * (Do *) Ho * Wo] \param saved keeps x */
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
-               saved_type& saved) const {
+               Saved& saved) const {
     check("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
     saved.x = x;
-    engine_.backward_data(exec, g_, x, weight.data(), y, false);
-    if (use_bias_)
-      detail::conv_add_bias(exec, y, bias, g_.in_size() / g_.C);
+    this->engine_.backward_data(exec, this->g_, x, this->weight.data(), y, false);
+    if (this->use_bias_)
+      detail::conv_add_bias(exec, y, this->bias, this->g_.in_size() / this->g_.C);
   }
 
   /*! \brief dx = conv(dy): the adjoint convolution's forward, without bias.
@@ -236,9 +164,9 @@ public:
    *  \param dx gradient of the input */
   template <class Exec>
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
-                      saved_type const&) const {
+                      Saved const&) const {
     check("backward_input", dx.extent(0), dx.extent(1), dy.extent(0), dy.extent(1));
-    engine_.forward(exec, g_, dy, weight.data(), Vector<T, MemorySpace>{}, dx);
+    this->engine_.forward(exec, this->g_, dy, this->weight.data(), Vector<T, MemorySpace>{}, dx);
   }
 
   /*! \brief dW += the adjoint convolution's weight gradient for input dy and
@@ -247,53 +175,45 @@ public:
    *  \param saved the input of the matching forward */
   template <class Exec>
   void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
-                       saved_type const& saved) const {
+                       Saved const& saved) const {
     check("backward_weight", saved.x.extent(0), saved.x.extent(1), dy.extent(0), dy.extent(1));
-    engine_.backward_weights(exec, g_, dy, saved.x, weight_grad.data(), Vector<T, MemorySpace>{});
-    if (use_bias_)
-      detail::conv_bias_grad(exec, dy, bias_grad, g_.in_size() / g_.C);
+    this->engine_.backward_weights(exec, this->g_, dy, saved.x, this->weight_grad.data(),
+                                   Vector<T, MemorySpace>{});
+    if (this->use_bias_)
+      detail::conv_bias_grad(exec, dy, this->bias_grad, this->g_.in_size() / this->g_.C);
   }
 
-  Matrix<T, MemorySpace> weight;      //!< W [in, out / groups * kernel volume]
-  Matrix<T, MemorySpace> weight_grad; //!< dL/dW, as W
-  Vector<T, MemorySpace> bias;        //!< b [out] (empty without bias)
-  Vector<T, MemorySpace> bias_grad;   //!< dL/db [out]
-
 private:
-  static constexpr Extents fill(std::size_t v) { return detail::conv_fill_extents<Dims>(v); }
   // ShapeError when a slab's first output row lies before its first input
   // row's taps (a stride longer than the kernel's span): the adjoint's front
   // padding would be negative. input_rows checks it for every rank's slab.
   void check_slab_offset(long front) const {
     if (front < 0)
-      throw ShapeError(std::string(name()) + ": a stride (" + std::to_string(stride_[0]) +
+      throw ShapeError(std::string(name()) + ": a stride (" + std::to_string(this->stride_[0]) +
                        ") longer than the kernel's span is not supported on slabs (spatial "
                        "parallelism)");
-  }
-  std::string expected() const {
-    return std::string(name()) + " expects inputs [" + std::to_string(in_) +
-           (Dims == 3 ? ", D, H, W]" : ", H, W]");
   }
   // The adjoint convolution's sizes (its input is this layer's output, its
   // output this layer's input) for input shape `in`, or ShapeError.
   detail::ConvGeometry geometry(Shape const& in) const {
-    if (in.rank != Dims + 1 || in[0] != in_)
-      throw ShapeError(expected() + ", got " + in.str());
-    detail::conv_check_settings<Dims>(name(), kernel_, stride_, dilation_);
+    if (in.rank != Dims + 1 || in[0] != this->in_)
+      throw ShapeError(this->expected() + ", got " + in.str());
+    detail::conv_check_settings<Dims>(name(), this->kernel_, this->stride_, this->dilation_);
     detail::ConvGeometry g;
-    g.C = int(out_);
-    g.Co = int(in_);
-    g.G = int(groups_);
+    g.C = int(this->out_);
+    g.Co = int(this->in_);
+    g.G = int(this->groups_);
     for (std::size_t i = 0; i < Dims; ++i) {
-      long const k = long(kernel_[i]), s = long(stride_[i]), p = long(padding_[i]),
-                 op = long(output_padding_[i]), d = long(dilation_[i]);
+      long const k = long(this->kernel_[i]), s = long(this->stride_[i]),
+                 p = long(this->padding_[i]), op = long(output_padding_[i]),
+                 d = long(this->dilation_[i]);
       if (op >= s && op >= d)
         throw ShapeError(std::string(name()) + ": output_padding (" + std::to_string(op) +
                          ") must be smaller than stride (" + std::to_string(s) + ") or dilation (" +
                          std::to_string(d) + ")");
       long const out = (long(in[i + 1]) - 1) * s - 2 * p + d * (k - 1) + op + 1;
       if (out < 1 || in[i + 1] < 1)
-        throw ShapeError(expected() + " whose output is not empty, got " + in.str() +
+        throw ShapeError(this->expected() + " whose output is not empty, got " + in.str() +
                          " (output extent " + std::to_string(out) + ")");
       detail::conv_set_dim(g, int(i) + 3 - Dims, int(out), int(k), int(s), int(p), int(d),
                            int(in[i + 1]));
@@ -307,20 +227,11 @@ private:
   }
   void check(char const* what, std::size_t xn, std::size_t xf, std::size_t yn,
              std::size_t yf) const {
-    detail::conv_check_call(name(), what, built_, weight.extent(0) > 0,
-                            std::size_t(g_.Co) * std::size_t(g_.P()), std::size_t(g_.in_size()), xn,
-                            xf, yn, yf);
+    Base::check(what, std::size_t(this->g_.Co) * std::size_t(this->g_.P()),
+                std::size_t(this->g_.in_size()), xn, xf, yn, yf);
   }
 
-  std::size_t in_ = 0, out_ = 0, groups_ = 1;
-  Extents kernel_ = fill(1), stride_ = fill(1), padding_ = fill(0), output_padding_ = fill(0),
-          dilation_ = fill(1);
-  bool use_bias_ = true;
-  detail::ConvGeometry g_{};
-  bool built_ = false;
-  detail::ConvEngine<T, MemorySpace, Gemm, is_onednn_conv_v<conv_policy>,
-                     std::is_same_v<conv_policy, OneDnnConvBf16>>
-      engine_;
+  Ext output_padding_ = Base::fill(0);
 };
 
 /*! \brief Transposed 2-D convolution over samples [C, H, W]:

@@ -4,6 +4,7 @@
 #include <telar/core/detail/column_sums.hpp>
 #include <telar/core/detail/counter_rng.hpp>
 #include <telar/core/detail/math.hpp>
+#include <telar/core/detail/uniform_fill.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/gemm.hpp>
 #include <telar/core/layer.hpp>
@@ -17,27 +18,11 @@ namespace telar {
 
 namespace detail {
 // Draws the block of a full [out, full_in] W (and the matching entries of b)
-// whose first element is (row0, col0). A free function rather than a member:
-// nvcc rejects extended lambdas in protected or private member functions.
+// whose first element is (row0, col0).
 template <class W, class B>
 void dense_fill_block(W const& w, B const& b, std::uint64_t seed, std::size_t full_in,
                       std::size_t row0, std::size_t col0) {
-  using T = typename W::non_const_value_type;
-  using Exec = typename W::memory_space::execution_space;
-  T const bound = T(1) / detail::sqrt(T(full_in == 0 ? 1 : full_in));
-  std::uint64_t const wseed = mix_seed(seed, 0), bseed = mix_seed(seed, 1);
-  Kokkos::parallel_for(
-      "telar::Dense::initialize",
-      Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>({0, 0}, {w.extent(0), w.extent(1)}),
-      KOKKOS_LAMBDA(std::size_t i, std::size_t j) {
-        w(i, j) = uniform_at(wseed, (row0 + i) * full_in + (col0 + j), -bound, bound);
-      });
-  if (b.extent(0) > 0) {
-    Kokkos::parallel_for(
-        "telar::Dense::initialize_bias", Kokkos::RangePolicy<Exec>(0, b.extent(0)),
-        KOKKOS_LAMBDA(std::size_t i) { b(i) = uniform_at(bseed, row0 + i, -bound, bound); });
-  }
-  Kokkos::fence();
+  uniform_fill_block("telar::Dense", w, b, seed, full_in, row0, col0);
 }
 } // namespace detail
 

@@ -263,6 +263,58 @@ void rms_backward_weight(Exec const& exec, ConstMatrix<T, M> dy, ConstMatrix<T, 
       gamma_grad);
 }
 
+// ShapeError unless a [an, ak] and b [bn, bk] are the same [n, k * size] and
+// gamma has its size (LayerNorm, RMSNorm: rows of `size` values).
+inline void norm_check_rows(char const* layer, char const* what, std::size_t size,
+                            std::size_t gamma, std::size_t an, std::size_t ak, std::size_t bn,
+                            std::size_t bk) {
+  bool const ok = size > 0 && ak % size == 0 && an == bn && ak == bk && gamma == size;
+  if (!ok)
+    throw ShapeError(std::string("telar::") + layer + "::" + what + ": expected [n, k * " +
+                     std::to_string(size) + "] twice, got [" + std::to_string(an) + ", " +
+                     std::to_string(ak) + "] and [" + std::to_string(bn) + ", " +
+                     std::to_string(bk) + "]" + (gamma != size ? " (layer not initialised)" : ""));
+}
+
+/*! \brief What LayerNorm and RMSNorm share: rows of \p normalized_size
+ *  values (the last extent) normalised with an offset eps; the output has the
+ *  input's shape. \tparam Derived the layer (CRTP: name())
+ *  \tparam T value type \tparam MemorySpace memory space */
+template <class Derived, class T, class MemorySpace>
+class RowNorm {
+public:
+  /*! \brief Scalar type. */
+  using value_type = T;
+  /*! \brief Memory space of parameters and activations. */
+  using memory_space = MemorySpace;
+  /*! \brief The output has the input's shape (lets Sequential see through it). */
+  static constexpr bool preserves_shape = true;
+
+  /*! \brief The input's shape. \param in [..., normalized_size]
+   *  \throws ShapeError when the last extent differs */
+  Shape output_shape(Shape const& in) const {
+    if (in.back() != size_)
+      throw ShapeError(std::string(Derived::name()) + " expects inputs [..., " +
+                       std::to_string(size_) + "]");
+    return in;
+  }
+  /*! \brief The normalised extent. */
+  std::size_t normalized_size() const { return size_; }
+  /*! \brief The offset added under the square root. */
+  double eps() const { return eps_; }
+
+protected:
+  RowNorm() = default;
+  RowNorm(std::size_t normalized_size, double eps) : size_(normalized_size), eps_(eps) {}
+  // Bytes of `per_row` statistics of every normalised row.
+  std::size_t row_stats_bytes(std::size_t samples, Shape const& in, std::size_t per_row) const {
+    return per_row * view_bytes<T>(samples * (size_ ? in.size() / size_ : 0));
+  }
+
+  std::size_t size_ = 0; //!< the normalised extent
+  double eps_ = 1e-5;    //!< the offset
+};
+
 } // namespace detail
 
 /*! \brief Layer normalisation over the last extent (Ba et al. 2016; PyTorch's
@@ -282,14 +334,12 @@ void rms_backward_weight(Exec const& exec, ConstMatrix<T, M> dy, ConstMatrix<T, 
  *  \tparam T value type \tparam MemorySpace memory space
  */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-class LayerNorm {
+class LayerNorm : public detail::RowNorm<LayerNorm<T, MemorySpace>, T, MemorySpace> {
+  using Base = detail::RowNorm<LayerNorm, T, MemorySpace>;
+  using Base::eps_;
+  using Base::size_;
+
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of parameters and activations. */
-  using memory_space = MemorySpace;
-  /*! \brief The output has the input's shape (lets Sequential see through it). */
-  static constexpr bool preserves_shape = true;
   /*! \brief What backward needs from forward. */
   struct saved_type {
     ConstMatrix<T, MemorySpace> x; //!< the forward input
@@ -301,22 +351,10 @@ public:
   LayerNorm() = default;
   /*! \brief \param normalized_size the last extent of the input
    *  \param eps added to the variance */
-  explicit LayerNorm(std::size_t normalized_size, double eps = 1e-5)
-      : size_(normalized_size), eps_(eps) {}
+  explicit LayerNorm(std::size_t normalized_size, double eps = 1e-5) : Base(normalized_size, eps) {}
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "LayerNorm"; }
-  /*! \brief The input's shape. \param in [..., normalized_size]
-   *  \throws ShapeError when the last extent differs */
-  Shape output_shape(Shape const& in) const {
-    if (in.back() != size_)
-      throw ShapeError("LayerNorm expects inputs [..., " + std::to_string(size_) + "]");
-    return in;
-  }
-  /*! \brief The normalised extent. */
-  std::size_t normalized_size() const { return size_; }
-  /*! \brief The variance offset. */
-  double eps() const { return eps_; }
   /*! \brief Cost estimate. \param samples rows \param in input shape */
   double flops(std::size_t samples, Shape const& in) const {
     return 8.0 * double(samples) * double(in.size());
@@ -326,7 +364,7 @@ public:
   std::size_t parameter_count() const { return 2 * size_; }
   /*! \brief Mean and 1/std of every normalised row. \param samples rows \param in input shape */
   std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
-    return 2 * detail::view_bytes<T>(samples * (size_ ? in.size() / size_ : 0));
+    return this->row_stats_bytes(samples, in, 2);
   }
 
   /*! \brief Allocates gamma = 1, beta = 0 and their gradients.
@@ -389,18 +427,8 @@ private:
   }
   void check(char const* what, std::size_t an, std::size_t ak, std::size_t bn,
              std::size_t bk) const {
-    bool const ok =
-        size_ > 0 && ak % size_ == 0 && an == bn && ak == bk && weight.extent(0) == size_;
-    if (!ok)
-      throw ShapeError(std::string("telar::LayerNorm::") + what + ": expected [n, k * " +
-                       std::to_string(size_) + "] twice, got [" + std::to_string(an) + ", " +
-                       std::to_string(ak) + "] and [" + std::to_string(bn) + ", " +
-                       std::to_string(bk) + "]" +
-                       (weight.extent(0) != size_ ? " (layer not initialised)" : ""));
+    detail::norm_check_rows("LayerNorm", what, size_, weight.extent(0), an, ak, bn, bk);
   }
-
-  std::size_t size_ = 0;
-  double eps_ = 1e-5;
 };
 
 /*! \brief Root-mean-square normalisation over the last extent (Zhang &
@@ -415,14 +443,12 @@ private:
  *  state is the input and each row's 1/rms.
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-class RMSNorm {
+class RMSNorm : public detail::RowNorm<RMSNorm<T, MemorySpace>, T, MemorySpace> {
+  using Base = detail::RowNorm<RMSNorm, T, MemorySpace>;
+  using Base::eps_;
+  using Base::size_;
+
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of parameters and activations. */
-  using memory_space = MemorySpace;
-  /*! \brief The output has the input's shape (lets Sequential see through it). */
-  static constexpr bool preserves_shape = true;
   /*! \brief What backward needs from forward. */
   struct saved_type {
     ConstMatrix<T, MemorySpace> x; //!< the forward input
@@ -433,22 +459,10 @@ public:
   RMSNorm() = default;
   /*! \brief \param normalized_size the last extent of the input
    *  \param eps added to the mean square */
-  explicit RMSNorm(std::size_t normalized_size, double eps = 1e-5)
-      : size_(normalized_size), eps_(eps) {}
+  explicit RMSNorm(std::size_t normalized_size, double eps = 1e-5) : Base(normalized_size, eps) {}
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "RMSNorm"; }
-  /*! \brief The input's shape. \param in [..., normalized_size]
-   *  \throws ShapeError when the last extent differs */
-  Shape output_shape(Shape const& in) const {
-    if (in.back() != size_)
-      throw ShapeError("RMSNorm expects inputs [..., " + std::to_string(size_) + "]");
-    return in;
-  }
-  /*! \brief The normalised extent. */
-  std::size_t normalized_size() const { return size_; }
-  /*! \brief The mean-square offset. */
-  double eps() const { return eps_; }
   /*! \brief Cost estimate. \param samples rows \param in input shape */
   double flops(std::size_t samples, Shape const& in) const {
     return 5.0 * double(samples) * double(in.size());
@@ -458,7 +472,7 @@ public:
   std::size_t parameter_count() const { return size_; }
   /*! \brief 1/rms of every normalised row. \param samples rows \param in input shape */
   std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
-    return detail::view_bytes<T>(samples * (size_ ? in.size() / size_ : 0));
+    return this->row_stats_bytes(samples, in, 1);
   }
 
   /*! \brief Allocates gamma = 1 and its gradient.
@@ -511,18 +525,8 @@ public:
 private:
   void check(char const* what, std::size_t an, std::size_t ak, std::size_t bn,
              std::size_t bk) const {
-    bool const ok =
-        size_ > 0 && ak % size_ == 0 && an == bn && ak == bk && weight.extent(0) == size_;
-    if (!ok)
-      throw ShapeError(std::string("telar::RMSNorm::") + what + ": expected [n, k * " +
-                       std::to_string(size_) + "] twice, got [" + std::to_string(an) + ", " +
-                       std::to_string(ak) + "] and [" + std::to_string(bn) + ", " +
-                       std::to_string(bk) + "]" +
-                       (weight.extent(0) != size_ ? " (layer not initialised)" : ""));
+    detail::norm_check_rows("RMSNorm", what, size_, weight.extent(0), an, ak, bn, bk);
   }
-
-  std::size_t size_ = 0;
-  double eps_ = 1e-5;
 };
 
 /*! \brief Group normalisation (Wu & He 2018; PyTorch's `nn.GroupNorm(groups,

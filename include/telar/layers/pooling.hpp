@@ -445,6 +445,49 @@ protected:
   bool built_ = false;
 };
 
+// MaxPool's and AvgPool's members over PoolBase that need the layer's
+// name() (CRTP): shapes, builds and the window count.
+template <class Derived, int Dims>
+class PoolLayer : protected PoolBase<Dims> {
+  using Base = PoolBase<Dims>;
+  static constexpr char const* name() { return Derived::name(); }
+
+public:
+  using Base::Base;
+  /*! \brief [C, Ho, Wo] (or [C, Do, Ho, Wo]) for an input [C, H, W] (or
+   *  [C, D, H, W]). \param in input shape
+   *  \throws ShapeError for another rank or a window larger than the padded input */
+  Shape output_shape(Shape const& in) const { return this->output(this->geometry(in, name())); }
+  /*! \brief Builds for one slab of a sample split along its first spatial
+   *  axis (spatial parallelism, telar/parallel/spatial_conv.hpp): \p in with
+   *  its halo rows, padding only at the volume's faces. \param in the slab's
+   *  shape \param front_padding padding rows before it \param back_padding
+   *  padding rows after it \param out_rows output rows along the split axis
+   *  \throws ShapeError with ceil_mode, or as build for the other axes */
+  void build_slab(Shape const& in, std::size_t front_padding, std::size_t back_padding,
+                  std::size_t out_rows) {
+    this->g_ = this->slab_geometry(in, name(), front_padding, back_padding, out_rows);
+    this->built_ = true;
+  }
+  /*! \brief Window extent. */
+  using Base::kernel;
+  /*! \brief Implicit padding on each side. */
+  using Base::padding;
+  /*! \brief Window step. */
+  using Base::stride;
+  /*! \brief Remembers the input's extents. \param in input shape */
+  void build(Shape const& in) {
+    this->g_ = this->geometry(in, name());
+    this->built_ = true;
+  }
+  /*! \brief Comparisons or additions in forward. \param samples batch size
+   *  \param in input shape */
+  double flops(std::size_t samples, Shape const& in) const {
+    return this->window_flops(samples, this->geometry(in, name()));
+  }
+};
+
+
 // [n, C * S] -> [n, C] with matching rows, for global pooling.
 inline void check_global_pool(char const* name, char const* what, std::size_t xn, std::size_t xf,
                               std::size_t yn, std::size_t yf) {
@@ -517,8 +560,8 @@ void ensure_index_matrix(Kokkos::View<int**, Kokkos::LayoutRight, MemorySpace>& 
  *  \tparam Dims spatial dimensions (2 or 3) \tparam T value type
  *  \tparam MemorySpace memory space */
 template <int Dims, class T = float, class MemorySpace = DefaultMemorySpace>
-class MaxPool : detail::PoolBase<Dims> {
-  using Base = detail::PoolBase<Dims>;
+class MaxPool : public detail::PoolLayer<MaxPool<Dims, T, MemorySpace>, Dims> {
+  using Base = detail::PoolLayer<MaxPool, Dims>;
 
 public:
   /*! \brief Scalar type. */
@@ -542,36 +585,9 @@ public:
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return Dims == 2 ? "MaxPool2D" : "MaxPool3D"; }
-  /*! \brief [C, Ho, Wo] (or [C, Do, Ho, Wo]) for an input [C, H, W] (or
-   *  [C, D, H, W]). \param in input shape
-   *  \throws ShapeError for another rank or a window larger than the padded input */
-  Shape output_shape(Shape const& in) const { return this->output(this->geometry(in, name())); }
-  /*! \brief Builds for one slab of a sample split along its first spatial
-   *  axis (spatial parallelism, telar/parallel/spatial_conv.hpp): \p in with
-   *  its halo rows, padding only at the volume's faces. \param in the slab's
-   *  shape \param front_padding padding rows before it \param back_padding
-   *  padding rows after it \param out_rows output rows along the split axis
-   *  \throws ShapeError with ceil_mode, or as build for the other axes */
-  void build_slab(Shape const& in, std::size_t front_padding, std::size_t back_padding,
-                  std::size_t out_rows) {
-    this->g_ = this->slab_geometry(in, name(), front_padding, back_padding, out_rows);
-    this->built_ = true;
-  }
-  using Base::kernel;
-  using Base::padding;
-  using Base::stride;
-  /*! \brief Remembers the input's extents. \param in input shape */
-  void build(Shape const& in) {
-    this->g_ = this->geometry(in, name());
-    this->built_ = true;
-  }
-  /*! \brief Comparisons in forward. \param samples batch size \param in input shape */
-  double flops(std::size_t samples, Shape const& in) const {
-    return this->window_flops(samples, this->geometry(in, name()));
-  }
   /*! \brief The argmax of every output. \param samples rows \param in input shape */
   std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
-    return detail::view_bytes<int>(samples * output_shape(in).size());
+    return detail::view_bytes<int>(samples * this->output_shape(in).size());
   }
   /*! \brief y = window maxima. \param exec execution space instance
    *  \param x input [n, C*D*H*W] \param y output [n, C*Do*Ho*Wo] \param saved keeps the argmax */
@@ -598,8 +614,8 @@ public:
  *  \tparam Dims spatial dimensions (2 or 3) \tparam T value type
  *  \tparam MemorySpace memory space */
 template <int Dims, class T = float, class MemorySpace = DefaultMemorySpace>
-class AvgPool : detail::PoolBase<Dims> {
-  using Base = detail::PoolBase<Dims>;
+class AvgPool : public detail::PoolLayer<AvgPool<Dims, T, MemorySpace>, Dims> {
+  using Base = detail::PoolLayer<AvgPool, Dims>;
 
 public:
   /*! \brief Scalar type. */
@@ -621,33 +637,6 @@ public:
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return Dims == 2 ? "AvgPool2D" : "AvgPool3D"; }
-  /*! \brief [C, Ho, Wo] (or [C, Do, Ho, Wo]) for an input [C, H, W] (or
-   *  [C, D, H, W]). \param in input shape
-   *  \throws ShapeError for another rank or a window larger than the padded input */
-  Shape output_shape(Shape const& in) const { return this->output(this->geometry(in, name())); }
-  /*! \brief Builds for one slab of a sample split along its first spatial
-   *  axis (spatial parallelism, telar/parallel/spatial_conv.hpp): \p in with
-   *  its halo rows, padding only at the volume's faces. \param in the slab's
-   *  shape \param front_padding padding rows before it \param back_padding
-   *  padding rows after it \param out_rows output rows along the split axis
-   *  \throws ShapeError with ceil_mode, or as build for the other axes */
-  void build_slab(Shape const& in, std::size_t front_padding, std::size_t back_padding,
-                  std::size_t out_rows) {
-    this->g_ = this->slab_geometry(in, name(), front_padding, back_padding, out_rows);
-    this->built_ = true;
-  }
-  using Base::kernel;
-  using Base::padding;
-  using Base::stride;
-  /*! \brief Remembers the input's extents. \param in input shape */
-  void build(Shape const& in) {
-    this->g_ = this->geometry(in, name());
-    this->built_ = true;
-  }
-  /*! \brief Additions in forward. \param samples batch size \param in input shape */
-  double flops(std::size_t samples, Shape const& in) const {
-    return this->window_flops(samples, this->geometry(in, name()));
-  }
   /*! \brief 0: nothing is kept. \param samples rows \param in input shape */
   std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
     (void)samples, (void)in;

@@ -175,6 +175,139 @@ class RowParallel {
                 "parameter_replicas and use it unwrapped (docs/tensor_parallel.md)");
 };
 
+namespace detail {
+/*! \brief What telar::ColumnParallel and telar::RowParallel share: a Dense
+ *  of the full (serial) sizes whose W is this rank's block, cut along its
+ *  outputs (rows, \p SplitOutputs) or its inputs (columns); the group; the
+ *  checks, counts and initialisation that follow from the cut.
+ *  \tparam Derived the wrapper (CRTP: its name())
+ *  \tparam DenseT the split telar::Dense \tparam SplitOutputs rows (true) or columns */
+template <class Derived, class DenseT, bool SplitOutputs>
+class TpDense : protected DenseT {
+public:
+  /*! \brief The wrapped layer type. */
+  using layer_type = DenseT;
+  /*! \brief Scalar type. */
+  using value_type = typename DenseT::value_type;
+  /*! \brief Memory space of parameters and activations. */
+  using memory_space = typename DenseT::memory_space;
+  /*! \brief What backward needs from forward: this rank's input (block). */
+  using saved_type = typename DenseT::saved_type;
+
+  /*! \brief An empty layer; assign a configured one before use. */
+  TpDense() = default;
+  /*! \brief Sizes of the full (serial) layer. \param in input features
+   *  \param out output features \param with_bias add a bias */
+  TpDense(std::size_t in, std::size_t out, bool with_bias) : DenseT(in, out, with_bias) {}
+
+  /*! \brief Joins a tensor-parallel group; call before the shapes and
+   *  initialize(). \param ctx the group
+   *  \throws telar::Error if \p ctx is invalid, or if the layer was initialised
+   *  with another split */
+  void set_tensor_parallel(TensorParallelContext const& ctx) {
+    ctx.validate(std::string("telar::") + Derived::name() + "::set_tensor_parallel");
+    tp_check_resplit(Derived::name(), initialized_, tp_block(split(), ctx_.size, ctx_.rank),
+                     tp_block(split(), ctx.size, ctx.rank));
+    ctx_ = ctx;
+  }
+  /*! \brief The group this layer belongs to. */
+  TensorParallelContext const& tensor_parallel() const { return ctx_; }
+  /*! \brief First feature of the cut dimension this rank holds. */
+  std::size_t shard_begin() const { return tp_block(split(), ctx_.size, ctx_.rank).begin; }
+  /*! \brief Features of the cut dimension this rank holds. */
+  std::size_t shard_size() const { return tp_block(split(), ctx_.size, ctx_.rank).size; }
+  /*! \brief Whether the layer adds a bias. */
+  bool has_bias() const { return this->use_bias_; }
+  /*! \brief This rank's forward multiply-adds times 2 for \p samples rows. */
+  double flops(std::size_t samples, Shape const&) const {
+    return 2.0 * double(samples) * double(local_in()) * double(local_out());
+  }
+  /*! \brief Values of this rank's block of W and of its b (a shard of b,
+   *  or all of it). */
+  std::size_t parameter_count() const {
+    return local_out() * local_in() + (this->use_bias_ ? local_out() : 0);
+  }
+  /*! \brief Keeps a view of x only: 0. */
+  std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
+
+  /*! \brief Allocates this rank's block of W and b and draws the serial values
+   *  of that block. \param seed the same seed the serial Dense gets */
+  void initialize(std::uint64_t seed) {
+    this->allocate(local_out(), local_in(), this->use_bias_);
+    this->fill_block(seed, SplitOutputs ? shard_begin() : 0, SplitOutputs ? 0 : shard_begin());
+    initialized_ = true;
+  }
+
+  using DenseT::parameters;
+
+  /*! \brief dx = dy_local W_local: column-parallel, summed over the group
+   *  (one allreduce of the replicated [n, in]); row-parallel, this rank's
+   *  input block [n, in_local] without communication.
+   *  \param exec execution space instance \param dy gradient of this rank's output
+   *  \param dx gradient of this rank's input \param saved unused */
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
+                      Matrix<value_type, memory_space> dx, saved_type const& saved) const {
+    TpRegion scope(region("backward_input"));
+    check("backward_input", "dx", dx.extent(0), dx.extent(1), "dy", dy.extent(0), dy.extent(1));
+    DenseT::backward_input(exec, dy, dx, saved);
+    if constexpr (SplitOutputs)
+      ctx_.allreduce_sum(exec, dx);
+  }
+
+  /*! \brief dW_local += dy_local^T x_local, db += column sums of dy_local; local.
+   *  \param exec execution space instance \param dy gradient of this rank's output
+   *  \param saved the input of the matching forward */
+  template <class Exec>
+  void backward_weight(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
+                       saved_type const& saved) const {
+    TpRegion scope(region("backward_weight"));
+    check("backward_weight", "x", saved.x.extent(0), saved.x.extent(1), "dy", dy.extent(0),
+          dy.extent(1));
+    DenseT::backward_weight(exec, dy, saved);
+  }
+
+  using DenseT::bias;
+  using DenseT::bias_grad;
+  using DenseT::weight;
+  using DenseT::weight_grad;
+
+protected:
+  // "telar::ColumnParallel::forward": the Kokkos Tools region of a method.
+  static std::string region(char const* method) {
+    std::string const n = Derived::name();
+    return "telar::" + n.substr(0, n.find('<')) + "::" + method;
+  }
+  // The split layer's own methods (hidden by the wrapper's).
+  DenseT const& dense() const { return *this; }
+  std::size_t split() const { return SplitOutputs ? this->out_ : this->in_; }
+  std::size_t local_out() const { return SplitOutputs ? shard_size() : this->out_; }
+  std::size_t local_in() const { return SplitOutputs ? this->in_ : shard_size(); }
+  // x-like [n, local_in] against y-like [n, local_out], and the parameters' shape.
+  void check(char const* method, char const* a, std::size_t an, std::size_t af, char const* b,
+             std::size_t bn, std::size_t bf) const {
+    tp_check_weight(Derived::name(), method, ctx_.rank, ctx_.size, this->weight.extent(0),
+                    this->weight.extent(1), local_out(), local_in());
+    tp_check_pair(Derived::name(), method, ctx_.rank, ctx_.size, a, an, af, local_in(), b, bn, bf,
+                  local_out());
+  }
+  // The offset of this rank's block in the full W [out, in] (dimension 0
+  // or 1); b too when it is cut (\p cut_bias).
+  TensorBlock block_of(std::vector<std::size_t> const& local, bool cut) const {
+    TensorBlock b{local, std::vector<std::size_t>(local.size(), 0)};
+    std::size_t const d = SplitOutputs ? 0 : 1;
+    if (cut) {
+      b.shape[d] = split();
+      b.offset[d] = shard_begin();
+    }
+    return b;
+  }
+
+  TensorParallelContext ctx_; //!< the group
+  bool initialized_ = false;  //!< the split is fixed once the parameters exist
+};
+} // namespace detail
+
 /*! \brief Column-parallel Dense: W [out, in] split by rows (output features).
  *
  *  Rank r of a group of p holds rows [r out / p, (r + 1) out / p) of W and the
@@ -186,19 +319,12 @@ class RowParallel {
  *  with the same seed draws them at the same global indices.
  *  \tparam T value type \tparam MemorySpace memory space \tparam Gemm GEMM policy */
 template <class T, class MemorySpace, class Gemm>
-class ColumnParallel<Dense<T, MemorySpace, Gemm>> : private Dense<T, MemorySpace, Gemm> {
-  using Base = Dense<T, MemorySpace, Gemm>;
+class ColumnParallel<Dense<T, MemorySpace, Gemm>>
+    : public detail::TpDense<ColumnParallel<Dense<T, MemorySpace, Gemm>>,
+                             Dense<T, MemorySpace, Gemm>, true> {
+  using Base = detail::TpDense<ColumnParallel, Dense<T, MemorySpace, Gemm>, true>;
 
 public:
-  /*! \brief The wrapped layer type. */
-  using layer_type = Base;
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of parameters and activations. */
-  using memory_space = MemorySpace;
-  /*! \brief What backward needs from forward: the (replicated) input. */
-  using saved_type = typename Base::saved_type;
-
   /*! \brief An empty layer; assign a configured one before use. */
   ColumnParallel() = default;
   /*! \brief Sizes of the full (serial) layer.
@@ -210,20 +336,6 @@ public:
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "ColumnParallel<Dense>"; }
 
-  /*! \brief Joins a tensor-parallel group; call before output_shape() and
-   *  initialize(). \param ctx the group
-   *  \throws telar::Error if \p ctx is invalid, or if the layer was initialised
-   *  with another split */
-  void set_tensor_parallel(TensorParallelContext const& ctx) {
-    ctx.validate(std::string("telar::") + name() + "::set_tensor_parallel");
-    detail::tp_check_resplit(name(), initialized_,
-                             detail::tp_block(this->out_, ctx_.size, ctx_.rank),
-                             detail::tp_block(this->out_, ctx.size, ctx.rank));
-    ctx_ = ctx;
-  }
-  /*! \brief The group this layer belongs to. */
-  TensorParallelContext const& tensor_parallel() const { return ctx_; }
-
   /*! \brief This rank's output shape, [..., out_local], for a replicated
    *  input [..., in] (position-wise over [seq, in] samples).
    *  \param in the input shape \throws ShapeError when the last extent is not in */
@@ -231,28 +343,10 @@ public:
     if (in.back() != this->in_)
       throw ShapeError(std::string(name()) + " expects inputs [..., " + std::to_string(this->in_) +
                        "], got " + in.str());
-    return in.with_back(shard_size());
+    return in.with_back(this->shard_size());
   }
-  /*! \brief First output feature (row of the full W) this rank holds. */
-  std::size_t shard_begin() const {
-    return detail::tp_block(this->out_, ctx_.size, ctx_.rank).begin;
-  }
-  /*! \brief Output features this rank holds. */
-  std::size_t shard_size() const { return detail::tp_block(this->out_, ctx_.size, ctx_.rank).size; }
   /*! \brief Output features of the full layer. */
   std::size_t full_output_features() const { return this->out_; }
-  /*! \brief Whether the layer adds a bias. */
-  bool has_bias() const { return this->use_bias_; }
-  /*! \brief This rank's forward multiply-adds times 2 for \p samples rows. */
-  double flops(std::size_t samples, Shape const&) const {
-    return 2.0 * double(samples) * double(this->in_) * double(shard_size());
-  }
-  /*! \brief Values of this rank's shard of W and b. */
-  std::size_t parameter_count() const {
-    return shard_size() * (this->in_ + (this->use_bias_ ? 1 : 0));
-  }
-  /*! \brief Keeps a view of x only: 0. */
-  std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
   /*! \brief Every parameter is a shard: 1. \param name parameter name */
   int parameter_replicas(std::string const& name) const {
     (void)name;
@@ -263,75 +357,20 @@ public:
   TensorBlock parameter_block(std::string const& name,
                               std::vector<std::size_t> const& local) const {
     (void)name;
-    TensorBlock b{local, std::vector<std::size_t>(local.size(), 0)};
-    b.shape[0] = this->out_;
-    b.offset[0] = shard_begin();
-    return b;
+    return this->block_of(local, true);
   }
-
-  /*! \brief Allocates this rank's block of W and b and draws the serial values
-   *  of that block. \param seed the same seed the serial Dense gets */
-  void initialize(std::uint64_t seed) {
-    this->allocate(shard_size(), this->in_, this->use_bias_);
-    this->fill_block(seed, shard_begin(), 0);
-    initialized_ = true;
-  }
-
-  using Base::parameters;
 
   /*! \brief y_local = x W_local^T + b_local; no communication.
    *  \param exec execution space instance \param x replicated input [n, in]
    *  \param y this rank's output block [n, out_local] \param saved keeps x */
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
-               saved_type& saved) const {
-    detail::TpRegion region("telar::ColumnParallel::forward");
-    check("forward", "x", x.extent(0), x.extent(1), "y", y.extent(0), y.extent(1));
-    Base::forward(exec, x, y, saved);
+               typename Base::saved_type& saved) const {
+    detail::TpRegion scope(this->region("forward"));
+    this->check("forward", "x", x.extent(0), x.extent(1), "y", y.extent(0), y.extent(1));
+    this->dense().forward(exec, x, y, saved);
   }
 
-  /*! \brief dx = sum over the group of dy_local W_local (one allreduce of [n, in]).
-   *  \param exec execution space instance \param dy gradient of this rank's block [n, out_local]
-   *  \param dx gradient of the replicated input [n, in] \param saved unused */
-  template <class Exec>
-  void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
-                      saved_type const& saved) const {
-    detail::TpRegion region("telar::ColumnParallel::backward_input");
-    check("backward_input", "dx", dx.extent(0), dx.extent(1), "dy", dy.extent(0), dy.extent(1));
-    Base::backward_input(exec, dy, dx, saved);
-    ctx_.allreduce_sum(exec, dx);
-  }
-
-  /*! \brief dW_local += dy_local^T x, db_local += column sums of dy_local; local.
-   *  \param exec execution space instance \param dy gradient of this rank's block
-   *  \param saved the input of the matching forward */
-  template <class Exec>
-  void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
-                       saved_type const& saved) const {
-    detail::TpRegion region("telar::ColumnParallel::backward_weight");
-    check("backward_weight", "x", saved.x.extent(0), saved.x.extent(1), "dy", dy.extent(0),
-          dy.extent(1));
-    Base::backward_weight(exec, dy, saved);
-  }
-
-  using Base::bias;
-  using Base::bias_grad;
-  using Base::weight;
-  using Base::weight_grad;
-
-private:
-  // x-like [n, in] against y-like [n, out_local], and the parameters' shape.
-  void check(char const* method, char const* a, std::size_t an, std::size_t af, char const* b,
-             std::size_t bn, std::size_t bf) const {
-    std::size_t const local = shard_size();
-    detail::tp_check_weight(name(), method, ctx_.rank, ctx_.size, this->weight.extent(0),
-                            this->weight.extent(1), local, this->in_);
-    detail::tp_check_pair(name(), method, ctx_.rank, ctx_.size, a, an, af, this->in_, b, bn, bf,
-                          local);
-  }
-
-  TensorParallelContext ctx_;
-  bool initialized_ = false;
 };
 
 /*! \brief Row-parallel Dense: W [out, in] split by columns (input features).
@@ -346,19 +385,12 @@ private:
  *  the group size).
  *  \tparam T value type \tparam MemorySpace memory space \tparam Gemm GEMM policy */
 template <class T, class MemorySpace, class Gemm>
-class RowParallel<Dense<T, MemorySpace, Gemm>> : private Dense<T, MemorySpace, Gemm> {
-  using Base = Dense<T, MemorySpace, Gemm>;
+class RowParallel<Dense<T, MemorySpace, Gemm>>
+    : public detail::TpDense<RowParallel<Dense<T, MemorySpace, Gemm>>, Dense<T, MemorySpace, Gemm>,
+                             false> {
+  using Base = detail::TpDense<RowParallel, Dense<T, MemorySpace, Gemm>, false>;
 
 public:
-  /*! \brief The wrapped layer type. */
-  using layer_type = Base;
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of parameters and activations. */
-  using memory_space = MemorySpace;
-  /*! \brief What backward needs from forward: this rank's input block. */
-  using saved_type = typename Base::saved_type;
-
   /*! \brief An empty layer; assign a configured one before use. */
   RowParallel() = default;
   /*! \brief Sizes of the full (serial) layer.
@@ -369,74 +401,29 @@ public:
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "RowParallel<Dense>"; }
 
-  /*! \brief Joins a tensor-parallel group; call before input_shape() and
-   *  initialize(). \param ctx the group
-   *  \throws telar::Error if \p ctx is invalid, or if the layer was initialised
-   *  with another split */
-  void set_tensor_parallel(TensorParallelContext const& ctx) {
-    ctx.validate(std::string("telar::") + name() + "::set_tensor_parallel");
-    detail::tp_check_resplit(name(), initialized_,
-                             detail::tp_block(this->in_, ctx_.size, ctx_.rank),
-                             detail::tp_block(this->in_, ctx.size, ctx.rank));
-    ctx_ = ctx;
-  }
-  /*! \brief The group this layer belongs to. */
-  TensorParallelContext const& tensor_parallel() const { return ctx_; }
-
   /*! \brief The replicated output shape [..., out] for this rank's input
    *  block [..., in_local] (position-wise over [seq, in_local] samples).
    *  \param in the input shape \throws ShapeError when the last extent is not in_local */
   Shape output_shape(Shape const& in) const {
-    if (in.back() != shard_size())
-      throw ShapeError(std::string(name()) + " at tp rank " + std::to_string(ctx_.rank) + " of " +
-                       std::to_string(ctx_.size) + " expects its input block [..., " +
-                       std::to_string(shard_size()) + "], got " + in.str());
+    if (in.back() != this->shard_size())
+      throw ShapeError(std::string(name()) + " at tp rank " + std::to_string(this->ctx_.rank) +
+                       " of " + std::to_string(this->ctx_.size) + " expects its input block [..., " +
+                       std::to_string(this->shard_size()) + "], got " + in.str());
     return in.with_back(this->out_);
   }
-  /*! \brief First input feature (column of the full W) this rank holds. */
-  std::size_t shard_begin() const {
-    return detail::tp_block(this->in_, ctx_.size, ctx_.rank).begin;
-  }
-  /*! \brief Input features this rank holds. */
-  std::size_t shard_size() const { return detail::tp_block(this->in_, ctx_.size, ctx_.rank).size; }
   /*! \brief Input features of the full layer. */
   std::size_t full_input_features() const { return this->in_; }
-  /*! \brief Whether the layer adds a bias. */
-  bool has_bias() const { return this->use_bias_; }
-  /*! \brief This rank's forward multiply-adds times 2 for \p samples rows. */
-  double flops(std::size_t samples, Shape const&) const {
-    return 2.0 * double(samples) * double(shard_size()) * double(this->out_);
-  }
-  /*! \brief Values of this rank's block of W plus the (replicated) b. */
-  std::size_t parameter_count() const {
-    return shard_size() * this->out_ + (this->use_bias_ ? this->out_ : 0);
-  }
-  /*! \brief Keeps a view of x only: 0. */
-  std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
   /*! \brief The bias is replicated on every rank of the group (its size); W
    *  is a shard (1). \param name parameter name */
-  int parameter_replicas(std::string const& name) const { return name == "bias" ? ctx_.size : 1; }
+  int parameter_replicas(std::string const& name) const {
+    return name == "bias" ? this->ctx_.size : 1;
+  }
   /*! \brief This rank's columns of W [out, in]; all of b.
    *  \param name "weight" or "bias" \param local the local tensor's extents */
   TensorBlock parameter_block(std::string const& name,
                               std::vector<std::size_t> const& local) const {
-    TensorBlock b{local, std::vector<std::size_t>(local.size(), 0)};
-    if (name == "weight") {
-      b.shape[1] = this->in_;
-      b.offset[1] = shard_begin();
-    }
-    return b;
+    return this->block_of(local, name == "weight");
   }
-
-  /*! \brief Allocates this rank's columns of W and all of b and draws the
-   *  serial values. \param seed the same seed the serial Dense gets */
-  void initialize(std::uint64_t seed) {
-    this->allocate(this->out_, shard_size(), this->use_bias_);
-    this->fill_block(seed, 0, shard_begin());
-    initialized_ = true;
-  }
-
-  using Base::parameters;
 
   /*! \brief y = sum over the group of x_local W_local^T, then + b (once).
    *  One allreduce of [n, out]; a group of one runs Dense::forward itself.
@@ -444,18 +431,18 @@ public:
    *  \param y replicated output [n, out] \param saved keeps x */
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
-               saved_type& saved) const {
-    detail::TpRegion region("telar::RowParallel::forward");
-    check("forward", "x", x.extent(0), x.extent(1), "y", y.extent(0), y.extent(1));
-    if (ctx_.size == 1) {
-      Base::forward(exec, x, y, saved); // the same operations as Dense, bit for bit
+               typename Base::saved_type& saved) const {
+    detail::TpRegion scope(this->region("forward"));
+    this->check("forward", "x", x.extent(0), x.extent(1), "y", y.extent(0), y.extent(1));
+    if (this->ctx_.size == 1) {
+      this->dense().forward(exec, x, y, saved); // the same operations as Dense, bit for bit
       return;
     }
     saved.x = x;
     std::size_t const r = this->positions(x, y); // samples x positions per sample
     auto const yr = as_rows(y, r, this->out_);
-    gemm(Gemm{}, exec, 'N', 'T', T(1), as_rows(x, r, shard_size()), this->weight, T(0), yr);
-    ctx_.allreduce_sum(exec, y);
+    gemm(Gemm{}, exec, 'N', 'T', T(1), as_rows(x, r, this->shard_size()), this->weight, T(0), yr);
+    this->ctx_.allreduce_sum(exec, y);
     if (this->use_bias_) {
       // After the sum: b is replicated, adding it before would count it p times.
       auto b = this->bias;
@@ -466,47 +453,6 @@ public:
     }
   }
 
-  /*! \brief dx_local = dy W_local; no communication.
-   *  \param exec execution space instance \param dy replicated output gradient [n, out]
-   *  \param dx gradient of this rank's input block [n, in_local] \param saved unused */
-  template <class Exec>
-  void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
-                      saved_type const& saved) const {
-    detail::TpRegion region("telar::RowParallel::backward_input");
-    check("backward_input", "dx", dx.extent(0), dx.extent(1), "dy", dy.extent(0), dy.extent(1));
-    Base::backward_input(exec, dy, dx, saved);
-  }
-
-  /*! \brief dW_local += dy^T x_local, db += column sums of dy; local.
-   *  \param exec execution space instance \param dy replicated output gradient
-   *  \param saved the input block of the matching forward */
-  template <class Exec>
-  void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
-                       saved_type const& saved) const {
-    detail::TpRegion region("telar::RowParallel::backward_weight");
-    check("backward_weight", "x", saved.x.extent(0), saved.x.extent(1), "dy", dy.extent(0),
-          dy.extent(1));
-    Base::backward_weight(exec, dy, saved);
-  }
-
-  using Base::bias;
-  using Base::bias_grad;
-  using Base::weight;
-  using Base::weight_grad;
-
-private:
-  // x-like [n, in_local] against y-like [n, out], and the parameters' shape.
-  void check(char const* method, char const* a, std::size_t an, std::size_t af, char const* b,
-             std::size_t bn, std::size_t bf) const {
-    std::size_t const local = shard_size();
-    detail::tp_check_weight(name(), method, ctx_.rank, ctx_.size, this->weight.extent(0),
-                            this->weight.extent(1), this->out_, local);
-    detail::tp_check_pair(name(), method, ctx_.rank, ctx_.size, a, an, af, local, b, bn, bf,
-                          this->out_);
-  }
-
-  TensorParallelContext ctx_;
-  bool initialized_ = false;
 };
 
 /*! \brief Calls set_tensor_parallel(\p ctx) on every layer of \p model that

@@ -7,6 +7,7 @@
 // branches are named, and what the block is called.
 #include <telar/core/detail/counter_rng.hpp>
 #include <telar/core/detail/join.hpp>
+#include <telar/core/detail/layer_walk.hpp>
 #include <telar/core/detail/type_traits.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/identity.hpp>
@@ -143,15 +144,7 @@ public:
 
   template <class F>
   void parameters(F&& f) {
-    for_each_branch([&](auto index, auto& b) {
-      if constexpr (layer_traits<std::decay_t<decltype(b)>>::has_parameters) {
-        std::string const prefix = Kind::prefix(index);
-        b.parameters([&](char const* name, auto& value, auto& grad) {
-          std::string const full = prefix + name;
-          f(full.c_str(), value, grad);
-        });
-      }
-    });
+    for_each_branch([&](auto index, auto& b) { prefixed_parameters(b, Kind::prefix(index), f); });
   }
   template <class Context>
   void set_tensor_parallel(Context const& ctx) {

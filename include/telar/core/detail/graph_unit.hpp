@@ -8,6 +8,7 @@
 // inputs from the packed batch, and copies the tensors it does not touch
 // through; gradients go the other way.
 #include <telar/core/detail/graph_joins.hpp>
+#include <telar/core/detail/layer_walk.hpp>
 #include <telar/core/detail/type_traits.hpp>
 #include <telar/core/dynamic_graph.hpp>
 #include <telar/core/dynamic_sequential.hpp>
@@ -93,7 +94,7 @@ public:
     if (!layer())
       return double(samples) * double(g_->shapes_[n.out_id].size());
     return std::visit(
-        [&](auto const& l) { return graph_layer_flops(l, samples, g_->shapes_[n.in_ids[0]]); },
+        [&](auto const& l) { return layer_flops(l, samples, g_->shapes_[n.in_ids[0]]); },
         *layer());
   }
   std::size_t parameter_count() const {
@@ -141,15 +142,7 @@ public:
   template <class F>
   void parameters(F&& f) {
     if (layer())
-      std::visit(
-          [&](auto& l) {
-            if constexpr (layer_traits<std::decay_t<decltype(l)>>::has_parameters)
-              l.parameters([&](char const* name, auto& value, auto& grad) {
-                std::string const full = node_info().name + "." + name;
-                f(full.c_str(), value, grad);
-              });
-          },
-          *layer());
+      std::visit([&](auto& l) { prefixed_parameters(l, node_info().name + ".", f); }, *layer());
   }
   template <class F>
   void buffers(F&& f) {
