@@ -568,6 +568,18 @@ public:
         dilation_(dilation), use_bias_(bias) {
     detail::conv_check_groups(name(), in, out, groups);
   }
+  /*! \brief The same layer (configuration, geometry and parameter views)
+   *  under other GEMM and convolution policies: what telar::Precision's rebind
+   *  of a model makes. \tparam G the other GEMM policy \tparam P the other
+   *  convolution policy \param o the layer */
+  template <class G, class P,
+            class = std::enable_if_t<
+                !std::is_same_v<Convolution<T, Dims, MemorySpace, G, P>, Convolution>>>
+  explicit Convolution(Convolution<T, Dims, MemorySpace, G, P> const& o)
+      : weight(o.weight), weight_grad(o.weight_grad), bias(o.bias), bias_grad(o.bias_grad),
+        in_(o.in_), out_(o.out_), groups_(o.groups_), kernel_(o.kernel_), stride_(o.stride_),
+        padding_(o.padding_), dilation_(o.dilation_), use_bias_(o.use_bias_), g_(o.g_),
+        built_(o.built_) {}
 
   /*! \brief The concrete convolution policy (AutoConv resolved). */
   using conv_policy =
@@ -749,6 +761,9 @@ private:
     detail::conv_check_call(name(), what, built_, weight.extent(0) > 0, std::size_t(g_.in_size()),
                             std::size_t(g_.Co) * std::size_t(g_.P()), xn, xf, yn, yf);
   }
+
+  template <class, int, class, class, class>
+  friend class Convolution; // the converting constructor reads another policy's layer
 
   std::size_t in_ = 0, out_ = 0, groups_ = 1;
   Extents kernel_ = fill(1), stride_ = fill(1), padding_ = fill(0), dilation_ = fill(1);

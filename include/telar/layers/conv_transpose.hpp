@@ -113,6 +113,17 @@ public:
         output_padding_(output_padding), dilation_(dilation), use_bias_(bias) {
     detail::conv_check_groups(name(), in, out, groups);
   }
+  /*! \brief The same layer under other GEMM and convolution policies
+   *  (telar::Precision), as Convolution's. \tparam G the other GEMM policy
+   *  \tparam P the other convolution policy \param o the layer */
+  template <class G, class P,
+            class = std::enable_if_t<!std::is_same_v<
+                TransposedConvolution<T, Dims, MemorySpace, G, P>, TransposedConvolution>>>
+  explicit TransposedConvolution(TransposedConvolution<T, Dims, MemorySpace, G, P> const& o)
+      : weight(o.weight), weight_grad(o.weight_grad), bias(o.bias), bias_grad(o.bias_grad),
+        in_(o.in_), out_(o.out_), groups_(o.groups_), kernel_(o.kernel_), stride_(o.stride_),
+        padding_(o.padding_), output_padding_(o.output_padding_), dilation_(o.dilation_),
+        use_bias_(o.use_bias_), g_(o.g_), built_(o.built_) {}
 
   /*! \brief The concrete convolution policy (AutoConv resolved). */
   using conv_policy =
@@ -311,6 +322,9 @@ private:
                             std::size_t(g_.Co) * std::size_t(g_.P()), std::size_t(g_.in_size()), xn,
                             xf, yn, yf);
   }
+
+  template <class, int, class, class, class>
+  friend class TransposedConvolution; // the converting constructor reads another policy's
 
   std::size_t in_ = 0, out_ = 0, groups_ = 1;
   Extents kernel_ = fill(1), stride_ = fill(1), padding_ = fill(0), output_padding_ = fill(0),

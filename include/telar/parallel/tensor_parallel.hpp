@@ -206,6 +206,13 @@ public:
    *  \param with_bias add a bias */
   ColumnParallel(std::size_t in, std::size_t out, bool with_bias = true)
       : Base(in, out, with_bias) {}
+  /*! \brief The same layer (its Dense, group and state) under another GEMM
+   *  policy: what telar::Precision's rebind of a model makes.
+   *  \tparam G the other policy \param o the layer */
+  template <class G, class = std::enable_if_t<!std::is_same_v<G, Gemm>>>
+  explicit ColumnParallel(ColumnParallel<Dense<T, MemorySpace, G>> const& o)
+      : Base(static_cast<Dense<T, MemorySpace, G> const&>(o)), ctx_(o.ctx_),
+        initialized_(o.initialized_) {}
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "ColumnParallel<Dense>"; }
@@ -330,6 +337,9 @@ private:
                           local);
   }
 
+  template <class>
+  friend class ColumnParallel; // the converting constructor reads another policy's layer
+
   TensorParallelContext ctx_;
   bool initialized_ = false;
 };
@@ -365,6 +375,13 @@ public:
    *  \param in input features (all ranks together) \param out output features
    *  \param with_bias add a bias */
   RowParallel(std::size_t in, std::size_t out, bool with_bias = true) : Base(in, out, with_bias) {}
+  /*! \brief The same layer (its Dense, group and state) under another GEMM
+   *  policy: what telar::Precision's rebind of a model makes.
+   *  \tparam G the other policy \param o the layer */
+  template <class G, class = std::enable_if_t<!std::is_same_v<G, Gemm>>>
+  explicit RowParallel(RowParallel<Dense<T, MemorySpace, G>> const& o)
+      : Base(static_cast<Dense<T, MemorySpace, G> const&>(o)), ctx_(o.ctx_),
+        initialized_(o.initialized_) {}
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "RowParallel<Dense>"; }
@@ -504,6 +521,9 @@ private:
     detail::tp_check_pair(name(), method, ctx_.rank, ctx_.size, a, an, af, local, b, bn, bf,
                           this->out_);
   }
+
+  template <class>
+  friend class RowParallel; // the converting constructor reads another policy's layer
 
   TensorParallelContext ctx_;
   bool initialized_ = false;
