@@ -208,8 +208,8 @@ struct precision_model {
   using type = Model;
   static Model convert(Model m) { return m; }
 };
-template <class Model>
-struct precision_model<Model, Precision<bf16, float>> {
+template <class Model, class R>
+struct precision_model<Model, Precision<bf16, float, R>> {
   using type = bf16_rebind_t<Model>;
   static type convert(Model const& m) { return bf16_convert(m); }
 };

@@ -170,9 +170,17 @@ struct bf16 {
  *  fp32 accumulation); weights, gradients, optimizer state, norms, softmax
  *  and losses stay float. Precision<float, float> (the default) changes
  *  nothing. Orthogonal to every other policy.
- *  \tparam Compute telar::bf16 or float \tparam Master float */
-template <class Compute, class Master = float>
+ *
+ *  \p Reduce = telar::bf16 sends the data-parallel gradient buckets in bf16
+ *  (telar::Bf16Wire around the strategy's allreduce: half the bytes; each
+ *  rank's gradient rounded once, partial sums rounded at each hop); float,
+ *  the default, reduces them in fp32.
+ *  \tparam Compute telar::bf16 or float \tparam Master float
+ *  \tparam Reduce type of the gradient allreduce: float or telar::bf16 */
+template <class Compute, class Master = float, class Reduce = float>
 struct Precision {
+  static_assert(std::is_same_v<Reduce, bf16> || std::is_same_v<Reduce, float>,
+                "telar::Precision: gradients are reduced in float or telar::bf16");
   static_assert(std::is_same_v<Compute, bf16> || std::is_same_v<Compute, float>,
                 "telar::Precision: the compute type is telar::bf16 or float");
   static_assert(std::is_same_v<Master, float>, "telar::Precision: master weights are float (fp32)");
@@ -182,6 +190,8 @@ struct Precision {
   using master_type = Master;
   /*! \brief GEMMs and convolutions run in bf16. */
   static constexpr bool bf16_compute = std::is_same_v<Compute, bf16>;
+  /*! \brief Gradients are allreduced in bf16. */
+  static constexpr bool bf16_reduce = std::is_same_v<Reduce, bf16>;
   /*! \brief Name for logs. */
   static constexpr char const* name() { return bf16_compute ? "bf16" : "fp32"; }
 };
@@ -189,9 +199,10 @@ struct Precision {
 /*! \brief True for Precision<...>. \tparam P a type */
 template <class P>
 inline constexpr bool is_precision_v = false;
-/*! \brief True for Precision<...>. \tparam C compute type \tparam M master type */
-template <class C, class M>
-inline constexpr bool is_precision_v<Precision<C, M>> = true;
+/*! \brief True for Precision<...>. \tparam C compute type \tparam M master type
+ *  \tparam R reduce type */
+template <class C, class M, class R>
+inline constexpr bool is_precision_v<Precision<C, M, R>> = true;
 
 /*! \brief True for DataParallel<...>. \tparam P a type */
 template <class P>
@@ -293,7 +304,8 @@ struct Strategy {
     add(has_pipeline_parallel, "pp");
     add(has_tensor_parallel, "tp");
     n = n.empty() ? "serial" : n;
-    return precision::bf16_compute ? n + "+bf16" : n;
+    n += precision::bf16_compute ? "+bf16" : "";
+    return precision::bf16_reduce ? n + "+bf16-reduce" : n;
   }
 };
 

@@ -1,6 +1,7 @@
 #pragma once
 /*! \file
  *  \brief telar::Trainer: trains a model with a strategy and an optimizer. */
+#include <telar/comm/bf16_wire.hpp>
 #include <telar/comm/communicator.hpp>
 #include <telar/comm/process_grid.hpp>
 #include <telar/core/loss.hpp>
@@ -405,10 +406,20 @@ private:
   friend struct detail::TrainerAccess;
   using DataParallelPolicy = std::conditional_t<StrategyT::has_data_parallel,
                                                 typename StrategyT::data_parallel, DataParallel<>>;
+  // Gradients reduced in bf16 (Precision<..., bf16>): the strategy's
+  // allreduce, sent as bf16.
+  static_assert(!PrecisionPolicy::bf16_reduce ||
+                    (DataParallelPolicy::sharding::stage == 0 && std::is_same_v<value_type, float>),
+                "telar::Trainer: gradients reduced in bf16 (telar::Precision<C, float, "
+                "telar::bf16>) need float parameters and no ZeRO sharding (ZeRO reduce-scatters "
+                "in fp32)");
+  using Allreduce = std::conditional_t<PrecisionPolicy::bf16_reduce,
+                                       Bf16Wire<typename DataParallelPolicy::algorithm>,
+                                       typename DataParallelPolicy::algorithm>;
   // The gradient-sync component of the strategy's sharding policy
   // (parallel/detail/sync_*.hpp).
   using Sync = detail::GradientSync<typename DataParallelPolicy::sharding, value_type, memory_space,
-                                    typename DataParallelPolicy::algorithm>;
+                                    Allreduce>;
   // Where the parameter values live (parallel/detail/residency_*.hpp).
   using ResidencyOf =
       detail::residency_of<typename DataParallelPolicy::sharding, value_type, memory_space>;
