@@ -27,6 +27,8 @@
 
 #include <mpi.h>
 
+#include <cmath>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
@@ -87,6 +89,9 @@ using Full =
 using Bf16 = telar::Precision<telar::bf16, float>;
 using FullBf16 = telar::Strategy<telar::DataParallel<>, telar::PipelineParallel<>,
                                  telar::TensorParallel<>, Bf16>;
+// Gradients reduced in bf16 too.
+using DpBf16Reduce =
+    telar::Strategy<telar::DataParallel<>, telar::Precision<telar::bf16, float, telar::bf16>>;
 using CBf16 =
     telar::Conv2D<float, telar::DefaultMemorySpace, telar::Bf16Gemm, telar::OneDnnConvBf16>;
 using DBf16 = telar::Dense<float, telar::DefaultMemorySpace, telar::Bf16Gemm>;
@@ -129,6 +134,7 @@ Data<T> make_data(std::size_t n) {
 struct Result {
   double l2 = 0;
   std::map<std::string, double> norms;
+  std::uint64_t dp_bytes = 0; // sent over the data-parallel group
 };
 
 template <class T, class Strategy, class Opt, class Model = Cnn<T>>
@@ -141,7 +147,8 @@ Result train(MPI_Comm comm, Opt opt, telar::TrainerOptions opts, Data<T> const& 
     std::size_t const b = std::size_t(s) * batch + std::size_t(d) * local;
     trainer.step(telar::rows(data.x, b, b + local), telar::rows(data.y, b, b + local));
   }
-  return {trainer.param_l2(), trainer.tensor_norms()};
+  auto const* grid = trainer.grid();
+  return {trainer.param_l2(), trainer.tensor_norms(), grid ? grid->dp().bytes_sent() : 0};
 }
 
 // The largest relative difference of the L2 norms (all parameters, each
@@ -318,4 +325,18 @@ TEST_CASE("Under Precision<bf16, float> the CNN matches bf16 serial training",
     require_same(train<float, FullBf16>(MPI_COMM_WORLD, sgd, opts, data, batch, steps), want,
                  std::min(bound, std::max(from_fp32, 1e-5)), what);
   }
+
+  // Gradients reduced in bf16 (each rank's rounded once, the n - 1 partial
+  // sums rounded again): within n u of the gradients' magnitude per step,
+  // which bounds the norms' relative difference far more loosely than n u;
+  // half the bytes of the fp32 reduction on the data-parallel group.
+  telar::TrainerOptions dp = base;
+  dp.grid = {n, 1, 1};
+  Result const fp32_wire = train<float, FullBf16>(MPI_COMM_WORLD, sgd, dp, data, batch, steps);
+  Result const bf16_wire = train<float, DpBf16Reduce>(MPI_COMM_WORLD, sgd, dp, data, batch, steps);
+  require_same(bf16_wire, want, n * std::ldexp(1.0, -8), "bf16 reduction, dp=" + std::to_string(n));
+  INFO("data-parallel bytes: " << bf16_wire.dp_bytes << " (bf16) against " << fp32_wire.dp_bytes);
+  CHECK(2 * bf16_wire.dp_bytes == fp32_wire.dp_bytes);
+  if (n > 1)
+    CHECK(worst_difference(bf16_wire, fp32_wire) > 0); // the bf16 wire ran
 }
