@@ -45,7 +45,7 @@
 namespace {
 
 struct Args : example::CommonArgs {
-  Args() : CommonArgs(/*epochs*/ 3, /*hidden*/ 256) {}
+  Args() : CommonArgs(/*epochs*/ 3, /*hidden*/ 256) { takes_precision = true; }
   int zero = 0; // ZeRO stage
   std::string recompute = "none";
 };

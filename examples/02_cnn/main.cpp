@@ -44,7 +44,7 @@
 namespace {
 
 struct Args : example::CommonArgs {
-  Args() : CommonArgs(/*epochs*/ 5, /*hidden*/ 128) {}
+  Args() : CommonArgs(/*epochs*/ 5, /*hidden*/ 128) { takes_precision = true; }
   long eval_limit = -1;
 };
 

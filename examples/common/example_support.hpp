@@ -66,6 +66,7 @@ struct CommonArgs {
   std::string profile;            // --profile: the machine profile (empty: the cached one)
   std::string layout_reason;      // why this layout: the planner's, or empty (given by flags)
   std::string precision = "fp32"; // --precision fp32|bf16 (docs/precision.md)
+  bool takes_precision = false;   // the example has --precision (else: unknown flag)
 };
 
 // "1.5GB", "512MiB", "2000000": bytes (B, KB, MB, GB powers of 1000; KiB,
@@ -154,7 +155,7 @@ private:
 // --schedule is left to the example (one checks the spelling, one does not).
 inline bool read_common_flag(ArgReader& r, CommonArgs& a) {
   std::string const& f = r.flag();
-  if (f == "--precision")
+  if (f == "--precision" && a.takes_precision)
     a.precision = r.value();
   else if (f == "--epochs")
     a.epochs = int(r.integer(1));
