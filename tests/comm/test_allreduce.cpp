@@ -78,6 +78,16 @@ Algo with_segment(std::size_t bytes) {
   return a;
 }
 
+// n values uniform in [-1, 1) drawn with `seed`.
+std::vector<float> uniform_of(unsigned seed, std::size_t n) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v)
+    x = dist(gen);
+  return v;
+}
+
 std::uint64_t fnv(void const* p, std::size_t bytes) {
   auto const* b = static_cast<unsigned char const*>(p);
   std::uint64_t h = 1469598103934665603ull;
@@ -109,14 +119,7 @@ TEMPLATE_TEST_CASE("allreduce of random values matches a serial sum", "[comm][al
   Communicator comm(MPI_COMM_WORLD, "world");
   int const p = comm.size(), r = comm.rank();
   std::size_t const n = 30011;
-  auto data_of = [n](int rank) {
-    std::mt19937 gen(1234u + static_cast<unsigned>(rank));
-    std::uniform_real_distribution<float> dist(-1.f, 1.f);
-    std::vector<float> v(n);
-    for (auto& x : v)
-      x = dist(gen);
-    return v;
-  };
+  auto data_of = [n](int rank) { return uniform_of(1234u + unsigned(rank), n); };
   std::vector<double> serial(n, 0.0);
   for (int q = 0; q < p; ++q) {
     auto const v = data_of(q);
@@ -314,14 +317,7 @@ TEMPLATE_TEST_CASE("Bf16Wire sums floats in bf16 within its bound, at half the b
   Communicator comm(MPI_COMM_WORLD, "world");
   int const p = comm.size(), r = comm.rank();
   std::size_t const n = 30011;
-  auto data_of = [n](int rank) {
-    std::mt19937 gen(99u + static_cast<unsigned>(rank));
-    std::uniform_real_distribution<float> dist(-1.f, 1.f);
-    std::vector<float> v(n);
-    for (auto& x : v)
-      x = dist(gen);
-    return v;
-  };
+  auto data_of = [n](int rank) { return uniform_of(99u + unsigned(rank), n); };
   std::vector<double> exact(n, 0.0), magnitude(n, 0.0);
   for (int q = 0; q < p; ++q) {
     auto const v = data_of(q);

@@ -192,6 +192,13 @@ struct Layout {
   int microbatches;
 };
 
+telar::TrainerOptions with_layout(telar::TrainerOptions opts, Layout const& l) {
+  opts.grid = {l.dp, l.pp, l.tp};
+  opts.schedule = l.schedule;
+  opts.microbatches = l.microbatches;
+  return opts;
+}
+
 } // namespace
 
 TEMPLATE_TEST_CASE("A residual CNN matches serial training under every strategy",
@@ -229,10 +236,7 @@ TEMPLATE_TEST_CASE("A residual CNN matches serial training under every strategy"
   ref.schedule.clear();
   Result const want = train<T, telar::Serial>(MPI_COMM_SELF, sgd, ref, data, batch, steps);
   for (auto const& l : layouts) {
-    telar::TrainerOptions opts = base;
-    opts.grid = {l.dp, l.pp, l.tp};
-    opts.schedule = l.schedule;
-    opts.microbatches = l.microbatches;
+    telar::TrainerOptions const opts = with_layout(base, l);
     std::string const what = "dp=" + std::to_string(l.dp) + " pp=" + std::to_string(l.pp) +
                              " tp=" + std::to_string(l.tp) + " " + l.schedule +
                              " m=" + std::to_string(l.microbatches);
@@ -268,10 +272,7 @@ TEST_CASE("A CNN with Concat, DenseConcat and squeeze-excitation matches serial 
   if (n == 4)
     layouts.push_back({2, 2, 1, "zb-h1", 2});
   for (auto const& l : layouts) {
-    telar::TrainerOptions opts = base;
-    opts.grid = {l.dp, l.pp, l.tp};
-    opts.schedule = l.schedule;
-    opts.microbatches = l.microbatches;
+    telar::TrainerOptions const opts = with_layout(base, l);
     std::string const what = "dp=" + std::to_string(l.dp) + " pp=" + std::to_string(l.pp) + " " +
                              l.schedule + " m=" + std::to_string(l.microbatches);
     require_same(run(opts, MPI_COMM_WORLD), want, 1e-11, what);
@@ -316,10 +317,7 @@ TEST_CASE("Under Precision<bf16, float> the CNN matches bf16 serial training",
   if (n == 4)
     layouts.push_back({2, 1, 2, "1f1b", 1});
   for (auto const& l : layouts) {
-    telar::TrainerOptions opts = base;
-    opts.grid = {l.dp, l.pp, l.tp};
-    opts.schedule = l.schedule;
-    opts.microbatches = l.microbatches;
+    telar::TrainerOptions const opts = with_layout(base, l);
     std::string const what = "bf16 dp=" + std::to_string(l.dp) + " pp=" + std::to_string(l.pp) +
                              " tp=" + std::to_string(l.tp);
     require_same(train<float, FullBf16>(MPI_COMM_WORLD, sgd, opts, data, batch, steps), want,
