@@ -7,13 +7,16 @@
 #
 #   bash bench/precision_rounds.sh [ROUNDS] [BUILD_DIR]
 #   TORCH26=0 bash bench/precision_rounds.sh   # PyTorch 1.13 only
+#   TORCH26_SH=/work/shared/peers/torch26.sh bash ...   # where ../shared is elsewhere
+#   NETS="block cnn" bash bench/precision_rounds.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
 build=${2:-build}
 export OMP_NUM_THREADS=1
-torch26=(bash ../shared/peers/torch26.sh python3)
-[[ -x ../shared/peers/torch26.sh || -f ../shared/peers/torch26.sh ]] || TORCH26=0
+torch26sh=${TORCH26_SH:-../shared/peers/torch26.sh}
+torch26=(bash "$torch26sh" python3)
+[[ -f $torch26sh ]] || TORCH26=0
 
 # The first number after a pattern in a run's output.
 ms_after() { grep -oE "$1[^0-9]*[0-9.]+" | head -1 | grep -oE '[0-9.]+$'; }
@@ -46,7 +49,7 @@ torch() {
 
 for r in $(seq 1 "$rounds"); do
   echo "# round $r, load $(cut -d' ' -f1-3 /proc/loadavg)"
-  for net in mlp block cnn; do
+  for net in ${NETS:-mlp block cnn}; do
     for p in fp32 bf16; do
       echo "$r $net telar $p $(telar "$net" "$p")"
       echo "$r $net torch1.13 $p $(torch "$net" "$p" /usr/bin/python3)"
