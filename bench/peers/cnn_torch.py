@@ -11,9 +11,11 @@ starting with '{"peer":"pytorch"'.
 
     OMP_NUM_THREADS=1 /usr/bin/python3 bench/peers/cnn_torch.py --batch 128 --steps 30
     ../shared/peers/torch26.sh python3 bench/peers/cnn_torch.py --batch 128 --steps 30
+    ... --precision bf16   # torch.autocast('cpu', dtype=torch.bfloat16), fp32 weights
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -52,7 +54,10 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     a = p.parse_args()
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if a.precision == "bf16" \
+        else contextlib.nullcontext
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     model = make_model()
@@ -64,17 +69,19 @@ def main():
     for i in range(a.warmup + a.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        with autocast():
+            out = model(x)
+        loss = loss_fn(out.float(), y)
         loss.backward()
         opt.step()
         t = time.perf_counter() - t0
         if i >= a.warmup:
             times.append(t * 1e3)
     med, mean = statistics.median(times), statistics.mean(times)
-    print(f"pytorch {torch.__version__}: CNN batch {a.batch}, {a.threads} thread(s), "
+    print(f"pytorch {torch.__version__}: CNN batch {a.batch}, {a.precision}, {a.threads} thread(s), "
           f"median step {med:.2f} ms, mean {mean:.2f} ms, mkldnn {torch.backends.mkldnn.is_available()}")
     print(json.dumps({"peer": "pytorch", "version": torch.__version__, "model": "cnn",
-                      "batch": a.batch, "threads": a.threads, "steps": a.steps,
+                      "batch": a.batch, "precision": a.precision, "threads": a.threads, "steps": a.steps,
                       "step_ms_median": med, "step_ms_mean": mean}))
 
 

@@ -4,7 +4,12 @@
 // [batch, seq, hidden].
 //
 //   OMP_NUM_THREADS=1 ./bench_transformer [--batch 8] [--seq 128] [--hidden 512]
-//       [--heads 8] [--blocks 1] [--reps 20] [--warmup 3]
+//       [--heads 8] [--blocks 1] [--reps 20] [--warmup 3] [--precision fp32|bf16]
+//
+// --precision bf16 (one rank) runs the same blocks rebound by
+// telar::Precision<telar::bf16, float>: every GEMM of attention and MLP in
+// bf16 with fp32 accumulation (docs/precision.md); block_torch.py
+// --precision bf16 is PyTorch's CPU autocast on the same block.
 //   OMP_NUM_THREADS=1 mpiexec -np 2 ./bench_transformer ...
 //
 // At one rank it times telar::TransformerBlock (block_torch.py times the same
@@ -16,6 +21,7 @@
 // 2 backward).
 #include <telar/comm/communicator.hpp>
 #include <telar/layers/transformer.hpp>
+#include <telar/parallel/precision.hpp>
 #include <telar/parallel/tensor_parallel_attention.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -37,6 +43,7 @@ using Exec = Kokkos::DefaultExecutionSpace;
 struct Options {
   std::size_t batch = 8, seq = 128, hidden = 512, heads = 8, blocks = 1;
   int reps = 20, warmup = 3;
+  bool bf16 = false;
 };
 
 Options parse(int argc, char** argv) {
@@ -46,6 +53,16 @@ Options parse(int argc, char** argv) {
     if (i + 1 >= argc) {
       std::fprintf(stderr, "bench_transformer: %s needs a value\n", k.c_str());
       std::exit(2);
+    }
+    if (k == "--precision") {
+      std::string const p = argv[i + 1];
+      if (p != "fp32" && p != "bf16") {
+        std::fprintf(stderr, "bench_transformer: --precision expects fp32 or bf16, got '%s'\n",
+                     p.c_str());
+        std::exit(2);
+      }
+      o.bf16 = p == "bf16";
+      continue;
     }
     long const v = std::atol(argv[i + 1]);
     if (v < 1) {
@@ -126,6 +143,16 @@ double time_blocks(std::vector<Block>& blocks, Options const& o, MPI_Comm comm,
   return ms[ms.size() / 2];
 }
 
+// One rank: telar::TransformerBlock under precision policy P.
+template <class P>
+double time_serial(Options const& o) {
+  using Block = telar::WithPrecision<telar::TransformerBlock<T>, P>;
+  std::vector<Block> blocks;
+  for (std::size_t l = 0; l < o.blocks; ++l)
+    blocks.push_back(telar::with_precision<P>(telar::make_transformer_block<T>(o.hidden, o.heads)));
+  return time_blocks(blocks, o, MPI_COMM_WORLD, nullptr, nullptr);
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -138,15 +165,20 @@ int main(int argc, char** argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     double const tokens = double(o.batch * o.seq);
     if (p == 1) {
-      std::vector<telar::TransformerBlock<T>> blocks;
-      for (std::size_t l = 0; l < o.blocks; ++l)
-        blocks.push_back(telar::make_transformer_block<T>(o.hidden, o.heads));
-      double const ms = time_blocks(blocks, o, MPI_COMM_WORLD, nullptr, nullptr);
-      std::printf("telar TransformerBlock x%zu: batch %zu seq %zu hidden %zu heads %zu fp32, "
-                  "forward+backward median %.2f ms (%.0f tokens/s), %d reps, threads %d\n",
-                  o.blocks, o.batch, o.seq, o.hidden, o.heads, ms, tokens / ms * 1e3, o.reps,
-                  Exec().concurrency());
+      double const ms = o.bf16 ? time_serial<telar::Precision<telar::bf16, float>>(o)
+                               : time_serial<telar::Precision<float, float>>(o);
+      std::printf("telar TransformerBlock x%zu: batch %zu seq %zu hidden %zu heads %zu %s, "
+                  "forward+backward median %.2f ms (%.0f tokens/s), %d reps, threads %d, "
+                  "gemm kernels %s\n",
+                  o.blocks, o.batch, o.seq, o.hidden, o.heads, o.bf16 ? "bf16" : "fp32", ms,
+                  tokens / ms * 1e3, o.reps, Exec().concurrency(),
+                  o.bf16 ? telar::bf16_kernels().c_str()
+                         : telar::gemm_backend_name<T, telar::DefaultMemorySpace>());
     } else {
+      if (o.bf16) {
+        std::fprintf(stderr, "bench_transformer: --precision bf16 runs at one rank\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+      }
       telar::Communicator world(MPI_COMM_WORLD, "bench_transformer");
       telar::TensorParallelTraffic traffic;
       telar::TensorParallelContext ctx(world, telar::RingAllreduce{}, &traffic);

@@ -5,7 +5,9 @@ x + fc2(gelu(fc1(ln2(x)))), fp32, one thread; median of forward + backward
 
     OMP_NUM_THREADS=1 /usr/bin/python3 bench/transformer/block_torch.py
     OMP_NUM_THREADS=1 ../shared/peers/torch26.sh python3 bench/transformer/block_torch.py
+    ... --precision bf16   # torch.autocast('cpu', dtype=torch.bfloat16), fp32 weights
 """
+import contextlib
 import argparse
 import time
 
@@ -36,7 +38,10 @@ def main():
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     a = p.parse_args()
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if a.precision == "bf16" \
+        else contextlib.nullcontext
     torch.set_num_threads(1)
     torch.manual_seed(0)
     block = Block(a.hidden, a.heads)
@@ -46,14 +51,16 @@ def main():
     ms = []
     for r in range(a.warmup + a.reps):
         t0 = time.perf_counter()
-        block(x, mask).backward(dy)
+        with autocast():
+            y = block(x, mask)
+        y.float().backward(dy)
         t = (time.perf_counter() - t0) * 1e3
         if r >= a.warmup:
             ms.append(t)
     ms.sort()
     med = ms[len(ms) // 2]
     print(f"torch {torch.__version__} block: batch {a.batch} seq {a.seq} hidden {a.hidden} "
-          f"heads {a.heads} fp32, forward+backward median {med:.2f} ms "
+          f"heads {a.heads} {a.precision}, forward+backward median {med:.2f} ms "
           f"({a.batch * a.seq / med * 1e3:.0f} tokens/s), {a.reps} reps, threads "
           f"{torch.get_num_threads()}")
 

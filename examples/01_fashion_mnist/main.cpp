@@ -45,10 +45,9 @@
 namespace {
 
 struct Args : example::CommonArgs {
-  Args() : CommonArgs(/*epochs*/ 3, /*hidden*/ 256) {}
+  Args() : CommonArgs(/*epochs*/ 3, /*hidden*/ 256) { takes_precision = true; }
   int zero = 0; // ZeRO stage
   std::string recompute = "none";
-  std::string precision = "fp32";
 };
 
 [[noreturn]] void usage(char const* why) {
@@ -86,8 +85,6 @@ Args parse(int argc, char** argv) {
       a.zero = int(r.number());
     else if (f == "--recompute")
       a.recompute = r.value();
-    else if (f == "--precision")
-      a.precision = r.value();
     else if (!example::read_common_flag(r, a))
       usage(("unknown flag " + f).c_str());
   }
@@ -96,12 +93,9 @@ Args parse(int argc, char** argv) {
     usage("--zero takes 0 (no sharding), 1 (ZeRO-1), 2 (ZeRO-2) or 3 (ZeRO-3)");
   if (a.recompute != "none" && a.recompute != "full")
     usage(("--recompute expects none or full, got '" + a.recompute + "'").c_str());
-  if (a.precision != "fp32" && a.precision != "bf16")
-    usage(("--precision expects fp32 or bf16, got '" + a.precision + "'").c_str());
   if (a.precision == "bf16" && (a.zero != 0 || a.recompute != "none"))
     usage("--precision bf16 runs with --zero 0 and --recompute none");
-  if (a.precision == "bf16" && (a.layout_auto || a.dry_run))
-    usage("--layout auto and --dry-run plan the fp32 model (--precision fp32)");
+  example::check_bf16_unplanned(a, usage);
   return a;
 }
 
@@ -136,21 +130,6 @@ ModelWith<Gemm> make_model(std::size_t hidden) {
                          telar::RowParallel<D>(hidden, hidden), {}, D(hidden, 10));
 }
 
-// The GEMM policy the model runs (--precision picks the model type).
-char const* gemm_name(Args const& a) {
-  return a.precision == "bf16" ? telar::Bf16Gemm::name()
-                               : telar::gemm_backend_name<T, telar::DefaultMemorySpace>();
-}
-
-// Which kernels multiplied: oneDNN's bf16 matmul implementations as it
-// reported them, or the fp32 library call.
-std::string gemm_kernels(Args const& a) {
-  if (a.precision == "bf16")
-    return telar::bf16_kernels();
-  std::string const name = gemm_name(a);
-  return name == "onednn" ? "dnnl_sgemm" : name;
-}
-
 template <class Strategy, class ModelT, class Optimizer>
 int train(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt,
           std::optional<telar::LayoutPlan> const& plan) {
@@ -169,7 +148,7 @@ int train(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt,
                  "recompute %s, precision %s\n",
                  data.train.size, data.test.size, a.hidden, a.hidden, Optimizer::name(),
                  trainer.layout().c_str(), trainer.pipeline_schedule().name.c_str(),
-                 opts.microbatches, a.batch, gemm_name(a), a.recompute.c_str(),
+                 opts.microbatches, a.batch, example::gemm_name(a.precision), a.recompute.c_str(),
                  a.precision.c_str());
 
   auto test_set = example::test_set(data.test, data.test.size);
@@ -179,9 +158,7 @@ int train(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt,
   telar::JsonObject config = example::common_config(trainer, a);
   config.add("zero", a.zero)
       .add("recompute", a.recompute)
-      .add("gemm", gemm_name(a))
-      .add("precision", a.precision)
-      .add("gemm_kernels", gemm_kernels(a));
+      .add("gemm", example::gemm_name(a.precision));
   example::report(trainer, a, r, config);
   return 0;
 }

@@ -12,6 +12,12 @@
 //       [--timeline PREFIX] [--limit-steps N] [--eval-limit N]
 //       [--checkpoint-dir DIR] [--checkpoint-every N] [--resume]
 //       [--memory-budget SIZE] [--layout auto|manual] [--dry-run] [--profile PATH]
+//       [--precision fp32|bf16]
+//
+// --precision bf16 adds telar::Precision<telar::bf16, float> to the strategy:
+// the convolutions and Dense layers multiply in bf16 with fp32 accumulation,
+// weights and AdamW state stay fp32 (docs/precision.md); with AdamW only and
+// without the planner (one more Trainer type).
 //
 // --layout auto: the planner's fastest layout that fits; --dry-run: its
 // ranking, no training (docs/planner.md).
@@ -38,7 +44,7 @@
 namespace {
 
 struct Args : example::CommonArgs {
-  Args() : CommonArgs(/*epochs*/ 5, /*hidden*/ 128) {}
+  Args() : CommonArgs(/*epochs*/ 5, /*hidden*/ 128) { takes_precision = true; }
   long eval_limit = -1;
 };
 
@@ -51,7 +57,8 @@ struct Args : example::CommonArgs {
                "[--schedule gpipe|1f1b|interleaved|zb-h1|zb-h2] [--microbatches M] "
                "[--timeline PREFIX] [--limit-steps N] [--eval-limit N] "
                "[--checkpoint-dir DIR] [--checkpoint-every N] [--resume] "
-               "[--memory-budget SIZE] [--layout auto|manual] [--dry-run] [--profile PATH]\n",
+               "[--memory-budget SIZE] [--layout auto|manual] [--dry-run] [--profile PATH] "
+               "[--precision fp32|bf16]\n",
                why);
   throw 2;
 }
@@ -69,6 +76,7 @@ Args parse(int argc, char** argv) {
       usage(("unknown flag " + f).c_str());
   }
   example::check_common(a, usage);
+  example::check_bf16_run(a, usage);
   return a;
 }
 
@@ -94,31 +102,38 @@ Model make_model(std::size_t hidden) {
                Row(hidden, 10));
 }
 
-// --layout auto / --dry-run / --memory-budget: the layouts of the one
-// strategy type this example runs.
-template <class Optimizer>
+// The convolution policy the model runs under --precision.
+char const* conv_name(Args const& a) {
+  return a.precision == "bf16" ? telar::OneDnnConvBf16::name()
+                               : telar::conv_backend_name<T, telar::DefaultMemorySpace>();
+}
+
+// --layout auto / --dry-run / --memory-budget: the layouts of the fp32
+// strategy type this example runs (S: it, or it with bf16 compute).
+template <class S, class Optimizer>
 int train(MPI_Comm comm, Args const& given, Optimizer opt) {
   Args a = given;
   std::optional<telar::LayoutPlan> plan;
-  if (!example::plan_run(comm, a, plan, "cnn", [&] {
-        return example::plan_of<Model, Strategy, Optimizer>(comm, a, make_model(a.hidden), image);
-      }))
-    return 0;
+  if constexpr (std::is_same_v<S, Strategy>)
+    if (!example::plan_run(comm, a, plan, "cnn", [&] {
+          return example::plan_of<Model, S, Optimizer>(comm, a, make_model(a.hidden), image);
+        }))
+      return 0;
   telar::FashionMnist data = telar::load_fashion_mnist(a.data);
   telar::TrainerOptions const opts = example::trainer_options(a, data.train.size, comm);
   auto trainer = example::with_fastest_fitting(plan, [&] {
-    return telar::Trainer<Model, Strategy, Optimizer>(comm, make_model(a.hidden), opt, opts, image);
+    return telar::Trainer<Model, S, Optimizer>(comm, make_model(a.hidden), opt, opts, image);
   });
   std::size_t const local = example::local_batch(a, trainer.grid_shape().dp, "cnn");
   if (trainer.rank() == 0)
     std::fprintf(stderr,
                  "cnn: %zu train / %zu test samples, CNN [1,28,28] 32-res32-64-%zu-10, %s, "
-                 "layout %s, schedule %s, %d micro-batches, global batch %zu, gemm %s, conv %s\n",
+                 "layout %s, schedule %s, %d micro-batches, global batch %zu, gemm %s, conv %s, "
+                 "precision %s\n",
                  data.train.size, data.test.size, a.hidden, Optimizer::name(),
                  trainer.layout().c_str(), trainer.pipeline_schedule().name.c_str(),
-                 opts.microbatches, a.batch,
-                 telar::gemm_backend_name<T, telar::DefaultMemorySpace>(),
-                 telar::conv_backend_name<T, telar::DefaultMemorySpace>());
+                 opts.microbatches, a.batch, example::gemm_name(a.precision), conv_name(a),
+                 a.precision.c_str());
 
   // --eval-limit: the first N test images only (quick checks).
   std::size_t const eval = a.eval_limit > 0
@@ -129,16 +144,17 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
   r.predicted_ms = example::predicted_step_ms(comm, a, make_model(a.hidden), trainer, image);
   example::write_timeline(trainer, a.timeline, "cnn");
   telar::JsonObject config = example::common_config(trainer, a);
-  config.add("gemm", telar::gemm_backend_name<T, telar::DefaultMemorySpace>())
-      .add("conv", telar::conv_backend_name<T, telar::DefaultMemorySpace>());
+  config.add("gemm", example::gemm_name(a.precision)).add("conv", conv_name(a));
   example::report(trainer, a, r, config);
   return 0;
 }
 
 int run(MPI_Comm comm, int argc, char** argv) {
   Args const a = parse(argc, argv);
+  if (a.precision == "bf16")
+    return train<example::Bf16<Strategy>>(comm, a, telar::AdamW<T>{});
   return example::with_optimizer<T>(a.optimizer, usage,
-                                    [&](auto opt) { return train(comm, a, opt); });
+                                    [&](auto opt) { return train<Strategy>(comm, a, opt); });
 }
 
 } // namespace

@@ -13,7 +13,13 @@
 //       [--temperature 0.8] [--prompt TEXT] [--data DIR] [--json]
 //       [--dp N] [--pp N] [--tp N] [--schedule 1f1b] [--microbatches M] [--timeline PREFIX]
 //       [--memory-budget SIZE] [--layout auto|manual] [--dry-run] [--profile PATH]
+//       [--precision fp32|bf16]
 //
+// --precision bf16 adds telar::Precision<telar::bf16, float> to the strategy:
+// attention, MLP and output GEMMs in bf16 with fp32 accumulation; norms,
+// softmax, the loss, weights and AdamW state in fp32 (docs/precision.md).
+// One more Trainer type, so it runs the default depth (--layers 4) with
+// AdamW and without the planner.
 // --layout auto: the planner's fastest layout that fits; --dry-run: its
 // ranking, no training (docs/planner.md).
 //   mpirun -np 2 gpt --tp 2
@@ -48,6 +54,7 @@ struct Args : example::CommonArgs {
   Args() : CommonArgs(/*epochs*/ 1, /*hidden*/ 256) {
     batch = 32;
     data = telar::default_fortunes_dir();
+    takes_precision = true;
   }
   std::size_t context = 128, layers = 4, heads = 4;
   double dropout = 0.1, temperature = 0.8;
@@ -64,7 +71,8 @@ struct Args : example::CommonArgs {
                "[--eval-limit N] [--sample N] [--temperature X] [--prompt TEXT] [--data DIR] "
                "[--json] [--dp N] [--pp N] [--tp N] [--schedule %s] [--microbatches M] "
                "[--timeline PREFIX] [--checkpoint-dir DIR] [--checkpoint-every N] [--resume] "
-               "[--memory-budget SIZE] [--layout auto|manual] [--dry-run] [--profile PATH]\n",
+               "[--memory-budget SIZE] [--layout auto|manual] [--dry-run] [--profile PATH] "
+               "[--precision fp32|bf16]\n",
                why, example::schedule_choices().c_str());
   throw 2;
 }
@@ -100,6 +108,7 @@ Args parse(int argc, char** argv) {
       usage(("unknown flag " + f).c_str());
   }
   example::check_common(a, usage);
+  example::check_bf16_run(a, usage);
   if (a.hidden % a.heads != 0)
     r.fail("--hidden " + std::to_string(a.hidden) + " is not divisible by --heads " +
            std::to_string(a.heads));
@@ -317,16 +326,17 @@ void print_summary(Trainer const& trainer, Args const& a, Report const& r, doubl
 
 // --layout auto / --dry-run / --memory-budget: the layouts of the one
 // strategy type this example runs.
-template <std::size_t L, class Optimizer>
+template <std::size_t L, class S, class Optimizer>
 int train(MPI_Comm comm, Args const& given, Optimizer opt) {
   using Model = typename Gpt<L>::type;
   telar::Shape const in(given.context);
   Args a = given;
   std::optional<telar::LayoutPlan> plan;
-  if (!example::plan_run(comm, a, plan, "gpt", [&] {
-        return example::plan_of<Model, Strategy, Optimizer, Loss>(comm, a, Gpt<L>::make(a), in);
-      }))
-    return 0;
+  if constexpr (std::is_same_v<S, Strategy>) // S: it, or it with bf16 compute
+    if (!example::plan_run(comm, a, plan, "gpt", [&] {
+          return example::plan_of<Model, S, Optimizer, Loss>(comm, a, Gpt<L>::make(a), in);
+        }))
+      return 0;
   telar::TextSplit const text = telar::load_fortunes(a.data);
   telar::TextWindows const train_set(text.train, a.context), val_set(text.validation, a.context);
   telar::TrainerOptions opts = example::trainer_options(a, train_set.size(), comm);
@@ -336,7 +346,7 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
     opts.lr = telar::warmup_cosine(a.lr, std::min<long long>(100, total / 10), total, a.lr * 0.05);
   }
   auto trainer = example::with_fastest_fitting(plan, [&] {
-    return telar::Trainer<Model, Strategy, Optimizer, Loss>(comm, Gpt<L>::make(a), opt, opts, in);
+    return telar::Trainer<Model, S, Optimizer, Loss>(comm, Gpt<L>::make(a), opt, opts, in);
   });
   std::size_t const local = example::local_batch(a, trainer.grid_shape().dp, "gpt");
   bool const root = trainer.rank() == 0;
@@ -350,11 +360,12 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
                  "gpt: %zu fortunes from %zu files in %s: %zu train / %zu validation bytes, "
                  "%zu train windows, %zu validation windows evaluated; GPT %zu x [hidden %zu, "
                  "%zu heads], context %zu, %s, layout %s, schedule %s, %d micro-batches, global "
-                 "batch %zu\n",
+                 "batch %zu, precision %s\n",
                  text.fortunes, text.files, a.data.c_str(), text.train.size(),
                  text.validation.size(), train_set.size(), nval, L, a.hidden, a.heads, a.context,
                  Optimizer::name(), trainer.layout().c_str(),
-                 trainer.pipeline_schedule().name.c_str(), opts.microbatches, a.batch);
+                 trainer.pipeline_schedule().name.c_str(), opts.microbatches, a.batch,
+                 a.precision.c_str());
 
   Report const r = fit(trainer, a, train_set, val, local);
   double const predicted = example::predicted_step_ms(comm, a, Gpt<L>::make(a), trainer, in);
@@ -371,10 +382,15 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
 // AdamW (default) or SGD: each optimizer and depth is a Trainer instantiation.
 template <std::size_t L>
 int with_optimizer(MPI_Comm comm, Args const& a) {
+  if (a.precision == "bf16") {
+    if constexpr (L == 4)
+      return train<L, example::Bf16<Strategy>>(comm, a, telar::AdamW<T>{});
+    usage("--precision bf16 runs the default depth, --layers 4");
+  }
   if (a.optimizer == "adamw")
-    return train<L>(comm, a, telar::AdamW<T>{});
+    return train<L, Strategy>(comm, a, telar::AdamW<T>{});
   if (a.optimizer == "sgd")
-    return train<L>(comm, a, telar::SGD<T>{});
+    return train<L, Strategy>(comm, a, telar::SGD<T>{});
   usage(("gpt supports --optimizer adamw or sgd, got '" + a.optimizer + "'").c_str());
 }
 

@@ -65,10 +65,12 @@ struct CommonArgs {
   long checkpoint_every = 0;     // steps between checkpoints (0: only at the end)
   bool resume = false;           // continue from the newest checkpoint in the directory
   telar::NonFinite nonfinite = telar::NonFinite::stop; // a step with a NaN or infinity
-  bool layout_auto = false;  // --layout auto: the planner's fastest layout that fits
-  bool dry_run = false;      // --dry-run: print the planner's ranking and train nothing
-  std::string profile;       // --profile: the machine profile (empty: the cached one)
-  std::string layout_reason; // why this layout: the planner's, or empty (given by flags)
+  bool layout_auto = false;       // --layout auto: the planner's fastest layout that fits
+  bool dry_run = false;           // --dry-run: print the planner's ranking and train nothing
+  std::string profile;            // --profile: the machine profile (empty: the cached one)
+  std::string layout_reason;      // why this layout: the planner's, or empty (given by flags)
+  std::string precision = "fp32"; // --precision fp32|bf16 (docs/precision.md)
+  bool takes_precision = false;   // the example has --precision (else: unknown flag)
 };
 
 // "1.5GB", "512MiB", "2000000": bytes (B, KB, MB, GB powers of 1000; KiB,
@@ -187,7 +189,9 @@ private:
 // --schedule is left to the example (one checks the spelling, one does not).
 inline bool read_common_flag(ArgReader& r, CommonArgs& a) {
   std::string const& f = r.flag();
-  if (f == "--epochs")
+  if (f == "--precision" && a.takes_precision)
+    a.precision = r.value();
+  else if (f == "--epochs")
     a.epochs = int(r.integer(1));
   else if (f == "--batch")
     a.batch = std::size_t(r.integer(1));
@@ -255,6 +259,51 @@ inline bool read_common_flag(ArgReader& r, CommonArgs& a) {
 inline void check_common(CommonArgs const& a, Usage usage) {
   if (a.epochs < 1 || a.batch < 1 || a.hidden < 1 || !(a.lr > 0))
     usage("--epochs, --batch, --hidden and --lr must be positive");
+  if (a.precision != "fp32" && a.precision != "bf16")
+    usage(("--precision expects fp32 or bf16, got '" + a.precision + "'").c_str());
+}
+
+// --precision bf16 in an example whose strategy type is S: S with
+// telar::Precision<telar::bf16, float>, which rebinds the model's Dense,
+// convolution and attention layers to bf16 compute (docs/precision.md).
+template <class S>
+struct with_bf16;
+template <class... Ps>
+struct with_bf16<telar::Strategy<Ps...>> {
+  using type = telar::Strategy<Ps..., telar::Precision<telar::bf16, float>>;
+};
+template <class S>
+using Bf16 = typename with_bf16<S>::type;
+
+// --precision bf16 runs without the planner, which plans the fp32 types.
+template <class Usage>
+void check_bf16_unplanned(CommonArgs const& a, Usage usage) {
+  if (a.precision == "bf16" && (a.layout_auto || a.dry_run))
+    usage("--layout auto and --dry-run plan the fp32 model (--precision fp32)");
+}
+
+// --precision bf16 is one more Trainer type (compile time), so it comes with
+// one optimizer, AdamW, and without the planner.
+template <class Usage>
+void check_bf16_run(CommonArgs const& a, Usage usage) {
+  if (a.precision == "bf16" && a.optimizer != "adamw")
+    usage("--precision bf16 trains with --optimizer adamw");
+  check_bf16_unplanned(a, usage);
+}
+
+// The GEMM policy the model runs under --precision.
+inline char const* gemm_name(std::string const& precision) {
+  return precision == "bf16" ? telar::Bf16Gemm::name()
+                             : telar::gemm_backend_name<float, telar::DefaultMemorySpace>();
+}
+
+// Which kernels multiplied, for the JSON summary: oneDNN's bf16 matmul and
+// convolution implementations as it reported them, or the fp32 GEMM backend.
+inline std::string gemm_kernels(std::string const& precision) {
+  if (precision == "bf16")
+    return telar::bf16_kernels();
+  std::string const name = gemm_name(precision);
+  return name == "onednn" ? "dnnl_sgemm" : name;
 }
 
 // Calls train(optimizer) with the optimizer --optimizer names.
@@ -645,7 +694,9 @@ telar::JsonObject common_config(telar::Trainer<Model, Strategy, Optimizer, Loss>
       .add("pp", trainer.grid_shape().pp)
       .add("tp", trainer.grid_shape().tp)
       .add("schedule", trainer.pipeline_schedule().name)
-      .add("microbatches", trainer.options().microbatches);
+      .add("microbatches", trainer.options().microbatches)
+      .add("precision", a.precision)
+      .add("gemm_kernels", gemm_kernels(a.precision));
   return config;
 }
 

@@ -1,8 +1,10 @@
 // Allreduce algorithms: exact sums of small integers for every rank count
 // and many lengths (0, 1, shorter than the rank count, not divisible, many
 // segments), random values against a serial sum, bitwise agreement across
-// ranks, concurrent operations waited in different orders.
+// ranks, concurrent operations waited in different orders. Bf16Wire: half
+// the bytes, within its bound of the exact sum, the same on every rank.
 #include <telar/comm/allreduce.hpp>
+#include <telar/comm/bf16_wire.hpp>
 #include <telar/comm/topology.hpp>
 
 #include "mpi_check.hpp"
@@ -25,6 +27,7 @@ static_assert(telar::is_allreduce_algorithm_v<telar::RingAllreduce>);
 static_assert(telar::is_allreduce_algorithm_v<telar::RecursiveHalvingDoubling>);
 static_assert(telar::is_allreduce_algorithm_v<const telar::HierarchicalAllreduce>);
 static_assert(telar::is_allreduce_algorithm_v<telar::TopologyAwareAllreduce>);
+static_assert(telar::is_allreduce_algorithm_v<telar::Bf16Wire<telar::RingAllreduce>>);
 static_assert(!telar::is_allreduce_algorithm_v<int>);
 static_assert(!telar::is_allreduce_algorithm_v<Communicator>);
 
@@ -75,6 +78,16 @@ Algo with_segment(std::size_t bytes) {
   return a;
 }
 
+// n values uniform in [-1, 1) drawn with `seed`.
+std::vector<float> uniform_of(unsigned seed, std::size_t n) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v)
+    x = dist(gen);
+  return v;
+}
+
 std::uint64_t fnv(void const* p, std::size_t bytes) {
   auto const* b = static_cast<unsigned char const*>(p);
   std::uint64_t h = 1469598103934665603ull;
@@ -106,14 +119,7 @@ TEMPLATE_TEST_CASE("allreduce of random values matches a serial sum", "[comm][al
   Communicator comm(MPI_COMM_WORLD, "world");
   int const p = comm.size(), r = comm.rank();
   std::size_t const n = 30011;
-  auto data_of = [n](int rank) {
-    std::mt19937 gen(1234u + static_cast<unsigned>(rank));
-    std::uniform_real_distribution<float> dist(-1.f, 1.f);
-    std::vector<float> v(n);
-    for (auto& x : v)
-      x = dist(gen);
-    return v;
-  };
+  auto data_of = [n](int rank) { return uniform_of(1234u + unsigned(rank), n); };
   std::vector<double> serial(n, 0.0);
   for (int q = 0; q < p; ++q) {
     auto const v = data_of(q);
@@ -300,4 +306,53 @@ TEST_CASE("TELAR_ALLREDUCE forces flat or hierarchical", "[comm][allreduce]") {
     TELAR_REQUIRE_ALL(message("TELAR_RANKS_PER_NODE", "0") ==
                       "telar: TELAR_RANKS_PER_NODE='0' " + rank + ": expected a positive integer");
   }
+}
+
+// Each rank's value rounded once to bf16 (u = 2^-8), p - 1 partial sums
+// rounded again: within p u sum_r |x_r| of the exact sum (bf16_wire.hpp).
+// Values exactly representable in bf16 with few significant bits sum exactly.
+TEMPLATE_TEST_CASE("Bf16Wire sums floats in bf16 within its bound, at half the bytes",
+                   "[comm][allreduce][bf16]", telar::RingAllreduce, telar::RecursiveHalvingDoubling,
+                   telar::HierarchicalAllreduce) {
+  Communicator comm(MPI_COMM_WORLD, "world");
+  int const p = comm.size(), r = comm.rank();
+  std::size_t const n = 30011;
+  auto data_of = [n](int rank) { return uniform_of(99u + unsigned(rank), n); };
+  std::vector<double> exact(n, 0.0), magnitude(n, 0.0);
+  for (int q = 0; q < p; ++q) {
+    auto const v = data_of(q);
+    for (std::size_t i = 0; i < n; ++i) {
+      exact[i] += v[i];
+      magnitude[i] += std::abs(v[i]);
+    }
+  }
+  telar::Bf16Wire<TestType> wire;
+  wire.segment_bytes = 4096; // many segments
+  std::vector<float> v = data_of(r), f = v;
+  comm.reset_bytes_sent();
+  wire.start(comm, v.data(), n).wait();
+  auto const bf16_bytes = comm.bytes_sent();
+  comm.reset_bytes_sent();
+  static_cast<TestType const&>(wire).start(comm, f.data(), n).wait();
+  auto const fp32_bytes = comm.bytes_sent();
+  double const u = std::ldexp(1.0, -8);
+  double worst = 0; // error over the bound, worst element
+  bool rounded = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    worst = std::max(worst, std::abs(v[i] - exact[i]) / (p * u * magnitude[i]));
+    rounded = rounded || v[i] != f[i];
+  }
+  INFO(TestType::name() << ": worst error / bound " << worst << ", bytes " << bf16_bytes
+                        << " (bf16) and " << fp32_bytes << " (fp32)");
+  TELAR_REQUIRE_ALL(worst <= 1.0);
+  TELAR_REQUIRE_ALL(2 * bf16_bytes == fp32_bytes);
+  TELAR_REQUIRE_ALL(rounded || p == 1);
+  long h = static_cast<long>(fnv(v.data(), n * sizeof(float)) >> 2), lo = h, hi = h;
+  comm.allreduce(&lo, 1, telar::ReduceOp::min);
+  comm.allreduce(&hi, 1, telar::ReduceOp::max);
+  TELAR_REQUIRE_ALL(lo == hi);
+  // Small integers are bf16 values and their sums too: exact.
+  std::vector<float> w(257, float(r + 1));
+  wire.start(comm, w.data(), w.size()).wait();
+  TELAR_REQUIRE_ALL(w == std::vector<float>(257, float(p * (p + 1) / 2)));
 }

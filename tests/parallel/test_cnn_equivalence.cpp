@@ -5,6 +5,8 @@
 // double) after a few steps, at whatever world size the test runs with.
 // A CNN that branches (an Inception-like Concat, a DenseConcat, a
 // squeeze-excitation Mul) matches serial training under dp and pp.
+// Under telar::Precision<bf16, float> (every convolution and Dense rebound
+// to bf16 compute) the CNN matches the bf16 serial run under dp, pp and tp.
 #include "equivalence.hpp"
 
 #include <telar/core/branches.hpp>
@@ -16,6 +18,7 @@
 #include <telar/layers/flatten.hpp>
 #include <telar/layers/pooling.hpp>
 #include <telar/optim/sgd.hpp>
+#include <telar/parallel/precision.hpp>
 #include <telar/parallel/tensor_parallel.hpp>
 #include <telar/train/trainer.hpp>
 
@@ -24,6 +27,8 @@
 
 #include <mpi.h>
 
+#include <cmath>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
@@ -81,6 +86,26 @@ using Full =
 
 using telar::test::require_same;
 using telar::test::world_size;
+// The rebind the bf16 policy makes: convolutions (inside Residual too) and
+// the tensor-parallel Dense pair take the bf16 policies; the rest stays.
+using Bf16 = telar::Precision<telar::bf16, float>;
+using FullBf16 = telar::Strategy<telar::DataParallel<>, telar::PipelineParallel<>,
+                                 telar::TensorParallel<>, Bf16>;
+// Gradients reduced in bf16 too.
+using DpBf16Reduce =
+    telar::Strategy<telar::DataParallel<>, telar::Precision<telar::bf16, float, telar::bf16>>;
+using CBf16 =
+    telar::Conv2D<float, telar::DefaultMemorySpace, telar::Bf16Gemm, telar::OneDnnConvBf16>;
+using DBf16 = telar::Dense<float, telar::DefaultMemorySpace, telar::Bf16Gemm>;
+static_assert(std::is_same_v<
+              telar::WithPrecision<Cnn<float>, Bf16>,
+              telar::Sequential<
+                  CBf16, telar::ReLU<float>, telar::Residual<CBf16, telar::ReLU<float>, CBf16>,
+                  telar::ReLU<float>, telar::MaxPool2D<float>, telar::Flatten<float>,
+                  telar::ColumnParallel<DBf16>, telar::ReLU<float>, telar::RowParallel<DBf16>>>);
+static_assert(
+    std::is_same_v<telar::WithPrecision<Cnn<float>, telar::Precision<float>>, Cnn<float>>);
+
 
 template <class T>
 struct Data {
@@ -103,7 +128,10 @@ Data<T> make_data(std::size_t n) {
   return d;
 }
 
-using Result = telar::test::NormResult;
+// The norms, and the bytes sent over the data-parallel group.
+struct Result : telar::test::NormResult {
+  std::uint64_t dp_bytes = 0;
+};
 
 template <class T, class Strategy, class Opt, class Model = Cnn<T>>
 Result train(MPI_Comm comm, Opt opt, telar::TrainerOptions opts, Data<T> const& data,
@@ -115,14 +143,24 @@ Result train(MPI_Comm comm, Opt opt, telar::TrainerOptions opts, Data<T> const& 
     std::size_t const b = std::size_t(s) * batch + std::size_t(d) * local;
     trainer.step(telar::rows(data.x, b, b + local), telar::rows(data.y, b, b + local));
   }
-  return {trainer.param_l2(), trainer.tensor_norms()};
+  auto const* grid = trainer.grid();
+  return {{trainer.param_l2(), trainer.tensor_norms()}, grid ? grid->dp().bytes_sent() : 0};
 }
+
+using telar::test::worst_difference;
 
 struct Layout {
   int dp, pp, tp;
   char const* schedule;
   int microbatches;
 };
+
+telar::TrainerOptions with_layout(telar::TrainerOptions opts, Layout const& l) {
+  opts.grid = {l.dp, l.pp, l.tp};
+  opts.schedule = l.schedule;
+  opts.microbatches = l.microbatches;
+  return opts;
+}
 
 } // namespace
 
@@ -161,10 +199,7 @@ TEMPLATE_TEST_CASE("A residual CNN matches serial training under every strategy"
   ref.schedule.clear();
   Result const want = train<T, telar::Serial>(MPI_COMM_SELF, sgd, ref, data, batch, steps);
   for (auto const& l : layouts) {
-    telar::TrainerOptions opts = base;
-    opts.grid = {l.dp, l.pp, l.tp};
-    opts.schedule = l.schedule;
-    opts.microbatches = l.microbatches;
+    telar::TrainerOptions const opts = with_layout(base, l);
     std::string const what = "dp=" + std::to_string(l.dp) + " pp=" + std::to_string(l.pp) +
                              " tp=" + std::to_string(l.tp) + " " + l.schedule +
                              " m=" + std::to_string(l.microbatches);
@@ -200,12 +235,69 @@ TEST_CASE("A CNN with Concat, DenseConcat and squeeze-excitation matches serial 
   if (n == 4)
     layouts.push_back({2, 2, 1, "zb-h1", 2});
   for (auto const& l : layouts) {
-    telar::TrainerOptions opts = base;
-    opts.grid = {l.dp, l.pp, l.tp};
-    opts.schedule = l.schedule;
-    opts.microbatches = l.microbatches;
+    telar::TrainerOptions const opts = with_layout(base, l);
     std::string const what = "dp=" + std::to_string(l.dp) + " pp=" + std::to_string(l.pp) + " " +
                              l.schedule + " m=" + std::to_string(l.microbatches);
     require_same(run(opts, MPI_COMM_WORLD), want, 1e-11, what);
   }
+}
+
+// bf16 compute by the strategy alone (the model type is Cnn<float>). Layouts
+// differ only in how fp32 sums are split; a bf16 rounding that flips with
+// them moves a product by at most the documented bound (docs/precision.md:
+// 2u + u^2 + (K + 2) 2^-24 = 7.9e-3 of |A||B| for these K), so every tensor
+// norm agrees with the bf16 serial run within it, and no worse than bf16
+// serial agrees with fp32 serial (which must differ: bf16 ran).
+TEST_CASE("Under Precision<bf16, float> the CNN matches bf16 serial training",
+          "[equivalence][cnn][bf16]") {
+  if (!telar::bf16_available())
+    SKIP("no AVX512-BF16 or AMX here: bf16 is refused, not emulated");
+  int const n = world_size();
+  double const bound = 7.9e-3;
+  std::size_t const batch = 16;
+  int const steps = 3;
+  auto const data = make_data<float>(batch * steps);
+  telar::SGD<float> sgd;
+  sgd.momentum = 0.9f;
+  telar::TrainerOptions base;
+  base.seed = 11;
+  base.lr = telar::constant_lr(0.05);
+  telar::TrainerOptions ref = base;
+  ref.grid = {1, 1, 1};
+  Result const fp32 = train<float, Full>(MPI_COMM_SELF, sgd, ref, data, batch, steps);
+  Result const want = train<float, FullBf16>(MPI_COMM_SELF, sgd, ref, data, batch, steps);
+  double const from_fp32 = worst_difference(want, fp32);
+  INFO("bf16 serial against fp32 serial: worst relative difference " << from_fp32);
+  CHECK(from_fp32 > 1e-5); // beyond fp32's reassociation (the fp32 test's tolerance)
+  CHECK(from_fp32 <= bound);
+  CHECK(telar::bf16_kernels().find("bf16") != std::string::npos);
+
+  std::vector<Layout> layouts{{n, 1, 1, "1f1b", 1}};
+  if (n > 1) {
+    layouts.push_back({1, n, 1, "1f1b", 4});
+    layouts.push_back({1, 1, n, "1f1b", 1});
+  }
+  if (n == 4)
+    layouts.push_back({2, 1, 2, "1f1b", 1});
+  for (auto const& l : layouts) {
+    telar::TrainerOptions const opts = with_layout(base, l);
+    std::string const what = "bf16 dp=" + std::to_string(l.dp) + " pp=" + std::to_string(l.pp) +
+                             " tp=" + std::to_string(l.tp);
+    require_same(train<float, FullBf16>(MPI_COMM_WORLD, sgd, opts, data, batch, steps), want,
+                 std::min(bound, std::max(from_fp32, 1e-5)), what);
+  }
+
+  // Gradients reduced in bf16 (each rank's rounded once, the n - 1 partial
+  // sums rounded again): within n u of the gradients' magnitude per step,
+  // which bounds the norms' relative difference far more loosely than n u;
+  // half the bytes of the fp32 reduction on the data-parallel group.
+  telar::TrainerOptions dp = base;
+  dp.grid = {n, 1, 1};
+  Result const fp32_wire = train<float, FullBf16>(MPI_COMM_WORLD, sgd, dp, data, batch, steps);
+  Result const bf16_wire = train<float, DpBf16Reduce>(MPI_COMM_WORLD, sgd, dp, data, batch, steps);
+  require_same(bf16_wire, want, n * std::ldexp(1.0, -8), "bf16 reduction, dp=" + std::to_string(n));
+  INFO("data-parallel bytes: " << bf16_wire.dp_bytes << " (bf16) against " << fp32_wire.dp_bytes);
+  CHECK(2 * bf16_wire.dp_bytes == fp32_wire.dp_bytes);
+  if (n > 1)
+    CHECK(worst_difference(bf16_wire, fp32_wire) > 0); // the bf16 wire ran
 }

@@ -127,8 +127,10 @@ private:
   ScheduleRun<T> run_;
 };
 
+// Telar's point-to-point algorithms also sum bf16 words (Bf16Wire).
 template <class T>
-inline constexpr bool summable_v = std::is_arithmetic_v<T> && !std::is_same_v<T, bool>;
+inline constexpr bool summable_v =
+    (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) || std::is_same_v<T, Bf16Word>;
 
 } // namespace detail
 
@@ -282,7 +284,8 @@ struct MpiAllreduce {
    */
   template <class T>
   AllreduceOp<T> start(Communicator const& comm, T* data, std::size_t n) const {
-    static_assert(detail::summable_v<T>, "telar::MpiAllreduce: element type must be arithmetic");
+    static_assert(detail::summable_v<T> && !std::is_same_v<T, detail::Bf16Word>,
+                  "telar::MpiAllreduce: element type must be arithmetic (MPI cannot sum bf16)");
     return AllreduceOp<T>(std::make_unique<detail::MpiAllreduceState>(comm.handle_ptr(), data, n));
   }
 

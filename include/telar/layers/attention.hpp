@@ -206,6 +206,14 @@ public:
                   " cannot be split into " + std::to_string(heads) + " heads");
   }
 
+  /*! \brief The same layer (configuration and projections) under another
+   *  GEMM policy: what telar::Precision's rebind of a model makes.
+   *  \tparam G the other policy \param o the layer */
+  template <class G, class = std::enable_if_t<!std::is_same_v<G, Gemm>>>
+  explicit CausalSelfAttention(CausalSelfAttention<T, MemorySpace, G> const& o)
+      : hidden_(o.hidden_), heads_(o.heads_), heads_local_(o.heads_local_), q_(o.q_), k_(o.k_),
+        v_(o.v_), proj_(o.proj_), score_limit_(o.score_limit_) {}
+
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "CausalSelfAttention"; }
   /*! \brief The input's shape. \param in [seq, hidden]
@@ -435,6 +443,9 @@ public:
   std::size_t score_workspace_size() const { return ws_.s.size() + ws_.dp.size(); }
 
 protected:
+  template <class, class, class>
+  friend class CausalSelfAttention; // the converting constructor reads another policy's layer
+
   std::size_t hidden_ = 0;      //!< model width
   std::size_t heads_ = 1;       //!< all heads
   std::size_t heads_local_ = 1; //!< heads computed here (all, unless split by telar::HeadParallel)

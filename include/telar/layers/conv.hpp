@@ -597,6 +597,17 @@ protected:
         dilation_(dilation), use_bias_(bias) {
     conv_check_groups(Derived::name(), in, out, groups);
   }
+  // The settings, geometry and parameter views of the same layer under other
+  // GEMM and convolution policies (telar::Precision's rebind); the engine
+  // starts empty (it caches per policy).
+  template <class D, class G, class P>
+  explicit ConvLayer(ConvLayer<D, T, Dims, MemorySpace, G, P, Transposed> const& o)
+      : weight(o.weight), weight_grad(o.weight_grad), bias(o.bias), bias_grad(o.bias_grad),
+        in_(o.in_), out_(o.out_), groups_(o.groups_), kernel_(o.kernel_), stride_(o.stride_),
+        padding_(o.padding_), dilation_(o.dilation_), use_bias_(o.use_bias_), g_(o.g_),
+        built_(o.built_) {}
+  template <class, class, int, class, class, class, bool>
+  friend class ConvLayer; // the converting constructor reads another policy's layer
   static constexpr Extents fill(std::size_t v) { return conv_fill_extents<Dims>(v); }
   // W's rows: the output channels, or the input's for the adjoint's weight.
   std::size_t rows() const { return Transposed ? in_ : out_; }
@@ -678,6 +689,14 @@ public:
   Convolution(std::size_t in, std::size_t out, Ext kernel, Ext stride, Ext padding,
               bool bias = true, Ext dilation = Base::fill(1), std::size_t groups = 1)
       : Base(in, out, kernel, stride, padding, bias, dilation, groups) {}
+  /*! \brief The same layer (configuration, geometry and parameter views)
+   *  under other GEMM and convolution policies: what telar::Precision's rebind
+   *  of a model makes. \tparam G the other GEMM policy \tparam P the other
+   *  convolution policy \param o the layer */
+  template <class G, class P,
+            class = std::enable_if_t<
+                !std::is_same_v<Convolution<T, Dims, MemorySpace, G, P>, Convolution>>>
+  explicit Convolution(Convolution<T, Dims, MemorySpace, G, P> const& o) : Base(o) {}
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return Dims == 2 ? "Conv2D" : "Conv3D"; }

@@ -101,6 +101,14 @@ public:
                         Ext dilation = Base::fill(1), std::size_t groups = 1)
       : Base(in, out, kernel, stride, padding, bias, dilation, groups),
         output_padding_(output_padding) {}
+  /*! \brief The same layer under other GEMM and convolution policies
+   *  (telar::Precision), as Convolution's. \tparam G the other GEMM policy
+   *  \tparam P the other convolution policy \param o the layer */
+  template <class G, class P,
+            class = std::enable_if_t<!std::is_same_v<
+                TransposedConvolution<T, Dims, MemorySpace, G, P>, TransposedConvolution>>>
+  explicit TransposedConvolution(TransposedConvolution<T, Dims, MemorySpace, G, P> const& o)
+      : Base(o), output_padding_(o.output_padding()) {}
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return Dims == 2 ? "ConvTranspose2D" : "ConvTranspose3D"; }

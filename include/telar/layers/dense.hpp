@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 namespace telar {
 
@@ -51,6 +52,13 @@ public:
   Dense() = default;
   /*! \brief \param in input features \param out output features \param bias add a bias */
   Dense(std::size_t in, std::size_t out, bool bias = true) : in_(in), out_(out), use_bias_(bias) {}
+  /*! \brief The same layer (configuration and parameter views) under another
+   *  GEMM policy: what telar::Precision's rebind of a model makes.
+   *  \tparam G the other policy \param o the layer */
+  template <class G, class = std::enable_if_t<!std::is_same_v<G, Gemm>>>
+  explicit Dense(Dense<T, MemorySpace, G> const& o)
+      : weight(o.weight), weight_grad(o.weight_grad), bias(o.bias), bias_grad(o.bias_grad),
+        in_(o.in_), out_(o.out_), use_bias_(o.use_bias_) {}
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "Dense"; }
@@ -191,6 +199,9 @@ protected:
                        (weight.extent(0) == 0 ? " (layer not initialised)" : ""));
   }
 
+  template <class, class, class>
+  friend class Dense; // the converting constructor reads another policy's layer
+
   std::size_t in_ = 0;   //!< input features of the full layer
   std::size_t out_ = 0;  //!< output features of the full layer
   bool use_bias_ = true; //!< whether b is used
@@ -208,6 +219,11 @@ public:
   static constexpr Shape static_output_shape = Shape(Out); //!< output shape [Out]
   /*! \brief \param bias add a bias */
   explicit StaticDense(bool bias = true) : Dense<T, MemorySpace, Gemm>(In, Out, bias) {}
+  /*! \brief The same layer under another GEMM policy (telar::Precision).
+   *  \tparam G the other policy \param o the layer */
+  template <class G, class = std::enable_if_t<!std::is_same_v<G, Gemm>>>
+  explicit StaticDense(StaticDense<T, In, Out, MemorySpace, G> const& o)
+      : Dense<T, MemorySpace, Gemm>(static_cast<Dense<T, MemorySpace, G> const&>(o)) {}
 };
 
 } // namespace telar

@@ -154,6 +154,56 @@ struct TensorParallel {
   static constexpr char const* name() { return "tp"; }
 };
 
+/*! \brief The bfloat16 compute type of telar::Precision (8 significant
+ *  bits, fp32's range): a tag, values are stored as float. */
+struct bf16 {
+  /*! \brief Name for logs. */
+  static constexpr char const* name() { return "bf16"; }
+};
+
+/*! \brief Mixed precision: the compute type of GEMMs and convolutions and
+ *  the master type of everything a model keeps (telar/parallel/precision.hpp,
+ *  docs/precision.md).
+ *
+ *  Precision<bf16, float> rebinds the model's Dense, convolution and
+ *  attention layers to telar::Bf16Gemm / telar::OneDnnConvBf16 (bf16 inputs,
+ *  fp32 accumulation); weights, gradients, optimizer state, norms, softmax
+ *  and losses stay float. Precision<float, float> (the default) changes
+ *  nothing. Orthogonal to every other policy.
+ *
+ *  \p Reduce = telar::bf16 sends the data-parallel gradient buckets in bf16
+ *  (telar::Bf16Wire around the strategy's allreduce: half the bytes; each
+ *  rank's gradient rounded once, partial sums rounded at each hop); float,
+ *  the default, reduces them in fp32.
+ *  \tparam Compute telar::bf16 or float \tparam Master float
+ *  \tparam Reduce type of the gradient allreduce: float or telar::bf16 */
+template <class Compute, class Master = float, class Reduce = float>
+struct Precision {
+  static_assert(std::is_same_v<Reduce, bf16> || std::is_same_v<Reduce, float>,
+                "telar::Precision: gradients are reduced in float or telar::bf16");
+  static_assert(std::is_same_v<Compute, bf16> || std::is_same_v<Compute, float>,
+                "telar::Precision: the compute type is telar::bf16 or float");
+  static_assert(std::is_same_v<Master, float>, "telar::Precision: master weights are float (fp32)");
+  /*! \brief Type GEMMs and convolutions multiply in. */
+  using compute_type = Compute;
+  /*! \brief Type of parameters, gradients and optimizer state. */
+  using master_type = Master;
+  /*! \brief GEMMs and convolutions run in bf16. */
+  static constexpr bool bf16_compute = std::is_same_v<Compute, bf16>;
+  /*! \brief Gradients are allreduced in bf16. */
+  static constexpr bool bf16_reduce = std::is_same_v<Reduce, bf16>;
+  /*! \brief Name for logs. */
+  static constexpr char const* name() { return bf16_compute ? "bf16" : "fp32"; }
+};
+
+/*! \brief True for Precision<...>. \tparam P a type */
+template <class P>
+inline constexpr bool is_precision_v = false;
+/*! \brief True for Precision<...>. \tparam C compute type \tparam M master type
+ *  \tparam R reduce type */
+template <class C, class M, class R>
+inline constexpr bool is_precision_v<Precision<C, M, R>> = true;
+
 /*! \brief True for DataParallel<...>. \tparam P a type */
 template <class P>
 inline constexpr bool is_data_parallel_v = false;
@@ -181,8 +231,10 @@ struct is_pp : std::bool_constant<is_pipeline_parallel_v<P>> {};
 template <class P>
 struct is_tp : std::bool_constant<is_tensor_parallel_v<P>> {};
 template <class P>
+struct is_precision : std::bool_constant<is_precision_v<P>> {};
+template <class P>
 struct is_known_policy : std::bool_constant<is_data_parallel_v<P> || is_pipeline_parallel_v<P> ||
-                                            is_tensor_parallel_v<P>> {};
+                                            is_tensor_parallel_v<P> || is_precision_v<P>> {};
 
 // The policy of a kind, or Default when absent.
 template <template <class> class Pred, class Default, class... Ps>
@@ -203,12 +255,13 @@ struct NoPolicy {
 
 /*! \brief A training strategy: a set of policies, each optional, in any order.
  *  The empty strategy (telar::Serial) trains on one rank.
- *  \tparam Policies DataParallel<...>, PipelineParallel<...>, TensorParallel<...> */
+ *  \tparam Policies DataParallel<...>, PipelineParallel<...>, TensorParallel<...>,
+ *  Precision<...> */
 template <class... Policies>
 struct Strategy {
   static_assert((detail::is_known_policy<Policies>::value && ...),
                 "telar::Strategy: unknown policy; a strategy is made of telar::DataParallel<>, "
-                "telar::PipelineParallel<>, and telar::TensorParallel<>");
+                "telar::PipelineParallel<>, telar::TensorParallel<> and telar::Precision<>");
   static_assert(detail::count_if_v<detail::is_dp, Policies...> <= 1,
                 "telar::Strategy: DataParallel appears more than once; name each policy at most "
                 "once");
@@ -218,6 +271,9 @@ struct Strategy {
   static_assert(detail::count_if_v<detail::is_tp, Policies...> <= 1,
                 "telar::Strategy: TensorParallel appears more than once; name each policy at "
                 "most once");
+  static_assert(detail::count_if_v<detail::is_precision, Policies...> <= 1,
+                "telar::Strategy: Precision appears more than once; name each policy at most "
+                "once");
 
   /*! \brief The DataParallel policy, or NoPolicy. */
   using data_parallel = typename detail::pick<detail::is_dp, NoPolicy, Policies...>::type;
@@ -225,6 +281,10 @@ struct Strategy {
   using pipeline_parallel = typename detail::pick<detail::is_pp, NoPolicy, Policies...>::type;
   /*! \brief The TensorParallel policy, or NoPolicy. */
   using tensor_parallel = typename detail::pick<detail::is_tp, NoPolicy, Policies...>::type;
+
+  /*! \brief The Precision policy; Precision<float, float> when absent. */
+  using precision =
+      typename detail::pick<detail::is_precision, Precision<float, float>, Policies...>::type;
 
   /*! \brief Data parallelism is enabled. */
   static constexpr bool has_data_parallel = !std::is_same_v<data_parallel, NoPolicy>;
@@ -243,7 +303,9 @@ struct Strategy {
     add(has_data_parallel, "dp");
     add(has_pipeline_parallel, "pp");
     add(has_tensor_parallel, "tp");
-    return n.empty() ? "serial" : n;
+    n = n.empty() ? "serial" : n;
+    n += precision::bf16_compute ? "+bf16" : "";
+    return precision::bf16_reduce ? n + "+bf16-reduce" : n;
   }
 };
 

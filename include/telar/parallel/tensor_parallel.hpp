@@ -199,6 +199,11 @@ public:
   /*! \brief Sizes of the full (serial) layer. \param in input features
    *  \param out output features \param with_bias add a bias */
   TpDense(std::size_t in, std::size_t out, bool with_bias) : DenseT(in, out, with_bias) {}
+  /*! \brief The same split layer (its Dense, group and state) under another
+   *  GEMM policy (telar::Precision's rebind). \param o the layer */
+  template <class D, class DenseO>
+  explicit TpDense(TpDense<D, DenseO, SplitOutputs> const& o)
+      : DenseT(static_cast<DenseO const&>(o)), ctx_(o.ctx_), initialized_(o.initialized_) {}
 
   /*! \brief Joins a tensor-parallel group; call before the shapes and
    *  initialize(). \param ctx the group
@@ -305,6 +310,9 @@ protected:
 
   TensorParallelContext ctx_; //!< the group
   bool initialized_ = false;  //!< the split is fixed once the parameters exist
+
+  template <class, class, bool>
+  friend class TpDense; // the converting constructor reads another policy's layer
 };
 } // namespace detail
 
@@ -332,6 +340,11 @@ public:
    *  \param with_bias add a bias */
   ColumnParallel(std::size_t in, std::size_t out, bool with_bias = true)
       : Base(in, out, with_bias) {}
+  /*! \brief The same layer (its Dense, group and state) under another GEMM
+   *  policy: what telar::Precision's rebind of a model makes.
+   *  \tparam G the other policy \param o the layer */
+  template <class G, class = std::enable_if_t<!std::is_same_v<G, Gemm>>>
+  explicit ColumnParallel(ColumnParallel<Dense<T, MemorySpace, G>> const& o) : Base(o) {}
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "ColumnParallel<Dense>"; }
@@ -397,6 +410,11 @@ public:
    *  \param in input features (all ranks together) \param out output features
    *  \param with_bias add a bias */
   RowParallel(std::size_t in, std::size_t out, bool with_bias = true) : Base(in, out, with_bias) {}
+  /*! \brief The same layer (its Dense, group and state) under another GEMM
+   *  policy: what telar::Precision's rebind of a model makes.
+   *  \tparam G the other policy \param o the layer */
+  template <class G, class = std::enable_if_t<!std::is_same_v<G, Gemm>>>
+  explicit RowParallel(RowParallel<Dense<T, MemorySpace, G>> const& o) : Base(o) {}
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "RowParallel<Dense>"; }

@@ -69,6 +69,12 @@ public:
    *  \param heads all heads \param bias biases in the projections */
   HeadParallel(std::size_t hidden, std::size_t heads, bool bias = true)
       : Base(hidden, heads, bias), bias_(bias) {}
+  /*! \brief The same layer under another GEMM policy (telar::Precision).
+   *  \tparam G the other policy \param o the layer */
+  template <class G, class = std::enable_if_t<!std::is_same_v<G, Gemm>>>
+  explicit HeadParallel(HeadParallel<CausalSelfAttention<T, MemorySpace, G>> const& o)
+      : Base(static_cast<CausalSelfAttention<T, MemorySpace, G> const&>(o)), ctx_(o.ctx_),
+        bias_(o.bias_), initialized_(o.initialized_) {}
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "HeadParallel<CausalSelfAttention>"; }
@@ -159,6 +165,9 @@ public:
   }
 
 private:
+  template <class>
+  friend class HeadParallel; // the converting constructor reads another policy's layer
+
   TensorParallelContext ctx_;
   bool bias_ = true;
   bool initialized_ = false;

@@ -1,6 +1,7 @@
 #pragma once
 /*! \file
  *  \brief telar::Trainer: trains a model with a strategy and an optimizer. */
+#include <telar/comm/bf16_wire.hpp>
 #include <telar/comm/communicator.hpp>
 #include <telar/comm/process_grid.hpp>
 #include <telar/core/loss.hpp>
@@ -21,6 +22,7 @@
 #include <telar/parallel/detail/step_hooks.hpp>
 #include <telar/parallel/detail/tensor_index.hpp>
 #include <telar/parallel/memory_plan.hpp>
+#include <telar/parallel/precision.hpp>
 #include <telar/parallel/run_layout.hpp>
 #include <telar/parallel/strategy.hpp>
 #include <telar/parallel/tensor_parallel.hpp>
@@ -90,14 +92,19 @@ struct StepResult {
  *  \tparam Loss a type satisfying the Loss concept (telar/core/loss.hpp);
  *  step() takes its target_type
  */
-template <class Model, class StrategyT, class Optimizer,
+template <class UserModel, class StrategyT, class Optimizer,
           class Loss =
-              SoftmaxCrossEntropy<typename Model::value_type, typename Model::memory_space>>
+              SoftmaxCrossEntropy<typename UserModel::value_type, typename UserModel::memory_space>>
 class Trainer {
-  static_assert(is_sequential_v<Model>,
+  static_assert(is_sequential_v<UserModel>,
                 "telar::Trainer: Model must be a telar::Sequential<...> or DynamicSequential<...>");
   static_assert(is_strategy_v<StrategyT>,
                 "telar::Trainer: Strategy must be a telar::Strategy<...>");
+  // The strategy's precision policy: the model the Trainer runs is the one
+  // it is given, rebound to the compute type's GEMM / convolution policies
+  // (telar/parallel/precision.hpp).
+  using PrecisionPolicy = detail::strategy_precision_t<StrategyT>;
+  using Model = WithPrecision<UserModel, PrecisionPolicy>;
   static_assert(detail::check_optimizer<Optimizer>());
   static_assert(std::is_same_v<typename Optimizer::value_type, typename Model::value_type>,
                 "telar::Trainer: the optimizer's value_type must be the model's value_type");
@@ -132,10 +139,10 @@ public:
    *  \throws GridError or Error, identically on every rank, when the degrees
    *  do not fit the world or the strategy; ShapeError naming the layer when
    *  the model's shapes do not chain */
-  Trainer(MPI_Comm comm, Model model, Optimizer optimizer, TrainerOptions options, Shape in_shape,
-          Loss loss = Loss{})
-      : model_(std::move(model)), options_(std::move(options)), trace_(options_.trace),
-        loss_(std::move(loss)) {
+  Trainer(MPI_Comm comm, UserModel model, Optimizer optimizer, TrainerOptions options,
+          Shape in_shape, Loss loss = Loss{})
+      : model_(detail::precision_model<UserModel, PrecisionPolicy>::convert(std::move(model))),
+        options_(std::move(options)), trace_(options_.trace), loss_(std::move(loss)) {
     world_.emplace(comm, "telar::world");
     setup(optimizer, in_shape);
   }
@@ -144,10 +151,10 @@ public:
    *  be initialised). \param model the model \param optimizer the optimizer
    *  \param options run-time settings \param in_shape per-sample input shape
    *  \param loss the loss */
-  Trainer(Model model, Optimizer optimizer, TrainerOptions options, Shape in_shape,
+  Trainer(UserModel model, Optimizer optimizer, TrainerOptions options, Shape in_shape,
           Loss loss = Loss{})
-      : model_(std::move(model)), options_(std::move(options)), trace_(options_.trace),
-        loss_(std::move(loss)) {
+      : model_(detail::precision_model<UserModel, PrecisionPolicy>::convert(std::move(model))),
+        options_(std::move(options)), trace_(options_.trace), loss_(std::move(loss)) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (initialized)
@@ -292,7 +299,8 @@ public:
     return out;
   }
 
-  /*! \brief The model (this rank's layers bound to the trainer's buffers). */
+  /*! \brief The model (this rank's layers bound to the trainer's buffers); under
+   *  telar::Precision<telar::bf16, float>, the given model rebound (telar::WithPrecision). */
   Model& model() { return model_; }
   /*! \brief This rank's flat parameter store (layout only, no values, under ZeRO-3). */
   ParameterStore<value_type, memory_space> const& parameter_store() const { return params_; }
@@ -398,10 +406,20 @@ private:
   friend struct detail::TrainerAccess;
   using DataParallelPolicy = std::conditional_t<StrategyT::has_data_parallel,
                                                 typename StrategyT::data_parallel, DataParallel<>>;
+  // Gradients reduced in bf16 (Precision<..., bf16>): the strategy's
+  // allreduce, sent as bf16.
+  static_assert(!PrecisionPolicy::bf16_reduce ||
+                    (DataParallelPolicy::sharding::stage == 0 && std::is_same_v<value_type, float>),
+                "telar::Trainer: gradients reduced in bf16 (telar::Precision<C, float, "
+                "telar::bf16>) need float parameters and no ZeRO sharding (ZeRO reduce-scatters "
+                "in fp32)");
+  using Allreduce = std::conditional_t<PrecisionPolicy::bf16_reduce,
+                                       Bf16Wire<typename DataParallelPolicy::algorithm>,
+                                       typename DataParallelPolicy::algorithm>;
   // The gradient-sync component of the strategy's sharding policy
   // (parallel/detail/sync_*.hpp).
   using Sync = detail::GradientSync<typename DataParallelPolicy::sharding, value_type, memory_space,
-                                    typename DataParallelPolicy::algorithm>;
+                                    Allreduce>;
   // Where the parameter values live (parallel/detail/residency_*.hpp).
   using ResidencyOf =
       detail::residency_of<typename DataParallelPolicy::sharding, value_type, memory_space>;

@@ -1,6 +1,8 @@
 #pragma once
 // Maps C++ types to MPI datatypes and telar::ReduceOp to MPI_Op.
 
+#include <telar/comm/detail/bf16_word.hpp>
+
 #include <mpi.h>
 
 #include <cstddef>
@@ -65,6 +67,8 @@ MPI_Datatype mpi_type() {
     return MPI_CXX_BOOL;
   else if constexpr (std::is_same_v<U, std::byte>)
     return MPI_BYTE;
+  else if constexpr (std::is_same_v<U, Bf16Word>) // moved, never reduced by MPI
+    return MPI_UINT16_T;
   else {
     static_assert(dependent_false_v<T>,
                   "telar::Communicator: no MPI datatype for this element type; use an "

@@ -1,0 +1,250 @@
+#pragma once
+/*! \file
+ *  \brief telar::Precision in a strategy: the model's layers rebound, at
+ *  compile time, to the GEMM and convolution policies of the compute type.
+ *
+ *  \code
+ *  using S = telar::Strategy<telar::DataParallel<>, telar::Precision<telar::bf16, float>>;
+ *  telar::Trainer<Model, S, telar::AdamW<float>> t(comm, make_model(), {}, opts, in_shape);
+ *  // t.model() is a telar::WithPrecision<Model, telar::Precision<telar::bf16, float>>
+ *  \endcode
+ *  Under Precision<bf16, float> every telar::Dense, Conv2D/3D,
+ *  ConvTranspose2D/3D and CausalSelfAttention of the model, inside
+ *  Sequential, Residual, Concat/Add/Mul, DenseConcat, Recompute and the
+ *  tensor-parallel wrappers, multiplies through telar::Bf16Gemm and
+ *  telar::OneDnnConvBf16; parameters, gradients, optimizer state, norms,
+ *  softmax and losses stay float (docs/precision.md). Other layers are kept
+ *  as they are. A layer that cannot multiply in bf16 (double, device memory,
+ *  a model whose layers are chosen at run time) is a compile error that
+ *  starts with "telar::Precision".
+ */
+#include <telar/core/detail/type_traits.hpp>
+#include <telar/core/gemm.hpp>
+#include <telar/core/sequential.hpp>
+#include <telar/parallel/strategy.hpp>
+
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace telar {
+
+// The layer templates a rebind looks into, declared here so that this header
+// does not pull in every layer (a model's own headers define them).
+template <class T, class MemorySpace, class Gemm>
+class Dense;
+template <class T, std::size_t In, std::size_t Out, class MemorySpace, class Gemm>
+class StaticDense;
+template <class T, int Dims, class MemorySpace, class Gemm, class ConvPolicy>
+class Convolution;
+template <class T, int Dims, class MemorySpace, class Gemm, class ConvPolicy>
+class TransposedConvolution;
+template <class T, class MemorySpace, class Gemm>
+class CausalSelfAttention;
+template <class L>
+class ColumnParallel;
+template <class L>
+class RowParallel;
+template <class L>
+class HeadParallel;
+template <class L>
+class Recompute;
+template <class Projection, class... Layers>
+class ResidualBlock;
+template <class... Layers>
+class DenseConcat;
+template <class Variant>
+class DynamicSequential;
+template <class Variant>
+class DynamicResidual;
+template <class Variant>
+class GraphChain;
+struct OneDnnConvBf16;
+namespace detail {
+template <class Kind, class... Branches>
+class BranchBlock;
+struct IdentityShortcut;
+} // namespace detail
+
+namespace detail {
+
+// bf16 policies multiply float matrices in host memory (oneDNN): a layer
+// elsewhere is refused with its name, value type and memory space.
+template <class T, class MemorySpace>
+constexpr bool bf16_layer_ok() {
+  return Bf16Gemm::supports<T, MemorySpace>();
+}
+#define TELAR_PRECISION_REFUSE(what)                                                               \
+  "telar::Precision<telar::bf16, float>: " what " cannot compute in bf16 here: the bf16 "          \
+  "policies (telar::Bf16Gemm, telar::OneDnnConvBf16) multiply float layers in host memory "        \
+  "with oneDNN; use float layers in Kokkos::HostSpace, or telar::Precision<float, float>"
+
+// rebind<L>: L's type under bf16 compute, and convert(L) the same layer
+// under it. Layers without GEMMs, and unknown ones, stay as they are.
+template <class L>
+struct bf16_rebind {
+  using type = L;
+  static L convert(L l) { return l; }
+};
+
+// A leaf layer whose GEMM / convolution policies are template arguments:
+// its converting constructor copies it under the bf16 ones.
+template <class From, class To>
+struct bf16_rebind_leaf {
+  using type = To;
+  static To convert(From const& l) { return To(l); }
+};
+
+template <class T, class M, class G>
+struct bf16_rebind<Dense<T, M, G>> : bf16_rebind_leaf<Dense<T, M, G>, Dense<T, M, Bf16Gemm>> {
+  static_assert(bf16_layer_ok<T, M>(), TELAR_PRECISION_REFUSE("telar::Dense"));
+};
+template <class T, std::size_t I, std::size_t O, class M, class G>
+struct bf16_rebind<StaticDense<T, I, O, M, G>>
+    : bf16_rebind_leaf<StaticDense<T, I, O, M, G>, StaticDense<T, I, O, M, Bf16Gemm>> {
+  static_assert(bf16_layer_ok<T, M>(), TELAR_PRECISION_REFUSE("telar::StaticDense"));
+};
+template <class T, int D, class M, class G, class C>
+struct bf16_rebind<Convolution<T, D, M, G, C>>
+    : bf16_rebind_leaf<Convolution<T, D, M, G, C>, Convolution<T, D, M, Bf16Gemm, OneDnnConvBf16>> {
+  static_assert(bf16_layer_ok<T, M>(), TELAR_PRECISION_REFUSE("telar::Conv2D / Conv3D"));
+};
+template <class T, int D, class M, class G, class C>
+struct bf16_rebind<TransposedConvolution<T, D, M, G, C>>
+    : bf16_rebind_leaf<TransposedConvolution<T, D, M, G, C>,
+                       TransposedConvolution<T, D, M, Bf16Gemm, OneDnnConvBf16>> {
+  static_assert(bf16_layer_ok<T, M>(),
+                TELAR_PRECISION_REFUSE("telar::ConvTranspose2D / ConvTranspose3D"));
+};
+template <class T, class M, class G>
+struct bf16_rebind<CausalSelfAttention<T, M, G>>
+    : bf16_rebind_leaf<CausalSelfAttention<T, M, G>, CausalSelfAttention<T, M, Bf16Gemm>> {
+  static_assert(bf16_layer_ok<T, M>(), TELAR_PRECISION_REFUSE("telar::CausalSelfAttention"));
+};
+// Tensor-parallel wrappers: the wrapped layer's rebind, kept wrapped.
+template <template <class> class Wrap, class L>
+struct bf16_rebind_wrapped : bf16_rebind_leaf<Wrap<L>, Wrap<typename bf16_rebind<L>::type>> {};
+template <class L>
+struct bf16_rebind<ColumnParallel<L>> : bf16_rebind_wrapped<ColumnParallel, L> {};
+template <class L>
+struct bf16_rebind<RowParallel<L>> : bf16_rebind_wrapped<RowParallel, L> {};
+template <class L>
+struct bf16_rebind<HeadParallel<L>> : bf16_rebind_wrapped<HeadParallel, L> {};
+
+template <class L>
+using bf16_rebind_t = typename bf16_rebind<L>::type;
+template <class L>
+bf16_rebind_t<L> bf16_convert(L const& l) {
+  return bf16_rebind<L>::convert(l);
+}
+
+// Containers: each part rebound, the container rebuilt around them.
+template <class... Ls>
+struct bf16_rebind<Sequential<Ls...>> {
+  using type = Sequential<bf16_rebind_t<Ls>...>;
+  static type convert(Sequential<Ls...> const& s) {
+    return std::apply([](auto const&... l) { return type(bf16_convert(l)...); }, s.layers());
+  }
+};
+template <class L>
+struct bf16_rebind<Recompute<L>> {
+  using type = Recompute<bf16_rebind_t<L>>;
+  static type convert(Recompute<L> const& r) { return type(bf16_convert(r.inner())); }
+};
+template <class Kind, class... Bs>
+struct bf16_rebind<BranchBlock<Kind, Bs...>> {
+  using type = BranchBlock<Kind, bf16_rebind_t<Bs>...>;
+  static type convert(BranchBlock<Kind, Bs...> const& b) {
+    return convert(b, std::index_sequence_for<Bs...>{});
+  }
+  template <std::size_t... I>
+  static type convert(BranchBlock<Kind, Bs...> const& b, std::index_sequence<I...>) {
+    return type(bf16_convert(b.template branch<I>())...);
+  }
+};
+template <class P, class... Ls>
+struct bf16_rebind<ResidualBlock<P, Ls...>> {
+  using type = ResidualBlock<bf16_rebind_t<P>, bf16_rebind_t<Ls>...>;
+  static type convert(ResidualBlock<P, Ls...> const& r) {
+    return std::apply(
+        [&](auto const&... l) {
+          if constexpr (std::is_same_v<P, IdentityShortcut>)
+            return type(bf16_convert(l)...);
+          else
+            return type(bf16_convert(r.projection()), bf16_convert(l)...);
+        },
+        r.body().layers());
+  }
+};
+template <class... Ls>
+struct bf16_rebind<DenseConcat<Ls...>> {
+  using type = DenseConcat<bf16_rebind_t<Ls>...>;
+  static type convert(DenseConcat<Ls...> const& d) {
+    return std::apply([](auto const&... l) { return type(bf16_convert(l)...); }, d.body().layers());
+  }
+};
+// Layers chosen at run time: their types are not known when the model's is.
+template <class V>
+struct bf16_rebind<DynamicSequential<V>> {
+  static_assert(dependent_false<V>,
+                "telar::Precision<telar::bf16, float>: telar::DynamicSequential cannot be "
+                "rebound (its layers are chosen at run time); put telar::Bf16Gemm / "
+                "telar::OneDnnConvBf16 in the layer types of its variant instead");
+};
+template <class V>
+struct bf16_rebind<DynamicResidual<V>> : bf16_rebind<DynamicSequential<V>> {};
+template <class V>
+struct bf16_rebind<GraphChain<V>> {
+  static_assert(dependent_false<V>,
+                "telar::Precision<telar::bf16, float>: telar::GraphChain cannot be rebound (its "
+                "layers are chosen at run time); put telar::Bf16Gemm / telar::OneDnnConvBf16 in "
+                "the layer types of its variant instead");
+};
+#undef TELAR_PRECISION_REFUSE
+
+// The model a Trainer runs under precision P.
+template <class Model, class P>
+struct precision_model {
+  using type = Model;
+  static Model convert(Model m) { return m; }
+};
+template <class Model, class R>
+struct precision_model<Model, Precision<bf16, float, R>> {
+  using type = bf16_rebind_t<Model>;
+  static type convert(Model const& m) { return bf16_convert(m); }
+};
+
+// A Strategy's precision policy (float, float for anything else: the
+// Trainer's own checks name a type that is not a strategy).
+template <class S>
+struct strategy_precision {
+  using type = Precision<float, float>;
+};
+template <class... Ps>
+struct strategy_precision<Strategy<Ps...>> {
+  using type = typename Strategy<Ps...>::precision;
+};
+template <class S>
+using strategy_precision_t = typename strategy_precision<S>::type;
+
+} // namespace detail
+
+/*! \brief The model type under precision policy \p P: for
+ *  telar::Precision<telar::bf16, float>, every Dense, convolution and
+ *  attention layer with the bf16 GEMM / convolution policies; \p Model
+ *  itself for Precision<float, float>.
+ *  \tparam Model a model (telar::Sequential) \tparam P a telar::Precision */
+template <class Model, class P>
+using WithPrecision = typename detail::precision_model<Model, P>::type;
+
+/*! \brief The same model (configuration and any parameter views it holds)
+ *  under precision policy \p P; what a telar::Trainer whose strategy names
+ *  \p P does with the model it is given. \tparam P a telar::Precision
+ *  \param model the model \return a telar::WithPrecision<Model, P> */
+template <class P, class Model>
+WithPrecision<Model, P> with_precision(Model const& model) {
+  static_assert(is_precision_v<P>, "telar::with_precision: P must be a telar::Precision<...>");
+  return detail::precision_model<Model, P>::convert(model);
+}
+
+} // namespace telar
