@@ -108,7 +108,7 @@ public:
             class = std::enable_if_t<!std::is_same_v<
                 TransposedConvolution<T, Dims, MemorySpace, G, P>, TransposedConvolution>>>
   explicit TransposedConvolution(TransposedConvolution<T, Dims, MemorySpace, G, P> const& o)
-      : Base(o), output_padding_(o.output_padding()) {}
+      : Base(o), output_padding_(o.output_padding_) {}
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return Dims == 2 ? "ConvTranspose2D" : "ConvTranspose3D"; }
@@ -238,6 +238,9 @@ private:
     Base::check(what, std::size_t(this->g_.Co) * std::size_t(this->g_.P()),
                 std::size_t(this->g_.in_size()), xn, xf, yn, yf);
   }
+
+  template <class, int, class, class, class>
+  friend class TransposedConvolution; // the converting constructor reads another policy's
 
   Ext output_padding_ = Base::fill(0);
 };
