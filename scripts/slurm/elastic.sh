@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # telar-srun --restarts (sourced by telar-srun, which sets args: srun's
 # options). Runs the program; after a failure that names a lost node, runs
 # it again on the allocation's other nodes with --resume.

@@ -34,8 +34,8 @@ job=$("$run" head sbatch --parsable --no-kill --no-requeue -N 4 --ntasks=4 --nta
 wait_for 60 "the first checkpoint ($ckpt/step-000050.h5)" test -f "$ckpt/step-000050.h5"
 victim=$(node_pids node4 "$program")
 [[ -n $victim ]] || fail "no rank of fashion_mnist runs on node4 (the job ended before the kill?)"
-kill -KILL $victim
-echo "cluster elastic: killed node4's rank (pid $victim) after $(ls "$ckpt" | grep -c '^step-') checkpoint(s)"
+kill -KILL "$victim"
+echo "cluster elastic: killed node4's rank (pid $victim) after $(find "$ckpt" -name "step-*.h5" | wc -l) checkpoint(s)"
 # The checkpoints as the restart finds them (the restarted run writes new
 # ones and keeps only the newest): copied as soon as telar-srun restarts,
 # seconds before the restarted run can have trained 50 more steps.

@@ -46,15 +46,15 @@ lose() {
   fault_at=$(date +%s.%N)
   case $mode in
     link) "$run" node4 ip link set eth0 down ;;
-    stop) kill -STOP $victim ;;
-    kill) kill -KILL $victim ;;
+    stop) kill -STOP "$victim" ;;
+    kill) kill -KILL "$victim" ;;
   esac
   wait_for $limit "the ranks on node1-3 to end after node4's $mode" survivors_gone
   secs=$(awk -v a="$fault_at" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
   # node4 back; the launcher gets a few seconds to end the job (mpirun
   # waits for node4's daemon, srun may wait for Slurm to call node4 failed).
   [[ $mode == link ]] && "$run" node4 ip link set eth0 up
-  kill -KILL $victim 2>/dev/null || true
+  kill -KILL "$victim" 2>/dev/null || true
   for _ in $(seq 50); do job_gone "$job" && break; sleep 0.2; done
   job_gone "$job" || "$run" head scancel "$job"
   wait_for 40 "job $job to end after node4's $mode" job_gone "$job"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the cluster tests (sourced): skip (exit 77, with the reason)
 # where the emulated cluster cannot run, then bring up N nodes in
 # $TELAR_CLUSTER_DIR and stop them again on exit, also after a failure.

@@ -248,7 +248,6 @@ inline HeartbeatMonitor* heartbeat_monitor() {
   return &monitor;
 }
 
-
 #else
 
 // Without POSIX sockets: no heartbeats, the communication timeout is the bound.
@@ -282,7 +281,8 @@ inline std::vector<int> silent_remote_peers(std::vector<PeerInfo> const& peers,
   if (monitor == nullptr || beats.size() != peers.size())
     return out;
   for (int r = 0; r < int(peers.size()); ++r) {
-    if (r == self || peer_state(peers[std::size_t(r)], peers[std::size_t(self)]) != PeerState::unknown)
+    if (r == self ||
+        peer_state(peers[std::size_t(r)], peers[std::size_t(self)]) != PeerState::unknown)
       continue;
     double const s = monitor->silence(beats[std::size_t(r)].token);
     if (s > monitor->timeout()) {
@@ -295,7 +295,8 @@ inline std::vector<int> silent_remote_peers(std::vector<PeerInfo> const& peers,
 
 // "host node4 (rank 3, pid 1234)" for every host of `ranks`, in rank order,
 // joined by " and ".
-inline std::string describe_hosts(std::vector<PeerInfo> const& peers, std::vector<int> const& ranks) {
+inline std::string describe_hosts(std::vector<PeerInfo> const& peers,
+                                  std::vector<int> const& ranks) {
   std::vector<std::string> hosts;
   std::map<std::string, std::pair<std::string, std::string>> lists; // host -> ranks, pids
   for (int r : ranks) {
@@ -310,12 +311,11 @@ inline std::string describe_hosts(std::vector<PeerInfo> const& peers, std::vecto
   for (auto const& h : hosts) {
     auto const& l = lists[h];
     bool const several = l.first.find(',') != std::string::npos;
-    out += (out.empty() ? "host " : " and host ") + h + (several ? " (ranks " : " (rank ") + l.first +
-           (several ? ", pids " : ", pid ") + l.second + ")";
+    out += (out.empty() ? "host " : " and host ") + h + (several ? " (ranks " : " (rank ") +
+           l.first + (several ? ", pids " : ", pid ") + l.second + ")";
   }
   return out;
 }
-
 
 // Ends this process with `code` if it still runs `seconds` from now: for a
 // job being aborted after a lost host, where MPI_Abort can wait on that host
@@ -323,7 +323,8 @@ inline std::string describe_hosts(std::vector<PeerInfo> const& peers, std::vecto
 inline void exit_if_abort_hangs(int code, double seconds = 5.0) {
   std::thread([code, seconds] {
     std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-    std::fprintf(stderr, "telar: MPI_Abort did not end this process within %g s; exiting\n", seconds);
+    std::fprintf(stderr, "telar: MPI_Abort did not end this process within %g s; exiting\n",
+                 seconds);
     std::_Exit(code);
   }).detach();
 }
