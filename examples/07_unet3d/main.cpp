@@ -11,7 +11,7 @@
 // rank of a group holds the whole sample's); they are averaged over dp.
 //
 //   unet3d [--generate N | --data FILE.h5] [--size 32] [--depth 2] [--width 8]
-//          [--sp S] [--dp D] [--epochs 10] [--batch 2] [--lr 0.003]
+//          [--sp S] [--dp D] [--epochs 16] [--batch 2] [--lr 0.003]
 //          [--optimizer adam|sgd] [--dice 1] [--val N] [--lesions 3] [--seed 1]
 //          [--norm group|batch] [--groups 4] [--eval-bn running|batch]
 //          [--limit-steps N] [--json] [--save-params F] [--compare-params F]
@@ -62,7 +62,7 @@ using UNet = telar::SpatialUNetLayers<T, M>::Graph;
 // The common flags (epochs, batch, lr, optimizer, seed, data, json, dp,
 // limit-steps) and this example's own.
 struct Args : example::CommonArgs {
-  Args() : CommonArgs(/*epochs*/ 10, /*hidden*/ 1) {
+  Args() : CommonArgs(/*epochs*/ 16, /*hidden*/ 1) {
     batch = 2;
     lr = 3e-3;
     optimizer = "adam";
