@@ -245,21 +245,23 @@ void write_buffers(hid_t root, Communicator const* comm, std::vector<ModelBuffer
                       "H5Gcreate2"),
              H5Gclose);
   auto dxpl = h5_dxpl(comm, true, tmp);
-  for (std::size_t i = 0; i < bufs.size(); ++i) {
-    hsize_t dim = bufs[i].size;
-    H5Handle space(h5_check(H5Screate_simple(1, &dim, nullptr), tmp, "H5Screate_simple"), H5Sclose);
-    std::string const dname = "/buffers/" + bufs[i].name;
-    H5Handle d(h5_check(H5Dcreate2(root, dname.c_str(), h5_type<T>(), space.get(), H5P_DEFAULT,
-                                   H5P_DEFAULT, H5P_DEFAULT),
-                        tmp, "H5Dcreate2"),
-               H5Dclose);
-    auto mem = select_whole(space.get(), bufs[i].owner, bufs[i].size, tmp);
-    T scratch{};
-    h5_check(H5Dwrite(d.get(), h5_type<T>(), mem.get(), space.get(), dxpl.get(),
-                      bufs[i].owner ? bufs[i].values.data() : &scratch),
-             tmp, ("H5Dwrite " + dname).c_str());
-    h5_write_attr<std::uint64_t>(d.get(), "checksum", sums[i], tmp);
-  }
+  for (std::size_t i = 0; i < bufs.size(); ++i)
+    agreed(comm, [&] { // as the tensors: a failed write stops every rank here
+      hsize_t dim = bufs[i].size;
+      H5Handle space(h5_check(H5Screate_simple(1, &dim, nullptr), tmp, "H5Screate_simple"),
+                     H5Sclose);
+      std::string const dname = "/buffers/" + bufs[i].name;
+      H5Handle d(h5_check(H5Dcreate2(root, dname.c_str(), h5_type<T>(), space.get(), H5P_DEFAULT,
+                                     H5P_DEFAULT, H5P_DEFAULT),
+                          tmp, "H5Dcreate2"),
+                 H5Dclose);
+      auto mem = select_whole(space.get(), bufs[i].owner, bufs[i].size, tmp);
+      T scratch{};
+      h5_check(H5Dwrite(d.get(), h5_type<T>(), mem.get(), space.get(), dxpl.get(),
+                        bufs[i].owner ? bufs[i].values.data() : &scratch),
+               tmp, ("H5Dwrite " + dname).c_str());
+      h5_write_attr<std::uint64_t>(d.get(), "checksum", sums[i], tmp);
+    });
 }
 
 // Reads every buffer this rank holds from /buffers/<name>; `expected`
@@ -465,26 +467,30 @@ std::string save_checkpoint(Trainer& trainer, std::string const& dir,
     std::size_t written = 0;
     for (std::size_t t = 0; t < nt; ++t)
       for (std::size_t part = 0; part < parts; ++part) {
-        auto const& shape = m.shapes[t];
-        std::vector<hsize_t> dims(shape.begin(), shape.end());
-        detail::H5Handle space(
-            detail::h5_check(H5Screate_simple(int(dims.size()), dims.data(), nullptr), tmp,
-                             "H5Screate_simple"),
-            H5Sclose);
-        std::string const dname = detail::part_path(m.names, t, part);
-        detail::H5Handle d(
-            detail::h5_check(H5Dcreate2(root, dname.c_str(), detail::h5_type<T>(), space.get(),
-                                        H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                             tmp, "H5Dcreate2"),
-            H5Dclose);
-        std::size_t const n = detail::select_pieces(m, t, true, space.get(), tmp);
-        auto mem = detail::memory_space(n, tmp);
-        auto const* p = detail::piece_of(m, t);
-        T const* src = n > 0 ? base(part) + p->shard_offset : base(0);
-        detail::h5_check(
-            H5Dwrite(d.get(), detail::h5_type<T>(), mem.get(), space.get(), dxpl.get(), src), tmp,
-            ("H5Dwrite " + dname).c_str());
-        detail::h5_write_attr<std::uint64_t>(d.get(), "checksum", sums[part * nt + t], tmp);
+        // Agreed dataset by dataset: a rank whose write failed (a full disk)
+        // must not leave the others in the next collective HDF5 call.
+        detail::agreed(comm, [&] {
+          auto const& shape = m.shapes[t];
+          std::vector<hsize_t> dims(shape.begin(), shape.end());
+          detail::H5Handle space(
+              detail::h5_check(H5Screate_simple(int(dims.size()), dims.data(), nullptr), tmp,
+                               "H5Screate_simple"),
+              H5Sclose);
+          std::string const dname = detail::part_path(m.names, t, part);
+          detail::H5Handle d(
+              detail::h5_check(H5Dcreate2(root, dname.c_str(), detail::h5_type<T>(), space.get(),
+                                          H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                               tmp, "H5Dcreate2"),
+              H5Dclose);
+          std::size_t const n = detail::select_pieces(m, t, true, space.get(), tmp);
+          auto mem = detail::memory_space(n, tmp);
+          auto const* p = detail::piece_of(m, t);
+          T const* src = n > 0 ? base(part) + p->shard_offset : base(0);
+          detail::h5_check(
+              H5Dwrite(d.get(), detail::h5_type<T>(), mem.get(), space.get(), dxpl.get(), src), tmp,
+              ("H5Dwrite " + dname).c_str());
+          detail::h5_write_attr<std::uint64_t>(d.get(), "checksum", sums[part * nt + t], tmp);
+        });
         detail::maybe_die(comm, ++written);
       }
     groups.clear();
