@@ -24,7 +24,8 @@ logsoftmax_axis1.onnx (a LogSoftmax over axis 1 of a rank-3 output), and
 hand-built one-node graphs each refused for one attribute or form
 (asym_pads, same_odd, conv1d, gemm_alpha, gemm_transa, add_const,
 pool_dilations, pool_rect, pool1d, ceil_pad, resize_cubic, resize_frac,
-resize_asym, concat_axis, tied, dead); graphs that import: the op_* models
+resize_asym, concat_axis, reshape_batch, tied, dead), fold_batch.onnx (a Reshape
+to [batch + 1, -1]: shape arithmetic that does not fold); graphs that import: the op_* models
 (one per activation, pooling, softmax and upsampling operator, each a Conv,
 the operator, Flatten, Linear: forward and training checked as the models
 above), mobilenetv2 (torchvision's, width 0.5, in the zoo with ResNet-18), resnet50,
@@ -445,6 +446,16 @@ def make_graph_refusals(out):
     one("concat_axis", "Concat", ["x", "x"], [], axis=2)
     rows = onnx.numpy_helper.from_array(np.array([-1, 3], np.int64), "rows")
     one("reshape_batch", "Reshape", ["x", "rows"], [rows], ("N", 6))  # the batch into the rows
+    ints = {k: onnx.numpy_helper.from_array(np.array(v, np.int64), k)
+            for k, v in {"zero": 0, "one": 1, "axes": [0], "rest": [-1]}.items()}
+    onnx.save(graph("fold_batch", [  # Reshape to [batch + 1, -1]: not a multiple of the batch
+        h.make_node("Shape", ["x"], ["s"]), h.make_node("Gather", ["s", "zero"], ["b"]),
+        h.make_node("Add", ["b", "one"], ["b1"], name="b1"),
+        h.make_node("Unsqueeze", ["b1", "axes"], ["u"]),
+        h.make_node("Concat", ["u", "rest"], ["shape"], axis=0),
+        h.make_node("Reshape", ["x", "shape"], ["y"])],
+        [value("x", ["N", 6])], [value("y", None)], list(ints.values())),
+        os.path.join(out, "fold_batch.onnx"))
     # Two Gemms reading one initializer (tied weights); a result that reaches nothing.
     onnx.save(graph("tied", [h.make_node("Gemm", ["x", "w"], ["a"], transB=1),
                              h.make_node("Gemm", ["a", "w"], ["y"], transB=1)],

@@ -348,6 +348,9 @@ TEST_CASE("ONNX import refuses what it does not support, naming it", "[onnx]") {
                      ContainsSubstring("supported: Gemm") && ContainsSubstring("bad_op.onnx"));
   // A Reshape [N, 6] -> [-1, 3] mixes the batch into the rows: named with
   // its logical shape where a layer would need the batch alone.
+  CHECK_THAT(refuse("fold_batch.onnx"),
+             ContainsSubstring("node 'b1' (Add): shape arithmetic: batch Add 1 is not a multiple "
+                               "of a power of the batch size"));
   std::string const rows = refuse("reshape_batch.onnx");
   INFO(rows);
   CHECK_THAT(rows, ContainsSubstring("reshape_batch.onnx': node 'y' (Reshape)") &&
@@ -411,6 +414,12 @@ TEST_CASE("ONNX import: graphs become DynamicGraph layers between chain layers",
   // (5 of 7) is one graph.
   Imported mobile = telar::onnx::import_model<float>(fixture("mobilenetv2.onnx"));
   CHECK(graphs(mobile) == 5);
+  // The encoder: Dense; attention with its residual Add (one graph: Q K^T
+  // and weights x V are MatMul joins); LayerNorm; the feed-forward and its
+  // Add; LayerNorm; the mean over the tokens (Rearrange, GlobalAvgPool); Dense.
+  Imported enc = telar::onnx::import_model<float>(fixture("encoder.onnx"));
+  CHECK(graphs(enc) == 2);
+  CHECK(enc.model.layer_count() == 8);
   // One tensor into two Gemms, concatenated; a residual inside a residual;
   // a BatchNorm1d (its initializers shared through Identity nodes).
   for (char const* file : {"branch.onnx", "nested.onnx", "batchnorm.onnx"}) {

@@ -100,11 +100,8 @@ public:
       throw ShapeError("telar::Rearrange expects inputs " + in_.str() + ", got " + in.str());
     return out_;
   }
-  /*! \brief No arithmetic. \param samples batch size \param in input shape */
-  double flops(std::size_t samples, Shape const& in) const {
-    (void)samples, (void)in;
-    return 0;
-  }
+  /*! \brief No arithmetic: values only move. */
+  double flops(std::size_t, Shape const&) const { return 0; }
   /*! \brief y(n, j) = x(n, source(j)). \param exec execution space instance
    *  \param x input \param y output */
   template <class Exec>
