@@ -187,20 +187,22 @@ inline MachineProfile on_share(MachineProfile prof, double share) {
 // so hand-offs closer together than a slice wait once: at most
 // 1 + busy / slice of them are independent (tp=2 with its many allreduces
 // measured faster than dp=2 under load). More ranks than cores can never all
-// run at once: every hand-off may wait (4-rank rings measured 0.2-3 s per
-// MLP step at a load of 15). A rank with a whole core (share 1) never
-// waits: the quiet dp=2 step the old per-step charge put at 12.2 ms
-// measured 1.55 ms.
+// run at once: every hand-off may wait, and for a whole gap, slice
+// (1/share - 1): the receiver went off the core spinning in its own wait,
+// so its turn comes a full round later, not at a random point of its gap
+// (4-rank rings measured 0.2-3 s per MLP step at a load of 15, 40-110 ms
+// per hand-off). A rank with a whole core (share 1) never waits: the quiet
+// dp=2 step the old per-step charge put at 12.2 ms measured 1.55 ms.
 inline double scheduling_wait(MachineProfile const& prof, int world, int hops, double busy,
                               double share) {
   if (world < 2 || share >= 1.0 || hops <= 0)
     return 0.0;
   double const slice = (prof.slice_us > 0 ? prof.slice_us : 3000.0) * 1e-6;
-  double const gap =
-      prof.descheduled_us > 0 ? prof.descheduled_us * 1e-6 : 0.5 * slice * (1.0 / share - 1.0);
-  double const independent =
-      world <= prof.cores ? std::min(double(hops), 1.0 + busy / slice) : double(hops);
-  return independent * (1.0 - share) * gap;
+  double const round = slice * (1.0 / share - 1.0); // mean descheduled gap
+  if (world > prof.cores)
+    return hops * (1.0 - share) * round;
+  double const rest = prof.descheduled_us > 0 ? prof.descheduled_us * 1e-6 : 0.5 * round;
+  return std::min(double(hops), 1.0 + busy / slice) * (1.0 - share) * rest;
 }
 
 // Sequential hand-offs of a ring collective over `g` ranks.
