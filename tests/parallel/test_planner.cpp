@@ -254,6 +254,7 @@ TEST_CASE("planner: hand-offs closer than a time slice wait once, unless ranks o
   CHECK(scheduling_wait(prof, 1, 5, 1e-3, 0.5) == 0);
   // Not measured: round robin, the rest of a gap is half of slice (1/share - 1).
   telar::MachineProfile rr;
+  rr.cores = 2;
   rr.slice_us = 3000;
   CHECK(std::abs(scheduling_wait(rr, 2, 1, 1e-3, 0.25) - 0.75 * 0.5 * 3e-3 * 3) < 1e-12);
   CHECK(telar::detail::ring_hops(4) == 6);
