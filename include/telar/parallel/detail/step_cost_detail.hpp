@@ -168,8 +168,8 @@ inline double core_share(MachineProfile const& prof, int world) {
 // The profile as seen by a rank with `share` of a core: every message is
 // copied by the CPU (shared memory), so its costs stretch as compute does.
 inline MachineProfile on_share(MachineProfile prof, double share) {
-  for (LinkCost* l : {&prof.allreduce, &prof.mpi_allreduce, &prof.reduce_scatter,
-                      &prof.all_gather, &prof.send_recv}) {
+  for (LinkCost* l : {&prof.allreduce, &prof.mpi_allreduce, &prof.reduce_scatter, &prof.all_gather,
+                      &prof.send_recv}) {
     l->alpha /= share;
     l->beta /= share;
   }
@@ -206,7 +206,9 @@ inline double scheduling_wait(MachineProfile const& prof, int world, int hops, d
 }
 
 // Sequential hand-offs of a ring collective over `g` ranks.
-inline int ring_hops(int g) { return 2 * (g - 1); }
+inline int ring_hops(int g) {
+  return 2 * (g - 1);
+}
 
 template <class StrategyT, class Loss, class Result, class Model>
 Result predict(Model const& given, LayoutOptions const& options, Shape const& in,
@@ -380,9 +382,10 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
   if (c.world > 1) {
     int syncs = 1, hops = ring_hops(c.world);
     if (dp > 1) {
-      int const gathers = c.zero_stage == 3 && !c.zero3_per_step ? 2 * sched.microbatches * sched.chunks
-                          : r.zero_gather_ms > 0                 ? 1
-                                                                 : 0;
+      int const gathers = c.zero_stage == 3 && !c.zero3_per_step
+                              ? 2 * sched.microbatches * sched.chunks
+                          : r.zero_gather_ms > 0 ? 1
+                                                 : 0;
       syncs += 1 + gathers;
       hops += dp_buckets * ring_hops(dp) + gathers * (dp - 1);
     }
