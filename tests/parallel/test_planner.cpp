@@ -246,12 +246,15 @@ TEST_CASE("planner: hand-offs closer than a time slice wait once, unless ranks o
   CHECK(scheduling_wait(prof, 2, 100, 1e-3, 0.5) < 1.5 * one);
   // The same 100 spread over 30 ms: 11 slices, 11 waits.
   CHECK(std::abs(scheduling_wait(prof, 2, 100, 30e-3, 0.5) - 11 * one) < 1e-12);
-  // 4 ranks on 2 cores never all run at once: every hand-off may wait.
-  CHECK(std::abs(scheduling_wait(prof, 4, 100, 1e-3, 0.5) - 100 * one) < 1e-12);
+  // 4 ranks on 2 cores never all run at once: every hand-off may wait, for
+  // a whole gap of slice (1/share - 1) (the receiver went off spinning).
+  CHECK(std::abs(scheduling_wait(prof, 4, 100, 1e-3, 0.5) - 100 * 0.5 * 3e-3) < 1e-12);
+  CHECK(scheduling_wait(prof, 4, 1, 1e-3, 0.5) > one);
   CHECK(scheduling_wait(prof, 2, 1, 1e-3, 1.0) == 0);
   CHECK(scheduling_wait(prof, 1, 5, 1e-3, 0.5) == 0);
   // Not measured: round robin, the rest of a gap is half of slice (1/share - 1).
   telar::MachineProfile rr;
+  rr.cores = 2;
   rr.slice_us = 3000;
   CHECK(std::abs(scheduling_wait(rr, 2, 1, 1e-3, 0.25) - 0.75 * 0.5 * 3e-3 * 3) < 1e-12);
   CHECK(telar::detail::ring_hops(4) == 6);

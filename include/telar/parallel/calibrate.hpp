@@ -64,8 +64,7 @@ inline double calibration_clock() {
     return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
   }
 #endif
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 template <class F>

@@ -80,8 +80,8 @@ void rank_candidates(std::vector<Candidate>& c, double margin = 0) {
     return;
   double const best = c.front().predicted_step_ms;
   auto const plain = std::find_if(c.begin(), c.end(), is_plain_dp<Candidate>);
-  bool const tie = plain != c.begin() && plain != c.end() &&
-                   plain->predicted_step_ms <= best * (1 + margin);
+  bool const tie =
+      plain != c.begin() && plain != c.end() && plain->predicted_step_ms <= best * (1 + margin);
   if (tie)
     std::rotate(c.begin(), plain, plain + 1);
   char buf[200];

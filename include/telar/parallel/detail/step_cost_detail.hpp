@@ -168,8 +168,8 @@ inline double core_share(MachineProfile const& prof, int world) {
 // The profile as seen by a rank with `share` of a core: every message is
 // copied by the CPU (shared memory), so its costs stretch as compute does.
 inline MachineProfile on_share(MachineProfile prof, double share) {
-  for (LinkCost* l : {&prof.allreduce, &prof.mpi_allreduce, &prof.reduce_scatter,
-                      &prof.all_gather, &prof.send_recv}) {
+  for (LinkCost* l : {&prof.allreduce, &prof.mpi_allreduce, &prof.reduce_scatter, &prof.all_gather,
+                      &prof.send_recv}) {
     l->alpha /= share;
     l->beta /= share;
   }
@@ -187,24 +187,28 @@ inline MachineProfile on_share(MachineProfile prof, double share) {
 // so hand-offs closer together than a slice wait once: at most
 // 1 + busy / slice of them are independent (tp=2 with its many allreduces
 // measured faster than dp=2 under load). More ranks than cores can never all
-// run at once: every hand-off may wait (4-rank rings measured 0.2-3 s per
-// MLP step at a load of 15). A rank with a whole core (share 1) never
-// waits: the quiet dp=2 step the old per-step charge put at 12.2 ms
-// measured 1.55 ms.
+// run at once: every hand-off may wait, and for a whole gap, slice
+// (1/share - 1): the receiver went off the core spinning in its own wait,
+// so its turn comes a full round later, not at a random point of its gap
+// (4-rank rings measured 0.2-3 s per MLP step at a load of 15, 40-110 ms
+// per hand-off). A rank with a whole core (share 1) never waits: the quiet
+// dp=2 step the old per-step charge put at 12.2 ms measured 1.55 ms.
 inline double scheduling_wait(MachineProfile const& prof, int world, int hops, double busy,
                               double share) {
   if (world < 2 || share >= 1.0 || hops <= 0)
     return 0.0;
   double const slice = (prof.slice_us > 0 ? prof.slice_us : 3000.0) * 1e-6;
-  double const gap =
-      prof.descheduled_us > 0 ? prof.descheduled_us * 1e-6 : 0.5 * slice * (1.0 / share - 1.0);
-  double const independent =
-      world <= prof.cores ? std::min(double(hops), 1.0 + busy / slice) : double(hops);
-  return independent * (1.0 - share) * gap;
+  double const round = slice * (1.0 / share - 1.0); // mean descheduled gap
+  if (world > prof.cores)
+    return hops * (1.0 - share) * round;
+  double const rest = prof.descheduled_us > 0 ? prof.descheduled_us * 1e-6 : 0.5 * round;
+  return std::min(double(hops), 1.0 + busy / slice) * (1.0 - share) * rest;
 }
 
 // Sequential hand-offs of a ring collective over `g` ranks.
-inline int ring_hops(int g) { return 2 * (g - 1); }
+inline int ring_hops(int g) {
+  return 2 * (g - 1);
+}
 
 template <class StrategyT, class Loss, class Result, class Model>
 Result predict(Model const& given, LayoutOptions const& options, Shape const& in,
@@ -378,9 +382,10 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
   if (c.world > 1) {
     int syncs = 1, hops = ring_hops(c.world);
     if (dp > 1) {
-      int const gathers = c.zero_stage == 3 && !c.zero3_per_step ? 2 * sched.microbatches * sched.chunks
-                          : r.zero_gather_ms > 0                 ? 1
-                                                                 : 0;
+      int const gathers = c.zero_stage == 3 && !c.zero3_per_step
+                              ? 2 * sched.microbatches * sched.chunks
+                          : r.zero_gather_ms > 0 ? 1
+                                                 : 0;
       syncs += 1 + gathers;
       hops += dp_buckets * ring_hops(dp) + gathers * (dp - 1);
     }
