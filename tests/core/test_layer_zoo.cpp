@@ -974,6 +974,7 @@ TEST_CASE("A graph's batched MatMul join equals the direct product; FD gradients
   telar::DynamicGraph<Node> bad("x");
   bad.add_matmul("xx", {"x", "x"}, "y"); // [3, 4] x [3, 4]: K differs from the rows
   bad.set_output("y");
-  CHECK_THROWS_WITH(bad.output_shape(telar::Shape{3, 4}),
-                    Catch::Matchers::ContainsSubstring("a MatMul needs [..., M, K] and [..., K, N]"));
+  CHECK_THROWS_WITH(
+      bad.output_shape(telar::Shape{3, 4}),
+      Catch::Matchers::ContainsSubstring("a MatMul needs [..., M, K] and [..., K, N]"));
 }

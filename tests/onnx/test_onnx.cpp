@@ -102,7 +102,7 @@ std::vector<T> in_file_order(telar::onnx::Imported<T> const& imp,
     auto const* b = &*std::find_if(imp.bindings.begin(), imp.bindings.end(),
                                    [&](auto const& x) { return x.initializer == t.name(); });
     auto const& v = values.at(t.name());
-    for (std::size_t i = 0; i < b->rows * b->cols; ++i) { // back to the file's layout:
+    for (std::size_t i = 0; i < b->rows * b->cols; ++i) {             // back to the file's layout:
       std::size_t const r = b->transpose ? i % b->rows : i / b->cols; // [cols, rows] if transposed
       std::size_t const c = b->transpose ? i / b->rows : i % b->cols;
       out.push_back(v[r * b->cols + c]);
@@ -193,12 +193,11 @@ bool zoo(std::string const& name) {
 // activation, pooling, softmax and upsampling operator (a Conv, the
 // operator, Flatten, Linear).
 std::vector<std::string> const models = {
-    "mlp",        "cnn",           "resmlp",       "resnet18",
-    "unet",       "mobilenetv2",   "resnet50",     "densenet121",
-    "squeezenet", "encoder",       "op_relu6",     "op_clip",      "op_leaky",
-    "op_elu",     "op_silu",       "op_hardswish", "op_hardsigmoid",
-    "op_softmax", "op_gmaxpool",   "op_pool_ceil", "op_avgpool",
-    "op_pool3d",  "op_up_nearest", "op_up_linear", "op_up_corners"};
+    "mlp",          "cnn",          "resmlp",     "resnet18",     "unet",           "mobilenetv2",
+    "resnet50",     "densenet121",  "squeezenet", "encoder",      "op_relu6",       "op_clip",
+    "op_leaky",     "op_elu",       "op_silu",    "op_hardswish", "op_hardsigmoid", "op_softmax",
+    "op_gmaxpool",  "op_pool_ceil", "op_avgpool", "op_pool3d",    "op_up_nearest",  "op_up_linear",
+    "op_up_corners"};
 
 TEST_CASE("ONNX import: forward output equals PyTorch's", "[onnx]") {
   Manifest const mf = manifest();
@@ -353,8 +352,9 @@ TEST_CASE("ONNX import refuses what it does not support, naming it", "[onnx]") {
                                "of a power of the batch size"));
   std::string const rows = refuse("reshape_batch.onnx");
   INFO(rows);
-  CHECK_THAT(rows, ContainsSubstring("reshape_batch.onnx': node 'y' (Reshape)") &&
-                       ContainsSubstring("the logical shape [2*batch, 3] with the batch not alone"));
+  CHECK_THAT(rows,
+             ContainsSubstring("reshape_batch.onnx': node 'y' (Reshape)") &&
+                 ContainsSubstring("the logical shape [2*batch, 3] with the batch not alone"));
   CHECK_THAT(refuse("bad_opset.onnx"),
              ContainsSubstring("opset 99") && ContainsSubstring("9 to 18"));
   CHECK_THAT(refuse("float64.onnx"),

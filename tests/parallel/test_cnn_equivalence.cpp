@@ -106,7 +106,6 @@ static_assert(std::is_same_v<
 static_assert(
     std::is_same_v<telar::WithPrecision<Cnn<float>, telar::Precision<float>>, Cnn<float>>);
 
-
 template <class T>
 struct Data {
   telar::Matrix<T> x;

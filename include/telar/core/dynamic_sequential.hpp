@@ -179,7 +179,6 @@ public:
   }
 
 private:
-
   std::vector<Variant> layers_;
   initializer init_;
 };

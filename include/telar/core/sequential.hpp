@@ -202,10 +202,8 @@ public:
     return s;
   }
 
-
   /*! \brief The first layer's required input shape, if it declares one. */
   Shape input_shape() const { return expected_input(std::get<0>(layers_)); }
-
 
   /*! \brief Calls initialize on layers [first, last) that have one, each with
    *  its own stream derived from \p seed and the layer index, so the values do

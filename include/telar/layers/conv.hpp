@@ -499,7 +499,8 @@ namespace detail {
 template <class Derived, class T, int Dims, class MemorySpace, class Gemm, class ConvPolicy,
           bool Transposed>
 class ConvLayer {
-  static_assert(Dims == 2 || Dims == 3, "telar::Convolution, telar::TransposedConvolution: Dims must be 2 or 3");
+  static_assert(Dims == 2 || Dims == 3,
+                "telar::Convolution, telar::TransposedConvolution: Dims must be 2 or 3");
   static_assert(is_conv_policy_v<ConvPolicy>,
                 "telar::Convolution, telar::TransposedConvolution: ConvPolicy must be a Telar "
                 "convolution policy");
@@ -620,8 +621,8 @@ protected:
   // sizes of the last build (x_size, y_size features), or ShapeError.
   void check(char const* what, std::size_t x_size, std::size_t y_size, std::size_t xn,
              std::size_t xf, std::size_t yn, std::size_t yf) const {
-    conv_check_call(Derived::name(), what, built_, weight.extent(0) > 0, x_size, y_size, xn, xf,
-                    yn, yf);
+    conv_check_call(Derived::name(), what, built_, weight.extent(0) > 0, x_size, y_size, xn, xf, yn,
+                    yf);
   }
   Derived const& self() const { return static_cast<Derived const&>(*this); }
 
@@ -657,9 +658,8 @@ protected:
  *  \tparam ConvPolicy convolution policy (see telar/layers/conv_policy.hpp) */
 template <class T, int Dims, class MemorySpace = DefaultMemorySpace, class Gemm = AutoGemm,
           class ConvPolicy = AutoConv>
-class Convolution
-    : public detail::ConvLayer<Convolution<T, Dims, MemorySpace, Gemm, ConvPolicy>, T, Dims,
-                               MemorySpace, Gemm, ConvPolicy, false> {
+class Convolution : public detail::ConvLayer<Convolution<T, Dims, MemorySpace, Gemm, ConvPolicy>, T,
+                                             Dims, MemorySpace, Gemm, ConvPolicy, false> {
   using Base = detail::ConvLayer<Convolution, T, Dims, MemorySpace, Gemm, ConvPolicy, false>;
   using Ext = typename Base::Extents;
   using Saved = typename Base::saved_type;
@@ -759,8 +759,7 @@ public:
    *  \param exec execution space instance \param dy gradient of the output
    *  \param saved the input of the matching forward */
   template <class Exec>
-  void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
-                       Saved const& saved) const {
+  void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Saved const& saved) const {
     check("backward_weight", saved.x.extent(0), saved.x.extent(1), dy.extent(0), dy.extent(1));
     this->engine_.backward_weights(exec, this->g_, saved.x, dy, this->weight_grad.data(),
                                    this->bias_grad);

@@ -96,8 +96,8 @@ public:
    *  \param bias add a bias per output channel \param dilation kernel dilations
    *  \param groups channel groups (in and out must be multiples of it)
    *  \throws ShapeError when in or out is not a multiple of groups */
-  TransposedConvolution(std::size_t in, std::size_t out, Ext kernel, Ext stride,
-                        Ext padding, Ext output_padding = Base::fill(0), bool bias = true,
+  TransposedConvolution(std::size_t in, std::size_t out, Ext kernel, Ext stride, Ext padding,
+                        Ext output_padding = Base::fill(0), bool bias = true,
                         Ext dilation = Base::fill(1), std::size_t groups = 1)
       : Base(in, out, kernel, stride, padding, bias, dilation, groups),
         output_padding_(output_padding) {}
@@ -182,8 +182,7 @@ public:
    *  \param exec execution space instance \param dy gradient of the output
    *  \param saved the input of the matching forward */
   template <class Exec>
-  void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
-                       Saved const& saved) const {
+  void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Saved const& saved) const {
     check("backward_weight", saved.x.extent(0), saved.x.extent(1), dy.extent(0), dy.extent(1));
     this->engine_.backward_weights(exec, this->g_, dy, saved.x, this->weight_grad.data(),
                                    Vector<T, MemorySpace>{});

@@ -487,7 +487,6 @@ public:
   }
 };
 
-
 // [n, C * S] -> [n, C] with matching rows, for global pooling.
 inline void check_global_pool(char const* name, char const* what, std::size_t xn, std::size_t xf,
                               std::size_t yn, std::size_t yf) {

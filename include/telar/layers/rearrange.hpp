@@ -160,9 +160,8 @@ private:
     if (a.extent(0) != b.extent(0) || a.extent(1) != wa || b.extent(1) != wb)
       throw ShapeError(std::string("telar::Rearrange::") + what + ": expected [n, " +
                        std::to_string(wa) + "] -> [n, " + std::to_string(wb) + "], got [" +
-                       std::to_string(a.extent(0)) + ", " + std::to_string(a.extent(1)) +
-                       "] -> [" + std::to_string(b.extent(0)) + ", " +
-                       std::to_string(b.extent(1)) + "]");
+                       std::to_string(a.extent(0)) + ", " + std::to_string(a.extent(1)) + "] -> [" +
+                       std::to_string(b.extent(0)) + ", " + std::to_string(b.extent(1)) + "]");
   }
 
   Shape in_, out_;

@@ -383,7 +383,6 @@ public:
     this->check("forward", "x", x.extent(0), x.extent(1), "y", y.extent(0), y.extent(1));
     this->dense().forward(exec, x, y, saved);
   }
-
 };
 
 /*! \brief Row-parallel Dense: W [out, in] split by columns (input features).
@@ -425,8 +424,9 @@ public:
   Shape output_shape(Shape const& in) const {
     if (in.back() != this->shard_size())
       throw ShapeError(std::string(name()) + " at tp rank " + std::to_string(this->ctx_.rank) +
-                       " of " + std::to_string(this->ctx_.size) + " expects its input block [..., " +
-                       std::to_string(this->shard_size()) + "], got " + in.str());
+                       " of " + std::to_string(this->ctx_.size) +
+                       " expects its input block [..., " + std::to_string(this->shard_size()) +
+                       "], got " + in.str());
     return in.with_back(this->out_);
   }
   /*! \brief Input features of the full layer. */
@@ -470,7 +470,6 @@ public:
           KOKKOS_LAMBDA(std::size_t i, std::size_t j) { yr(i, j) += b(j); });
     }
   }
-
 };
 
 /*! \brief Calls set_tensor_parallel(\p ctx) on every layer of \p model that

@@ -94,8 +94,7 @@ public:
     if (!layer())
       return double(samples) * double(g_->shapes_[n.out_id].size());
     return std::visit(
-        [&](auto const& l) { return layer_flops(l, samples, g_->shapes_[n.in_ids[0]]); },
-        *layer());
+        [&](auto const& l) { return layer_flops(l, samples, g_->shapes_[n.in_ids[0]]); }, *layer());
   }
   std::size_t parameter_count() const {
     return layer() ? std::visit([](auto const& l) { return parameter_count_of(l); }, *layer()) : 0;

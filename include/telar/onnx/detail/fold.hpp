@@ -23,7 +23,9 @@ struct Sym {
   friend Sym operator*(Sym a, Sym b) { return {a.coef * b.coef, a.pow + b.pow}; }
   std::string str() const {
     std::string const c = std::to_string(coef);
-    return pow == 0 ? c : (coef == 1 ? "" : c + "*") + (pow == 1 ? "batch" : "batch^" + std::to_string(pow));
+    return pow == 0
+               ? c
+               : (coef == 1 ? "" : c + "*") + (pow == 1 ? "batch" : "batch^" + std::to_string(pow));
   }
 };
 // a / b when it is a monomial (b divides a exactly, or floor division of
@@ -127,12 +129,11 @@ inline Folded fold_node(::onnx::NodeProto const& n, std::vector<std::optional<Fo
     return r;
   }
   if (op == "Unsqueeze" || op == "Squeeze") {
-    auto const axes = opset >= 13 && in.size() > 1 && in[1]
-                          ? constants_of(*in[1], "its axes")
-                          : ints_attr(n, "axes", {});
+    auto const axes = opset >= 13 && in.size() > 1 && in[1] ? constants_of(*in[1], "its axes")
+                                                            : ints_attr(n, "axes", {});
     Folded r = arg(0);
-    bool const to_vector = op == "Unsqueeze" && r.scalar && axes.size() == 1 &&
-                           (axes[0] == 0 || axes[0] == -1);
+    bool const to_vector =
+        op == "Unsqueeze" && r.scalar && axes.size() == 1 && (axes[0] == 0 || axes[0] == -1);
     bool const to_scalar = op == "Squeeze" && !r.scalar && r.v.size() == 1 &&
                            (axes.empty() || (axes.size() == 1 && (axes[0] == 0 || axes[0] == -1)));
     if (!to_vector && !to_scalar)
@@ -150,8 +151,8 @@ inline Folded fold_node(::onnx::NodeProto const& n, std::vector<std::optional<Fo
     auto const v = arg(0).v;
     std::size_t const k = v.size();
     auto const b = constants_of(arg(1), "its starts"), e = constants_of(arg(2), "its ends");
-    if (b.size() != 1 || (in.size() > 4 && in[4] && constants_of(*in[4], "its steps") !=
-                                                        std::vector<std::int64_t>{1}))
+    if (b.size() != 1 || (in.size() > 4 && in[4] &&
+                          constants_of(*in[4], "its steps") != std::vector<std::int64_t>{1}))
       throw std::string("only a Slice of one axis with step 1 folds");
     auto clamp = [&](std::int64_t x) {
       std::int64_t const r = std::int64_t(k);
@@ -162,7 +163,8 @@ inline Folded fold_node(::onnx::NodeProto const& n, std::vector<std::optional<Fo
       r.v.push_back(v[i]);
     return r;
   }
-  throw std::string("operator " + op + " on constant integer tensors is not folded (supported: "
+  throw std::string("operator " + op +
+                    " on constant integer tensors is not folded (supported: "
                     "Shape, Gather, Unsqueeze, Squeeze, Concat, Cast, Identity, Slice, Add, "
                     "Sub, Mul, Div)");
 }

@@ -73,9 +73,9 @@ struct IrNode {
 
 // The parts of a LayerNormalization decomposition the layer needs.
 struct NormMatch {
-  std::string x;                    // the normalised tensor
-  ::onnx::NodeProto const* mul;     // by the weight (input 1)
-  ::onnx::NodeProto const* bias;    // plus the bias (input 1): the last node
+  std::string x;                 // the normalised tensor
+  ::onnx::NodeProto const* mul;  // by the weight (input 1)
+  ::onnx::NodeProto const* bias; // plus the bias (input 1): the last node
   float eps;
 };
 
@@ -940,9 +940,10 @@ private:
 
   static bool layout_aware(std::string const& op) {
     static std::set<std::string> const ops{
-        "Relu",  "Sigmoid",  "Tanh", "Gelu", "Clip",   "LeakyRelu", "Elu",
-        "HardSigmoid", "HardSwish", "Dropout", "Identity", "Transpose", "Reshape", "MatMul",
-        "Gemm", "Add",      "Sub",  "Mul",  "Div",    "Softmax",   "Slice", "ReduceMean"};
+        "Relu",    "Sigmoid",     "Tanh",      "Gelu",      "Clip",     "LeakyRelu",
+        "Elu",     "HardSigmoid", "HardSwish", "Dropout",   "Identity", "Transpose",
+        "Reshape", "MatMul",      "Gemm",      "Add",       "Sub",      "Mul",
+        "Div",     "Softmax",     "Slice",     "ReduceMean"};
     return ops.count(op) > 0;
   }
   // The logical axes of tensor \p t: the first name along its alias chain
@@ -1011,7 +1012,8 @@ private:
     Layout const l = layout_of(x);
     if (l != plain_layout(shape_of(x).rank))
       fail(n, "tensor '" + x + "' has the logical shape " + logical_str(x) +
-                  " with the batch not alone at axis 0; " + (reader.empty() ? n.op_type() : reader) +
+                  " with the batch not alone at axis 0; " +
+                  (reader.empty() ? n.op_type() : reader) +
                   " needs [batch, ...] (only Transpose, Reshape, Slice, MatMul, Softmax, "
                   "ReduceMean and element-wise nodes read a moved batch)");
   }
@@ -1167,7 +1169,7 @@ private:
       fail(n, "Slice before opset 10 (attributes) is not supported");
     auto const b = constant_ints(n, 1, "starts"), e = constant_ints(n, 2, "ends");
     auto const axes = n.input_size() > 3 && !n.input(3).empty() ? constant_ints(n, 3, "axes")
-                                                                  : std::vector<std::int64_t>{0};
+                                                                : std::vector<std::int64_t>{0};
     bool const unit = n.input_size() <= 4 || n.input(4).empty() ||
                       constant_ints(n, 4, "steps") == std::vector<std::int64_t>{1};
     if (b.size() != 1 || e.size() != 1 || axes.size() != 1 || !unit)
@@ -1175,8 +1177,8 @@ private:
     std::size_t const a = logical_axis(n, x, axes[0]);
     int const d = stored_axis(n, x, a);
     if (d < 0)
-      fail(n, "slices axis " + std::to_string(axes[0]) + " of the logical shape " +
-                  logical_str(x) + ", which holds the batch");
+      fail(n, "slices axis " + std::to_string(axes[0]) + " of the logical shape " + logical_str(x) +
+                  ", which holds the batch");
     std::int64_t const len = std::int64_t(shape_of(x)[d]);
     auto clamp = [&](std::int64_t v) {
       return std::size_t(std::min(len, std::max<std::int64_t>(0, v < 0 ? v + len : v)));
@@ -1349,7 +1351,8 @@ private:
     auto const* mul = only(div->output(0), "Mul");
     auto const* bias = mul ? only(mul->output(0), "Add") : nullptr;
     NormMatch m{r1.input(0), mul, bias, index_.scalar(add->input(1))};
-    if (!bias || mul->input(0) != div->output(0) || bias->input(0) != mul->output(0) || std::isnan(m.eps) || !index_.is_constant(mul->input(1)) ||
+    if (!bias || mul->input(0) != div->output(0) || bias->input(0) != mul->output(0) ||
+        std::isnan(m.eps) || !index_.is_constant(mul->input(1)) ||
         !index_.is_constant(bias->input(1)))
       return;
     for (auto const* k : {&r1, sub, pow, r2, add, sqrt, div, mul})
@@ -1366,7 +1369,8 @@ private:
   // The graph output stored as [batch, ...].
   void output_in_place() {
     for (auto const& n : g_.node())
-      if (n.output_size() > 0 && n.output(0) == plan_.output_name && shapes_.count(resolve(n.output(0))))
+      if (n.output_size() > 0 && n.output(0) == plan_.output_name &&
+          shapes_.count(resolve(n.output(0))))
         plain(n, n.output(0), "the graph output");
   }
 
