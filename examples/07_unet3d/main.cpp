@@ -15,6 +15,7 @@
 //          [--optimizer adam|sgd] [--dice 1] [--val N] [--lesions 3] [--seed 1]
 //          [--norm group|batch] [--groups 4] [--eval-bn running|batch]
 //          [--limit-steps N] [--json] [--save-params F] [--compare-params F]
+//          [--memory-budget SIZE] [--no-overlap]
 //   mpirun -np 2 unet3d --sp 2
 //
 // --generate N (default 160 without --data) writes N synthetic volumes of
@@ -30,7 +31,13 @@
 // validation voxel), the median step time, the peak memory per rank and the
 // planned one. --save-params / --compare-params write the trained
 // parameters / report their largest difference from a saved run (the sp = 2
-// test compares with sp = 1).
+// test compares with sp = 1). --memory-budget SIZE refuses, before
+// training and the same on every rank, a run whose plan (activations,
+// input, labels, loss gradients, parameters and optimizer state) is over
+// SIZE on some rank, naming the activations and the smallest --sp that
+// fits. The JSON has the halo bytes this rank sent per step and the
+// seconds per step its exchanges waited (exposed); --no-overlap completes
+// every exchange before computing (to measure what overlap hides).
 #include <telar/comm/communicator.hpp>
 #include <telar/data/loader.hpp>
 #include <telar/io/volume.hpp>
@@ -77,6 +84,7 @@ struct Args : example::CommonArgs {
   std::string eval_bn = "running"; // validation's BatchNorm statistics: running or batch
   std::string norm = "group";      // batch or group
   std::size_t groups = 4;
+  bool overlap = true; // interior rows computed while the halo travels
 };
 
 // The Trainer's flags, which this example (a SlabGraph trained by hand)
@@ -84,7 +92,7 @@ struct Args : example::CommonArgs {
 bool trainer_flag(std::string const& f) {
   for (char const* t : {"--hidden", "--pp", "--tp", "--schedule", "--microbatches", "--timeline",
                         "--checkpoint-dir", "--checkpoint-every", "--resume", "--layout",
-                        "--dry-run", "--profile", "--memory-budget", "--nonfinite"})
+                        "--dry-run", "--profile", "--nonfinite"})
     if (f == t)
       return true;
   return false;
@@ -98,7 +106,7 @@ bool trainer_flag(std::string const& f) {
                "[--optimizer adam|sgd] [--dice W] [--val N] [--lesions K] [--seed N] "
                "[--norm batch|group] [--groups G] [--eval-bn running|batch] [--limit-steps N] "
                "[--json] [--save-params FILE] "
-               "[--compare-params FILE]\n",
+               "[--compare-params FILE] [--memory-budget SIZE] [--no-overlap]\n",
                why);
   throw 2;
 }
@@ -134,6 +142,8 @@ Args parse(int argc, char** argv) {
       a.save_params = r.value();
     else if (f == "--compare-params")
       a.compare_params = r.value();
+    else if (f == "--no-overlap")
+      a.overlap = false;
     else if (trainer_flag(f))
       usage((f + " is not offered: unet3d trains its U-Net without the Trainer (use --sp and "
                  "--dp)")
@@ -369,6 +379,7 @@ struct Summary {
   double loss = 0, val_dice = 0, train_s = 0;
   long long steps = 0;
   std::vector<double> step_s;
+  telar::HaloTally halo; // training steps' exchanges only (not validation's)
 };
 
 // One epoch of training; false once --limit-steps is reached.
@@ -384,6 +395,7 @@ bool train_epoch(Args const& a, UNet& net, telar::VolumeReader& reader, telar::B
   for (std::size_t s = 0; s < loader.size(); ++s) {
     auto const t0 = std::chrono::steady_clock::now();
     reader.wait(b);
+    telar::HaloTally const before = telar::halo_tally();
     bool const last = s + 1 == loader.size() || sum.steps + 1 == a.limit_steps;
     if (!last)
       reader.prefetch(loader.batch(s + 1).indices); // read while this step trains
@@ -391,6 +403,11 @@ bool train_epoch(Args const& a, UNet& net, telar::VolumeReader& reader, telar::B
     auto const& logits = net.forward(Exec{}, x);
     double loss = loss_and_gradient(a, sp, classes, logits, labels, dlogits, ddice);
     net.backward(Exec{}, dlogits);
+    telar::HaloTally const& now = telar::halo_tally();
+    sum.halo.exchanges += now.exchanges - before.exchanges;
+    sum.halo.bytes_sent += now.bytes_sent - before.bytes_sent;
+    sum.halo.window_s += now.window_s - before.window_s;
+    sum.halo.exposed_s += now.exposed_s - before.exposed_s;
     opt.step(net, dp);
     dp.allreduce(&loss, 1);
     sum.loss = loss / dp.size();
@@ -437,6 +454,85 @@ std::size_t planned_bytes(Args const& a, UNet const& net, telar::VolumeShape con
          a.batch * (sizeof(T) * in + sizeof(int) * voxels + 2 * sizeof(T) * out);
 }
 
+// The U-Net of the flags over `sp` (not built).
+UNet make_unet(Args const& a, telar::VolumeShape const& v, telar::Communicator const& sp) {
+  telar::UNetOptions o;
+  o.in_channels = std::size_t(v.channels), o.classes = std::size_t(v.classes);
+  o.depth = a.depth, o.width = a.width, o.groups = a.groups, o.overlap = a.overlap;
+  o.norm = a.norm == "group" ? telar::UNetOptions::Norm::group : telar::UNetOptions::Norm::batch;
+  return telar::spatial_unet<T>(sp, o);
+}
+
+telar::Shape volume_shape(telar::VolumeShape const& v) {
+  return {std::size_t(v.channels), std::size_t(v.depth), std::size_t(v.height),
+          std::size_t(v.width)};
+}
+
+// Parameters, their gradients and Adam's two moments (SGD: none).
+std::size_t parameter_bytes(Args const& a, UNet& net) {
+  std::size_t n = 0;
+  net.parameters([&](char const*, auto& v, auto&) { n += v.span(); });
+  return sizeof(T) * n * (a.optimizer == "adam" ? 4 : 2);
+}
+
+// The most any rank of an sp group of `size` plans to hold (activation
+// bytes in `activations`), from graphs built as each of its ranks; 0 when
+// the layers refuse that split.
+std::size_t plan_at_sp(Args const& a, telar::VolumeShape const& v, telar::Communicator const& sp,
+                       int size, std::size_t params, std::size_t* activations) {
+  std::size_t most = 0;
+  for (int r = 0; r < size; ++r) {
+    telar::SpatialPlanAs as(size, r);
+    UNet g = make_unet(a, v, sp);
+    try {
+      g.build(volume_shape(v));
+    } catch (telar::ShapeError const&) {
+      return 0;
+    }
+    std::size_t const bytes = planned_bytes(a, g, v) + params;
+    if (bytes > most)
+      most = bytes, *activations = g.activation_bytes(a.batch);
+  }
+  return most;
+}
+
+// --memory-budget: refuses (the same text on every rank: it depends only on
+// the plans) a run some rank of which plans more than the budget, naming
+// the activations and the smallest sp whose plan fits.
+void check_budget(Args const& a, telar::VolumeShape const& v, UNet& net,
+                  telar::Communicator const& sp, telar::Communicator const& world) {
+  if (a.memory_budget == 0)
+    return;
+  std::size_t const params = parameter_bytes(a, net);
+  unsigned long long need = planned_bytes(a, net, v) + params;
+  unsigned long long acts = net.activation_bytes(a.batch);
+  world.allreduce(&need, 1, telar::ReduceOp::max);
+  world.allreduce(&acts, 1, telar::ReduceOp::max);
+  if (need <= a.memory_budget)
+    return;
+  using telar::MemoryBytes;
+  std::string msg = "unet3d: a rank needs " + MemoryBytes::human(need) + " to train (activations " +
+                    MemoryBytes::human(acts) +
+                    " of it: node outputs, their gradients, halo-extended inputs, workspaces), "
+                    "over the --memory-budget of " +
+                    MemoryBytes::human(a.memory_budget) + " at sp=" + std::to_string(a.sp) +
+                    " (batch " + std::to_string(a.batch) + " per rank); ";
+  std::size_t most = 0, act = 0;
+  int k = a.sp + 1;
+  for (; k <= std::min<int>(64, int(v.depth)); ++k) {
+    most = plan_at_sp(a, v, sp, k, params, &act);
+    if (most == 0 || most <= a.memory_budget)
+      break;
+  }
+  if (most > 0 && most <= a.memory_budget)
+    msg += "the activations split with the volume: --sp " + std::to_string(k) + " (" +
+           std::to_string(k * a.dp) + " ranks) needs " + MemoryBytes::human(most) +
+           " per rank (activations " + MemoryBytes::human(act) + "), the smallest sp that fits";
+  else
+    msg += "no sp up to " + std::to_string(k - 1) + " fits (a smaller --batch or --width may)";
+  throw telar::Error(msg);
+}
+
 void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const& s,
             double param_diff, Memory const& memory, telar::Communicator const& world) {
   unsigned long long most = memory.total;
@@ -467,6 +563,11 @@ void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const
       .raw("memory_rank0", memory.bytes.json())
       .add("training_bytes_rank0", (long long)memory.training)
       .add("training_bytes_plan_rank0", (long long)memory.plan)
+      .add("overlap", a.overlap)
+      .add("halo_bytes_per_step_rank0", double(s.halo.bytes_sent) / double(std::max(1LL, s.steps)))
+      .add("halo_exposed_ms_per_step_rank0", 1e3 * s.halo.exposed_s / double(std::max(1LL, s.steps)))
+      .add("halo_window_ms_per_step_rank0", 1e3 * s.halo.window_s / double(std::max(1LL, s.steps)))
+      .add("halo_exchanges_per_step", double(s.halo.exchanges) / double(std::max(1LL, s.steps)))
       .add("nodes", net.size());
   if (param_diff >= 0)
     j.add("param_max_diff", param_diff);
@@ -487,14 +588,10 @@ int run(MPI_Comm comm, int argc, char** argv) {
   check_volume(a, v);
   telar::MemoryMeterInstall meter;
   telar::MemoryMeter::Scope counted(telar::MemoryCategory::activations); // unlabelled: activations
-  telar::UNetOptions o;
-  o.in_channels = std::size_t(v.channels), o.classes = std::size_t(v.classes);
-  o.depth = a.depth, o.width = a.width, o.groups = a.groups;
-  o.norm = a.norm == "group" ? telar::UNetOptions::Norm::group : telar::UNetOptions::Norm::batch;
-  UNet net = telar::spatial_unet<T>(sp, o);
-  net.build({std::size_t(v.channels), std::size_t(v.depth), std::size_t(v.height),
-             std::size_t(v.width)}); // refuses a split the layers cannot take, on every rank
+  UNet net = make_unet(a, v, sp);
+  net.build(volume_shape(v)); // refuses a split the layers cannot take, on every rank
   net.initialize(a.seed);
+  check_budget(a, v, net, sp, world);
   // From here on what Telar allocates is training's: activations, their
   // gradients, halo buffers, workspaces (the peak less this baseline).
   std::size_t const baseline = telar::MemoryMeter::instance().current().total();
@@ -516,13 +613,14 @@ int run(MPI_Comm comm, int argc, char** argv) {
                  v.samples, v.depth, v.height, v.width, val, a.depth, a.width, net.size(), a.dp,
                  a.sp, net.input_slab().begin, net.input_slab().end, a.optimizer.c_str());
   long long const steps = (long long)loader.size() * a.epochs;
+  std::size_t const classes = std::size_t(v.classes);
   Optimizer opt(a, a.limit_steps > 0 ? std::min<long long>(a.limit_steps, steps) : steps);
   Summary s;
   auto const t0 = std::chrono::steady_clock::now();
   for (int e = 0; e < a.epochs; ++e) {
     loader.set_epoch(std::uint64_t(e));
-    bool const more = train_epoch(a, net, reader, loader, opt, o.classes, sp, dp, e, s);
-    s.val_dice = validate(a, net, reader, first_val, o.classes, world, dp_rank);
+    bool const more = train_epoch(a, net, reader, loader, opt, classes, sp, dp, e, s);
+    s.val_dice = validate(a, net, reader, first_val, classes, world, dp_rank);
     if (world.rank() == 0)
       std::fprintf(stderr, "unet3d: epoch %d: loss %.4f, val_dice %.4f\n", e + 1, s.loss,
                    s.val_dice);

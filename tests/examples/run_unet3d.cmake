@@ -1,4 +1,4 @@
-# cmake -DEXE=unet3d -DMPIEXEC=mpiexec -DWORK_DIR=dir -P run_unet3d.cmake
+# cmake -DEXE=unet3d -DMPIEXEC=mpiexec -DWORK_DIR=dir [-DCHECK=budget] -P run_unet3d.cmake
 # Example 07 on a tiny U-Net (16^3 volumes, depth 1, width 4, GroupNorm;
 # BatchNorm on slabs is checked in tests/parallel/test_spatial.cpp): three SGD steps with each volume split over sp = 2
 # ranks end with the parameters of the unsplit run (float, within 1e-5),
@@ -6,6 +6,30 @@
 # one volume per rank also equals the serial run's batches of two.
 set(PROGRAM unet3d)
 include(${CMAKE_CURRENT_LIST_DIR}/example_checks.cmake)
+
+# CHECK=budget: a 32^3 volume that a --memory-budget refuses at sp = 1 (the
+# message names the activations and --sp 4) trains one step at sp = 4 under
+# the same budget, and its measured peak stays under it.
+if(CHECK STREQUAL "budget")
+  set(budget 4MiB)
+  set(tiny --size 32 --depth 1 --width 4 --batch 1 --val 1 --epochs 1 --limit-steps 1
+      --optimizer sgd --json --memory-budget ${budget})
+  execute_process(COMMAND ${EXE} ${tiny} --generate 2 --data ${WORK_DIR}/unet3d_budget.h5
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e)
+  if(rc EQUAL 0 OR NOT e MATCHES "over the --memory-budget of 4.00 MiB at sp=1"
+     OR NOT e MATCHES "activations [0-9.]+ MiB" OR NOT e MATCHES "--sp 4 \\(4 ranks\\) needs")
+    message(FATAL_ERROR "sp = 1 was not refused as expected (${rc}):\n${o}\n${e}")
+  endif()
+  message(STATUS "sp = 1 refused: ${e}")
+  train(r ${MPIEXEC} -np 4 ${EXE} ${tiny} --data ${WORK_DIR}/unet3d_budget.h5 --sp 4)
+  json_field("${r}" peak_bytes_per_rank peak)
+  json_field("${r}" training_bytes_plan_rank0 plan)
+  message(STATUS "sp = 4 trains: peak ${peak} B per rank, plan ${plan} B (rank 0)")
+  if(peak GREATER 4194304)
+    message(FATAL_ERROR "sp = 4 peaked at ${peak} B, over the 4 MiB budget: ${r}")
+  endif()
+  return()
+endif()
 set(file ${WORK_DIR}/unet3d_check.h5)
 # Fails unless run b (with --compare-params) took 3 steps, ended within 1e-5
 # of run a's parameters and with its loss.

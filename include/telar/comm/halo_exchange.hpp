@@ -18,10 +18,28 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <chrono>
 #include <cstddef>
 #include <vector>
 
 namespace telar {
+
+/*! \brief What this process's halo exchanges did since the counters were
+ *  last reset (telar::halo_tally(); reset by assigning `{}`): for halo
+ *  figures (docs/spatial.md), not for control. */
+struct HaloTally {
+  std::size_t exchanges = 0;  //!< exchanges posted (forward and reverse)
+  std::size_t bytes_sent = 0; //!< bytes this rank sent to its neighbours
+  double window_s = 0;        //!< seconds between post returning and finish being called
+  double exposed_s = 0;       //!< seconds finish waited for messages (the exposed halo time)
+};
+
+/*! \brief The process's telar::HaloTally (one per process: the exchanges of
+ *  every layer add to it). */
+inline HaloTally& halo_tally() {
+  static HaloTally t;
+  return t;
+}
 
 /*! \brief Exchanges the halo rows of tensors [n, C * rows * plane] split
  *  along rows over a communicator: post() starts the messages, the caller
@@ -74,6 +92,7 @@ public:
     exchange(plan.send_lo, plan.send_hi, plan.recv_lo, plan.recv_hi);
     detail::copy_rows<T>(exec, {x, R, plan.own_begin}, {ext, E, plan.recv_lo},
                          plan.own_end - plan.own_begin, outer, plane, false);
+    posted_ = Clock::now();
   }
 
   /*! \brief Completes post(): waits and places the received rows.
@@ -112,6 +131,7 @@ public:
     detail::copy_rows<T>(exec, {dext, E, plan.recv_lo}, {dx, R, plan.own_begin},
                          plan.own_end - plan.own_begin, outer, plane, false);
     detail::zero_rows<T>(exec, {dx, R, plan.own_end}, R - plan.own_end, outer, plane);
+    posted_ = Clock::now();
   }
 
   /*! \brief Completes post_reverse(): adds the neighbours' halo gradients to
@@ -128,6 +148,7 @@ public:
 
 private:
   using Buffer = Kokkos::View<T*, MemorySpace>;
+  using Clock = std::chrono::steady_clock;
 
   // Remembers the call and sizes the four buffers.
   void start(HaloPlan const& plan, std::size_t outer, std::size_t plane, T* target) {
@@ -153,6 +174,9 @@ private:
     Buffer& si_hi = reverse ? send_hi_ : recv_hi_;
     int const r = comm_->rank(), down = tag_, up = tag_ + 1;
     std::size_t const block = outer_ * plane_;
+    HaloTally& tally = halo_tally();
+    ++tally.exchanges;
+    tally.bytes_sent += (out_lo + out_hi) * block * sizeof(T);
     // Tag `down` travels to rank - 1, tag `up` to rank + 1.
     if (in_lo > 0)
       reqs_.push_back(comm_->irecv(si_lo.data(), in_lo * block, r - 1, up));
@@ -164,8 +188,12 @@ private:
       reqs_.push_back(comm_->isend(so_hi.data(), out_hi * block, r + 1, up));
   }
   void wait() {
+    auto const t0 = Clock::now();
     wait_all(reqs_);
     reqs_.clear();
+    HaloTally& tally = halo_tally();
+    tally.window_s += std::chrono::duration<double>(t0 - posted_).count();
+    tally.exposed_s += std::chrono::duration<double>(Clock::now() - t0).count();
   }
 
   Communicator const* comm_;
@@ -175,6 +203,7 @@ private:
   T* ext_ = nullptr;
   Buffer send_lo_, send_hi_, recv_lo_, recv_hi_;
   std::vector<Request> reqs_;
+  Clock::time_point posted_{}; // when post returned (the window's start)
 };
 
 } // namespace telar

@@ -25,6 +25,7 @@
 #include <telar/core/layer.hpp>
 #include <telar/core/shape.hpp>
 #include <telar/core/tensor.hpp>
+#include <telar/parallel/detail/spatial.hpp>
 #include <telar/parallel/spatial_decomposition.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -38,6 +39,29 @@
 #include <vector>
 
 namespace telar {
+
+/*! \brief While it lives, a telar::SlabGraph and the spatial wrappers built
+ *  on this thread build for rank \p rank of a group of \p size, not for
+ *  their communicator's: their shapes, slabs and activation_bytes() are
+ *  that rank's, a memory plan for another sp without its ranks. Such a
+ *  graph is for planning only: it must not run. Scopes nest.
+ *  \code
+ *  { telar::SpatialPlanAs as(4, 1); g.build(shape); bytes = g.activation_bytes(1); }
+ *  \endcode */
+class SpatialPlanAs {
+public:
+  /*! \brief Plans as rank \p rank of \p size. \param size group size
+   *  \param rank rank in it */
+  SpatialPlanAs(int size, int rank) : saved_(detail::planned_position()) {
+    detail::planned_position() = {size, rank};
+  }
+  SpatialPlanAs(SpatialPlanAs const&) = delete;
+  SpatialPlanAs& operator=(SpatialPlanAs const&) = delete;
+  ~SpatialPlanAs() { detail::planned_position() = saved_; }
+
+private:
+  detail::GroupPosition saved_;
+};
 
 namespace detail {
 template <class L>
@@ -138,7 +162,7 @@ public:
   void build(Shape const& in) {
     nodes_[0].whole = in;
     nodes_[0].slab = in;
-    nodes_[0].slab.dims[1] = split_extent(in[1], sp_->size(), sp_->rank()).size();
+    nodes_[0].slab.dims[1] = split_extent(in[1], detail::group_size(*sp_), detail::group_rank(*sp_)).size();
     for (std::size_t i = 1; i < nodes_.size(); ++i) {
       if (i + 1 < nodes_.size() && nodes_[i].readers == 0)
         throw ShapeError("telar::SlabGraph: node " + std::to_string(i) + " (" + name(int(i)) +
@@ -174,10 +198,10 @@ public:
   /*! \brief Node \p i's output shape on this rank (its slab). */
   Shape slab_shape(int i) const { return nodes_[std::size_t(i)].slab; }
   /*! \brief The rows of the input's first spatial axis this rank holds. */
-  Slab input_slab() const { return split_extent(nodes_[0].whole[1], sp_->size(), sp_->rank()); }
+  Slab input_slab() const { return split_extent(nodes_[0].whole[1], detail::group_size(*sp_), detail::group_rank(*sp_)); }
   /*! \brief The rows of the output's first spatial axis this rank holds. */
   Slab output_slab() const {
-    return split_extent(nodes_.back().whole[1], sp_->size(), sp_->rank());
+    return split_extent(nodes_.back().whole[1], detail::group_size(*sp_), detail::group_rank(*sp_));
   }
 
   /*! \brief Bytes of activations this rank allocates to train on \p

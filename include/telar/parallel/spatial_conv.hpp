@@ -10,7 +10,10 @@
  *  computes the output rows the same rule gives it. Forward: the halo rows
  *  are exchanged (telar::HaloExchange) and the unchanged layer runs on the
  *  halo-extended slab, with the volume's zero padding only at its faces
- *  (Convolution::build_slab). Backward: the layer's input gradient of the
+ *  (Convolution::build_slab). A convolution computes its interior output
+ *  rows (those whose windows read no halo row) while the halo travels, and
+ *  the rows at its faces after the exchange completes (set_overlap).
+ *  Backward: the layer's input gradient of the
  *  extended slab goes back through the reverse exchange (halo gradients are
  *  added to their owners); weight and bias gradients are summed over the
  *  group, so every rank ends with the gradient of the whole sample, equal to
@@ -29,10 +32,12 @@
 #include <telar/core/tensor.hpp>
 #include <telar/layers/conv.hpp>
 #include <telar/parallel/detail/spatial.hpp>
+#include <telar/parallel/detail/spatial_overlap.hpp>
 #include <telar/parallel/spatial_decomposition.hpp>
 
 #include <Kokkos_Core.hpp>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -72,22 +77,35 @@ public:
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return Conv::name(); }
 
+  /*! \brief Whether forward computes the interior rows between posting and
+   *  completing the halo exchange (default; a convolution only: pools,
+   *  upsamplings and transposed convolutions always wait first). Off: the
+   *  exchange completes before the layer runs (for measuring what overlap
+   *  hides). Call before build. \param on overlap or not */
+  void set_overlap(bool on) { overlap_ = on; }
+
   /*! \brief Computes this rank's slab of the whole sample shape \p in and
    *  builds the layer for it. \param in the unsplit input shape [C, (D,) H, W]
    *  \throws ShapeError for a shape the layer refuses or a split it cannot take */
   void build(Shape const& in) {
     Shape const whole = layer.output_shape(in);          // the layer's own checks first
     if constexpr (detail::has_input_rows<Conv>::value) { // resampling: its own tables
-      slab_ = spatial_slab(name(), in[1], whole[1], sp_->size(), sp_->rank(), [&](Slab o) {
+      slab_ = spatial_slab(name(), in[1], whole[1], detail::group_size(*sp_), detail::group_rank(*sp_), [&](Slab o) {
         auto const rows = layer.input_rows(in, o.begin, o.end);
         return SlabWindow{rows[0], rows[1], 0, 0};
       });
       layer.build_slab(in, slab_.out.begin, slab_.out.end, slab_.window.begin, slab_.window.end);
     } else { // a window along the axis: kernel, stride, padding, dilation
-      slab_ = conv_slab(name(), in[1], detail::split_axis(layer), sp_->size(), sp_->rank());
+      slab_ = conv_slab(name(), in[1], detail::split_axis(layer), detail::group_size(*sp_), detail::group_rank(*sp_));
       layer.build_slab(with_rows(in, slab_.halo.extended_rows()), slab_.window.pad_front,
                        slab_.window.pad_back, slab_.out.size());
     }
+    parts_ = {};
+    if constexpr (detail::is_convolution<Conv>::value)
+      if (overlap_)
+        parts_.build(layer, with_rows(in, slab_.halo.extended_rows()),
+                     with_rows(whole, slab_.out.size()), detail::split_axis(layer), slab_.window,
+                     slab_.halo);
     in_ = with_rows(in, slab_.in.size());
     whole_out_ = whole;
     out_ = with_rows(whole, slab_.out.size());
@@ -104,6 +122,10 @@ public:
   Shape whole_output_shape() const { return whole_out_; }
   /*! \brief This rank's slabs, window and halo. */
   SpatialSlab const& slab() const { return slab_; }
+  /*! \brief Output rows [first, last) of this rank's forward parts: 0 the
+   *  face before the interior, 1 the interior (computed while the halo
+   *  travels), 2 the face after; all empty without overlap. \param i part */
+  std::array<std::size_t, 2> overlap_rows(int i) const { return parts_.rows(i); }
 
   /*! \brief Bytes forward keeps for backward on this rank for \p samples:
    *  the halo-extended input slab and the layer's own saved state (memory
@@ -120,7 +142,8 @@ public:
     std::size_t const halo_rows = h.send_lo + h.send_hi + h.recv_lo + h.recv_hi;
     return detail::view_bytes<value_type>(samples * extended().size()) +
            detail::view_bytes<value_type>(halo_rows * samples * in_[0] * plane_) +
-           detail::workspace_bytes_of(layer, samples, extended());
+           detail::workspace_bytes_of(layer, samples, extended()) +
+           parts_.workspace_bytes(samples);
   }
 
   /*! \brief Allocates and draws the parameters (the same \p seed on every
@@ -147,6 +170,16 @@ public:
     std::size_t const n = x.extent(0), outer = n * in_[0];
     fit(saved.ext, n, "telar::SpatialConv::extended_input");
     halo_.post(exec, slab_.halo, x.data(), outer, plane_, saved.ext.data());
+    if constexpr (detail::is_convolution<Conv>::value) {
+      if (parts_.active()) {
+        parts_.run(exec, 1, layer, saved.ext, y); // the interior reads only own rows
+        halo_.finish(exec);
+        parts_.run(exec, 0, layer, saved.ext, y);
+        parts_.run(exec, 2, layer, saved.ext, y);
+        saved.inner.x = saved.ext; // what the layer's own forward keeps for backward
+        return;
+      }
+    }
     halo_.finish(exec);
     layer.forward(exec, saved.ext, y, saved.inner);
   }
@@ -200,6 +233,8 @@ private:
   std::size_t plane_ = 1;
   Matrix<value_type, memory_space> dext_;
   detail::GroupGradientSum<value_type> sum_;
+  detail::RowParts<Conv> parts_;
+  bool overlap_ = true;
 };
 
 /*! \brief Pooling (telar::MaxPool, telar::AvgPool) over slabs: the same

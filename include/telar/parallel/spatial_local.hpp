@@ -69,8 +69,8 @@ public:
    *  \throws ShapeError for a shape the layer refuses or a split leaving a
    *  rank an empty slab */
   void build(Shape const& in) {
-    detail::check_split(name(), in[1], "input", in[1], sp_->size());
-    slab_ = split_extent(in[1], sp_->size(), sp_->rank());
+    detail::check_split(name(), in[1], "input", in[1], detail::group_size(*sp_));
+    slab_ = split_extent(in[1], detail::group_size(*sp_), detail::group_rank(*sp_));
     whole_ = in;
     in_ = in;
     in_.dims[1] = slab_.size();

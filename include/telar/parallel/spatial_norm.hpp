@@ -66,8 +66,8 @@ public:
    *  rank an empty slab */
   void build(Shape const& in) {
     layer.output_shape(in);
-    detail::check_split(name(), in[1], "input", in[1], sp_->size());
-    slab_ = split_extent(in[1], sp_->size(), sp_->rank());
+    detail::check_split(name(), in[1], "input", in[1], detail::group_size(*sp_));
+    slab_ = split_extent(in[1], detail::group_size(*sp_), detail::group_rank(*sp_));
     whole_ = in_ = in;
     in_.dims[1] = slab_.size();
   }

@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 namespace telar {
@@ -46,6 +47,9 @@ struct UNetOptions {
    *  and evaluation). */
   enum class Norm { batch, group } norm = Norm::batch;
   std::size_t groups = 4; //!< GroupNorm's groups (at most the channels)
+  /*! \brief Whether the 3³ convolutions compute their interior rows while
+   *  the halo travels (telar::SpatialConv::set_overlap). */
+  bool overlap = true;
 };
 
 /*! \brief The slab layers of a 3-D U-Net of value type \p T. */
@@ -67,7 +71,9 @@ int unet_block(typename SpatialUNetLayers<T, M>::Graph& g, Communicator const& s
                UNetOptions const& o, int at, std::size_t in, std::size_t out) {
   using L = SpatialUNetLayers<T, M>;
   for (int k = 0; k < 2; ++k, in = out) {
-    at = g.add(typename L::Conv(sp, Conv3D<T, M>(in, out, 3, 1, 1, /*bias*/ false)), at);
+    typename L::Conv conv(sp, Conv3D<T, M>(in, out, 3, 1, 1, /*bias*/ false));
+    conv.set_overlap(o.overlap);
+    at = g.add(std::move(conv), at);
     if (o.norm == UNetOptions::Norm::group)
       at = g.add(typename L::Group(sp, GroupNorm<T, M>(std::min(o.groups, out), out)), at);
     else

@@ -11,6 +11,23 @@
 
 namespace telar::detail {
 
+// The group size and rank the spatial wrappers build for: their
+// communicator's, or those a telar::SpatialPlanAs on this thread set (a
+// plan for another sp, built without its ranks).
+struct GroupPosition {
+  int size = 0, rank = 0; // size 0: none set
+};
+inline GroupPosition& planned_position() {
+  thread_local GroupPosition p;
+  return p;
+}
+inline int group_size(Communicator const& c) {
+  return planned_position().size > 0 ? planned_position().size : c.size();
+}
+inline int group_rank(Communicator const& c) {
+  return planned_position().size > 0 ? planned_position().rank : c.rank();
+}
+
 // Runs a layer's backward_weight so that its gradients grow by the sum over
 // the spatial group of every rank's part (each rank saw only its slab), and
 // not by this rank's part alone. The layer accumulates (+=) into gradients
