@@ -53,6 +53,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <limits>
 #include <stdexcept>
@@ -378,7 +379,7 @@ void save_parameters(std::string const& path, std::vector<double> const& p) {
 struct Summary {
   double loss = 0, val_dice = 0, train_s = 0;
   long long steps = 0;
-  std::vector<double> step_s;
+  std::vector<double> step_s, step_cpu_s; // wall and this process's CPU time
   telar::HaloTally halo; // training steps' exchanges only (not validation's)
 };
 
@@ -394,6 +395,7 @@ bool train_epoch(Args const& a, UNet& net, telar::VolumeReader& reader, telar::B
   reader.prefetch(loader.batch(0).indices);
   for (std::size_t s = 0; s < loader.size(); ++s) {
     auto const t0 = std::chrono::steady_clock::now();
+    std::clock_t const c0 = std::clock();
     reader.wait(b);
     telar::HaloTally const before = telar::halo_tally();
     bool const last = s + 1 == loader.size() || sum.steps + 1 == a.limit_steps;
@@ -413,6 +415,7 @@ bool train_epoch(Args const& a, UNet& net, telar::VolumeReader& reader, telar::B
     sum.loss = loss / dp.size();
     sum.step_s.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    sum.step_cpu_s.push_back(double(std::clock() - c0) / CLOCKS_PER_SEC);
     ++sum.steps;
     char text[64];
     std::snprintf(text, sizeof text, "loss %.4f", sum.loss);
@@ -511,7 +514,7 @@ void check_budget(Args const& a, telar::VolumeShape const& v, UNet& net,
   if (need <= a.memory_budget)
     return;
   using telar::MemoryBytes;
-  std::string msg = "unet3d: a rank needs " + MemoryBytes::human(need) + " to train (activations " +
+  std::string msg = "a rank needs " + MemoryBytes::human(need) + " to train (activations " +
                     MemoryBytes::human(acts) +
                     " of it: node outputs, their gradients, halo-extended inputs, workspaces), "
                     "over the --memory-budget of " +
@@ -558,6 +561,7 @@ void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const
       .add("steps", s.steps)
       .add("val_dice", s.val_dice)
       .add("step_ms", step_ms)
+      .add("step_cpu_ms", 1e3 * example::median(s.step_cpu_s))
       .add("train_s", s.train_s)
       .add("peak_bytes_per_rank", (long long)most)
       .raw("memory_rank0", memory.bytes.json())

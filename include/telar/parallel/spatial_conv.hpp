@@ -10,9 +10,10 @@
  *  computes the output rows the same rule gives it. Forward: the halo rows
  *  are exchanged (telar::HaloExchange) and the unchanged layer runs on the
  *  halo-extended slab, with the volume's zero padding only at its faces
- *  (Convolution::build_slab). A convolution computes its interior output
- *  rows (those whose windows read no halo row) while the halo travels, and
- *  the rows at its faces after the exchange completes (set_overlap).
+ *  (Convolution::build_slab). A convolution runs while the halo travels,
+ *  which gives its interior output rows (those whose windows read no halo
+ *  row), and computes the rows at its faces again once the exchange has
+ *  completed (set_overlap).
  *  Backward: the layer's input gradient of the
  *  extended slab goes back through the reverse exchange (halo gradients are
  *  added to their owners); weight and bias gradients are summed over the
@@ -123,8 +124,9 @@ public:
   /*! \brief This rank's slabs, window and halo. */
   SpatialSlab const& slab() const { return slab_; }
   /*! \brief Output rows [first, last) of this rank's forward parts: 0 the
-   *  face before the interior, 1 the interior (computed while the halo
-   *  travels), 2 the face after; all empty without overlap. \param i part */
+   *  face before the interior, 1 the interior (right from the run while the
+   *  halo travels), 2 the face after (both computed again after it); all
+   *  empty without overlap. \param i part */
   std::array<std::size_t, 2> overlap_rows(int i) const { return parts_.rows(i); }
 
   /*! \brief Bytes forward keeps for backward on this rank for \p samples:
@@ -172,11 +174,12 @@ public:
     halo_.post(exec, slab_.halo, x.data(), outer, plane_, saved.ext.data());
     if constexpr (detail::is_convolution<Conv>::value) {
       if (parts_.active()) {
-        parts_.run(exec, 1, layer, saved.ext, y); // the interior reads only own rows
+        // Every row while the halo travels: the interior's are right, the
+        // faces' read the last call's halo rows and are computed again.
+        layer.forward(exec, saved.ext, y, saved.inner);
         halo_.finish(exec);
         parts_.run(exec, 0, layer, saved.ext, y);
         parts_.run(exec, 2, layer, saved.ext, y);
-        saved.inner.x = saved.ext; // what the layer's own forward keeps for backward
         return;
       }
     }

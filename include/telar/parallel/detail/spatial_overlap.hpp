@@ -1,7 +1,11 @@
 #pragma once
-// Internals of telar::SpatialConv: a convolution's output rows computed in
-// three parts, so that the interior (the rows whose windows read no halo
-// row) runs between HaloExchange::post and finish, and the two faces after.
+// Internals of telar::SpatialConv: while the halo travels the layer runs
+// over the whole extended slab, whose halo rows still hold the last call's
+// values, so that its interior output rows (those whose windows read no
+// halo row) are right; once the halo has arrived the rows at the two faces
+// are computed again, each by a copy of the layer built for those rows
+// alone. Recomputing a face row costs what it did (a few rows of a slab);
+// the copies keep only a face's rows (not a second slab).
 #include <telar/comm/detail/halo_rows.hpp>
 #include <telar/comm/halo_plan.hpp>
 #include <telar/core/shape.hpp>
@@ -26,9 +30,10 @@ struct is_convolution : std::false_type {};
 template <class T, int Dims, class M, class G, class P>
 struct is_convolution<Convolution<T, Dims, M, G, P>> : std::true_type {};
 
-// The output rows [o0, o1) of one part, the extended-slab rows [r0, r1) they
-// read, and a copy of the layer built for those rows alone (packed: every
-// channel's rows [r0, r1) one after the other), sharing the layer's weights.
+// The output rows [o0, o1) of one face, the extended-slab rows [r0, r1)
+// they read, and a copy of the layer built for those rows alone (packed:
+// every channel's rows [r0, r1) one after the other), sharing the layer's
+// weights.
 template <class Conv>
 struct RowPart {
   using T = typename Conv::value_type;
@@ -40,9 +45,9 @@ struct RowPart {
   bool empty() const { return o1 <= o0; }
 };
 
-// A convolution over a halo-extended slab of E rows (with `front` zero rows
-// before it and `back` after) giving `rows` output rows, computed as the
-// face before the interior, the interior, and the face after.
+// The faces of a convolution over a halo-extended slab: part 0 the output
+// rows before the interior, part 2 those after (part 1, the interior, has
+// rows but no layer: the whole layer computes it).
 template <class Conv>
 class RowParts {
   using T = typename Conv::value_type;
@@ -75,7 +80,7 @@ public:
     for (std::size_t i = 0; i < 3; ++i) {
       RowPart<Conv>& p = parts_[i];
       p.o0 = std::size_t(cut[i]), p.o1 = std::size_t(cut[i + 1]);
-      if (p.empty())
+      if (p.empty() || i == 1)
         continue;
       long const lo = cut[i] * s - pf, hi = (cut[i + 1] - 1) * s - pf + span;
       p.r0 = std::size_t(std::max(lo, 0L)), p.r1 = std::size_t(std::min(hi, E));
@@ -91,13 +96,13 @@ public:
 
   bool active() const { return active_; }
 
-  // Runs part i (0: the face before, 1: the interior, 2: the face after) of
-  // `layer` over the extended slab `ext` into its rows of `y`.
+  // Computes face i (0: before the interior, 2: after) of `layer` over the
+  // extended slab `ext` into its rows of `y`.
   template <class Exec>
   void run(Exec const& exec, int i, Conv const& layer, ConstMatrix<T, M> ext,
            Matrix<T, M> y) {
     RowPart<Conv>& p = parts_[std::size_t(i)];
-    if (p.empty())
+    if (!p.conv)
       return;
     std::size_t const n = ext.extent(0), plane = plane_of(in_), oplane = plane_of(out_);
     std::size_t const R = p.r1 - p.r0, Ro = p.o1 - p.o0;
@@ -111,14 +116,14 @@ public:
                  false);
   }
 
-  // Bytes the parts keep between calls for `samples` samples: packed
-  // inputs and outputs and each part's own workspace.
+  // Bytes the faces keep between calls for `samples` samples: packed
+  // inputs and outputs and each copy's own workspace.
   std::size_t workspace_bytes(std::size_t samples) const {
     if (!active_)
       return 0;
     std::size_t b = 0;
     for (RowPart<Conv> const& p : parts_) {
-      if (p.empty())
+      if (!p.conv)
         continue;
       Shape in = in_;
       in.dims[1] = p.r1 - p.r0;
