@@ -380,7 +380,7 @@ struct Summary {
   double loss = 0, val_dice = 0, train_s = 0;
   long long steps = 0;
   std::vector<double> step_s, step_cpu_s; // wall and this process's CPU time
-  telar::HaloTally halo; // training steps' exchanges only (not validation's)
+  telar::HaloTally halo;                  // training steps' exchanges only (not validation's)
 };
 
 // One epoch of training; false once --limit-steps is reached.
@@ -569,7 +569,8 @@ void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const
       .add("training_bytes_plan_rank0", (long long)memory.plan)
       .add("overlap", a.overlap)
       .add("halo_bytes_per_step_rank0", double(s.halo.bytes_sent) / double(std::max(1LL, s.steps)))
-      .add("halo_exposed_ms_per_step_rank0", 1e3 * s.halo.exposed_s / double(std::max(1LL, s.steps)))
+      .add("halo_exposed_ms_per_step_rank0",
+           1e3 * s.halo.exposed_s / double(std::max(1LL, s.steps)))
       .add("halo_window_ms_per_step_rank0", 1e3 * s.halo.window_s / double(std::max(1LL, s.steps)))
       .add("halo_exchanges_per_step", double(s.halo.exchanges) / double(std::max(1LL, s.steps)))
       .add("nodes", net.size());

@@ -162,7 +162,8 @@ public:
   void build(Shape const& in) {
     nodes_[0].whole = in;
     nodes_[0].slab = in;
-    nodes_[0].slab.dims[1] = split_extent(in[1], detail::group_size(*sp_), detail::group_rank(*sp_)).size();
+    nodes_[0].slab.dims[1] =
+        split_extent(in[1], detail::group_size(*sp_), detail::group_rank(*sp_)).size();
     for (std::size_t i = 1; i < nodes_.size(); ++i) {
       if (i + 1 < nodes_.size() && nodes_[i].readers == 0)
         throw ShapeError("telar::SlabGraph: node " + std::to_string(i) + " (" + name(int(i)) +
@@ -198,7 +199,9 @@ public:
   /*! \brief Node \p i's output shape on this rank (its slab). */
   Shape slab_shape(int i) const { return nodes_[std::size_t(i)].slab; }
   /*! \brief The rows of the input's first spatial axis this rank holds. */
-  Slab input_slab() const { return split_extent(nodes_[0].whole[1], detail::group_size(*sp_), detail::group_rank(*sp_)); }
+  Slab input_slab() const {
+    return split_extent(nodes_[0].whole[1], detail::group_size(*sp_), detail::group_rank(*sp_));
+  }
   /*! \brief The rows of the output's first spatial axis this rank holds. */
   Slab output_slab() const {
     return split_extent(nodes_.back().whole[1], detail::group_size(*sp_), detail::group_rank(*sp_));

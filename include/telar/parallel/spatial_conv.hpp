@@ -91,13 +91,15 @@ public:
   void build(Shape const& in) {
     Shape const whole = layer.output_shape(in);          // the layer's own checks first
     if constexpr (detail::has_input_rows<Conv>::value) { // resampling: its own tables
-      slab_ = spatial_slab(name(), in[1], whole[1], detail::group_size(*sp_), detail::group_rank(*sp_), [&](Slab o) {
-        auto const rows = layer.input_rows(in, o.begin, o.end);
-        return SlabWindow{rows[0], rows[1], 0, 0};
-      });
+      slab_ = spatial_slab(name(), in[1], whole[1], detail::group_size(*sp_),
+                           detail::group_rank(*sp_), [&](Slab o) {
+                             auto const rows = layer.input_rows(in, o.begin, o.end);
+                             return SlabWindow{rows[0], rows[1], 0, 0};
+                           });
       layer.build_slab(in, slab_.out.begin, slab_.out.end, slab_.window.begin, slab_.window.end);
     } else { // a window along the axis: kernel, stride, padding, dilation
-      slab_ = conv_slab(name(), in[1], detail::split_axis(layer), detail::group_size(*sp_), detail::group_rank(*sp_));
+      slab_ = conv_slab(name(), in[1], detail::split_axis(layer), detail::group_size(*sp_),
+                        detail::group_rank(*sp_));
       layer.build_slab(with_rows(in, slab_.halo.extended_rows()), slab_.window.pad_front,
                        slab_.window.pad_back, slab_.out.size());
     }
@@ -144,8 +146,7 @@ public:
     std::size_t const halo_rows = h.send_lo + h.send_hi + h.recv_lo + h.recv_hi;
     return detail::view_bytes<value_type>(samples * extended().size()) +
            detail::view_bytes<value_type>(halo_rows * samples * in_[0] * plane_) +
-           detail::workspace_bytes_of(layer, samples, extended()) +
-           parts_.workspace_bytes(samples);
+           detail::workspace_bytes_of(layer, samples, extended()) + parts_.workspace_bytes(samples);
   }
 
   /*! \brief Allocates and draws the parameters (the same \p seed on every

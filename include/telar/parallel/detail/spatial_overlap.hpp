@@ -40,7 +40,7 @@ struct RowPart {
   using M = typename Conv::memory_space;
   std::size_t o0 = 0, o1 = 0, r0 = 0, r1 = 0;
   std::optional<Conv> conv; // (not every wrapped layer has a default state)
-  Matrix<T, M> in, out; // packed input rows, output rows
+  Matrix<T, M> in, out;     // packed input rows, output rows
   typename layer_traits<Conv>::saved_type saved;
   bool empty() const { return o1 <= o0; }
 };
@@ -88,7 +88,7 @@ public:
       Shape in = ext;
       in.dims[1] = p.r1 - p.r0;
       p.conv->build_slab(in, std::size_t(long(p.r0) - lo), std::size_t(hi - long(p.r1)),
-                        p.o1 - p.o0);
+                         p.o1 - p.o0);
     }
     in_ = ext, out_ = out;
     active_ = true;
@@ -99,8 +99,7 @@ public:
   // Computes face i (0: before the interior, 2: after) of `layer` over the
   // extended slab `ext` into its rows of `y`.
   template <class Exec>
-  void run(Exec const& exec, int i, Conv const& layer, ConstMatrix<T, M> ext,
-           Matrix<T, M> y) {
+  void run(Exec const& exec, int i, Conv const& layer, ConstMatrix<T, M> ext, Matrix<T, M> y) {
     RowPart<Conv>& p = parts_[std::size_t(i)];
     if (!p.conv)
       return;
