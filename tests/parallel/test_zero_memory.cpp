@@ -255,8 +255,9 @@ TEST_CASE("ZeRO-3 under Precision<bf16, float> gathers half the bytes", "[zero][
     SKIP("no AVX512-BF16 or AMX here: bf16 is refused, not emulated");
   auto const batch = make_batch(std::size_t(8 * world_size()));
   GatherRun const fp32 = gather_run<Dp<telar::ZeRO<3>>>(batch);
-  GatherRun const bf16 = gather_run<telar::Strategy<telar::DataParallel<telar::RingAllreduce, telar::ZeRO<3>>,
-                                    telar::Precision<telar::bf16, float>>>(batch);
+  GatherRun const bf16 =
+      gather_run<telar::Strategy<telar::DataParallel<telar::RingAllreduce, telar::ZeRO<3>>,
+                                 telar::Precision<telar::bf16, float>>>(batch);
   INFO("gathered bytes " << fp32.gathered << " (fp32) " << bf16.gathered << " (bf16); peak "
                          << fp32.peak << " / " << bf16.peak << "; plan " << fp32.plan << " / "
                          << bf16.plan);
