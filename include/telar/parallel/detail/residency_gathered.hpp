@@ -39,6 +39,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -230,11 +231,14 @@ private:
         // bf16 words: received into the first half of the fp32 buffer, this
         // rank's part sent from the second (MPI's buffers must not overlap).
         auto* words = reinterpret_cast<std::uint16_t*>(g.values.data());
-        std::uint16_t* send = words + (g.end - g.begin);
+        auto* send = reinterpret_cast<unsigned char*>(words + (g.end - g.begin));
         T const* part = shard_.data() + g.send_offset;
-        for (std::size_t k = 0; k < mine; ++k)
-          send[k] = Bf16Word::from_float(part[k]).bits;
-        g.request = ctx_.dp->iallgatherv(send, g.counts, g.displs, words);
+        for (std::size_t k = 0; k < mine; ++k) { // bytes: the buffer's values are floats
+          std::uint16_t const w = Bf16Word::from_float(part[k]).bits;
+          std::memcpy(send + k * sizeof w, &w, sizeof w);
+        }
+        g.request =
+            ctx_.dp->iallgatherv(reinterpret_cast<std::uint16_t*>(send), g.counts, g.displs, words);
         return;
       }
     }
@@ -244,13 +248,17 @@ private:
   }
 
   // bf16 gathers: the words in the first half of `values` widened in place,
-  // last first (float k overwrites words 2k and 2k + 1, already read).
+  // last first (float k overwrites words 2k and 2k + 1, already read),
+  // through bytes (words and floats share the storage).
   static void widen_in_place(Vec const& values) {
     if constexpr (bf16_capable) {
-      auto const* words = reinterpret_cast<std::uint16_t const*>(values.data());
-      T* out = values.data();
-      for (std::size_t k = values.size(); k-- > 0;)
-        out[k] = Bf16Word{words[k]}.to_float();
+      auto* bytes = reinterpret_cast<unsigned char*>(values.data());
+      for (std::size_t k = values.size(); k-- > 0;) {
+        Bf16Word w;
+        std::memcpy(&w.bits, bytes + k * sizeof w.bits, sizeof w.bits);
+        float const f = w.to_float();
+        std::memcpy(bytes + k * sizeof f, &f, sizeof f);
+      }
     }
   }
 
