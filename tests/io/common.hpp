@@ -77,8 +77,9 @@ inline Data make_data(std::size_t n) {
 constexpr std::size_t batch = 24;
 
 // Runs steps [first, last) of global batch `batch`; this rank's share.
-template <class Tr>
-void train_steps(Tr& t, Data const& data, int first, int last) {
+// \p data: a Data, or anything with x and y of its kind (float ones too).
+template <class Tr, class D>
+void train_steps(Tr& t, D const& data, int first, int last) {
   int const dp = t.grid_shape().dp, d = t.grid_coords().dp;
   std::size_t const local = batch / std::size_t(dp);
   for (int s = first; s < last; ++s) {

@@ -13,12 +13,16 @@
 #include <telar/layers/losses.hpp>
 #include <telar/layers/normalization.hpp>
 #include <telar/optim/sgd.hpp>
+#include <telar/parallel/precision.hpp>
 #include <telar/parallel/tensor_parallel_attention.hpp>
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -208,6 +212,113 @@ TEST_CASE("BatchNorm's running statistics reshard and resume with the checkpoint
       INFO(l.str());
       CHECK(r.resumed.tensors.count("buffers/layer1.running_var") == 1);
       CHECK(r.resumed.tensors == r.straight.tensors); // bit for bit, running statistics included
+      std::filesystem::remove_all(dir);
+    }
+  }
+}
+
+namespace {
+// A bf16 run: the common MLP in float, its GEMMs rebound to bf16 by the
+// strategy (telar::Precision<bf16, float>); the same MLP in fp32 beside it.
+using MlpF = telar::Sequential<telar::ColumnParallel<telar::Dense<float>>, telar::ReLU<float>,
+                               telar::RowParallel<telar::Dense<float>>, telar::GELU<float>,
+                               telar::Dense<float>>;
+using Bf16 = telar::Strategy<telar::DataParallel<>, telar::PipelineParallel<>,
+                             telar::TensorParallel<>, telar::Precision<telar::bf16, float>>;
+struct FloatData {
+  telar::Matrix<float> x;
+  telar::Labels<> y;
+};
+FloatData float_data(std::size_t n) {
+  Data const d = make_data(n);
+  FloatData f{telar::Matrix<float>("x", n, 12), d.y};
+  auto hd = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, d.x);
+  auto hf = Kokkos::create_mirror_view(f.x);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < 12; ++j)
+      hf(i, j) = float(hd(i, j));
+  Kokkos::deep_copy(f.x, hf);
+  return f;
+}
+template <class S, class F>
+void with_float_mlp(MPI_Comm comm, Layout const& l, F&& f) {
+  telar::Trainer<MlpF, S, telar::Adam<float>> t(
+      comm,
+      MlpF(telar::ColumnParallel<telar::Dense<float>>(12, 16), {},
+           telar::RowParallel<telar::Dense<float>>(16, 9), {}, telar::Dense<float>(9, 4)),
+      telar::Adam<float>{}, options_for(l, 3), 12);
+  f(t);
+}
+// Whether some value needs more than bf16's 8 significant bits.
+bool beyond_bf16(telar::GatheredModel<float> const& g) {
+  for (auto const& [name, v] : g.tensors)
+    for (float x : v) {
+      std::uint32_t bits = 0;
+      std::memcpy(&bits, &x, sizeof bits);
+      if ((bits & 0xffffu) != 0)
+        return true;
+    }
+  return false;
+}
+} // namespace
+
+// The checkpoint of a bf16 run holds the fp32 master weights and Adam's
+// fp32 state (nothing rounded to bf16): resumed under bf16 the run ends bit
+// for bit where the uninterrupted one does; loaded into an fp32 trainer the
+// state is exactly the saved one and training goes on in fp32.
+TEST_CASE("A bf16 run's checkpoint holds fp32 masters and resumes as bf16 or fp32",
+          "[checkpoint][bf16]") {
+  if (!telar::bf16_available())
+    SKIP("no AVX512-BF16 or AMX here: bf16 is refused, not emulated");
+  int const n = world_size();
+  std::vector<Layout> layouts = {{1, 1, 1}};
+  if (n >= 2)
+    layouts.insert(layouts.end(), {{2, 1, 1}, {1, 2, 1}, {1, 1, 2}});
+  auto const data = float_data(batch * 5);
+  for (auto const& l : layouts) {
+    std::string const dir = scratch_dir("bf16");
+    SubComm c(l.size());
+    telar::GatheredModel<float> straight, saved, resumed, loaded_fp32, fp32_after;
+    if (c.comm != MPI_COMM_NULL) {
+      with_float_mlp<Bf16>(c.comm, l, [&](auto& t) {
+        train_steps(t, data, 0, 5);
+        straight = telar::gather_model(t, 0, true);
+      });
+      with_float_mlp<Bf16>(c.comm, l, [&](auto& t) {
+        train_steps(t, data, 0, 2);
+        telar::save_checkpoint(t, dir);
+        saved = telar::gather_model(t, 0, true);
+      });
+      with_float_mlp<Bf16>(c.comm, l, [&](auto& t) {
+        telar::load_checkpoint(t, dir);
+        train_steps(t, data, 2, 5);
+        resumed = telar::gather_model(t, 0, true);
+      });
+      with_float_mlp<Plain>(c.comm, l, [&](auto& t) {
+        telar::load_checkpoint(t, dir);
+        loaded_fp32 = telar::gather_model(t, 0, true);
+        train_steps(t, data, 2, 5);
+        fp32_after = telar::gather_model(t, 0, true);
+      });
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world_rank() == 0) {
+      INFO(l.str());
+      REQUIRE(saved.tensors.size() == 3 * 6);       // parameters, m, v
+      CHECK(beyond_bf16(saved));                    // fp32 masters, not bf16 copies
+      CHECK(resumed.tensors == straight.tensors);   // bf16 resumed: bit for bit
+      CHECK(loaded_fp32.tensors == saved.tensors);  // into fp32: exactly the saved state
+      CHECK(fp32_after.tensors != resumed.tensors); // and then fp32 really ran
+      // ... as close to the bf16 run as the bf16 GEMMs' error lets it be.
+      double diff = 0, norm = 0;
+      for (auto const& [name, v] : resumed.tensors)
+        if (name.rfind("optim/", 0) != 0)
+          for (std::size_t i = 0; i < v.size(); ++i) {
+            double const d = double(v[i]) - double(fp32_after.tensors.at(name)[i]);
+            diff += d * d;
+            norm += double(v[i]) * double(v[i]);
+          }
+      CHECK(std::sqrt(diff / norm) <= 7.9e-3);
       std::filesystem::remove_all(dir);
     }
   }

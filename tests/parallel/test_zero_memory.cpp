@@ -7,6 +7,7 @@
 #include <telar/layers/activation.hpp>
 #include <telar/layers/dense.hpp>
 #include <telar/optim/adam.hpp>
+#include <telar/parallel/precision.hpp>
 #include <telar/train/trainer.hpp>
 
 #include <catch2/catch_test_macros.hpp>
@@ -116,7 +117,43 @@ std::uint64_t bytes_per_step(Batch const& batch, int microbatches) {
   return t.grid()->dp().bytes_sent();
 }
 
+// Bytes handed to MPI_Iallgatherv (ZeRO-3's gathers) through MPI's
+// profiling interface: what MPI was given, not Telar's own counter.
+std::uint64_t iallgatherv_bytes = 0;
+
+// One ZeRO-3 step (the second) of strategy S: what it gathered and held.
+struct GatherRun {
+  std::uint64_t gathered = 0; // bytes sent to MPI_Iallgatherv
+  std::int64_t peak = 0;      // peak of the gathered group buffers
+  std::size_t plan = 0;       // the plan's communication bytes
+};
+template <class S>
+GatherRun gather_run(Batch const& batch) {
+  telar::TrainerOptions opts;
+  opts.bucket_bytes = 1024; // one group per Dense layer
+  Watch watch;
+  telar::Trainer<Model, S, telar::Adam<float>> t(MPI_COMM_WORLD, make_model(), {}, opts, 32);
+  std::size_t const local = 8, d = std::size_t(t.grid_coords().dp) * local;
+  auto x = telar::rows(batch.x, d, d + local);
+  auto y = telar::rows(batch.y, d, d + local);
+  t.step(x, y);
+  meter.reset_peaks();
+  iallgatherv_bytes = 0;
+  t.step(x, y);
+  return {iallgatherv_bytes, meter.peak_of("telar::ZeRO::gathered"),
+          t.memory_plan().bytes[telar::MemoryCategory::communication]};
+}
+
 } // namespace
+
+extern "C" int MPI_Iallgatherv(const void* send, int count, MPI_Datatype type, void* recv,
+                               const int counts[], const int displs[], MPI_Datatype recv_type,
+                               MPI_Comm comm, MPI_Request* request) {
+  int size = 0;
+  MPI_Type_size(type, &size);
+  iallgatherv_bytes += std::uint64_t(count) * std::uint64_t(size);
+  return PMPI_Iallgatherv(send, count, type, recv, counts, displs, recv_type, comm, request);
+}
 
 TEST_CASE("ZeRO-2 holds no full gradient buffer, ZeRO-3 no full parameter buffer",
           "[zero][memory]") {
@@ -208,4 +245,25 @@ TEST_CASE("bytes sent per step: ZeRO-3 at most 1.5x data parallelism, counted", 
   CHECK(double(z3) > double(z2));
   // Gathering once per step sends less than once per micro-batch.
   CHECK(z3_step < z3_mb);
+}
+
+// Under Precision<bf16, float> ZeRO-3 gathers the values as bf16 words:
+// half the bytes handed to MPI, received into the same fp32 group buffers
+// (nothing allocated beside them: the memory plan is the fp32 one).
+TEST_CASE("ZeRO-3 under Precision<bf16, float> gathers half the bytes", "[zero][bf16]") {
+  if (!telar::bf16_available())
+    SKIP("no AVX512-BF16 or AMX here: bf16 is refused, not emulated");
+  auto const batch = make_batch(std::size_t(8 * world_size()));
+  GatherRun const fp32 = gather_run<Dp<telar::ZeRO<3>>>(batch);
+  GatherRun const bf16 =
+      gather_run<telar::Strategy<telar::DataParallel<telar::RingAllreduce, telar::ZeRO<3>>,
+                                 telar::Precision<telar::bf16, float>>>(batch);
+  INFO("gathered bytes " << fp32.gathered << " (fp32) " << bf16.gathered << " (bf16); peak "
+                         << fp32.peak << " / " << bf16.peak << "; plan " << fp32.plan << " / "
+                         << bf16.plan);
+  CHECK(fp32.gathered > 0);
+  CHECK(2 * bf16.gathered == fp32.gathered);
+  CHECK(bf16.peak == fp32.peak);
+  CHECK(bf16.plan == fp32.plan);
+  CHECK(std::int64_t(bf16.plan) >= bf16.peak);
 }

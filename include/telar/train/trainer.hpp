@@ -610,6 +610,7 @@ private:
     ctx.bucket_bytes = options_.bucket_bytes;
     ctx.shared_memory = options_.shared_memory;
     ctx.trace = &trace_;
+    ctx.bf16_gathers = PrecisionPolicy::bf16_compute;
     // The residency draws the layers (one at a time: the same values as all
     // at once) and, under ZeRO-3, lays the store out around its value shard;
     // the sync then binds the rest.

@@ -51,6 +51,9 @@ struct SyncContext {
   std::size_t bucket_bytes = std::size_t(8) << 20;
   bool shared_memory = true; // ZeRO: may use MPI-3 shared memory on one node
   TraceRecorder* trace = nullptr;
+  // ZeRO-3 gathers parameter values as bf16 (Precision<bf16, ...>: the
+  // bf16 kernels round them anyway): half the gather bytes.
+  bool bf16_gathers = false;
 
   bool data_parallel() const { return dp != nullptr && dp->size() > 1; }
   // Sums v over the ranks of one model replica (pipeline stages, tensor shards).

@@ -19,7 +19,18 @@
 // prefetched are gathered. Every dp rank starts the same gathers in the same order: the
 // decisions depend only on the sequence of hooks, never on whether a
 // request happened to complete.
+//
+// Under Precision<bf16, ...> (SyncContext::bf16_gathers) the values travel
+// as bf16, rounded to nearest even from the fp32 master shards: half the
+// gather bytes. They travel inside the group's fp32 buffer (received into
+// its first half, this rank's part sent from its second half, so no other
+// allocation) and are widened in place on arrival; the layers then read
+// the rounded values in fp32. The bf16 GEMMs and convolutions round their
+// weights to the same values, so only the parameters used in fp32 (biases,
+// norms' scales and shifts, embeddings) compute with bf16-rounded values
+// (relative error at most 2^-8; docs/precision.md).
 #include <telar/comm/communicator.hpp>
+#include <telar/comm/detail/bf16_word.hpp>
 #include <telar/comm/device_buffer.hpp>
 #include <telar/core/parameters.hpp>
 #include <telar/parallel/detail/bucket_plan.hpp>
@@ -27,9 +38,12 @@
 #include <telar/parallel/strategy.hpp>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -150,6 +164,11 @@ public:
   }
 
 private:
+  // bf16 gathers need float values in host memory (where the bf16 kernels run).
+  static constexpr bool bf16_capable =
+      std::is_same_v<T, float> &&
+      Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
+
   enum class State { idle, in_flight, ready };
   struct Group {
     std::size_t begin = 0, end = 0;  // in the flat store
@@ -206,19 +225,54 @@ private:
     g.values = Vec(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::ZeRO::gathered"),
                    g.end - g.begin);
     std::size_t const mine = std::size_t(g.counts[std::size_t(ctx_.dp->rank())]);
+    g.t_start = ctx_.trace ? ctx_.trace->now() : 0;
+    if constexpr (bf16_capable) {
+      if (ctx_.bf16_gathers) {
+        // bf16 words: received into the first half of the fp32 buffer, this
+        // rank's part sent from the second (MPI's buffers must not overlap).
+        auto* words = reinterpret_cast<std::uint16_t*>(g.values.data());
+        auto* send = reinterpret_cast<unsigned char*>(words + (g.end - g.begin));
+        T const* part = shard_.data() + g.send_offset;
+        for (std::size_t k = 0; k < mine; ++k) { // bytes: the buffer's values are floats
+          std::uint16_t const w = Bf16Word::from_float(part[k]).bits;
+          std::memcpy(send + k * sizeof w, &w, sizeof w);
+        }
+        g.request =
+            ctx_.dp->iallgatherv(reinterpret_cast<std::uint16_t*>(send), g.counts, g.displs, words);
+        return;
+      }
+    }
     g.send = std::make_unique<HostBuffer<Vec>>(Vec(shard_.data() + g.send_offset, mine), true);
     g.recv = std::make_unique<HostBuffer<Vec>>(g.values, false);
-    g.t_start = ctx_.trace ? ctx_.trace->now() : 0;
     g.request = ctx_.dp->iallgatherv(g.send->data(), g.counts, g.displs, g.recv->data());
+  }
+
+  // bf16 gathers: the words in the first half of `values` widened in place,
+  // last first (float k overwrites words 2k and 2k + 1, already read),
+  // through bytes (words and floats share the storage).
+  static void widen_in_place(Vec const& values) {
+    if constexpr (bf16_capable) {
+      auto* bytes = reinterpret_cast<unsigned char*>(values.data());
+      for (std::size_t k = values.size(); k-- > 0;) {
+        Bf16Word w;
+        std::memcpy(&w.bits, bytes + k * sizeof w.bits, sizeof w.bits);
+        float const f = w.to_float();
+        std::memcpy(bytes + k * sizeof f, &f, sizeof f);
+      }
+    }
   }
 
   // The gather completed: the layers' values point into it.
   void arrived(std::size_t i) {
     Group& g = groups_[i];
     g.state = State::ready;
-    g.recv->copy_back();
-    g.send.reset();
-    g.recv.reset();
+    if (g.recv) {
+      g.recv->copy_back();
+      g.send.reset();
+      g.recv.reset();
+    } else {
+      widen_in_place(g.values);
+    }
     rebind_(g.begin, g.end, g.values);
     if (ctx_.trace)
       ctx_.trace->add("all-gather group " + std::to_string(i) + " (" +
