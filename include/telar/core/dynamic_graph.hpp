@@ -290,15 +290,17 @@ public:
            detail::layers_saved_bytes(*this, samples, layer_inputs(s));
   }
 
-  /*! \brief Bytes shared by every micro-batch: the outputs of the
-   *  recomputed nodes (recompute(); 0 without). \param samples rows
+  /*! \brief Bytes shared by every micro-batch: every layer node's own
+   *  workspace (a convolution's im2col columns) and the outputs of the
+   *  recomputed nodes (recompute(); none without). \param samples rows
    *  \param in input shape */
   std::size_t workspace_bytes(std::size_t samples, Shape const& in) const {
     auto const s = shapes(in);
     std::size_t elements = 0;
     for (std::size_t t = 1; t < s.size(); ++t)
       elements += recomputed(t) ? s[t].size() : 0;
-    return elements * samples * sizeof(value_type);
+    return elements * samples * sizeof(value_type) +
+           detail::layers_workspace_bytes(*this, samples, layer_inputs(s));
   }
 
   /*! \brief Draws every layer node's parameters, node i from its own stream

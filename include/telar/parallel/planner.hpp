@@ -168,6 +168,11 @@ LayoutPlan plan_layout(Model const& model, LayoutOptions const& options, Shape c
         }
         if (local % std::size_t(m) != 0)
           continue; // micro-batches that do not divide the local batch: not a layout
+        c.reason = detail::refused_micro_batch(model, in, local / std::size_t(m), g.dp);
+        if (!c.reason.empty()) { // the Trainer would refuse it (BatchNorm)
+          out.refused.push_back(c);
+          continue;
+        }
         LayoutOptions o = options;
         o.grid = g;
         o.schedule = sched;
