@@ -6,14 +6,14 @@
 // the per-round ratios. Usage: bench_graph_chain [rounds=5] [steps=10]
 // (OMP_NUM_THREADS=1 for one core).
 #include "unet.hpp"
-#include <telar/core/graph_chain.hpp>
-#include <telar/optim/sgd.hpp>
-#include <telar/train/trainer.hpp>
-#include <mpi.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <mpi.h>
+#include <telar/core/graph_chain.hpp>
+#include <telar/optim/sgd.hpp>
+#include <telar/train/trainer.hpp>
 #include <vector>
 using T = float;
 using GL = telar::test::unet::GraphLayer<T, telar::LocalStats>;
@@ -24,7 +24,7 @@ double run(M model, telar::Matrix<T> x, telar::Labels<> y, int steps) {
   telar::TrainerOptions o;
   o.batch_size = x.extent(0);
   telar::Trainer<M, Strat, telar::SGD<T>> tr(MPI_COMM_SELF, std::move(model), telar::SGD<T>{}, o,
-                                            telar::Shape{3, 32, 32});
+                                             telar::Shape{3, 32, 32});
   tr.step(x, y); // warm
   Kokkos::fence();
   auto t0 = std::chrono::steady_clock::now();
@@ -56,11 +56,12 @@ int main(int argc, char** argv) {
       double const a = run(telar::Sequential<telar::DynamicGraph<GL>>(g()), x, y, steps);
       double const b = run(telar::GraphChain<GL>(g()), x, y, steps);
       ratio.push_back(b / a);
-      std::printf("round %d: graph as layer %.2f ms, GraphChain %.2f ms, ratio %.3f\n", r, a, b, b / a);
+      std::printf("round %d: graph as layer %.2f ms, GraphChain %.2f ms, ratio %.3f\n", r, a, b,
+                  b / a);
     }
     std::sort(ratio.begin(), ratio.end());
-    std::printf("median ratio GraphChain / layer: %.3f (%d rounds x %d steps)\n", ratio[ratio.size() / 2],
-                rounds, steps);
+    std::printf("median ratio GraphChain / layer: %.3f (%d rounds x %d steps)\n",
+                ratio[ratio.size() / 2], rounds, steps);
   }
   Kokkos::finalize();
   MPI_Finalize();

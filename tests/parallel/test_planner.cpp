@@ -363,11 +363,11 @@ TEST_CASE("planner: micro-batches a BatchNorm refuses are refused, not ranked", 
   using Local = telar::Sequential<D, telar::BatchNorm<T>, R, D>;
   check(Local(D(16, 8), telar::BatchNorm<T>(8), {}, D(8, 4)), false);
   // dp = 4 with one sample per rank: 4 values per channel, accepted.
-  using Sync = telar::Sequential<
-      D, telar::BatchNorm<T, telar::DefaultMemorySpace, telar::SyncStats>, R, D>;
+  using Sync =
+      telar::Sequential<D, telar::BatchNorm<T, telar::DefaultMemorySpace, telar::SyncStats>, R, D>;
   auto const plan =
-      check(Sync(D(16, 8), telar::BatchNorm<T, telar::DefaultMemorySpace, telar::SyncStats>(8),
-                 {}, D(8, 4)),
+      check(Sync(D(16, 8), telar::BatchNorm<T, telar::DefaultMemorySpace, telar::SyncStats>(8), {},
+                 D(8, 4)),
             true);
   bool dp4_one_sample = false;
   for (auto const& c : plan.ranked)

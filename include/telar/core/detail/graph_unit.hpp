@@ -343,8 +343,8 @@ private:
 
   Graph* g_ = nullptr;
   std::size_t node_ = 0;
-  bool first_ = false;                // the first node: nothing reads its dL/dx
-  bool starts_ = true, ends_ = true;  // stage boundaries before / after it
+  bool first_ = false;               // the first node: nothing reads its dL/dx
+  bool starts_ = true, ends_ = true; // stage boundaries before / after it
   GraphLiveSet in_, out_;
   std::size_t scratch_width_ = 0;
 };

@@ -39,8 +39,7 @@ inline constexpr bool recomputes_v<Sequential<Ls...>> = (sizeof...(Ls) > 0) &&
 // every BatchNorm told the micro-batch (one value per channel in training
 // is refused, as PyTorch refuses it).
 template <class Model>
-std::string refused_micro_batch(Model const& model, Shape const& in, std::size_t samples,
-                                int dp) {
+std::string refused_micro_batch(Model const& model, Shape const& in, std::size_t samples, int dp) {
   Model copy = model;
   set_training_batch(copy, samples);
   DataParallelContext group; // no communicator: only its size is read before training
