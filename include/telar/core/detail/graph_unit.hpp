@@ -310,7 +310,7 @@ private:
   // A [rows, cols] buffer in `m`, reallocated only when the size changes.
   static Mat sized(Mat& m, std::size_t rows, std::size_t cols) {
     if (m.extent(0) != rows || m.extent(1) != cols)
-      m = Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::GraphChain::scratch"), rows,
+      m = Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::GraphChain::buffer"), rows,
               cols);
     return m;
   }
