@@ -339,7 +339,8 @@ TEST_CASE("planner: the scheduler measurement is consistent and survives JSON", 
 // value per channel (the Trainer refuses them before training): the planner
 // lists those layouts as refused, with the Trainer's reason, instead of
 // ranking one it would then pick. SyncStats counts every dp rank's samples.
-TEST_CASE("planner: micro-batches a BatchNorm refuses are listed as refused and not ranked", "[planner]") {
+TEST_CASE("planner: micro-batches a BatchNorm refuses are listed as refused and not ranked",
+          "[planner]") {
   telar::MachineProfile const prof;
   auto const check = [&](auto model, bool sync) {
     using M = decltype(model);
