@@ -5,6 +5,7 @@
 
 #include <telar/core/recompute.hpp>
 #include <telar/layers/activation.hpp>
+#include <telar/layers/batch_norm.hpp>
 #include <telar/layers/dense.hpp>
 #include <telar/optim/adam.hpp>
 #include <telar/parallel/calibrate.hpp>
@@ -332,4 +333,45 @@ TEST_CASE("planner: the scheduler measurement is consistent and survives JSON", 
   CHECK(q.cpu_share == 0.4);
   CHECK(q.slice_us == 1500);
   CHECK(q.descheduled_us == 2250);
+}
+
+// A BatchNorm in training refuses micro-batches that give its statistics one
+// value per channel (the Trainer refuses them before training): the planner
+// lists those layouts as refused, with the Trainer's reason, instead of
+// ranking one it would then pick. SyncStats counts every dp rank's samples.
+TEST_CASE("planner: micro-batches a BatchNorm refuses are listed as refused and not ranked",
+          "[planner]") {
+  telar::MachineProfile const prof;
+  auto const check = [&](auto model, bool sync) {
+    using M = decltype(model);
+    auto const plan = telar::plan_layout<M, Plain, Opt>(model, options(8), 16, 4, prof);
+    REQUIRE(!plan.ranked.empty());
+    bool one_sample_ranked = false;
+    for (auto const& c : plan.ranked) {
+      std::size_t const samples = 8 / std::size_t(c.grid.dp) / std::size_t(c.microbatches);
+      one_sample_ranked = one_sample_ranked || (samples == 1 && c.grid.dp == 1);
+      CHECK((samples > 1 || sync)); // LocalStats: one sample per micro-batch is refused
+    }
+    CHECK(!one_sample_ranked);
+    bool why = false;
+    for (auto const& c : plan.refused)
+      why = why || (c.reason.find("micro-batches of 1 sample(s)") == 0 &&
+                    c.reason.find("expected more than 1 value per channel") != std::string::npos);
+    CHECK(why);
+    CHECK(plan.table(100).find("expected more than 1 value per channel") != std::string::npos);
+    return plan;
+  };
+  using Local = telar::Sequential<D, telar::BatchNorm<T>, R, D>;
+  check(Local(D(16, 8), telar::BatchNorm<T>(8), {}, D(8, 4)), false);
+  // dp = 4 with one sample per rank: 4 values per channel, accepted.
+  using Sync =
+      telar::Sequential<D, telar::BatchNorm<T, telar::DefaultMemorySpace, telar::SyncStats>, R, D>;
+  auto const plan =
+      check(Sync(D(16, 8), telar::BatchNorm<T, telar::DefaultMemorySpace, telar::SyncStats>(8), {},
+                 D(8, 4)),
+            true);
+  bool dp4_one_sample = false;
+  for (auto const& c : plan.ranked)
+    dp4_one_sample = dp4_one_sample || (c.grid.dp == 4 && c.microbatches == 2);
+  CHECK(dp4_one_sample);
 }

@@ -9,6 +9,7 @@
 #include "support.hpp"
 #include "unet.hpp"
 
+#include <telar/core/dynamic_graph.hpp>
 #include <telar/core/dynamic_sequential.hpp>
 #include <telar/core/graph_chain.hpp>
 #include <telar/core/recompute.hpp>
@@ -143,6 +144,18 @@ ProjectedConv projected_conv() {
 }
 DenseBlock dense_block(std::size_t width) {
   return DenseBlock(telar::Dense<T>(width, width), {}, telar::Dropout<T>(0.1));
+}
+// A graph whose nodes keep workspaces (im2col columns): its workspace_bytes
+// counts them (it counted only recomputed outputs before).
+using Im2colGraph = telar::DynamicGraph<std::variant<Im2col, telar::ReLU<T>>>;
+Im2colGraph im2col_graph() {
+  Im2colGraph g("x");
+  g.add("conv1", Im2col(2, 3, 3, 1, 1), "x", "a");
+  g.add("relu", telar::ReLU<T>{}, "a", "b");
+  g.add("conv2", Im2col(2, 3, 1), "x", "c");
+  g.add_add("sum", {"b", "c"}, "y");
+  g.set_output("y");
+  return g;
 }
 Outer nested_block(std::size_t width) {
   return Outer(Inner(telar::LayerNorm<T>(width), telar::Dense<T>(width, width), {}),
@@ -573,6 +586,7 @@ TEST_CASE("Every built-in block plans what it allocates when nested", "[memory]"
   check_alone(dense_block(6), telar::Shape(6));
   check_alone(nested_block(6), telar::Shape(6));
   check_alone(dynamic_block(6), telar::Shape(6));
+  check_alone(im2col_graph(), telar::Shape{2, 5, 5});
   check_alone(telar::Recompute<DenseBlock>(dense_block(6)), telar::Shape(6));
   check_alone(telar::Recompute<ProjectedConv>(projected_conv()), telar::Shape{8, 4, 4});
   check_alone(telar::Sequential<telar::Dense<T>, telar::ReLU<T>>(telar::Dense<T>(8, 6), {}),

@@ -282,23 +282,26 @@ public:
    *  layer node's own saved state. \param samples rows \param in input shape */
   std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
     auto const s = shapes(in);
-    std::size_t elements = scratch_width(s);
+    auto const matrix = [&](std::size_t cols) {
+      return detail::view_bytes<value_type>(samples * cols); // each buffer as allocated
+    };
+    std::size_t bytes = matrix(scratch_width(s));
     for (std::size_t t = 1; t < s.size(); ++t)
       if (t != topo_.output_id())
-        elements += (dropped(t) ? 1 : 2) * s[t].size();
-    return elements * samples * sizeof(value_type) +
-           detail::layers_saved_bytes(*this, samples, layer_inputs(s));
+        bytes += (dropped(t) ? 1 : 2) * matrix(s[t].size());
+    return bytes + detail::layers_saved_bytes(*this, samples, layer_inputs(s));
   }
 
-  /*! \brief Bytes shared by every micro-batch: the outputs of the
-   *  recomputed nodes (recompute(); 0 without). \param samples rows
+  /*! \brief Bytes shared by every micro-batch: every layer node's own
+   *  workspace (a convolution's im2col columns) and the outputs of the
+   *  recomputed nodes (recompute(); none without). \param samples rows
    *  \param in input shape */
   std::size_t workspace_bytes(std::size_t samples, Shape const& in) const {
     auto const s = shapes(in);
-    std::size_t elements = 0;
+    std::size_t bytes = 0;
     for (std::size_t t = 1; t < s.size(); ++t)
-      elements += recomputed(t) ? s[t].size() : 0;
-    return elements * samples * sizeof(value_type);
+      bytes += recomputed(t) ? detail::view_bytes<value_type>(samples * s[t].size()) : 0;
+    return bytes + detail::layers_workspace_bytes(*this, samples, layer_inputs(s));
   }
 
   /*! \brief Draws every layer node's parameters, node i from its own stream
@@ -539,7 +542,8 @@ private:
     std::size_t const w = scratch_width(shapes_);
     if (saved.scratch.extent(0) != rows || saved.scratch.extent(1) != w)
       saved.scratch = Mat(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::DynamicGraph::scratch"), rows, w);
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::DynamicGraph::second_gradient"),
+          rows, w); // part of the saved state: no "::scratch" label, which meters as workspace
     return Mat(saved.scratch.data(), rows, width);
   }
 

@@ -13,6 +13,7 @@
 #include <telar/core/sequential.hpp>
 #include <telar/core/shape.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -32,9 +33,10 @@ namespace telar {
  *  in one [samples, sum of sizes] batch. A pipeline boundary therefore
  *  sends every tensor that crosses it, a U-Net's skips included, as the one
  *  activation it sends for any model, and the memory plan and the
- *  pipeline's slots count the whole live set. A unit copies the tensors its
- *  node does not touch from its input to its output (and their gradients
- *  back); a cut with one live tensor costs no copy.
+ *  pipeline's slots count the whole live set. Only the units next to a
+ *  stage boundary (set_stage_boundaries; the Trainer calls it) copy the
+ *  tensors passing it: inside a stage each node reads its inputs where they
+ *  were written.
  *
  *  Parameters, buffers and checkpoint tensors keep the names the same graph
  *  has as the only layer of a telar::Sequential ("layer0.<node>.<name>"),
@@ -62,13 +64,14 @@ public:
   /*! \brief Execution space that runs the model's kernels by default. */
   using execution_space = typename memory_space::execution_space;
   /*! \brief Per-micro-batch saved state of every unit. */
-  using saved_tuple = detail::DynamicSaved<std::variant<Unit>>;
+  using saved_tuple = detail::GraphSlot<Variant>;
 
   /*! \brief \param graph the network (checked when built) */
   explicit GraphChain(Graph graph) : graph_(std::make_unique<Graph>(std::move(graph))) {}
   /*! \brief A deep copy (the units point into their own graph). \param o the source */
   GraphChain(GraphChain const& o)
-      : graph_(std::make_unique<Graph>(*o.graph_)), units_(o.units_), shapes_(o.shapes_) {
+      : graph_(std::make_unique<Graph>(*o.graph_)), units_(o.units_), shapes_(o.shapes_),
+        bounds_(o.bounds_) {
     reseat();
   }
   /*! \brief A deep copy. \param o the source \return *this */
@@ -77,6 +80,7 @@ public:
       graph_ = std::make_unique<Graph>(*o.graph_);
       units_ = o.units_;
       shapes_ = o.shapes_;
+      bounds_ = o.bounds_;
       reseat();
     }
     return *this;
@@ -147,8 +151,18 @@ public:
     for (std::size_t k = 0; k < order.size(); ++k)
       units_.emplace_back(graph_.get(), order[k], k, live_at(k, graph_->shapes_),
                           live_at(k + 1, graph_->shapes_));
+    mark_edges();
     shapes_ = cut_shapes(graph_->shapes_);
     return shapes_;
+  }
+  /*! \brief The cuts where pipeline stages start and end (every virtual
+   *  stage's first unit, and layer_count()): only the units next to them
+   *  copy the live set; inside a stage each node reads its inputs where they
+   *  were written. Until called, every cut is treated as a boundary.
+   *  \param bounds ascending unit positions, as RunLayout::stage_bounds */
+  void set_stage_boundaries(std::vector<std::size_t> bounds) {
+    bounds_ = std::move(bounds);
+    mark_edges();
   }
   /*! \brief Shapes from the last build() (empty before). */
   std::vector<Shape> const& built_shapes() const { return shapes_; }
@@ -204,6 +218,13 @@ private:
     for (auto& u : units_)
       u.reseat(graph_.get());
   }
+  void mark_edges() {
+    auto const edge = [&](std::size_t c) {
+      return bounds_.empty() || std::find(bounds_.begin(), bounds_.end(), c) != bounds_.end();
+    };
+    for (std::size_t k = 0; k < units_.size(); ++k)
+      units_[k].set_edges(edge(k), edge(k + 1));
+  }
   detail::GraphLiveSet const& live_set(std::size_t cut) const {
     if (units_.empty())
       throw Error("telar::GraphChain: live_tensors before build(input shape)");
@@ -246,6 +267,7 @@ private:
   std::unique_ptr<Graph> graph_;
   std::vector<Unit> units_;
   std::vector<Shape> shapes_;
+  std::vector<std::size_t> bounds_; // stage boundaries (empty: every cut)
 };
 
 /*! \brief telar::GraphChain trains as a telar::Sequential does.

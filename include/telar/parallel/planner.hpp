@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace telar {
@@ -146,6 +148,7 @@ LayoutPlan plan_layout(Model const& model, LayoutOptions const& options, Shape c
   LayoutPlan out;
   out.profile = profile.name;
   out.plain_dp_margin = search.plain_dp_margin;
+  std::map<std::pair<std::size_t, int>, std::string> micro_refusals; // by (samples, dp)
   for (GridShape const g : detail::grids<StrategyT>(world_size, tp_layers)) {
     std::vector<std::string> const schedules =
         g.pp > 1 ? search.schedules : std::vector<std::string>{"1f1b"};
@@ -168,6 +171,14 @@ LayoutPlan plan_layout(Model const& model, LayoutOptions const& options, Shape c
         }
         if (local % std::size_t(m) != 0)
           continue; // micro-batches that do not divide the local batch: not a layout
+        auto const key = std::make_pair(local / std::size_t(m), g.dp);
+        if (!micro_refusals.count(key)) // a shape pass on a copy of the model: once per size
+          micro_refusals[key] = detail::refused_micro_batch(model, in, key.first, g.dp);
+        c.reason = micro_refusals[key];
+        if (!c.reason.empty()) { // the Trainer would refuse it (BatchNorm)
+          out.refused.push_back(c);
+          continue;
+        }
         LayoutOptions o = options;
         o.grid = g;
         o.schedule = sched;

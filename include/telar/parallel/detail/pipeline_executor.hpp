@@ -11,6 +11,7 @@
 #include <telar/comm/communicator.hpp>
 #include <telar/comm/device_buffer.hpp>
 #include <telar/comm/request.hpp>
+#include <telar/core/detail/type_traits.hpp>
 #include <telar/core/loss.hpp>
 #include <telar/parallel/detail/slot_release.hpp>
 #include <telar/parallel/detail/stage_runner.hpp>
@@ -26,6 +27,10 @@
 #include <vector>
 
 namespace telar::detail {
+
+template <class M>
+using stage_boundaries_t = decltype(std::declval<M&>().set_stage_boundaries(
+    std::declval<std::vector<std::size_t> const&>()));
 
 template <class Model>
 class PipelineExecutor {
@@ -44,6 +49,10 @@ public:
                    std::vector<std::size_t> bounds, int stages, int chunks, int rank,
                    Communicator const* pp)
       : stages_(stages), chunks_(chunks), rank_(rank), pp_(pp), bounds_(std::move(bounds)) {
+    // A model whose units pass tensors along (telar::GraphChain) copies
+    // them only at these cuts.
+    if constexpr (is_detected_v<stage_boundaries_t, Model>)
+      model->set_stage_boundaries(bounds_);
     for (int c = 0; c < chunks; ++c) {
       int const vs = c * stages + rank;
       runners_.emplace_back(model, bounds_[vs], bounds_[vs + 1], features);

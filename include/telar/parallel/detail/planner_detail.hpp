@@ -1,8 +1,13 @@
 #pragma once
 // What telar::plan_layout enumerates and how it words its answer.
 #include <telar/comm/process_grid.hpp>
+#include <telar/core/detail/layer_walk.hpp>
+#include <telar/core/error.hpp>
 #include <telar/core/recompute.hpp>
 #include <telar/core/sequential.hpp>
+#include <telar/core/shape.hpp>
+#include <telar/layers/dropout.hpp>
+#include <telar/parallel/data_parallel.hpp>
 #include <telar/parallel/strategy.hpp>
 
 #include <algorithm>
@@ -28,6 +33,25 @@ inline constexpr bool recomputes_v = false;
 template <class... Ls>
 inline constexpr bool recomputes_v<Sequential<Ls...>> = (sizeof...(Ls) > 0) &&
                                                         (is_recompute_v<Ls> && ...);
+
+// Why the Trainer would refuse micro-batches of `samples` on each of `dp`
+// ranks ("" if it would not): the shape pass it runs before training, with
+// every BatchNorm told the micro-batch (one value per channel in training
+// is refused, as PyTorch refuses it).
+template <class Model>
+std::string refused_micro_batch(Model const& model, Shape const& in, std::size_t samples, int dp) {
+  Model copy = model;
+  set_training_batch(copy, samples);
+  DataParallelContext group; // no communicator: only its size is read before training
+  group.size = dp;
+  pass_data_parallel(copy, group);
+  try {
+    (void)copy.output_shape(in);
+  } catch (ShapeError const& e) {
+    return "micro-batches of " + std::to_string(samples) + " sample(s): " + e.what();
+  }
+  return {};
+}
 
 template <class Model>
 bool has_tensor_parallel_layers(Model const& model) {
