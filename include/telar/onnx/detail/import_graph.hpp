@@ -13,7 +13,9 @@
 #include <telar/layers/conv_transpose.hpp>
 #include <telar/layers/dense.hpp>
 #include <telar/layers/dropout.hpp>
+#include <telar/layers/embedding.hpp>
 #include <telar/layers/flatten.hpp>
+#include <telar/layers/masked_fill.hpp>
 #include <telar/layers/normalization.hpp>
 #include <telar/layers/pooling.hpp>
 #include <telar/layers/rearrange.hpp>
@@ -54,7 +56,10 @@ inline char const* supported_ops() {
          "batch, Softmax/LogSoftmax over the last axis as the last node, Transpose, Reshape, "
          "Slice (static shapes; the batch may move), MatMul of two tensors (batched), Mul/Div "
          "by a constant scalar, ReduceMean, LayerNormalization's ReduceMean/Sub/Pow/Sqrt/Div "
-         "form, and shape arithmetic (Shape, Gather, Unsqueeze, Concat, Cast, ...) folded";
+         "form, Gather of a constant table by integer token ids (an embedding), Add of a "
+         "constant [seq, hidden] (a learned positional embedding), Where with a constant mask "
+         "and a constant scalar (masked_fill), and shape arithmetic (Shape, Gather, "
+         "Unsqueeze, Concat, Cast, ...) folded";
 }
 
 // One node of the file once mapped, before it is placed in the model: a
@@ -169,7 +174,9 @@ private:
     plan_.input_name = in.name();
     plan_.output_name = g_.output(0).name();
     auto const& tt = in.type().tensor_type();
-    if (tt.elem_type() != ::onnx::TensorProto::FLOAT)
+    if (token_ids(in.name(), tt.elem_type()))
+      ids_input_ = true;
+    else if (tt.elem_type() != ::onnx::TensorProto::FLOAT)
       fail("input '" + in.name() + "' has data type " + data_type_name(tt.elem_type()) +
            "; Telar imports float32 (FLOAT) models (export the model in float32)");
     int const rank = tt.shape().dim_size();
@@ -187,6 +194,18 @@ private:
       s.dims[std::size_t(d - 1)] = std::size_t(dim.dim_value());
     }
     plan_.input_shape = s;
+  }
+
+  // An integer input that only Gathers from constant tables read (and Shape):
+  // token ids, which travel as T values into telar::Embedding.
+  bool token_ids(std::string const& in, int type) const {
+    if (type != ::onnx::TensorProto::INT64 && type != ::onnx::TensorProto::INT32)
+      return false;
+    auto const& rs = index_.readers(in);
+    return !rs.empty() && std::all_of(rs.begin(), rs.end(), [&](auto const* r) {
+      return r->op_type() == "Shape" || (r->op_type() == "Gather" && r->input_size() == 2 &&
+                                         r->input(1) == in && index_.is_constant(r->input(0)));
+    });
   }
 
   std::string resolve(std::string t) const {
@@ -317,6 +336,10 @@ private:
       return emit(n, GlobalMaxPool<T, M>{}, x);
     if (op == "Resize" || op == "Upsample")
       return resize(n);
+    if (op == "Gather")
+      return gather(n);
+    if (op == "Where")
+      return where(n);
     std::string const shape = shapes_.count(resolve(x)) ? " (its input '" + x + "' is " +
                                                               shape_of(x).str() + " per sample)"
                                                         : std::string();
@@ -358,6 +381,8 @@ private:
   void join(::onnx::NodeProto const& n) {
     std::string const& op = n.op_type();
     if (scale(n))
+      return;
+    if (op == "Add" && positional(n))
       return;
     if (op == "Sub" || op == "Div")
       fail(n, op + " of two tensors is not supported (only inside LayerNormalization's "
@@ -1248,6 +1273,79 @@ private:
     return l;
   }
 
+  // Rows of a constant [vocab, hidden] table picked by the graph's integer
+  // input [batch, seq]: a token embedding (telar::Embedding, trainable).
+  void gather(::onnx::NodeProto const& n) {
+    auto const* w = index_.constant(n.input(0));
+    if (!w || !ids_input_ || resolve(n.input(1)) != plan_.input_name || int_attr(n, "axis", 0) != 0)
+      fail(n, "only a Gather of rows (axis 0) of a constant table by the graph's integer input "
+              "(a token embedding), or one that folds as shape arithmetic, is supported");
+    Shape const& s = shape_of(n.input(1));
+    if (w->dims_size() != 2 || s.rank != 1)
+      fail(n, "needs a table [vocab, hidden] and token ids [batch, seq]; got a table of rank " +
+                  std::to_string(w->dims_size()) + " and ids " + s.str() + " per sample");
+    std::size_t const vocab = std::size_t(w->dims(0)), hidden = std::size_t(w->dims(1));
+    bind(n, 0, "table", "weight", false, vocab, hidden);
+    emit(n, Embedding<T, M>(vocab, hidden), n.input(1));
+  }
+
+  // Add of a tensor [seq, hidden] per sample and a constant of that shape
+  // (a leading 1 allowed): a learned positional embedding (trainable, as
+  // PyTorch's nn.Parameter it comes from). False for other Adds.
+  bool positional(::onnx::NodeProto const& n) {
+    if (n.input_size() != 2 || index_.is_constant(n.input(0)) == index_.is_constant(n.input(1)))
+      return false;
+    int const c = index_.is_constant(n.input(1)) ? 1 : 0;
+    auto const* p = index_.constant(n.input(c));
+    std::string const x = n.input(1 - c);
+    Shape const& s = shape_of(x);
+    std::vector<std::int64_t> d(p->dims().begin(), p->dims().end());
+    if (d.size() == 3 && d[0] == 1)
+      d.erase(d.begin());
+    if (p->data_type() != ::onnx::TensorProto::FLOAT || s.rank != 2 ||
+        layout_of(x) != plain_layout(2) ||
+        d != std::vector<std::int64_t>{std::int64_t(s[0]), std::int64_t(s[1])})
+      return false;
+    bind(n, c, "positional table", "weight", false, s[0], s[1]);
+    emit(n, PositionalEmbedding<T, M>(s[0], s[1]), x);
+    return true;
+  }
+
+  // Where(condition, a, b) with a constant boolean condition, one branch a
+  // constant scalar and the other a tensor: masked_fill by a constant mask
+  // (a causal mask), telar::MaskedFill. The mask covers the sample's last
+  // axes and repeats over the others.
+  void where(::onnx::NodeProto const& n) {
+    auto const* c = n.input_size() == 3 ? index_.constant(n.input(0)) : nullptr;
+    int const t = n.input_size() == 3 && index_.is_constant(n.input(1)) ? 2 : 1;
+    float const v = n.input_size() == 3 ? index_.scalar(n.input(3 - t)) : 0.f;
+    if (!c || c->data_type() != ::onnx::TensorProto::BOOL || index_.is_constant(n.input(t)) ||
+        std::isnan(v))
+      fail(n, "only a Where with a constant boolean condition, a constant float32 scalar and a "
+              "tensor (masked_fill by a constant mask) is supported");
+    std::string const x = n.input(t);
+    plain(n, x);
+    Shape const& s = shape_of(x);
+    std::vector<std::int64_t> d(c->dims().begin(), c->dims().end());
+    while (!d.empty() && d.front() == 1)
+      d.erase(d.begin());
+    bool fits = int(d.size()) <= s.rank;
+    for (std::size_t k = 0; fits && k < d.size(); ++k)
+      fits = std::size_t(d[k]) == s[std::size_t(s.rank) - d.size() + k];
+    if (!fits) {
+      std::string dims;
+      for (auto e : c->dims())
+        dims += (dims.empty() ? "" : ", ") + std::to_string(e);
+      fail(n, "its condition '" + n.input(0) + "' [" + dims +
+                  "] does not match the last axes of the tensor '" + x + "' " + s.str() +
+                  " per sample (a mask over the batch is not supported)");
+    }
+    std::vector<bool> mask = bools_of(*c);
+    if (t == 1) // the tensor where the condition holds: fill where it does not
+      mask.flip();
+    emit(n, MaskedFill<T, M>(s, mask, T(v)), x);
+  }
+
   // Mul or Div of a tensor by a constant scalar: telar::Scale.
   bool scale(::onnx::NodeProto const& n) {
     std::string const& op = n.op_type();
@@ -1504,6 +1602,7 @@ private:
   std::int64_t opset_ = 13; // of the default domain
   GraphPlan<T, M> plan_;
   std::map<std::string, Shape> shapes_;                  // per-sample shape by (resolved) tensor
+  bool ids_input_ = false;                               // the input is token ids (find_ends)
   std::map<std::string, std::string> alias_;             // outputs of nodes that map to nothing
   std::set<::onnx::NodeProto const*> skip_;              // inner nodes of a recognised pattern
   std::map<::onnx::NodeProto const*, std::string> gelu_; // last node of a GELU -> its input
