@@ -24,7 +24,8 @@ logsoftmax_axis1.onnx (a LogSoftmax over axis 1 of a rank-3 output), and
 hand-built one-node graphs each refused for one attribute or form
 (asym_pads, same_odd, conv1d, gemm_alpha, gemm_transa, add_const,
 pool_dilations, pool_rect, pool1d, ceil_pad, resize_cubic, resize_frac,
-resize_asym, concat_axis, reshape_batch, tied, dead), fold_batch.onnx (a Reshape
+resize_asym, concat_axis, where_mask, where_tensors, gather_data, reshape_batch,
+tied, dead), fold_batch.onnx (a Reshape
 to [batch + 1, -1]: shape arithmetic that does not fold); graphs that import: the op_* models
 (one per activation, pooling, softmax and upsampling operator, each a Conv,
 the operator, Flatten, Linear: forward and training checked as the models
@@ -504,6 +505,12 @@ def make_graph_refusals(out):
     one("resize_asym", "Resize", ["x", "roi", "scales"], [empty, scales(1, 1, 2, 2)],
         mode="linear", coordinate_transformation_mode="asymmetric")
     one("concat_axis", "Concat", ["x", "x"], [], axis=2)
+    causal = onnx.numpy_helper.from_array(np.triu(np.ones((3, 3), bool), 1), "causal")
+    fill = onnx.numpy_helper.from_array(np.array(-np.inf, np.float32), "fill")
+    one("where_mask", "Where", ["causal", "fill", "x"], [causal, fill])  # [3, 3] vs [2, 6, 6]
+    one("where_tensors", "Where", ["causal", "x", "x"], [causal], ("N", 3, 3))
+    idx = onnx.numpy_helper.from_array(np.array([0, 2], np.int64), "idx")
+    one("gather_data", "Gather", ["x", "idx"], [idx], ("N", 6), axis=1)  # not an embedding
     rows = onnx.numpy_helper.from_array(np.array([-1, 3], np.int64), "rows")
     one("reshape_batch", "Reshape", ["x", "rows"], [rows], ("N", 6))  # the batch into the rows
     ints = {k: onnx.numpy_helper.from_array(np.array(v, np.int64), k)
