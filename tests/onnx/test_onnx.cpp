@@ -333,31 +333,27 @@ TEST_CASE("ONNX import: dp2, pp2, tp2 and ZeRO-3 train to the serial parameters"
 }
 
 // At 4 ranks (ctest onnx_mpi4_np_4 runs this hidden case): the GPT decoder
-// at dp4, dp2 x pp2 and ZeRO-3 dp4; ResNet-18 at dp4, its BatchNorms'
-// statistics (SyncStats) over the 4 ranks' 2 samples each.
-TEST_CASE("ONNX import: the zoo at 4 ranks trains to the serial parameters", "[.mpi4]") {
+// at dp4 (2 samples per rank), dp2 x pp2 and ZeRO-3 dp4. (ResNet-18 at dp4
+// passes too, 5.9e-7, but costs a minute of CI on two cores.)
+TEST_CASE("ONNX import: the GPT decoder at 4 ranks trains to the serial parameters", "[.mpi4]") {
   if (world_size() != 4)
     return;
   struct Layout {
     int dp, pp;
     bool zero3;
   };
-  for (std::string const name : {"gpt", "resnet18"}) {
-    Trained<> const ref = train(name, MPI_COMM_SELF, serial_options(), false);
-    for (Layout const l : {Layout{4, 1, false}, Layout{2, 2, false}, Layout{4, 1, true}}) {
-      if (name != "gpt" && (l.pp > 1 || l.zero3))
-        continue; // pp normalises each micro-batch alone, as PyTorch would
-      telar::TrainerOptions o;
-      o.grid = {l.dp, l.pp, 1};
-      o.microbatches = l.pp > 1 ? 2 : 1;
-      Trained<> const got = l.zero3 ? train<Zero3>(name, MPI_COMM_WORLD, o, false)
-                                    : train(name, MPI_COMM_WORLD, o, false);
-      std::string worst_name;
-      double const worst = worst_error(got, ref, worst_name);
-      INFO(name << " dp=" << l.dp << " pp=" << l.pp << (l.zero3 ? " ZeRO-3" : "")
-                << ": worst relative error " << worst << " (" << worst_name << ")");
-      CHECK(worst <= 1e-5);
-    }
+  Trained<> const ref = train("gpt", MPI_COMM_SELF, serial_options(), false);
+  for (Layout const l : {Layout{4, 1, false}, Layout{2, 2, false}, Layout{4, 1, true}}) {
+    telar::TrainerOptions o;
+    o.grid = {l.dp, l.pp, 1};
+    o.microbatches = l.pp > 1 ? 2 : 1;
+    Trained<> const got = l.zero3 ? train<Zero3>("gpt", MPI_COMM_WORLD, o, false)
+                                  : train("gpt", MPI_COMM_WORLD, o, false);
+    std::string worst_name;
+    double const worst = worst_error(got, ref, worst_name);
+    INFO("gpt dp=" << l.dp << " pp=" << l.pp << (l.zero3 ? " ZeRO-3" : "")
+                   << ": worst relative error " << worst << " (" << worst_name << ")");
+    CHECK(worst <= 1e-5);
   }
 }
 
