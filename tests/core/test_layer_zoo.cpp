@@ -8,6 +8,7 @@
 #include <telar/core/sequential.hpp>
 
 #include <telar/layers/activation.hpp>
+#include <telar/layers/masked_fill.hpp>
 #include <telar/layers/pooling.hpp>
 #include <telar/layers/rearrange.hpp>
 #include <telar/layers/softmax.hpp>
@@ -943,6 +944,33 @@ TEST_CASE("Rearrange moves values as index arithmetic says; FD gradients", "[lay
   CHECK_THROWS_AS(telar::Rearrange<double>::slice(in, 1, 2, 4), telar::ShapeError);
   check_shape_error(t, telar::Shape{2, 4, 3},
                     "telar::Rearrange expects inputs [2, 3, 4], got [2, 4, 3]");
+}
+
+// A causal mask [3, 3] (j > i set) over scores [2, 3, 3]: the mask repeats
+// over the first axis; masked entries take the value and pass no gradient.
+TEST_CASE("MaskedFill replaces the masked values, tiled over the leading axes; FD gradients",
+          "[layers][fd]") {
+  telar::Shape const in{2, 3, 3};
+  std::vector<bool> mask(9);
+  for (std::size_t i = 0; i < 3; ++i)
+    for (std::size_t j = 0; j < 3; ++j)
+      mask[i * 3 + j] = j > i;
+  telar::MaskedFill<double> f(in, mask, -7.5);
+  Values const x = sample(in);
+  Values dx;
+  Values const y = run(f, in, x, &dx);
+  REQUIRE(y.size() == 18);
+  for (std::size_t k = 0; k < 18; ++k) {
+    bool const set = mask[k % 9];
+    CHECK(y[k] == (set ? -7.5 : x[k]));
+    CHECK(dx[k] == (set ? 0.0 : 1.0));
+  }
+  auto const report = telar::check_gradients(f, in, 2);
+  INFO(report.str());
+  CHECK(report.passed(1e-6));
+  CHECK_THROWS_AS(telar::MaskedFill<double>(in, std::vector<bool>(4), 0.0), telar::ShapeError);
+  check_shape_error(f, telar::Shape{3, 3},
+                    "telar::MaskedFill expects inputs [2, 3, 3], got [3, 3]");
 }
 
 // x [2, 3, 4] per sample; y = (0.5 x) x^T per head: [2, 3, 3]. Both inputs of

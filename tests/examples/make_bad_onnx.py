@@ -9,6 +9,8 @@ from a working model) into OUT_DIR:
   cat_cycle.onnx   'a' = Relu('b') and 'b' = Sigmoid('a'): a cycle
   cat_bn.onnx      Flatten, Gemm 784 -> 16, BatchNormalization, Relu, Gemm 16 -> 10:
                    a valid model, refused when trained on 1-sample micro-batches
+  cat_where.onnx   a Where (masked_fill) whose constant mask [3, 3] is not the shape of the
+                   sample's last axes [28, 28]
 Run: /usr/bin/python3 make_bad_onnx.py OUT_DIR
 """
 import os
@@ -62,6 +64,10 @@ def main():
           h.make_node("Gemm", ["r", "w2", "b2"], ["y"], name="fc2", transB=1)],
          [init("w1", 16, 784), init("b1", 16), init("w2", 10, 16), init("b2", 10)] + bn,
          ["N", 10])
+    mask = numpy_helper.from_array(np.triu(np.ones((3, 3), bool), 1), "causal")
+    fill = numpy_helper.from_array(np.array(-np.inf, np.float32), "fill")
+    save(out, "cat_where", [h.make_node("Where", ["causal", "fill", "x"], ["y"], name="mask")],
+         [mask, fill])
 
 
 if __name__ == "__main__":

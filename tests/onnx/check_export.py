@@ -36,6 +36,8 @@ def check(out, name):
     model.load_state_dict({k: loaded[k] for k in wanted}, strict=False)
     x = np.fromfile(os.path.join(out, name + "_x.bin"), dtype=np.float32)
     x = torch.from_numpy(x.reshape((-1,) + shape))
+    if name in make_models.TOKENS:
+        x = x.long()
     want = np.fromfile(os.path.join(out, name + "_telar_y.bin"), dtype=np.float32)
     with torch.no_grad():
         got = model(x).numpy().ravel()

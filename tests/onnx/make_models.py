@@ -24,12 +24,15 @@ logsoftmax_axis1.onnx (a LogSoftmax over axis 1 of a rank-3 output), and
 hand-built one-node graphs each refused for one attribute or form
 (asym_pads, same_odd, conv1d, gemm_alpha, gemm_transa, add_const,
 pool_dilations, pool_rect, pool1d, ceil_pad, resize_cubic, resize_frac,
-resize_asym, concat_axis, reshape_batch, tied, dead), fold_batch.onnx (a Reshape
+resize_asym, concat_axis, where_mask, where_tensors, gather_data, reshape_batch,
+tied, dead), fold_batch.onnx (a Reshape
 to [batch + 1, -1]: shape arithmetic that does not fold); graphs that import: the op_* models
 (one per activation, pooling, softmax and upsampling operator, each a Conv,
 the operator, Flatten, Linear: forward and training checked as the models
 above), mobilenetv2 (torchvision's, width 0.5, in the zoo with ResNet-18), resnet50,
 densenet121 and squeezenet (torchvision's, 3x32x32; ResNet-50 trained in float64),
+encoder (an nn.TransformerEncoderLayer classifier), gpt (a GPT-style decoder with a
+causal mask, its input token ids: TOKENS),
 softmax_axis1.onnx (an inner Softmax over axis 1, with its _x.bin/_y.bin), branch.onnx (a tensor feeding two Linears, concatenated),
 nested.onnx (a residual inside a residual branch), batchnorm.onnx (a
 BatchNorm1d after a Linear), flatten_neg.onnx (Flatten with axis -3 on rank
@@ -184,6 +187,55 @@ class Encoder(nn.Module):
         return self.head(self.enc(self.emb(x)).mean(1))
 
 
+class CausalBlock(nn.Module):
+    """A GPT block written out in PyTorch: pre-norm causal self-attention
+    (separate q, k, v Linears, 4 heads, the mask a constant upper triangle
+    given to masked_fill with -inf), then a GELU MLP, each with its residual."""
+
+    def __init__(self, d=32, heads=4, seq=16):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.q, self.k, self.v, self.proj = (nn.Linear(d, d) for _ in range(4))
+        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.heads, self.scale = heads, (d // heads) ** -0.5
+        self.mask = torch.triu(torch.ones(seq, seq, dtype=torch.bool), 1)  # a constant
+
+    def forward(self, x):
+        b, t, d = x.shape
+        h = self.ln1(x)
+        q, k, v = (f(h).view(b, t, self.heads, d // self.heads).transpose(1, 2)
+                   for f in (self.q, self.k, self.v))
+        s = (q @ k.transpose(-2, -1)) * self.scale
+        y = (s.masked_fill(self.mask, float("-inf")).softmax(-1) @ v).transpose(1, 2)
+        x = x + self.proj(y.reshape(b, t, d))
+        return x + self.out(nn.functional.gelu(self.fc(self.ln2(x))))
+
+
+class Gpt(nn.Module):
+    """A GPT-style decoder: token embedding (vocab 64, d_model 32, a Gather
+    of the integer input), learned positions (an Add of a [16, 32]
+    parameter), two CausalBlocks, a final LayerNorm, the mean over the 16
+    tokens and a Linear head to the 64 tokens (untied). LayerNorm parameters
+    are random: at their initial ones and zeros PyTorch would share them
+    through Identity nodes."""
+
+    def __init__(self, vocab=64, d=32, seq=16):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(0.1 * torch.randn(seq, d))
+        self.blocks = nn.Sequential(CausalBlock(d, 4, seq), CausalBlock(d, 4, seq))
+        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab)
+        g = torch.Generator().manual_seed(47)
+        with torch.no_grad():
+            for m in self.modules():
+                if isinstance(m, nn.LayerNorm):
+                    m.weight.copy_(1.0 + 0.1 * torch.randn(d, generator=g))
+                    m.bias.copy_(0.1 * torch.randn(d, generator=g))
+
+    def forward(self, ids):
+        return self.head(self.ln(self.blocks(self.tok(ids) + self.pos)).mean(1))
+
+
 def state_sources(model, path):
     """(state_dict key, transposed) of each initializer of the exported file, in
     file order: its own name, or, for the weights PyTorch's constant folding
@@ -242,7 +294,7 @@ MODELS = {"mlp": (mlp, (2, 6), 4), "cnn": (cnn, (1, 10, 10), 3), "resmlp": (resm
           "resnet18": (resnet18, (3, 32, 32), 10), "unet": (unet, (3, 16, 16), 2 * 16 * 16),
           "mobilenetv2": (mobilenetv2, (3, 32, 32), 10), "resnet50": (resnet50, (3, 32, 32), 10),
           "densenet121": (densenet121, (3, 32, 32), 10), "squeezenet": (squeezenet, (3, 32, 32), 10),
-          "encoder": (Encoder, (8, 16), 4),
+          "encoder": (Encoder, (8, 16), 4), "gpt": (Gpt, (16,), 64),
           **ops()}
 # Exported with their BatchNormalization nodes (no Conv+BN folding): trainable.
 ZOO = {"resnet18", "unet", "mobilenetv2", "resnet50", "densenet121", "squeezenet"}
@@ -259,7 +311,11 @@ MODEL_LR = {"resnet18": 1e-3, "mobilenetv2": 1e-5, "resnet50": 1e-3, "densenet12
 # at any LR (1e-1 to 1e-5). Trained in float64 (<name>_trained.bin float64; Telar
 # trains it in double).
 DOUBLE = {"resnet50"}
-OPSET = {"op_hardswish": 14}  # opset 13 writes nn.Hardswish as HardSigmoid and Mul
+OPSET = {"op_hardswish": 14}
+# Models whose input is token ids below this vocabulary size (int64 for
+# PyTorch; <name>_x.bin and <name>_train_x.bin hold them as float32, as Telar
+# reads them).
+TOKENS = {"gpt": 64}  # opset 13 writes nn.Hardswish as HardSigmoid and Mul
 
 
 class Branch(nn.Module):
@@ -273,13 +329,15 @@ class Branch(nn.Module):
         return torch.cat([self.a(x), self.b(x)], dim=1)
 
 
-def export(model, shape, path, opset=13, keep_batch_norm=False):
+def export(model, shape, path, opset=13, keep_batch_norm=False, name=""):
     """torch.onnx.export in eval mode. keep_batch_norm: TrainingMode.PRESERVE
     and no constant folding, so that each BatchNorm stays a
     BatchNormalization node with its own initializers (the default,
     TrainingMode.EVAL, folds a BatchNorm into the Conv before it)."""
     model.eval()
     x = torch.zeros((2,) + tuple(shape), dtype=next(model.parameters()).dtype)
+    if name in TOKENS:
+        x = torch.zeros((2,) + tuple(shape), dtype=torch.long)
     extra = {"training": torch.onnx.TrainingMode.PRESERVE} if keep_batch_norm else {}
     torch.onnx.export(model, x, path, opset_version=opset, do_constant_folding=not keep_batch_norm,
                       input_names=["input"], output_names=["output"],
@@ -295,7 +353,7 @@ def make(out, name):
     torch.manual_seed({"mlp": 7, "cnn": 11}.get(name, 13))
     model = factory()
     path = os.path.join(out, name + ".onnx")
-    export(model, shape, path, opset=OPSET.get(name, 13), keep_batch_norm=name in ZOO)
+    export(model, shape, path, opset=OPSET.get(name, 13), keep_batch_norm=name in ZOO, name=name)
     if name == "op_gmaxpool":  # PyTorch writes AdaptiveMaxPool2d(1) as a MaxPool
         m = onnx.load(path)
         for n in m.graph.node:
@@ -310,11 +368,14 @@ def make(out, name):
     g = torch.Generator().manual_seed(3)
     x = torch.randn((N,) + shape, generator=g)
     tx = torch.randn((STEPS * BATCH,) + shape, generator=g)
+    if name in TOKENS:
+        x = torch.randint(0, TOKENS[name], (N,) + shape, generator=g)
+        tx = torch.randint(0, TOKENS[name], (STEPS * BATCH,) + shape, generator=g)
     ty = torch.randint(0, classes, (STEPS * BATCH,), generator=g)
     with torch.no_grad():
-        save(os.path.join(out, name + "_x.bin"), x.numpy())
+        save(os.path.join(out, name + "_x.bin"), x.float().numpy())
         save(os.path.join(out, name + "_y.bin"), model(x).numpy())
-    save(os.path.join(out, name + "_train_x.bin"), tx.numpy())
+    save(os.path.join(out, name + "_train_x.bin"), tx.float().numpy())
     save(os.path.join(out, name + "_train_y.bin"), ty.numpy().astype(np.int32))
     if name in DOUBLE:  # PyTorch's own float32 and float64 steps differ: the float64 one
         model, tx, x = model.double(), tx.double(), x.double()
@@ -444,6 +505,12 @@ def make_graph_refusals(out):
     one("resize_asym", "Resize", ["x", "roi", "scales"], [empty, scales(1, 1, 2, 2)],
         mode="linear", coordinate_transformation_mode="asymmetric")
     one("concat_axis", "Concat", ["x", "x"], [], axis=2)
+    causal = onnx.numpy_helper.from_array(np.triu(np.ones((3, 3), bool), 1), "causal")
+    fill = onnx.numpy_helper.from_array(np.array(-np.inf, np.float32), "fill")
+    one("where_mask", "Where", ["causal", "fill", "x"], [causal, fill])  # [3, 3] vs [2, 6, 6]
+    one("where_tensors", "Where", ["causal", "x", "x"], [causal], ("N", 3, 3))
+    idx = onnx.numpy_helper.from_array(np.array([0, 2], np.int64), "idx")
+    one("gather_data", "Gather", ["x", "idx"], [idx], ("N", 6), axis=1)  # not an embedding
     rows = onnx.numpy_helper.from_array(np.array([-1, 3], np.int64), "rows")
     one("reshape_batch", "Reshape", ["x", "rows"], [rows], ("N", 6))  # the batch into the rows
     ints = {k: onnx.numpy_helper.from_array(np.array(v, np.int64), k)

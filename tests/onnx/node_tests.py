@@ -35,7 +35,8 @@ SUPPORTED = {"Gemm", "MatMul", "Relu", "Gelu", "Sigmoid", "Tanh", "Clip", "Leaky
              "HardSigmoid", "HardSwish", "Conv", "ConvTranspose", "BatchNormalization",
              "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize",
              "Upsample", "Flatten", "Reshape", "Add", "Mul", "Concat", "Pad", "Identity",
-             "Dropout", "Softmax", "LogSoftmax", "Transpose", "Slice", "ReduceMean", "Sub", "Div"}
+             "Dropout", "Softmax", "LogSoftmax", "Transpose", "Slice", "ReduceMean", "Sub", "Div",
+             "Gather", "Where"}
 # Element-wise: a rank-1 case ([n], no batch axis) gets a batch axis of 1.
 ELEMENTWISE = {"Relu", "Gelu", "Sigmoid", "Tanh", "Clip", "LeakyRelu", "Elu", "HardSigmoid",
                "HardSwish"}

@@ -11,7 +11,9 @@
 #include <telar/layers/conv_transpose.hpp>
 #include <telar/layers/dense.hpp>
 #include <telar/layers/dropout.hpp>
+#include <telar/layers/embedding.hpp>
 #include <telar/layers/flatten.hpp>
+#include <telar/layers/masked_fill.hpp>
 #include <telar/layers/normalization.hpp>
 #include <telar/layers/pooling.hpp>
 #include <telar/layers/rearrange.hpp>
@@ -31,18 +33,18 @@ namespace telar::onnx {
  *  serial run (PyTorch's SyncBatchNorm).
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-using NodeLayer =
-    std::variant<Dense<T, MemorySpace>, ReLU<T, MemorySpace>, GELU<T, MemorySpace>,
-                 Sigmoid<T, MemorySpace>, Tanh<T, MemorySpace>, Flatten<T, MemorySpace>,
-                 Conv2D<T, MemorySpace>, MaxPool2D<T, MemorySpace>, AvgPool2D<T, MemorySpace>,
-                 GlobalAvgPool<T, MemorySpace>, Dropout<T, MemorySpace>,
-                 BatchNorm<T, MemorySpace, SyncStats>, ConvTranspose2D<T, MemorySpace>,
-                 Conv3D<T, MemorySpace>, ConvTranspose3D<T, MemorySpace>, ReLU6<T, MemorySpace>,
-                 Clip<T, MemorySpace>, LeakyReLU<T, MemorySpace>, ELU<T, MemorySpace>,
-                 SiLU<T, MemorySpace>, HardSwish<T, MemorySpace>, HardSigmoid<T, MemorySpace>,
-                 MaxPool3D<T, MemorySpace>, AvgPool3D<T, MemorySpace>,
-                 GlobalMaxPool<T, MemorySpace>, Softmax<T, MemorySpace>, Upsample<T, MemorySpace>,
-                 LayerNorm<T, MemorySpace>, Rearrange<T, MemorySpace>, Scale<T, MemorySpace>>;
+using NodeLayer = std::variant<
+    Dense<T, MemorySpace>, ReLU<T, MemorySpace>, GELU<T, MemorySpace>, Sigmoid<T, MemorySpace>,
+    Tanh<T, MemorySpace>, Flatten<T, MemorySpace>, Conv2D<T, MemorySpace>,
+    MaxPool2D<T, MemorySpace>, AvgPool2D<T, MemorySpace>, GlobalAvgPool<T, MemorySpace>,
+    Dropout<T, MemorySpace>, BatchNorm<T, MemorySpace, SyncStats>, ConvTranspose2D<T, MemorySpace>,
+    Conv3D<T, MemorySpace>, ConvTranspose3D<T, MemorySpace>, ReLU6<T, MemorySpace>,
+    Clip<T, MemorySpace>, LeakyReLU<T, MemorySpace>, ELU<T, MemorySpace>, SiLU<T, MemorySpace>,
+    HardSwish<T, MemorySpace>, HardSigmoid<T, MemorySpace>, MaxPool3D<T, MemorySpace>,
+    AvgPool3D<T, MemorySpace>, GlobalMaxPool<T, MemorySpace>, Softmax<T, MemorySpace>,
+    Upsample<T, MemorySpace>, LayerNorm<T, MemorySpace>, Rearrange<T, MemorySpace>,
+    Scale<T, MemorySpace>, Embedding<T, MemorySpace>, PositionalEmbedding<T, MemorySpace>,
+    MaskedFill<T, MemorySpace>>;
 
 /*! \brief Former name of NodeLayer (a residual branch is now a graph).
  *  \tparam T value type \tparam MemorySpace memory space */
@@ -65,7 +67,8 @@ using Layer = std::variant<
     HardSwish<T, MemorySpace>, HardSigmoid<T, MemorySpace>, MaxPool3D<T, MemorySpace>,
     AvgPool3D<T, MemorySpace>, GlobalMaxPool<T, MemorySpace>, Softmax<T, MemorySpace>,
     Upsample<T, MemorySpace>, DynamicGraph<NodeLayer<T, MemorySpace>>, LayerNorm<T, MemorySpace>,
-    Rearrange<T, MemorySpace>, Scale<T, MemorySpace>>;
+    Rearrange<T, MemorySpace>, Scale<T, MemorySpace>, Embedding<T, MemorySpace>,
+    PositionalEmbedding<T, MemorySpace>, MaskedFill<T, MemorySpace>>;
 
 /*! \brief The run-time model an import builds.
  *  \tparam T value type \tparam MemorySpace memory space */

@@ -1,0 +1,273 @@
+#pragma once
+// Element-wise nodes and activations: joins (Add, Mul, Concat), Softmax,
+// Clip, Dropout, Scale, Where (masked_fill) and the SiLU and GELU patterns: members of
+// telar::onnx::detail::GraphReader (import_graph.hpp, which includes this
+// file at its end).
+#include <telar/onnx/detail/import_graph.hpp>
+
+namespace telar::onnx::detail {
+
+// Add, Mul of two tensors and Concat along the channels: joins of the graph.
+template <class T, class M>
+void GraphReader<T, M>::join(::onnx::NodeProto const& n) {
+  std::string const& op = n.op_type();
+  if (scale(n))
+    return;
+  if (op == "Add" && positional(n))
+    return;
+  if (op == "Sub" || op == "Div")
+    fail(n, op + " of two tensors is not supported (only inside LayerNormalization's "
+                 "ReduceMean/Sub/Pow/Sqrt/Div form; by a constant scalar as a Scale)");
+  for (auto const& in : n.input())
+    if (index_.is_constant(in))
+      fail(n, op + " of the constant '" + in +
+                  "' and a tensor is not supported: Telar has no per-channel affine layer to "
+                  "fold it into (only a MatMul's bias Add is folded, into Dense); " +
+                  op + " is supported between tensors (a join)");
+  if (op == "Concat" && n.input_size() == 1) {    // DenseNet's first layer: torch.cat([x])
+    axis_of(n, 1, shape_of(n.input(0)).rank + 1); // still a valid axis
+    return alias(n, n.input(0));
+  }
+  if (n.input_size() < 2)
+    fail(n, op + " needs two inputs or more");
+  Layout const l = op == "Add" ? same_layouts(n) : Layout{};
+  if (op != "Add")
+    for (auto const& t : n.input())
+      plain(n, t);
+  std::vector<Shape> in;
+  for (auto const& t : n.input())
+    in.push_back(shape_of(t));
+  Shape out = in[0];
+  Ir node;
+  if (op == "Add") {
+    if (l != plain_layout(out.rank))
+      layouts_[n.output(0)] = l;
+    node.kind = Ir::add;
+    if (in[1] != in[0])
+      fail(n, "adds " + in[0].str() + " and " + in[1].str() +
+                  "; only tensors of equal shapes are added (no broadcasting)");
+  } else if (op == "Mul") {
+    node.kind = Ir::mul;
+    auto const per_channel = [](Shape const& a, Shape const& b) { // a [C, 1, ...] against b
+      if (a.rank != b.rank || a[0] != b[0])
+        return false;
+      for (int d = 1; d < a.rank; ++d)
+        if (a[std::size_t(d)] != 1)
+          return false;
+      return true;
+    };
+    if (in[1] != in[0] && !per_channel(in[1], in[0]) && !per_channel(in[0], in[1]))
+      fail(n, "multiplies " + in[0].str() + " and " + in[1].str() +
+                  "; only equal shapes, or one value per channel ([C, 1, 1] against "
+                  "[C, H, W]), are supported");
+    out = per_channel(in[0], in[1]) ? in[1] : in[0];
+  } else {
+    node.kind = Ir::concat;
+    if (axis_of(n, 1, in[0].rank + 1) != 1)
+      fail(n, "axis " + std::to_string(int_attr(n, "axis", 1)) +
+                  " is not supported: Concat joins along the channels (axis 1)");
+    out.dims[0] = 0;
+    for (auto const& s : in) {
+      Shape a = s, b = in[0];
+      a.dims[0] = b.dims[0] = 0;
+      if (a != b)
+        fail(n, "concatenates " + in[0].str() + " and " + s.str() +
+                    "; the shapes must be equal but for the channels");
+      out.dims[0] += s[0];
+    }
+  }
+  for (auto const& t : n.input())
+    node.inputs.push_back(resolve(t));
+  shapes_[n.output(0)] = out;
+  push(n, std::move(node), n.output(0));
+}
+
+// Over the last axis as the last node: the loss's softmax (the model
+// gives logits, Imported::output_activation says which). Anywhere else, a
+// telar::Softmax layer over one axis of the sample.
+template <class T, class M>
+void GraphReader<T, M>::softmax(::onnx::NodeProto const& n) {
+  std::string const& op = n.op_type();
+  // Before opset 13 the default axis is 1 and the input is flattened from it.
+  std::int64_t const def = opset_ < 13 ? 1 : -1;
+  if (layout_of(n.input(0)) != plain_layout(shape_of(n.input(0)).rank))
+    return moved_softmax(n, def);
+  Shape const& s = shape_of(n.input(0));
+  std::size_t const rank = s.rank + 1;
+  std::int64_t const a = axis_of(n, def, rank);
+  std::string const given = "axis " + std::to_string(int_attr(n, "axis", def));
+  bool trailing = true; // no axis of extent > 1 after a (then opsets < 13 agree)
+  for (std::size_t d = std::size_t(std::max<std::int64_t>(a, 1)); d < s.rank; ++d)
+    trailing = trailing && s[d] == 1;
+  if (n.output(0) == plan_.output_name &&
+      (a == std::int64_t(rank) - 1 || (opset_ < 13 && a > 0 && trailing))) {
+    plan_.output_activation = op;
+    return alias(n, n.input(0));
+  }
+  if (op == "LogSoftmax")
+    fail(n, "LogSoftmax is supported only as the graph's last node over the last axis (the "
+            "loss's input); " +
+                given + " of rank " + std::to_string(rank));
+  if (a == 0)
+    fail(n, given + " (the batch) is not supported: Telar's Softmax acts within each sample");
+  if (opset_ < 13 && !trailing)
+    fail(n, given + " with opset " + std::to_string(opset_) +
+                " spans every axis from it on (the input flattened); supported only when the "
+                "axes after it have extent 1 (export with opset 13+ for a one-axis softmax)");
+  emit(n, Softmax<T, M>(int(a - 1)), n.input(0));
+}
+
+// Clip with constant bounds (inputs 1 and 2 from opset 11, attributes
+// before): telar::ReLU6 for [0, 6] (PyTorch's nn.ReLU6), telar::Clip otherwise.
+template <class T, class M>
+void GraphReader<T, M>::clip(::onnx::NodeProto const& n) {
+  float lo = -std::numeric_limits<float>::infinity(), hi = -lo;
+  if (opset_ < 11) {
+    lo = float_attr(n, "min", std::numeric_limits<float>::lowest());
+    hi = float_attr(n, "max", std::numeric_limits<float>::max());
+  } else {
+    auto bound = [&](int i, float def) {
+      if (n.input_size() <= i || n.input(i).empty())
+        return def;
+      float const v = index_.scalar(n.input(i));
+      if (std::isnan(v))
+        fail(n, std::string("its ") + (i == 1 ? "min" : "max") + " (input " + std::to_string(i) +
+                    ", '" + n.input(i) + "') must be a float32 constant with one value");
+      return v;
+    };
+    lo = bound(1, lo);
+    hi = bound(2, hi);
+  }
+  if (!(lo <= hi))
+    fail(n, "min " + std::to_string(lo) + " > max " + std::to_string(hi) +
+                " is not supported (ONNX gives max everywhere)");
+  if (lo == 0.f && hi == 6.f)
+    return emit(n, ReLU6<T, M>{}, n.input(0));
+  emit(n, Clip<T, M>(T(lo), T(hi)), n.input(0));
+}
+
+// Opset 12+: ratio and training_mode are inputs 1 and 2 (constants);
+// earlier: a ratio attribute, and the node is inactive in inference. An
+// active dropout trains as telar::Dropout; an inactive one is the identity.
+template <class T, class M>
+void GraphReader<T, M>::dropout(::onnx::NodeProto const& n) {
+  bool active = false;
+  float ratio = float_attr(n, "ratio", 0.5f);
+  if (opset_ >= 12) {
+    ratio = n.input_size() > 1 && !n.input(1).empty() ? index_.scalar(n.input(1)) : 0.5f;
+    if (n.input_size() > 2 && !n.input(2).empty()) {
+      auto const* t = index_.constant(n.input(2));
+      if (!t || t->data_type() != ::onnx::TensorProto::BOOL)
+        fail(n, "its training_mode '" + n.input(2) + "' must be a boolean constant");
+      active = bools_of(*t) == std::vector<bool>{true};
+    }
+  }
+  if (!active)
+    return alias(n, n.input(0));
+  if (!(ratio >= 0.f && ratio < 1.f))
+    fail(n, "its ratio must be a constant in [0, 1)");
+  emit(n, Dropout<T, M>(double(ratio)), n.input(0));
+}
+
+// Where(condition, a, b) with a constant boolean condition, one branch a
+// constant scalar and the other a tensor: masked_fill by a constant mask
+// (a causal mask), telar::MaskedFill. The mask covers the sample's last
+// axes and repeats over the others.
+template <class T, class M>
+void GraphReader<T, M>::where(::onnx::NodeProto const& n) {
+  auto const* c = n.input_size() == 3 ? index_.constant(n.input(0)) : nullptr;
+  int const t = n.input_size() == 3 && index_.is_constant(n.input(1)) ? 2 : 1;
+  float const v = n.input_size() == 3 ? index_.scalar(n.input(3 - t)) : 0.f;
+  if (!c || c->data_type() != ::onnx::TensorProto::BOOL || index_.is_constant(n.input(t)) ||
+      std::isnan(v))
+    fail(n, "only a Where with a constant boolean condition, a constant float32 scalar and a "
+            "tensor (masked_fill by a constant mask) is supported");
+  std::string const x = n.input(t);
+  plain(n, x);
+  Shape const& s = shape_of(x);
+  std::vector<std::int64_t> d(c->dims().begin(), c->dims().end());
+  while (!d.empty() && d.front() == 1)
+    d.erase(d.begin());
+  bool fits = int(d.size()) <= s.rank;
+  for (std::size_t k = 0; fits && k < d.size(); ++k)
+    fits = std::size_t(d[k]) == s[std::size_t(s.rank) - d.size() + k];
+  if (!fits) {
+    std::string dims;
+    for (auto e : c->dims())
+      dims += (dims.empty() ? "" : ", ") + std::to_string(e);
+    fail(n, "its condition '" + n.input(0) + "' [" + dims +
+                "] does not match the last axes of the tensor '" + x + "' " + s.str() +
+                " per sample (a mask over the batch is not supported)");
+  }
+  std::vector<bool> mask = bools_of(*c);
+  if (t == 1) // the tensor where the condition holds: fill where it does not
+    mask.flip();
+  emit(n, MaskedFill<T, M>(s, mask, T(v)), x);
+}
+
+// Mul or Div of a tensor by a constant scalar: telar::Scale.
+template <class T, class M>
+bool GraphReader<T, M>::scale(::onnx::NodeProto const& n) {
+  std::string const& op = n.op_type();
+  if ((op != "Mul" && op != "Div") || n.input_size() != 2)
+    return false;
+  int const c = index_.is_constant(n.input(1)) ? 1 : op == "Mul" ? 0 : -1;
+  if (c < 0 || !index_.is_constant(n.input(c)) || index_.is_constant(n.input(1 - c)))
+    return false;
+  float const v = index_.scalar(n.input(c));
+  if (std::isnan(v) || (op == "Div" && v == 0.f))
+    fail(n, op + " by the constant '" + n.input(c) +
+                "' is supported only for one nonzero float32 value (a Scale)");
+  emit(n, Scale<T, M>(op == "Div" ? T(1) / T(v) : T(v)), n.input(1 - c));
+  return true;
+}
+
+// SiLU as PyTorch 1.13 exports nn.SiLU: Sigmoid(x) read only by a Mul by x.
+template <class T, class M>
+void GraphReader<T, M>::silu_pattern(::onnx::NodeProto const& n) {
+  if (n.op_type() != "Sigmoid" || n.input_size() != 1)
+    return;
+  auto const& rs = index_.readers(n.output(0));
+  if (rs.size() != 1 || rs[0]->op_type() != "Mul" || rs[0]->input_size() != 2)
+    return;
+  auto const& m = *rs[0];
+  std::string const other = m.input(0) == n.output(0) ? m.input(1) : m.input(0);
+  if (other != n.input(0) || n.output(0) == plan_.output_name)
+    return;
+  skip_.insert(&n);
+  silu_[&m] = n.input(0);
+}
+
+// PyTorch's exact GELU: 0.5 * (x * (1 + erf(x / sqrt 2))); the five nodes
+// are skipped but the last, which becomes a GELU of x.
+template <class T, class M>
+void GraphReader<T, M>::gelu_pattern(std::string const& x,
+                                     std::vector<::onnx::NodeProto const*> const& rs) {
+  auto const* div = rs[0]->op_type() == "Div" ? rs[0] : rs[1];
+  auto const* mul = div == rs[0] ? rs[1] : rs[0];
+  auto single = [&](std::string const& t, char const* op) -> ::onnx::NodeProto const* {
+    auto const& r = index_.readers(t);
+    return r.size() == 1 && r[0]->op_type() == op ? r[0] : nullptr;
+  };
+  auto other = [](::onnx::NodeProto const& n, std::string const& t) {
+    return n.input(0) == t ? n.input(1) : n.input(0);
+  };
+  if (div->op_type() != "Div" || mul->op_type() != "Mul" || div->input(0) != x ||
+      std::abs(index_.scalar(div->input(1)) - 1.41421356f) > 1e-4f)
+    return;
+  auto const* erf = single(div->output(0), "Erf");
+  auto const* one = erf ? single(erf->output(0), "Add") : nullptr;
+  if (!one || index_.scalar(other(*one, erf->output(0))) != 1.f)
+    return;
+  if (index_.readers(one->output(0)).size() != 1 || index_.readers(one->output(0))[0] != mul ||
+      other(*mul, one->output(0)) != x)
+    return;
+  auto const* half = single(mul->output(0), "Mul");
+  if (!half || index_.scalar(other(*half, mul->output(0))) != 0.5f)
+    return;
+  for (auto const* n : {div, erf, one, mul})
+    skip_.insert(n);
+  gelu_[half] = x;
+}
+
+} // namespace telar::onnx::detail

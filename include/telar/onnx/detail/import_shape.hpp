@@ -1,0 +1,297 @@
+#pragma once
+// Shape nodes and tensors whose batch moved (layout.hpp): views,
+// Rearranges, shape arithmetic folded (fold.hpp), Transpose, Reshape, Slice: members of
+// telar::onnx::detail::GraphReader (import_graph.hpp, which includes this
+// file at its end).
+#include <telar/onnx/detail/import_graph.hpp>
+
+namespace telar::onnx::detail {
+
+template <class T, class M>
+bool GraphReader<T, M>::layout_aware(std::string const& op) {
+  static std::set<std::string> const ops{
+      "Relu",    "Sigmoid",     "Tanh",      "Gelu",      "Clip",     "LeakyRelu",
+      "Elu",     "HardSigmoid", "HardSwish", "Dropout",   "Identity", "Transpose",
+      "Reshape", "MatMul",      "Gemm",      "Add",       "Sub",      "Mul",
+      "Div",     "Softmax",     "Slice",     "ReduceMean"};
+  return ops.count(op) > 0;
+}
+
+// The logical axes of tensor \p t: the first name along its alias chain
+// that has a layout, else [batch, stored axes...].
+template <class T, class M>
+Layout GraphReader<T, M>::layout_of(std::string t) const {
+  for (;;) {
+    if (auto const l = layouts_.find(t); l != layouts_.end())
+      return l->second;
+    auto const a = alias_.find(t);
+    if (a == alias_.end())
+      return plain_layout(shapes_.at(t).rank);
+    t = a->second;
+  }
+}
+
+template <class T, class M>
+std::string GraphReader<T, M>::logical_str(std::string const& t) const {
+  return dims_str(logical_dims(layout_of(t), shape_of(t)));
+}
+
+// Output \p out of node \p n: the same stored tensor as \p in, read through \p l.
+template <class T, class M>
+void GraphReader<T, M>::view(::onnx::NodeProto const& n, std::string const& in, Layout l) {
+  alias(n, in);
+  layouts_[n.output(0)] = std::move(l);
+}
+
+// Emits \p layer reading \p in into a fresh tensor whose logical axes are \p l.
+template <class T, class M>
+template <class L>
+std::string GraphReader<T, M>::emit_moved(::onnx::NodeProto const& n, L layer,
+                                          std::string const& in, Layout l, char const* tag) {
+  std::string const out = n.output(0) + "#" + tag + std::to_string(nodes_.size());
+  emit(n, std::move(layer), in, out);
+  layouts_[out] = std::move(l);
+  return out;
+}
+
+// Stores \p x as materialize() says (a Transpose, then a Reshape, each
+// only when needed); later readers of \p x read the result.
+template <class T, class M>
+void GraphReader<T, M>::arrange(::onnx::NodeProto const& n, std::string const& x) {
+  Layout const l = layout_of(x);
+  Shape const s = shape_of(x);
+  Materialized const m = materialize(l, s);
+  if (m.shape.rank > Shape::max_rank)
+    fail(n, "its input '" + x + "' (logical shape " + logical_str(x) + ") would need " +
+                std::to_string(m.shape.rank) + " axes per sample; Telar keeps at most " +
+                std::to_string(Shape::max_rank));
+  std::string t = resolve(x);
+  if (!identity_perm(m.perm)) {
+    Layout moved = l; // atom perm[d] is stored at d now
+    for (auto& g : moved.groups)
+      for (int& a : g)
+        if (a != batch_atom)
+          a = int(std::find(m.perm.begin(), m.perm.end(), a) - m.perm.begin());
+    t = emit_moved(n, Rearrange<T, M>::transpose(s, m.perm), t, moved, "T");
+  }
+  if (shape_of(t) != m.shape && m.shape.rank == 1) // [batch, C, H, W] read as [batch, C*H*W]
+    t = emit_moved(n, Flatten<T, M>{}, t, m.layout, "R");
+  else if (shape_of(t) != m.shape)
+    t = emit_moved(n, Rearrange<T, M>::reshape(shape_of(t), m.shape), t, m.layout, "R");
+  if (t == resolve(x))
+    return;
+  alias_[x] = t;
+  layouts_.erase(x);
+}
+
+// \p x stored as [batch, its logical axes...] (what layers other than the
+// shape-only ones read), or a refusal naming where the batch is.
+template <class T, class M>
+void GraphReader<T, M>::plain(::onnx::NodeProto const& n, std::string const& x,
+                              std::string const& reader) {
+  if (layout_of(x) == plain_layout(shape_of(x).rank))
+    return;
+  arrange(n, x);
+  Layout const l = layout_of(x);
+  if (l != plain_layout(shape_of(x).rank))
+    fail(n, "tensor '" + x + "' has the logical shape " + logical_str(x) +
+                " with the batch not alone at axis 0; " + (reader.empty() ? n.op_type() : reader) +
+                " needs [batch, ...] (only Transpose, Reshape, Slice, MatMul, Softmax, "
+                "ReduceMean and element-wise nodes read a moved batch)");
+}
+
+// \p x's last logical axis in place as its last stored axis (Dense,
+// LayerNorm), arranging it if not.
+template <class T, class M>
+void GraphReader<T, M>::last_axis_in_place(::onnx::NodeProto const& n, std::string const& x) {
+  auto in_place = [&] {
+    Layout const l = layout_of(x);
+    return single_atom(l, l.groups.size() - 1) == shape_of(x).rank - 1;
+  };
+  if (in_place())
+    return;
+  arrange(n, x);
+  if (!in_place())
+    fail(n, "its input '" + x + "' (logical shape " + logical_str(x) +
+                ") has the batch in its last axis");
+}
+
+// The stored axis of logical axis \p axis of \p x, arranging \p x if it
+// spans several; -1 when it holds the batch.
+template <class T, class M>
+int GraphReader<T, M>::stored_axis(::onnx::NodeProto const& n, std::string const& x,
+                                   std::size_t axis) {
+  if (single_atom(layout_of(x), axis) < 0)
+    arrange(n, x);
+  return single_atom(layout_of(x), axis);
+}
+
+// Logical axis \p a of \p x (ONNX's negative axes allowed).
+template <class T, class M>
+std::size_t GraphReader<T, M>::logical_axis(::onnx::NodeProto const& n, std::string const& x,
+                                            std::int64_t a) {
+  std::int64_t const r = std::int64_t(layout_of(x).groups.size());
+  if (a < -r || a >= r)
+    fail(n, "axis " + std::to_string(a) + " is outside [" + std::to_string(-r) + ", " +
+                std::to_string(r) + ") for the logical shape " + logical_str(x));
+  return std::size_t(a < 0 ? a + r : a);
+}
+
+// Folds \p n when it is shape arithmetic: a Shape of a tensor, or a node
+// whose inputs are all integer constants or folded. False otherwise.
+template <class T, class M>
+bool GraphReader<T, M>::fold(::onnx::NodeProto const& n) {
+  if (n.op_type() == "Shape") {
+    if (!shapes_.count(resolve(n.input(0))) || find_attr(n, "start") || find_attr(n, "end"))
+      fail(n, "only a Shape (no start, end) of a tensor computed from the input folds");
+    folded_[n.output(0)].v = logical_dims(layout_of(n.input(0)), shape_of(n.input(0)));
+    return true;
+  }
+  std::vector<std::optional<Folded>> in;
+  for (auto const& t : n.input()) {
+    if (t.empty()) {
+      in.emplace_back();
+      continue;
+    }
+    auto const f = folded(t);
+    if (!f)
+      return false;
+    in.push_back(*f);
+  }
+  if (in.empty() || n.op_type() == "Constant")
+    return false;
+  try {
+    folded_[n.output(0)] = fold_node(n, in, int(opset_));
+  } catch (std::string const& why) {
+    fail(n, "shape arithmetic: " + why);
+  }
+  return true;
+}
+
+// A folded value or an int64 constant.
+template <class T, class M>
+std::optional<Folded> GraphReader<T, M>::folded(std::string const& t) const {
+  if (auto const f = folded_.find(t); f != folded_.end())
+    return f->second;
+  auto const* c = index_.constant(t);
+  if (!c || c->data_type() != ::onnx::TensorProto::INT64)
+    return std::nullopt;
+  return folded_ints(ints_of(*c), c->dims_size() == 0);
+}
+
+template <class T, class M>
+std::vector<Sym> GraphReader<T, M>::folded_input(::onnx::NodeProto const& n, int i,
+                                                 char const* what) {
+  auto const f = i < n.input_size() ? folded(n.input(i)) : std::nullopt;
+  if (!f)
+    fail(n, std::string("its ") + what + " (input " + std::to_string(i) +
+                ") must be a constant, or computed from shapes and constants");
+  return f->v;
+}
+
+template <class T, class M>
+std::vector<std::int64_t> GraphReader<T, M>::constant_ints(::onnx::NodeProto const& n, int i,
+                                                           char const* what) {
+  try {
+    return constants_of(Folded{false, folded_input(n, i, what)}, what);
+  } catch (std::string const& why) {
+    fail(n, why);
+  }
+}
+
+template <class T, class M>
+void GraphReader<T, M>::transpose(::onnx::NodeProto const& n) {
+  Layout const l = layout_of(n.input(0));
+  std::size_t const r = l.groups.size();
+  std::vector<std::int64_t> def(r);
+  for (std::size_t d = 0; d < r; ++d)
+    def[d] = std::int64_t(r - 1 - d);
+  auto const perm = ints_attr(n, "perm", def);
+  std::vector<bool> seen(r, false);
+  Layout out;
+  for (auto p : perm) {
+    if (perm.size() != r || p < 0 || p >= std::int64_t(r) || seen[std::size_t(p)])
+      fail(n, "attribute perm is not a permutation of the " + std::to_string(r) +
+                  " axes of its input (logical shape " + logical_str(n.input(0)) + ")");
+    seen[std::size_t(p)] = true;
+    out.groups.push_back(l.groups[std::size_t(p)]);
+  }
+  view(n, n.input(0), out);
+}
+
+// The target shape with ONNX's 0 (copy the input's extent) and -1 (infer).
+template <class T, class M>
+std::vector<Sym> GraphReader<T, M>::reshape_target(::onnx::NodeProto const& n) {
+  auto t = folded_input(n, 1, "shape");
+  auto const in = logical_dims(layout_of(n.input(0)), shape_of(n.input(0)));
+  Sym total{1, 0}, known{1, 0};
+  for (Sym e : in)
+    total = total * e;
+  int infer = -1;
+  for (std::size_t d = 0; d < t.size(); ++d) {
+    if (t[d] == Sym{0, 0} && int_attr(n, "allowzero", 0) == 0 && d < in.size())
+      t[d] = in[d];
+    if (t[d] == Sym{-1, 0} && infer < 0)
+      infer = int(d);
+    else
+      known = known * t[d];
+  }
+  if (infer >= 0) {
+    auto const e = divide(total, known);
+    if (!e)
+      fail(n, "cannot infer the -1 of shape " + dims_str(t) + " for the logical shape " +
+                  dims_str(in));
+    t[std::size_t(infer)] = *e;
+  }
+  return t;
+}
+
+// A view when the new axes group the stored ones; a stored axis that must
+// split is split first (a Rearrange).
+template <class T, class M>
+void GraphReader<T, M>::reshape(::onnx::NodeProto const& n) {
+  auto const target = reshape_target(n);
+  std::string x = n.input(0);
+  for (int k = 0; k <= Shape::max_rank; ++k) {
+    Regroup const r = regroup(layout_of(x), shape_of(x), target);
+    if (r.layout)
+      return view(n, x, *r.layout);
+    if (r.split_axis < 0 || shape_of(x).rank >= Shape::max_rank)
+      break;
+    auto const [s, l] = split_axis(layout_of(x), shape_of(x), r.split_axis, r.split_outer);
+    x = emit_moved(n, Rearrange<T, M>::reshape(shape_of(x), s), resolve(x), l, "S");
+  }
+  fail(n, "cannot reshape the logical shape " + logical_str(n.input(0)) + " to " +
+              dims_str(target) +
+              ": it would split or reorder the batch, or need more than 4 axes per sample");
+}
+
+template <class T, class M>
+void GraphReader<T, M>::slice(::onnx::NodeProto const& n) {
+  std::string const x = n.input(0);
+  if (opset_ < 10)
+    fail(n, "Slice before opset 10 (attributes) is not supported");
+  auto const b = constant_ints(n, 1, "starts"), e = constant_ints(n, 2, "ends");
+  auto const axes = n.input_size() > 3 && !n.input(3).empty() ? constant_ints(n, 3, "axes")
+                                                              : std::vector<std::int64_t>{0};
+  bool const unit = n.input_size() <= 4 || n.input(4).empty() ||
+                    constant_ints(n, 4, "steps") == std::vector<std::int64_t>{1};
+  if (b.size() != 1 || e.size() != 1 || axes.size() != 1 || !unit)
+    fail(n, "only a Slice of one axis with step 1 is supported");
+  std::size_t const a = logical_axis(n, x, axes[0]);
+  int const d = stored_axis(n, x, a);
+  if (d < 0)
+    fail(n, "slices axis " + std::to_string(axes[0]) + " of the logical shape " + logical_str(x) +
+                ", which holds the batch");
+  std::int64_t const len = std::int64_t(shape_of(x)[d]);
+  auto clamp = [&](std::int64_t v) {
+    return std::size_t(std::min(len, std::max<std::int64_t>(0, v < 0 ? v + len : v)));
+  };
+  std::size_t const lo = clamp(b[0]), hi = clamp(e[0]);
+  if (lo >= hi)
+    fail(n, "the slice [" + std::to_string(b[0]) + ", " + std::to_string(e[0]) + ") of axis " +
+                std::to_string(axes[0]) + " is empty");
+  emit(n, Rearrange<T, M>::slice(shape_of(x), d, lo, hi), x);
+}
+
+} // namespace telar::onnx::detail
