@@ -5,7 +5,7 @@
 # from that directory, so two clusters (two build trees) never collide:
 #   network namespaces  tc<id>-head, tc<id>-node1 ... tc<id>-nodeN
 #   (visible in `ip netns list`), each held by one `sleep` that also holds
-#   the node's UTS (hostname), IPC and mount namespaces (its own /dev/shm).
+#   the node's UTS (hostname) and mount namespaces.
 # The bridge lives inside the head namespace, not on the host: the nodes'
 # subnet (10.77.0.0/24) is invisible from the host's own network stack,
 # every instance can use the same addresses and ports, and no packet can
@@ -33,11 +33,11 @@ holder_pid() {
   [[ $(stat -L -c %i "/proc/$pid/ns/net" 2>/dev/null) == $(cat "$cluster_dir/ns/$1.net" 2>/dev/null) ]] || return 1
   echo "$pid"
 }
-# in_node NODE CMD...: CMD in NODE's network, UTS, IPC and mount namespaces, in
+# in_node NODE CMD...: CMD in NODE's network, UTS and mount namespaces, in
 # the caller's working directory.
 in_node() {
   local node=$1 pid
   shift
   pid=$(holder_pid "$node") || { echo "telar-cluster: node '$node' is not running (start it with scripts/cluster/start.sh)" >&2; return 3; }
-  nsenter -t "$pid" --net --uts --ipc --mount --wd="$PWD" -- "$@" 9>&- # no daemon keeps start.sh's lock
+  nsenter -t "$pid" --net --uts --mount --wd="$PWD" -- "$@" 9>&- # no daemon keeps start.sh's lock
 }

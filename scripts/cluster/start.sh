@@ -129,16 +129,13 @@ step "hosts file"
 } >"$cluster_dir/hosts"
 
 # --- namespaces: one holder process per node --------------------------------
-# start_holder NODE: network, UTS, IPC and mount namespaces held by a sleep;
-# named in `ip netns`; hostname NODE; the cluster's hosts file; lo up; its
-# own /dev/shm (a tmpfs in its mount namespace). With the IPC namespace, no
-# shared memory (System V or POSIX) reaches across nodes: MPI between nodes
-# goes over the links, as on a cluster.
+# start_holder NODE: network, UTS and mount namespaces held by a sleep; named
+# in `ip netns`; hostname NODE; the cluster's hosts file; lo up.
 start_holder() {
   local node=$1 ns pid
   ns=$(ns_name "$node")
   step "namespaces of $node"
-  setsid unshare --net --uts --ipc --mount --propagation private -- sleep infinity </dev/null >>"$log/namespaces.log" 2>&1 9>&- &
+  setsid unshare --net --uts --mount --propagation private -- sleep infinity </dev/null >>"$log/namespaces.log" 2>&1 9>&- &
   pid=$!
   for _ in $(seq 50); do
     [[ $(stat -L -c %i "/proc/$pid/ns/net" 2>/dev/null) != $(stat -L -c %i /proc/self/ns/net) ]] && break
@@ -151,9 +148,8 @@ start_holder() {
   {
     nsenter -t "$pid" --uts hostname "$node" &&
       nsenter -t "$pid" --mount mount --bind "$cluster_dir/hosts" /etc/hosts &&
-      nsenter -t "$pid" --mount mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm &&
       ip -n "$ns" link set lo up
-  } >>"$log/namespaces.log" 2>&1 || fail "hostname, hosts file, /dev/shm or lo in $ns" "$log/namespaces.log"
+  } >>"$log/namespaces.log" 2>&1 || fail "hostname, hosts file or lo in $ns" "$log/namespaces.log"
   if [[ $node != head ]]; then
     nsenter -t "$pid" --mount mount --bind "$cluster_dir/nodes/$node/scratch" "$cluster_dir/mnt/scratch" \
       >>"$log/namespaces.log" 2>&1 || fail "scratch mount in $ns" "$log/namespaces.log"

@@ -20,10 +20,10 @@ export TELAR_CLUSTER_DIR=$3
 source "$(dirname "$0")/lib.sh"
 cluster_up 4 "$scripts"
 if [[ $(mpi_flavour "$probe") == mpich ]]; then
-  # The cluster's own UCX_TLS (tcp,self,sm): each node has its own IPC
-  # namespace and /dev/shm, so shared memory cannot reach another node and
-  # the link going down is what this job meets.
-  launch="srun --mpi=pmi2 $probe none -1 5"
+  # UCX over TCP only: its shared-memory transports reach across the
+  # emulated nodes (one kernel, one IPC namespace and /dev/shm: UCX sees one
+  # machine), so a node whose link is down would still take part.
+  launch="env UCX_TLS=tcp,self srun --mpi=pmi2 $probe none -1 5"
 else
   launch="mpirun $probe none -1 5"
 fi
