@@ -211,6 +211,6 @@ TEST_CASE("a remote peer never heard is lost once the bound has passed", "[comm]
   CHECK(longest > bound);
   // Only the mute peer remote: nobody heard, nobody judged.
   std::vector<telar::detail::PeerInfo> const two(peers.begin(), peers.begin() + 2);
-  CHECK(telar::detail::silent_remote_peers(two, {a.endpoint(), mute}, 0, longest, never, &a)
-            .empty());
+  CHECK(
+      telar::detail::silent_remote_peers(two, {a.endpoint(), mute}, 0, longest, never, &a).empty());
 }
