@@ -2,8 +2,9 @@
 # Figures on the emulated cluster (docs/cluster.md, "Scaling"): the
 # allreduce, ring (flat) against hierarchical, at 2 nodes x 2 ranks and
 # 4 x 1; then fashion_mnist's MLP trained data-parallel on 1, 2 and 4 nodes
-# (one rank per node, the same global batch: strong scaling), each run's
-# JSON (measured step_ms_median beside the cost model's predicted_step_ms).
+# (one rank per node, the same global batch: strong scaling), and a small
+# GPT likewise (PARTS=gpt), each run's JSON (measured step_ms_median beside
+# the cost model's predicted_step_ms).
 # Open MPI builds (mpirun inside the allocation). Needs root.
 #   bash bench/cluster/scaling.sh BUILD [RATE] [ROUNDS]
 #   BUILD  a build tree with bench/allreduce/bench_allreduce and
@@ -12,7 +13,8 @@
 #   ROUNDS interleaved rounds (default 5)
 # Environment: OUT (default ./cluster-scaling), DATA (Fashion-MNIST), STEPS
 # (default 100), BATCH (global, default 256), HIDDEN (default 256), FM (the
-# fashion_mnist binary, default BUILD's), PARTS (default "allreduce mlp").
+# fashion_mnist binary, default BUILD's), GPT (the gpt binary), PARTS
+# (default "allreduce mlp"; add gpt for a small GPT).
 # Leaves the cluster up: stop it
 # with scripts/cluster/stop.sh.
 set -euo pipefail
@@ -39,17 +41,26 @@ echo "uptime before: $(uptime)" | tee "$out/load.txt"
 
 parts=${PARTS:-allreduce mlp}
 bench=$build/bench/allreduce/bench_allreduce
-[[ $parts == *allreduce* ]] && for layout in "2 2" "4 1"; do
+for layout in "2 2" "4 1"; do
   set -- $layout
-  job "$1" "$2" "$out/allreduce-$1x$2.txt" \
-    "mpirun $bench --mode interleaved --min-bytes 1048576 --max-bytes 16777216 --rounds $rounds"
+  if [[ $parts == *allreduce* ]]; then
+    job "$1" "$2" "$out/allreduce-$1x$2.txt" \
+      "mpirun $bench --mode interleaved --min-bytes 1048576 --max-bytes 16777216 --rounds $rounds"
+  fi
 done
 
 # Strong scaling: rounds x (1, 2, 4 nodes), interleaved.
-[[ $parts == *mlp* ]] && for r in $(seq "$rounds"); do
+gpt=${GPT:-$build/examples/03_gpt/gpt}
+for r in $(seq "$rounds"); do
   for n in 1 2 4; do
-    job "$n" 1 "$out/mlp-$n-$r.json" \
-      "mpirun $fm --dp $n --batch $batch --hidden $hidden --limit-steps $steps --epochs 1 --json --data $data"
+    if [[ $parts == *mlp* ]]; then
+      job "$n" 1 "$out/mlp-$n-$r.json" \
+        "mpirun $fm --dp $n --batch $batch --hidden $hidden --limit-steps $steps --epochs 1 --json --data $data"
+    fi
+    if [[ $parts == *gpt* ]]; then # a small GPT: 2 layers, 128 wide, context 64, 40 steps
+      job "$n" 1 "$out/gpt-$n-$r.json" \
+        "mpirun $gpt --dp $n --layers 2 --hidden 128 --heads 4 --context 64 --batch 32 --steps 40 --eval-limit 16 --sample 0 --json"
+    fi
   done
 done
 echo "uptime after: $(uptime)" | tee -a "$out/load.txt"
@@ -58,17 +69,18 @@ echo "uptime after: $(uptime)" | tee -a "$out/load.txt"
 python3 - "$out" "$rounds" <<'PY'
 import json, statistics, sys, glob
 out, rounds = sys.argv[1], int(sys.argv[2])
-print("| nodes x ranks | step_ms_median (median of runs) | runs | predicted_step_ms |")
+print("| example, nodes x ranks | step_ms_median (median of runs) | runs | predicted_step_ms |")
 print("|---|---:|---|---:|")
-for n in (1, 2, 4):
+for ex in ("mlp", "gpt"):
+  for n in (1, 2, 4):
     meas, pred = [], []
     for r in range(1, rounds + 1):
         try:
-            line = [l for l in open(f"{out}/mlp-{n}-{r}.json") if l.startswith("{")][-1]
+            line = [l for l in open(f"{out}/{ex}-{n}-{r}.json") if l.startswith("{")][-1]
         except (OSError, IndexError):
             continue
         j = json.loads(line)
         meas.append(j["step_ms_median"]); pred.append(j.get("predicted_step_ms", float("nan")))
     if meas:
-        print(f"| {n} x 1 | {statistics.median(meas):.2f} | {', '.join(f'{m:.2f}' for m in meas)} | {statistics.median(pred):.2f} |")
+        print(f"| {ex} {n} x 1 | {statistics.median(meas):.2f} | {', '.join(f'{m:.2f}' for m in meas)} | {statistics.median(pred):.2f} |")
 PY
