@@ -38,7 +38,7 @@ lose() {
   job=$("$run" head sbatch --parsable --no-requeue -N 4 --ntasks=4 --ntasks-per-node=1 --time=2 --output="$out" \
     --wrap "$launch; echo \"launcher exit \$?\"")
   # Heartbeats flow once every rank has made its communicator; one more
-  # second so that each has been heard (a silent-from-the-start peer is never judged).
+  # second so that each has been heard (the fault then meets heard peers).
   wait_for 30 "the job's ranks to run" grep -qs "ranks running" "$out"
   sleep 2
   victim=$(node_pids node4 "$probe")

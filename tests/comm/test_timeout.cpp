@@ -8,6 +8,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -174,4 +175,42 @@ TEST_CASE("a lost host is named with its ranks and pids", "[comm][heartbeat]") {
   CHECK(telar::detail::describe_hosts(peers, {1, 3}) == "host node4 (ranks 1, 3, pids 101, 103)");
   CHECK(telar::detail::describe_hosts(peers, {0, 1}) ==
         "host node1 (rank 0, pid 100) and host node4 (rank 1, pid 101)");
+}
+
+// A remote peer never heard (dead or cut off before its first heartbeat) is
+// lost once the bound has passed since its address was exchanged, but only
+// where another remote peer has been heard: with none heard, datagrams may
+// not pass at all and nobody is judged. Two monitors of this process stand
+// for three hosts; `mute` has b's address but a token nobody sends.
+TEST_CASE("a remote peer never heard is lost once the bound has passed", "[comm][heartbeat]") {
+  using telar::detail::HeartbeatEndpoint;
+  double const bound = 1.5;
+  telar::detail::HeartbeatMonitor a(bound), b(bound);
+  REQUIRE(a.endpoint().token != 0);
+  REQUIRE(b.endpoint().token != 0);
+  HeartbeatEndpoint mute = b.endpoint();
+  mute.token ^= 2;
+  b.add_peers({a.endpoint()});
+  a.add_peers({b.endpoint(), mute});
+  std::vector<telar::detail::PeerInfo> peers(3);
+  for (int r = 0; r < 3; ++r) {
+    peers[std::size_t(r)].rank = r;
+    peers[std::size_t(r)].pid = 100 + r;
+    std::snprintf(peers[std::size_t(r)].host, sizeof peers[0].host, "host%d", r);
+  }
+  std::vector<HeartbeatEndpoint> const beats{a.endpoint(), b.endpoint(), mute};
+  double longest = 0;
+  bool never = false;
+  CHECK(telar::detail::silent_remote_peers(peers, beats, 0, longest, never, &a).empty());
+  for (int i = 0; i < 100 && !(a.silence(b.endpoint().token) >= 0 && a.unheard(mute.token) > bound);
+       ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto const lost = telar::detail::silent_remote_peers(peers, beats, 0, longest, never, &a);
+  CHECK(std::find(lost.begin(), lost.end(), 2) != lost.end());
+  CHECK(never);
+  CHECK(longest > bound);
+  // Only the mute peer remote: nobody heard, nobody judged.
+  std::vector<telar::detail::PeerInfo> const two(peers.begin(), peers.begin() + 2);
+  CHECK(
+      telar::detail::silent_remote_peers(two, {a.endpoint(), mute}, 0, longest, never, &a).empty());
 }

@@ -28,6 +28,7 @@
 #include <telar/io/detail/agree.hpp>
 #include <telar/io/detail/hdf5.hpp>
 #include <telar/io/detail/model_pieces.hpp>
+#include <telar/io/detail/space_reserve.hpp>
 #include <telar/io/detail/trainer_access.hpp>
 #include <telar/io/detail/trainer_view.hpp>
 #include <telar/io/error.hpp>
@@ -43,6 +44,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -331,26 +334,62 @@ inline std::string no_space(std::string const& dir, long long needed) {
          std::to_string(needed) + " bytes, " + std::to_string(free) + " free)";
 }
 
-// Writes the temporary file (agreed(comm, write)); when that fails, rank 0
-// removes the partial file and every rank throws one message: "no space
+// Writes the temporary file (agreed(comm, write(reserve))) with `headroom`
+// bytes held for HDF5's metadata (space_reserve.hpp); when that fails, rank
+// 0 removes the partial file and every rank throws one message: "no space
 // left" when the disk filled up (HDF5 only says that a write failed), else
 // the failure's own.
 template <class Write>
 void removing_on_failure(Communicator const* comm, int rank, std::string const& tmp,
-                         std::string const& dir, long long needed, Write&& write) {
+                         std::string const& dir, long long needed, long long headroom,
+                         Write&& write) {
+  SpaceReserve reserve;
   try {
-    agreed(comm, std::forward<Write>(write));
+    agreed(comm, [&] { // before HDF5 opens anything: a full disk stops it here
+      if (int const err = rank == 0 ? reserve.take(tmp + ".reserve", headroom) : 0; err != 0)
+        throw CheckpointError("telar::save_checkpoint: cannot reserve " + std::to_string(headroom) +
+                              " bytes in " + dir + ": " + std::strerror(err));
+    });
+    agreed(comm, [&] { write(reserve); });
   } catch (CheckpointError const& e) {
     std::string const failed = e.what();
     agreed(comm, [&] {
       if (rank != 0)
         return;
+      reserve.release();
       std::error_code ec;
       std::filesystem::remove(tmp, ec); // first: the partial file holds the space
-      std::string const full = no_space(dir, needed + (needed >> 4) + 65536);
+      std::string const full = no_space(dir, needed + headroom);
       throw CheckpointError(full.empty() ? failed : full);
     });
   }
+}
+
+// Runs body(), then closes `file` (the temporary checkpoint) with room for
+// its metadata: rank 0 frees the reserve and, when body failed, the partial
+// file's data. A close that met a full disk would leave HDF5 a file it
+// crashes on at MPI_Finalize (space_reserve.hpp).
+template <class Body>
+void close_with_room(Communicator const* comm, int rank, H5Handle& file, std::string const& tmp,
+                     SpaceReserve& reserve, Body&& body) {
+  std::exception_ptr failed;
+  try {
+    body();
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  agreed(comm, [&] {
+    if (rank != 0)
+      return;
+    if (failed)
+      (void)::truncate(tmp.c_str(), 0);
+    reserve.release();
+  });
+  bool const closed = file.reset();
+  if (failed)
+    std::rethrow_exception(failed);
+  if (!closed)
+    throw CheckpointError("telar::save_checkpoint: " + tmp + ": H5Fclose failed");
 }
 
 inline void fsync_dir(std::string const& dir) {
@@ -426,7 +465,10 @@ std::string save_checkpoint(Trainer& trainer, std::string const& dir,
   if (comm && comm->size() > 1 && !sums.empty())
     comm->allreduce(sums.data(), sums.size());
   auto const buffer_sums = detail::buffer_sums(comm, buffers);
-  detail::removing_on_failure(comm, rank, tmp, dir, needed, [&] {
+  std::string const tensors = detail::signature(m);
+  long long const headroom = detail::metadata_headroom(nt * parts + buffers.size(),
+                                                       tensors.size() + position.config.size());
+  detail::removing_on_failure(comm, rank, tmp, dir, needed, headroom, [&](auto& reserve) {
     auto fapl = detail::h5_fapl(comm, tmp);
     detail::h5_check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST), tmp,
                      "H5Pset_libver_bounds");
@@ -435,68 +477,74 @@ std::string save_checkpoint(Trainer& trainer, std::string const& dir,
                          "H5Fcreate"),
         H5Fclose);
     hid_t const root = f.get();
-    detail::h5_write_attr_str(root, "format", "telar-checkpoint", tmp);
-    detail::h5_write_attr<long long>(root, "version", 1, tmp);
-    detail::h5_write_attr<long long>(root, "step", trainer.steps(), tmp);
-    // The optimizer's own step count is step - skipped_steps (NonFinite::skip).
-    detail::h5_write_attr<long long>(root, "skipped_steps", trainer.skipped_steps(), tmp);
-    detail::h5_write_attr<long long>(root, "epoch", position.epoch, tmp);
-    detail::h5_write_attr<long long>(root, "batch", position.batch, tmp);
-    detail::h5_write_attr<std::uint64_t>(root, "data_seed", position.seed, tmp);
-    detail::h5_write_attr_str(root, "run_config", position.config, tmp);
-    detail::h5_write_attr<std::uint64_t>(root, "model_seed", View::seed(trainer), tmp);
-    detail::h5_write_attr_str(root, "layout", trainer.layout(), tmp);
-    detail::h5_write_attr_str(root, "strategy", trainer.strategy_name(), tmp);
-    detail::h5_write_attr_str(root, "optimizer", View::optimizer_name<Trainer>(), tmp);
-    detail::h5_write_attr<long long>(root, "state_slots", m.state_size, tmp);
-    detail::h5_write_attr_str(root, "value_type", sizeof(T) == 4 ? "float32" : "float64", tmp);
-    detail::h5_write_attr_str(root, "tensors", detail::signature(m), tmp);
-    std::vector<detail::H5Handle> groups;
-    auto group = [&](std::string const& g) {
-      groups.emplace_back(
-          detail::h5_check(H5Gcreate2(root, g.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), tmp,
-                           "H5Gcreate2"),
-          H5Gclose);
-    };
-    group("/params");
-    if (parts > 1)
-      group("/optim");
-    for (std::size_t k = 1; k < parts; ++k)
-      group("/optim/slot" + std::to_string(k - 1));
-    auto dxpl = detail::h5_dxpl(comm, true, tmp);
-    std::size_t written = 0;
-    for (std::size_t t = 0; t < nt; ++t)
-      for (std::size_t part = 0; part < parts; ++part) {
-        // Agreed dataset by dataset: a rank whose write failed (a full disk)
-        // must not leave the others in the next collective HDF5 call.
-        detail::agreed(comm, [&] {
-          auto const& shape = m.shapes[t];
-          std::vector<hsize_t> dims(shape.begin(), shape.end());
-          detail::H5Handle space(
-              detail::h5_check(H5Screate_simple(int(dims.size()), dims.data(), nullptr), tmp,
-                               "H5Screate_simple"),
-              H5Sclose);
-          std::string const dname = detail::part_path(m.names, t, part);
-          detail::H5Handle d(
-              detail::h5_check(H5Dcreate2(root, dname.c_str(), detail::h5_type<T>(), space.get(),
-                                          H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                               tmp, "H5Dcreate2"),
-              H5Dclose);
-          std::size_t const n = detail::select_pieces(m, t, true, space.get(), tmp);
-          auto mem = detail::memory_space(n, tmp);
-          auto const* p = detail::piece_of(m, t);
-          T const* src = n > 0 ? base(part) + p->shard_offset : base(0);
-          detail::h5_check(
-              H5Dwrite(d.get(), detail::h5_type<T>(), mem.get(), space.get(), dxpl.get(), src), tmp,
-              ("H5Dwrite " + dname).c_str());
-          detail::h5_write_attr<std::uint64_t>(d.get(), "checksum", sums[part * nt + t], tmp);
-        });
-        detail::maybe_die(comm, ++written);
-      }
-    groups.clear();
-    detail::write_buffers(root, comm, buffers, buffer_sums, tmp);
-    if (!f.reset())
-      throw CheckpointError("telar::save_checkpoint: " + tmp + ": H5Fclose failed");
+    detail::close_with_room(comm, rank, f, tmp, reserve, [&] {
+      detail::agreed(comm, [&] { // every block the file will use, before any write
+        if (int const err = rank == 0 ? detail::preallocate(tmp, needed + headroom) : 0; err != 0)
+          throw CheckpointError("telar::save_checkpoint: cannot allocate " +
+                                std::to_string(needed + headroom) + " bytes for " + tmp + ": " +
+                                std::strerror(err));
+      });
+      detail::h5_write_attr_str(root, "format", "telar-checkpoint", tmp);
+      detail::h5_write_attr<long long>(root, "version", 1, tmp);
+      detail::h5_write_attr<long long>(root, "step", trainer.steps(), tmp);
+      // The optimizer's own step count is step - skipped_steps (NonFinite::skip).
+      detail::h5_write_attr<long long>(root, "skipped_steps", trainer.skipped_steps(), tmp);
+      detail::h5_write_attr<long long>(root, "epoch", position.epoch, tmp);
+      detail::h5_write_attr<long long>(root, "batch", position.batch, tmp);
+      detail::h5_write_attr<std::uint64_t>(root, "data_seed", position.seed, tmp);
+      detail::h5_write_attr_str(root, "run_config", position.config, tmp);
+      detail::h5_write_attr<std::uint64_t>(root, "model_seed", View::seed(trainer), tmp);
+      detail::h5_write_attr_str(root, "layout", trainer.layout(), tmp);
+      detail::h5_write_attr_str(root, "strategy", trainer.strategy_name(), tmp);
+      detail::h5_write_attr_str(root, "optimizer", View::optimizer_name<Trainer>(), tmp);
+      detail::h5_write_attr<long long>(root, "state_slots", m.state_size, tmp);
+      detail::h5_write_attr_str(root, "value_type", sizeof(T) == 4 ? "float32" : "float64", tmp);
+      detail::h5_write_attr_str(root, "tensors", tensors, tmp);
+      std::vector<detail::H5Handle> groups;
+      auto group = [&](std::string const& g) {
+        groups.emplace_back(
+            detail::h5_check(H5Gcreate2(root, g.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                             tmp, "H5Gcreate2"),
+            H5Gclose);
+      };
+      group("/params");
+      if (parts > 1)
+        group("/optim");
+      for (std::size_t k = 1; k < parts; ++k)
+        group("/optim/slot" + std::to_string(k - 1));
+      auto dxpl = detail::h5_dxpl(comm, true, tmp);
+      std::size_t written = 0;
+      for (std::size_t t = 0; t < nt; ++t)
+        for (std::size_t part = 0; part < parts; ++part) {
+          // Agreed dataset by dataset: a rank whose write failed (a full disk)
+          // must not leave the others in the next collective HDF5 call.
+          detail::agreed(comm, [&] {
+            auto const& shape = m.shapes[t];
+            std::vector<hsize_t> dims(shape.begin(), shape.end());
+            detail::H5Handle space(
+                detail::h5_check(H5Screate_simple(int(dims.size()), dims.data(), nullptr), tmp,
+                                 "H5Screate_simple"),
+                H5Sclose);
+            std::string const dname = detail::part_path(m.names, t, part);
+            detail::H5Handle d(
+                detail::h5_check(H5Dcreate2(root, dname.c_str(), detail::h5_type<T>(), space.get(),
+                                            H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                                 tmp, "H5Dcreate2"),
+                H5Dclose);
+            std::size_t const n = detail::select_pieces(m, t, true, space.get(), tmp);
+            auto mem = detail::memory_space(n, tmp);
+            auto const* p = detail::piece_of(m, t);
+            T const* src = n > 0 ? base(part) + p->shard_offset : base(0);
+            detail::h5_check(
+                H5Dwrite(d.get(), detail::h5_type<T>(), mem.get(), space.get(), dxpl.get(), src),
+                tmp, ("H5Dwrite " + dname).c_str());
+            detail::h5_write_attr<std::uint64_t>(d.get(), "checksum", sums[part * nt + t], tmp);
+          });
+          detail::maybe_die(comm, ++written);
+        }
+      groups.clear();
+      detail::write_buffers(root, comm, buffers, buffer_sums, tmp);
+    });
   });
   // Complete on every rank: rank 0 publishes it under its final name.
   detail::agreed(comm, [&] {

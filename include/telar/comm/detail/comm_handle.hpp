@@ -188,13 +188,15 @@ struct CommHandle {
   // heartbeat bound (none of the communicator's operations can then finish).
   void check_heartbeats(std::string const& what, const char* op) const {
     double silence = 0;
-    std::vector<int> const lost = silent_remote_peers(peers, beats, rank, silence);
+    bool never = false;
+    std::vector<int> const lost = silent_remote_peers(peers, beats, rank, silence, never);
     if (lost.empty())
       return;
     std::ostringstream os;
     os.precision(3);
-    os << "lost " << describe_hosts(peers, lost) << ": no heartbeat for " << silence
-       << " s (the processes died or were stopped, or the link is down); rank " << rank
+    os << "lost " << describe_hosts(peers, lost) << ": no heartbeat for " << silence << " s"
+       << (never ? " (none since the addresses were exchanged)" : "")
+       << " (the processes died or were stopped, or the link is down); rank " << rank
        << " was waiting in " << what << " on " << where();
     throw PeerLost(os.str(), rank, op, lost.front());
   }

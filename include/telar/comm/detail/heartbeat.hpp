@@ -16,8 +16,10 @@
 // where an MPI send can sit in the library's TCP buffers. One process-wide
 // monitor serves every communicator; its thread wakes once a second.
 //
-// A peer counts as lost only if it was heard at least once: where datagrams
-// cannot pass (a firewall, an address that does not route), no heartbeat
+// A peer never heard (it died or lost its link before its first heartbeat)
+// counts as lost once the bound has passed since its address was exchanged,
+// but only if some other remote peer has been heard: where datagrams cannot
+// pass at all (a firewall, an address that does not route), no heartbeat
 // ever arrives and the communication timeout remains the bound, rather than
 // a healthy job being ended.
 #include <telar/comm/detail/liveness.hpp>
@@ -128,9 +130,12 @@ public:
   // and this process itself are skipped).
   void add_peers(std::vector<HeartbeatEndpoint> const& peers) {
     std::lock_guard<std::mutex> lock(mutex_);
+    auto const now = clock::now();
     for (auto const& p : peers)
-      if (p.token != 0 && p.token != self_.token && known_.emplace(p.token, p).second)
+      if (p.token != 0 && p.token != self_.token && known_.emplace(p.token, p).second) {
         targets_.push_back(p);
+        added_[p.token] = now;
+      }
   }
 
   // Seconds since the peer was last heard; negative if never heard, or if
@@ -143,6 +148,19 @@ public:
       return -1;
     auto const it = heard_.find(token);
     return it == heard_.end() ? -1 : seconds(now - it->second);
+  }
+
+  // Seconds since a peer never heard was added (its address exchanged);
+  // negative once it has been heard, if unknown, or if this process's own
+  // record is stale (as silence).
+  double unheard(std::uint64_t token) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto const now = clock::now();
+    auto const it = added_.find(token);
+    if (seconds(now - last_tick_) > 2 * interval_ + 1.0 || it == added_.end() ||
+        heard_.count(token) != 0)
+      return -1;
+    return seconds(now - it->second);
   }
 
 private:
@@ -234,7 +252,7 @@ private:
   clock::time_point last_tick_;
   std::map<std::uint64_t, HeartbeatEndpoint> known_;
   std::vector<HeartbeatEndpoint> targets_;
-  std::map<std::uint64_t, clock::time_point> heard_;
+  std::map<std::uint64_t, clock::time_point> heard_, added_;
   std::thread thread_;
 };
 
@@ -257,6 +275,7 @@ public:
   double timeout() const { return 0; }
   void add_peers(std::vector<HeartbeatEndpoint> const&) {}
   double silence(std::uint64_t) const { return -1; }
+  double unheard(std::uint64_t) const { return -1; }
 
 private:
   HeartbeatEndpoint self_;
@@ -270,24 +289,34 @@ inline HeartbeatMonitor* heartbeat_monitor() {
 #endif
 
 // The ranks of a communicator on other hosts (or pid namespaces: those
-// liveness.hpp cannot ask the OS about) silent for longer than the bound;
-// `longest` gets the longest silence among them.
+// liveness.hpp cannot ask the OS about) silent for longer than the bound:
+// since their last heartbeat, or, never heard while another remote rank
+// was, since their address was exchanged. `longest` gets the longest
+// silence among them, `never` whether one was never heard.
 inline std::vector<int> silent_remote_peers(std::vector<PeerInfo> const& peers,
                                             std::vector<HeartbeatEndpoint> const& beats, int self,
-                                            double& longest) {
+                                            double& longest, bool& never,
+                                            HeartbeatMonitor const* monitor = heartbeat_monitor()) {
   std::vector<int> out;
-  HeartbeatMonitor const* monitor = heartbeat_monitor();
   longest = 0;
+  never = false;
   if (monitor == nullptr || beats.size() != peers.size())
     return out;
-  for (int r = 0; r < int(peers.size()); ++r) {
-    if (r == self ||
-        peer_state(peers[std::size_t(r)], peers[std::size_t(self)]) != PeerState::unknown)
-      continue;
+  std::vector<int> remote;
+  bool heard_one = false;
+  for (int r = 0; r < int(peers.size()); ++r)
+    if (r != self &&
+        peer_state(peers[std::size_t(r)], peers[std::size_t(self)]) == PeerState::unknown) {
+      remote.push_back(r);
+      heard_one = heard_one || monitor->silence(beats[std::size_t(r)].token) >= 0;
+    }
+  for (int r : remote) {
     double const s = monitor->silence(beats[std::size_t(r)].token);
-    if (s > monitor->timeout()) {
+    double const u = heard_one ? monitor->unheard(beats[std::size_t(r)].token) : -1;
+    if (std::max(s, u) > monitor->timeout()) {
       out.push_back(r);
-      longest = std::max(longest, s);
+      longest = std::max(longest, std::max(s, u));
+      never = never || u > monitor->timeout();
     }
   }
   return out;

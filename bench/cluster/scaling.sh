@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Figures on the emulated cluster (docs/cluster.md, "Scaling"): the
+# allreduce, ring (flat) against hierarchical, at 2 nodes x 2 ranks and
+# 4 x 1; then fashion_mnist's MLP trained data-parallel on 1, 2 and 4 nodes
+# (one rank per node, the same global batch: strong scaling), and a small
+# GPT likewise (PARTS=gpt), each run's JSON (measured step_ms_median beside
+# the cost model's predicted_step_ms).
+# Open MPI builds (mpirun inside the allocation). Needs root.
+#   bash bench/cluster/scaling.sh BUILD [RATE] [ROUNDS]
+#   BUILD  a build tree with bench/allreduce/bench_allreduce and
+#          examples/01_fashion_mnist/fashion_mnist (TELAR_ENABLE_BENCHMARKS=ON)
+#   RATE   tc rate of every node's link (default 1gbit; "none": unshaped)
+#   ROUNDS interleaved rounds (default 5)
+# Environment: OUT (default ./cluster-scaling), DATA (Fashion-MNIST), STEPS
+# (default 100), BATCH (global, default 256), HIDDEN (default 256), FM (the
+# fashion_mnist binary, default BUILD's), GPT (the gpt binary), PARTS
+# (default "allreduce mlp"; add gpt for a small GPT).
+# Leaves the cluster up: stop it
+# with scripts/cluster/stop.sh.
+set -euo pipefail
+build=$(cd "$1" && pwd)
+rate=${2:-1gbit}
+rounds=${3:-5}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+scripts=$here/../../scripts
+out=$(mkdir -p "${OUT:-$PWD/cluster-scaling}" && cd "${OUT:-$PWD/cluster-scaling}" && pwd)
+data=${DATA:-/usr/share/datasets/fashion-mnist}
+fm=${FM:-$build/examples/01_fashion_mnist/fashion_mnist}
+steps=${STEPS:-100} batch=${BATCH:-256} hidden=${HIDDEN:-256}
+run=$scripts/cluster/run.sh
+
+shape=()
+[[ $rate != none ]] && shape=(--rate "$rate")
+bash "$scripts/cluster/start.sh" 4 "${shape[@]}"
+# job NODES TASKS_PER_NODE OUTPUT CMD: one batch job, waited for.
+job() {
+  "$run" head sbatch --wait --quiet -N "$1" --ntasks-per-node="$2" --output="$3" --wrap "$4" ||
+    echo "scaling.sh: job failed: $4 (see $3)" >&2
+}
+echo "uptime before: $(uptime)" | tee "$out/load.txt"
+
+parts=${PARTS:-allreduce mlp}
+bench=$build/bench/allreduce/bench_allreduce
+for layout in "2 2" "4 1"; do
+  set -- $layout
+  if [[ $parts == *allreduce* ]]; then
+    job "$1" "$2" "$out/allreduce-$1x$2.txt" \
+      "mpirun $bench --mode interleaved --min-bytes 1048576 --max-bytes 16777216 --rounds $rounds"
+  fi
+done
+
+# Strong scaling: rounds x (1, 2, 4 nodes), interleaved.
+gpt=${GPT:-$build/examples/03_gpt/gpt}
+for r in $(seq "$rounds"); do
+  for n in 1 2 4; do
+    if [[ $parts == *mlp* ]]; then
+      job "$n" 1 "$out/mlp-$n-$r.json" \
+        "mpirun $fm --dp $n --batch $batch --hidden $hidden --limit-steps $steps --epochs 1 --json --data $data"
+    fi
+    if [[ $parts == *gpt* ]]; then # a small GPT: 2 layers, 128 wide, context 64, 40 steps
+      job "$n" 1 "$out/gpt-$n-$r.json" \
+        "mpirun $gpt --dp $n --layers 2 --hidden 128 --heads 4 --context 64 --batch 32 --steps 40 --eval-limit 16 --sample 0 --json"
+    fi
+  done
+done
+echo "uptime after: $(uptime)" | tee -a "$out/load.txt"
+
+# Medians per node count (measured step and prediction, from the JSON lines).
+python3 - "$out" "$rounds" <<'PY'
+import json, statistics, sys, glob
+out, rounds = sys.argv[1], int(sys.argv[2])
+print("| example, nodes x ranks | step_ms_median (median of runs) | runs | predicted_step_ms |")
+print("|---|---:|---|---:|")
+for ex in ("mlp", "gpt"):
+  for n in (1, 2, 4):
+    meas, pred = [], []
+    for r in range(1, rounds + 1):
+        try:
+            line = [l for l in open(f"{out}/{ex}-{n}-{r}.json") if l.startswith("{")][-1]
+        except (OSError, IndexError):
+            continue
+        j = json.loads(line)
+        meas.append(j["step_ms_median"]); pred.append(j.get("predicted_step_ms", float("nan")))
+    if meas:
+        print(f"| {ex} {n} x 1 | {statistics.median(meas):.2f} | {', '.join(f'{m:.2f}' for m in meas)} | {statistics.median(pred):.2f} |")
+PY
