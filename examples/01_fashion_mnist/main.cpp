@@ -33,15 +33,17 @@
 // docs/precision.md). To keep the compile time, it comes with the default
 // strategy set only (--zero 0, --recompute none).
 //
-// This file parses the flags; the training itself (train.hpp) is compiled in
-// one file per optimizer (train_<optimizer>.cpp, see fashion_mnist.hpp).
+// This file parses the flags and plans; the training itself (train.hpp) is
+// compiled in one file per ZeRO stage (train_zero<k>.cpp, see fashion_mnist.hpp).
 #include <telar/telar.hpp> // one include for all of Telar
 
 #include "fashion_mnist.hpp"
 
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace fashion_mnist {
 
@@ -100,10 +102,53 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
+// The layouts of `model` under every ZeRO stage (the strategy types
+// train_stage runs), merged.
+template <class Optimizer, class ModelT, int... Stage>
+telar::LayoutPlan plan_stages(MPI_Comm comm, Args const& a, ModelT const& model,
+                              std::integer_sequence<int, Stage...>) {
+  return example::merged(
+      {example::plan_of<ModelT, StrategyFor<Stage>, Optimizer>(comm, a, model, 784)...});
+}
+
+// Every layout this example's types can run: each ZeRO stage, with and
+// without recomputation.
+template <class Optimizer>
+telar::LayoutPlan plan_all(MPI_Comm comm, Args const& a) {
+  using Stages = std::integer_sequence<int, 0, 1, 2, 3>;
+  return example::merged(
+      {plan_stages<Optimizer>(comm, a, make_model(a.hidden), Stages{}),
+       plan_stages<Optimizer>(comm, a, telar::recompute_all(make_model(a.hidden)), Stages{})});
+}
+
+// --layout auto / --dry-run: the planner decides (ZeRO and recomputation
+// too). --precision bf16 runs unplanned at stage 0 (parse()).
 int run(MPI_Comm comm, int argc, char** argv) {
-  Args const a = parse(argc, argv);
-  return example::with_optimizer<T>(a.optimizer, usage,
-                                    [&](auto opt) { return train_model(comm, a, opt); });
+  Args a = parse(argc, argv);
+  if (a.precision == "bf16")
+    return train_bf16(comm, a);
+  std::optional<telar::LayoutPlan> plan;
+  bool const train = example::with_optimizer<T>(a.optimizer, usage, [&](auto opt) {
+    return int(example::plan_run(comm, a, plan, "fashion_mnist",
+                                 [&] { return plan_all<decltype(opt)>(comm, a); }));
+  });
+  if (!train)
+    return 0;
+  if (a.layout_auto) {
+    a.zero = plan->best().zero_stage;
+    a.recompute = plan->best().recompute ? "full" : "none";
+  }
+  // --zero: the strategy type of the stage (one file each).
+  switch (a.zero) {
+  case 1:
+    return train_stage<1>(comm, a, plan);
+  case 2:
+    return train_stage<2>(comm, a, plan);
+  case 3:
+    return train_stage<3>(comm, a, plan);
+  default:
+    return train_stage<0>(comm, a, plan);
+  }
 }
 
 } // namespace
