@@ -30,11 +30,14 @@
 // the JSON's "memory" and "memory_plan") gives measured and planned peaks.
 // --precision bf16 multiplies in bf16 with fp32 accumulation
 // (telar::Bf16Gemm; fp32 weights, gradients and optimizer state; see
-// docs/precision.md). To keep this file's compile time, it comes with the
-// default strategy set only (--zero 0, --recompute none).
+// docs/precision.md). To keep the compile time, it comes with the default
+// strategy set only (--zero 0, --recompute none).
+//
+// This file parses the flags and plans; the training itself (train.hpp) is
+// compiled in one file per ZeRO stage (train_zero<k>.cpp, see fashion_mnist.hpp).
 #include <telar/telar.hpp> // one include for all of Telar
 
-#include "layout_planning.hpp"
+#include "fashion_mnist.hpp"
 
 #include <cstdio>
 #include <optional>
@@ -42,15 +45,9 @@
 #include <string>
 #include <utility>
 
-namespace {
+namespace fashion_mnist {
 
-struct Args : example::CommonArgs {
-  Args() : CommonArgs(/*epochs*/ 3, /*hidden*/ 256) { takes_precision = true; }
-  int zero = 0; // ZeRO stage
-  std::string recompute = "none";
-};
-
-[[noreturn]] void usage(char const* why) {
+void usage(char const* why) {
   std::fprintf(
       stderr,
       "fashion_mnist: %s\n"
@@ -64,6 +61,12 @@ struct Args : example::CommonArgs {
       why, example::schedule_choices().c_str());
   throw 2;
 }
+
+} // namespace fashion_mnist
+
+namespace {
+
+using namespace fashion_mnist;
 
 // Any accepted spelling (zb_h1, ZB-H1, ...) becomes the canonical name.
 std::string schedule_name(std::string const& v) {
@@ -99,85 +102,8 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-using T = float;
-using R = telar::ReLU<T>;
-// The first two layers form a Megatron pair under --tp (plain Dense at tp 1).
-// Gemm: AutoGemm (fp32) or Bf16Gemm (--precision bf16).
-template <class Gemm>
-using ModelWith =
-    telar::Sequential<telar::ColumnParallel<telar::Dense<T, telar::DefaultMemorySpace, Gemm>>, R,
-                      telar::RowParallel<telar::Dense<T, telar::DefaultMemorySpace, Gemm>>, R,
-                      telar::Dense<T, telar::DefaultMemorySpace, Gemm>>;
-using Model = ModelWith<telar::AutoGemm>;
-// One strategy type per ZeRO stage: degrees left at 1 cost nothing.
-template <int Stage>
-struct ShardingFor {
-  using type = telar::ZeRO<Stage>;
-};
-template <>
-struct ShardingFor<0> {
-  using type = telar::NoSharding;
-};
-template <int Stage>
-using StrategyFor =
-    telar::Strategy<telar::DataParallel<telar::RingAllreduce, typename ShardingFor<Stage>::type>,
-                    telar::PipelineParallel<telar::OneFOneB>, telar::TensorParallel<>>;
-
-template <class Gemm = telar::AutoGemm>
-ModelWith<Gemm> make_model(std::size_t hidden) {
-  using D = telar::Dense<T, telar::DefaultMemorySpace, Gemm>;
-  return ModelWith<Gemm>(telar::ColumnParallel<D>(784, hidden), {},
-                         telar::RowParallel<D>(hidden, hidden), {}, D(hidden, 10));
-}
-
-template <class Strategy, class ModelT, class Optimizer>
-int train(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt,
-          std::optional<telar::LayoutPlan> const& plan) {
-  telar::FashionMnist data = telar::load_fashion_mnist(a.data);
-  telar::TrainerOptions const opts = example::trainer_options(a, data.train.size, comm);
-  ModelT const fresh = model; // the cost model's copy
-  auto trainer = example::with_fastest_fitting(plan, [&] {
-    return telar::Trainer<ModelT, Strategy, Optimizer>(comm, std::move(model), opt, opts, 784);
-  });
-  double const predicted = example::predicted_step_ms(comm, a, fresh, trainer, 784);
-  std::size_t const local = example::local_batch(a, trainer.grid_shape().dp, "fashion_mnist");
-  if (trainer.rank() == 0)
-    std::fprintf(stderr,
-                 "fashion_mnist: %zu train / %zu test samples, MLP 784-%zu-%zu-10, %s, "
-                 "layout %s, schedule %s, %d micro-batches, global batch %zu, gemm %s, "
-                 "recompute %s, precision %s\n",
-                 data.train.size, data.test.size, a.hidden, a.hidden, Optimizer::name(),
-                 trainer.layout().c_str(), trainer.pipeline_schedule().name.c_str(),
-                 opts.microbatches, a.batch, example::gemm_name(a.precision), a.recompute.c_str(),
-                 a.precision.c_str());
-
-  auto test_set = example::test_set(data.test, data.test.size);
-  example::Result r = example::fit(trainer, a, data, test_set, local);
-  r.predicted_ms = predicted;
-  example::write_timeline(trainer, a.timeline, "fashion_mnist");
-  telar::JsonObject config = example::common_config(trainer, a);
-  config.add("zero", a.zero)
-      .add("recompute", a.recompute)
-      .add("gemm", example::gemm_name(a.precision));
-  example::report(trainer, a, r, config);
-  return 0;
-}
-
-// --zero: the strategy type of the stage.
-template <class ModelT, class Optimizer>
-int train_zero(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt,
-               std::optional<telar::LayoutPlan> const& plan) {
-  if (a.zero == 1)
-    return train<StrategyFor<1>>(comm, a, std::move(model), opt, plan);
-  if (a.zero == 2)
-    return train<StrategyFor<2>>(comm, a, std::move(model), opt, plan);
-  if (a.zero == 3)
-    return train<StrategyFor<3>>(comm, a, std::move(model), opt, plan);
-  return train<StrategyFor<0>>(comm, a, std::move(model), opt, plan);
-}
-
 // The layouts of `model` under every ZeRO stage (the strategy types
-// train_zero runs), merged.
+// train_stage runs), merged.
 template <class Optimizer, class ModelT, int... Stage>
 telar::LayoutPlan plan_stages(MPI_Comm comm, Args const& a, ModelT const& model,
                               std::integer_sequence<int, Stage...>) {
@@ -196,33 +122,33 @@ telar::LayoutPlan plan_all(MPI_Comm comm, Args const& a) {
 }
 
 // --layout auto / --dry-run: the planner decides (ZeRO and recomputation
-// too); --recompute full: every layer keeps only its input (telar::RecomputeAll).
-template <class Optimizer>
-int train_model(MPI_Comm comm, Args const& given, Optimizer opt) {
-  Args a = given;
+// too). --precision bf16 runs unplanned at stage 0 (parse()).
+int run(MPI_Comm comm, int argc, char** argv) {
+  Args a = parse(argc, argv);
+  if (a.precision == "bf16")
+    return train_bf16(comm, a);
   std::optional<telar::LayoutPlan> plan;
-  if (a.precision == "bf16") {
-    if constexpr (telar::Bf16Gemm::supports<T, telar::DefaultMemorySpace>())
-      return train<StrategyFor<0>>(comm, a, make_model<telar::Bf16Gemm>(a.hidden), opt, plan);
-    else
-      usage("--precision bf16 needs oneDNN and host memory (telar::Bf16Gemm)");
-  }
-  if (!example::plan_run(comm, a, plan, "fashion_mnist",
-                         [&] { return plan_all<Optimizer>(comm, a); }))
+  bool const train = example::with_optimizer<T>(a.optimizer, usage, [&](auto opt) {
+    return int(example::plan_run(comm, a, plan, "fashion_mnist",
+                                 [&] { return plan_all<decltype(opt)>(comm, a); }));
+  });
+  if (!train)
     return 0;
   if (a.layout_auto) {
     a.zero = plan->best().zero_stage;
     a.recompute = plan->best().recompute ? "full" : "none";
   }
-  if (a.recompute == "full")
-    return train_zero(comm, a, telar::recompute_all(make_model(a.hidden)), opt, plan);
-  return train_zero(comm, a, make_model(a.hidden), opt, plan);
-}
-
-int run(MPI_Comm comm, int argc, char** argv) {
-  Args const a = parse(argc, argv);
-  return example::with_optimizer<T>(a.optimizer, usage,
-                                    [&](auto opt) { return train_model(comm, a, opt); });
+  // --zero: the strategy type of the stage (one file each).
+  switch (a.zero) {
+  case 1:
+    return train_stage<1>(comm, a, plan);
+  case 2:
+    return train_stage<2>(comm, a, plan);
+  case 3:
+    return train_stage<3>(comm, a, plan);
+  default:
+    return train_stage<0>(comm, a, plan);
+  }
 }
 
 } // namespace
