@@ -139,6 +139,18 @@ inline int ranks_per_node(MPI_Comm comm) {
   return seen;
 }
 
+// The profile at --profile (else the cached one), refreshed when stale:
+// once per process, whatever the model types an example plans (each
+// machine_profile<Model, Loss> keeps its own copy).
+inline telar::MachineProfile loaded_profile(CommonArgs const& a) {
+  static std::optional<telar::MachineProfile> base;
+  if (!base) {
+    base = telar::load_machine_profile(a.profile);
+    refresh_if_stale(a, *base);
+  }
+  return *base;
+}
+
 // The scheduler as this run sees it (cpu_share, slice_us, descheduled_us):
 // every rank spins at once, as in a step, and all take the mean over ranks,
 // so every rank predicts alike. Once per process: the plan and the closing
@@ -185,10 +197,8 @@ telar::MachineProfile const& machine_profile(MPI_Comm comm, CommonArgs const& a,
   std::string json;
   if (rank == 0)
     try {
-      if (!cached) {
-        cached = telar::load_machine_profile(a.profile);
-        detail::refresh_if_stale(a, *cached);
-      }
+      if (!cached)
+        cached = detail::loaded_profile(a);
       detail::calibrate_on_root<Model, Loss>(a, model, in, rows, *cached);
       json = cached->to_json();
     } catch (std::exception const& e) {

@@ -452,50 +452,39 @@ TEST_CASE("planner: groups that span nodes take the across link class", "[planne
 }
 
 namespace {
-telar::MachineProfile published(char const* file) {
+telar::MachineProfile published(std::string const& file) {
   return telar::load_machine_profile(std::string(TELAR_PLANNER_PROFILES) + "/" + file);
-}
-// ResNet-50 and ResNet-101 at 224x224: parameters, forward FLOPs per image
-// (2 per multiply-add: 4.1 and 7.8 G multiply-adds).
-telar::PaperModel resnet(int depth, std::size_t batch) {
-  telar::PaperModel m;
-  m.name = "ResNet-" + std::to_string(depth);
-  m.parameters = depth == 50 ? 25.6e6 : 44.5e6;
-  m.forward_flops = depth == 50 ? 8.2e9 : 15.6e9;
-  m.batch_per_rank = batch;
-  return m;
 }
 } // namespace
 
 TEST_CASE("planner: at scale, on paper, the model reproduces published scaling", "[planner]") {
   // docs/planner.md ("At scale, on paper") says what each assumed.
-  auto const minsky = published("p100_minsky_edr.json");
-  auto const big_basin = published("p100_bigbasin_50gbe.json");
-  auto const roce = published("p100_pcie_roce25.json");
-  CHECK_FALSE(minsky.probed); // written by hand: never re-measured
-  CHECK(big_basin.ranks_per_node == 8);
-  // IBM DDL: 95% on 256 P100 (64 Minsky servers), ResNet-101, against one GPU.
-  double const ddl = telar::scaling_efficiency(resnet(101, 32), minsky, 256, 1);
-  // Goyal et al.: ~90% from 8 to 256 P100 (32 Big Basin servers), ResNet-50, 32 per GPU.
-  double const goyal = telar::scaling_efficiency(resnet(50, 32), big_basin, 256, 8);
-  // Horovod: ~90% on 512 P100 (128 servers of 4, RoCE 25 Gbit/s), ResNet-101,
-  // 64 per GPU, NCCL's flat ring, 64 MB tensor fusion.
-  telar::PaperModel hvd = resnet(101, 64);
-  hvd.hierarchical = false;
-  hvd.bucket_bytes = 64e6;
-  double const horovod = telar::scaling_efficiency(hvd, roce, 512, 1);
-  INFO("IBM DDL " << ddl << ", Goyal " << goyal << ", Horovod " << horovod);
-  CHECK(std::abs(ddl - 0.95) <= 0.05);
-  CHECK(std::abs(goyal - 0.90) <= 0.05);
-  CHECK(std::abs(horovod - 0.90) <= 0.05);
+  auto const anchors = telar::published_scaling();
+  REQUIRE(anchors.size() == 3);
+  for (auto const& a : anchors) {
+    auto const hw = published(a.profile);
+    CHECK_FALSE(hw.probed); // written by hand: never re-measured
+    double const e = telar::scaling_efficiency(a.model, hw, a.ranks, a.baseline);
+    INFO(a.source << ": " << a.model.name << " on " << a.ranks << " GPUs, model " << e
+                  << ", published " << a.efficiency);
+    CHECK(std::abs(e - a.efficiency) <= 0.05);
+  }
+  CHECK(anchors[0].model.name == "ResNet-101");
+  CHECK(anchors[1].baseline == 8);
+  CHECK_FALSE(anchors[2].model.hierarchical);
   // The across link is what costs: Goyal's servers on one node's NVLink
   // would scale better, and a slower network worse.
+  auto const big_basin = published(anchors[1].profile);
+  CHECK(big_basin.ranks_per_node == 8);
+  auto const& resnet50 = anchors[1].model;
+  double const goyal = telar::scaling_efficiency(resnet50, big_basin, 256, 8);
   auto fast = big_basin;
   fast.across = big_basin.link_class(false);
-  CHECK(telar::scaling_efficiency(resnet(50, 32), fast, 256, 8) > goyal);
+  CHECK(telar::scaling_efficiency(resnet50, fast, 256, 8) > goyal);
   auto slow = big_basin;
   slow.across.allreduce.beta *= 4;
-  CHECK(telar::scaling_efficiency(resnet(50, 32), slow, 256, 8) < goyal - 0.05);
+  CHECK(telar::scaling_efficiency(resnet50, slow, 256, 8) < goyal - 0.05);
+  CHECK_THROWS_AS(telar::resnet_on_paper(34, 32), telar::Error);
   // Zero Bubble (Qi et al. 2024) over 1F1B, F = B = W, p = 8, m = 24: the
   // handcrafted ZB-H1 leaves a third of 1F1B's bubble ((p-1)(F+B-W) against
   // (p-1)(F+B+W)); ZB-H2 (more memory) almost none: the paper's "up to 31%

@@ -10,6 +10,7 @@
  *  take from a model's layers it takes from the FLOP count. docs/planner.md
  *  ("At scale, on paper") lists the published results it reproduces and what
  *  each assumed. */
+#include <telar/core/error.hpp>
 #include <telar/parallel/detail/step_cost_detail.hpp>
 #include <telar/parallel/machine_profile.hpp>
 #include <telar/schedule/simulate.hpp>
@@ -19,6 +20,7 @@
 #include <cmath>
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace telar {
 
@@ -84,6 +86,45 @@ inline double scaling_efficiency(PaperModel const& model, MachineProfile const& 
   ScalingPoint const a = predict_data_parallel(model, hw, baseline);
   ScalingPoint const b = predict_data_parallel(model, hw, ranks);
   return (b.samples_per_s / ranks) / (a.samples_per_s / baseline);
+}
+
+/*! \brief ResNet-50 or ResNet-101 at 224x224 on paper: 25.6 M / 44.5 M
+ *  parameters, 8.2 / 15.6 GFLOP forward per image (4.1 / 7.8 G
+ *  multiply-adds), \p batch images per rank.
+ *  \throws telar::Error for another depth */
+inline PaperModel resnet_on_paper(int depth, std::size_t batch) {
+  if (depth != 50 && depth != 101)
+    throw Error("telar::resnet_on_paper: depth " + std::to_string(depth) + " (50 or 101)");
+  PaperModel m;
+  m.name = "ResNet-" + std::to_string(depth);
+  m.parameters = depth == 50 ? 25.6e6 : 44.5e6;
+  m.forward_flops = depth == 50 ? 8.2e9 : 15.6e9;
+  m.batch_per_rank = batch;
+  return m;
+}
+
+/*! \brief A published data-parallel scaling result and the setting that
+ *  reproduces it (docs/planner.md, "At scale, on paper"). */
+struct PublishedScaling {
+  std::string source;  //!< who published it
+  std::string profile; //!< hardware profile file in bench/planner/profiles/
+  PaperModel model;
+  int ranks = 1;          //!< GPUs
+  int baseline = 1;       //!< GPUs the efficiency is measured against
+  double efficiency = 0;  //!< published scaling efficiency
+};
+
+/*! \brief IBM DDL (95%, 256 P100, ResNet-101), Goyal et al. (~90%, 8 to
+ *  256 P100, ResNet-50) and Horovod (~90%, 512 P100, ResNet-101, NCCL's flat
+ *  ring with 64 MB tensor fusion). */
+inline std::vector<PublishedScaling> published_scaling() {
+  PaperModel hvd = resnet_on_paper(101, 64);
+  hvd.hierarchical = false;
+  hvd.bucket_bytes = 64e6;
+  return {{"IBM DDL (Cho et al. 2017)", "p100_minsky_edr.json", resnet_on_paper(101, 32), 256, 1,
+           0.95},
+          {"Goyal et al. 2017", "p100_bigbasin_50gbe.json", resnet_on_paper(50, 32), 256, 8, 0.90},
+          {"Horovod (Sergeev and Del Balso 2018)", "p100_pcie_roce25.json", hvd, 512, 1, 0.90}};
 }
 
 /*! \brief Throughput gain of pipeline schedule \p name ("zb-h1", "zb-h2",
