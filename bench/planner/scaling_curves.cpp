@@ -22,8 +22,8 @@ int main(int argc, char** argv) {
         throw telar::Error("no profile at " + path);
       std::printf("{\"source\":\"%s\",\"model\":\"%s\",\"profile\":\"%s\",\"batch_per_gpu\":%zu,"
                   "\"ranks\":%d,\"baseline\":%d,\"published\":%.3f,\"points\":[",
-                  a.source.c_str(), a.model.name.c_str(), a.profile.c_str(),
-                  a.model.batch_per_rank, a.ranks, a.baseline, a.efficiency);
+                  a.source.c_str(), a.model.name.c_str(), a.profile.c_str(), a.model.batch_per_rank,
+                  a.ranks, a.baseline, a.efficiency);
       for (int r = 1; r <= 1024; r *= 2) {
         auto const p = telar::predict_data_parallel(a.model, hw, r);
         std::printf("%s{\"ranks\":%d,\"step_ms\":%.4g,\"exposed_ms\":%.4g,\"samples_per_s\":%.6g,"

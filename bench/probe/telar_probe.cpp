@@ -141,21 +141,21 @@ telar::LinkCosts measure_links(MPI_Comm mpi, std::string const& link) {
                         [&](std::size_t bytes, float* a, float*) {
                           telar::RingAllreduce::allreduce(comm, a, bytes / 4);
                         });
-  l.mpi_allreduce = measure(mpi, name("MPI_Allreduce"), 2 * (pd - 1) / pd,
-                            [&](std::size_t bytes, float* a, float* b) {
-                              MPI_Allreduce(a, b, int(std::max<std::size_t>(bytes / 4, 1)),
-                                            MPI_FLOAT, MPI_SUM, mpi);
-                            });
-  l.reduce_scatter = measure(
-      mpi, name("MPI_Reduce_scatter_block"), (pd - 1) / pd, [&](std::size_t bytes, float* a, float* b) {
-        MPI_Reduce_scatter_block(a, b, int(std::max<std::size_t>(bytes / 4 / std::size_t(p), 1)),
-                                 MPI_FLOAT, MPI_SUM, mpi);
+  l.mpi_allreduce = measure(
+      mpi, name("MPI_Allreduce"), 2 * (pd - 1) / pd, [&](std::size_t bytes, float* a, float* b) {
+        MPI_Allreduce(a, b, int(std::max<std::size_t>(bytes / 4, 1)), MPI_FLOAT, MPI_SUM, mpi);
       });
-  l.all_gather =
-      measure(mpi, name("MPI_Allgather"), (pd - 1) / pd, [&](std::size_t bytes, float* a, float* b) {
-        int const n = int(std::max<std::size_t>(bytes / std::size_t(p), 1));
-        MPI_Allgather(a, n, MPI_CHAR, b, n, MPI_CHAR, mpi);
-      });
+  l.reduce_scatter = measure(mpi, name("MPI_Reduce_scatter_block"), (pd - 1) / pd,
+                             [&](std::size_t bytes, float* a, float* b) {
+                               MPI_Reduce_scatter_block(
+                                   a, b, int(std::max<std::size_t>(bytes / 4 / std::size_t(p), 1)),
+                                   MPI_FLOAT, MPI_SUM, mpi);
+                             });
+  l.all_gather = measure(mpi, name("MPI_Allgather"), (pd - 1) / pd,
+                         [&](std::size_t bytes, float* a, float* b) {
+                           int const n = int(std::max<std::size_t>(bytes / std::size_t(p), 1));
+                           MPI_Allgather(a, n, MPI_CHAR, b, n, MPI_CHAR, mpi);
+                         });
   l.send_recv = measure(mpi, name("send/recv"), 1.0, [&](std::size_t bytes, float* a, float* b) {
     for (int i = 0; i < 2; ++i) {
       if (rank == 0) {

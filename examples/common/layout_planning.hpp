@@ -99,7 +99,10 @@ void calibrate_on_root(CommonArgs const& a, Model const& model, telar::Shape con
 // share of a core, build or probe method; or none recorded), and says so.
 // Layer times go too (calibration times the sizes this run needs); message
 // costs and fixed step costs stay (they need every rank: telar_probe).
+// TELAR_CPU_SHARE (runs planned alike whatever the load) keeps the profile as it is.
 inline void refresh_if_stale(CommonArgs const& a, telar::MachineProfile& profile) {
+  if (char const* fixed = std::getenv("TELAR_CPU_SHARE"); fixed != nullptr && *fixed)
+    return;
   telar::ProfileConditions now = telar::current_conditions(profile.cores);
   now.cpu_share = telar::measure_scheduling(0.1).cpu_share;
   telar::Staleness const s = telar::profile_staleness(profile.measured, profile.probed, now);

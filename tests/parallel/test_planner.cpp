@@ -394,8 +394,8 @@ TEST_CASE("planner: a profile is stale when measured under other conditions", "[
 }
 
 TEST_CASE("planner: groups that span nodes take the across link class", "[planner]") {
-  using telar::detail::comm_group;
   using telar::GridAxis;
+  using telar::detail::comm_group;
   telar::GridShape const g{4, 1, 2}; // dp 4 x tp 2, tp innermost
   auto const order = telar::default_grid_order;
   // One node: nothing spans.

@@ -58,7 +58,6 @@ inline ProfileConditions current_conditions(int cores) {
   return c;
 }
 
-
 namespace detail {
 
 // GFLOP/s of a layer's forward over n samples of shape `in` (fastest of `reps`).
@@ -95,7 +94,8 @@ inline void measure_compute(MachineProfile& prof, int reps = 5) {
   prof.gemm_gflops_64 = detail::forward_gflops(D(64, 64), 64, Shape{64}, reps);
   prof.gemm_gflops_256 = detail::forward_gflops(D(256, 256), 256, Shape{256}, reps);
   prof.gemm_gflops_1024 = detail::forward_gflops(D(1024, 1024), 256, Shape{1024}, reps);
-  prof.conv_gflops = detail::forward_gflops(Conv2D<float>(32, 32, 3, 1, 1), 16, Shape{32, 14, 14}, reps);
+  prof.conv_gflops =
+      detail::forward_gflops(Conv2D<float>(32, 32, 3, 1, 1), 16, Shape{32, 14, 14}, reps);
   Kokkos::DefaultExecutionSpace exec;
   {
     // ReLU over 1M floats: 8 MB read and written; a tiny one gives the per-call cost.

@@ -473,8 +473,8 @@ inline Staleness profile_staleness(ProfileConditions const& then, bool probed,
     return stale(buf);
   }
   if (now.cpu_share > 0 && then.cpu_share > 0) {
-    double const r = std::max(now.cpu_share, then.cpu_share) /
-                     std::min(now.cpu_share, then.cpu_share);
+    double const r =
+        std::max(now.cpu_share, then.cpu_share) / std::min(now.cpu_share, then.cpu_share);
     if (r > m.cpu_share_ratio) {
       std::snprintf(buf, sizeof buf, "measured at a share of a core of %.2f, now %.2f (over %.2gx)",
                     then.cpu_share, now.cpu_share, m.cpu_share_ratio);

@@ -28,11 +28,11 @@ namespace telar {
  *  8.2 GFLOP forward per 224x224 image). */
 struct PaperModel {
   std::string name;
-  double parameters = 0;             //!< trained parameters (fp32 gradients: 4 bytes each)
-  double forward_flops = 0;          //!< forward FLOPs per sample (2 per multiply-add)
-  std::size_t batch_per_rank = 32;   //!< samples per rank and step
-  double bucket_bytes = 25e6;        //!< gradient bucket (PyTorch DDP's default 25 MB)
-  bool hierarchical = true;          //!< two-level allreduce across nodes (IBM DDL, NCCL trees)
+  double parameters = 0;           //!< trained parameters (fp32 gradients: 4 bytes each)
+  double forward_flops = 0;        //!< forward FLOPs per sample (2 per multiply-add)
+  std::size_t batch_per_rank = 32; //!< samples per rank and step
+  double bucket_bytes = 25e6;      //!< gradient bucket (PyTorch DDP's default 25 MB)
+  bool hierarchical = true;        //!< two-level allreduce across nodes (IBM DDL, NCCL trees)
 };
 
 /*! \brief One point of a data-parallel scaling curve (milliseconds). */
@@ -109,9 +109,9 @@ struct PublishedScaling {
   std::string source;  //!< who published it
   std::string profile; //!< hardware profile file in bench/planner/profiles/
   PaperModel model;
-  int ranks = 1;          //!< GPUs
-  int baseline = 1;       //!< GPUs the efficiency is measured against
-  double efficiency = 0;  //!< published scaling efficiency
+  int ranks = 1;         //!< GPUs
+  int baseline = 1;      //!< GPUs the efficiency is measured against
+  double efficiency = 0; //!< published scaling efficiency
 };
 
 /*! \brief IBM DDL (95%, 256 P100, ResNet-101), Goyal et al. (~90%, 8 to
@@ -121,10 +121,10 @@ inline std::vector<PublishedScaling> published_scaling() {
   PaperModel hvd = resnet_on_paper(101, 64);
   hvd.hierarchical = false;
   hvd.bucket_bytes = 64e6;
-  return {{"IBM DDL (Cho et al. 2017)", "p100_minsky_edr.json", resnet_on_paper(101, 32), 256, 1,
-           0.95},
-          {"Goyal et al. 2017", "p100_bigbasin_50gbe.json", resnet_on_paper(50, 32), 256, 8, 0.90},
-          {"Horovod (Sergeev and Del Balso 2018)", "p100_pcie_roce25.json", hvd, 512, 1, 0.90}};
+  return {
+      {"IBM DDL (Cho et al. 2017)", "p100_minsky_edr.json", resnet_on_paper(101, 32), 256, 1, 0.95},
+      {"Goyal et al. 2017", "p100_bigbasin_50gbe.json", resnet_on_paper(50, 32), 256, 8, 0.90},
+      {"Horovod (Sergeev and Del Balso 2018)", "p100_pcie_roce25.json", hvd, 512, 1, 0.90}};
 }
 
 /*! \brief Throughput gain of pipeline schedule \p name ("zb-h1", "zb-h2",

@@ -38,10 +38,10 @@ struct StepCostInput {
 template <class StrategyT, class = void>
 inline constexpr bool hierarchical_dp_v = false;
 template <class StrategyT>
-inline constexpr bool hierarchical_dp_v<
-    StrategyT, std::void_t<typename StrategyT::data_parallel::algorithm>> =
-    std::is_same_v<typename StrategyT::data_parallel::algorithm, HierarchicalAllreduce> ||
-    std::is_same_v<typename StrategyT::data_parallel::algorithm, TopologyAwareAllreduce>;
+inline constexpr bool
+    hierarchical_dp_v<StrategyT, std::void_t<typename StrategyT::data_parallel::algorithm>> =
+        std::is_same_v<typename StrategyT::data_parallel::algorithm, HierarchicalAllreduce> ||
+        std::is_same_v<typename StrategyT::data_parallel::algorithm, TopologyAwareAllreduce>;
 
 // Where the ranks of one communication group run: `size` ranks, `local` of
 // them on each node, `spans` when they are on more than one node.
@@ -56,7 +56,9 @@ struct CommGroup {
 // its members are `stride` ranks apart, stride the product of the inner
 // axes' degrees.
 inline CommGroup comm_group(GridShape g, GridOrder order, GridAxis axis, int ranks_per_node) {
-  auto degree = [&](GridAxis a) { return a == GridAxis::dp ? g.dp : a == GridAxis::pp ? g.pp : g.tp; };
+  auto degree = [&](GridAxis a) {
+    return a == GridAxis::dp ? g.dp : a == GridAxis::pp ? g.pp : g.tp;
+  };
   int stride = 1;
   for (int i = 2; i >= 0 && order[std::size_t(i)] != axis; --i)
     stride *= degree(order[std::size_t(i)]);
@@ -240,10 +242,10 @@ inline double core_share(MachineProfile const& prof, int world) {
 // The profile as seen by a rank with `share` of a core: every message is
 // copied by the CPU (shared memory), so its costs stretch as compute does.
 inline MachineProfile on_share(MachineProfile prof, double share) {
-  for (LinkCost* l : {&prof.allreduce, &prof.mpi_allreduce, &prof.reduce_scatter, &prof.all_gather,
-                      &prof.send_recv, &prof.across.allreduce, &prof.across.mpi_allreduce,
-                      &prof.across.reduce_scatter, &prof.across.all_gather,
-                      &prof.across.send_recv}) {
+  for (LinkCost* l :
+       {&prof.allreduce, &prof.mpi_allreduce, &prof.reduce_scatter, &prof.all_gather,
+        &prof.send_recv, &prof.across.allreduce, &prof.across.mpi_allreduce,
+        &prof.across.reduce_scatter, &prof.across.all_gather, &prof.across.send_recv}) {
     l->alpha /= share;
     l->beta /= share;
   }
@@ -411,9 +413,9 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
         // Bucketed during backward: allreduce (0) or reduce-scatter (2, 3);
         // all but the last bucket may hide behind the last backward, by
         // the profile's overlap fraction.
-        double const one =
-            c.zero_stage == 0 ? allreduce_seconds(prof, dp_group, bucket, c.hierarchical_dp)
-                              : dp_links.reduce_scatter.seconds(bucket, ag);
+        double const one = c.zero_stage == 0
+                               ? allreduce_seconds(prof, dp_group, bucket, c.hierarchical_dp)
+                               : dp_links.reduce_scatter.seconds(bucket, ag);
         sync = buckets * one;
         exposed = exposed_reduction(sync, one, prof.overlap, last_backward);
       } else if (c.shared_zero1 && !dp_group.spans) {
