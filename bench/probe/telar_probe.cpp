@@ -234,10 +234,13 @@ double share_of_a_core() {
 // polling, so wall times taken with `share` of a core are `share` x what a
 // core takes; the cost model divides by the run's own share (docs/planner.md).
 void per_core(telar::MachineProfile& prof, double share) {
-  for (telar::LinkCost* l :
-       {&prof.allreduce, &prof.mpi_allreduce, &prof.reduce_scatter, &prof.all_gather,
-        &prof.send_recv, &prof.across.allreduce, &prof.across.mpi_allreduce,
-        &prof.across.reduce_scatter, &prof.across.all_gather, &prof.across.send_recv}) {
+  std::vector<telar::LinkCost*> links{&prof.allreduce, &prof.mpi_allreduce, &prof.reduce_scatter,
+                                      &prof.all_gather, &prof.send_recv};
+  if (prof.ranks_per_node > 0) // measured: the ranks spanned nodes
+    links.insert(links.end(),
+                 {&prof.across.allreduce, &prof.across.mpi_allreduce, &prof.across.reduce_scatter,
+                  &prof.across.all_gather, &prof.across.send_recv});
+  for (telar::LinkCost* l : links) {
     l->alpha *= share;
     l->beta *= share;
   }

@@ -337,7 +337,7 @@ TEST_CASE("planner: the scheduler measurement is consistent and survives JSON", 
 
 TEST_CASE("planner: a profile is stale when measured under other conditions", "[planner]") {
   telar::ProfileConditions then;
-  then.unix_time = 1.7e9;
+  then.unix_time = 1795729873; // to the second through JSON
   then.load_per_core = 0.2;
   then.cpu_share = 0.9;
   then.build_id = "gcc 12, Serial, probe 2";
@@ -391,6 +391,8 @@ TEST_CASE("planner: a profile is stale when measured under other conditions", "[
   CHECK(legacy.probed);
   CHECK(profile_staleness(legacy.measured, legacy.probed, now).stale);
   CHECK_FALSE(telar::MachineProfile::from_json("{\"name\":\"P100 by hand\"}").probed);
+  CHECK_FALSE(
+      telar::MachineProfile::from_json("{\"name\":\"x (telar_probe, np 2)\",\"probed\":0}").probed);
 }
 
 TEST_CASE("planner: groups that span nodes take the across link class", "[planner]") {

@@ -258,7 +258,7 @@ struct MachineProfile {
         .number("descheduled_us", descheduled_us)
         .number("ranks_per_node", ranks_per_node)
         .number("probed", probed ? 1 : 0)
-        .number("measured_unix_time", measured.unix_time)
+        .number("measured_unix_time", measured.unix_time, 12)
         .number("measured_load_per_core", measured.load_per_core)
         .number("measured_cpu_share", measured.cpu_share)
         .text("build_id", measured.build_id);
@@ -281,6 +281,7 @@ struct MachineProfile {
    *  \param json a flat JSON object \throws telar::Error when malformed */
   static MachineProfile from_json(std::string const& json) {
     MachineProfile p;
+    bool said_probed = false;
     for (auto const& [key, value] : detail::parse_flat_json(json)) {
       auto number = [&, &value = value, &key = key] {
         if (!value.is_number)
@@ -325,9 +326,10 @@ struct MachineProfile {
         p.descheduled_us = std::max(0.0, number());
       else if (key == "ranks_per_node")
         p.ranks_per_node = std::max(0, int(number()));
-      else if (key == "probed")
+      else if (key == "probed") {
         p.probed = number() != 0;
-      else if (key == "measured_unix_time")
+        said_probed = true;
+      } else if (key == "measured_unix_time")
         p.measured.unix_time = number();
       else if (key == "measured_load_per_core")
         p.measured.load_per_core = number();
@@ -342,7 +344,7 @@ struct MachineProfile {
     }
     // Probe output from before the conditions were recorded: measured, under
     // unknown conditions (profile_staleness() calls it stale).
-    if (p.name.find("telar_probe") != std::string::npos)
+    if (!said_probed && p.name.find("telar_probe") != std::string::npos)
       p.probed = true;
     return p;
   }
