@@ -110,6 +110,7 @@ inline void refresh_if_stale(CommonArgs const& a, telar::MachineProfile& profile
     return;
   auto const t0 = std::chrono::steady_clock::now();
   telar::measure_compute(profile);
+  profile.measured = now; // the conditions judged, not a second 0.1 s reading
   profile.layer_times.clear();
   std::fprintf(stderr,
                "profile %s is stale: %s; compute rates and optimizer re-measured in %.2f s "

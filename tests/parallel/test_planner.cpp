@@ -362,7 +362,7 @@ TEST_CASE("planner: a profile is stale when measured under other conditions", "[
   now.cpu_share = 0.7;
   auto const share = profile_staleness(then, true, now);
   CHECK(share.stale);
-  CHECK(share.reason.find("0.90, now 0.70") != std::string::npos);
+  CHECK(share.reason.find("0.90, now 0.70 (over 1.25x)") != std::string::npos);
   telar::StalenessMargins loose;
   loose.cpu_share_ratio = 1.5;
   CHECK_FALSE(profile_staleness(then, true, now, loose).stale);

@@ -478,14 +478,14 @@ inline Staleness profile_staleness(ProfileConditions const& then, bool probed,
     double const r =
         std::max(now.cpu_share, then.cpu_share) / std::min(now.cpu_share, then.cpu_share);
     if (r > m.cpu_share_ratio) {
-      std::snprintf(buf, sizeof buf, "measured at a share of a core of %.2f, now %.2f (over %.2gx)",
+      std::snprintf(buf, sizeof buf, "measured at a share of a core of %.2f, now %.2f (over %.3gx)",
                     then.cpu_share, now.cpu_share, m.cpu_share_ratio);
       return stale(buf);
     }
   }
   if (now.load_per_core >= 0 && then.load_per_core >= 0 &&
       std::abs(now.load_per_core - then.load_per_core) > m.load_per_core) {
-    std::snprintf(buf, sizeof buf, "measured at a load of %.2f per core, now %.2f (over +-%.2g)",
+    std::snprintf(buf, sizeof buf, "measured at a load of %.2f per core, now %.2f (over +-%.3g)",
                   then.load_per_core, now.load_per_core, m.load_per_core);
     return stale(buf);
   }
