@@ -351,10 +351,14 @@ int main(int argc, char** argv) {
     {
       // Fixed step costs; the 4-parameter model's own allreduce is the
       // model's dp sync, not a fixed cost.
+      // Per whole core, as the message costs: wall times taken with `share`
+      // of a core are `share` x what a core takes (the model stretches them
+      // by the run's own share).
       double const one = trainer_step_seconds(p, 1), eight = trainer_step_seconds(p, 8);
+      double const share = share_of_a_core();
       double const sync = p > 1 ? prof.allreduce.alpha : 0.0;
-      prof.step_overhead_us = std::max(0.0, (one - sync) * 1e6);
-      prof.microbatch_overhead_us = std::max(0.0, (eight - one) / 7 * 1e6);
+      prof.step_overhead_us = std::max(0.0, (one * share - sync) * 1e6);
+      prof.microbatch_overhead_us = std::max(0.0, (eight - one) * share / 7 * 1e6);
       MPI_Bcast(&prof.step_overhead_us, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
       MPI_Bcast(&prof.microbatch_overhead_us, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     }

@@ -220,6 +220,7 @@ TEST_CASE("planner: 4 ranks on 2 cores compute at half speed", "[planner]") {
   telar::MachineProfile four, two;
   four.cores = 4;
   two.cores = 2;
+  four.step_overhead_us = two.step_overhead_us = 100; // per whole core, as the probe stores it
   telar::LayoutOptions o = options(64);
   o.grid = {4, 1, 1};
   auto const own = telar::predict_step<Model, Plain, Opt>(mlp(64), o, 784, 4, four);
@@ -230,7 +231,9 @@ TEST_CASE("planner: 4 ranks on 2 cores compute at half speed", "[planner]") {
   // Compute and the messages inside it (CPU copies on shared memory) at half speed.
   CHECK(std::abs(shared.compute_ms / own.compute_ms - 2) < 1e-9);
   CHECK(shared.optimizer_ms > 1.9 * own.optimizer_ms);
-  CHECK(shared.sync_wait_ms > 0); // peers descheduled behind each other
+  CHECK(std::abs(own.fixed_ms - 0.1) < 1e-12);
+  CHECK(std::abs(shared.fixed_ms - 0.2) < 1e-12); // fixed costs are CPU work too
+  CHECK(shared.sync_wait_ms > 0);                 // peers descheduled behind each other
 }
 
 TEST_CASE("planner: hand-offs closer than a time slice wait once, unless ranks outnumber cores",

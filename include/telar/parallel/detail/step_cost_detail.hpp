@@ -442,9 +442,12 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
             contention +
         prof.layer_overhead_us * 1e-6;
     // Fixed costs of a step and of each micro-batch (checks, the non-finite
-    // flag's allreduce, bookkeeping), measured by telar_probe.
+    // flag's allreduce, bookkeeping), measured by telar_probe per whole
+    // core: CPU work, stretched by core sharing as compute is (a probe
+    // under load had stored 28 ms for a 4-parameter step).
     double const fixed =
-        (prof.step_overhead_us + prof.microbatch_overhead_us * sched.microbatches) * 1e-6;
+        (prof.step_overhead_us + prof.microbatch_overhead_us * sched.microbatches) * 1e-6 *
+        contention;
     double const end = finish[std::size_t(p)] + exposed + gather + opt + fixed;
     if (end >= step) {
       step = end;
