@@ -454,6 +454,16 @@ TEST_CASE("planner: groups that span nodes take the across link class", "[planne
   prof.ranks_per_node = 1; // tp across nodes too
   auto const spread = telar::predict_step<Model, Plain, Opt>(mlp(256), o, 784, 8, prof);
   CHECK(spread.tp_comm_ms > 2 * one_node.tp_comm_ms);
+  // dp=2 x pp=2 on nodes of 2: the Trainer's node-aware order keeps each
+  // pipeline on a node and sends dp across (the default order would not).
+  o.grid = {2, 2, 1};
+  prof.cores = 4;
+  prof.ranks_per_node = 0;
+  auto const pp_one = telar::predict_step<Model, Plain, Opt>(mlp(256), o, 784, 4, prof);
+  prof.ranks_per_node = 2;
+  auto const pp_two = telar::predict_step<Model, Plain, Opt>(mlp(256), o, 784, 4, prof);
+  CHECK(pp_two.dp_comm_ms > 5 * pp_one.dp_comm_ms);
+  CHECK(std::abs(pp_two.pipeline_ms - pp_one.pipeline_ms) < 1e-9);
 }
 
 namespace {

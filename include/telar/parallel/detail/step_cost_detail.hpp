@@ -2,6 +2,8 @@
 // The cost model behind telar::predict_step: per-layer times from flops()
 // and the machine profile, per-stage sums, the schedule simulator, then the
 // data-parallel reduction and the optimizer.
+#include <telar/comm/process_grid.hpp>
+#include <telar/comm/topology.hpp>
 #include <telar/core/recompute.hpp>
 #include <telar/parallel/machine_profile.hpp>
 #include <telar/parallel/memory_plan.hpp>
@@ -322,10 +324,15 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
 
   // Each group's link class: a group spanning nodes takes the across links
   // (tp allreduces and pipeline messages wholly; dp as allreduce_seconds()).
+  // The Trainer's order: left at the default, it follows the nodes
+  // (ProcessGrid::node_aware_order: dp outermost when the world spans nodes).
   int const rpn = prof.ranks_per_node;
-  CommGroup const dp_group = comm_group(c.grid, c.order, GridAxis::dp, rpn);
-  CommGroup const tp_group = comm_group(c.grid, c.order, GridAxis::tp, rpn);
-  CommGroup const pp_group = comm_group(c.grid, c.order, GridAxis::pp, rpn);
+  GridOrder order = c.order;
+  if (order == default_grid_order && rpn > 0 && c.world > rpn && c.world % rpn == 0)
+    order = ProcessGrid::node_aware_order(c.grid, NodeLayout{c.world / rpn, rpn, 0, true, true});
+  CommGroup const dp_group = comm_group(c.grid, order, GridAxis::dp, rpn);
+  CommGroup const tp_group = comm_group(c.grid, order, GridAxis::tp, rpn);
+  CommGroup const pp_group = comm_group(c.grid, order, GridAxis::pp, rpn);
   LinkCosts const dp_links = prof.link_class(dp_group.spans);
   MachineProfile tp_prof = prof; // layer_times() costs tp allreduces with `allreduce`
   tp_prof.allreduce = prof.link_class(tp_group.spans).allreduce;
