@@ -4,18 +4,22 @@
 //   mpirun -np 2 build/bench/probe/telar_probe [--out PATH] [--reps N]
 //
 // Compute rates are taken on rank 0 while the other ranks wait (one rank
-// alone, as the profile defines them): a Dense layer's forward at n = 64,
-// 256, 1024 (GEMM), a 3x3 Conv2D 32->32 on 14x14 images, an element-wise
-// ReLU pass (the fallback for layers that calibrate_layers() did not time).
+// alone, as the profile defines them), by telar::measure_compute()
+// (parallel/machine_probe.hpp; a run whose cached profile is stale calls it
+// too): a Dense layer's forward at n = 64, 256, 1024 (GEMM), a 3x3 Conv2D
+// 32->32 on 14x14 images, an element-wise ReLU pass, AdamW's update, and the
+// conditions they were measured under (time, load, share of a core, build).
 // shared_slowdown: a Dense 784->256 forward + backward timed on rank 0 alone
 // and on every rank at once (the median ratio). Message costs are fitted
-// over every rank: alpha + beta * bytes * f(p), least squares weighted by
+// per link class: alpha + beta * bytes * f(p), least squares weighted by
 // 1/t^2 (relative error, so small messages fix alpha) over 8 B .. 64 MiB,
 // each call on a fresh buffer out of a pool larger than the caches, for
 // telar::RingAllreduce (the "allreduce" the examples use), MPI_Allreduce
 // ("mpi_allreduce"), MPI_Reduce_scatter_block, MPI_Allgather and a
-// ping-pong (same node when every rank is on this host: the "same node"
-// link class). sync_wait: see sync_wait_seconds(). Fixed step costs: Trainer steps of a 4-parameter
+// ping-pong: among the ranks of each node ("same node", ranks grouped by
+// MPI_Comm_split_type shared) and, when the ranks span nodes, among one
+// rank per node ("across nodes", the profile's across_* keys).
+// sync_wait: see sync_wait_seconds(). Fixed step costs: Trainer steps of a 4-parameter
 // model (DataParallel<RingAllreduce>, SGD) at 1 and 8 micro-batches, less the allreduce's alpha.
 // Medians of --reps. Rank 0's compute (rates, optimizer, shared_slowdown)
 // is timed in thread CPU time on the serial backend and the message costs
@@ -29,6 +33,7 @@
 #include <telar/optim/adam.hpp>
 #include <telar/optim/sgd.hpp>
 #include <telar/parallel/calibrate.hpp>
+#include <telar/parallel/machine_probe.hpp>
 #include <telar/parallel/machine_profile.hpp>
 #include <telar/train/trainer.hpp>
 
@@ -65,21 +70,6 @@ double median_seconds(F&& f, bool cpu = false) {
   return t[t.size() / 2];
 }
 
-// GFLOP/s of a layer's forward over n samples of shape `in`.
-template <class L>
-double forward_gflops(L layer, std::size_t n, telar::Shape const& in) {
-  if constexpr (telar::detail::is_detected_v<telar::detail::build_t, L>)
-    layer.build(in);
-  layer.initialize(1);
-  std::size_t const out = layer.output_shape(in).size();
-  telar::Matrix<float> x("x", n, in.size()), y("y", n, out);
-  Kokkos::deep_copy(x, 0.5f);
-  typename L::saved_type saved;
-  Kokkos::DefaultExecutionSpace exec;
-  double const s = median_seconds([&] { layer.forward(exec, x, y, saved); }, true);
-  return layer.flops(n, in) / s * 1e-9;
-}
-
 // Least-squares alpha, beta of t = alpha + beta * x, weighted by 1/t^2:
 // the relative error counts, so 8-byte calls fix alpha and 64 MiB ones beta.
 telar::LinkCost fit(std::vector<double> const& x, std::vector<double> const& t) {
@@ -112,23 +102,83 @@ struct FreshBuffers {
   float* get() { return pool[next++ % pool.size()].data(); }
 };
 
-// Every rank: the collective `run(bytes)` over sizes, fitted against bytes * factor.
+// Every rank of `comm`: the collective `run(bytes)` over sizes, fitted
+// against bytes * factor.
 template <class Run>
-telar::LinkCost measure(char const* what, double factor, Run run) {
+telar::LinkCost measure(MPI_Comm comm, char const* what, double factor, Run run) {
   std::vector<double> x, t;
   int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_rank(comm, &rank);
   for (std::size_t bytes = 8; bytes <= (std::size_t(64) << 20); bytes *= 4) {
     FreshBuffers in(bytes), out(bytes);
-    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Barrier(comm);
     double s = median_seconds([&] { run(bytes, in.get(), out.get()); });
-    MPI_Allreduce(MPI_IN_PLACE, &s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &s, 1, MPI_DOUBLE, MPI_MAX, comm);
     x.push_back(double(bytes) * factor);
     t.push_back(s);
     if (rank == 0)
       std::fprintf(stderr, "%s %zu B: %.1f us\n", what, bytes, s * 1e6);
   }
   return fit(x, t);
+}
+
+// The five collectives over the ranks of `mpi` (at least 2), named `link`
+// in the log: telar::RingAllreduce, MPI_Allreduce, MPI_Reduce_scatter_block,
+// MPI_Allgather, and a ping-pong between its ranks 0 and 1 (half a round trip).
+telar::LinkCosts measure_links(MPI_Comm mpi, std::string const& link) {
+  int rank = 0, p = 1;
+  MPI_Comm_rank(mpi, &rank);
+  MPI_Comm_size(mpi, &p);
+  double const pd = double(p);
+  telar::Communicator comm(mpi, "telar_probe " + link);
+  auto name = [&](char const* what) {
+    static std::string s;
+    s = std::string(what) + " (" + link + ")";
+    return s.c_str();
+  };
+  telar::LinkCosts l;
+  l.allreduce = measure(mpi, name("ring allreduce"), 2 * (pd - 1) / pd,
+                        [&](std::size_t bytes, float* a, float*) {
+                          telar::RingAllreduce::allreduce(comm, a, bytes / 4);
+                        });
+  l.mpi_allreduce = measure(
+      mpi, name("MPI_Allreduce"), 2 * (pd - 1) / pd, [&](std::size_t bytes, float* a, float* b) {
+        MPI_Allreduce(a, b, int(std::max<std::size_t>(bytes / 4, 1)), MPI_FLOAT, MPI_SUM, mpi);
+      });
+  l.reduce_scatter = measure(mpi, name("MPI_Reduce_scatter_block"), (pd - 1) / pd,
+                             [&](std::size_t bytes, float* a, float* b) {
+                               MPI_Reduce_scatter_block(
+                                   a, b, int(std::max<std::size_t>(bytes / 4 / std::size_t(p), 1)),
+                                   MPI_FLOAT, MPI_SUM, mpi);
+                             });
+  l.all_gather = measure(mpi, name("MPI_Allgather"), (pd - 1) / pd,
+                         [&](std::size_t bytes, float* a, float* b) {
+                           int const n = int(std::max<std::size_t>(bytes / std::size_t(p), 1));
+                           MPI_Allgather(a, n, MPI_CHAR, b, n, MPI_CHAR, mpi);
+                         });
+  l.send_recv = measure(mpi, name("send/recv"), 1.0, [&](std::size_t bytes, float* a, float* b) {
+    for (int i = 0; i < 2; ++i) {
+      if (rank == 0) {
+        MPI_Send(a, int(bytes), MPI_CHAR, 1, 0, mpi);
+        MPI_Recv(b, int(bytes), MPI_CHAR, 1, 0, mpi, MPI_STATUS_IGNORE);
+      } else if (rank == 1) {
+        MPI_Recv(b, int(bytes), MPI_CHAR, 0, 0, mpi, MPI_STATUS_IGNORE);
+        MPI_Send(a, int(bytes), MPI_CHAR, 0, 0, mpi);
+      }
+    }
+  });
+  l.send_recv.alpha /= 4; // two round trips of two messages
+  l.send_recv.beta /= 4;
+  return l;
+}
+
+// Rank 0's `l` on every rank of MPI_COMM_WORLD.
+void broadcast_links(telar::LinkCosts& l) {
+  for (telar::LinkCost* c :
+       {&l.allreduce, &l.mpi_allreduce, &l.reduce_scatter, &l.all_gather, &l.send_recv}) {
+    MPI_Bcast(&c->alpha, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    MPI_Bcast(&c->beta, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  }
 }
 
 // Median seconds of a Dense 784->256 forward + backward on 64 rows.
@@ -184,8 +234,13 @@ double share_of_a_core() {
 // polling, so wall times taken with `share` of a core are `share` x what a
 // core takes; the cost model divides by the run's own share (docs/planner.md).
 void per_core(telar::MachineProfile& prof, double share) {
-  for (telar::LinkCost* l : {&prof.allreduce, &prof.mpi_allreduce, &prof.reduce_scatter,
-                             &prof.all_gather, &prof.send_recv}) {
+  std::vector<telar::LinkCost*> links{&prof.allreduce, &prof.mpi_allreduce, &prof.reduce_scatter,
+                                      &prof.all_gather, &prof.send_recv};
+  if (prof.ranks_per_node > 0) // measured: the ranks spanned nodes
+    links.insert(links.end(),
+                 {&prof.across.allreduce, &prof.across.mpi_allreduce, &prof.across.reduce_scatter,
+                  &prof.across.all_gather, &prof.across.send_recv});
+  for (telar::LinkCost* l : links) {
     l->alpha *= share;
     l->beta *= share;
   }
@@ -236,32 +291,8 @@ int main(int argc, char** argv) {
     MPI_Get_processor_name(host, &len);
     prof.name = std::string(host) + " (telar_probe, np " + std::to_string(p) + ")";
     prof.cores = std::max(1, int(std::thread::hardware_concurrency()));
-    if (rank == 0) {
-      using D = telar::Dense<float>;
-      prof.gemm_gflops_64 = forward_gflops(D(64, 64), 64, telar::Shape{64});
-      prof.gemm_gflops_256 = forward_gflops(D(256, 256), 256, telar::Shape{256});
-      prof.gemm_gflops_1024 = forward_gflops(D(1024, 1024), 256, telar::Shape{1024});
-      prof.conv_gflops =
-          forward_gflops(telar::Conv2D<float>(32, 32, 3, 1, 1), 16, telar::Shape{32, 14, 14});
-      // ReLU over 1M floats: 8 MB read and written; a tiny one gives the per-call cost.
-      telar::ReLU<float> relu;
-      std::size_t const n = 1024, w = 1024;
-      telar::Matrix<float> x("x", n, w), y("y", n, w);
-      Kokkos::deep_copy(x, 0.5f);
-      typename telar::ReLU<float>::saved_type saved;
-      Kokkos::DefaultExecutionSpace exec;
-      double const s = median_seconds([&] { relu.forward(exec, x, y, saved); }, true);
-      prof.elementwise_gbs = double(n * w * 2 * sizeof(float)) / s * 1e-9;
-      telar::Matrix<float> xs("xs", 1, 16), ys("ys", 1, 16);
-      prof.layer_overhead_us = 1e6 *
-                               median_seconds(
-                                   [&] {
-                                     for (int i = 0; i < 100; ++i)
-                                       relu.forward(exec, xs, ys, saved);
-                                   },
-                                   true) /
-                               100;
-    }
+    if (rank == 0) // rates, optimizer, and the conditions they were measured under
+      telar::measure_compute(prof, reps);
     // Compute of every rank at once against rank 0 alone, interleaved.
     if (p > 1) {
       std::vector<double> ratio;
@@ -279,72 +310,57 @@ int main(int argc, char** argv) {
       MPI_Bcast(&prof.shared_slowdown, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     }
     if (p > 1) {
-      double const pd = double(p);
+      // Link classes: ranks sharing rank 0's node measure "same node"; one
+      // rank per node (the first of each) "across nodes", when ranks span
+      // nodes (MPI_Comm_split_type shared).
+      MPI_Comm node = MPI_COMM_NULL, leaders = MPI_COMM_NULL;
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+      int local = 0, on_node = 1, nodes = 1;
+      MPI_Comm_rank(node, &local);
+      MPI_Comm_size(node, &on_node);
+      MPI_Comm_split(MPI_COMM_WORLD, local == 0 ? 0 : MPI_UNDEFINED, rank, &leaders);
+      if (leaders != MPI_COMM_NULL)
+        MPI_Comm_size(leaders, &nodes);
+      MPI_Bcast(&nodes, 1, MPI_INT, 0, MPI_COMM_WORLD);
+      MPI_Allreduce(MPI_IN_PLACE, &on_node, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+      telar::LinkCosts same = prof.link_class(false);
+      if (on_node >= 2) { // every node measures at once: its own links, as in a run
+        same = measure_links(node, "same node");
+        broadcast_links(same);
+      } else if (rank == 0)
+        std::fprintf(stderr, "one rank per node: same-node costs left at their defaults\n");
+      prof.allreduce = same.allreduce;
+      prof.mpi_allreduce = same.mpi_allreduce;
+      prof.reduce_scatter = same.reduce_scatter;
+      prof.all_gather = same.all_gather;
+      prof.send_recv = same.send_recv;
+      if (nodes >= 2) {
+        if (leaders != MPI_COMM_NULL)
+          prof.across = measure_links(leaders, "across nodes");
+        broadcast_links(prof.across);
+        prof.link = "same node and across nodes";
+        prof.ranks_per_node = on_node;
+      }
+      if (leaders != MPI_COMM_NULL)
+        MPI_Comm_free(&leaders);
+      MPI_Comm_free(&node);
       telar::Communicator comm(MPI_COMM_WORLD, "telar_probe");
-      prof.allreduce =
-          measure("ring allreduce", 2 * (pd - 1) / pd, [&](std::size_t bytes, float* a, float*) {
-            telar::RingAllreduce::allreduce(comm, a, bytes / 4);
-          });
-      prof.mpi_allreduce =
-          measure("MPI_Allreduce", 2 * (pd - 1) / pd, [&](std::size_t bytes, float* a, float* b) {
-            MPI_Allreduce(a, b, int(std::max<std::size_t>(bytes / 4, 1)), MPI_FLOAT, MPI_SUM,
-                          MPI_COMM_WORLD);
-          });
-      prof.reduce_scatter = measure(
-          "MPI_Reduce_scatter_block", (pd - 1) / pd, [&](std::size_t bytes, float* a, float* b) {
-            MPI_Reduce_scatter_block(a, b,
-                                     int(std::max<std::size_t>(bytes / 4 / std::size_t(p), 1)),
-                                     MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-          });
-      prof.all_gather =
-          measure("MPI_Allgather", (pd - 1) / pd, [&](std::size_t bytes, float* a, float* b) {
-            int const n = int(std::max<std::size_t>(bytes / std::size_t(p), 1));
-            MPI_Allgather(a, n, MPI_CHAR, b, n, MPI_CHAR, MPI_COMM_WORLD);
-          });
-      // Ping-pong between ranks 0 and 1: half the round trip.
-      prof.send_recv = measure("send/recv", 1.0, [&](std::size_t bytes, float* a, float* b) {
-        for (int i = 0; i < 2; ++i) {
-          if (rank == 0) {
-            MPI_Send(a, int(bytes), MPI_CHAR, 1, 0, MPI_COMM_WORLD);
-            MPI_Recv(b, int(bytes), MPI_CHAR, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-          } else if (rank == 1) {
-            MPI_Recv(b, int(bytes), MPI_CHAR, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            MPI_Send(a, int(bytes), MPI_CHAR, 0, 0, MPI_COMM_WORLD);
-          }
-        }
-      });
-      prof.send_recv.alpha /= 4; // two round trips of two messages
-      prof.send_recv.beta /= 4;
       prof.sync_wait_us = 1e6 * sync_wait_seconds(comm, prof.allreduce.alpha);
       per_core(prof, share_of_a_core());
     }
     {
       // Fixed step costs; the 4-parameter model's own allreduce is the
       // model's dp sync, not a fixed cost.
+      // Per whole core, as the message costs: wall times taken with `share`
+      // of a core are `share` x what a core takes (the model stretches them
+      // by the run's own share).
       double const one = trainer_step_seconds(p, 1), eight = trainer_step_seconds(p, 8);
+      double const share = share_of_a_core();
       double const sync = p > 1 ? prof.allreduce.alpha : 0.0;
-      prof.step_overhead_us = std::max(0.0, (one - sync) * 1e6);
-      prof.microbatch_overhead_us = std::max(0.0, (eight - one) / 7 * 1e6);
+      prof.step_overhead_us = std::max(0.0, (one * share - sync) * 1e6);
+      prof.microbatch_overhead_us = std::max(0.0, (eight - one) * share / 7 * 1e6);
       MPI_Bcast(&prof.step_overhead_us, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
       MPI_Bcast(&prof.microbatch_overhead_us, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    }
-    if (rank == 0) {
-      // The optimizer's update (AdamW: 2 state slots) per parameter, 4 M
-      // parameters, out of cache.
-      std::size_t const n = std::size_t(4) << 20;
-      Kokkos::View<float*> w("w", n), g("g", n), st("st", 2 * n);
-      telar::AdamW<float> opt;
-      telar::StepInfo<float> info;
-      info.lr = 1e-3f;
-      double const s = median_seconds(
-          [&] {
-            Kokkos::parallel_for(
-                "telar_probe::adamw", n, KOKKOS_LAMBDA(std::size_t i) {
-                  opt.update(w(i), g(i), telar::OptimizerState<float>{&st(i), n}, info);
-                });
-          },
-          true);
-      prof.optimizer_ns_per_parameter = s / double(n) * 1e9;
     }
     if (rank == 0) {
       std::error_code ec;

@@ -7,6 +7,7 @@
 #include "example_support.hpp"
 
 #include <telar/parallel/calibrate.hpp>
+#include <telar/parallel/machine_probe.hpp>
 #include <telar/parallel/planner.hpp>
 
 #include <mpi.h>
@@ -85,10 +86,73 @@ void calibrate_on_root(CommonArgs const& a, Model const& model, telar::Shape con
       std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
       telar::MachineProfile machine = profile; // the run's scheduler is not the machine's
       machine.cpu_share = machine.slice_us = machine.descheduled_us = 0;
+      machine.ranks_per_node = 0;
       telar::save_machine_profile(machine, path);
     } catch (std::exception const& e) {
       std::fprintf(stderr, "calibration: not cached (%s)\n", e.what());
     }
+}
+
+// Rank 0, alone (the others wait asleep), once per process: measures the
+// compute part of `profile` again when it was measured under conditions
+// that differ from this run's beyond telar::StalenessMargins (another load,
+// share of a core, build or probe method; or none recorded), and says so.
+// Layer times go too (calibration times the sizes this run needs); message
+// costs and fixed step costs stay (they need every rank: telar_probe).
+// TELAR_CPU_SHARE (runs planned alike whatever the load) keeps the profile as it is.
+inline void refresh_if_stale(CommonArgs const& a, telar::MachineProfile& profile) {
+  if (char const* fixed = std::getenv("TELAR_CPU_SHARE"); fixed != nullptr && *fixed)
+    return;
+  telar::ProfileConditions now = telar::current_conditions(profile.cores);
+  now.cpu_share = telar::measure_scheduling(0.1).cpu_share;
+  telar::Staleness const s = telar::profile_staleness(profile.measured, profile.probed, now);
+  if (!s.stale)
+    return;
+  auto const t0 = std::chrono::steady_clock::now();
+  telar::measure_compute(profile);
+  profile.measured = now; // the conditions judged, not a second 0.1 s reading
+  profile.layer_times.clear();
+  std::fprintf(stderr,
+               "profile %s is stale: %s; compute rates and optimizer re-measured in %.2f s "
+               "(optimizer %.1f ns/parameter), layer times re-calibrated; message costs kept "
+               "(mpirun telar_probe to re-measure them)\n",
+               a.profile.empty() ? telar::default_profile_path().c_str() : a.profile.c_str(),
+               s.reason.c_str(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+               profile.optimizer_ns_per_parameter);
+}
+
+// Ranks per node of this run (the fewest on any node; 0 when every rank
+// shares one node): collectives whose group spans nodes are costed with the
+// profile's "across" link class.
+// TELAR_RANKS_PER_NODE=n stands in for it (a --dry-run on one host that
+// predicts a run over nodes of n ranks).
+inline int ranks_per_node(MPI_Comm comm) {
+  static int seen = -1;
+  if (seen >= 0)
+    return seen;
+  if (char const* fixed = std::getenv("TELAR_RANKS_PER_NODE"); fixed != nullptr && *fixed)
+    return seen = std::max(0, std::atoi(fixed));
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int on_node = 1;
+  MPI_Comm_size(node, &on_node);
+  MPI_Comm_free(&node);
+  MPI_Allreduce(MPI_IN_PLACE, &on_node, 1, MPI_INT, MPI_MIN, comm);
+  seen = on_node >= world_size(comm) ? 0 : on_node;
+  return seen;
+}
+
+// The profile at --profile (else the cached one), refreshed when stale:
+// once per process, whatever the model types an example plans (each
+// machine_profile<Model, Loss> keeps its own copy).
+inline telar::MachineProfile loaded_profile(CommonArgs const& a) {
+  static std::optional<telar::MachineProfile> base;
+  if (!base) {
+    base = telar::load_machine_profile(a.profile);
+    refresh_if_stale(a, *base);
+  }
+  return *base;
 }
 
 // The scheduler as this run sees it (cpu_share, slice_us, descheduled_us):
@@ -116,6 +180,7 @@ inline void add_scheduling(MPI_Comm comm, telar::MachineProfile& profile) {
   profile.cpu_share = (*seen)[0];
   profile.slice_us = (*seen)[1];
   profile.descheduled_us = (*seen)[2];
+  profile.ranks_per_node = ranks_per_node(comm);
 }
 
 } // namespace detail
@@ -137,7 +202,7 @@ telar::MachineProfile const& machine_profile(MPI_Comm comm, CommonArgs const& a,
   if (rank == 0)
     try {
       if (!cached)
-        cached = telar::load_machine_profile(a.profile);
+        cached = detail::loaded_profile(a);
       detail::calibrate_on_root<Model, Loss>(a, model, in, rows, *cached);
       json = cached->to_json();
     } catch (std::exception const& e) {

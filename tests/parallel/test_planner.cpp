@@ -9,6 +9,7 @@
 #include <telar/layers/dense.hpp>
 #include <telar/optim/adam.hpp>
 #include <telar/parallel/calibrate.hpp>
+#include <telar/parallel/paper_scaling.hpp>
 #include <telar/parallel/planner.hpp>
 
 #include <catch2/catch_test_macros.hpp>
@@ -220,6 +221,7 @@ TEST_CASE("planner: 4 ranks on 2 cores compute at half speed", "[planner]") {
   telar::MachineProfile four, two;
   four.cores = 4;
   two.cores = 2;
+  four.step_overhead_us = two.step_overhead_us = 100; // per whole core, as the probe stores it
   telar::LayoutOptions o = options(64);
   o.grid = {4, 1, 1};
   auto const own = telar::predict_step<Model, Plain, Opt>(mlp(64), o, 784, 4, four);
@@ -230,7 +232,9 @@ TEST_CASE("planner: 4 ranks on 2 cores compute at half speed", "[planner]") {
   // Compute and the messages inside it (CPU copies on shared memory) at half speed.
   CHECK(std::abs(shared.compute_ms / own.compute_ms - 2) < 1e-9);
   CHECK(shared.optimizer_ms > 1.9 * own.optimizer_ms);
-  CHECK(shared.sync_wait_ms > 0); // peers descheduled behind each other
+  CHECK(std::abs(own.fixed_ms - 0.1) < 1e-12);
+  CHECK(std::abs(shared.fixed_ms - 0.2) < 1e-12); // fixed costs are CPU work too
+  CHECK(shared.sync_wait_ms > 0);                 // peers descheduled behind each other
 }
 
 TEST_CASE("planner: hand-offs closer than a time slice wait once, unless ranks outnumber cores",
@@ -374,4 +378,177 @@ TEST_CASE("planner: micro-batches a BatchNorm refuses are listed as refused and 
   for (auto const& c : plan.ranked)
     dp4_one_sample = dp4_one_sample || (c.grid.dp == 4 && c.microbatches == 2);
   CHECK(dp4_one_sample);
+}
+
+TEST_CASE("planner: a profile is stale when measured under other conditions", "[planner]") {
+  telar::ProfileConditions then;
+  then.unix_time = 1795729873; // to the second through JSON
+  then.load_per_core = 0.2;
+  then.cpu_share = 0.9;
+  then.build_id = "gcc 12, Serial, probe 2";
+  telar::ProfileConditions now = then;
+  now.unix_time += 3600;
+  using telar::profile_staleness;
+  CHECK_FALSE(profile_staleness(then, true, now).stale);
+  // A hand-written profile (another machine, published figures) never is.
+  telar::ProfileConditions unknown;
+  CHECK_FALSE(profile_staleness(unknown, false, now).stale);
+  // A probe that recorded nothing (the README demo's cache, probed at a load of 15).
+  auto const s = profile_staleness(unknown, true, now);
+  CHECK(s.stale);
+  CHECK(s.reason.find("unrecorded") != std::string::npos);
+  // Another build or probe method.
+  telar::ProfileConditions other = now;
+  other.build_id = "clang 16, Serial, probe 2";
+  CHECK(profile_staleness(then, true, other).reason.find("another build") != std::string::npos);
+  // The share of a core: 0.9 then, 0.75 now is within 1.25x; 0.7 is not.
+  now.cpu_share = 0.75;
+  CHECK_FALSE(profile_staleness(then, true, now).stale);
+  now.cpu_share = 0.7;
+  auto const share = profile_staleness(then, true, now);
+  CHECK(share.stale);
+  CHECK(share.reason.find("0.90, now 0.70 (over 1.25x)") != std::string::npos);
+  telar::StalenessMargins loose;
+  loose.cpu_share_ratio = 1.5;
+  CHECK_FALSE(profile_staleness(then, true, now, loose).stale);
+  // Load per core: +0.5 allowed, +0.6 not; a share not measured is not compared.
+  now.cpu_share = 0;
+  now.load_per_core = 0.7;
+  CHECK_FALSE(profile_staleness(then, true, now).stale);
+  now.load_per_core = 0.8;
+  CHECK(profile_staleness(then, true, now).reason.find("load") != std::string::npos);
+  // Age.
+  now.load_per_core = 0.2;
+  now.unix_time = then.unix_time + 31 * 86400.0;
+  CHECK(profile_staleness(then, true, now).reason.find("31 days") != std::string::npos);
+  // The conditions survive JSON; a probe file from before them counts as probed.
+  telar::MachineProfile p;
+  p.probed = true;
+  p.measured = then;
+  auto const q = telar::MachineProfile::from_json(p.to_json());
+  CHECK(q.probed);
+  CHECK(q.measured.build_id == then.build_id);
+  CHECK(q.measured.unix_time == then.unix_time);
+  CHECK(q.measured.load_per_core == then.load_per_core);
+  CHECK(q.measured.cpu_share == then.cpu_share);
+  auto const legacy = telar::MachineProfile::from_json(
+      "{\"name\":\"vm (telar_probe, np 1)\",\"optimizer_ns_per_parameter\":39}");
+  CHECK(legacy.probed);
+  CHECK(profile_staleness(legacy.measured, legacy.probed, now).stale);
+  CHECK_FALSE(telar::MachineProfile::from_json("{\"name\":\"P100 by hand\"}").probed);
+  CHECK_FALSE(
+      telar::MachineProfile::from_json("{\"name\":\"x (telar_probe, np 2)\",\"probed\":0}").probed);
+}
+
+TEST_CASE("planner: groups that span nodes take the across link class", "[planner]") {
+  using telar::GridAxis;
+  using telar::detail::comm_group;
+  telar::GridShape const g{4, 1, 2}; // dp 4 x tp 2, tp innermost
+  auto const order = telar::default_grid_order;
+  // One node: nothing spans.
+  CHECK_FALSE(comm_group(g, order, GridAxis::dp, 0).spans);
+  CHECK(comm_group(g, order, GridAxis::dp, 0).local == 4);
+  // 4 ranks per node: tp (stride 1) stays on a node; dp (stride 2) has 2 per node.
+  CHECK_FALSE(comm_group(g, order, GridAxis::tp, 4).spans);
+  auto const dp = comm_group(g, order, GridAxis::dp, 4);
+  CHECK(dp.spans);
+  CHECK(dp.size == 4);
+  CHECK(dp.local == 2);
+  // 1 rank per node: tp spans too.
+  CHECK(comm_group(g, order, GridAxis::tp, 1).spans);
+  CHECK(comm_group(g, order, GridAxis::tp, 1).local == 1);
+
+  // Two link classes, across 10x slower per byte.
+  telar::MachineProfile prof;
+  prof.allreduce = {5e-6, 0.1e-9};
+  prof.across.allreduce = {20e-6, 1e-9};
+  using telar::detail::allreduce_seconds;
+  double const bytes = 64e6;
+  CHECK(allreduce_seconds(prof, comm_group(g, order, GridAxis::dp, 0), bytes, true) ==
+        prof.allreduce.seconds(bytes, 1.5));
+  double const flat = allreduce_seconds(prof, dp, bytes, false);
+  CHECK(flat == prof.across.allreduce.seconds(bytes, 1.5));
+  // Hierarchical (IBM DDL): reduce-scatter and all-gather on the node, 1/2
+  // of the bytes across 2 nodes by each of the node's 2 ranks at once
+  // (sharing the node's link).
+  double const two_level = allreduce_seconds(prof, dp, bytes, true);
+  CHECK(std::abs(two_level - (2 * prof.allreduce.seconds(bytes, 0.5) +
+                              prof.across.allreduce.seconds(bytes, 1.0))) < 1e-15);
+  CHECK(two_level < flat);
+  // JSON carries both classes and the ranks per node.
+  prof.ranks_per_node = 4;
+  auto const q = telar::MachineProfile::from_json(prof.to_json());
+  CHECK(q.ranks_per_node == 4);
+  CHECK(std::abs(q.across.allreduce.beta - 1e-9) < 1e-18);
+  CHECK(std::abs(q.allreduce.beta - 0.1e-9) < 1e-18);
+
+  // predict_step: dp=4 x tp=2 over nodes of 4 ranks pays the across link for
+  // dp only; on one node it pays none.
+  prof.cores = 8;
+  prof.ranks_per_node = 0;
+  telar::LayoutOptions o = options(64);
+  o.grid = {4, 1, 2};
+  auto const one_node = telar::predict_step<Model, Plain, Opt>(mlp(256), o, 784, 8, prof);
+  prof.ranks_per_node = 4;
+  auto const two_nodes = telar::predict_step<Model, Plain, Opt>(mlp(256), o, 784, 8, prof);
+  CHECK(two_nodes.dp_comm_ms > 5 * one_node.dp_comm_ms);
+  CHECK(std::abs(two_nodes.tp_comm_ms - one_node.tp_comm_ms) < 1e-12);
+  prof.ranks_per_node = 1; // tp across nodes too
+  auto const spread = telar::predict_step<Model, Plain, Opt>(mlp(256), o, 784, 8, prof);
+  CHECK(spread.tp_comm_ms > 2 * one_node.tp_comm_ms);
+  // dp=2 x pp=2 on nodes of 2: the Trainer's node-aware order keeps each
+  // pipeline on a node and sends dp across (the default order would not).
+  o.grid = {2, 2, 1};
+  prof.cores = 4;
+  prof.ranks_per_node = 0;
+  auto const pp_one = telar::predict_step<Model, Plain, Opt>(mlp(256), o, 784, 4, prof);
+  prof.ranks_per_node = 2;
+  auto const pp_two = telar::predict_step<Model, Plain, Opt>(mlp(256), o, 784, 4, prof);
+  CHECK(pp_two.dp_comm_ms > 5 * pp_one.dp_comm_ms);
+  CHECK(std::abs(pp_two.pipeline_ms - pp_one.pipeline_ms) < 1e-9);
+}
+
+namespace {
+telar::MachineProfile published(std::string const& file) {
+  return telar::load_machine_profile(std::string(TELAR_PLANNER_PROFILES) + "/" + file);
+}
+} // namespace
+
+TEST_CASE("planner: at scale, on paper, the model reproduces published scaling", "[planner]") {
+  // docs/planner.md ("At scale, on paper") says what each assumed.
+  auto const anchors = telar::published_scaling();
+  REQUIRE(anchors.size() == 3);
+  for (auto const& a : anchors) {
+    auto const hw = published(a.profile);
+    CHECK_FALSE(hw.probed); // written by hand: never re-measured
+    double const e = telar::scaling_efficiency(a.model, hw, a.ranks, a.baseline);
+    INFO(a.source << ": " << a.model.name << " on " << a.ranks << " GPUs, model " << e
+                  << ", published " << a.efficiency);
+    CHECK(std::abs(e - a.efficiency) <= 0.05);
+  }
+  CHECK(anchors[0].model.name == "ResNet-101");
+  CHECK(anchors[1].baseline == 8);
+  CHECK_FALSE(anchors[2].model.hierarchical);
+  // The across link is what costs: Goyal's servers on one node's NVLink
+  // would scale better, and a slower network worse.
+  auto const big_basin = published(anchors[1].profile);
+  CHECK(big_basin.ranks_per_node == 8);
+  auto const& resnet50 = anchors[1].model;
+  double const goyal = telar::scaling_efficiency(resnet50, big_basin, 256, 8);
+  auto fast = big_basin;
+  fast.across = big_basin.link_class(false);
+  CHECK(telar::scaling_efficiency(resnet50, fast, 256, 8) > goyal);
+  auto slow = big_basin;
+  slow.across.allreduce.beta *= 4;
+  CHECK(telar::scaling_efficiency(resnet50, slow, 256, 8) < goyal - 0.05);
+  CHECK_THROWS_AS(telar::resnet_on_paper(34, 32), telar::Error);
+  // Zero Bubble (Qi et al. 2024) over 1F1B, F = B = W, p = 8, m = 24: the
+  // handcrafted ZB-H1 leaves a third of 1F1B's bubble ((p-1)(F+B-W) against
+  // (p-1)(F+B+W)); ZB-H2 (more memory) almost none: the paper's "up to 31%
+  // with the memory constraint relaxed".
+  double const h1 = telar::schedule_gain_over_1f1b("zb-h1", 8, 24);
+  double const h2 = telar::schedule_gain_over_1f1b("zb-h2", 8, 24);
+  INFO("ZB-H1 +" << h1 << ", ZB-H2 +" << h2);
+  CHECK(std::abs(h1 - (3.0 * 31 / (3 * 24 + 7) - 1)) < 1e-9);
+  CHECK(std::abs(h2 - 0.31) <= 0.05);
 }

@@ -37,6 +37,25 @@ struct LinkCost {
   }
 };
 
+/*! \brief The five collectives' costs on one link class. */
+struct LinkCosts {
+  LinkCost allreduce;      //!< gradient and tensor-parallel allreduce (telar::RingAllreduce)
+  LinkCost mpi_allreduce;  //!< MPI_Allreduce (telar::MpiAllreduce), for comparison
+  LinkCost reduce_scatter; //!< ZeRO gradient reduce-scatter
+  LinkCost all_gather;     //!< ZeRO parameter all-gather
+  LinkCost send_recv;      //!< pipeline activation and gradient messages
+};
+
+/*! \brief What a profile's measured parts were measured under, so that a
+ *  run can tell when they no longer describe the machine (profile_staleness()).
+ *  Fields left at their defaults were not recorded. */
+struct ProfileConditions {
+  double unix_time = 0;      //!< when (seconds since 1970; 0: not recorded)
+  double load_per_core = -1; //!< 1-minute load average / cores (-1: not recorded)
+  double cpu_share = 0;      //!< share of a core the measuring rank got alone (0: not recorded)
+  std::string build_id;      //!< compiler, backend and probe method (empty: not recorded)
+};
+
 /*! \brief Measured seconds of one layer call at one number of rows:
  *  forward, backward-input and backward-weight (0 for a layer without one). */
 struct LayerTiming {
@@ -75,6 +94,22 @@ struct MachineProfile {
   LinkCost reduce_scatter;        //!< ZeRO gradient reduce-scatter
   LinkCost all_gather;            //!< ZeRO parameter all-gather
   LinkCost send_recv;             //!< pipeline activation and gradient messages
+  /*! \brief The same collectives across nodes (JSON keys "across_<collective>_alpha_us"
+   *  and "_beta_ns"; telar_probe measures them when its ranks span nodes);
+   *  the members above are the same-node class. Used for every collective
+   *  whose group spans nodes (ranks_per_node). */
+  LinkCosts across;
+  /*! \brief Ranks on each node (consecutive ranks share a node); 0: every
+   *  rank on one node. A run sets it (MPI_Comm_split_type), a hardware
+   *  profile names it (GPUs per node). */
+  int ranks_per_node = 0;
+  /*! \brief What the measured parts were measured under (telar_probe, or a
+   *  run that re-measured them): see profile_staleness(). */
+  ProfileConditions measured;
+  /*! \brief Written by telar_probe (or re-measured by a run): its rates
+   *  are this machine's and may go stale. A profile written by hand (of
+   *  another machine, from published figures) is not and never goes stale. */
+  bool probed = false;
   /*! \brief Fraction of the data-parallel allreduce that hides behind
    *  backward (0: none, 1: all but the last bucket); the cores compute and
    *  reduce at once, so this machine overlaps only part of it. */
@@ -118,6 +153,14 @@ struct MachineProfile {
   /*! \brief Measured layer times (calibrate_layers()): group key
    *  "name in->out tT" (layer_group()) -> rows -> seconds. */
   std::map<std::string, std::map<std::size_t, LayerTiming>> layer_times;
+
+  /*! \brief The collectives' costs on one link class: same node (the
+   *  plain members) or \p across_nodes (`across`). */
+  LinkCosts link_class(bool across_nodes) const {
+    if (across_nodes)
+      return across;
+    return LinkCosts{allreduce, mpi_allreduce, reduce_scatter, all_gather, send_recv};
+  }
 
   /*! \brief The calibration group of a layer: its name, per-sample input and
    *  output shapes (two Dense layers of one input width differ in output)
@@ -212,7 +255,13 @@ struct MachineProfile {
         .number("optimizer_ns_per_parameter", optimizer_ns_per_parameter)
         .number("cpu_share", cpu_share)
         .number("slice_us", slice_us)
-        .number("descheduled_us", descheduled_us);
+        .number("descheduled_us", descheduled_us)
+        .number("ranks_per_node", ranks_per_node)
+        .number("probed", probed ? 1 : 0)
+        .number("measured_unix_time", measured.unix_time, 12)
+        .number("measured_load_per_core", measured.load_per_core)
+        .number("measured_cpu_share", measured.cpu_share)
+        .text("build_id", measured.build_id);
     for (auto const& [key, c] : links())
       w.number(std::string(key) + "_alpha_us", c->alpha * 1e6)
           .number(std::string(key) + "_beta_ns", c->beta * 1e9);
@@ -232,6 +281,7 @@ struct MachineProfile {
    *  \param json a flat JSON object \throws telar::Error when malformed */
   static MachineProfile from_json(std::string const& json) {
     MachineProfile p;
+    bool said_probed = false;
     for (auto const& [key, value] : detail::parse_flat_json(json)) {
       auto number = [&, &value = value, &key = key] {
         if (!value.is_number)
@@ -274,11 +324,28 @@ struct MachineProfile {
         p.slice_us = std::max(0.0, number());
       else if (key == "descheduled_us")
         p.descheduled_us = std::max(0.0, number());
+      else if (key == "ranks_per_node")
+        p.ranks_per_node = std::max(0, int(number()));
+      else if (key == "probed") {
+        p.probed = number() != 0;
+        said_probed = true;
+      } else if (key == "measured_unix_time")
+        p.measured.unix_time = number();
+      else if (key == "measured_load_per_core")
+        p.measured.load_per_core = number();
+      else if (key == "measured_cpu_share")
+        p.measured.cpu_share = std::clamp(number(), 0.0, 1.0);
+      else if (key == "build_id")
+        p.measured.build_id = value.text;
       else if (key.rfind("time ", 0) == 0)
         p.read_timing(key, value.text);
       else if (!p.read_link(key, number()))
         throw Error("telar::MachineProfile: unknown key \"" + key + "\"");
     }
+    // Probe output from before the conditions were recorded: measured, under
+    // unknown conditions (profile_staleness() calls it stale).
+    if (!said_probed && p.name.find("telar_probe") != std::string::npos)
+      p.probed = true;
     return p;
   }
 
@@ -300,16 +367,18 @@ private:
             {"mpi_allreduce", &mpi_allreduce},
             {"reduce_scatter", &reduce_scatter},
             {"all_gather", &all_gather},
-            {"send_recv", &send_recv}};
+            {"send_recv", &send_recv},
+            {"across_allreduce", &across.allreduce},
+            {"across_mpi_allreduce", &across.mpi_allreduce},
+            {"across_reduce_scatter", &across.reduce_scatter},
+            {"across_all_gather", &across.all_gather},
+            {"across_send_recv", &across.send_recv}};
   }
   std::vector<std::pair<char const*, LinkCost const*>> links() const {
-    return {{"allreduce", &allreduce},
-            {"mpi_allreduce", &mpi_allreduce},
-            {"reduce_scatter", &reduce_scatter},
-            {"all_gather", &all_gather},
-            {"send_recv", &send_recv}};
+    auto l = const_cast<MachineProfile*>(this)->links();
+    return {l.begin(), l.end()};
   }
-  // "<collective>_alpha_us" / "<collective>_beta_ns".
+  // "[across_]<collective>_alpha_us" / "..._beta_ns".
   bool read_link(std::string const& key, double v) {
     for (auto const& [name, c] : links()) {
       if (key == std::string(name) + "_alpha_us")
@@ -360,6 +429,67 @@ inline SchedulingSample measure_scheduling(double seconds = 0.05) {
   s.slice_us = count > 0 ? (wall - gaps) / count : 0.0;
   s.descheduled_us = count > 0 ? gaps2 / (2 * gaps) : 0.0;
   return s;
+}
+
+/*! \brief How far the conditions of a run may be from those a profile was
+ *  measured under before its measured parts count as stale. */
+struct StalenessMargins {
+  /*! \brief Largest ratio between the share of a core then and now (1.25:
+   *  a probe that got 0.6 of a core is stale for a run that gets 0.8). The
+   *  probe times compute in CPU time, but memory bandwidth and caches are
+   *  shared with the load: an AdamW pass probed at a load of 15 cost 39 ns
+   *  per parameter, 3 on the quiet machine. */
+  double cpu_share_ratio = 1.25;
+  double load_per_core = 0.5; //!< largest difference of load average per core
+  double max_age_days = 30;   //!< older profiles are stale (software and firmware change)
+};
+
+/*! \brief Whether a profile's measured parts are stale, and why. */
+struct Staleness {
+  bool stale = false;
+  std::string reason; //!< e.g. "measured at a share of a core of 0.21, now 0.97 (over 1.25x)"
+};
+
+/*! \brief Whether a profile measured under \p then describes a machine
+ *  now under \p now (pure: the caller measures \p now). Stale when the
+ *  profile was probed but recorded no conditions, when another build (or
+ *  probe method) measured it, when older than the margin, or when its share
+ *  of a core or its load per core differ beyond the margins; a hand-written
+ *  profile (\p probed false) is never stale. Fields not recorded in \p now
+ *  are not compared.
+ *  \param then the profile's conditions \param probed MachineProfile::probed
+ *  \param now the run's conditions \param m the margins */
+inline Staleness profile_staleness(ProfileConditions const& then, bool probed,
+                                   ProfileConditions const& now, StalenessMargins const& m = {}) {
+  auto stale = [](std::string why) { return Staleness{true, std::move(why)}; };
+  char buf[160];
+  if (!probed)
+    return {};
+  if (then.unix_time <= 0 || then.build_id.empty())
+    return stale("measured under unrecorded conditions (an older telar_probe)");
+  if (!now.build_id.empty() && now.build_id != then.build_id)
+    return stale("measured by another build (" + then.build_id + ", now " + now.build_id + ")");
+  if (now.unix_time > 0 && now.unix_time - then.unix_time > m.max_age_days * 86400) {
+    std::snprintf(buf, sizeof buf, "measured %.0f days ago (over %.0f)",
+                  (now.unix_time - then.unix_time) / 86400, m.max_age_days);
+    return stale(buf);
+  }
+  if (now.cpu_share > 0 && then.cpu_share > 0) {
+    double const r =
+        std::max(now.cpu_share, then.cpu_share) / std::min(now.cpu_share, then.cpu_share);
+    if (r > m.cpu_share_ratio) {
+      std::snprintf(buf, sizeof buf, "measured at a share of a core of %.2f, now %.2f (over %.3gx)",
+                    then.cpu_share, now.cpu_share, m.cpu_share_ratio);
+      return stale(buf);
+    }
+  }
+  if (now.load_per_core >= 0 && then.load_per_core >= 0 &&
+      std::abs(now.load_per_core - then.load_per_core) > m.load_per_core) {
+    std::snprintf(buf, sizeof buf, "measured at a load of %.2f per core, now %.2f (over +-%.3g)",
+                  then.load_per_core, now.load_per_core, m.load_per_core);
+    return stale(buf);
+  }
+  return {};
 }
 
 /*! \brief Where the profile of this machine is cached: `$TELAR_PROFILE`, else

@@ -109,6 +109,8 @@ StepPrediction predict_step(Model const& model, LayoutOptions const& options, Sh
   c.shared_zero1 = options.shared_memory;
   c.state_size = std::size_t(optimizer_traits<Optimizer>::state_size);
   c.world = world_size;
+  c.order = options.grid_order;
+  c.hierarchical_dp = detail::hierarchical_dp_v<StrategyT>;
   return detail::predict<StrategyT, Loss, StepPrediction>(model, options, in, c, profile);
 }
 

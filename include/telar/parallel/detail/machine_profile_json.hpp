@@ -26,9 +26,10 @@ public:
       quoted += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
     return add(key, "\"" + quoted + "\"");
   }
-  FlatJsonWriter& number(std::string const& key, double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.6g", v);
+  // 6 significant digits: rates and costs; more for a date in seconds.
+  FlatJsonWriter& number(std::string const& key, double v, int digits = 6) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
     return add(key, buf);
   }
   std::string str() const { return "{" + body_ + "}"; }

@@ -2,6 +2,8 @@
 // The cost model behind telar::predict_step: per-layer times from flops()
 // and the machine profile, per-stage sums, the schedule simulator, then the
 // data-parallel reduction and the optimizer.
+#include <telar/comm/process_grid.hpp>
+#include <telar/comm/topology.hpp>
 #include <telar/core/recompute.hpp>
 #include <telar/parallel/machine_profile.hpp>
 #include <telar/parallel/memory_plan.hpp>
@@ -28,7 +30,81 @@ struct StepCostInput {
   bool shared_zero1 = true;    // ZeRO<1> on one node reduces through shared memory
   std::size_t state_size = 0;  // optimizer state per parameter
   int world = 1;
+  GridOrder order = default_grid_order; // rank layout (which groups span nodes)
+  bool hierarchical_dp = false; // dp allreduce two-level across nodes (Hierarchical, TopologyAware)
 };
+
+// Whether the strategy's data-parallel allreduce goes two-level across
+// nodes (HierarchicalAllreduce; TopologyAwareAllreduce, the default, does
+// when its group spans nodes).
+template <class StrategyT, class = void>
+inline constexpr bool hierarchical_dp_v = false;
+template <class StrategyT>
+inline constexpr bool
+    hierarchical_dp_v<StrategyT, std::void_t<typename StrategyT::data_parallel::algorithm>> =
+        std::is_same_v<typename StrategyT::data_parallel::algorithm, HierarchicalAllreduce> ||
+        std::is_same_v<typename StrategyT::data_parallel::algorithm, TopologyAwareAllreduce>;
+
+// Where the ranks of one communication group run: `size` ranks, `local` of
+// them on each node, `spans` when they are on more than one node.
+struct CommGroup {
+  int size = 1;
+  int local = 1;
+  bool spans = false;
+};
+
+// The group along `axis` of a grid laid out in `order` (outermost first;
+// consecutive ranks share a node, `ranks_per_node` each; 0: one node):
+// its members are `stride` ranks apart, stride the product of the inner
+// axes' degrees.
+inline CommGroup comm_group(GridShape g, GridOrder order, GridAxis axis, int ranks_per_node) {
+  auto degree = [&](GridAxis a) {
+    return a == GridAxis::dp ? g.dp : a == GridAxis::pp ? g.pp : g.tp;
+  };
+  int stride = 1;
+  for (int i = 2; i >= 0 && order[std::size_t(i)] != axis; --i)
+    stride *= degree(order[std::size_t(i)]);
+  CommGroup c;
+  c.size = degree(axis);
+  if (ranks_per_node <= 0 || c.size * stride <= ranks_per_node) {
+    c.local = c.size;
+    return c;
+  }
+  c.local = std::max(1, std::min(c.size, ranks_per_node / stride));
+  c.spans = c.size > 1;
+  return c;
+}
+
+// Seconds of a sum-allreduce of `bytes` over `g`: the same-node ring, or
+// across nodes either one ring on the across link (consecutive ranks share a
+// node, so one ring edge per node crosses; every step waits for it) or,
+// `hierarchical`, IBM DDL's two levels: reduce-scatter among the `local`
+// ranks of a node, allreduce of 1/local of the bytes across the nodes,
+// all-gather on the node (telar::HierarchicalAllreduce). The across link is
+// the node's (telar_probe measures it with one rank per node): the `local`
+// rings of the middle phase cross at once and share it.
+inline double allreduce_seconds(MachineProfile const& prof, CommGroup const& g, double bytes,
+                                bool hierarchical) {
+  if (g.size < 2)
+    return 0.0;
+  auto ring = [](int p) { return 2.0 * (p - 1) / p; };
+  if (!g.spans)
+    return prof.allreduce.seconds(bytes, ring(g.size));
+  if (!hierarchical || g.local < 2)
+    return prof.across.allreduce.seconds(bytes, ring(g.size));
+  int const nodes = g.size / g.local;
+  double const half = double(g.local - 1) / g.local; // one ring phase on the node
+  LinkCost const& across = prof.across.allreduce;
+  return 2 * prof.allreduce.seconds(bytes, half) + across.alpha +
+         across.beta * (bytes / g.local) * ring(nodes) * g.local;
+}
+
+// The part of a bucketed reduction of `sync` seconds (`one` per bucket)
+// that backward does not hide: all but the last bucket may overlap the
+// last backward (`last_backward` seconds), by the fraction `overlap`.
+inline double exposed_reduction(double sync, double one, double overlap, double last_backward) {
+  return sync - std::min(overlap * (sync - one), last_backward);
+}
 
 template <class L>
 inline constexpr bool is_row_parallel_v = false;
@@ -168,8 +244,10 @@ inline double core_share(MachineProfile const& prof, int world) {
 // The profile as seen by a rank with `share` of a core: every message is
 // copied by the CPU (shared memory), so its costs stretch as compute does.
 inline MachineProfile on_share(MachineProfile prof, double share) {
-  for (LinkCost* l : {&prof.allreduce, &prof.mpi_allreduce, &prof.reduce_scatter, &prof.all_gather,
-                      &prof.send_recv}) {
+  for (LinkCost* l :
+       {&prof.allreduce, &prof.mpi_allreduce, &prof.reduce_scatter, &prof.all_gather,
+        &prof.send_recv, &prof.across.allreduce, &prof.across.mpi_allreduce,
+        &prof.across.reduce_scatter, &prof.across.all_gather, &prof.across.send_recv}) {
     l->alpha /= share;
     l->beta /= share;
   }
@@ -244,14 +322,28 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
   int const threads = calibration_threads();
   int measured_layers = 0, layers = 0;
 
+  // Each group's link class: a group spanning nodes takes the across links
+  // (tp allreduces and pipeline messages wholly; dp as allreduce_seconds()).
+  // The Trainer's order: left at the default, it follows the nodes
+  // (ProcessGrid::node_aware_order: dp outermost when the world spans nodes).
+  int const rpn = prof.ranks_per_node;
+  GridOrder order = c.order;
+  if (order == default_grid_order && rpn > 0 && c.world > rpn && c.world % rpn == 0)
+    order = ProcessGrid::node_aware_order(c.grid, NodeLayout{c.world / rpn, rpn, 0, true, true});
+  CommGroup const dp_group = comm_group(c.grid, order, GridAxis::dp, rpn);
+  CommGroup const tp_group = comm_group(c.grid, order, GridAxis::tp, rpn);
+  CommGroup const pp_group = comm_group(c.grid, order, GridAxis::pp, rpn);
+  LinkCosts const dp_links = prof.link_class(dp_group.spans);
+  MachineProfile tp_prof = prof; // layer_times() costs tp allreduces with `allreduce`
+  tp_prof.allreduce = prof.link_class(tp_group.spans).allreduce;
   std::vector<StageTimes> stages(static_cast<std::size_t>(S));
   model.for_each_layer([&](auto index, auto const& layer) {
     std::size_t const vs = std::size_t(
         std::upper_bound(bounds.begin(), bounds.end(), std::size_t(index)) - bounds.begin() - 1);
     std::optional<LayerTiming> const measured = prof.layer_timing(
         detail::calibration_group(layer, full[index], full[index + 1], threads), rows);
-    LayerTimes const t = layer_times(layer, shapes[index], shapes[index + 1], rows, c.grid.tp, prof,
-                                     contention, measured);
+    LayerTimes const t = layer_times(layer, shapes[index], shapes[index + 1], rows, c.grid.tp,
+                                     tp_prof, contention, measured);
     measured_layers += measured ? 1 : 0;
     ++layers;
     LayerTimes& s = stages[vs].sum;
@@ -284,7 +376,7 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
     // ZeRO-3 gathers the stage's parameters for each micro-batch's forward
     // and again for its backward (PerStep: once per step, counted below).
     if (c.zero_stage == 3 && dp > 1 && !c.zero3_per_step) {
-      double const g = prof.all_gather.seconds(st.sum.parameters * 4, ag);
+      double const g = dp_links.all_gather.seconds(st.sum.parameters * 4, ag);
       st.sum.forward += g;
       st.sum.backward_input += g;
       r.zero_gather_ms += 2e3 * g * sched.microbatches;
@@ -295,8 +387,9 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
     cost.activation_bytes = std::max(cost.activation_bytes, st.activation_bytes);
   }
   cost.grad_bytes = cost.activation_bytes;
-  cost.alpha = prof.send_recv.alpha;
-  cost.beta = prof.send_recv.beta;
+  LinkCost const send = prof.link_class(pp_group.spans).send_recv;
+  cost.alpha = send.alpha;
+  cost.beta = send.beta;
   schedule::SimulationResult const sim = schedule::simulate(sched, cost);
   r.pipeline_ms = 1e3 * sim.makespan;
   r.bubble_fraction = c.grid.pp > 1 ? sim.bubble_fraction : 0.0;
@@ -327,25 +420,25 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
         // Bucketed during backward: allreduce (0) or reduce-scatter (2, 3);
         // all but the last bucket may hide behind the last backward, by
         // the profile's overlap fraction.
-        LinkCost const& link = c.zero_stage == 0 ? prof.allreduce : prof.reduce_scatter;
-        double const f = c.zero_stage == 0 ? 2.0 * (dp - 1) / dp : ag;
-        double const one = link.seconds(bucket, f);
+        double const one = c.zero_stage == 0
+                               ? allreduce_seconds(prof, dp_group, bucket, c.hierarchical_dp)
+                               : dp_links.reduce_scatter.seconds(bucket, ag);
         sync = buckets * one;
-        exposed = sync - std::min(prof.overlap * (sync - one), last_backward);
-      } else if (c.shared_zero1) {
+        exposed = exposed_reduction(sync, one, prof.overlap, last_backward);
+      } else if (c.shared_zero1 && !dp_group.spans) {
         // ZeRO-1 on one node: each rank sums its shard out of every rank's
         // gradient buffer (a pass over one full buffer), after backward.
         sync = 2 * prof.allreduce.alpha + bytes / (prof.elementwise_gbs * 1e9) * contention;
         exposed = sync;
       } else {
-        sync = prof.reduce_scatter.seconds(bytes, ag);
+        sync = dp_links.reduce_scatter.seconds(bytes, ag);
         exposed = sync;
       }
       // ZeRO-1 (messages) and ZeRO-2 publish the updated shards; ZeRO-3
       // PerStep gathers once per step.
-      if ((c.zero_stage == 1 && !c.shared_zero1) || c.zero_stage == 2 ||
+      if ((c.zero_stage == 1 && !(c.shared_zero1 && !dp_group.spans)) || c.zero_stage == 2 ||
           (c.zero_stage == 3 && c.zero3_per_step))
-        gather = prof.all_gather.seconds(bytes, ag);
+        gather = dp_links.all_gather.seconds(bytes, ag);
     }
     // The update reads parameters, gradients and state, writes parameters and state.
     double const updated = c.zero_stage >= 1 && dp > 1 ? params / dp : params;
@@ -356,9 +449,12 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
             contention +
         prof.layer_overhead_us * 1e-6;
     // Fixed costs of a step and of each micro-batch (checks, the non-finite
-    // flag's allreduce, bookkeeping), measured by telar_probe.
+    // flag's allreduce, bookkeeping), measured by telar_probe per whole
+    // core: CPU work, stretched by core sharing as compute is (a probe
+    // under load had stored 28 ms for a 4-parameter step).
     double const fixed =
-        (prof.step_overhead_us + prof.microbatch_overhead_us * sched.microbatches) * 1e-6;
+        (prof.step_overhead_us + prof.microbatch_overhead_us * sched.microbatches) * 1e-6 *
+        contention;
     double const end = finish[std::size_t(p)] + exposed + gather + opt + fixed;
     if (end >= step) {
       step = end;

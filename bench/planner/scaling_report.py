@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""The scaling report: Markdown with SVG plots of the cost model's
+data-parallel curves to 1,024 GPUs on published hardware profiles (from
+telar_scaling_curves), each beside the published result it reproduces, and
+the layouts measured on this machine by bench/planner/validate.sh (predicted
+against measured step time).
+
+    python3 scaling_report.py CURVES.jsonl [VALIDATION.jsonl ...] --out DIR
+
+Writes DIR/scaling_report.md, DIR/efficiency.svg, DIR/throughput.svg and,
+with validation files, DIR/measured.svg. Standard library only."""
+import json
+import math
+import os
+import sys
+from statistics import median
+
+COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+
+
+class Plot:
+    """A log-x (or log-log) line and point plot as SVG text."""
+
+    def __init__(self, title, xlabel, ylabel, xs, ys, logy=False, w=560, h=360):
+        self.title, self.xlabel, self.ylabel = title, xlabel, ylabel
+        self.logy, self.w, self.h = logy, w, h
+        self.x0, self.x1 = math.log2(min(xs)), math.log2(max(xs))
+        fy = (lambda v: math.log10(v)) if logy else (lambda v: v)
+        self.fy = fy
+        self.y0, self.y1 = fy(min(ys)), fy(max(ys))
+        if self.y1 - self.y0 < 1e-9:
+            self.y1 = self.y0 + 1
+        pad = 0.05 * (self.y1 - self.y0)
+        self.y0 -= pad
+        self.y1 += pad
+        self.items = []
+        self.legend = []
+
+    def px(self, x):
+        return 60 + (self.w - 80) * (math.log2(x) - self.x0) / max(self.x1 - self.x0, 1e-9)
+
+    def py(self, y):
+        return self.h - 45 - (self.h - 75) * (self.fy(y) - self.y0) / (self.y1 - self.y0)
+
+    def line(self, pts, colour, label, dash=False):
+        d = " ".join("%s%.1f,%.1f" % ("M" if i == 0 else "L", self.px(x), self.py(y))
+                     for i, (x, y) in enumerate(pts))
+        self.items.append('<path d="%s" fill="none" stroke="%s" stroke-width="2"%s/>'
+                          % (d, colour, ' stroke-dasharray="5,4"' if dash else ""))
+        self.legend.append((colour, label, "line"))
+
+    def points(self, pts, colour, label, shape="circle"):
+        for x, y in pts:
+            cx, cy = self.px(x), self.py(y)
+            if shape == "circle":
+                self.items.append('<circle cx="%.1f" cy="%.1f" r="4" fill="%s"/>' % (cx, cy, colour))
+            else:
+                self.items.append('<rect x="%.1f" y="%.1f" width="9" height="9" fill="none" '
+                                  'stroke="%s" stroke-width="2"/>' % (cx - 4.5, cy - 4.5, colour))
+        self.legend.append((colour, label, shape))
+
+    def svg(self):
+        out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
+               'font-family="sans-serif" font-size="11">' % (self.w, self.h + 16 * len(self.legend)),
+               '<rect width="100%" height="100%" fill="white"/>',
+               '<text x="%d" y="16" font-size="13" text-anchor="middle">%s</text>'
+               % (self.w // 2, self.title)]
+        left, right, top, bottom = 60, self.w - 20, 30, self.h - 45
+        out.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#888"/>'
+                   % (left, top, right - left, bottom - top))
+        for e in range(int(math.floor(self.x0)), int(math.ceil(self.x1)) + 1):
+            x = self.px(2 ** e)
+            out.append('<text x="%.1f" y="%d" text-anchor="middle">%d</text>' % (x, bottom + 14, 2 ** e))
+        for i in range(6):
+            v = self.y0 + (self.y1 - self.y0) * i / 5
+            y = bottom - (bottom - top) * i / 5
+            label = ("%.3g" % (10 ** v)) if self.logy else ("%.3g" % v)
+            out.append('<text x="%d" y="%.1f" text-anchor="end">%s</text>' % (left - 4, y + 4, label))
+            out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#eee"/>' % (left, right, y, y))
+        out.append('<text x="%d" y="%d" text-anchor="middle">%s</text>'
+                   % ((left + right) // 2, bottom + 30, self.xlabel))
+        out.append('<text x="14" y="%d" transform="rotate(-90 14 %d)" text-anchor="middle">%s</text>'
+                   % ((top + bottom) // 2, (top + bottom) // 2, self.ylabel))
+        out += self.items
+        for i, (colour, label, shape) in enumerate(self.legend):
+            y = self.h + 16 * i - 4
+            if shape == "line":
+                out.append('<line x1="60" x2="80" y1="%d" y2="%d" stroke="%s" stroke-width="2"/>'
+                           % (y, y, colour))
+            else:
+                out.append('<circle cx="70" cy="%d" r="4" fill="%s"/>' % (y, colour))
+            out.append('<text x="86" y="%d">%s</text>' % (y + 4, label))
+        out.append("</svg>")
+        return "\n".join(out)
+
+
+def curves_section(curves, out):
+    xs = [p["ranks"] for c in curves for p in c["points"]]
+    eff = Plot("Data-parallel scaling efficiency (model) and published results",
+               "GPUs", "efficiency", xs, [0.5, 1.0])
+    thr = Plot("Throughput (model)", "GPUs", "samples/s", xs,
+               [p["samples_per_s"] for c in curves for p in c["points"]], logy=True)
+    rows = []
+    for i, c in enumerate(curves):
+        col = COLOURS[i % len(COLOURS)]
+        pts = [(p["ranks"], p["efficiency"]) for p in c["points"] if p["ranks"] >= c["baseline"]]
+        label = "%s: %s, %d/GPU (%s)" % (c["source"], c["model"], c["batch_per_gpu"], c["profile"])
+        eff.line(pts, col, label)
+        eff.points([(c["ranks"], c["published"])], col, "published: %s" % c["source"])
+        thr.line([(p["ranks"], p["samples_per_s"]) for p in c["points"]], col, label)
+        at = {p["ranks"]: p for p in c["points"]}
+        model = next((p["efficiency"] for p in c["points"] if p["ranks"] == c["ranks"]), None)
+        rows.append("| %s | %s, %d/GPU | %d (vs %d) | %.0f%% | %.1f%% | %.1f%% | %.1f ms |" % (
+            c["source"], c["model"], c["batch_per_gpu"], c["ranks"], c["baseline"],
+            100 * c["published"], 100 * model, 100 * at[1024]["efficiency"], at[1024]["step_ms"]))
+    for name, plot in (("efficiency.svg", eff), ("throughput.svg", thr)):
+        with open(os.path.join(out, name), "w") as f:
+            f.write(plot.svg())
+    return ["## The model at scale (hardware profiles from published figures)", "",
+            "![efficiency](efficiency.svg)", "", "![throughput](throughput.svg)", "",
+            "| published result | model | GPUs | published | model | model at 1,024 | step at 1,024 |",
+            "|---|---|---|---|---|---|---|"] + rows + [
+            "", "Assumptions: docs/planner.md, \"At scale, on paper\"; profiles: "
+            "bench/planner/profiles/.", ""]
+
+
+def measured_section(runs, out):
+    groups = {}
+    for r in runs:
+        run = r["run"]
+        if run.get("predicted_step_ms", 0) <= 0 or run.get("step_ms_median", 0) <= 0:
+            continue
+        key = (r["example"], r["np"])
+        groups.setdefault(key, {}).setdefault(r["flags"], []).append(
+            (run["predicted_step_ms"], run["step_ms_median"], r.get("load", 0)))
+    if not groups:
+        return []
+    allv = [v for g in groups.values() for lst in g.values() for t in lst for v in t[:2]]
+    plot = Plot("This machine: predicted (line: equal) against measured step time",
+                "predicted ms (log2 axis)", "measured ms", [min(allv), max(allv)], allv, logy=True)
+    plot.line([(min(allv), min(allv)), (max(allv), max(allv))], "#888", "measured = predicted", True)
+    rows = []
+    for i, ((example, np_), layouts) in enumerate(sorted(groups.items())):
+        pairs = [(median([t[0] for t in v]), median([t[1] for t in v])) for v in layouts.values()]
+        loads = [t[2] for v in layouts.values() for t in v]
+        plot.points(pairs, COLOURS[i % len(COLOURS)], "%s, %d ranks" % (example, np_))
+        err = median([abs(p - m) / m for p, m in pairs])
+        best = min(pairs, key=lambda t: t[1])
+        rows.append("| %s | %d | %d | %.0f%% | %.2f ms (predicted %.2f) | %.1f–%.1f |" % (
+            example, np_, len(pairs), 100 * err, best[1], best[0], min(loads), max(loads)))
+    with open(os.path.join(out, "measured.svg"), "w") as f:
+        f.write(plot.svg())
+    return ["## Measured on this machine (bench/planner/validate.sh)", "",
+            "![measured](measured.svg)", "",
+            "| example | ranks | layouts | median abs error | fastest measured | load |",
+            "|---|---|---|---|---|---|"] + rows + [
+            "", "Each point: one layout, the median over rounds of its run's median step.", ""]
+
+
+def main():
+    args = sys.argv[1:]
+    if "--out" not in args or len(args) < 3:
+        sys.exit(__doc__)
+    i = args.index("--out")
+    out = args[i + 1]
+    files = args[:i] + args[i + 2:]
+    os.makedirs(out, exist_ok=True)
+    curves = [json.loads(l) for l in open(files[0]) if l.startswith("{")]
+    runs = [json.loads(l) for f in files[1:] for l in open(f) if l.startswith("{")]
+    md = ["# Telar scaling report", ""] + curves_section(curves, out) + measured_section(runs, out)
+    with open(os.path.join(out, "scaling_report.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    print(os.path.join(out, "scaling_report.md"))
+
+
+if __name__ == "__main__":
+    main()

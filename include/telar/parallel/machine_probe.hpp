@@ -1,0 +1,136 @@
+#pragma once
+/*! \file
+ *  \brief The single-process parts of `telar_probe` (compute rates, the
+ *  optimizer's update, the conditions they were measured under), shared by
+ *  the probe and by runs that find their cached profile stale
+ *  (telar::profile_staleness()) and measure them again. */
+#include <telar/layers/activation.hpp>
+#include <telar/layers/conv.hpp>
+#include <telar/layers/dense.hpp>
+#include <telar/optim/adam.hpp>
+#include <telar/parallel/calibrate.hpp>
+#include <telar/parallel/machine_profile.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <string>
+
+namespace telar {
+
+namespace detail {
+// Bump when what telar_probe measures, or how, changes: profiles of
+// another method are stale.
+inline constexpr int probe_method = 2;
+} // namespace detail
+
+/*! \brief This binary's build as far as measured rates depend on it: the
+ *  compiler, Kokkos' default execution space, and the probe method
+ *  (e.g. "gcc 12.2.0, Serial, probe 2"). */
+inline std::string profile_build_id() {
+#if defined(__clang__)
+  std::string cc = "clang " __clang_version__;
+#elif defined(__GNUC__)
+  std::string cc = "gcc " __VERSION__;
+#else
+  std::string cc = "c++";
+#endif
+  return cc + ", " + Kokkos::DefaultExecutionSpace::name() + ", probe " +
+         std::to_string(detail::probe_method);
+}
+
+/*! \brief The conditions of this process now, less the share of a core
+ *  (measure_scheduling(), which the caller runs when it is alone): time,
+ *  1-minute load average per core (/proc/loadavg; -1 where it cannot be
+ *  read), profile_build_id(). */
+inline ProfileConditions current_conditions(int cores) {
+  ProfileConditions c;
+  c.unix_time = double(std::chrono::duration_cast<std::chrono::seconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count());
+  std::ifstream in("/proc/loadavg");
+  double load = 0;
+  if (in >> load)
+    c.load_per_core = load / double(std::max(1, cores));
+  c.build_id = profile_build_id();
+  return c;
+}
+
+namespace detail {
+
+// GFLOP/s of a layer's forward over n samples of shape `in` (fastest of `reps`).
+template <class L>
+double forward_gflops(L layer, std::size_t n, Shape const& in, int reps) {
+  if constexpr (is_detected_v<build_t, L>)
+    layer.build(in);
+  layer.initialize(1);
+  std::size_t const out = layer.output_shape(in).size();
+  Matrix<float> x("telar::probe::x", n, in.size()), y("telar::probe::y", n, out);
+  Kokkos::deep_copy(x, 0.5f);
+  typename L::saved_type saved;
+  Kokkos::DefaultExecutionSpace exec;
+  double const s = best_call_seconds(reps, [&] { layer.forward(exec, x, y, saved); });
+  return layer.flops(n, in) / s * 1e-9;
+}
+
+} // namespace detail
+
+/*! \brief Measures, on this process alone, the compute part of \p prof:
+ *  GEMM rates (a Dense forward at n = 64, 256, 1024), a 3x3 Conv2D 32->32
+ *  on 14x14 images, an element-wise ReLU pass and its per-call cost, and
+ *  AdamW's update per parameter over 4 M parameters (out of cache); the
+ *  fastest of \p reps calls each, in calibration_clock() time (thread CPU
+ *  time on the serial backend). Records the conditions (with the share of a
+ *  core this process gets now, measure_scheduling()) and marks the profile
+ *  probed. About a second on one core. Messages and the Trainer's fixed
+ *  costs need every rank: telar_probe measures those. */
+inline void measure_compute(MachineProfile& prof, int reps = 5) {
+  using D = Dense<float>;
+  prof.measured = current_conditions(prof.cores);
+  prof.measured.cpu_share = measure_scheduling(0.1).cpu_share;
+  prof.probed = true;
+  prof.gemm_gflops_64 = detail::forward_gflops(D(64, 64), 64, Shape{64}, reps);
+  prof.gemm_gflops_256 = detail::forward_gflops(D(256, 256), 256, Shape{256}, reps);
+  prof.gemm_gflops_1024 = detail::forward_gflops(D(1024, 1024), 256, Shape{1024}, reps);
+  prof.conv_gflops =
+      detail::forward_gflops(Conv2D<float>(32, 32, 3, 1, 1), 16, Shape{32, 14, 14}, reps);
+  Kokkos::DefaultExecutionSpace exec;
+  {
+    // ReLU over 1M floats: 8 MB read and written; a tiny one gives the per-call cost.
+    ReLU<float> relu;
+    std::size_t const n = 1024, w = 1024;
+    Matrix<float> x("telar::probe::x", n, w), y("telar::probe::y", n, w);
+    Kokkos::deep_copy(x, 0.5f);
+    typename ReLU<float>::saved_type saved;
+    double const s = detail::best_call_seconds(reps, [&] { relu.forward(exec, x, y, saved); });
+    prof.elementwise_gbs = double(n * w * 2 * sizeof(float)) / s * 1e-9;
+    Matrix<float> xs("telar::probe::xs", 1, 16), ys("telar::probe::ys", 1, 16);
+    prof.layer_overhead_us = 1e6 *
+                             detail::best_call_seconds(reps,
+                                                       [&] {
+                                                         for (int i = 0; i < 100; ++i)
+                                                           relu.forward(exec, xs, ys, saved);
+                                                       }) /
+                             100;
+  }
+  {
+    // AdamW (2 state slots) over 4 M parameters, out of cache.
+    std::size_t const n = std::size_t(4) << 20;
+    Kokkos::View<float*> w("telar::probe::w", n), g("telar::probe::g", n),
+        st("telar::probe::st", 2 * n);
+    AdamW<float> opt;
+    StepInfo<float> info;
+    info.lr = 1e-3f;
+    double const s = detail::best_call_seconds(reps, [&] {
+      Kokkos::parallel_for(
+          "telar::probe::adamw", n, KOKKOS_LAMBDA(std::size_t i) {
+            opt.update(w(i), g(i), OptimizerState<float>{&st(i), n}, info);
+          });
+    });
+    prof.optimizer_ns_per_parameter = s / double(n) * 1e9;
+  }
+}
+
+} // namespace telar
