@@ -6,6 +6,7 @@
 
 #include "example_support.hpp"
 
+#include <telar/comm/topology.hpp>
 #include <telar/parallel/calibrate.hpp>
 #include <telar/parallel/machine_probe.hpp>
 #include <telar/parallel/planner.hpp>
@@ -124,22 +125,17 @@ inline void refresh_if_stale(CommonArgs const& a, telar::MachineProfile& profile
 
 // Ranks per node of this run (the fewest on any node; 0 when every rank
 // shares one node): collectives whose group spans nodes are costed with the
-// profile's "across" link class.
-// TELAR_RANKS_PER_NODE=n stands in for it (a --dry-run on one host that
-// predicts a run over nodes of n ranks).
+// profile's "across" link class. The nodes are the Trainer's
+// (telar::node_layout), so TELAR_RANKS_PER_NODE=n, which fakes nodes of n
+// ranks on one host, makes a --dry-run there predict a run over such nodes.
 inline int ranks_per_node(MPI_Comm comm) {
   static int seen = -1;
   if (seen >= 0)
     return seen;
-  if (char const* fixed = std::getenv("TELAR_RANKS_PER_NODE"); fixed != nullptr && *fixed)
-    return seen = std::max(0, std::atoi(fixed));
-  MPI_Comm node = MPI_COMM_NULL;
-  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int on_node = 1;
-  MPI_Comm_size(node, &on_node);
-  MPI_Comm_free(&node);
-  MPI_Allreduce(MPI_IN_PLACE, &on_node, 1, MPI_INT, MPI_MIN, comm);
-  seen = on_node >= world_size(comm) ? 0 : on_node;
+  telar::NodeLayout const nodes = telar::node_layout(telar::Communicator(comm, "node layout"));
+  int fewest = nodes.ranks_per_node; // nodes may differ: every rank plans alike
+  MPI_Allreduce(MPI_IN_PLACE, &fewest, 1, MPI_INT, MPI_MIN, comm);
+  seen = nodes.nodes > 1 ? fewest : 0;
   return seen;
 }
 
