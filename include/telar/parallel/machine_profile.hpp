@@ -5,6 +5,7 @@
  *  a layout with, measured by `telar_probe` or written by hand. */
 #include <telar/core/error.hpp>
 #include <telar/parallel/detail/machine_profile_json.hpp>
+#include <telar/parallel/detail/profile_file.hpp>
 #include <telar/parallel/profile_staleness.hpp>
 
 #include <algorithm>
@@ -457,12 +458,13 @@ inline MachineProfile load_machine_profile(std::string path = {}) {
   }
 }
 
-/*! \brief Writes \p profile to \p path (creating nothing but the file).
- *  \throws telar::Error when it cannot be written */
+/*! \brief Writes \p profile to \p path (creating nothing but the file),
+ *  whole: under a temporary name in the same directory, renamed over \p path,
+ *  so a run reading it meanwhile reads the old profile or the new one.
+ *  \throws telar::Error when it cannot be written (\p path is then unchanged) */
 inline void save_machine_profile(MachineProfile const& profile, std::string const& path) {
-  std::ofstream out(path);
-  if (!(out << profile.to_json() << "\n"))
-    throw Error("telar::save_machine_profile: cannot write " + path);
+  if (std::string const why = detail::replace_file(path, profile.to_json() + "\n"); !why.empty())
+    throw Error("telar::save_machine_profile: cannot write " + path + " (" + why + ")");
 }
 
 } // namespace telar
