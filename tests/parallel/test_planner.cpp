@@ -525,6 +525,8 @@ TEST_CASE("planner: a stale profile refreshed is written back; one written by ha
   CHECK(rk.staleness.stale);
   CHECK_FALSE(rk.saved);
   CHECK(rk.kept == "read-only");
+  CHECK_THROWS_AS(telar::save_machine_profile(q, pinned.string()),
+                  telar::Error); // calibration's save
   CHECK(file_text(pinned) == legacy);
 
   // A directory that cannot be written: a failure to report, not an error.

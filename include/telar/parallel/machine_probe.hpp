@@ -152,8 +152,7 @@ inline std::string profile_write_back_refusal(MachineProfile const& refreshed,
   fs::path const file = detail::written_path(path);
   if (!fs::exists(file, ec))
     return {};
-  auto const write = fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write;
-  if ((fs::status(file, ec).permissions() & write) == fs::perms::none)
+  if (detail::write_protected(file))
     return "read-only";
   try {
     if (!load_machine_profile(path).probed)

@@ -461,7 +461,9 @@ inline MachineProfile load_machine_profile(std::string path = {}) {
 /*! \brief Writes \p profile to \p path (creating nothing but the file),
  *  whole: under a temporary name in the same directory, renamed over \p path,
  *  so a run reading it meanwhile reads the old profile or the new one.
- *  \throws telar::Error when it cannot be written (\p path is then unchanged) */
+ *  \throws telar::Error when it cannot be written (\p path is then
+ *  unchanged), or when nobody may write it (`chmod a-w`: pinned, also
+ *  against root) */
 inline void save_machine_profile(MachineProfile const& profile, std::string const& path) {
   if (std::string const why = detail::replace_file(path, profile.to_json() + "\n"); !why.empty())
     throw Error("telar::save_machine_profile: cannot write " + path + " (" + why + ")");

@@ -25,6 +25,16 @@ inline std::filesystem::path written_path(std::string const& path) {
   return p;
 }
 
+// Whether nobody may write the file at `path` (`chmod a-w`): the user's way
+// to pin a profile, honoured for root too (whom access() lets write it).
+inline bool write_protected(std::filesystem::path const& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  auto const st = fs::status(path, ec);
+  auto const write = fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write;
+  return !ec && fs::exists(st) && (st.permissions() & write) == fs::perms::none;
+}
+
 // Replaces the file at `path` by `text`: "" when done, else why not (the
 // file is then unchanged).
 inline std::string replace_file(std::string const& path, std::string const& text) {
@@ -33,7 +43,9 @@ inline std::string replace_file(std::string const& path, std::string const& text
   std::error_code ec;
   bool const exists = fs::exists(target, ec);
   // A rename needs only the directory's permission: refuse what an in-place
-  // write would.
+  // write would, and what the user protected.
+  if (exists && write_protected(target))
+    return "read-only";
   if (exists && ::access(target.c_str(), W_OK) != 0)
     return "not writable";
   fs::path const tmp = target.string() + ".tmp." + std::to_string(::getpid());
