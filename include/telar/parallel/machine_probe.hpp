@@ -194,8 +194,10 @@ inline ProfileRefresh refresh_stale_profile(MachineProfile& profile, std::string
     return r;
   auto const t0 = std::chrono::steady_clock::now();
   measure_compute(profile, reps);
+  // The conditions judged, not measure_compute()'s second reading: the next
+  // run is compared with what this one was compared on.
   profile.measured = now;
-  profile.layer_times.clear();
+  profile.layer_times.clear(); // timed under the stale conditions too
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.kept = profile_write_back_refusal(profile, path);
   if (!r.kept.empty())
