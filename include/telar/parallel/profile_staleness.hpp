@@ -40,6 +40,7 @@ struct Staleness {
 
 } // namespace telar
 
+// The one check per condition, on the structs above.
 #include <telar/parallel/detail/profile_staleness_detail.hpp>
 
 namespace telar {
