@@ -529,7 +529,16 @@ TEST_CASE("planner: a stale profile refreshed is written back; one written by ha
                   telar::Error); // calibration's save
   CHECK(file_text(pinned) == legacy);
 
-  // A directory that cannot be written: a failure to report, not an error.
+  // A file that cannot be written (its directory is gone): a failure to
+  // report, not an error; nothing is created.
+  telar::MachineProfile m = telar::MachineProfile::from_json(legacy);
+  auto const rm = telar::refresh_stale_profile(m, (dir / "gone" / "profile.json").string(), now, 1);
+  CHECK(rm.staleness.stale);
+  CHECK_FALSE(rm.saved);
+  CHECK(rm.kept.empty());
+  CHECK(rm.failed.find("cannot write") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "gone"));
+  // Nor a directory without write permission (root may write it anyway).
   if (::geteuid() != 0) {
     fs::path const locked = dir / "locked";
     fs::create_directories(locked);
