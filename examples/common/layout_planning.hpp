@@ -97,30 +97,31 @@ void calibrate_on_root(CommonArgs const& a, Model const& model, telar::Shape con
 // Rank 0, alone (the others wait asleep), once per process: measures the
 // compute part of `profile` again when it was measured under conditions
 // that differ from this run's beyond telar::StalenessMargins (another load,
-// share of a core, build or probe method; or none recorded), and says so.
-// Layer times go too (calibration times the sizes this run needs); message
-// costs and fixed step costs stay (they need every rank: telar_probe).
-// TELAR_CPU_SHARE (runs planned alike whatever the load) keeps the profile as it is.
+// share of a core, build or probe method; or none recorded), says so, and
+// writes it back to the file it came from, so the next run under like
+// conditions does not measure again (telar::refresh_stale_profile(): never
+// a profile written by hand, nor a read-only file). Layer times go too
+// (calibration times the sizes this run needs); message costs and fixed step
+// costs stay (they need every rank: telar_probe). TELAR_CPU_SHARE (runs
+// planned alike whatever the load) keeps the profile as it is.
 inline void refresh_if_stale(CommonArgs const& a, telar::MachineProfile& profile) {
   if (char const* fixed = std::getenv("TELAR_CPU_SHARE"); fixed != nullptr && *fixed)
     return;
+  std::string const path = a.profile.empty() ? telar::default_profile_path() : a.profile;
   telar::ProfileConditions now = telar::current_conditions(profile.cores);
   now.cpu_share = telar::measure_scheduling(0.1).cpu_share;
-  telar::Staleness const s = telar::profile_staleness(profile.measured, profile.probed, now);
-  if (!s.stale)
+  telar::ProfileRefresh const r = telar::refresh_stale_profile(profile, path, now);
+  if (!r.staleness.stale)
     return;
-  auto const t0 = std::chrono::steady_clock::now();
-  telar::measure_compute(profile);
-  profile.measured = now; // the conditions judged, not a second 0.1 s reading
-  profile.layer_times.clear();
+  std::string const file = r.saved          ? "written back"
+                           : r.kept.empty() ? "warning: not written back (" + r.failed + ")"
+                                            : "the file kept as is (" + r.kept + ")";
   std::fprintf(stderr,
                "profile %s is stale: %s; compute rates and optimizer re-measured in %.2f s "
                "(optimizer %.1f ns/parameter), layer times re-calibrated; message costs kept "
-               "(mpirun telar_probe to re-measure them)\n",
-               a.profile.empty() ? telar::default_profile_path().c_str() : a.profile.c_str(),
-               s.reason.c_str(),
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-               profile.optimizer_ns_per_parameter);
+               "(mpirun telar_probe to re-measure them); %s\n",
+               path.c_str(), r.staleness.reason.c_str(), r.seconds,
+               profile.optimizer_ns_per_parameter, file.c_str());
 }
 
 // Ranks per node of this run (the fewest on any node; 0 when every rank

@@ -9,10 +9,17 @@
 #include <telar/layers/dense.hpp>
 #include <telar/optim/adam.hpp>
 #include <telar/parallel/calibrate.hpp>
+#include <telar/parallel/machine_probe.hpp>
 #include <telar/parallel/paper_scaling.hpp>
 #include <telar/parallel/planner.hpp>
 
 #include <catch2/catch_test_macros.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 namespace {
 
@@ -438,6 +445,113 @@ TEST_CASE("planner: a profile is stale when measured under other conditions", "[
   CHECK_FALSE(telar::MachineProfile::from_json("{\"name\":\"P100 by hand\"}").probed);
   CHECK_FALSE(
       telar::MachineProfile::from_json("{\"name\":\"x (telar_probe, np 2)\",\"probed\":0}").probed);
+}
+
+namespace {
+std::string file_text(std::filesystem::path const& p) {
+  std::ifstream in(p);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+void write_text(std::filesystem::path const& p, std::string const& text) {
+  std::ofstream(p) << text;
+}
+} // namespace
+
+TEST_CASE("planner: a stale profile refreshed is written back; one written by hand is not",
+          "[planner]") {
+  namespace fs = std::filesystem;
+  fs::path const dir = fs::temp_directory_path() / ("telar_refresh_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  // The run's conditions, fixed: the refresh records them, the next load is judged by them.
+  telar::ProfileConditions now;
+  now.unix_time = 1795729873;
+  now.load_per_core = 0.4;
+  now.cpu_share = 0.9;
+  now.build_id = telar::profile_build_id();
+  // An older probe's cache: probed, no conditions recorded (stale), message
+  // costs and layer times of its own.
+  std::string const legacy = "{\"name\":\"vm (telar_probe, np 2)\",\"cores\":2,"
+                             "\"optimizer_ns_per_parameter\":39,\"allreduce_alpha_us\":7,"
+                             "\"allreduce_beta_ns\":0.4,\"sync_wait_us\":457,"
+                             "\"time Dense 8->8 t1 r4\":\"1 2 3\"}\n";
+  fs::path const cache = dir / "profile.json";
+  write_text(cache, legacy);
+  telar::MachineProfile p = telar::load_machine_profile(cache.string());
+  auto const r = telar::refresh_stale_profile(p, cache.string(), now, 1);
+  CHECK(r.staleness.stale);
+  CHECK(r.saved);
+  CHECK(r.kept.empty());
+  CHECK(r.failed.empty());
+  CHECK(fs::exists(cache));
+  // Loaded again: fresh under the same conditions, the message costs as they were.
+  telar::MachineProfile const q = telar::load_machine_profile(cache.string());
+  CHECK(q.probed);
+  CHECK_FALSE(telar::profile_staleness(q.measured, q.probed, now).stale);
+  CHECK(q.measured.build_id == now.build_id);
+  CHECK(q.measured.unix_time == now.unix_time);
+  CHECK(q.measured.load_per_core == now.load_per_core);
+  CHECK(q.measured.cpu_share == now.cpu_share);
+  CHECK(std::abs(q.allreduce.alpha - 7e-6) < 1e-15);
+  CHECK(std::abs(q.allreduce.beta - 0.4e-9) < 1e-18);
+  CHECK(q.sync_wait_us == 457);
+  CHECK(q.cores == 2);
+  CHECK(q.layer_times.empty()); // measured under the stale conditions too
+  // A second run under those conditions neither measures nor writes.
+  std::string const refreshed = file_text(cache);
+  telar::MachineProfile again = q;
+  CHECK_FALSE(telar::refresh_stale_profile(again, cache.string(), now, 1).staleness.stale);
+  CHECK(file_text(cache) == refreshed);
+
+  // A profile written by hand is never stale, so never measured nor written;
+  // nor is its file overwritten by a probed profile.
+  fs::path const hand = dir / "by_hand.json";
+  std::string const by_hand = "{ \"name\": \"P100 by hand\",\n  \"gemm_gflops_1024\": 9000 }\n";
+  write_text(hand, by_hand);
+  telar::MachineProfile h = telar::load_machine_profile(hand.string());
+  CHECK_FALSE(telar::refresh_stale_profile(h, hand.string(), now, 1).staleness.stale);
+  CHECK(telar::profile_write_back_refusal(q, hand.string()) == "written by hand");
+  CHECK(file_text(hand) == by_hand);
+
+  // A probed profile made read-only (chmod a-w): measured again, kept as is
+  // (even for root, who could write it).
+  fs::path const pinned = dir / "pinned.json";
+  write_text(pinned, legacy);
+  fs::permissions(pinned, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  telar::MachineProfile k = telar::load_machine_profile(pinned.string());
+  auto const rk = telar::refresh_stale_profile(k, pinned.string(), now, 1);
+  CHECK(rk.staleness.stale);
+  CHECK_FALSE(rk.saved);
+  CHECK(rk.kept == "read-only");
+  CHECK_THROWS_AS(telar::save_machine_profile(q, pinned.string()),
+                  telar::Error); // calibration's save
+  CHECK(file_text(pinned) == legacy);
+
+  // A file that cannot be written (its directory is gone): a failure to
+  // report, not an error; nothing is created.
+  telar::MachineProfile m = telar::MachineProfile::from_json(legacy);
+  auto const rm = telar::refresh_stale_profile(m, (dir / "gone" / "profile.json").string(), now, 1);
+  CHECK(rm.staleness.stale);
+  CHECK_FALSE(rm.saved);
+  CHECK(rm.kept.empty());
+  CHECK(rm.failed.find("cannot write") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "gone"));
+  // Nor a directory without write permission (root may write it anyway).
+  if (::geteuid() != 0) {
+    fs::path const locked = dir / "locked";
+    fs::create_directories(locked);
+    write_text(locked / "profile.json", legacy);
+    fs::permissions(locked, fs::perms::owner_read | fs::perms::owner_exec);
+    telar::MachineProfile l = telar::load_machine_profile((locked / "profile.json").string());
+    auto const rl = telar::refresh_stale_profile(l, (locked / "profile.json").string(), now, 1);
+    CHECK_FALSE(rl.saved);
+    CHECK_FALSE(rl.failed.empty());
+    CHECK(file_text(locked / "profile.json") == legacy);
+    fs::permissions(locked, fs::perms::owner_all);
+  }
+  fs::remove_all(dir);
 }
 
 TEST_CASE("planner: groups that span nodes take the across link class", "[planner]") {

@@ -3,7 +3,8 @@
  *  \brief The single-process parts of `telar_probe` (compute rates, the
  *  optimizer's update, the conditions they were measured under), shared by
  *  the probe and by runs that find their cached profile stale
- *  (telar::profile_staleness()) and measure them again. */
+ *  (telar::profile_staleness()) and measure them again
+ *  (telar::refresh_stale_profile()). */
 #include <telar/layers/activation.hpp>
 #include <telar/layers/conv.hpp>
 #include <telar/layers/dense.hpp>
@@ -15,8 +16,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <string>
+#include <system_error>
 
 namespace telar {
 
@@ -131,6 +134,81 @@ inline void measure_compute(MachineProfile& prof, int reps = 5) {
     });
     prof.optimizer_ns_per_parameter = s / double(n) * 1e9;
   }
+}
+
+/*! \brief Why a refreshed profile is not written to \p path (empty: it
+ *  is). A profile the user wrote is theirs and a run never rewrites it:
+ *  kept as is are \p refreshed when it is not probed, a file at \p path
+ *  that does not say it was probed (telar_probe's output, or `"probed": 1`:
+ *  a profile written by hand, of this machine or another), and a file no one
+ *  may write (`chmod a-w`: how to pin a probed profile; honoured for root
+ *  too, who could write it). A missing file may be written. */
+inline std::string profile_write_back_refusal(MachineProfile const& refreshed,
+                                              std::string const& path) {
+  namespace fs = std::filesystem;
+  if (!refreshed.probed)
+    return "written by hand";
+  std::error_code ec;
+  fs::path const file = detail::written_path(path);
+  if (!fs::exists(file, ec))
+    return {};
+  if (detail::write_protected(file))
+    return "read-only";
+  try {
+    if (!load_machine_profile(path).probed)
+      return "written by hand";
+  } catch (Error const&) {
+    return "not a profile this build reads";
+  }
+  return {};
+}
+
+/*! \brief What refresh_stale_profile() did. */
+struct ProfileRefresh {
+  Staleness staleness; //!< why the profile was stale (`stale` false: nothing was done)
+  double seconds = 0;  //!< time spent measuring again
+  bool saved = false;  //!< written back to the file
+  std::string kept;    //!< why the file was left as is (profile_write_back_refusal())
+  std::string failed;  //!< why writing it failed (a warning: the run goes on)
+};
+
+/*! \brief Measures the compute part of \p profile again when it is stale
+ *  under \p now (profile_staleness()) and writes it back to \p path, the
+ *  file it was loaded from, so that the next run under like conditions finds
+ *  it fresh instead of measuring again. The compute rates and optimizer
+ *  (measure_compute()) and the conditions (\p now: those judged, not a
+ *  second reading) are new; layer times, measured under the stale
+ *  conditions too, are dropped (calibration times what a run needs);
+ *  message costs and fixed step costs stay as they were (they need every
+ *  rank: telar_probe). Written atomically (save_machine_profile()) unless
+ *  profile_write_back_refusal() says no; a failed write is reported, not
+ *  thrown. Call it from one process (rank 0), the others waiting.
+ *  \param profile as loaded from \p path \param path its file
+ *  \param now this run's conditions (current_conditions() and the share of
+ *  a core, measure_scheduling()) \param reps calls timed per rate */
+inline ProfileRefresh refresh_stale_profile(MachineProfile& profile, std::string const& path,
+                                            ProfileConditions const& now, int reps = 5) {
+  ProfileRefresh r;
+  r.staleness = profile_staleness(profile.measured, profile.probed, now);
+  if (!r.staleness.stale)
+    return r;
+  auto const t0 = std::chrono::steady_clock::now();
+  measure_compute(profile, reps);
+  // The conditions judged, not measure_compute()'s second reading: the next
+  // run is compared with what this one was compared on.
+  profile.measured = now;
+  profile.layer_times.clear(); // timed under the stale conditions too
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.kept = profile_write_back_refusal(profile, path);
+  if (!r.kept.empty())
+    return r;
+  try {
+    save_machine_profile(profile, path);
+    r.saved = true;
+  } catch (Error const& e) {
+    r.failed = e.what();
+  }
+  return r;
 }
 
 } // namespace telar

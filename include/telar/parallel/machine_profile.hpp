@@ -5,6 +5,8 @@
  *  a layout with, measured by `telar_probe` or written by hand. */
 #include <telar/core/error.hpp>
 #include <telar/parallel/detail/machine_profile_json.hpp>
+#include <telar/parallel/detail/profile_file.hpp>
+#include <telar/parallel/profile_staleness.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -44,16 +46,6 @@ struct LinkCosts {
   LinkCost reduce_scatter; //!< ZeRO gradient reduce-scatter
   LinkCost all_gather;     //!< ZeRO parameter all-gather
   LinkCost send_recv;      //!< pipeline activation and gradient messages
-};
-
-/*! \brief What a profile's measured parts were measured under, so that a
- *  run can tell when they no longer describe the machine (profile_staleness()).
- *  Fields left at their defaults were not recorded. */
-struct ProfileConditions {
-  double unix_time = 0;      //!< when (seconds since 1970; 0: not recorded)
-  double load_per_core = -1; //!< 1-minute load average / cores (-1: not recorded)
-  double cpu_share = 0;      //!< share of a core the measuring rank got alone (0: not recorded)
-  std::string build_id;      //!< compiler, backend and probe method (empty: not recorded)
 };
 
 /*! \brief Measured seconds of one layer call at one number of rows:
@@ -431,67 +423,6 @@ inline SchedulingSample measure_scheduling(double seconds = 0.05) {
   return s;
 }
 
-/*! \brief How far the conditions of a run may be from those a profile was
- *  measured under before its measured parts count as stale. */
-struct StalenessMargins {
-  /*! \brief Largest ratio between the share of a core then and now (1.25:
-   *  a probe that got 0.6 of a core is stale for a run that gets 0.8). The
-   *  probe times compute in CPU time, but memory bandwidth and caches are
-   *  shared with the load: an AdamW pass probed at a load of 15 cost 39 ns
-   *  per parameter, 3 on the quiet machine. */
-  double cpu_share_ratio = 1.25;
-  double load_per_core = 0.5; //!< largest difference of load average per core
-  double max_age_days = 30;   //!< older profiles are stale (software and firmware change)
-};
-
-/*! \brief Whether a profile's measured parts are stale, and why. */
-struct Staleness {
-  bool stale = false;
-  std::string reason; //!< e.g. "measured at a share of a core of 0.21, now 0.97 (over 1.25x)"
-};
-
-/*! \brief Whether a profile measured under \p then describes a machine
- *  now under \p now (pure: the caller measures \p now). Stale when the
- *  profile was probed but recorded no conditions, when another build (or
- *  probe method) measured it, when older than the margin, or when its share
- *  of a core or its load per core differ beyond the margins; a hand-written
- *  profile (\p probed false) is never stale. Fields not recorded in \p now
- *  are not compared.
- *  \param then the profile's conditions \param probed MachineProfile::probed
- *  \param now the run's conditions \param m the margins */
-inline Staleness profile_staleness(ProfileConditions const& then, bool probed,
-                                   ProfileConditions const& now, StalenessMargins const& m = {}) {
-  auto stale = [](std::string why) { return Staleness{true, std::move(why)}; };
-  char buf[160];
-  if (!probed)
-    return {};
-  if (then.unix_time <= 0 || then.build_id.empty())
-    return stale("measured under unrecorded conditions (an older telar_probe)");
-  if (!now.build_id.empty() && now.build_id != then.build_id)
-    return stale("measured by another build (" + then.build_id + ", now " + now.build_id + ")");
-  if (now.unix_time > 0 && now.unix_time - then.unix_time > m.max_age_days * 86400) {
-    std::snprintf(buf, sizeof buf, "measured %.0f days ago (over %.0f)",
-                  (now.unix_time - then.unix_time) / 86400, m.max_age_days);
-    return stale(buf);
-  }
-  if (now.cpu_share > 0 && then.cpu_share > 0) {
-    double const r =
-        std::max(now.cpu_share, then.cpu_share) / std::min(now.cpu_share, then.cpu_share);
-    if (r > m.cpu_share_ratio) {
-      std::snprintf(buf, sizeof buf, "measured at a share of a core of %.2f, now %.2f (over %.3gx)",
-                    then.cpu_share, now.cpu_share, m.cpu_share_ratio);
-      return stale(buf);
-    }
-  }
-  if (now.load_per_core >= 0 && then.load_per_core >= 0 &&
-      std::abs(now.load_per_core - then.load_per_core) > m.load_per_core) {
-    std::snprintf(buf, sizeof buf, "measured at a load of %.2f per core, now %.2f (over +-%.3g)",
-                  then.load_per_core, now.load_per_core, m.load_per_core);
-    return stale(buf);
-  }
-  return {};
-}
-
 /*! \brief Where the profile of this machine is cached: `$TELAR_PROFILE`, else
  *  `$XDG_CACHE_HOME/telar/profile.json`, else `~/.cache/telar/profile.json`. */
 inline std::string default_profile_path() {
@@ -527,12 +458,15 @@ inline MachineProfile load_machine_profile(std::string path = {}) {
   }
 }
 
-/*! \brief Writes \p profile to \p path (creating nothing but the file).
- *  \throws telar::Error when it cannot be written */
+/*! \brief Writes \p profile to \p path (creating nothing but the file),
+ *  whole: under a temporary name in the same directory, renamed over \p path,
+ *  so a run reading it meanwhile reads the old profile or the new one.
+ *  \throws telar::Error when it cannot be written (\p path is then
+ *  unchanged), or when nobody may write it (`chmod a-w`: pinned, also
+ *  against root) */
 inline void save_machine_profile(MachineProfile const& profile, std::string const& path) {
-  std::ofstream out(path);
-  if (!(out << profile.to_json() << "\n"))
-    throw Error("telar::save_machine_profile: cannot write " + path);
+  if (std::string const why = detail::replace_file(path, profile.to_json() + "\n"); !why.empty())
+    throw Error("telar::save_machine_profile: cannot write " + path + " (" + why + ")");
 }
 
 } // namespace telar
