@@ -13,6 +13,15 @@
 // buffers. Everything (primitive descriptors, primitives, reorders, memory
 // objects, buffers) is created once per (geometry, batch size): a
 // steady-state step only sets data handles and executes.
+//
+// backward_weights reads the same x as forward and the same dy as
+// backward_data. When the converted copy an earlier primitive left in its
+// buffer is still that micro-batch's (same forward call, same source
+// pointer: OneDnnConverted), backward_weights reads it instead of converting
+// x or dy again: the same bf16 values go in, so the results are unchanged.
+// The buffers are the per-layer ones already there, so nothing extra is held;
+// when another micro-batch's call overwrote one in between (pipelines with
+// several micro-batches in flight), the input is converted again as before.
 #include <telar/config.hpp>
 
 #if TELAR_HAVE_ONEDNN
@@ -24,6 +33,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -37,6 +47,15 @@ namespace detail {
 struct OneDnnConvShape {
   dnnl::memory::dims src, wei, bias, dst, strides, dilates, pad_l, pad_r;
   dnnl::memory::format_tag act, wt;
+};
+
+// Where a port's buffer got its contents: converted from `src` by the call
+// of micro-batch `call` (a forward's next_conv_call(), telar/layers/conv.hpp;
+// 0: a call without an id, which nothing reuses).
+struct OneDnnConverted {
+  std::uint64_t call = 0;
+  void const* src = nullptr;
+  bool holds(std::uint64_t c, void const* p) const { return c != 0 && call == c && src == p; }
 };
 
 // Primitives of one convolution layer, per batch size. Copies start empty
@@ -54,6 +73,7 @@ public:
   OneDnnConvCache& operator=(OneDnnConvCache const& o) {
     entries_.clear();
     bf16_ = o.bf16_;
+    reused_ = 0;
     return *this;
   }
   OneDnnConvCache& operator=(OneDnnConvCache&&) noexcept = default;
@@ -63,13 +83,16 @@ public:
   static constexpr bool blocked = true;
 
   // y = conv(x) + b for x [n, C*D*H*W], y [n, Co*Do*Ho*Wo]; b may be null.
+  // `call` (next_conv_call(), 0: none) names the micro-batch, for reuse of
+  // the converted x by backward_weights.
   template <class G>
-  void forward(G const& g, std::size_t n, float const* x, float const* w, float const* b,
-               float* y) {
+  void forward(G const& g, std::size_t n, float const* x, float const* w, float const* b, float* y,
+               std::uint64_t call = 0) {
     Entry& e = entry(g, n, b != nullptr);
     e.make_forward();
     auto& s = onednn_stream();
     e.f_src.in(s, x);
+    e.f_src_from = {call, x};
     e.f_wei.in(s, w);
     if (b)
       e.f_bias.in(s, b);
@@ -80,14 +103,16 @@ public:
     s.wait();
   }
 
-  // dx = conv^T(dy) (overwritten).
+  // dx = conv^T(dy) (overwritten); `call` as in forward, for reuse of the
+  // converted dy.
   template <class G>
   void backward_data(G const& g, std::size_t n, float const* dy, float const* w, float* dx,
-                     bool bias) {
+                     bool bias, std::uint64_t call = 0) {
     Entry& e = entry(g, n, bias);
     e.make_backward_data();
     auto& s = onednn_stream();
     e.d_ddst.in(s, dy);
+    e.d_ddst_from = {call, dy};
     e.d_wei.in(s, w);
     e.d_dsrc.out(dx);
     count_library_call("telar::conv::onednn");
@@ -96,15 +121,18 @@ public:
     s.wait();
   }
 
-  // dw += dL/dW, db += dL/db (db may be null: no bias).
+  // dw += dL/dW, db += dL/db (db may be null: no bias). With the `call` of
+  // the forward that read x and the backward_data that read dy, reads their
+  // converted copies when they still hold them.
   template <class G>
   void backward_weights(G const& g, std::size_t n, float const* x, float const* dy, float* dw,
-                        float* db) {
+                        float* db, std::uint64_t call = 0) {
     Entry& e = entry(g, n, db != nullptr);
     e.make_backward_weights();
     auto& s = onednn_stream();
-    e.w_src.in(s, x);
-    e.w_ddst.in(s, dy);
+    e.w_args[DNNL_ARG_SRC] = input(s, e.w_src, e.f_src, e.f_src_from, call, x, e.x_relayout);
+    e.w_args[DNNL_ARG_DIFF_DST] =
+        input(s, e.w_ddst, e.d_ddst, e.d_ddst_from, call, dy, e.dy_relayout);
     count_library_call("telar::conv::onednn");
     e.bwd_weights.execute(s, e.w_args);
     e.w_dwei.finish(s);
@@ -124,6 +152,9 @@ public:
 
   // Batch sizes with primitives (tests).
   std::size_t size() const { return entries_.size(); }
+  // Inputs backward_weights took from forward or backward_data instead of
+  // converting them (tests).
+  std::size_t reused() const { return reused_; }
 
 private:
   struct Entry {
@@ -147,6 +178,14 @@ private:
     dnnl::convolution_backward_weights bwd_weights;
     OneDnnPort w_src, w_ddst, w_dwei, w_dbias;
     std::vector<float> dw, db;
+
+    // What f_src and d_ddst's buffers hold, and the reorders from them into
+    // backward_weights' layouts where these differ.
+    OneDnnConverted f_src_from, d_ddst_from;
+    struct Relayout {
+      dnnl::reorder convert;
+      bool made = false;
+    } x_relayout, dy_relayout;
 
     dnnl::memory::desc plain(dnnl::memory::dims const& d, tag t) const {
       return dnnl::memory::desc(d, dt::f32, t);
@@ -265,6 +304,26 @@ private:
   // a remainder batch); the oldest goes first.
   static constexpr std::size_t max_entries = 4;
 
+  // backward_weights' input from the caller's buffer p: what `kept` (an
+  // earlier primitive's port) converted from p for this `call` when it
+  // still holds it (moved to port's layout if that differs: a copy of the
+  // same rounded values), else p converted by port.
+  dnnl::memory input(dnnl::stream& s, OneDnnPort& port, OneDnnPort& kept,
+                     OneDnnConverted const& from, std::uint64_t call, void const* p,
+                     Entry::Relayout& r) {
+    if (!port.reordered || !kept.reordered || !from.holds(call, p))
+      return port.in(s, p);
+    ++reused_;
+    if (kept.inner.get_desc() == port.inner.get_desc())
+      return kept.inner;
+    if (!r.made) {
+      r.convert = dnnl::reorder(kept.inner, port.inner);
+      r.made = true;
+    }
+    r.convert.execute(s, kept.inner, port.inner);
+    return port.inner;
+  }
+
   template <class G>
   static std::vector<int> key_of(G const& g, std::size_t n, bool bias) {
     return {g.C,  g.D,  g.H,  g.W,    g.Co,         g.kd,         g.kh,          g.kw,         g.sd,
@@ -331,6 +390,7 @@ private:
 
   std::vector<std::unique_ptr<Entry>> entries_;
   bool bf16_ = false;
+  std::size_t reused_ = 0;
 };
 
 } // namespace detail
