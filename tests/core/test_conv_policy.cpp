@@ -183,15 +183,21 @@ void check_reuse(Make make, Shape in, std::size_t n, std::string const& what) {
     CHECK(same_bits(a.weight_grad, b.weight_grad));
     CHECK(same_bits(a.bias_grad, b.bias_grad));
   };
-  auto alone = [&](auto const& x, auto const& dy) { // one micro-batch: everything reused
+  // One micro-batch: everything reused, the weight gradient after the input
+  // gradient or before it (pipelines' non-split schedules).
+  auto alone = [&](auto const& x, auto const& dy, bool weight_first = false) {
     L l = fresh();
     S s;
     l.forward(Exec{}, x, y, s);
+    if (weight_first)
+      l.backward_weight(Exec{}, dy, s);
     l.backward_input(Exec{}, dy, dx, s);
-    l.backward_weight(Exec{}, dy, s);
+    if (!weight_first)
+      l.backward_weight(Exec{}, dy, s);
     return l;
   };
   L const a1 = alone(x1, dy1), a2 = alone(x2, dy2);
+  same_grads(a1, alone(x1, dy1, true));
   // Converted again in backward_weight: what every call did before.
   L r = fresh();
   S r1, r2;
@@ -501,6 +507,13 @@ TEST_CASE("oneDNN's convolution cache reuses converted inputs only for the same 
   c.forward(g, n, x2.data(), w.data(), b.data(), y.data(), 7); // x's copy overwritten
   weights(x.data(), dy.data(), 5);
   CHECK(c.reused() == 3); // dy only
+  // The weight gradient first (pipelines' non-split schedules): x from
+  // forward, then backward_data takes dy from backward_weights.
+  c.forward(g, n, x.data(), w.data(), b.data(), y.data(), 8);
+  weights(x.data(), dy.data(), 8);
+  CHECK(c.reused() == 4);
+  c.backward_data(g, n, dy.data(), w.data(), dx.data(), true, 8);
+  CHECK(c.reused() == 5);
 }
 #endif
 
