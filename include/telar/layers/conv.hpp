@@ -87,8 +87,8 @@ struct ConvGeometry {
 };
 
 // A new id for one forward call of a convolution layer (never 0), kept in
-// the micro-batch's saved state (telar::Convolution's saved_type): backward passes it so that the
-// cache can tell its own micro-batch's converted inputs from another's.
+// the micro-batch's saved state: backward passes it so that oneDNN's cache
+// can tell its own micro-batch's converted inputs from another's.
 inline std::uint64_t next_conv_call() {
   static std::atomic<std::uint64_t> last{0};
   return ++last;
