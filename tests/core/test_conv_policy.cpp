@@ -30,6 +30,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 using telar::Shape;
 using telar::test::random_matrix;
@@ -145,6 +146,81 @@ void compare_bf16(Make make, Shape in, std::size_t n, std::string const& what) {
   if (a.has_bias())
     CHECK(ratio(a.bias_grad, b.bias_grad, mag.bias_grad) <= 1.0); // sums of bf16 dy: u
   CHECK(worst(ya, yb) > 0);                                       // bf16 really ran
+}
+
+// Whether two views hold the same bytes.
+template <class A, class B>
+bool same_bits(A const& a, B const& b) {
+  auto ha = to_host(a);
+  auto hb = to_host(b);
+  return ha.size() == hb.size() &&
+         std::memcmp(ha.data(), hb.data(), ha.size() * sizeof(*ha.data())) == 0;
+}
+
+// oneDNN's backward_weight reads the x and dy that forward and
+// backward_input converted for its micro-batch (detail/onednn_conv.hpp):
+// its gradients must equal, bit for bit, those of a layer that converts them
+// again (another micro-batch's calls in between leave nothing to reuse), and
+// with two micro-batches in flight each must get its own inputs, whichever
+// ran last (a cache per layer alone would give one the other's).
+template <class L, class Make>
+void check_reuse(Make make, Shape in, std::size_t n, std::string const& what) {
+  INFO(what << ", batch " << n);
+  auto fresh = [&] {
+    L l = make(L{});
+    l.build(in);
+    l.initialize(7);
+    return l;
+  };
+  std::size_t const out = fresh().output_shape(in).size();
+  auto x1 = random_matrix<float>(n, in.size(), 21);
+  auto x2 = random_matrix<float>(n, in.size(), 22);
+  auto dy1 = random_matrix<float>(n, out, 23);
+  auto dy2 = random_matrix<float>(n, out, 24);
+  telar::Matrix<float> y("y", n, out), dx("dx", n, in.size());
+  using S = typename L::saved_type;
+  auto same_grads = [](L const& a, L const& b) {
+    CHECK(same_bits(a.weight_grad, b.weight_grad));
+    CHECK(same_bits(a.bias_grad, b.bias_grad));
+  };
+  // One micro-batch: everything reused, the weight gradient after the input
+  // gradient or before it (pipelines' non-split schedules).
+  auto alone = [&](auto const& x, auto const& dy, bool weight_first = false) {
+    L l = fresh();
+    S s;
+    l.forward(Exec{}, x, y, s);
+    if (weight_first)
+      l.backward_weight(Exec{}, dy, s);
+    l.backward_input(Exec{}, dy, dx, s);
+    if (!weight_first)
+      l.backward_weight(Exec{}, dy, s);
+    return l;
+  };
+  L const a1 = alone(x1, dy1), a2 = alone(x2, dy2);
+  same_grads(a1, alone(x1, dy1, true));
+  // Converted again in backward_weight: what every call did before.
+  L r = fresh();
+  S r1, r2;
+  r.forward(Exec{}, x1, y, r1);
+  r.backward_input(Exec{}, dy1, dx, r1);
+  r.forward(Exec{}, x2, y, r2);
+  r.backward_input(Exec{}, dy2, dx, r2);
+  r.backward_weight(Exec{}, dy1, r1);
+  same_grads(a1, r);
+  // Two in flight, the second's forward and the first's backward_input last.
+  L c = fresh();
+  S c1, c2;
+  c.forward(Exec{}, x1, y, c1);
+  c.forward(Exec{}, x2, y, c2);
+  c.backward_input(Exec{}, dy2, dx, c2);
+  c.backward_input(Exec{}, dy1, dx, c1);
+  c.backward_weight(Exec{}, dy2, c2);
+  same_grads(a2, c);
+  Kokkos::deep_copy(c.weight_grad, 0.f);
+  Kokkos::deep_copy(c.bias_grad, 0.f);
+  c.backward_weight(Exec{}, dy1, c1);
+  same_grads(a1, c);
+  CHECK(!same_bits(a1.weight_grad, a2.weight_grad)); // the inputs do matter
 }
 
 // Scoped environment variable for the ISA test hooks.
@@ -368,6 +444,78 @@ TEMPLATE_TEST_CASE("OneDnnConvBf16 agrees with fp32 within bf16 rounding", "[con
     CHECK(kernels.find("conv_bwd_weights:") != std::string::npos);
   }
 }
+
+TEMPLATE_TEST_CASE(
+    "oneDNN's backward_weight reuses its micro-batch's converted inputs, bit for bit",
+    "[conv][policy][bf16]", M) {
+  using M = TestType; // dependent: discarded where oneDNN cannot run
+  if constexpr (telar::OneDnnConvBf16::supports<float, M>()) {
+    auto run = [](auto policy) {
+      using P = decltype(policy);
+      using C2 = telar::Conv2D<float, M, telar::AutoGemm, P>;
+      using T2 = telar::ConvTranspose2D<float, M, telar::AutoGemm, P>;
+      using C3 = telar::Conv3D<float, M, telar::AutoGemm, P>;
+      check_reuse<C2>([](auto l) { return decltype(l)(1, 8, 3, 1, 1); }, Shape{1, 9, 9}, 3,
+                      "1->8 3x3 p1 (first layer)");
+      check_reuse<C2>([](auto l) { return decltype(l)(32, 32, 3, 1, 1); }, Shape{32, 14, 14}, 2,
+                      "32->32 14x14");
+      check_reuse<C2>([](auto l) { return decltype(l)(4, 6, 3, 2, 0, false); }, Shape{4, 8, 9}, 3,
+                      "3x3 s2 p0 no bias");
+      check_reuse<C2>([](auto l) { return decltype(l)(16, 16, 3, 1, 1, true, 1, 16); },
+                      Shape{16, 6, 6}, 2, "depthwise");
+      check_reuse<C3>([](auto l) { return decltype(l)(16, 16, 3, 1, 1); }, Shape{16, 3, 4, 5}, 2,
+                      "3x3x3 s1 p1");
+      check_reuse<T2>([](auto l) { return decltype(l)(32, 16, 3, 2, 1, 1); }, Shape{32, 5, 4}, 2,
+                      "transposed 3x3 s2 p1 op1");
+    };
+    run(telar::OneDnnConv{});
+    if (!telar::bf16_available()) {
+      SKIP("no AVX512-BF16/AMX on this CPU");
+    }
+    run(telar::OneDnnConvBf16{});
+  }
+}
+
+#if TELAR_HAVE_ONEDNN
+// The reuse itself: backward_weights takes x from forward and dy from
+// backward_data only while their buffers hold what they converted for the
+// same call id from the same pointers.
+TEST_CASE("oneDNN's convolution cache reuses converted inputs only for the same call",
+          "[conv][policy][bf16]") {
+  if (!telar::bf16_available()) {
+    SKIP("no AVX512-BF16/AMX on this CPU");
+  }
+  telar::detail::ConvGeometry g;
+  g.C = g.Co = 16;
+  telar::detail::conv_set_dim(g, 1, 6, 3, 1, 1, 1, 6);
+  telar::detail::conv_set_dim(g, 2, 6, 3, 1, 1, 1, 6);
+  std::size_t const n = 2, act = n * 16 * 36;
+  std::vector<float> x(act, 0.5f), x2(act, 0.25f), w(16 * 16 * 9, 0.125f), b(16, 1.f), y(act),
+      dy(act, 1.f), dx(act), dw(w.size()), db(b.size());
+  telar::detail::OneDnnConvCache c(true);
+  auto weights = [&](float const* xp, float const* dyp, std::uint64_t call) {
+    c.backward_weights(g, n, xp, dyp, dw.data(), db.data(), call);
+  };
+  c.forward(g, n, x.data(), w.data(), b.data(), y.data(), 5);
+  c.backward_data(g, n, dy.data(), w.data(), dx.data(), true, 5);
+  weights(x.data(), dy.data(), 5);
+  CHECK(c.reused() == 2);
+  weights(x.data(), dy.data(), 6); // another micro-batch's
+  weights(x.data(), dy.data(), 0); // no id
+  weights(dy.data(), x.data(), 5); // other buffers
+  CHECK(c.reused() == 2);
+  c.forward(g, n, x2.data(), w.data(), b.data(), y.data(), 7); // x's copy overwritten
+  weights(x.data(), dy.data(), 5);
+  CHECK(c.reused() == 3); // dy only
+  // The weight gradient first (pipelines' non-split schedules): x from
+  // forward, then backward_data takes dy from backward_weights.
+  c.forward(g, n, x.data(), w.data(), b.data(), y.data(), 8);
+  weights(x.data(), dy.data(), 8);
+  CHECK(c.reused() == 4);
+  c.backward_data(g, n, dy.data(), w.data(), dx.data(), true, 8);
+  CHECK(c.reused() == 5);
+}
+#endif
 
 TEMPLATE_TEST_CASE("OneDnnConvBf16 refuses a CPU without bf16 instructions unless fp32 is asked "
                    "for",

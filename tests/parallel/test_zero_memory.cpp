@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -123,14 +124,16 @@ std::uint64_t iallgatherv_bytes = 0;
 
 // One ZeRO-3 step (the second) of strategy S: what it gathered and held.
 struct GatherRun {
-  std::uint64_t gathered = 0; // bytes sent to MPI_Iallgatherv
-  std::int64_t peak = 0;      // peak of the gathered group buffers
-  std::size_t plan = 0;       // the plan's communication bytes
+  std::uint64_t gathered = 0;      // bytes sent to MPI_Iallgatherv
+  std::int64_t peak = 0;           // peak of the gathered group buffers
+  std::size_t plan = 0;            // the plan's communication bytes
+  std::vector<std::string> labels; // the gathers' trace events
 };
 template <class S>
 GatherRun gather_run(Batch const& batch) {
   telar::TrainerOptions opts;
   opts.bucket_bytes = 1024; // one group per Dense layer
+  opts.trace = true;
   Watch watch;
   telar::Trainer<Model, S, telar::Adam<float>> t(MPI_COMM_WORLD, make_model(), {}, opts, 32);
   std::size_t const local = 8, d = std::size_t(t.grid_coords().dp) * local;
@@ -140,8 +143,19 @@ GatherRun gather_run(Batch const& batch) {
   meter.reset_peaks();
   iallgatherv_bytes = 0;
   t.step(x, y);
-  return {iallgatherv_bytes, meter.peak_of("telar::ZeRO::gathered"),
-          t.memory_plan().bytes[telar::MemoryCategory::communication]};
+  GatherRun r{iallgatherv_bytes,
+              meter.peak_of("telar::ZeRO::gathered"),
+              t.memory_plan().bytes[telar::MemoryCategory::communication],
+              {}};
+  for (auto const& e : t.trace().events())
+    if (e.name.rfind("all-gather group", 0) == 0)
+      r.labels.push_back(e.name);
+  return r;
+}
+
+// The KiB a gather's trace label gives ("all-gather group 3 (12 KiB)").
+std::size_t label_kib(std::string const& label) {
+  return std::size_t(std::stoul(label.substr(label.find('(') + 1)));
 }
 
 } // namespace
@@ -263,6 +277,16 @@ TEST_CASE("ZeRO-3 under Precision<bf16, float> gathers half the bytes", "[zero][
                          << bf16.plan);
   CHECK(fp32.gathered > 0);
   CHECK(2 * bf16.gathered == fp32.gathered);
+  // The timeline's labels give the bytes sent, bf16 marked: half as many,
+  // group by group (KiB rounded down).
+  REQUIRE(fp32.labels.size() == bf16.labels.size());
+  REQUIRE(!bf16.labels.empty());
+  for (std::size_t i = 0; i < bf16.labels.size(); ++i) {
+    INFO(fp32.labels[i] << " / " << bf16.labels[i]);
+    CHECK(fp32.labels[i].find("bf16") == std::string::npos);
+    CHECK(bf16.labels[i].find(" KiB bf16)") != std::string::npos);
+    CHECK(label_kib(bf16.labels[i]) == label_kib(fp32.labels[i]) / 2);
+  }
   CHECK(bf16.peak == fp32.peak);
   CHECK(bf16.plan == fp32.plan);
   CHECK(std::int64_t(bf16.plan) >= bf16.peak);

@@ -42,6 +42,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -84,6 +85,14 @@ struct ConvGeometry {
            pw == 0;
   }
 };
+
+// A new id for one forward call of a convolution layer (never 0), kept in
+// the micro-batch's saved state: backward passes it so that oneDNN's cache
+// can tell its own micro-batch's converted inputs from another's.
+inline std::uint64_t next_conv_call() {
+  static std::atomic<std::uint64_t> last{0};
+  return ++last;
+}
 
 // Output extent of one dimension, or -1 when the kernel does not fit.
 inline long conv_out_extent(long in, long k, long s, long p, long d) {
@@ -318,16 +327,19 @@ template <class T, class MemorySpace, class Gemm, bool OneDnn, bool Bf16 = false
 class ConvEngine {
 public:
   // y = conv(x) + b (b empty: no bias).
+  // `call` (next_conv_call()) names the micro-batch for oneDNN, which then
+  // converts its inputs once per micro-batch (detail/onednn_conv.hpp); 0: none.
   template <class Exec>
   void forward(Exec const& exec, ConvGeometry const& g, ConstMatrix<T, MemorySpace> const& x,
-               T const* w, Vector<T, MemorySpace> const& b, Matrix<T, MemorySpace> const& y) const {
+               T const* w, Vector<T, MemorySpace> const& b, Matrix<T, MemorySpace> const& y,
+               std::uint64_t call = 0) const {
     bool const bias = b.extent(0) > 0;
     if constexpr (OneDnn) {
 #if TELAR_HAVE_ONEDNN
       if (conv_extents_consistent(g)) {
         exec.fence(); // oneDNN runs on the calling thread: earlier kernels must be done
         if (x.extent(0) > 0)
-          onednn_.forward(g, x.extent(0), x.data(), w, bias ? b.data() : nullptr, y.data());
+          onednn_.forward(g, x.extent(0), x.data(), w, bias ? b.data() : nullptr, y.data(), call);
         return;
       }
 #endif
@@ -345,14 +357,15 @@ public:
   // `bias` (whether forward had one) only picks oneDNN's cached primitives.
   template <class Exec>
   void backward_data(Exec const& exec, ConvGeometry const& g, ConstMatrix<T, MemorySpace> const& dy,
-                     T const* w, Matrix<T, MemorySpace> const& dx, bool bias) const {
+                     T const* w, Matrix<T, MemorySpace> const& dx, bool bias,
+                     std::uint64_t call = 0) const {
     std::size_t const n = dy.extent(0);
     if constexpr (OneDnn) {
 #if TELAR_HAVE_ONEDNN
       if (conv_extents_consistent(g)) {
         exec.fence();
         if (n > 0)
-          onednn_.backward_data(g, n, dy.data(), w, dx.data(), bias);
+          onednn_.backward_data(g, n, dy.data(), w, dx.data(), bias, call);
         return;
       }
 #endif
@@ -383,7 +396,7 @@ public:
   template <class Exec>
   void backward_weights(Exec const& exec, ConvGeometry const& g,
                         ConstMatrix<T, MemorySpace> const& x, ConstMatrix<T, MemorySpace> const& dy,
-                        T* dw, Vector<T, MemorySpace> const& db) const {
+                        T* dw, Vector<T, MemorySpace> const& db, std::uint64_t call = 0) const {
     bool const bias = db.extent(0) > 0;
     if constexpr (OneDnn) {
 #if TELAR_HAVE_ONEDNN
@@ -391,7 +404,7 @@ public:
         exec.fence();
         if (x.extent(0) > 0)
           onednn_.backward_weights(g, x.extent(0), x.data(), dy.data(), dw,
-                                   bias ? db.data() : nullptr);
+                                   bias ? db.data() : nullptr, call);
         return;
       }
 #endif
@@ -518,6 +531,9 @@ public:
   /*! \brief What backward needs from forward: the input. */
   struct saved_type {
     ConstMatrix<T, MemorySpace> x; //!< the forward input
+    /*! \brief Which forward call this is (detail::next_conv_call()): lets
+     *  oneDNN's backward reuse the inputs it converted for this micro-batch. */
+    std::uint64_t call = 0;
   };
   /*! \brief The concrete convolution policy (AutoConv resolved). */
   using conv_policy =
@@ -742,17 +758,20 @@ public:
                Saved& saved) const {
     check("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
     saved.x = x;
-    this->engine_.forward(exec, this->g_, x, this->weight.data(), this->bias, y);
+    saved.call = detail::next_conv_call();
+    this->engine_.forward(exec, this->g_, x, this->weight.data(), this->bias, y, saved.call);
   }
 
-  /*! \brief dx = col2im(W^T dy) (the saved input is not needed).
+  /*! \brief dx = col2im(W^T dy) (the saved input is not read; its call id lets
+   *  oneDNN keep the converted dy for backward_weight).
    *  \param exec execution space instance \param dy gradient of the output
    *  \param dx gradient of the input */
   template <class Exec>
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
-                      Saved const&) const {
+                      Saved const& saved) const {
     check("backward_input", dx.extent(0), dx.extent(1), dy.extent(0), dy.extent(1));
-    this->engine_.backward_data(exec, this->g_, dy, this->weight.data(), dx, this->use_bias_);
+    this->engine_.backward_data(exec, this->g_, dy, this->weight.data(), dx, this->use_bias_,
+                                saved.call);
   }
 
   /*! \brief dW += dy col(x)^T, db += sums of dy over positions.
@@ -762,7 +781,7 @@ public:
   void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Saved const& saved) const {
     check("backward_weight", saved.x.extent(0), saved.x.extent(1), dy.extent(0), dy.extent(1));
     this->engine_.backward_weights(exec, this->g_, saved.x, dy, this->weight_grad.data(),
-                                   this->bias_grad);
+                                   this->bias_grad, saved.call);
   }
 
 private:

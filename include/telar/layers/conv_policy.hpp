@@ -57,7 +57,9 @@ struct OneDnnConv {
  *  float only).
  *
  *  The layer's weights, gradients and optimizer state stay fp32; only the
- *  primitives' inputs are converted, on every call. The instruction set is
+ *  primitives' inputs are converted: the weights on every call, x and the
+ *  output gradient once per micro-batch (the backward primitives read the
+ *  copies an earlier primitive converted). The instruction set is
  *  checked at run time when primitives are made: without AVX512-BF16 or AMX
  *  the layer throws telar::Error naming it, unless TELAR_BF16_FALLBACK=fp32
  *  asks for the fp32 primitives with a warning (see telar::Bf16Gemm).

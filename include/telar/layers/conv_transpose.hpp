@@ -162,7 +162,10 @@ public:
                Saved& saved) const {
     check("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
     saved.x = x;
-    this->engine_.backward_data(exec, this->g_, x, this->weight.data(), y, false);
+    saved.call = detail::next_conv_call();
+    // The adjoint's dy is x, its x is our dy: backward_weight reuses both
+    // conversions (detail/onednn_conv.hpp).
+    this->engine_.backward_data(exec, this->g_, x, this->weight.data(), y, false, saved.call);
     if (this->use_bias_)
       detail::conv_add_bias(exec, y, this->bias, this->g_.in_size() / this->g_.C);
   }
@@ -172,9 +175,10 @@ public:
    *  \param dx gradient of the input */
   template <class Exec>
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
-                      Saved const&) const {
+                      Saved const& saved) const {
     check("backward_input", dx.extent(0), dx.extent(1), dy.extent(0), dy.extent(1));
-    this->engine_.forward(exec, this->g_, dy, this->weight.data(), Vector<T, MemorySpace>{}, dx);
+    this->engine_.forward(exec, this->g_, dy, this->weight.data(), Vector<T, MemorySpace>{}, dx,
+                          saved.call);
   }
 
   /*! \brief dW += the adjoint convolution's weight gradient for input dy and
@@ -185,7 +189,7 @@ public:
   void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Saved const& saved) const {
     check("backward_weight", saved.x.extent(0), saved.x.extent(1), dy.extent(0), dy.extent(1));
     this->engine_.backward_weights(exec, this->g_, dy, saved.x, this->weight_grad.data(),
-                                   Vector<T, MemorySpace>{});
+                                   Vector<T, MemorySpace>{}, saved.call);
     if (this->use_bias_)
       detail::conv_bias_grad(exec, dy, this->bias_grad, this->g_.in_size() / this->g_.C);
   }

@@ -13,6 +13,17 @@
 // buffers. Everything (primitive descriptors, primitives, reorders, memory
 // objects, buffers) is created once per (geometry, batch size): a
 // steady-state step only sets data handles and executes.
+//
+// backward_weights reads the same x as forward and the same dy as
+// backward_data (a transposed convolution: the same dy as forward, the same
+// x as backward_data). When the converted copy one of them left in its
+// buffer is still that micro-batch's (same forward call, same source
+// pointer: OneDnnConverted), the other reads it instead of converting x or
+// dy again, whichever runs first (pipelines run the weight gradient before
+// or after the input gradient): the same bf16 values go in, so the results
+// are unchanged. The buffers are the per-layer ones already there, so
+// nothing extra is held; when another micro-batch's call overwrote one in
+// between (several micro-batches in flight), the input is converted again.
 #include <telar/config.hpp>
 
 #if TELAR_HAVE_ONEDNN
@@ -24,6 +35,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -37,6 +49,23 @@ namespace detail {
 struct OneDnnConvShape {
   dnnl::memory::dims src, wei, bias, dst, strides, dilates, pad_l, pad_r;
   dnnl::memory::format_tag act, wt;
+};
+
+// Where a port's buffer got its contents: converted from `src` by the call
+// of micro-batch `call` (a forward's next_conv_call(), telar/layers/conv.hpp;
+// 0: a call without an id, which nothing reuses).
+struct OneDnnConverted {
+  std::uint64_t call = 0;
+  void const* src = nullptr;
+  bool holds(std::uint64_t c, void const* p) const { return c != 0 && call == c && src == p; }
+};
+
+// A converted input's buffer: what it holds, and the reorder into it from
+// the same operand's buffer in another primitive (made on first need).
+struct OneDnnHeld {
+  OneDnnConverted from;
+  dnnl::reorder relayout;
+  bool has_relayout = false;
 };
 
 // Primitives of one convolution layer, per batch size. Copies start empty
@@ -54,6 +83,7 @@ public:
   OneDnnConvCache& operator=(OneDnnConvCache const& o) {
     entries_.clear();
     bf16_ = o.bf16_;
+    reused_ = 0;
     return *this;
   }
   OneDnnConvCache& operator=(OneDnnConvCache&&) noexcept = default;
@@ -63,13 +93,15 @@ public:
   static constexpr bool blocked = true;
 
   // y = conv(x) + b for x [n, C*D*H*W], y [n, Co*Do*Ho*Wo]; b may be null.
+  // `call` (the micro-batch's next_conv_call(), 0: none) lets the primitives
+  // of one micro-batch share the conversions of x and dy (see above).
   template <class G>
-  void forward(G const& g, std::size_t n, float const* x, float const* w, float const* b,
-               float* y) {
+  void forward(G const& g, std::size_t n, float const* x, float const* w, float const* b, float* y,
+               std::uint64_t call = 0) {
     Entry& e = entry(g, n, b != nullptr);
     e.make_forward();
     auto& s = onednn_stream();
-    e.f_src.in(s, x);
+    e.f_args[DNNL_ARG_SRC] = input(s, e.f_src, e.f_src_held, e.w_src, e.w_src_held, call, x);
     e.f_wei.in(s, w);
     if (b)
       e.f_bias.in(s, b);
@@ -80,14 +112,15 @@ public:
     s.wait();
   }
 
-  // dx = conv^T(dy) (overwritten).
+  // dx = conv^T(dy) (overwritten); `call` as in forward.
   template <class G>
   void backward_data(G const& g, std::size_t n, float const* dy, float const* w, float* dx,
-                     bool bias) {
+                     bool bias, std::uint64_t call = 0) {
     Entry& e = entry(g, n, bias);
     e.make_backward_data();
     auto& s = onednn_stream();
-    e.d_ddst.in(s, dy);
+    e.d_args[DNNL_ARG_DIFF_DST] =
+        input(s, e.d_ddst, e.d_ddst_held, e.w_ddst, e.w_ddst_held, call, dy);
     e.d_wei.in(s, w);
     e.d_dsrc.out(dx);
     count_library_call("telar::conv::onednn");
@@ -96,15 +129,16 @@ public:
     s.wait();
   }
 
-  // dw += dL/dW, db += dL/db (db may be null: no bias).
+  // dw += dL/dW, db += dL/db (db may be null: no bias); `call` as in forward.
   template <class G>
   void backward_weights(G const& g, std::size_t n, float const* x, float const* dy, float* dw,
-                        float* db) {
+                        float* db, std::uint64_t call = 0) {
     Entry& e = entry(g, n, db != nullptr);
     e.make_backward_weights();
     auto& s = onednn_stream();
-    e.w_src.in(s, x);
-    e.w_ddst.in(s, dy);
+    e.w_args[DNNL_ARG_SRC] = input(s, e.w_src, e.w_src_held, e.f_src, e.f_src_held, call, x);
+    e.w_args[DNNL_ARG_DIFF_DST] =
+        input(s, e.w_ddst, e.w_ddst_held, e.d_ddst, e.d_ddst_held, call, dy);
     count_library_call("telar::conv::onednn");
     e.bwd_weights.execute(s, e.w_args);
     e.w_dwei.finish(s);
@@ -124,6 +158,9 @@ public:
 
   // Batch sizes with primitives (tests).
   std::size_t size() const { return entries_.size(); }
+  // Inputs read from an earlier primitive's conversion instead of converted
+  // again (tests).
+  std::size_t reused() const { return reused_; }
 
 private:
   struct Entry {
@@ -147,6 +184,10 @@ private:
     dnnl::convolution_backward_weights bwd_weights;
     OneDnnPort w_src, w_ddst, w_dwei, w_dbias;
     std::vector<float> dw, db;
+
+    // What the converted inputs' buffers hold: x (f_src, w_src) and dy
+    // (d_ddst, w_ddst) each in two primitives.
+    OneDnnHeld f_src_held, w_src_held, d_ddst_held, w_ddst_held;
 
     dnnl::memory::desc plain(dnnl::memory::dims const& d, tag t) const {
       return dnnl::memory::desc(d, dt::f32, t);
@@ -265,6 +306,34 @@ private:
   // a remainder batch); the oldest goes first.
   static constexpr std::size_t max_entries = 4;
 
+  // What a primitive reads for input p of micro-batch `call` through port:
+  // its own buffer if that already holds p converted for this call, else the
+  // buffer of `other` (the same operand's port in another primitive) if that
+  // does (moved into port's layout where it differs: a copy of the same
+  // rounded values), else p converted by port.
+  dnnl::memory input(dnnl::stream& s, OneDnnPort& port, OneDnnHeld& held, OneDnnPort& other,
+                     OneDnnHeld const& other_held, std::uint64_t call, void const* p) {
+    if (!port.reordered)
+      return port.in(s, p); // p itself
+    if (held.from.holds(call, p)) {
+      ++reused_;
+      return port.inner;
+    }
+    if (other.reordered && other_held.from.holds(call, p)) {
+      ++reused_;
+      if (other.inner.get_desc() == port.inner.get_desc())
+        return other.inner;
+      if (!held.has_relayout)
+        held.relayout = dnnl::reorder(other.inner, port.inner);
+      held.has_relayout = true;
+      held.relayout.execute(s, other.inner, port.inner);
+    } else {
+      port.in(s, p);
+    }
+    held.from = {call, p};
+    return port.inner;
+  }
+
   template <class G>
   static std::vector<int> key_of(G const& g, std::size_t n, bool bias) {
     return {g.C,  g.D,  g.H,  g.W,    g.Co,         g.kd,         g.kh,          g.kw,         g.sd,
@@ -331,6 +400,7 @@ private:
 
   std::vector<std::unique_ptr<Entry>> entries_;
   bool bf16_ = false;
+  std::size_t reused_ = 0;
 };
 
 } // namespace detail

@@ -266,6 +266,7 @@ private:
   void arrived(std::size_t i) {
     Group& g = groups_[i];
     g.state = State::ready;
+    bool const bf16 = !g.recv; // the fp32 path's buffers, else bf16 words in place
     if (g.recv) {
       g.recv->copy_back();
       g.send.reset();
@@ -274,10 +275,12 @@ private:
       widen_in_place(g.values);
     }
     rebind_(g.begin, g.end, g.values);
-    if (ctx_.trace)
-      ctx_.trace->add("all-gather group " + std::to_string(i) + " (" +
-                          std::to_string((g.end - g.begin) * sizeof(T) >> 10) + " KiB)",
-                      "comm", g.t_start, ctx_.trace->now(), 1);
+    if (ctx_.trace) // the bytes that travelled: bf16 words are half the values'
+      ctx_.trace->add(
+          "all-gather group " + std::to_string(i) + " (" +
+              std::to_string((g.end - g.begin) * (bf16 ? sizeof(std::uint16_t) : sizeof(T)) >> 10) +
+              (bf16 ? " KiB bf16)" : " KiB)"),
+          "comm", g.t_start, ctx_.trace->now(), 1);
   }
 
   void release(Group& g) {
