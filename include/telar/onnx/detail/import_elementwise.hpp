@@ -228,7 +228,8 @@ bool GraphReader<T, M>::scale(::onnx::NodeProto const& n) {
   float const v = index_.scalar(n.input(c));
   if (std::isnan(v) || (op == "Div" && v == 0.f))
     fail(n, op + " by the constant '" + n.input(c) +
-                "' is supported only for one nonzero float32 value (a Scale)");
+                "' is supported only for one nonzero float32 value (a Scale): Telar has no "
+                "per-channel affine layer to fold a constant tensor into");
   emit(n, Scale<T, M>(op == "Div" ? T(1) / T(v) : T(v)), n.input(1 - c));
   return true;
 }
