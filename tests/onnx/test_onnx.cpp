@@ -485,8 +485,8 @@ TEST_CASE("ONNX import: negative axes count from the end; an active Dropout trai
   CHECK(cut.model.layer_count() == 2);
   cut.model.build(cut.input_shape);
   cut.model.initialize(0);
-  auto const part = to_vector(
-      telar::onnx::predict(cut.model, to_matrix(read_bin<float>("slice2_x.bin"), mf.n)));
+  auto const part =
+      to_vector(telar::onnx::predict(cut.model, to_matrix(read_bin<float>("slice2_x.bin"), mf.n)));
   CHECK(rel_err(part, read_bin<float>("slice2_y.bin")) == 0);
 
   Imported drop = telar::onnx::import_model<float>(fixture("dropout_active.onnx"));

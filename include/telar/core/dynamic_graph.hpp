@@ -55,11 +55,12 @@ class GraphUnit;
  *  may feed several nodes (its gradient is the sum over them). Join nodes
  *  take several tensors: Add (sum, equal shapes), Concat (along the first
  *  per-sample dimension, the channels), Mul, Sub and Div (element-wise, or
- *  per channel: [C] or [C, 1, 1] against [C, H, W], or per sample: [1]) and MatMul (batched: [P...,
- * M, K] x [P..., K, N] per sample). The graph is checked when it is first used (validate(),
- * output_shape(), build()): a cycle, a tensor read but never produced, a tensor produced twice, a
- * node whose result reaches nothing and joins of mismatched shapes are each a telar::Error naming
- * the nodes and tensors.
+ *  per channel: [C] or [C, 1, 1] against [C, H, W], or per sample: [1])
+ *  and MatMul (batched: [P..., M, K] x [P..., K, N] per sample). The graph
+ *  is checked when it is first used (validate(), output_shape(), build()):
+ *  a cycle, a tensor read but never produced, a tensor produced twice, a
+ *  node whose result reaches nothing and joins of mismatched shapes are
+ *  each a telar::Error naming the nodes and tensors.
  *
  *  A graph is a layer: put it in a telar::Sequential (or DynamicSequential)
  *  to train it; pipeline stages then split at its boundary. To cut stages

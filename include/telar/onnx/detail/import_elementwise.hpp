@@ -1,7 +1,8 @@
 #pragma once
 // Element-wise nodes and activations: joins (Add, Mul, Sub, Div, Concat),
-// Bias, Softmax, Clip, Dropout, Scale, Where (masked_fill) and the SiLU and GELU patterns: members
-// of telar::onnx::detail::GraphReader (import_graph.hpp, which includes this file at its end).
+// Bias, Softmax, Clip, Dropout, Scale, Where (masked_fill) and the SiLU and
+// GELU patterns: members of telar::onnx::detail::GraphReader
+// (import_graph.hpp, which includes this file at its end).
 #include <telar/onnx/detail/import_graph.hpp>
 
 namespace telar::onnx::detail {
@@ -203,11 +204,8 @@ void GraphReader<T, M>::where(::onnx::NodeProto const& n) {
   for (std::size_t k = 0; fits && k < d.size(); ++k)
     fits = std::size_t(d[k]) == s[std::size_t(s.rank) - d.size() + k];
   if (!fits) {
-    std::string dims;
-    for (auto e : c->dims())
-      dims += (dims.empty() ? "" : ", ") + std::to_string(e);
-    fail(n, "its condition '" + n.input(0) + "' [" + dims +
-                "] does not match the last axes of the tensor '" + x + "' " + s.str() +
+    fail(n, "its condition '" + n.input(0) + "' " + dims_str(*c) +
+                " does not match the last axes of the tensor '" + x + "' " + s.str() +
                 " per sample (a mask over the batch is not supported)");
   }
   std::vector<bool> mask = bools_of(*c);
@@ -237,8 +235,7 @@ bool GraphReader<T, M>::scale(::onnx::NodeProto const& n) {
 // Add or Sub of a tensor and a float32 constant broadcast over each sample
 // (ONNX's rule: the constant's axes right-aligned, each equal or 1; a
 // leading batch axis of 1): a telar::Bias, trained, as PyTorch trains the
-// nn.Parameter it usually comes from. False for other nodes; refused when
-// the constant spans the batch or does not broadcast.
+// nn.Parameter it usually comes from. False for other nodes.
 template <class T, class M>
 bool GraphReader<T, M>::bias(::onnx::NodeProto const& n) {
   std::string const& op = n.op_type();
@@ -246,38 +243,42 @@ bool GraphReader<T, M>::bias(::onnx::NodeProto const& n) {
       index_.is_constant(n.input(0)) == index_.is_constant(n.input(1)))
     return false;
   int const c = index_.is_constant(n.input(1)) ? 1 : 0;
-  auto const& t = initializer(n, c, "constant");
   std::string const x = n.input(1 - c);
   plain(n, x);
   Shape const& s = shape_of(x);
-  std::vector<std::int64_t> d(t.dims().begin(), t.dims().end());
-  while (!d.empty() && int(d.size()) > s.rank && d.front() == 1)
-    d.erase(d.begin());
-  std::string dims;
-  for (auto e : t.dims())
-    dims += (dims.empty() ? "" : ", ") + std::to_string(e);
-  if (int(d.size()) > s.rank)
-    fail(n, "the constant '" + n.input(c) + "' [" + dims + "] spans the batch of the tensor '" + x +
-                "' " + s.str() +
-                " per sample; only a constant broadcast over each sample "
-                "(its axes right-aligned with the sample's, each equal or 1) is supported");
-  Shape table{1};
-  if (!d.empty()) {
-    table.rank = int(d.size());
-    for (std::size_t k = 0; k < d.size(); ++k)
-      table.dims[k] = std::size_t(d[k]);
-  }
+  Shape const table = bias_table(n, c, s);
   T const sign = op == "Sub" ? T(-1) : T(1); // x - c, or c - x
   try {
     Bias<T, M> layer(s, table, c == 1 ? sign : T(1), c == 0 ? sign : T(1));
     bind(n, c, "constant", "bias", false, table.size(), 1);
     emit(n, std::move(layer), x);
   } catch (ShapeError const& e) {
-    fail(n, "the constant '" + n.input(c) + "' [" + dims +
-                "] does not broadcast over the tensor '" + x + "' " + s.str() +
+    fail(n, "the constant '" + n.input(c) + "' " + dims_str(*index_.constant(n.input(c))) +
+                " does not broadcast over the tensor '" + x + "' " + s.str() +
                 " per sample: " + e.what());
   }
   return true;
+}
+
+// The per-sample table of the float32 constant input \p c against samples
+// \p s: its dimensions less the leading 1s beyond the sample's rank (the
+// batch's and ONNX's implicit ones); refused when it spans the batch.
+template <class T, class M>
+Shape GraphReader<T, M>::bias_table(::onnx::NodeProto const& n, int c, Shape const& s) {
+  auto const& t = initializer(n, c, "constant");
+  std::vector<std::int64_t> d(t.dims().begin(), t.dims().end());
+  while (int(d.size()) > s.rank && d.front() == 1)
+    d.erase(d.begin());
+  if (int(d.size()) > s.rank)
+    fail(n, "the constant '" + n.input(c) + "' " + dims_str(t) +
+                " spans the batch of the tensor '" + n.input(1 - c) + "' " + s.str() +
+                " per sample; only a constant broadcast over each sample (its axes right-aligned "
+                "with the sample's, each equal or 1) is supported");
+  Shape table{1}; // a scalar: one value
+  for (std::size_t k = 0; k < d.size(); ++k)
+    table.dims[k] = std::size_t(d[k]);
+  table.rank = d.empty() ? 1 : int(d.size());
+  return table;
 }
 
 // SiLU as PyTorch 1.13 exports nn.SiLU: Sigmoid(x) read only by a Mul by x.

@@ -58,11 +58,10 @@ inline char const* supported_ops() {
          "(nearest by integer factors, linear), Flatten, Add, Mul, Sub, Div (per channel or "
          "per sample broadcast) and Concat of tensors, Add/Sub of a constant broadcast over "
          "each sample (a trained Bias), Pad of zeros, Identity, Dropout, Softmax over an axis "
-         "after the "
-         "batch, Softmax/LogSoftmax over the last axis as the last node, Transpose, Reshape, "
-         "Slice (static shapes, step 1, any axes but the batch; the batch may move), MatMul of two "
-         "tensors (batched), Mul/Div "
-         "by a constant scalar, ReduceMean, LayerNormalization's ReduceMean/Sub/Pow/Sqrt/Div "
+         "after the batch, Softmax/LogSoftmax over the last axis as the last node, Transpose, "
+         "Reshape, Slice (static shapes, step 1, any axes but the batch; the batch may move), "
+         "MatMul of two tensors (batched), Mul/Div by a constant scalar, ReduceMean, "
+         "LayerNormalization's ReduceMean/Sub/Pow/Sqrt/Div "
          "form, Gather of a constant table by integer token ids (an embedding), Add of a "
          "constant [seq, hidden] (a learned positional embedding), Where with a constant mask "
          "and a constant scalar (masked_fill), and shape arithmetic (Shape, Gather, "
@@ -446,6 +445,7 @@ private:
   void where(::onnx::NodeProto const& n);
   bool scale(::onnx::NodeProto const& n);
   bool bias(::onnx::NodeProto const& n);
+  Shape bias_table(::onnx::NodeProto const& n, int c, Shape const& s);
   Shape elementwise_shape(::onnx::NodeProto const& n, std::vector<Shape> const& in) const;
   void silu_pattern(::onnx::NodeProto const& n);
   void gelu_pattern(std::string const& x, std::vector<::onnx::NodeProto const*> const& rs);
