@@ -1,5 +1,5 @@
-// Element-wise, softmax, pooling, resampling and rearranging layers (and the
-// graph's batched MatMul join): values against
+// Element-wise, softmax, pooling, resampling and rearranging layers, Bias
+// (and the graph's batched MatMul, Sub and Div joins): values against
 // PyTorch 1.13 (numbers printed by reference/layer_zoo_reference.py),
 // gradients against finite differences in double, and shape errors.
 #include "support.hpp"
@@ -8,6 +8,7 @@
 #include <telar/core/sequential.hpp>
 
 #include <telar/layers/activation.hpp>
+#include <telar/layers/bias.hpp>
 #include <telar/layers/masked_fill.hpp>
 #include <telar/layers/pooling.hpp>
 #include <telar/layers/rearrange.hpp>
@@ -1005,4 +1006,84 @@ TEST_CASE("A graph's batched MatMul join equals the direct product; FD gradients
   CHECK_THROWS_WITH(
       bad.output_shape(telar::Shape{3, 4}),
       Catch::Matchers::ContainsSubstring("a MatMul needs [..., M, K] and [..., K, N]"));
+}
+
+// A table [2, 4] over samples [3, 2, 4] (right-aligned, as ONNX broadcasts:
+// it repeats over the first axis), then [3, 1, 1] (one value per channel);
+// x - b and b - x by the signs.
+TEST_CASE("Bias adds a table broadcast over the sample; x - b, b - x; FD gradients",
+          "[layers][fd]") {
+  telar::Shape const in{3, 2, 4}, table{2, 4};
+  for (double const sx : {1.0, -1.0})
+    for (double const sb : {1.0, -1.0}) {
+      INFO("input sign " << sx << ", bias sign " << sb);
+      telar::Bias<double> b(in, table, sb, sx);
+      b.initialize(0);
+      Values const t = sample(table);
+      Kokkos::deep_copy(b.bias, Kokkos::View<double const*, Kokkos::HostSpace>(t.data(), t.size()));
+      Values const x = sample(in);
+      Values dx;
+      Values const y = run(b, in, x, &dx);
+      for (std::size_t c = 0; c < 3; ++c)
+        for (std::size_t h = 0; h < 2; ++h)
+          for (std::size_t w = 0; w < 4; ++w) {
+            std::size_t const e = (c * 2 + h) * 4 + w;
+            CHECK(y[e] == Approx(sx * x[e] + sb * t[h * 4 + w]).epsilon(1e-14));
+            CHECK(dx[e] == sx);
+          }
+      auto const report = telar::check_gradients(b, in, 2);
+      INFO(report.str());
+      CHECK(report.passed(1e-6));
+    }
+  telar::Bias<double> per_channel(in, telar::Shape{3, 1, 1});
+  auto const report = telar::check_gradients(per_channel, in, 2);
+  INFO(report.str());
+  CHECK(report.passed(1e-6));
+  CHECK_THROWS_WITH(telar::Bias<double>(in, telar::Shape{3, 4}),
+                    "telar::Bias: a table [3, 4] does not broadcast over samples [3, 2, 4] (its "
+                    "last axes must each equal the sample's or be 1)");
+  check_shape_error(per_channel, telar::Shape{3, 2, 5},
+                    "telar::Bias (table [3, 1, 1]) expects inputs [3, 2, 4], got [3, 2, 5]");
+}
+
+// x [3, 2, 2]; s = sigmoid(x), p = sigmoid(mean over the channel) [3]:
+// y = (x / s - p) - p / s: Div and Sub of equal shapes and with one value
+// per channel on either side (divisors in (0.26, 0.74)). Gradients of a
+// spread input sum over its channel.
+TEST_CASE("A graph's Sub and Div joins, same shape and per channel; FD gradients",
+          "[layers][graph][fd]") {
+  using Node = std::variant<telar::Sigmoid<double>, telar::GlobalAvgPool<double>>;
+  telar::Shape const in{3, 2, 2};
+  telar::DynamicGraph<Node> g("x");
+  g.add("s", telar::Sigmoid<double>{}, "x", "s");
+  g.add("mean", telar::GlobalAvgPool<double>{}, "x", "m");
+  g.add("p", telar::Sigmoid<double>{}, "m", "p");
+  g.add_div("xs", {"x", "s"}, "a");
+  g.add_sub("ap", {"a", "p"}, "b");
+  g.add_div("ps", {"p", "s"}, "c");
+  g.add_sub("y", {"b", "c"}, "y");
+  g.set_output("y");
+  CHECK(g.output_shape(in) == in);
+  g.build(in);
+  Values const x = sample(in);
+  Values const y = run(g, in, x);
+  auto sig = [](double v) { return 1 / (1 + std::exp(-v)); };
+  for (std::size_t c = 0; c < 3; ++c) {
+    double const p = sig((x[c * 4] + x[c * 4 + 1] + x[c * 4 + 2] + x[c * 4 + 3]) / 4);
+    for (std::size_t k = c * 4; k < c * 4 + 4; ++k)
+      CHECK(y[k] == Approx(x[k] / sig(x[k]) - p - p / sig(x[k])).epsilon(1e-12));
+  }
+  auto const report = telar::check_gradients(g, in, 2);
+  INFO(report.str());
+  CHECK(report.passed(1e-6));
+  using Cut = std::variant<telar::Rearrange<double>>;
+  telar::DynamicGraph<Cut> bad("x");
+  bad.add("first", telar::Rearrange<double>::slice(in, 0, 0, 1), "x", "f");
+  bad.add_div("xf", {"x", "f"}, "y"); // [1, 2, 2] against [3, 2, 2]: neither
+  bad.set_output("y");
+  CHECK_THROWS_WITH(
+      bad.output_shape(in),
+      "telar::DynamicGraph: Div node 'xf' joins 'x' [3, 2, 2], 'f' [1, 2, 2]: a Div "
+      "needs equal shapes, or one of [C] or [C, 1, 1] (one value per channel) or [1] (one "
+      "per sample) against [C, ...]");
 }

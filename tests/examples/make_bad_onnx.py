@@ -11,6 +11,8 @@ from a working model) into OUT_DIR:
                    a valid model, refused when trained on 1-sample micro-batches
   cat_where.onnx   a Where (masked_fill) whose constant mask [3, 3] is not the shape of the
                    sample's last axes [28, 28]
+  cat_bias.onnx    a Sub of a constant [2, 1, 28, 28] that spans the batch (a Bias is
+                   broadcast over each sample)
 Run: /usr/bin/python3 make_bad_onnx.py OUT_DIR
 """
 import os
@@ -68,6 +70,8 @@ def main():
     fill = numpy_helper.from_array(np.array(-np.inf, np.float32), "fill")
     save(out, "cat_where", [h.make_node("Where", ["causal", "fill", "x"], ["y"], name="mask")],
          [mask, fill])
+    save(out, "cat_bias", [h.make_node("Sub", ["x", "shift"], ["y"], name="shift")],
+         [init("shift", 2, 1, 28, 28)])
 
 
 if __name__ == "__main__":

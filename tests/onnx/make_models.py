@@ -22,7 +22,7 @@ plus refusal fixtures: bad_op.onnx (Softplus), bad_opset.onnx (opset 99),
 float64.onnx (a double model), identity.onnx (one Identity node: no layer),
 logsoftmax_axis1.onnx (a LogSoftmax over axis 1 of a rank-3 output), and
 hand-built one-node graphs each refused for one attribute or form
-(asym_pads, same_odd, conv1d, gemm_alpha, gemm_transa, add_const,
+(asym_pads, same_odd, conv1d, gemm_alpha, gemm_transa, mul_const, add_batch_const,
 pool_dilations, pool_rect, pool1d, ceil_pad, resize_cubic, resize_frac,
 resize_asym, concat_axis, where_mask, where_tensors, gather_data, reshape_batch,
 tied, dead), fold_batch.onnx (a Reshape
@@ -255,6 +255,27 @@ def state_sources(model, path):
     return out
 
 
+class SubDiv(nn.Module):
+    """Sub and Div of two tensors (equal shapes, one value per channel on
+    either side) and Add/Sub of trained constants: [4, 1, 1] (c - x), a row
+    [6] and one value [1] (x - c). The divisors are sigmoids of 0.1 x (a
+    Scale), near 0.5, and of a channel mean."""
+
+    def __init__(self):
+        super().__init__()
+        self.b = nn.Conv2d(4, 4, 1)
+        self.shift = nn.Parameter(0.1 * torch.randn(4, 1, 1))
+        self.row = nn.Parameter(0.1 * torch.randn(6))
+        self.off = nn.Parameter(torch.tensor([0.3]))
+
+    def forward(self, x):
+        b = self.b(x)
+        g = torch.sigmoid(b.mean((2, 3), keepdim=True))  # [N, 4, 1, 1]
+        s = torch.sigmoid(0.1 * x)
+        e = (x - b) / s / g - g
+        return (self.shift - (e - g / s)) + self.row - self.off
+
+
 def op_net(body, shape, classes=3):
     """body (a Conv, then the operator under test), Flatten, Linear."""
     probe = nn.Sequential(*body, nn.Flatten())
@@ -286,6 +307,7 @@ def ops():
         "op_up_linear": ([c2(), nn.Upsample(scale_factor=2, mode="bilinear")], (2, 4, 4)),
         "op_up_corners": ([c2(), nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True)],
                           (2, 4, 4)),
+        "op_subdiv": ([c2(), SubDiv()], s2),  # Sub, Div joins; Bias (Add/Sub of a constant)
     }
     return {name: (op_net(body, shape), shape, 3) for name, (body, shape) in nets.items()}
 
@@ -454,6 +476,14 @@ def make_axes(out):
     x = rng.standard_normal((N, 2, 3, 3)).astype(np.float32)
     save(os.path.join(out, "flatten_neg_x.bin"), x)
     save(os.path.join(out, "flatten_neg_y.bin"), x.reshape(N, 18) @ w.T + b)
+    ints = [onnx.numpy_helper.from_array(np.array(v, np.int64), k)
+            for k, v in (("starts", [1, -3]), ("ends", [3, 100]), ("axes", [1, -1]))]
+    onnx.save(graph("slice2", [h.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"])],
+                    [value("x", ["N", 4, 5])], [value("y", ["N", 2, 3])], ints),
+              os.path.join(out, "slice2.onnx"))  # two axes, one negative, an end clamped
+    x = rng.standard_normal((N, 4, 5)).astype(np.float32)
+    save(os.path.join(out, "slice2_x.bin"), x)
+    save(os.path.join(out, "slice2_y.bin"), x[:, 1:3, 2:])
     w2 = rng.standard_normal((3, 6)).astype(np.float32)
     inits = [onnx.numpy_helper.from_array(rng.standard_normal((6, 6)).astype(np.float32), "w1"),
              onnx.numpy_helper.from_array(w2, "w2"),
@@ -489,7 +519,8 @@ def make_graph_refusals(out):
 
     one("gemm_alpha", "Gemm", ["x", "w"], [init("w", 3, 6)], ("N", 6), alpha=2.0, transB=1)
     one("gemm_transa", "Gemm", ["x", "w"], [init("w", 3, 6)], ("N", 6), transA=1, transB=1)
-    one("add_const", "Add", ["x", "c"], [init("c", 2, 1, 1)])
+    one("mul_const", "Mul", ["x", "c"], [init("c", 2, 1, 1)])  # no per-channel affine layer
+    one("add_batch_const", "Add", ["x", "c"], [init("c", 3, 2, 6, 6)])  # a constant over the batch
     one("pool_dilations", "MaxPool", ["x"], [], kernel_shape=[2, 2], dilations=[2, 2])
     one("pool_rect", "AveragePool", ["x"], [], kernel_shape=[2, 3])
     one("pool1d", "MaxPool", ["x"], [], ("N", 2, 6), kernel_shape=[2])

@@ -197,7 +197,7 @@ std::vector<std::string> const models = {
     "resnet50",      "densenet121",  "squeezenet", "encoder",      "op_relu6",       "op_clip",
     "op_leaky",      "op_elu",       "op_silu",    "op_hardswish", "op_hardsigmoid", "op_softmax",
     "op_gmaxpool",   "op_pool_ceil", "op_avgpool", "op_pool3d",    "op_up_nearest",  "op_up_linear",
-    "op_up_corners", "gpt"};
+    "op_up_corners", "gpt",          "op_subdiv"};
 
 TEST_CASE("ONNX import: forward output equals PyTorch's", "[onnx]") {
   Manifest const mf = manifest();
@@ -404,7 +404,8 @@ TEST_CASE("ONNX import refuses what it does not support, naming it", "[onnx]") {
         Case{"conv1d", "(Conv)", "1-D convolutions"},
         Case{"gemm_alpha", "(Gemm)", "attribute alpha = 2"},
         Case{"gemm_transa", "(Gemm)", "attribute transA = 1"},
-        Case{"add_const", "(Add)", "no per-channel affine layer"},
+        Case{"mul_const", "(Mul)", "no per-channel affine layer"},
+        Case{"add_batch_const", "(Add)", "the constant 'c' [3, 2, 6, 6] spans the batch"},
         Case{"pool_dilations", "(MaxPool)", "attribute dilations"},
         Case{"pool_rect", "(AveragePool)", "equal along every axis"},
         Case{"pool1d", "(MaxPool)", "attribute kernel_shape has 1 entries"},
@@ -478,6 +479,15 @@ TEST_CASE("ONNX import: negative axes count from the end; an active Dropout trai
   auto const probs = to_vector(
       telar::onnx::predict(soft.model, to_matrix(read_bin<float>("softmax_axis1_x.bin"), mf.n)));
   CHECK(rel_err(probs, read_bin<float>("softmax_axis1_y.bin")) <= 1e-6);
+
+  // A Slice of axes 1 and -1 of [N, 4, 5]: two Rearrange::slice layers.
+  Imported cut = telar::onnx::import_model<float>(fixture("slice2.onnx"));
+  CHECK(cut.model.layer_count() == 2);
+  cut.model.build(cut.input_shape);
+  cut.model.initialize(0);
+  auto const part =
+      to_vector(telar::onnx::predict(cut.model, to_matrix(read_bin<float>("slice2_x.bin"), mf.n)));
+  CHECK(rel_err(part, read_bin<float>("slice2_y.bin")) == 0);
 
   Imported drop = telar::onnx::import_model<float>(fixture("dropout_active.onnx"));
   REQUIRE(drop.model.layer_count() == 3);

@@ -54,13 +54,13 @@ class GraphUnit;
  *  The graph reads one input tensor and writes one output tensor. A tensor
  *  may feed several nodes (its gradient is the sum over them). Join nodes
  *  take several tensors: Add (sum, equal shapes), Concat (along the first
- *  per-sample dimension, the channels), Mul (element-wise, or per channel:
- *  [C] or [C, 1, 1] against [C, H, W]) and MatMul (batched: [P..., M, K] x
- *  [P..., K, N] per sample). The graph is checked when it is
- *  first used (validate(), output_shape(), build()): a cycle, a tensor read
- *  but never produced, a tensor produced twice, a node whose result reaches
- *  nothing and joins of mismatched shapes are each a telar::Error naming the
- *  nodes and tensors.
+ *  per-sample dimension, the channels), Mul, Sub and Div (element-wise, or
+ *  per channel: [C] or [C, 1, 1] against [C, H, W], or per sample: [1])
+ *  and MatMul (batched: [P..., M, K] x [P..., K, N] per sample). The graph
+ *  is checked when it is first used (validate(), output_shape(), build()):
+ *  a cycle, a tensor read but never produced, a tensor produced twice, a
+ *  node whose result reaches nothing and joins of mismatched shapes are
+ *  each a telar::Error naming the nodes and tensors.
  *
  *  A graph is a layer: put it in a telar::Sequential (or DynamicSequential)
  *  to train it; pipeline stages then split at its boundary. To cut stages
@@ -153,6 +153,18 @@ public:
    *  \param inputs two tensors \param output the tensor it writes \return the node's index */
   std::size_t add_mul(std::string node, std::vector<std::string> inputs, std::string output) {
     return add_join(std::move(node), Op::mul, std::move(inputs), std::move(output));
+  }
+  /*! \brief Adds output = inputs[0] - inputs[1], broadcast as add_mul.
+   *  \param node its name \param inputs two tensors \param output the tensor
+   *  it writes \return the node's index */
+  std::size_t add_sub(std::string node, std::vector<std::string> inputs, std::string output) {
+    return add_join(std::move(node), Op::sub, std::move(inputs), std::move(output));
+  }
+  /*! \brief Adds output = inputs[0] / inputs[1], broadcast as add_mul (no
+   *  check for zeros: IEEE division). \param node its name \param inputs two
+   *  tensors \param output the tensor it writes \return the node's index */
+  std::size_t add_div(std::string node, std::vector<std::string> inputs, std::string output) {
+    return add_join(std::move(node), Op::div, std::move(inputs), std::move(output));
   }
   /*! \brief Adds output = the batched matrix product of two tensors,
    *  [P..., M, K] x [P..., K, N] -> [P..., M, N] per sample (attention's
@@ -574,8 +586,13 @@ private:
     } else if (n.op == Op::matmul) {
       detail::graph_matmul(exec, y, in(0), in(1), matmul_dims(n, false, false));
     } else {
-      detail::graph_mul(exec, y, in(0), in(1));
+      detail::graph_elementwise(exec, y, in(0), in(1), elementwise(n.op));
     }
+  }
+  static detail::GraphElementwise elementwise(Op op) {
+    return op == Op::sub   ? detail::GraphElementwise::sub
+           : op == Op::div ? detail::GraphElementwise::div
+                           : detail::GraphElementwise::mul;
   }
   // P, M, K, N of a MatMul node from its input shapes; dA = dY B^T and
   // dB = A^T dY reuse the kernel with (M, K, N) renamed.
@@ -660,7 +677,7 @@ private:
         else if (n.op == Op::matmul)
           detail::graph_matmul(exec, g, ins[0], dy, matmul_dims(n, true, false));
         else
-          detail::graph_mul_grad(exec, g, dy, ins[1 - j]);
+          detail::graph_elementwise_grad(exec, g, dy, ins[0], ins[1], elementwise(n.op), int(j));
       });
       first += width;
     }

@@ -7,6 +7,7 @@
 #include <telar/core/tensor.hpp>
 #include <telar/layers/activation.hpp>
 #include <telar/layers/batch_norm.hpp>
+#include <telar/layers/bias.hpp>
 #include <telar/layers/conv.hpp>
 #include <telar/layers/conv_transpose.hpp>
 #include <telar/layers/dense.hpp>
@@ -28,7 +29,7 @@ namespace telar::onnx {
 
 /*! \brief The layers a node of an imported graph can be (the nodes of a
  *  telar::DynamicGraph inside the model; joins are the graph's own Add,
- *  Concat, Mul and MatMul). BatchNorm uses telar::SyncStats: its statistics span the
+ *  Concat, Mul, Sub, Div and MatMul). BatchNorm uses telar::SyncStats: its statistics span the
  *  data-parallel group, so a dp run with one micro-batch per rank equals the
  *  serial run (PyTorch's SyncBatchNorm).
  *  \tparam T value type \tparam MemorySpace memory space */
@@ -44,7 +45,7 @@ using NodeLayer = std::variant<
     AvgPool3D<T, MemorySpace>, GlobalMaxPool<T, MemorySpace>, Softmax<T, MemorySpace>,
     Upsample<T, MemorySpace>, LayerNorm<T, MemorySpace>, Rearrange<T, MemorySpace>,
     Scale<T, MemorySpace>, Embedding<T, MemorySpace>, PositionalEmbedding<T, MemorySpace>,
-    MaskedFill<T, MemorySpace>>;
+    MaskedFill<T, MemorySpace>, Bias<T, MemorySpace>>;
 
 /*! \brief Former name of NodeLayer (a residual branch is now a graph).
  *  \tparam T value type \tparam MemorySpace memory space */
@@ -68,7 +69,7 @@ using Layer = std::variant<
     AvgPool3D<T, MemorySpace>, GlobalMaxPool<T, MemorySpace>, Softmax<T, MemorySpace>,
     Upsample<T, MemorySpace>, DynamicGraph<NodeLayer<T, MemorySpace>>, LayerNorm<T, MemorySpace>,
     Rearrange<T, MemorySpace>, Scale<T, MemorySpace>, Embedding<T, MemorySpace>,
-    PositionalEmbedding<T, MemorySpace>, MaskedFill<T, MemorySpace>>;
+    PositionalEmbedding<T, MemorySpace>, MaskedFill<T, MemorySpace>, Bias<T, MemorySpace>>;
 
 /*! \brief The run-time model an import builds.
  *  \tparam T value type \tparam MemorySpace memory space */

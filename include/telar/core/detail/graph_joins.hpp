@@ -1,7 +1,7 @@
 #pragma once
 // Kernels of telar::DynamicGraph's join nodes over [samples, features]
 // batches: Concat along the first per-sample dimension (a contiguous range of
-// each row), Mul with per-channel broadcasting and a batched MatMul of two
+// each row), Mul, Sub and Div with per-channel broadcasting and a batched MatMul of two
 // tensors (attention's Q K^T and weights x V).
 #include <telar/core/tensor.hpp>
 
@@ -20,30 +20,48 @@ auto graph_columns(M const& m, std::size_t first, std::size_t width) {
   return Kokkos::subview(m, Kokkos::ALL, std::make_pair(first, first + width));
 }
 
-// y[i, e] = a[i, e / (W / wa)] * b[i, e / (W / wb)]: an input narrower than
-// y (W columns) holds one value per channel, spread over W / w columns.
+// The element-wise joins of two tensors; either may be spread (below).
+enum class GraphElementwise { mul, sub, div };
+
+// y[i, e] = a[i, e / (W / wa)] (op) b[i, e / (W / wb)]: an input narrower
+// than y (W columns) holds one value per channel (or per sample), spread over
+// W / w columns.
 template <class Exec, class Y, class A, class B>
-void graph_mul(Exec const& exec, Y const& y, A const& a, B const& b) {
+void graph_elementwise(Exec const& exec, Y const& y, A const& a, B const& b, GraphElementwise op) {
   std::size_t const W = y.extent(1), sa = W / a.extent(1), sb = W / b.extent(1);
   Kokkos::parallel_for(
-      "telar::DynamicGraph::mul",
+      "telar::DynamicGraph::elementwise",
       Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {y.extent(0), W}),
-      KOKKOS_LAMBDA(std::size_t i, std::size_t e) { y(i, e) = a(i, e / sa) * b(i, e / sb); });
+      KOKKOS_LAMBDA(std::size_t i, std::size_t e) {
+        auto const u = a(i, e / sa), v = b(i, e / sb);
+        y(i, e) = op == GraphElementwise::mul ? u * v : op == GraphElementwise::sub ? u - v : u / v;
+      });
 }
 
-// Gradient of one input of a Mul: dx[i, k] = sum over the columns e of y
-// that read x[i, k] of dy[i, e] * other[i, e / (W / w_other)]. A per-channel
-// input sums over its channel's columns (no atomics: one thread per entry).
-template <class Exec, class DX, class DY, class O>
-void graph_mul_grad(Exec const& exec, DX const& dx, DY const& dy, O const& other) {
-  std::size_t const W = dy.extent(1), spread = W / dx.extent(1), so = W / other.extent(1);
+// Gradient of input j (0: a, 1: b) of an element-wise join: dx[i, k] = sum
+// over the columns e of y that read x[i, k] of dy[i, e] times d(a op b)/dx
+// at e (mul: the other; sub: 1, -1; div: 1 / b, -a / b^2). A spread input
+// sums over its columns (no atomics: one thread per entry).
+template <class Exec, class DX, class DY, class A, class B>
+void graph_elementwise_grad(Exec const& exec, DX const& dx, DY const& dy, A const& a, B const& b,
+                            GraphElementwise op, int j) {
+  std::size_t const W = dy.extent(1), spread = W / dx.extent(1);
+  std::size_t const sa = W / a.extent(1), sb = W / b.extent(1);
   Kokkos::parallel_for(
-      "telar::DynamicGraph::mul_grad",
+      "telar::DynamicGraph::elementwise_grad",
       Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {dx.extent(0), dx.extent(1)}),
       KOKKOS_LAMBDA(std::size_t i, std::size_t k) {
-        typename DX::non_const_value_type s = 0;
-        for (std::size_t e = k * spread; e < (k + 1) * spread; ++e)
-          s += dy(i, e) * other(i, e / so);
+        using V = typename DX::non_const_value_type;
+        V s = 0;
+        for (std::size_t e = k * spread; e < (k + 1) * spread; ++e) {
+          V const u = a(i, e / sa), v = b(i, e / sb), g = dy(i, e);
+          if (op == GraphElementwise::mul)
+            s += g * (j == 0 ? v : u);
+          else if (op == GraphElementwise::sub)
+            s += j == 0 ? g : -g;
+          else
+            s += j == 0 ? g / v : -g * u / (v * v);
+        }
         dx(i, k) = s;
       });
 }

@@ -17,7 +17,7 @@
 namespace telar::detail {
 
 // What a node computes: a layer (one input) or a join of several inputs.
-enum class GraphOp { layer, add, concat, mul, matmul };
+enum class GraphOp { layer, add, concat, mul, matmul, sub, div };
 
 inline char const* graph_op_name(GraphOp op) {
   switch (op) {
@@ -29,6 +29,10 @@ inline char const* graph_op_name(GraphOp op) {
     return "Mul";
   case GraphOp::matmul:
     return "MatMul";
+  case GraphOp::sub:
+    return "Sub";
+  case GraphOp::div:
+    return "Div";
   default:
     return "layer";
   }
@@ -66,8 +70,9 @@ inline Shape graph_matmul_shape(Shape const& a, Shape const& b) {
 
 // Output shape of a join; ShapeError naming the node and its inputs.
 // Add: equal shapes. Concat: along the first per-sample dimension (channels),
-// the others equal. Mul: equal shapes, or one input per channel ([C] or
-// [C, 1, 1]: as many elements as the other's first dimension) against [C, ...].
+// the others equal. Mul, Sub, Div: equal shapes, or one input per channel ([C]
+// or [C, 1, 1]: as many elements as the other's first dimension) or per
+// sample (one element) against [C, ...].
 inline Shape graph_join_shape(GraphNode const& n, std::vector<Shape> const& in) {
   auto const fail = [&](std::string const& why) {
     return ShapeError("telar::DynamicGraph: " + std::string(graph_op_name(n.op)) + " node '" +
@@ -90,11 +95,13 @@ inline Shape graph_join_shape(GraphNode const& n, std::vector<Shape> const& in) 
     out = graph_matmul_shape(in[0], in[1]);
     if (!out.known())
       throw fail("a MatMul needs [..., M, K] and [..., K, N] with equal leading extents");
-  } else { // mul
+  } else { // mul, sub, div: element-wise, one side possibly spread (graph_elementwise)
     out = in[0].size() >= in[1].size() ? in[0] : in[1];
     for (Shape const& s : in)
-      if (s != out && !(s.size() == out[0] && s[0] == out[0]))
-        throw fail("a Mul needs equal shapes, or one of [C] or [C, 1, 1] against [C, ...]");
+      if (s != out && !(s.size() == out[0] && s[0] == out[0]) && s.size() != 1)
+        throw fail(std::string("a ") + graph_op_name(n.op) +
+                   " needs equal shapes, or one of [C] or [C, 1, 1] (one value per channel) or "
+                   "[1] (one per sample) against [C, ...]");
   }
   return out;
 }
@@ -113,7 +120,7 @@ public:
       if (n.name == name)
         throw Error(what + " is added twice: node names must be unique");
     std::size_t const k = inputs.size();
-    bool const pair = op == GraphOp::mul || op == GraphOp::matmul;
+    bool const pair = op != GraphOp::add && op != GraphOp::concat;
     if (op == GraphOp::layer ? k != 1 : pair ? k != 2 : k < 2)
       throw Error(what + " (" + graph_op_name(op) + ") takes " +
                   (op == GraphOp::layer ? "one input"

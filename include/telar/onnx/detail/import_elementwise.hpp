@@ -1,13 +1,15 @@
 #pragma once
-// Element-wise nodes and activations: joins (Add, Mul, Concat), Softmax,
-// Clip, Dropout, Scale, Where (masked_fill) and the SiLU and GELU patterns: members of
-// telar::onnx::detail::GraphReader (import_graph.hpp, which includes this
-// file at its end).
+// Element-wise nodes and activations: joins (Add, Mul, Sub, Div, Concat),
+// Bias, Softmax, Clip, Dropout, Scale, Where (masked_fill) and the SiLU and
+// GELU patterns: members of telar::onnx::detail::GraphReader
+// (import_graph.hpp, which includes this file at its end).
 #include <telar/onnx/detail/import_graph.hpp>
 
 namespace telar::onnx::detail {
 
-// Add, Mul of two tensors and Concat along the channels: joins of the graph.
+// Add, Mul, Sub, Div of two tensors and Concat along the channels: joins of
+// the graph. A constant operand: Scale (Mul, Div by a scalar), a positional
+// table or Bias (Add, Sub).
 template <class T, class M>
 void GraphReader<T, M>::join(::onnx::NodeProto const& n) {
   std::string const& op = n.op_type();
@@ -15,14 +17,14 @@ void GraphReader<T, M>::join(::onnx::NodeProto const& n) {
     return;
   if (op == "Add" && positional(n))
     return;
-  if (op == "Sub" || op == "Div")
-    fail(n, op + " of two tensors is not supported (only inside LayerNormalization's "
-                 "ReduceMean/Sub/Pow/Sqrt/Div form; by a constant scalar as a Scale)");
+  if (bias(n))
+    return;
   for (auto const& in : n.input())
     if (index_.is_constant(in))
       fail(n, op + " of the constant '" + in +
                   "' and a tensor is not supported: Telar has no per-channel affine layer to "
-                  "fold it into (only a MatMul's bias Add is folded, into Dense); " +
+                  "fold it into (Mul, Div: only by one value, a Scale; Add, Sub: a float32 "
+                  "constant broadcast over each sample, a Bias); " +
                   op + " is supported between tensors (a join)");
   if (op == "Concat" && n.input_size() == 1) {    // DenseNet's first layer: torch.cat([x])
     axis_of(n, 1, shape_of(n.input(0)).rank + 1); // still a valid axis
@@ -46,22 +48,7 @@ void GraphReader<T, M>::join(::onnx::NodeProto const& n) {
     if (in[1] != in[0])
       fail(n, "adds " + in[0].str() + " and " + in[1].str() +
                   "; only tensors of equal shapes are added (no broadcasting)");
-  } else if (op == "Mul") {
-    node.kind = Ir::mul;
-    auto const per_channel = [](Shape const& a, Shape const& b) { // a [C, 1, ...] against b
-      if (a.rank != b.rank || a[0] != b[0])
-        return false;
-      for (int d = 1; d < a.rank; ++d)
-        if (a[std::size_t(d)] != 1)
-          return false;
-      return true;
-    };
-    if (in[1] != in[0] && !per_channel(in[1], in[0]) && !per_channel(in[0], in[1]))
-      fail(n, "multiplies " + in[0].str() + " and " + in[1].str() +
-                  "; only equal shapes, or one value per channel ([C, 1, 1] against "
-                  "[C, H, W]), are supported");
-    out = per_channel(in[0], in[1]) ? in[1] : in[0];
-  } else {
+  } else if (op == "Concat") {
     node.kind = Ir::concat;
     if (axis_of(n, 1, in[0].rank + 1) != 1)
       fail(n, "axis " + std::to_string(int_attr(n, "axis", 1)) +
@@ -75,11 +62,36 @@ void GraphReader<T, M>::join(::onnx::NodeProto const& n) {
                     "; the shapes must be equal but for the channels");
       out.dims[0] += s[0];
     }
+  } else {
+    node.kind = op == "Mul" ? Ir::mul : op == "Sub" ? Ir::sub : Ir::div;
+    out = elementwise_shape(n, in);
   }
   for (auto const& t : n.input())
     node.inputs.push_back(resolve(t));
   shapes_[n.output(0)] = out;
   push(n, std::move(node), n.output(0));
+}
+
+// The result of Mul, Sub or Div of two tensors (DynamicGraph's element-wise
+// joins): equal shapes, or one side one value per channel ([C, 1, ...]
+// against [C, ...]) or per sample ([1, ..., 1]), as ONNX broadcasts them.
+template <class T, class M>
+Shape GraphReader<T, M>::elementwise_shape(::onnx::NodeProto const& n,
+                                           std::vector<Shape> const& in) const {
+  auto const spread = [](Shape const& a, Shape const& b) { // a [C or 1, 1, ...] against b
+    if (a.rank != b.rank || (a[0] != b[0] && a[0] != 1))
+      return false;
+    for (int d = 1; d < a.rank; ++d)
+      if (a[std::size_t(d)] != 1)
+        return false;
+    return true;
+  };
+  if (n.input_size() != 2 || (in[1] != in[0] && !spread(in[1], in[0]) && !spread(in[0], in[1])))
+    fail(n, n.op_type() + " of " + in[0].str() + " and " + in[1].str() +
+                (n.input_size() != 2 ? " and more" : "") +
+                " per sample is not supported; only two tensors of equal shapes, or one value per "
+                "channel ([C, 1, 1] against [C, H, W]) or per sample ([1, 1, 1]) on either side");
+  return spread(in[0], in[1]) ? in[1] : in[0];
 }
 
 // Over the last axis as the last node: the loss's softmax (the model
@@ -192,11 +204,8 @@ void GraphReader<T, M>::where(::onnx::NodeProto const& n) {
   for (std::size_t k = 0; fits && k < d.size(); ++k)
     fits = std::size_t(d[k]) == s[std::size_t(s.rank) - d.size() + k];
   if (!fits) {
-    std::string dims;
-    for (auto e : c->dims())
-      dims += (dims.empty() ? "" : ", ") + std::to_string(e);
-    fail(n, "its condition '" + n.input(0) + "' [" + dims +
-                "] does not match the last axes of the tensor '" + x + "' " + s.str() +
+    fail(n, "its condition '" + n.input(0) + "' " + dims_str(*c) +
+                " does not match the last axes of the tensor '" + x + "' " + s.str() +
                 " per sample (a mask over the batch is not supported)");
   }
   std::vector<bool> mask = bools_of(*c);
@@ -217,9 +226,59 @@ bool GraphReader<T, M>::scale(::onnx::NodeProto const& n) {
   float const v = index_.scalar(n.input(c));
   if (std::isnan(v) || (op == "Div" && v == 0.f))
     fail(n, op + " by the constant '" + n.input(c) +
-                "' is supported only for one nonzero float32 value (a Scale)");
+                "' is supported only for one nonzero float32 value (a Scale): Telar has no "
+                "per-channel affine layer to fold a constant tensor into");
   emit(n, Scale<T, M>(op == "Div" ? T(1) / T(v) : T(v)), n.input(1 - c));
   return true;
+}
+
+// Add or Sub of a tensor and a float32 constant broadcast over each sample
+// (ONNX's rule: the constant's axes right-aligned, each equal or 1; a
+// leading batch axis of 1): a telar::Bias, trained, as PyTorch trains the
+// nn.Parameter it usually comes from. False for other nodes.
+template <class T, class M>
+bool GraphReader<T, M>::bias(::onnx::NodeProto const& n) {
+  std::string const& op = n.op_type();
+  if ((op != "Add" && op != "Sub") || n.input_size() != 2 ||
+      index_.is_constant(n.input(0)) == index_.is_constant(n.input(1)))
+    return false;
+  int const c = index_.is_constant(n.input(1)) ? 1 : 0;
+  std::string const x = n.input(1 - c);
+  plain(n, x);
+  Shape const& s = shape_of(x);
+  Shape const table = bias_table(n, c, s);
+  T const sign = op == "Sub" ? T(-1) : T(1); // x - c, or c - x
+  try {
+    Bias<T, M> layer(s, table, c == 1 ? sign : T(1), c == 0 ? sign : T(1));
+    bind(n, c, "constant", "bias", false, table.size(), 1);
+    emit(n, std::move(layer), x);
+  } catch (ShapeError const& e) {
+    fail(n, "the constant '" + n.input(c) + "' " + dims_str(*index_.constant(n.input(c))) +
+                " does not broadcast over the tensor '" + x + "' " + s.str() +
+                " per sample: " + e.what());
+  }
+  return true;
+}
+
+// The per-sample table of the float32 constant input \p c against samples
+// \p s: its dimensions less the leading 1s beyond the sample's rank (the
+// batch's and ONNX's implicit ones); refused when it spans the batch.
+template <class T, class M>
+Shape GraphReader<T, M>::bias_table(::onnx::NodeProto const& n, int c, Shape const& s) {
+  auto const& t = initializer(n, c, "constant");
+  std::vector<std::int64_t> d(t.dims().begin(), t.dims().end());
+  while (int(d.size()) > s.rank && d.front() == 1)
+    d.erase(d.begin());
+  if (int(d.size()) > s.rank)
+    fail(n, "the constant '" + n.input(c) + "' " + dims_str(t) +
+                " spans the batch of the tensor '" + n.input(1 - c) + "' " + s.str() +
+                " per sample; only a constant broadcast over each sample (its axes right-aligned "
+                "with the sample's, each equal or 1) is supported");
+  Shape table{1}; // a scalar: one value
+  for (std::size_t k = 0; k < d.size(); ++k)
+    table.dims[k] = std::size_t(d[k]);
+  table.rank = d.empty() ? 1 : int(d.size());
+  return table;
 }
 
 // SiLU as PyTorch 1.13 exports nn.SiLU: Sigmoid(x) read only by a Mul by x.

@@ -12,6 +12,7 @@
 #include <telar/core/shape.hpp>
 #include <telar/layers/activation.hpp>
 #include <telar/layers/batch_norm.hpp>
+#include <telar/layers/bias.hpp>
 #include <telar/layers/conv.hpp>
 #include <telar/layers/conv_transpose.hpp>
 #include <telar/layers/dense.hpp>
@@ -54,11 +55,13 @@ inline char const* supported_ops() {
          "Tanh, Clip, LeakyRelu, Elu, HardSigmoid, HardSwish, SiLU (Sigmoid and Mul of one "
          "tensor), Conv (2-D, 3-D, grouped), ConvTranspose, BatchNormalization, MaxPool and "
          "AveragePool (2-D, 3-D), GlobalAveragePool, GlobalMaxPool, Resize and Upsample "
-         "(nearest by integer factors, linear), Flatten, Add, Mul "
-         "and Concat of tensors, Pad of zeros, Identity, Dropout, Softmax over an axis after the "
-         "batch, Softmax/LogSoftmax over the last axis as the last node, Transpose, Reshape, "
-         "Slice (static shapes; the batch may move), MatMul of two tensors (batched), Mul/Div "
-         "by a constant scalar, ReduceMean, LayerNormalization's ReduceMean/Sub/Pow/Sqrt/Div "
+         "(nearest by integer factors, linear), Flatten, Add, Mul, Sub, Div (per channel or "
+         "per sample broadcast) and Concat of tensors, Add/Sub of a constant broadcast over "
+         "each sample (a trained Bias), Pad of zeros, Identity, Dropout, Softmax over an axis "
+         "after the batch, Softmax/LogSoftmax over the last axis as the last node, Transpose, "
+         "Reshape, Slice (static shapes, step 1, any axes but the batch; the batch may move), "
+         "MatMul of two tensors (batched), Mul/Div by a constant scalar, ReduceMean, "
+         "LayerNormalization's ReduceMean/Sub/Pow/Sqrt/Div "
          "form, Gather of a constant table by integer token ids (an embedding), Add of a "
          "constant [seq, hidden] (a learned positional embedding), Where with a constant mask "
          "and a constant scalar (masked_fill), and shape arithmetic (Shape, Gather, "
@@ -70,7 +73,7 @@ inline char const* supported_ops() {
 // parameters come from (names local to the layer).
 template <class T, class M>
 struct IrNode {
-  enum Kind { layer, add, concat, mul, matmul };
+  enum Kind { layer, add, concat, mul, matmul, sub, div };
   Kind kind = layer;
   std::string name, label; // name in a DynamicGraph; the ONNX node for messages
   std::optional<NodeLayer<T, M>> op;
@@ -441,6 +444,9 @@ private:
   void dropout(::onnx::NodeProto const& n);
   void where(::onnx::NodeProto const& n);
   bool scale(::onnx::NodeProto const& n);
+  bool bias(::onnx::NodeProto const& n);
+  Shape bias_table(::onnx::NodeProto const& n, int c, Shape const& s);
+  Shape elementwise_shape(::onnx::NodeProto const& n, std::vector<Shape> const& in) const;
   void silu_pattern(::onnx::NodeProto const& n);
   void gelu_pattern(std::string const& x, std::vector<::onnx::NodeProto const*> const& rs);
 
@@ -482,6 +488,8 @@ private:
   std::vector<Sym> reshape_target(::onnx::NodeProto const& n);
   void reshape(::onnx::NodeProto const& n);
   void slice(::onnx::NodeProto const& n);
+  Rearrange<T, M> slice_of(::onnx::NodeProto const& n, std::string const& x, std::int64_t axis,
+                           std::int64_t b, std::int64_t e);
 
   // import_attention.hpp: Gemm, MatMul, embeddings, ReduceMean, the LayerNorm pattern
   // embeddings,...

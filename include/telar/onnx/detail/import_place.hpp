@@ -87,6 +87,10 @@ void GraphReader<T, M>::flush(std::vector<std::size_t>& run, std::string const& 
       g.add_concat(nd.name, nd.inputs, nd.output);
     else if (nd.kind == Ir::matmul)
       g.add_matmul(nd.name, nd.inputs, nd.output);
+    else if (nd.kind == Ir::sub)
+      g.add_sub(nd.name, nd.inputs, nd.output);
+    else if (nd.kind == Ir::div)
+      g.add_div(nd.name, nd.inputs, nd.output);
     else
       g.add_mul(nd.name, nd.inputs, nd.output);
     for (auto b : nd.bindings) {

@@ -272,26 +272,46 @@ void GraphReader<T, M>::slice(::onnx::NodeProto const& n) {
   if (opset_ < 10)
     fail(n, "Slice before opset 10 (attributes) is not supported");
   auto const b = constant_ints(n, 1, "starts"), e = constant_ints(n, 2, "ends");
-  auto const axes = n.input_size() > 3 && !n.input(3).empty() ? constant_ints(n, 3, "axes")
-                                                              : std::vector<std::int64_t>{0};
-  bool const unit = n.input_size() <= 4 || n.input(4).empty() ||
-                    constant_ints(n, 4, "steps") == std::vector<std::int64_t>{1};
-  if (b.size() != 1 || e.size() != 1 || axes.size() != 1 || !unit)
-    fail(n, "only a Slice of one axis with step 1 is supported");
-  std::size_t const a = logical_axis(n, x, axes[0]);
+  std::vector<std::int64_t> axes(b.size());
+  for (std::size_t k = 0; k < axes.size(); ++k) // ONNX's default: the first len(starts) axes
+    axes[k] = std::int64_t(k);
+  if (n.input_size() > 3 && !n.input(3).empty())
+    axes = constant_ints(n, 3, "axes");
+  if (n.input_size() > 4 && !n.input(4).empty() &&
+      constant_ints(n, 4, "steps") != std::vector<std::int64_t>(b.size(), 1))
+    fail(n, "its steps (input 4) are not supported: only step 1 on each axis");
+  if (b.empty() || e.size() != b.size() || axes.size() != b.size())
+    fail(n, "its starts, ends and axes must have one entry per sliced axis (got " +
+                std::to_string(b.size()) + ", " + std::to_string(e.size()) + " and " +
+                std::to_string(axes.size()) + ")");
+  std::string in = x; // one Rearrange::slice per axis, chained
+  for (std::size_t k = 0; k < axes.size(); ++k) {
+    std::string const out =
+        k + 1 == axes.size() ? n.output(0) : n.output(0) + "#" + std::to_string(k);
+    emit(n, slice_of(n, in, axes[k], b[k], e[k]), in, out);
+    in = out;
+  }
+}
+
+// [start, end) of one logical axis of \p x (clamped as ONNX clamps) as a
+// telar::Rearrange::slice of its stored axis; the batch is refused.
+template <class T, class M>
+Rearrange<T, M> GraphReader<T, M>::slice_of(::onnx::NodeProto const& n, std::string const& x,
+                                            std::int64_t axis, std::int64_t b, std::int64_t e) {
+  std::size_t const a = logical_axis(n, x, axis);
   int const d = stored_axis(n, x, a);
   if (d < 0)
-    fail(n, "slices axis " + std::to_string(axes[0]) + " of the logical shape " + logical_str(x) +
+    fail(n, "slices axis " + std::to_string(axis) + " of the logical shape " + logical_str(x) +
                 ", which holds the batch");
   std::int64_t const len = std::int64_t(shape_of(x)[d]);
   auto clamp = [&](std::int64_t v) {
     return std::size_t(std::min(len, std::max<std::int64_t>(0, v < 0 ? v + len : v)));
   };
-  std::size_t const lo = clamp(b[0]), hi = clamp(e[0]);
+  std::size_t const lo = clamp(b), hi = clamp(e);
   if (lo >= hi)
-    fail(n, "the slice [" + std::to_string(b[0]) + ", " + std::to_string(e[0]) + ") of axis " +
-                std::to_string(axes[0]) + " is empty");
-  emit(n, Rearrange<T, M>::slice(shape_of(x), d, lo, hi), x);
+    fail(n, "the slice [" + std::to_string(b) + ", " + std::to_string(e) + ") of axis " +
+                std::to_string(axis) + " is empty");
+  return Rearrange<T, M>::slice(shape_of(x), d, lo, hi);
 }
 
 } // namespace telar::onnx::detail

@@ -28,6 +28,14 @@ inline std::string node_label(::onnx::NodeProto const& n) {
   return "node '" + (n.name().empty() ? n.output(0) : n.name()) + "' (" + n.op_type() + ")";
 }
 
+// "[3, 4, 5]": a constant's dimensions, for messages.
+inline std::string dims_str(::onnx::TensorProto const& t) {
+  std::string s;
+  for (auto e : t.dims())
+    s += (s.empty() ? "" : ", ") + std::to_string(e);
+  return "[" + s + "]";
+}
+
 inline std::shared_ptr<::onnx::ModelProto> read_model(std::string const& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in)

@@ -1,0 +1,204 @@
+#pragma once
+/*! \file
+ *  \brief telar::Bias: a trainable table added to (or subtracted from) every
+ *  sample, broadcast as NumPy and ONNX broadcast (an imported ONNX Add or
+ *  Sub of a tensor and a constant: `x + self.bias`, `x - self.shift`). */
+#include <telar/core/error.hpp>
+#include <telar/core/layer.hpp>
+#include <telar/core/shape.hpp>
+#include <telar/core/tensor.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace telar {
+
+namespace detail {
+
+// A table broadcast over a sample: the table's axes right-aligned with the
+// sample's (missing leading axes count as 1), each extent equal to the
+// sample's or 1. Maps a sample position to its table entry, and the q-th
+// position reading an entry back (for a gradient summed without atomics).
+struct BroadcastIndex {
+  int rank = 0;
+  std::size_t in[Shape::max_rank] = {}, tab[Shape::max_rank] = {};
+
+  // Whether \p table broadcasts over \p sample (fills in the extents).
+  bool set(Shape const& sample, Shape const& table) {
+    rank = sample.rank;
+    if (!sample.known() || !table.known() || table.rank > sample.rank)
+      return false;
+    for (int k = 0; k < rank; ++k) {
+      int const t = k - (rank - table.rank); // the table's axis aligned with k
+      in[k] = sample[k];
+      tab[k] = t < 0 ? 1 : table[t];
+      if (tab[k] != in[k] && tab[k] != 1)
+        return false;
+    }
+    return true;
+  }
+  // The table entry that sample position e reads.
+  KOKKOS_INLINE_FUNCTION std::size_t entry(std::size_t e) const {
+    std::size_t t = 0, stride = 1;
+    for (int k = rank - 1; k >= 0; --k) {
+      std::size_t const c = e % in[k];
+      e /= in[k];
+      if (tab[k] != 1)
+        t += c * stride;
+      stride *= tab[k];
+    }
+    return t;
+  }
+  // The q-th sample position (q < sample size / table size) reading entry t.
+  KOKKOS_INLINE_FUNCTION std::size_t position(std::size_t t, std::size_t q) const {
+    std::size_t e = 0, stride = 1;
+    for (int k = rank - 1; k >= 0; --k) {
+      std::size_t c = 0;
+      if (tab[k] != 1)
+        c = t % tab[k], t /= tab[k];
+      else
+        c = q % in[k], q /= in[k];
+      e += c * stride;
+      stride *= in[k];
+    }
+    return e;
+  }
+};
+
+} // namespace detail
+
+/*! \brief y = s_x x + s_b b, b a trainable table broadcast over each sample
+ *  (its axes right-aligned with the sample's, each extent equal or 1: [C, 1,
+ *  1] per channel of [C, H, W], [W] along its last axis, [1] one value).
+ *  The signs give x + b (1, 1), x - b (1, -1) and b - x (-1, 1).
+ *  Backward: dx = s_x dy; db = s_b times the sum of dy over the samples and
+ *  the positions reading each entry, in order (deterministic). Parameter
+ *  "bias" (the table, row-major) starts at zero.
+ *  \code
+ *  telar::Bias<float> b(Shape{8, 4, 4}, Shape{8, 1, 1}); // one value per channel
+ *  \endcode
+ *  \tparam T value type \tparam MemorySpace memory space */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+class Bias {
+public:
+  /*! \brief Scalar type. */
+  using value_type = T;
+  /*! \brief Memory space of parameters and activations. */
+  using memory_space = MemorySpace;
+  /*! \brief The output has the input's shape. */
+  static constexpr bool preserves_shape = true;
+
+  /*! \brief An empty layer; assign a configured one before use. */
+  Bias() = default;
+  /*! \brief \param in the sample shape \param table the table's shape
+   *  \param bias_sign s_b \param input_sign s_x
+   *  \throws ShapeError naming both shapes when the table does not broadcast */
+  Bias(Shape const& in, Shape const& table, T bias_sign = T(1), T input_sign = T(1))
+      : in_(in), table_(table), sb_(bias_sign), sx_(input_sign) {
+    if (!index_.set(in, table))
+      throw ShapeError("telar::Bias: a table " + table.str() + " does not broadcast over samples " +
+                       in.str() + " (its last axes must each equal the sample's or be 1)");
+  }
+
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "Bias"; }
+  /*! \brief The input shape. \param in the shape it was made for
+   *  \throws ShapeError for another input shape */
+  Shape output_shape(Shape const& in) const {
+    if (in != in_)
+      throw ShapeError("telar::Bias (table " + table_.str() + ") expects inputs " + in_.str() +
+                       ", got " + in.str());
+    return in;
+  }
+  /*! \brief The table's shape. */
+  Shape const& table_shape() const { return table_; }
+  /*! \brief One multiply-add per value. */
+  double flops(std::size_t samples, Shape const& in) const { return double(samples) * in.size(); }
+  /*! \brief Values of the table. */
+  std::size_t parameter_count() const { return table_.size(); }
+
+  /*! \brief Allocates the table, zero. \param seed unused */
+  void initialize(std::uint64_t /*seed*/) {
+    bias = Vector<T, MemorySpace>("telar::Bias::bias", table_.size());
+    bias_grad = Vector<T, MemorySpace>("telar::Bias::bias_grad", table_.size());
+  }
+  /*! \brief Visits ("bias", table). \param f callable as f(char const*, View&, View&) */
+  template <class F>
+  void parameters(F&& f) {
+    f("bias", bias, bias_grad);
+  }
+
+  /*! \brief y = s_x x + s_b b. \param exec execution space instance
+   *  \param x input \param y output */
+  template <class Exec>
+  void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
+               NoSaved&) const {
+    check("forward", x, y);
+    auto const b = bias;
+    auto const ix = index_;
+    T const sb = sb_, sx = sx_;
+    Kokkos::parallel_for(
+        "telar::Bias::forward",
+        Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {y.extent(0), y.extent(1)}),
+        KOKKOS_LAMBDA(std::size_t n, std::size_t e) {
+          y(n, e) = sx * x(n, e) + sb * b(ix.entry(e));
+        });
+  }
+  /*! \brief dx = s_x dy. \param exec execution space instance
+   *  \param dy gradient of the output \param dx gradient of the input */
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
+                      NoSaved const&) const {
+    check("backward_input", dy, dx);
+    T const sx = sx_;
+    Kokkos::parallel_for(
+        "telar::Bias::backward_input",
+        Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {dx.extent(0), dx.extent(1)}),
+        KOKKOS_LAMBDA(std::size_t n, std::size_t e) { dx(n, e) = sx * dy(n, e); });
+  }
+  /*! \brief db += s_b times dy summed over the samples and each entry's
+   *  positions. \param exec execution space instance \param dy output gradient */
+  template <class Exec>
+  void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy, NoSaved const&) const {
+    check("backward_weight", dy, dy);
+    auto const g = bias_grad;
+    auto const ix = index_;
+    std::size_t const rows = dy.extent(0), repeats = in_.size() / table_.size();
+    T const sb = sb_;
+    Kokkos::parallel_for(
+        "telar::Bias::backward_weight", Kokkos::RangePolicy<Exec>(exec, 0, g.extent(0)),
+        KOKKOS_LAMBDA(std::size_t t) {
+          T s = 0;
+          for (std::size_t n = 0; n < rows; ++n)
+            for (std::size_t q = 0; q < repeats; ++q)
+              s += dy(n, ix.position(t, q));
+          g(t) += sb * s;
+        });
+  }
+
+  Vector<T, MemorySpace> bias;      //!< the table, row-major
+  Vector<T, MemorySpace> bias_grad; //!< dL/dtable
+
+private:
+  template <class A, class B>
+  void check(char const* what, A const& a, B const& b) const {
+    if (a.extent(0) != b.extent(0) || a.extent(1) != in_.size() || b.extent(1) != in_.size() ||
+        bias.extent(0) != table_.size())
+      throw ShapeError(std::string("telar::Bias::") + what + ": expected [n, " +
+                       std::to_string(in_.size()) + "] and a table of " +
+                       std::to_string(table_.size()) + ", got [" + std::to_string(a.extent(0)) +
+                       ", " + std::to_string(a.extent(1)) + "] -> [" + std::to_string(b.extent(0)) +
+                       ", " + std::to_string(b.extent(1)) + "] and " +
+                       std::to_string(bias.extent(0)) +
+                       (bias.extent(0) != table_.size() ? " (layer not initialised)" : ""));
+  }
+
+  Shape in_, table_;
+  T sb_ = T(1), sx_ = T(1);
+  detail::BroadcastIndex index_;
+};
+
+} // namespace telar
