@@ -10,6 +10,7 @@
 #include <telar/parallel/calibrate.hpp>
 #include <telar/parallel/machine_probe.hpp>
 #include <telar/parallel/planner.hpp>
+#include <telar/parallel/precision.hpp>
 
 #include <mpi.h>
 
@@ -309,17 +310,23 @@ auto with_fastest_fitting(std::optional<telar::LayoutPlan> const& plan, Build bu
 
 // The cost model's step time of the layout `trainer` runs (collective):
 // `model` is a copy of its model before initialisation. Only this layout's
-// micro-batch size is calibrated when no plan did it already.
+// micro-batch size is calibrated when no plan did it already. Calibrated and
+// predicted is the model the Trainer trains: under --precision bf16
+// (telar::Precision<bf16, float>) `model` rebound (telar::WithPrecision),
+// whose layers are timed in bf16, apart from fp32 ones.
 template <class Model, class Strategy, class Optimizer, class Loss>
 double predicted_step_ms(MPI_Comm comm, CommonArgs const& a, Model const& model,
                          telar::Trainer<Model, Strategy, Optimizer, Loss> const& trainer,
                          telar::Shape const& in) {
+  using P = telar::detail::strategy_precision_t<Strategy>;
+  using Trained = telar::WithPrecision<Model, P>;
+  Trained const trained = telar::with_precision<P>(model);
   telar::TrainerOptions const& opts = trainer.options();
   std::size_t const rows =
       a.batch / std::size_t(trainer.grid_shape().dp) / std::size_t(opts.microbatches);
-  auto const& prof = machine_profile<Model, Loss>(comm, a, model, in, {rows});
-  return telar::predict_step<Model, Strategy, Optimizer, Loss>(model, opts, in, world_size(comm),
-                                                               prof)
+  auto const& prof = machine_profile<Trained, Loss>(comm, a, trained, in, {rows});
+  return telar::predict_step<Trained, Strategy, Optimizer, Loss>(trained, opts, in,
+                                                                 world_size(comm), prof)
       .step_ms;
 }
 

@@ -38,6 +38,21 @@ elseif(CHECK STREQUAL "dp")
     set(bf16 --epochs 1 --limit-steps 6 --batch 32 --optimizer adamw --eval-limit 64 --json
         --precision bf16 --data ${data})
     train(bs ${EXE} ${bf16})
+    # The step prediction calibrates the model the run trains (issue 23):
+    # every convolution oneDNN runs, the calibration's after training
+    # included, is a bf16 one (the fp32 model's calibration ran 144 fp32).
+    execute_process(COMMAND ${CMAKE_COMMAND} -E env ONEDNN_VERBOSE=1 ${EXE} ${bf16}
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e)
+    string(REGEX MATCHALL "onednn_verbose,exec,cpu,convolution,[^\n]*" convs "${o}\n${e}")
+    set(fp32_convs ${convs})
+    list(FILTER fp32_convs EXCLUDE REGEX "_bf16::")
+    list(LENGTH convs n)
+    list(LENGTH fp32_convs n32)
+    if(NOT rc EQUAL 0 OR n LESS 48 OR n32 GREATER 0)
+      message(FATAL_ERROR "bf16 run (exit ${rc}): ${n32} of ${n} convolutions not bf16 "
+                          "(the prediction calibrated another model than the trained one?)")
+    endif()
+    message(STATUS "bf16 run: ${n} convolutions, all bf16")
     train(bd ${MPIEXEC} -np 2 ${EXE} ${bf16} --dp 2)
     json_field("${bs}" param_l2 lbs)
     json_field("${bd}" param_l2 lbd)

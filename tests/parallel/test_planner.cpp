@@ -12,6 +12,7 @@
 #include <telar/parallel/machine_probe.hpp>
 #include <telar/parallel/paper_scaling.hpp>
 #include <telar/parallel/planner.hpp>
+#include <telar/parallel/precision.hpp>
 
 #include <catch2/catch_test_macros.hpp>
 
@@ -45,7 +46,35 @@ telar::LayoutOptions options(std::size_t batch) {
   return o;
 }
 
+// Under Precision<bf16, float> (a template: without oneDNN nothing rebinds).
+template <class Space>
+void check_bf16_calibration() {
+  if constexpr (telar::Bf16Gemm::supports<T, Space>()) {
+    using P = telar::Precision<telar::bf16, float>;
+    telar::MachineProfile prof;
+    std::vector<std::size_t> const rows{8};
+    CHECK(telar::calibrate_layers(mlp(64), 784, rows, prof, 1) == 4);
+    // The model a bf16 Trainer trains (telar::WithPrecision): its three
+    // Dense layers are timed again, in bf16; the ReLUs are the fp32 ones.
+    auto const bf16 = telar::with_precision<P>(mlp(64));
+    std::string const g = telar::calibration_group(std::get<0>(bf16.layers()), 784, 64);
+    CHECK(g.find(" bf16 ") != std::string::npos);
+    CHECK(telar::calibration_group(std::get<0>(mlp(64).layers()), 784, 64).find("bf16") ==
+          std::string::npos);
+    CHECK(prof.layer_times.count(g) == 0);
+    CHECK(telar::calibrate_layers(bf16, 784, rows, prof, 1) == 3);
+    CHECK(prof.layer_times.count(g) == 1);
+    auto const p = telar::predict_step<telar::WithPrecision<Model, P>, Plain, Opt>(bf16, options(8),
+                                                                                   784, 1, prof);
+    CHECK(p.measured_layers == 5);
+  }
+}
+
 } // namespace
+
+TEST_CASE("planner: a bf16 model is calibrated apart from its fp32 one", "[planner]") {
+  check_bf16_calibration<Kokkos::HostSpace>();
+}
 
 TEST_CASE("planner: a machine profile round-trips through JSON", "[planner]") {
   telar::MachineProfile p;

@@ -202,6 +202,33 @@ struct bf16_rebind<GraphChain<V>> {
 };
 #undef TELAR_PRECISION_REFUSE
 
+// Whether layer L multiplies in bf16 (a bf16 rebind's leaf, or a
+// tensor-parallel / Recompute wrapper of one): its calibration group is
+// apart from the fp32 layer's (calibration_group()), so a profile cached by
+// an fp32 run does not stand in for bf16 times, nor the other way round.
+template <class L>
+struct computes_bf16 : std::false_type {};
+template <class T, class M>
+struct computes_bf16<Dense<T, M, Bf16Gemm>> : std::true_type {};
+template <class T, std::size_t I, std::size_t O, class M>
+struct computes_bf16<StaticDense<T, I, O, M, Bf16Gemm>> : std::true_type {};
+template <class T, int D, class M, class G>
+struct computes_bf16<Convolution<T, D, M, G, OneDnnConvBf16>> : std::true_type {};
+template <class T, int D, class M, class G>
+struct computes_bf16<TransposedConvolution<T, D, M, G, OneDnnConvBf16>> : std::true_type {};
+template <class T, class M>
+struct computes_bf16<CausalSelfAttention<T, M, Bf16Gemm>> : std::true_type {};
+template <class L>
+struct computes_bf16<ColumnParallel<L>> : computes_bf16<L> {};
+template <class L>
+struct computes_bf16<RowParallel<L>> : computes_bf16<L> {};
+template <class L>
+struct computes_bf16<HeadParallel<L>> : computes_bf16<L> {};
+template <class L>
+struct computes_bf16<Recompute<L>> : computes_bf16<L> {};
+template <class L>
+inline constexpr bool computes_bf16_v = computes_bf16<L>::value;
+
 // The model a Trainer runs under precision P.
 template <class Model, class P>
 struct precision_model {

@@ -7,6 +7,7 @@
 #include <telar/core/recompute.hpp>
 #include <telar/parallel/machine_profile.hpp>
 #include <telar/parallel/memory_plan.hpp>
+#include <telar/parallel/precision.hpp>
 #include <telar/parallel/run_layout.hpp>
 #include <telar/parallel/tensor_parallel.hpp>
 #include <telar/schedule/simulate.hpp>
@@ -147,6 +148,8 @@ std::string calibration_group(L const& layer, Shape const& in, Shape const& out,
     name = layer_name(layer.inner());
   else
     name = layer_name(layer);
+  if constexpr (computes_bf16_v<L>) // telar::Precision<bf16, float>: timed apart from fp32
+    name += " bf16";
   return MachineProfile::layer_group(name, in.str(), out.str(), threads);
 }
 
