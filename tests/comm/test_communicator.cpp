@@ -206,6 +206,41 @@ TEST_CASE("split and any", "[comm]") {
   TELAR_REQUIRE_ALL(!none.valid());
 }
 
+// A second split into groups made before duplicates the first one's group
+// (comm/detail/comm_cache.hpp): the same members in the same order, a context
+// of its own, and no new prototype. A new order is a new group.
+TEST_CASE("a repeated split reuses its group", "[comm]") {
+  Communicator comm(MPI_COMM_WORLD, "world");
+  int const r = comm.rank();
+  auto const& made = telar::detail::group_prototypes();
+  Communicator first = comm.split(r % 2, r, "first");
+  std::size_t const after_first = made.size();
+  Communicator again = comm.dup().split(r % 2, r, "again"); // another parent, the same processes
+  int relation = MPI_UNEQUAL;
+  MPI_Comm_compare(first.native(), again.native(), &relation);
+  TELAR_REQUIRE_ALL(relation == MPI_CONGRUENT && made.size() == after_first);
+  TELAR_REQUIRE_ALL(again.rank() == first.rank() && again.name() == "again");
+  // Each has its own context: a message sent on one is not received on the other.
+  int const peer = (again.rank() + 1) % again.size();
+  int const from = (again.rank() + again.size() - 1) % again.size();
+  int got = -1, stray = -1;
+  telar::Request pending = first.irecv(&stray, 1, from, 5);
+  telar::Request sent = again.isend(&r, 1, peer, 5);
+  again.recv(&got, 1, from, 5);
+  sent.wait();
+  first.send(&r, 1, peer, 5);
+  pending.wait();
+  // Group member i is world rank r % 2 + 2 i (key r keeps the world's order).
+  TELAR_REQUIRE_ALL(got == r % 2 + 2 * from && stray == got);
+  Communicator reversed = comm.split(r % 2, -r, "reversed");
+  MPI_Comm_compare(first.native(), reversed.native(), &relation);
+  TELAR_REQUIRE_ALL(relation == (first.size() > 1 ? MPI_SIMILAR : MPI_CONGRUENT));
+  // Node groups: the same for every split of the same processes.
+  Communicator node1 = comm.split_shared("node1"), node2 = comm.dup().split_shared("node2");
+  MPI_Comm_compare(node1.native(), node2.native(), &relation);
+  TELAR_REQUIRE_ALL(relation == MPI_CONGRUENT);
+}
+
 TEST_CASE("MPI errors become CommError naming rank, operation and peer", "[comm]") {
   Communicator comm(MPI_COMM_WORLD, "world");
   int const p = comm.size(), r = comm.rank();

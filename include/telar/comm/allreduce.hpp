@@ -548,11 +548,8 @@ private:
     auto it = h.hier.find(g);
     if (it != h.hier.end())
       return it->second;
-    detail::bounded_barrier(h);
     auto split = [&](int color, int key, std::string const& label) {
-      MPI_Comm out = MPI_COMM_NULL;
-      h.check(MPI_Comm_split(h.comm, color, key, &out), "MPI_Comm_split");
-      return detail::adopt(out, h.name + "/" + label, h.timeout);
+      return detail::adopt(detail::split_comm(h, color, key), h.name + "/" + label, h.timeout);
     };
     auto inner = split(h.rank / g, h.rank % g, "hier-inner");
     auto outer = split(h.rank % g, h.rank / g, "hier-outer");

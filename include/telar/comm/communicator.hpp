@@ -4,6 +4,7 @@
  *         typed, bounded operations that raise telar::CommError.
  */
 
+#include <telar/comm/detail/comm_cache.hpp>
 #include <telar/comm/detail/comm_handle.hpp>
 #include <telar/comm/detail/mpi_type.hpp>
 #include <telar/comm/detail/progress.hpp>
@@ -133,11 +134,9 @@ public:
    */
   BasicCommunicator split(int color, int key, std::string name = {}) const {
     auto const& h = handle();
-    // MPI_Comm_split has no non-blocking form; a bounded barrier first turns
-    // a missing rank into a CommTimeout instead of a hang inside the split.
-    barrier();
-    MPI_Comm out = MPI_COMM_NULL;
-    h.check(MPI_Comm_split(h.comm, color, key, &out), "MPI_Comm_split");
+    // Bounded, and a duplicate of an earlier group when the same processes
+    // were split off before (comm/detail/comm_cache.hpp).
+    MPI_Comm out = detail::split_comm(h, color, key);
     BasicCommunicator c;
     c.h_ = detail::adopt(out, name.empty() ? h.name + "/split" : std::move(name), h.timeout);
     return c;
@@ -149,10 +148,7 @@ public:
    */
   BasicCommunicator split_shared(std::string name = {}) const {
     auto const& h = handle();
-    barrier(); // bounded, as in split()
-    MPI_Comm out = MPI_COMM_NULL;
-    h.check(MPI_Comm_split_type(h.comm, MPI_COMM_TYPE_SHARED, h.rank, MPI_INFO_NULL, &out),
-            "MPI_Comm_split_type");
+    MPI_Comm out = detail::split_shared_comm(h); // bounded, as in split()
     BasicCommunicator c;
     c.h_ = detail::adopt(out, name.empty() ? h.name + "/node" : std::move(name), h.timeout);
     return c;

@@ -1,6 +1,7 @@
 #pragma once
 // Node detection behind telar::node_layout and the topology-aware allreduce.
 
+#include <telar/comm/detail/comm_cache.hpp>
 #include <telar/comm/detail/comm_handle.hpp>
 #include <telar/comm/error.hpp>
 
@@ -53,14 +54,8 @@ inline long launch_rank(detail::CommHandle const& h) {
 inline MPI_Comm split_node(detail::CommHandle const& h) {
   long const fake = env_positive(h, "TELAR_RANKS_PER_NODE");
   long const color = fake > 0 ? launch_rank(h) / fake : 0;
-  bounded_barrier(h); // the splits below cannot time out on their own
-  MPI_Comm node = MPI_COMM_NULL;
-  if (fake > 0)
-    h.check(MPI_Comm_split(h.comm, static_cast<int>(color), h.rank, &node), "MPI_Comm_split");
-  else
-    h.check(MPI_Comm_split_type(h.comm, MPI_COMM_TYPE_SHARED, h.rank, MPI_INFO_NULL, &node),
-            "MPI_Comm_split_type");
-  return node;
+  // Both bounded, and duplicates of the first node split (comm_cache.hpp).
+  return fake > 0 ? split_comm(h, static_cast<int>(color), h.rank) : split_shared_comm(h);
 }
 
 // Every rank's (node size, node-local rank), gathered: the same answer everywhere.
