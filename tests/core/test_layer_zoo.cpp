@@ -1,4 +1,5 @@
-// Element-wise, softmax, pooling, resampling and rearranging layers, Bias
+// Element-wise, softmax, pooling, resampling and rearranging layers, Bias,
+// Multiplier
 // (and the graph's batched MatMul, Sub and Div joins): values against
 // PyTorch 1.13 (numbers printed by reference/layer_zoo_reference.py),
 // gradients against finite differences in double, and shape errors.
@@ -10,6 +11,7 @@
 #include <telar/layers/activation.hpp>
 #include <telar/layers/bias.hpp>
 #include <telar/layers/masked_fill.hpp>
+#include <telar/layers/multiplier.hpp>
 #include <telar/layers/pooling.hpp>
 #include <telar/layers/rearrange.hpp>
 #include <telar/layers/softmax.hpp>
@@ -1044,6 +1046,48 @@ TEST_CASE("Bias adds a table broadcast over the sample; x - b, b - x; FD gradien
                     "last axes must each equal the sample's or be 1)");
   check_shape_error(per_channel, telar::Shape{3, 2, 5},
                     "telar::Bias (table [3, 1, 1]) expects inputs [3, 2, 4], got [3, 2, 5]");
+}
+
+// A table [2, 4] over samples [3, 2, 4] (repeated over the first axis),
+// then [3, 1, 1] (one factor per channel); x * w and x / w. The table is set
+// away from zero and one, so a divisor's gradient -dy x / w^2 differs from a
+// factor's and a swapped or missing term shows.
+TEST_CASE("Multiplier scales by a table broadcast over the sample; x * w, x / w; FD gradients",
+          "[layers][fd]") {
+  telar::Shape const in{3, 2, 4};
+  for (telar::Shape const table : {telar::Shape{2, 4}, telar::Shape{3, 1, 1}})
+    for (bool const divide : {false, true}) {
+      INFO("table " << table.str() << (divide ? ", dividing" : ", multiplying"));
+      telar::Multiplier<double> m(in, table, divide);
+      CHECK(m.parameter_count() == table.size());
+      m.initialize(0);
+      Values t(table.size());
+      for (std::size_t i = 0; i < t.size(); ++i)
+        t[i] = 1.5 + std::sin(0.9 * double(i)); // in [0.5, 2.5]
+      Kokkos::deep_copy(m.weight, Kokkos::View<double const*, Kokkos::HostSpace>(t.data(), t.size()));
+      Values const x = sample(in);
+      Values dx;
+      Values const y = run(m, in, x, &dx);
+      for (std::size_t c = 0; c < 3; ++c)
+        for (std::size_t h = 0; h < 2; ++h)
+          for (std::size_t w = 0; w < 4; ++w) {
+            std::size_t const e = (c * 2 + h) * 4 + w;
+            double const f = table.rank == 2 ? t[h * 4 + w] : t[c];
+            CHECK(y[e] == Approx(divide ? x[e] / f : x[e] * f).epsilon(1e-14));
+            CHECK(dx[e] == Approx(divide ? 1 / f : f).epsilon(1e-14));
+          }
+      telar::GradientCheckOptions o;
+      o.initialize = false; // keep the table above
+      auto const report = telar::check_gradients(m, in, 2, o);
+      INFO(report.str());
+      CHECK(report.passed(1e-6));
+    }
+  CHECK_THROWS_WITH(telar::Multiplier<double>(in, telar::Shape{3, 4}),
+                    "telar::Multiplier: a table [3, 4] does not broadcast over samples [3, 2, 4] "
+                    "(its last axes must each equal the sample's or be 1)");
+  telar::Multiplier<double> per_channel(in, telar::Shape{3, 1, 1});
+  check_shape_error(per_channel, telar::Shape{3, 2, 5},
+                    "telar::Multiplier (table [3, 1, 1]) expects inputs [3, 2, 4], got [3, 2, 5]");
 }
 
 // x [3, 2, 2]; s = sigmoid(x), p = sigmoid(mean over the channel) [3]:
