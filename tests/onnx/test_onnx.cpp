@@ -197,7 +197,7 @@ std::vector<std::string> const models = {
     "resnet50",      "densenet121",  "squeezenet", "encoder",      "op_relu6",       "op_clip",
     "op_leaky",      "op_elu",       "op_silu",    "op_hardswish", "op_hardsigmoid", "op_softmax",
     "op_gmaxpool",   "op_pool_ceil", "op_avgpool", "op_pool3d",    "op_up_nearest",  "op_up_linear",
-    "op_up_corners", "gpt",          "op_subdiv"};
+    "op_up_corners", "gpt",          "op_subdiv",  "op_muldiv"};
 
 TEST_CASE("ONNX import: forward output equals PyTorch's", "[onnx]") {
   Manifest const mf = manifest();
@@ -404,7 +404,9 @@ TEST_CASE("ONNX import refuses what it does not support, naming it", "[onnx]") {
         Case{"conv1d", "(Conv)", "1-D convolutions"},
         Case{"gemm_alpha", "(Gemm)", "attribute alpha = 2"},
         Case{"gemm_transa", "(Gemm)", "attribute transA = 1"},
-        Case{"mul_const", "(Mul)", "no per-channel affine layer"},
+        Case{"const_div", "(Div)", "a constant divided by a tensor: no layer"},
+        Case{"mul_batch_const", "(Mul)", "the constant 'c' [3, 2, 6, 6] spans the batch"},
+        Case{"div_zero", "(Div)", "the constant divisor 'c' holds a zero"},
         Case{"add_batch_const", "(Add)", "the constant 'c' [3, 2, 6, 6] spans the batch"},
         Case{"pool_dilations", "(MaxPool)", "attribute dilations"},
         Case{"pool_rect", "(AveragePool)", "equal along every axis"},

@@ -8,6 +8,7 @@
 #include <telar/layers/activation.hpp>
 #include <telar/layers/batch_norm.hpp>
 #include <telar/layers/bias.hpp>
+#include <telar/layers/multiplier.hpp>
 #include <telar/layers/conv.hpp>
 #include <telar/layers/conv_transpose.hpp>
 #include <telar/layers/dense.hpp>
@@ -45,7 +46,8 @@ using NodeLayer = std::variant<
     AvgPool3D<T, MemorySpace>, GlobalMaxPool<T, MemorySpace>, Softmax<T, MemorySpace>,
     Upsample<T, MemorySpace>, LayerNorm<T, MemorySpace>, Rearrange<T, MemorySpace>,
     Scale<T, MemorySpace>, Embedding<T, MemorySpace>, PositionalEmbedding<T, MemorySpace>,
-    MaskedFill<T, MemorySpace>, Bias<T, MemorySpace>>;
+    MaskedFill<T, MemorySpace>, Bias<T, MemorySpace>,
+    Multiplier<T, MemorySpace>>;
 
 /*! \brief Former name of NodeLayer (a residual branch is now a graph).
  *  \tparam T value type \tparam MemorySpace memory space */
@@ -69,7 +71,8 @@ using Layer = std::variant<
     AvgPool3D<T, MemorySpace>, GlobalMaxPool<T, MemorySpace>, Softmax<T, MemorySpace>,
     Upsample<T, MemorySpace>, DynamicGraph<NodeLayer<T, MemorySpace>>, LayerNorm<T, MemorySpace>,
     Rearrange<T, MemorySpace>, Scale<T, MemorySpace>, Embedding<T, MemorySpace>,
-    PositionalEmbedding<T, MemorySpace>, MaskedFill<T, MemorySpace>, Bias<T, MemorySpace>>;
+    PositionalEmbedding<T, MemorySpace>, MaskedFill<T, MemorySpace>, Bias<T, MemorySpace>,
+    Multiplier<T, MemorySpace>>;
 
 /*! \brief The run-time model an import builds.
  *  \tparam T value type \tparam MemorySpace memory space */

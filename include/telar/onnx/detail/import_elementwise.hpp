@@ -1,15 +1,15 @@
 #pragma once
 // Element-wise nodes and activations: joins (Add, Mul, Sub, Div, Concat),
-// Bias, Softmax, Clip, Dropout, Scale, Where (masked_fill) and the SiLU and
-// GELU patterns: members of telar::onnx::detail::GraphReader
+// Bias, Softmax, Clip, Dropout, Scale, Multiplier, Where (masked_fill) and
+// the SiLU and GELU patterns: members of telar::onnx::detail::GraphReader
 // (import_graph.hpp, which includes this file at its end).
 #include <telar/onnx/detail/import_graph.hpp>
 
 namespace telar::onnx::detail {
 
 // Add, Mul, Sub, Div of two tensors and Concat along the channels: joins of
-// the graph. A constant operand: Scale (Mul, Div by a scalar), a positional
-// table or Bias (Add, Sub).
+// the graph. A constant operand: Scale or Multiplier (Mul, Div), a
+// positional table or Bias (Add, Sub).
 template <class T, class M>
 void GraphReader<T, M>::join(::onnx::NodeProto const& n) {
   std::string const& op = n.op_type();
@@ -22,9 +22,9 @@ void GraphReader<T, M>::join(::onnx::NodeProto const& n) {
   for (auto const& in : n.input())
     if (index_.is_constant(in))
       fail(n, op + " of the constant '" + in +
-                  "' and a tensor is not supported: Telar has no per-channel affine layer to "
-                  "fold it into (Mul, Div: only by one value, a Scale; Add, Sub: a float32 "
-                  "constant broadcast over each sample, a Bias); " +
+                  "' and a tensor is not supported (Mul, Div by a float32 constant: a Scale or "
+                  "a Multiplier; Add, Sub: a float32 constant broadcast over each sample, a "
+                  "Bias; a constant divided by a tensor: no layer); " +
                   op + " is supported between tensors (a join)");
   if (op == "Concat" && n.input_size() == 1) {    // DenseNet's first layer: torch.cat([x])
     axis_of(n, 1, shape_of(n.input(0)).rank + 1); // still a valid axis
@@ -214,7 +214,9 @@ void GraphReader<T, M>::where(::onnx::NodeProto const& n) {
   emit(n, MaskedFill<T, M>(s, mask, T(v)), x);
 }
 
-// Mul or Div of a tensor by a constant scalar: telar::Scale.
+// Mul or Div of a tensor by a float32 constant: telar::Scale for one value
+// (a fixed factor, as attention's 1 / sqrt(d)), a trained telar::Multiplier
+// for a table broadcast over each sample (PyTorch's `x * self.gamma`).
 template <class T, class M>
 bool GraphReader<T, M>::scale(::onnx::NodeProto const& n) {
   std::string const& op = n.op_type();
@@ -223,12 +225,42 @@ bool GraphReader<T, M>::scale(::onnx::NodeProto const& n) {
   int const c = index_.is_constant(n.input(1)) ? 1 : op == "Mul" ? 0 : -1;
   if (c < 0 || !index_.is_constant(n.input(c)) || index_.is_constant(n.input(1 - c)))
     return false;
+  auto const* t = index_.constant(n.input(c));
+  if (t && t->data_type() == ::onnx::TensorProto::FLOAT && floats_of(*t).size() > 1)
+    return multiplier(n, c);
   float const v = index_.scalar(n.input(c));
   if (std::isnan(v) || (op == "Div" && v == 0.f))
     fail(n, op + " by the constant '" + n.input(c) +
-                "' is supported only for one nonzero float32 value (a Scale): Telar has no "
-                "per-channel affine layer to fold a constant tensor into");
+                "' is supported only for float32 values, nonzero for a Div (one value: a "
+                "Scale; a table broadcast over each sample: a trained Multiplier)");
   emit(n, Scale<T, M>(op == "Div" ? T(1) / T(v) : T(v)), n.input(1 - c));
+  return true;
+}
+
+// Mul or Div of a tensor by the float32 constant input \p c, a table
+// broadcast over each sample (as bias_table reads it): a telar::Multiplier,
+// trained; a divisor is kept as such, so the export writes it back as the
+// Div's constant.
+template <class T, class M>
+bool GraphReader<T, M>::multiplier(::onnx::NodeProto const& n, int c) {
+  std::string const x = n.input(1 - c);
+  plain(n, x);
+  Shape const& s = shape_of(x);
+  Shape const table = bias_table(n, c, s);
+  bool const divide = n.op_type() == "Div";
+  if (divide)
+    for (float const v : floats_of(*index_.constant(n.input(c))))
+      if (v == 0.f)
+        fail(n, "the constant divisor '" + n.input(c) + "' holds a zero");
+  try {
+    Multiplier<T, M> layer(s, table, divide);
+    bind(n, c, "constant", "weight", false, table.size(), 1);
+    emit(n, std::move(layer), x);
+  } catch (ShapeError const& e) {
+    fail(n, "the constant '" + n.input(c) + "' " + dims_str(*index_.constant(n.input(c))) +
+                " does not broadcast over the tensor '" + x + "' " + s.str() +
+                " per sample: " + e.what());
+  }
   return true;
 }
 
