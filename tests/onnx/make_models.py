@@ -292,6 +292,16 @@ class MulDiv(nn.Module):
         return self.gain * x / self.std * self.map
 
 
+class AddBcast(nn.Module):
+    """Add of two tensors broadcast per channel, the spread side on the right
+    (x + g) and on the left (h + y): graph joins whose spread input's
+    gradient sums over its positions."""
+
+    def forward(self, x):
+        y = x + torch.sigmoid(x.mean((2, 3), keepdim=True))
+        return torch.tanh(y.mean((2, 3), keepdim=True)) + y
+
+
 def op_net(body, shape, classes=3):
     """body (a Conv, then the operator under test), Flatten, Linear."""
     probe = nn.Sequential(*body, nn.Flatten())
@@ -325,6 +335,7 @@ def ops():
                           (2, 4, 4)),
         "op_subdiv": ([c2(), SubDiv()], s2),  # Sub, Div joins; Bias (Add/Sub of a constant)
         "op_muldiv": ([c2(), MulDiv()], s2),  # Multiplier (Mul/Div by a constant)
+        "op_addbcast": ([c2(), AddBcast()], s2),  # Add joins broadcast per channel
     }
     return {name: (op_net(body, shape), shape, 3) for name, (body, shape) in nets.items()}
 

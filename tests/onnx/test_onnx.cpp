@@ -197,7 +197,7 @@ std::vector<std::string> const models = {
     "resnet50",      "densenet121",  "squeezenet", "encoder",      "op_relu6",       "op_clip",
     "op_leaky",      "op_elu",       "op_silu",    "op_hardswish", "op_hardsigmoid", "op_softmax",
     "op_gmaxpool",   "op_pool_ceil", "op_avgpool", "op_pool3d",    "op_up_nearest",  "op_up_linear",
-    "op_up_corners", "gpt",          "op_subdiv",  "op_muldiv"};
+    "op_up_corners", "gpt",          "op_subdiv",  "op_muldiv",    "op_addbcast"};
 
 TEST_CASE("ONNX import: forward output equals PyTorch's", "[onnx]") {
   Manifest const mf = manifest();

@@ -32,8 +32,12 @@ void GraphReader<T, M>::join(::onnx::NodeProto const& n) {
   }
   if (n.input_size() < 2)
     fail(n, op + " needs two inputs or more");
-  Layout const l = op == "Add" ? same_layouts(n) : Layout{};
-  if (op != "Add")
+  // An Add of two shapes broadcasts as Mul does, on plain layouts; of equal
+  // shapes it keeps the inputs' common layout (a moved batch included).
+  bool const same =
+      op == "Add" && (n.input_size() != 2 || shape_of(n.input(0)) == shape_of(n.input(1)));
+  Layout const l = same ? same_layouts(n) : Layout{};
+  if (!same)
     for (auto const& t : n.input())
       plain(n, t);
   std::vector<Shape> in;
@@ -42,12 +46,15 @@ void GraphReader<T, M>::join(::onnx::NodeProto const& n) {
   Shape out = in[0];
   Ir node;
   if (op == "Add") {
-    if (l != plain_layout(out.rank))
+    if (same && l != plain_layout(out.rank))
       layouts_[n.output(0)] = l;
     node.kind = Ir::add;
-    if (in[1] != in[0])
-      fail(n, "adds " + in[0].str() + " and " + in[1].str() +
-                  "; only tensors of equal shapes are added (no broadcasting)");
+    for (auto const& s : in)
+      if (same && s != in[0])
+        fail(n, "adds " + in[0].str() + " and " + s.str() +
+                    "; three tensors or more are added only of equal shapes");
+    if (!same)
+      out = elementwise_shape(n, in);
   } else if (op == "Concat") {
     node.kind = Ir::concat;
     if (axis_of(n, 1, in[0].rank + 1) != 1)
@@ -72,8 +79,8 @@ void GraphReader<T, M>::join(::onnx::NodeProto const& n) {
   push(n, std::move(node), n.output(0));
 }
 
-// The result of Mul, Sub or Div of two tensors (DynamicGraph's element-wise
-// joins): equal shapes, or one side one value per channel ([C, 1, ...]
+// The result of Add, Mul, Sub or Div of two tensors (DynamicGraph's
+// element-wise joins): equal shapes, or one side one value per channel ([C, 1, ...]
 // against [C, ...]) or per sample ([1, ..., 1]), as ONNX broadcasts them.
 template <class T, class M>
 Shape GraphReader<T, M>::elementwise_shape(::onnx::NodeProto const& n,
