@@ -13,7 +13,6 @@
 #include <telar/layers/activation.hpp>
 #include <telar/layers/batch_norm.hpp>
 #include <telar/layers/bias.hpp>
-#include <telar/layers/multiplier.hpp>
 #include <telar/layers/conv.hpp>
 #include <telar/layers/conv_transpose.hpp>
 #include <telar/layers/dense.hpp>
@@ -21,6 +20,7 @@
 #include <telar/layers/embedding.hpp>
 #include <telar/layers/flatten.hpp>
 #include <telar/layers/masked_fill.hpp>
+#include <telar/layers/multiplier.hpp>
 #include <telar/layers/normalization.hpp>
 #include <telar/layers/pooling.hpp>
 #include <telar/layers/rearrange.hpp>
