@@ -300,7 +300,10 @@ TEST_CASE("ONNX import: dp2, pp2, tp2 and ZeRO-3 train to the serial parameters"
   struct Layout {
     int dp, pp, tp;
   };
-  for (std::string const name : {"mlp", "cnn", "resmlp", "encoder", "gpt"}) {
+  // op_muldiv: Multiplier tables (a divisor among them) reduced over dp and
+  // split over pp; op_addbcast: a graph of broadcast Add joins.
+  for (std::string const name :
+       {"mlp", "cnn", "resmlp", "encoder", "gpt", "op_muldiv", "op_addbcast"}) {
     Trained<> const ref = train(name, MPI_COMM_SELF, serial_options(), false);
     for (Layout const l : {Layout{2, 1, 1}, Layout{1, 2, 1}, Layout{1, 1, 2}}) {
       if (l.tp > 1 && name != "mlp")
