@@ -250,24 +250,14 @@ bool GraphReader<T, M>::scale(::onnx::NodeProto const& n) {
 // Div's constant.
 template <class T, class M>
 bool GraphReader<T, M>::multiplier(::onnx::NodeProto const& n, int c) {
-  std::string const x = n.input(1 - c);
-  plain(n, x);
-  Shape const& s = shape_of(x);
-  Shape const table = bias_table(n, c, s);
   bool const divide = n.op_type() == "Div";
-  if (divide)
-    for (float const v : floats_of(*index_.constant(n.input(c))))
-      if (v == 0.f)
-        fail(n, "the constant divisor '" + n.input(c) + "' holds a zero");
-  try {
-    Multiplier<T, M> layer(s, table, divide);
-    bind(n, c, "constant", "weight", false, table.size(), 1);
-    emit(n, std::move(layer), x);
-  } catch (ShapeError const& e) {
-    fail(n, "the constant '" + n.input(c) + "' " + dims_str(*index_.constant(n.input(c))) +
-                " does not broadcast over the tensor '" + x + "' " + s.str() +
-                " per sample: " + e.what());
-  }
+  table_layer(n, c, "weight", [&](Shape const& s, Shape const& table) {
+    if (divide)
+      for (float const v : floats_of(*index_.constant(n.input(c))))
+        if (v == 0.f)
+          fail(n, "the constant divisor '" + n.input(c) + "' holds a zero");
+    return Multiplier<T, M>(s, table, divide);
+  });
   return true;
 }
 
@@ -282,21 +272,34 @@ bool GraphReader<T, M>::bias(::onnx::NodeProto const& n) {
       index_.is_constant(n.input(0)) == index_.is_constant(n.input(1)))
     return false;
   int const c = index_.is_constant(n.input(1)) ? 1 : 0;
+  T const sign = op == "Sub" ? T(-1) : T(1); // x - c, or c - x
+  table_layer(n, c, "bias", [&](Shape const& s, Shape const& table) {
+    return Bias<T, M>(s, table, c == 1 ? sign : T(1), c == 0 ? sign : T(1));
+  });
+  return true;
+}
+
+// Emits make(sample, table), the layer of node \p n whose constant input
+// \p c is a table broadcast over each sample of its other input (Bias,
+// Multiplier), the constant bound as its parameter \p param; a table that
+// does not broadcast is refused naming both shapes.
+template <class T, class M>
+template <class Make>
+void GraphReader<T, M>::table_layer(::onnx::NodeProto const& n, int c, char const* param,
+                                    Make const& make) {
   std::string const x = n.input(1 - c);
   plain(n, x);
   Shape const& s = shape_of(x);
   Shape const table = bias_table(n, c, s);
-  T const sign = op == "Sub" ? T(-1) : T(1); // x - c, or c - x
   try {
-    Bias<T, M> layer(s, table, c == 1 ? sign : T(1), c == 0 ? sign : T(1));
-    bind(n, c, "constant", "bias", false, table.size(), 1);
+    auto layer = make(s, table);
+    bind(n, c, "constant", param, false, table.size(), 1);
     emit(n, std::move(layer), x);
   } catch (ShapeError const& e) {
     fail(n, "the constant '" + n.input(c) + "' " + dims_str(*index_.constant(n.input(c))) +
                 " does not broadcast over the tensor '" + x + "' " + s.str() +
                 " per sample: " + e.what());
   }
-  return true;
 }
 
 // The per-sample table of the float32 constant input \p c against samples
