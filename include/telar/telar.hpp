@@ -34,6 +34,7 @@
 #include <telar/layers/activation.hpp>
 #include <telar/layers/attention.hpp>
 #include <telar/layers/batch_norm.hpp>
+#include <telar/layers/bias.hpp>
 #include <telar/layers/conv.hpp>
 #include <telar/layers/conv_transpose.hpp>
 #include <telar/layers/dense.hpp>
@@ -41,8 +42,11 @@
 #include <telar/layers/embedding.hpp>
 #include <telar/layers/flatten.hpp>
 #include <telar/layers/losses.hpp>
+#include <telar/layers/masked_fill.hpp>
+#include <telar/layers/multiplier.hpp>
 #include <telar/layers/normalization.hpp>
 #include <telar/layers/pooling.hpp>
+#include <telar/layers/rearrange.hpp>
 #include <telar/layers/softmax.hpp>
 #include <telar/layers/softmax_cross_entropy.hpp>
 #include <telar/layers/transformer.hpp>

@@ -1,6 +1,6 @@
-// Element-wise, softmax, pooling, resampling and rearranging layers, Bias
-// (and the graph's batched MatMul, Sub and Div joins): values against
-// PyTorch 1.13 (numbers printed by reference/layer_zoo_reference.py),
+// Element-wise, softmax, pooling, resampling and rearranging layers, Bias,
+// Multiplier (and the graph's batched MatMul, Sub, Div and broadcast Add
+// joins): values against PyTorch 1.13 (numbers printed by reference/layer_zoo_reference.py),
 // gradients against finite differences in double, and shape errors.
 #include "support.hpp"
 
@@ -10,6 +10,7 @@
 #include <telar/layers/activation.hpp>
 #include <telar/layers/bias.hpp>
 #include <telar/layers/masked_fill.hpp>
+#include <telar/layers/multiplier.hpp>
 #include <telar/layers/pooling.hpp>
 #include <telar/layers/rearrange.hpp>
 #include <telar/layers/softmax.hpp>
@@ -1044,6 +1045,93 @@ TEST_CASE("Bias adds a table broadcast over the sample; x - b, b - x; FD gradien
                     "last axes must each equal the sample's or be 1)");
   check_shape_error(per_channel, telar::Shape{3, 2, 5},
                     "telar::Bias (table [3, 1, 1]) expects inputs [3, 2, 4], got [3, 2, 5]");
+}
+
+// A table [2, 4] over samples [3, 2, 4] (repeated over the first axis),
+// then [3, 1, 1] (one factor per channel); x * w and x / w. The table is set
+// away from zero and one, so a divisor's gradient -dy x / w^2 differs from a
+// factor's and a swapped or missing term shows.
+TEST_CASE("Multiplier scales by a table broadcast over the sample; x * w, x / w; FD gradients",
+          "[layers][fd]") {
+  telar::Shape const in{3, 2, 4};
+  for (telar::Shape const table : {telar::Shape{2, 4}, telar::Shape{3, 1, 1}})
+    for (bool const divide : {false, true}) {
+      INFO("table " << table.str() << (divide ? ", dividing" : ", multiplying"));
+      telar::Multiplier<double> m(in, table, divide);
+      CHECK(m.parameter_count() == table.size());
+      m.initialize(0);
+      Values t(table.size());
+      for (std::size_t i = 0; i < t.size(); ++i)
+        t[i] = 1.5 + std::sin(0.9 * double(i)); // in [0.5, 2.5]
+      Kokkos::deep_copy(m.weight,
+                        Kokkos::View<double const*, Kokkos::HostSpace>(t.data(), t.size()));
+      Values const x = sample(in);
+      Values dx;
+      Values const y = run(m, in, x, &dx);
+      for (std::size_t c = 0; c < 3; ++c)
+        for (std::size_t h = 0; h < 2; ++h)
+          for (std::size_t w = 0; w < 4; ++w) {
+            std::size_t const e = (c * 2 + h) * 4 + w;
+            double const f = table.rank == 2 ? t[h * 4 + w] : t[c];
+            CHECK(y[e] == Approx(divide ? x[e] / f : x[e] * f).epsilon(1e-14));
+            CHECK(dx[e] == Approx(divide ? 1 / f : f).epsilon(1e-14));
+          }
+      telar::GradientCheckOptions o;
+      o.initialize = false; // keep the table above
+      auto const report = telar::check_gradients(m, in, 2, o);
+      INFO(report.str());
+      CHECK(report.passed(1e-6));
+    }
+  CHECK_THROWS_WITH(telar::Multiplier<double>(in, telar::Shape{3, 4}),
+                    "telar::Multiplier: a table [3, 4] does not broadcast over samples [3, 2, 4] "
+                    "(its last axes must each equal the sample's or be 1)");
+  telar::Multiplier<double> per_channel(in, telar::Shape{3, 1, 1});
+  check_shape_error(per_channel, telar::Shape{3, 2, 5},
+                    "telar::Multiplier (table [3, 1, 1]) expects inputs [3, 2, 4], got [3, 2, 5]");
+}
+
+// x [3, 2, 2]; s = sigmoid(x); p = sigmoid(the channel means) [3]; q =
+// the first channel's mean [1]: y = (x + p) + (q + s) + s, an Add
+// spread per channel on the right, one spread per sample on the left, and an
+// Add of three equal shapes. A spread input's gradient sums over its
+// positions (FD shows a missing or doubled term).
+TEST_CASE("A graph's Add of two broadcasts per channel or per sample; FD gradients",
+          "[layers][graph][fd]") {
+  using Node =
+      std::variant<telar::Sigmoid<double>, telar::GlobalAvgPool<double>, telar::Rearrange<double>>;
+  telar::Shape const in{3, 2, 2};
+  telar::DynamicGraph<Node> g("x");
+  g.add("s", telar::Sigmoid<double>{}, "x", "s");
+  g.add("mean", telar::GlobalAvgPool<double>{}, "x", "m");
+  g.add("p", telar::Sigmoid<double>{}, "m", "p");
+  g.add("first", telar::Rearrange<double>::slice(in, 0, 0, 1), "x", "f");
+  g.add("q", telar::GlobalAvgPool<double>{}, "f", "q");
+  g.add_add("xp", {"x", "p"}, "a");
+  g.add_add("qs", {"q", "s"}, "b");
+  g.add_add("y", {"a", "b", "s"}, "y");
+  g.set_output("y");
+  CHECK(g.output_shape(in) == in);
+  g.build(in);
+  Values const x = sample(in);
+  Values const y = run(g, in, x);
+  auto sig = [](double v) { return 1 / (1 + std::exp(-v)); };
+  auto mean = [&](std::size_t c) {
+    return (x[c * 4] + x[c * 4 + 1] + x[c * 4 + 2] + x[c * 4 + 3]) / 4;
+  };
+  for (std::size_t c = 0; c < 3; ++c)
+    for (std::size_t k = c * 4; k < c * 4 + 4; ++k)
+      CHECK(y[k] == Approx(x[k] + sig(mean(c)) + mean(0) + 2 * sig(x[k])).epsilon(1e-12));
+  auto const report = telar::check_gradients(g, in, 2);
+  INFO(report.str());
+  CHECK(report.passed(1e-6));
+  telar::DynamicGraph<Node> bad("x");
+  bad.add("mean", telar::GlobalAvgPool<double>{}, "x", "m");
+  bad.add_add("three", {"x", "m", "x"}, "y");
+  bad.set_output("y");
+  CHECK_THROWS_WITH(bad.output_shape(in),
+                    "telar::DynamicGraph: Add node 'three' joins 'x' [3, 2, 2], 'm' [3], 'x' "
+                    "[3, 2, 2]: an Add of three inputs or more needs equal shapes (of two, one may "
+                    "be spread: one value per channel or per sample)");
 }
 
 // x [3, 2, 2]; s = sigmoid(x), p = sigmoid(mean over the channel) [3]:

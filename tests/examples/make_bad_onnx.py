@@ -13,6 +13,9 @@ from a working model) into OUT_DIR:
                    sample's last axes [28, 28]
   cat_bias.onnx    a Sub of a constant [2, 1, 28, 28] that spans the batch (a Bias is
                    broadcast over each sample)
+  cat_scale.onnx   a Mul by a constant [2, 1, 28, 28] that spans the batch (a Multiplier is
+                   broadcast over each sample too)
+  cat_div_zero.onnx  a Div by a constant [1, 28, 1] holding a zero (a divisor trained as such)
 Run: /usr/bin/python3 make_bad_onnx.py OUT_DIR
 """
 import os
@@ -72,6 +75,12 @@ def main():
          [mask, fill])
     save(out, "cat_bias", [h.make_node("Sub", ["x", "shift"], ["y"], name="shift")],
          [init("shift", 2, 1, 28, 28)])
+    save(out, "cat_scale", [h.make_node("Mul", ["x", "gain"], ["y"], name="gain")],
+         [init("gain", 2, 1, 28, 28)])
+    std = np.ones((1, 28, 1), np.float32)
+    std[0, 5, 0] = 0
+    save(out, "cat_div_zero", [h.make_node("Div", ["x", "std"], ["y"], name="norm")],
+         [numpy_helper.from_array(std, "std")])
 
 
 if __name__ == "__main__":

@@ -276,6 +276,32 @@ class SubDiv(nn.Module):
         return (self.shift - (e - g / s)) + self.row - self.off
 
 
+class MulDiv(nn.Module):
+    """Mul and Div by trained constants broadcast over each sample (each a
+    Multiplier): a gain per channel [4, 1, 1] on the left (g * x), a row [6]
+    dividing (its divisor trained as a divisor) and a map [6, 6] multiplying.
+    The divisors start near 2, away from zero."""
+
+    def __init__(self):
+        super().__init__()
+        self.gain = nn.Parameter(1 + 0.3 * torch.randn(4, 1, 1))
+        self.std = nn.Parameter(2 + 0.3 * torch.randn(6))
+        self.map = nn.Parameter(1 + 0.3 * torch.randn(6, 6))
+
+    def forward(self, x):
+        return self.gain * x / self.std * self.map
+
+
+class AddBcast(nn.Module):
+    """Add of two tensors broadcast per channel, the spread side on the right
+    (x + g) and on the left (h + y): graph joins whose spread input's
+    gradient sums over its positions."""
+
+    def forward(self, x):
+        y = x + torch.sigmoid(x.mean((2, 3), keepdim=True))
+        return torch.tanh(y.mean((2, 3), keepdim=True)) + y
+
+
 def op_net(body, shape, classes=3):
     """body (a Conv, then the operator under test), Flatten, Linear."""
     probe = nn.Sequential(*body, nn.Flatten())
@@ -308,6 +334,8 @@ def ops():
         "op_up_corners": ([c2(), nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True)],
                           (2, 4, 4)),
         "op_subdiv": ([c2(), SubDiv()], s2),  # Sub, Div joins; Bias (Add/Sub of a constant)
+        "op_muldiv": ([c2(), MulDiv()], s2),  # Multiplier (Mul/Div by a constant)
+        "op_addbcast": ([c2(), AddBcast()], s2),  # Add joins broadcast per channel
     }
     return {name: (op_net(body, shape), shape, 3) for name, (body, shape) in nets.items()}
 
@@ -519,7 +547,10 @@ def make_graph_refusals(out):
 
     one("gemm_alpha", "Gemm", ["x", "w"], [init("w", 3, 6)], ("N", 6), alpha=2.0, transB=1)
     one("gemm_transa", "Gemm", ["x", "w"], [init("w", 3, 6)], ("N", 6), transA=1, transB=1)
-    one("mul_const", "Mul", ["x", "c"], [init("c", 2, 1, 1)])  # no per-channel affine layer
+    one("const_div", "Div", ["c", "x"], [init("c", 2, 1, 1)])  # a constant over a tensor
+    one("mul_batch_const", "Mul", ["x", "c"], [init("c", 3, 2, 6, 6)])  # a constant over the batch
+    one("div_zero", "Div", ["x", "c"],
+        [onnx.numpy_helper.from_array(np.array([[[1]], [[0]]], np.float32), "c")])
     one("add_batch_const", "Add", ["x", "c"], [init("c", 3, 2, 6, 6)])  # a constant over the batch
     one("pool_dilations", "MaxPool", ["x"], [], kernel_shape=[2, 2], dilations=[2, 2])
     one("pool_rect", "AveragePool", ["x"], [], kernel_shape=[2, 3])

@@ -197,7 +197,7 @@ std::vector<std::string> const models = {
     "resnet50",      "densenet121",  "squeezenet", "encoder",      "op_relu6",       "op_clip",
     "op_leaky",      "op_elu",       "op_silu",    "op_hardswish", "op_hardsigmoid", "op_softmax",
     "op_gmaxpool",   "op_pool_ceil", "op_avgpool", "op_pool3d",    "op_up_nearest",  "op_up_linear",
-    "op_up_corners", "gpt",          "op_subdiv"};
+    "op_up_corners", "gpt",          "op_subdiv",  "op_muldiv",    "op_addbcast"};
 
 TEST_CASE("ONNX import: forward output equals PyTorch's", "[onnx]") {
   Manifest const mf = manifest();
@@ -300,7 +300,10 @@ TEST_CASE("ONNX import: dp2, pp2, tp2 and ZeRO-3 train to the serial parameters"
   struct Layout {
     int dp, pp, tp;
   };
-  for (std::string const name : {"mlp", "cnn", "resmlp", "encoder", "gpt"}) {
+  // op_muldiv: Multiplier tables (a divisor among them) reduced over dp and
+  // split over pp; op_addbcast: a graph of broadcast Add joins.
+  for (std::string const name :
+       {"mlp", "cnn", "resmlp", "encoder", "gpt", "op_muldiv", "op_addbcast"}) {
     Trained<> const ref = train(name, MPI_COMM_SELF, serial_options(), false);
     for (Layout const l : {Layout{2, 1, 1}, Layout{1, 2, 1}, Layout{1, 1, 2}}) {
       if (l.tp > 1 && name != "mlp")
@@ -404,7 +407,9 @@ TEST_CASE("ONNX import refuses what it does not support, naming it", "[onnx]") {
         Case{"conv1d", "(Conv)", "1-D convolutions"},
         Case{"gemm_alpha", "(Gemm)", "attribute alpha = 2"},
         Case{"gemm_transa", "(Gemm)", "attribute transA = 1"},
-        Case{"mul_const", "(Mul)", "no per-channel affine layer"},
+        Case{"const_div", "(Div)", "a constant divided by a tensor: no layer"},
+        Case{"mul_batch_const", "(Mul)", "the constant 'c' [3, 2, 6, 6] spans the batch"},
+        Case{"div_zero", "(Div)", "the constant divisor 'c' holds a zero"},
         Case{"add_batch_const", "(Add)", "the constant 'c' [3, 2, 6, 6] spans the batch"},
         Case{"pool_dilations", "(MaxPool)", "attribute dilations"},
         Case{"pool_rect", "(AveragePool)", "equal along every axis"},

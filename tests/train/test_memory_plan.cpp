@@ -18,12 +18,14 @@
 #include <telar/layers/activation.hpp>
 #include <telar/layers/attention.hpp>
 #include <telar/layers/batch_norm.hpp>
+#include <telar/layers/bias.hpp>
 #include <telar/layers/conv.hpp>
 #include <telar/layers/conv_transpose.hpp>
 #include <telar/layers/dense.hpp>
 #include <telar/layers/dropout.hpp>
 #include <telar/layers/embedding.hpp>
 #include <telar/layers/flatten.hpp>
+#include <telar/layers/multiplier.hpp>
 #include <telar/layers/normalization.hpp>
 #include <telar/layers/pooling.hpp>
 #include <telar/layers/softmax.hpp>
@@ -577,6 +579,11 @@ TEST_CASE("Every built-in layer plans what it allocates", "[memory]") {
   check_alone(telar::Embedding<T>(8, 6), telar::Shape(5));
   check_alone(telar::PositionalEmbedding<T>(5, 6), telar::Shape{5, 6});
   check_alone(telar::CausalSelfAttention<T>(8, 2), telar::Shape{5, 8});
+  // The tables of an imported Add/Sub and Mul/Div of a constant.
+  check_alone(telar::Bias<T>(telar::Shape{3, 4, 4}, telar::Shape{3, 1, 1}), telar::Shape{3, 4, 4});
+  check_alone(telar::Multiplier<T>(telar::Shape{3, 4, 4}, telar::Shape{4}), telar::Shape{3, 4, 4});
+  check_alone(telar::Multiplier<T>(telar::Shape{3, 4, 4}, telar::Shape{3, 1, 1}, true),
+              telar::Shape{3, 4, 4});
 }
 
 TEST_CASE("Every built-in block plans what it allocates when nested", "[memory]") {

@@ -134,7 +134,9 @@ public:
     layers_.emplace_back(std::move(layer));
     return layers_.size() - 1;
   }
-  /*! \brief Adds output = the sum of \p inputs (equal shapes).
+  /*! \brief Adds output = the sum of \p inputs: equal shapes, or of two
+   *  inputs one broadcast as add_mul (one value per channel or per sample;
+   *  its gradient the sum of the output's over the positions it reaches).
    *  \param node its name \param inputs two tensors or more \param output the tensor it writes
    *  \return the node's index */
   std::size_t add_add(std::string node, std::vector<std::string> inputs, std::string output) {
@@ -573,7 +575,7 @@ private:
   void join_forward(Exec const& exec, detail::GraphNode const& n, Mat const& y,
                     std::vector<CMat> const& ins) const {
     auto const in = [&](std::size_t j) { return ins[j]; };
-    if (n.op == Op::add) {
+    if (n.op == Op::add && !spread(ins, y.extent(1))) {
       detail::join_pair(exec, y, in(0), in(1), detail::JoinOp::add);
       for (std::size_t j = 2; j < n.in_ids.size(); ++j)
         detail::add_batch(exec, y, in(j));
@@ -589,8 +591,17 @@ private:
       detail::graph_elementwise(exec, y, in(0), in(1), elementwise(n.op));
     }
   }
+  // Whether a join reads an input narrower than its output (one value per
+  // channel or per sample: graph_elementwise's broadcast).
+  static bool spread(std::vector<CMat> const& ins, std::size_t width) {
+    for (auto const& x : ins)
+      if (x.extent(1) != width)
+        return true;
+    return false;
+  }
   static detail::GraphElementwise elementwise(Op op) {
-    return op == Op::sub   ? detail::GraphElementwise::sub
+    return op == Op::add   ? detail::GraphElementwise::add
+           : op == Op::sub ? detail::GraphElementwise::sub
            : op == Op::div ? detail::GraphElementwise::div
                            : detail::GraphElementwise::mul;
   }
@@ -668,8 +679,8 @@ private:
     for (std::size_t j = 0; j < n.in_ids.size(); ++j) {
       std::size_t const t = n.in_ids[j], width = shapes_[t].size();
       contribute(t, [&](Mat const& g) {
-        if (n.op == Op::add)
-          Kokkos::deep_copy(exec, g, dy);
+        if (n.op == Op::add && width == dy.extent(1))
+          Kokkos::deep_copy(exec, g, dy); // a spread input's gradient sums (below)
         else if (n.op == Op::concat)
           Kokkos::deep_copy(exec, g, detail::graph_columns(dy, first, width));
         else if (n.op == Op::matmul && j == 0)

@@ -3,6 +3,7 @@
  *  \brief telar::Bias: a trainable table added to (or subtracted from) every
  *  sample, broadcast as NumPy and ONNX broadcast (an imported ONNX Add or
  *  Sub of a tensor and a constant: `x + self.bias`, `x - self.shift`). */
+#include <telar/core/detail/broadcast_index.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/shape.hpp>
@@ -15,60 +16,6 @@
 #include <string>
 
 namespace telar {
-
-namespace detail {
-
-// A table broadcast over a sample: the table's axes right-aligned with the
-// sample's (missing leading axes count as 1), each extent equal to the
-// sample's or 1. Maps a sample position to its table entry, and the q-th
-// position reading an entry back (for a gradient summed without atomics).
-struct BroadcastIndex {
-  int rank = 0;
-  std::size_t in[Shape::max_rank] = {}, tab[Shape::max_rank] = {};
-
-  // Whether \p table broadcasts over \p sample (fills in the extents).
-  bool set(Shape const& sample, Shape const& table) {
-    rank = sample.rank;
-    if (!sample.known() || !table.known() || table.rank > sample.rank)
-      return false;
-    for (int k = 0; k < rank; ++k) {
-      int const t = k - (rank - table.rank); // the table's axis aligned with k
-      in[k] = sample[k];
-      tab[k] = t < 0 ? 1 : table[t];
-      if (tab[k] != in[k] && tab[k] != 1)
-        return false;
-    }
-    return true;
-  }
-  // The table entry that sample position e reads.
-  KOKKOS_INLINE_FUNCTION std::size_t entry(std::size_t e) const {
-    std::size_t t = 0, stride = 1;
-    for (int k = rank - 1; k >= 0; --k) {
-      std::size_t const c = e % in[k];
-      e /= in[k];
-      if (tab[k] != 1)
-        t += c * stride;
-      stride *= tab[k];
-    }
-    return t;
-  }
-  // The q-th sample position (q < sample size / table size) reading entry t.
-  KOKKOS_INLINE_FUNCTION std::size_t position(std::size_t t, std::size_t q) const {
-    std::size_t e = 0, stride = 1;
-    for (int k = rank - 1; k >= 0; --k) {
-      std::size_t c = 0;
-      if (tab[k] != 1)
-        c = t % tab[k], t /= tab[k];
-      else
-        c = q % in[k], q /= in[k];
-      e += c * stride;
-      stride *= in[k];
-    }
-    return e;
-  }
-};
-
-} // namespace detail
 
 /*! \brief y = s_x x + s_b b, b a trainable table broadcast over each sample
  *  (its axes right-aligned with the sample's, each extent equal or 1: [C, 1,
@@ -164,19 +111,12 @@ public:
   template <class Exec>
   void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy, NoSaved const&) const {
     check("backward_weight", dy, dy);
-    auto const g = bias_grad;
-    auto const ix = index_;
-    std::size_t const rows = dy.extent(0), repeats = in_.size() / table_.size();
+    std::size_t const repeats = in_.size() / table_.size();
     T const sb = sb_;
-    Kokkos::parallel_for(
-        "telar::Bias::backward_weight", Kokkos::RangePolicy<Exec>(exec, 0, g.extent(0)),
-        KOKKOS_LAMBDA(std::size_t t) {
-          T s = 0;
-          for (std::size_t n = 0; n < rows; ++n)
-            for (std::size_t q = 0; q < repeats; ++q)
-              s += dy(n, ix.position(t, q));
-          g(t) += sb * s;
-        });
+    detail::broadcast_sum(
+        exec, "telar::Bias::backward_weight", index_, dy.extent(0), repeats, bias_grad,
+        KOKKOS_LAMBDA(std::size_t n, std::size_t e) { return dy(n, e); },
+        KOKKOS_LAMBDA(std::size_t, T s) { return sb * s; });
   }
 
   Vector<T, MemorySpace> bias;      //!< the table, row-major

@@ -15,6 +15,7 @@
 #include <telar/layers/embedding.hpp>
 #include <telar/layers/flatten.hpp>
 #include <telar/layers/masked_fill.hpp>
+#include <telar/layers/multiplier.hpp>
 #include <telar/layers/normalization.hpp>
 #include <telar/layers/pooling.hpp>
 #include <telar/layers/rearrange.hpp>
@@ -45,7 +46,7 @@ using NodeLayer = std::variant<
     AvgPool3D<T, MemorySpace>, GlobalMaxPool<T, MemorySpace>, Softmax<T, MemorySpace>,
     Upsample<T, MemorySpace>, LayerNorm<T, MemorySpace>, Rearrange<T, MemorySpace>,
     Scale<T, MemorySpace>, Embedding<T, MemorySpace>, PositionalEmbedding<T, MemorySpace>,
-    MaskedFill<T, MemorySpace>, Bias<T, MemorySpace>>;
+    MaskedFill<T, MemorySpace>, Bias<T, MemorySpace>, Multiplier<T, MemorySpace>>;
 
 /*! \brief Former name of NodeLayer (a residual branch is now a graph).
  *  \tparam T value type \tparam MemorySpace memory space */
@@ -69,7 +70,8 @@ using Layer = std::variant<
     AvgPool3D<T, MemorySpace>, GlobalMaxPool<T, MemorySpace>, Softmax<T, MemorySpace>,
     Upsample<T, MemorySpace>, DynamicGraph<NodeLayer<T, MemorySpace>>, LayerNorm<T, MemorySpace>,
     Rearrange<T, MemorySpace>, Scale<T, MemorySpace>, Embedding<T, MemorySpace>,
-    PositionalEmbedding<T, MemorySpace>, MaskedFill<T, MemorySpace>, Bias<T, MemorySpace>>;
+    PositionalEmbedding<T, MemorySpace>, MaskedFill<T, MemorySpace>, Bias<T, MemorySpace>,
+    Multiplier<T, MemorySpace>>;
 
 /*! \brief The run-time model an import builds.
  *  \tparam T value type \tparam MemorySpace memory space */

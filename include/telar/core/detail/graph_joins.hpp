@@ -1,8 +1,8 @@
 #pragma once
 // Kernels of telar::DynamicGraph's join nodes over [samples, features]
 // batches: Concat along the first per-sample dimension (a contiguous range of
-// each row), Mul, Sub and Div with per-channel broadcasting and a batched MatMul of two
-// tensors (attention's Q K^T and weights x V).
+// each row), Add of two, Mul, Sub and Div with per-channel broadcasting and a
+// batched MatMul of two tensors (attention's Q K^T and weights x V).
 #include <telar/core/tensor.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -21,7 +21,7 @@ auto graph_columns(M const& m, std::size_t first, std::size_t width) {
 }
 
 // The element-wise joins of two tensors; either may be spread (below).
-enum class GraphElementwise { mul, sub, div };
+enum class GraphElementwise { add, mul, sub, div };
 
 // y[i, e] = a[i, e / (W / wa)] (op) b[i, e / (W / wb)]: an input narrower
 // than y (W columns) holds one value per channel (or per sample), spread over
@@ -34,13 +34,16 @@ void graph_elementwise(Exec const& exec, Y const& y, A const& a, B const& b, Gra
       Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {y.extent(0), W}),
       KOKKOS_LAMBDA(std::size_t i, std::size_t e) {
         auto const u = a(i, e / sa), v = b(i, e / sb);
-        y(i, e) = op == GraphElementwise::mul ? u * v : op == GraphElementwise::sub ? u - v : u / v;
+        y(i, e) = op == GraphElementwise::add   ? u + v
+                  : op == GraphElementwise::mul ? u * v
+                  : op == GraphElementwise::sub ? u - v
+                                                : u / v;
       });
 }
 
 // Gradient of input j (0: a, 1: b) of an element-wise join: dx[i, k] = sum
 // over the columns e of y that read x[i, k] of dy[i, e] times d(a op b)/dx
-// at e (mul: the other; sub: 1, -1; div: 1 / b, -a / b^2). A spread input
+// at e (add: 1; mul: the other; sub: 1, -1; div: 1 / b, -a / b^2). A spread input
 // sums over its columns (no atomics: one thread per entry).
 template <class Exec, class DX, class DY, class A, class B>
 void graph_elementwise_grad(Exec const& exec, DX const& dx, DY const& dy, A const& a, B const& b,
@@ -55,7 +58,9 @@ void graph_elementwise_grad(Exec const& exec, DX const& dx, DY const& dy, A cons
         V s = 0;
         for (std::size_t e = k * spread; e < (k + 1) * spread; ++e) {
           V const u = a(i, e / sa), v = b(i, e / sb), g = dy(i, e);
-          if (op == GraphElementwise::mul)
+          if (op == GraphElementwise::add)
+            s += g;
+          else if (op == GraphElementwise::mul)
             s += g * (j == 0 ? v : u);
           else if (op == GraphElementwise::sub)
             s += j == 0 ? g : -g;

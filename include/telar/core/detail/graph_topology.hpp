@@ -69,20 +69,21 @@ inline Shape graph_matmul_shape(Shape const& a, Shape const& b) {
 }
 
 // Output shape of a join; ShapeError naming the node and its inputs.
-// Add: equal shapes. Concat: along the first per-sample dimension (channels),
-// the others equal. Mul, Sub, Div: equal shapes, or one input per channel ([C]
-// or [C, 1, 1]: as many elements as the other's first dimension) or per
-// sample (one element) against [C, ...].
+// Add of three or more: equal shapes. Concat: along the first per-sample
+// dimension (channels), the others equal. Add of two, Mul, Sub, Div: equal
+// shapes, or one input per channel ([C] or [C, 1, 1]: as many elements as
+// the other's first dimension) or per sample (one element) against [C, ...].
 inline Shape graph_join_shape(GraphNode const& n, std::vector<Shape> const& in) {
   auto const fail = [&](std::string const& why) {
     return ShapeError("telar::DynamicGraph: " + std::string(graph_op_name(n.op)) + " node '" +
                       n.name + "' joins " + graph_inputs_str(n, in) + ": " + why);
   };
   Shape out = in[0];
-  if (n.op == GraphOp::add) {
+  if (n.op == GraphOp::add && in.size() > 2) {
     for (Shape const& s : in)
       if (s != out)
-        throw fail("an Add needs equal shapes");
+        throw fail("an Add of three inputs or more needs equal shapes (of two, one may be "
+                   "spread: one value per channel or per sample)");
   } else if (n.op == GraphOp::concat) {
     for (std::size_t i = 1; i < in.size(); ++i) {
       Shape rest = in[i];
@@ -95,11 +96,11 @@ inline Shape graph_join_shape(GraphNode const& n, std::vector<Shape> const& in) 
     out = graph_matmul_shape(in[0], in[1]);
     if (!out.known())
       throw fail("a MatMul needs [..., M, K] and [..., K, N] with equal leading extents");
-  } else { // mul, sub, div: element-wise, one side possibly spread (graph_elementwise)
+  } else { // add, mul, sub, div: element-wise, one side possibly spread (graph_elementwise)
     out = in[0].size() >= in[1].size() ? in[0] : in[1];
     for (Shape const& s : in)
       if (s != out && !(s.size() == out[0] && s[0] == out[0]) && s.size() != 1)
-        throw fail(std::string("a ") + graph_op_name(n.op) +
+        throw fail(std::string(n.op == GraphOp::add ? "an " : "a ") + graph_op_name(n.op) +
                    " needs equal shapes, or one of [C] or [C, 1, 1] (one value per channel) or "
                    "[1] (one per sample) against [C, ...]");
   }

@@ -1,15 +1,15 @@
 #pragma once
 // Element-wise nodes and activations: joins (Add, Mul, Sub, Div, Concat),
-// Bias, Softmax, Clip, Dropout, Scale, Where (masked_fill) and the SiLU and
-// GELU patterns: members of telar::onnx::detail::GraphReader
+// Bias, Softmax, Clip, Dropout, Scale, Multiplier, Where (masked_fill) and
+// the SiLU and GELU patterns: members of telar::onnx::detail::GraphReader
 // (import_graph.hpp, which includes this file at its end).
 #include <telar/onnx/detail/import_graph.hpp>
 
 namespace telar::onnx::detail {
 
 // Add, Mul, Sub, Div of two tensors and Concat along the channels: joins of
-// the graph. A constant operand: Scale (Mul, Div by a scalar), a positional
-// table or Bias (Add, Sub).
+// the graph. A constant operand: Scale or Multiplier (Mul, Div), a
+// positional table or Bias (Add, Sub).
 template <class T, class M>
 void GraphReader<T, M>::join(::onnx::NodeProto const& n) {
   std::string const& op = n.op_type();
@@ -22,9 +22,9 @@ void GraphReader<T, M>::join(::onnx::NodeProto const& n) {
   for (auto const& in : n.input())
     if (index_.is_constant(in))
       fail(n, op + " of the constant '" + in +
-                  "' and a tensor is not supported: Telar has no per-channel affine layer to "
-                  "fold it into (Mul, Div: only by one value, a Scale; Add, Sub: a float32 "
-                  "constant broadcast over each sample, a Bias); " +
+                  "' and a tensor is not supported (Mul, Div by a float32 constant: a Scale or "
+                  "a Multiplier; Add, Sub: a float32 constant broadcast over each sample, a "
+                  "Bias; a constant divided by a tensor: no layer); " +
                   op + " is supported between tensors (a join)");
   if (op == "Concat" && n.input_size() == 1) {    // DenseNet's first layer: torch.cat([x])
     axis_of(n, 1, shape_of(n.input(0)).rank + 1); // still a valid axis
@@ -32,8 +32,12 @@ void GraphReader<T, M>::join(::onnx::NodeProto const& n) {
   }
   if (n.input_size() < 2)
     fail(n, op + " needs two inputs or more");
-  Layout const l = op == "Add" ? same_layouts(n) : Layout{};
-  if (op != "Add")
+  // An Add of two shapes broadcasts as Mul does, on plain layouts; of equal
+  // shapes it keeps the inputs' common layout (a moved batch included).
+  bool const same =
+      op == "Add" && (n.input_size() != 2 || shape_of(n.input(0)) == shape_of(n.input(1)));
+  Layout const l = same ? same_layouts(n) : Layout{};
+  if (!same)
     for (auto const& t : n.input())
       plain(n, t);
   std::vector<Shape> in;
@@ -42,12 +46,15 @@ void GraphReader<T, M>::join(::onnx::NodeProto const& n) {
   Shape out = in[0];
   Ir node;
   if (op == "Add") {
-    if (l != plain_layout(out.rank))
+    if (same && l != plain_layout(out.rank))
       layouts_[n.output(0)] = l;
     node.kind = Ir::add;
-    if (in[1] != in[0])
-      fail(n, "adds " + in[0].str() + " and " + in[1].str() +
-                  "; only tensors of equal shapes are added (no broadcasting)");
+    for (auto const& s : in)
+      if (same && s != in[0])
+        fail(n, "adds " + in[0].str() + " and " + s.str() +
+                    "; three tensors or more are added only of equal shapes");
+    if (!same)
+      out = elementwise_shape(n, in);
   } else if (op == "Concat") {
     node.kind = Ir::concat;
     if (axis_of(n, 1, in[0].rank + 1) != 1)
@@ -72,8 +79,8 @@ void GraphReader<T, M>::join(::onnx::NodeProto const& n) {
   push(n, std::move(node), n.output(0));
 }
 
-// The result of Mul, Sub or Div of two tensors (DynamicGraph's element-wise
-// joins): equal shapes, or one side one value per channel ([C, 1, ...]
+// The result of Add, Mul, Sub or Div of two tensors (DynamicGraph's
+// element-wise joins): equal shapes, or one side one value per channel ([C, 1, ...]
 // against [C, ...]) or per sample ([1, ..., 1]), as ONNX broadcasts them.
 template <class T, class M>
 Shape GraphReader<T, M>::elementwise_shape(::onnx::NodeProto const& n,
@@ -214,7 +221,9 @@ void GraphReader<T, M>::where(::onnx::NodeProto const& n) {
   emit(n, MaskedFill<T, M>(s, mask, T(v)), x);
 }
 
-// Mul or Div of a tensor by a constant scalar: telar::Scale.
+// Mul or Div of a tensor by a float32 constant: telar::Scale for one value
+// (a fixed factor, as attention's 1 / sqrt(d)), a trained telar::Multiplier
+// for a table broadcast over each sample (PyTorch's `x * self.gamma`).
 template <class T, class M>
 bool GraphReader<T, M>::scale(::onnx::NodeProto const& n) {
   std::string const& op = n.op_type();
@@ -223,12 +232,32 @@ bool GraphReader<T, M>::scale(::onnx::NodeProto const& n) {
   int const c = index_.is_constant(n.input(1)) ? 1 : op == "Mul" ? 0 : -1;
   if (c < 0 || !index_.is_constant(n.input(c)) || index_.is_constant(n.input(1 - c)))
     return false;
+  auto const* t = index_.constant(n.input(c));
+  if (t && t->data_type() == ::onnx::TensorProto::FLOAT && floats_of(*t).size() > 1)
+    return multiplier(n, c);
   float const v = index_.scalar(n.input(c));
   if (std::isnan(v) || (op == "Div" && v == 0.f))
     fail(n, op + " by the constant '" + n.input(c) +
-                "' is supported only for one nonzero float32 value (a Scale): Telar has no "
-                "per-channel affine layer to fold a constant tensor into");
+                "' is supported only for float32 values, nonzero for a Div (one value: a "
+                "Scale; a table broadcast over each sample: a trained Multiplier)");
   emit(n, Scale<T, M>(op == "Div" ? T(1) / T(v) : T(v)), n.input(1 - c));
+  return true;
+}
+
+// Mul or Div of a tensor by the float32 constant input \p c, a table
+// broadcast over each sample (as bias_table reads it): a telar::Multiplier,
+// trained; a divisor is kept as such, so the export writes it back as the
+// Div's constant.
+template <class T, class M>
+bool GraphReader<T, M>::multiplier(::onnx::NodeProto const& n, int c) {
+  bool const divide = n.op_type() == "Div";
+  table_layer(n, c, "weight", [&](Shape const& s, Shape const& table) {
+    if (divide)
+      for (float const v : floats_of(*index_.constant(n.input(c))))
+        if (v == 0.f)
+          fail(n, "the constant divisor '" + n.input(c) + "' holds a zero");
+    return Multiplier<T, M>(s, table, divide);
+  });
   return true;
 }
 
@@ -243,21 +272,34 @@ bool GraphReader<T, M>::bias(::onnx::NodeProto const& n) {
       index_.is_constant(n.input(0)) == index_.is_constant(n.input(1)))
     return false;
   int const c = index_.is_constant(n.input(1)) ? 1 : 0;
+  T const sign = op == "Sub" ? T(-1) : T(1); // x - c, or c - x
+  table_layer(n, c, "bias", [&](Shape const& s, Shape const& table) {
+    return Bias<T, M>(s, table, c == 1 ? sign : T(1), c == 0 ? sign : T(1));
+  });
+  return true;
+}
+
+// Emits make(sample, table), the layer of node \p n whose constant input
+// \p c is a table broadcast over each sample of its other input (Bias,
+// Multiplier), the constant bound as its parameter \p param; a table that
+// does not broadcast is refused naming both shapes.
+template <class T, class M>
+template <class Make>
+void GraphReader<T, M>::table_layer(::onnx::NodeProto const& n, int c, char const* param,
+                                    Make const& make) {
   std::string const x = n.input(1 - c);
   plain(n, x);
   Shape const& s = shape_of(x);
   Shape const table = bias_table(n, c, s);
-  T const sign = op == "Sub" ? T(-1) : T(1); // x - c, or c - x
   try {
-    Bias<T, M> layer(s, table, c == 1 ? sign : T(1), c == 0 ? sign : T(1));
-    bind(n, c, "constant", "bias", false, table.size(), 1);
+    auto layer = make(s, table);
+    bind(n, c, "constant", param, false, table.size(), 1);
     emit(n, std::move(layer), x);
   } catch (ShapeError const& e) {
     fail(n, "the constant '" + n.input(c) + "' " + dims_str(*index_.constant(n.input(c))) +
                 " does not broadcast over the tensor '" + x + "' " + s.str() +
                 " per sample: " + e.what());
   }
-  return true;
 }
 
 // The per-sample table of the float32 constant input \p c against samples

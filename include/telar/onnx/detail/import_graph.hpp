@@ -20,6 +20,7 @@
 #include <telar/layers/embedding.hpp>
 #include <telar/layers/flatten.hpp>
 #include <telar/layers/masked_fill.hpp>
+#include <telar/layers/multiplier.hpp>
 #include <telar/layers/normalization.hpp>
 #include <telar/layers/pooling.hpp>
 #include <telar/layers/rearrange.hpp>
@@ -60,7 +61,8 @@ inline char const* supported_ops() {
          "each sample (a trained Bias), Pad of zeros, Identity, Dropout, Softmax over an axis "
          "after the batch, Softmax/LogSoftmax over the last axis as the last node, Transpose, "
          "Reshape, Slice (static shapes, step 1, any axes but the batch; the batch may move), "
-         "MatMul of two tensors (batched), Mul/Div by a constant scalar, ReduceMean, "
+         "MatMul of two tensors (batched), Mul/Div by a constant scalar (a Scale) or by a "
+         "constant broadcast over each sample (a trained Multiplier), ReduceMean, "
          "LayerNormalization's ReduceMean/Sub/Pow/Sqrt/Div "
          "form, Gather of a constant table by integer token ids (an embedding), Add of a "
          "constant [seq, hidden] (a learned positional embedding), Where with a constant mask "
@@ -444,8 +446,11 @@ private:
   void dropout(::onnx::NodeProto const& n);
   void where(::onnx::NodeProto const& n);
   bool scale(::onnx::NodeProto const& n);
+  bool multiplier(::onnx::NodeProto const& n, int c);
   bool bias(::onnx::NodeProto const& n);
   Shape bias_table(::onnx::NodeProto const& n, int c, Shape const& s);
+  template <class Make>
+  void table_layer(::onnx::NodeProto const& n, int c, char const* param, Make const& make);
   Shape elementwise_shape(::onnx::NodeProto const& n, std::vector<Shape> const& in) const;
   void silu_pattern(::onnx::NodeProto const& n);
   void gelu_pattern(std::string const& x, std::vector<::onnx::NodeProto const*> const& rs);
