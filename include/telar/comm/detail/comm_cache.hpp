@@ -92,12 +92,7 @@ inline MPI_Comm keep_prototype(std::map<Members, MPI_Comm>& cache, Members key, 
 inline std::vector<int> split_ranks(CommHandle const& h, int color, int key) {
   if (color < 0 && color != MPI_UNDEFINED)
     h.check(MPI_ERR_ARG, "MPI_Comm_split (a color must be >= 0 or MPI_UNDEFINED)");
-  int const mine[2] = {color, key};
-  std::vector<int> all(2 * static_cast<std::size_t>(h.size));
-  MPI_Request req = MPI_REQUEST_NULL;
-  h.check(MPI_Iallgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, h.comm, &req),
-          "MPI_Iallgather");
-  wait_request(h, req, MPI_STATUS_IGNORE, "MPI_Comm_split (colors)", -1, -1, "with");
+  std::vector<int> const all = allgather_pairs(h, color, key, "MPI_Comm_split (colors)");
   std::vector<int> ranks;
   if (color == MPI_UNDEFINED)
     return ranks;

@@ -283,6 +283,17 @@ inline void bounded_barrier(CommHandle const& h) {
   wait_request(h, req, MPI_STATUS_IGNORE, "MPI_Barrier", -1, -1, "with");
 }
 
+// Every rank's pair (a, b), by rank: [a0, b0, a1, b1, ...] (bounded
+// collective; `what` names it in a timeout message).
+inline std::vector<int> allgather_pairs(CommHandle const& h, int a, int b, const char* what) {
+  int const mine[2] = {a, b};
+  std::vector<int> all(2 * static_cast<std::size_t>(h.size));
+  MPI_Request req = MPI_REQUEST_NULL;
+  h.check(MPI_Iallgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, h.comm, &req), "MPI_Iallgather");
+  wait_request(h, req, MPI_STATUS_IGNORE, what, -1, -1, "with");
+  return all;
+}
+
 // Every rank's host and pid, for the liveness watch (bounded collective).
 // The heartbeat endpoints travel in the same message; the monitor sends to
 // the members from then on.

@@ -65,10 +65,7 @@ inline NodeCounts node_counts(detail::CommHandle const& h) {
   MPI_Comm_size(node, &mine[0]);
   MPI_Comm_rank(node, &mine[1]);
   MPI_Comm_free(&node);
-  std::vector<int> all(2 * static_cast<std::size_t>(h.size));
-  MPI_Request req = MPI_REQUEST_NULL;
-  h.check(MPI_Iallgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, h.comm, &req), "MPI_Iallgather");
-  wait_request(h, req, MPI_STATUS_IGNORE, "MPI_Allgather", -1, -1, "with");
+  std::vector<int> const all = allgather_pairs(h, mine[0], mine[1], "MPI_Allgather");
   NodeCounts c;
   c.ranks_per_node = mine[0];
   c.local_rank = mine[1];
