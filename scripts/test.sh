@@ -12,9 +12,11 @@
 # take 157 s under MPICH. It leaves out, and does not build, the tests that run
 # as one process and never talk between ranks (label single_process: layer
 # gradients, the planner, the ONNX importer's conformance, the compile-fail
-# checks...): what they check does not depend on the MPI implementation, and
-# the Open MPI pass runs them. CTEST_ARGS_MPICH="" and
-# TELAR_MPICH_SINGLE_PROCESS=ON run everything there too.
+# checks...), and the tests of several ranks whose checks do not depend on
+# MPI either (label one_mpi: the memory plan against the meter, ZeRO's
+# bytes, the pipeline timeline): the Open MPI pass runs them.
+# CTEST_ARGS_MPICH="" and TELAR_MPICH_SINGLE_PROCESS=ON run everything there
+# too. TELAR_EXAMPLE_OPT sets the Open MPI pass's examples' level (-O2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -45,7 +47,8 @@ suite() {
 }
 
 # What each pass builds (docs/design.md, "Compile time"): the Open MPI pass at
-# -O3 (Release) with its test programs at -O1, with the self-contained header
+# -O3 (Release) with its test programs at -O1 and its examples at -O2 (the
+# same IEEE arithmetic: the same results), with the self-contained header
 # check; the MPICH pass at -O1 (0.55 of the compile time of -O3:
 # test_losses.cpp 26.0 s against 47.3 s; the same IEEE arithmetic: no
 # -ffast-math at any level, so the same results), without the single-process
@@ -59,18 +62,20 @@ suite() {
 benchmarks_here=OFF
 [[ "${TELAR_TEST_MPICH:-1}" != 0 ]] || benchmarks_here=ON
 suite "Open MPI" "$BUILD_DIR" "${CTEST_ARGS:-}" -DTELAR_ENABLE_BENCHMARKS=$benchmarks_here \
-  -DTELAR_UNITY_EXAMPLES=ON "-DTELAR_TEST_CXX_FLAGS=${TELAR_TEST_OPT:--O1}"
+  -DTELAR_UNITY_EXAMPLES=ON "-DTELAR_TEST_CXX_FLAGS=${TELAR_TEST_OPT:--O1}" \
+  "-DTELAR_EXAMPLE_CXX_FLAGS=${TELAR_EXAMPLE_OPT:--O2}"
 if [[ "${TELAR_TEST_MPICH:-1}" != 0 ]]; then
   # The same tests and examples, built with MPICH's compiler wrappers and run
   # with its mpiexec.
   echo "== MPICH: benchmarks built here at ${TELAR_BENCH_OPT:--O0}; header check in the Open MPI pass only"
-  suite "MPICH" "$BUILD_DIR_MPICH" "${CTEST_ARGS_MPICH--LE np8|single_process} ${CTEST_ARGS:-}" \
+  suite "MPICH" "$BUILD_DIR_MPICH" "${CTEST_ARGS_MPICH--LE np8|single_process|one_mpi} ${CTEST_ARGS:-}" \
     -DMPI_C_COMPILER=/usr/bin/mpicc.mpich -DMPI_CXX_COMPILER=/usr/bin/mpicxx.mpich \
     -DMPIEXEC_EXECUTABLE=/usr/bin/mpiexec.mpich \
     -DTELAR_ENABLE_BENCHMARKS=ON "-DTELAR_BENCH_CXX_FLAGS=${TELAR_BENCH_OPT:--O0}" \
     -DTELAR_CHECK_HEADERS=OFF -DTELAR_ENABLE_DOCS=OFF \
     -DTELAR_UNITY_EXAMPLES=ON -DTELAR_TEST_CXX_FLAGS= \
     -DTELAR_SINGLE_PROCESS_TESTS=${TELAR_MPICH_SINGLE_PROCESS:-OFF} \
+    -DTELAR_ONE_MPI_TESTS=${TELAR_MPICH_SINGLE_PROCESS:-OFF} \
     "-DCMAKE_CXX_FLAGS_RELEASE=${TELAR_MPICH_OPT:--O1} -DNDEBUG"
 else
   echo "== MPICH: skipped (TELAR_TEST_MPICH=0)"

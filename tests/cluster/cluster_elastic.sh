@@ -23,7 +23,7 @@ data=${TELAR_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 cluster_up 4 "$scripts"
 export UCX_TLS=tcp,self # TCP between the nodes (cluster_node_loss.sh says why)
 
-flags=(--data "$data" --epochs 1 --batch 48 --hidden 64 --seed 1 --limit-steps 400 --json)
+flags=(--data "$data" --epochs 1 --batch 48 --hidden 64 --seed 1 --limit-steps 150 --json)
 ckpt=$shared/ckpt ref=$shared/ref
 out=$shared/elastic.out
 
