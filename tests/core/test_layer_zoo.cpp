@@ -1090,6 +1090,50 @@ TEST_CASE("Multiplier scales by a table broadcast over the sample; x * w, x / w;
                     "telar::Multiplier (table [3, 1, 1]) expects inputs [3, 2, 4], got [3, 2, 5]");
 }
 
+// A fixed table (an ONNX Constant node: a literal in PyTorch's forward) is
+// a buffer: no parameter, no gradient buffer, the forward of the trained one.
+TEST_CASE("A fixed Bias or Multiplier keeps its table as a buffer; FD input gradients",
+          "[layers][fd]") {
+  telar::Shape const in{3, 2, 4}, table{3, 1, 1};
+  Values const x = sample(in);
+  auto const check_fixed = [&](auto trained, auto fixed, auto& table_of) {
+    CHECK(trained.trained());
+    CHECK_FALSE(fixed.trained());
+    CHECK(fixed.parameter_count() == 0);
+    CHECK(fixed.buffer_count() == table.size());
+    CHECK(trained.buffer_count() == 0);
+    trained.initialize(0);
+    fixed.initialize(0);
+    Values t(table.size());
+    for (std::size_t i = 0; i < t.size(); ++i)
+      t[i] = 1.5 + std::sin(0.9 * double(i));
+    for (auto* l : {&trained, &fixed})
+      Kokkos::deep_copy(table_of(*l),
+                        Kokkos::View<double const*, Kokkos::HostSpace>(t.data(), t.size()));
+    int params = 0, buffers = 0;
+    fixed.parameters([&](char const*, auto&, auto&) { ++params; });
+    fixed.buffers([&](char const* name, auto& v) {
+      ++buffers;
+      CHECK(v.data() == table_of(fixed).data());
+      INFO(name);
+    });
+    CHECK(params == 0);
+    CHECK(buffers == 1);
+    CHECK(run(fixed, in, x) == run(trained, in, x));
+    telar::GradientCheckOptions o;
+    o.initialize = false; // keep the table above
+    auto const report = telar::check_gradients(fixed, in, 2, o);
+    INFO(report.str());
+    CHECK(report.passed(1e-6));
+  };
+  auto bias_table = [](auto& l) -> auto& { return l.bias; };
+  auto weight_table = [](auto& l) -> auto& { return l.weight; };
+  check_fixed(telar::Bias<double>(in, table, -1.0, 1.0),
+              telar::Bias<double>(in, table, -1.0, 1.0, false), bias_table);
+  check_fixed(telar::Multiplier<double>(in, table, true),
+              telar::Multiplier<double>(in, table, true, false), weight_table);
+}
+
 // x [3, 2, 2]; s = sigmoid(x); p = sigmoid(the channel means) [3]; q =
 // the first channel's mean [1]: y = (x + p) + (q + s) + s, an Add
 // spread per channel on the right, one spread per sample on the left, and an

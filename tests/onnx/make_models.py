@@ -292,6 +292,24 @@ class MulDiv(nn.Module):
         return self.gain * x / self.std * self.map
 
 
+class Literals(nn.Module):
+    """Constants written in the forward (Constant nodes: fixed, as PyTorch
+    keeps them) beside one-value parameters (initializers: trained): x + 1.0
+    and a literal table subtracted (fixed Bias), a literal table multiplying
+    (fixed Multiplier), x * self.k and x / self.d (a trained Multiplier of one
+    value each)."""
+
+    def __init__(self):
+        super().__init__()
+        self.k = nn.Parameter(torch.tensor(1.5))
+        self.d = nn.Parameter(torch.tensor([2.0]))
+
+    def forward(self, x):
+        y = x + 1.0 - torch.tensor([0.1, 0.2, 0.3, 0.4]).view(4, 1, 1)
+        y = y * torch.tensor([2.0, 0.5, 1.0, 1.5]).view(4, 1, 1)
+        return y * self.k / self.d
+
+
 class AddBcast(nn.Module):
     """Add of two tensors broadcast per channel, the spread side on the right
     (x + g) and on the left (h + y): graph joins whose spread input's
@@ -336,6 +354,7 @@ def ops():
         "op_subdiv": ([c2(), SubDiv()], s2),  # Sub, Div joins; Bias (Add/Sub of a constant)
         "op_muldiv": ([c2(), MulDiv()], s2),  # Multiplier (Mul/Div by a constant)
         "op_addbcast": ([c2(), AddBcast()], s2),  # Add joins broadcast per channel
+        "op_literals": ([c2(), Literals()], s2),  # literals fixed, one-value parameters trained
     }
     return {name: (op_net(body, shape), shape, 3) for name, (body, shape) in nets.items()}
 

@@ -197,7 +197,7 @@ std::vector<std::string> const models = {
     "resnet50",      "densenet121",  "squeezenet", "encoder",      "op_relu6",       "op_clip",
     "op_leaky",      "op_elu",       "op_silu",    "op_hardswish", "op_hardsigmoid", "op_softmax",
     "op_gmaxpool",   "op_pool_ceil", "op_avgpool", "op_pool3d",    "op_up_nearest",  "op_up_linear",
-    "op_up_corners", "gpt",          "op_subdiv",  "op_muldiv",    "op_addbcast"};
+    "op_up_corners", "gpt",          "op_subdiv",  "op_muldiv",    "op_addbcast",    "op_literals"};
 
 TEST_CASE("ONNX import: forward output equals PyTorch's", "[onnx]") {
   Manifest const mf = manifest();
@@ -301,9 +301,10 @@ TEST_CASE("ONNX import: dp2, pp2, tp2 and ZeRO-3 train to the serial parameters"
     int dp, pp, tp;
   };
   // op_muldiv: Multiplier tables (a divisor among them) reduced over dp and
-  // split over pp; op_addbcast: a graph of broadcast Add joins.
+  // split over pp; op_addbcast: a graph of broadcast Add joins; op_literals:
+  // fixed tables (buffers) beside one-value trained ones.
   for (std::string const name :
-       {"mlp", "cnn", "resmlp", "encoder", "gpt", "op_muldiv", "op_addbcast"}) {
+       {"mlp", "cnn", "resmlp", "encoder", "gpt", "op_muldiv", "op_addbcast", "op_literals"}) {
     Trained<> const ref = train(name, MPI_COMM_SELF, serial_options(), false);
     for (Layout const l : {Layout{2, 1, 1}, Layout{1, 2, 1}, Layout{1, 1, 2}}) {
       if (l.tp > 1 && name != "mlp")

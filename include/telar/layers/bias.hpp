@@ -23,7 +23,9 @@ namespace telar {
  *  The signs give x + b (1, 1), x - b (1, -1) and b - x (-1, 1).
  *  Backward: dx = s_x dy; db = s_b times the sum of dy over the samples and
  *  the positions reading each entry, in order (deterministic). Parameter
- *  "bias" (the table, row-major) starts at zero.
+ *  "bias" (the table, row-major) starts at zero. A fixed table (\p trained
+ *  false: an ONNX Constant node, a literal in PyTorch's forward) is the
+ *  buffer "bias" instead: checkpointed and exported, never updated.
  *  \code
  *  telar::Bias<float> b(Shape{8, 4, 4}, Shape{8, 1, 1}); // one value per channel
  *  \endcode
@@ -41,10 +43,12 @@ public:
   /*! \brief An empty layer; assign a configured one before use. */
   Bias() = default;
   /*! \brief \param in the sample shape \param table the table's shape
-   *  \param bias_sign s_b \param input_sign s_x
+   *  \param bias_sign s_b \param input_sign s_x \param trained whether the
+   *  table is a parameter (else a buffer)
    *  \throws ShapeError naming both shapes when the table does not broadcast */
-  Bias(Shape const& in, Shape const& table, T bias_sign = T(1), T input_sign = T(1))
-      : in_(in), table_(table), sb_(bias_sign), sx_(input_sign) {
+  Bias(Shape const& in, Shape const& table, T bias_sign = T(1), T input_sign = T(1),
+       bool trained = true)
+      : in_(in), table_(table), sb_(bias_sign), sx_(input_sign), trained_(trained) {
     if (!index_.set(in, table))
       throw ShapeError("telar::Bias: a table " + table.str() + " does not broadcast over samples " +
                        in.str() + " (its last axes must each equal the sample's or be 1)");
@@ -64,18 +68,31 @@ public:
   Shape const& table_shape() const { return table_; }
   /*! \brief One multiply-add per value. */
   double flops(std::size_t samples, Shape const& in) const { return double(samples) * in.size(); }
-  /*! \brief Values of the table. */
-  std::size_t parameter_count() const { return table_.size(); }
+  /*! \brief Whether the table is trained (a parameter) or fixed (a buffer). */
+  bool trained() const { return trained_; }
+  /*! \brief Values of a trained table. */
+  std::size_t parameter_count() const { return trained_ ? table_.size() : 0; }
+  /*! \brief Values of a fixed table. */
+  std::size_t buffer_count() const { return trained_ ? 0 : table_.size(); }
 
   /*! \brief Allocates the table, zero. \param seed unused */
   void initialize(std::uint64_t /*seed*/) {
     bias = Vector<T, MemorySpace>("telar::Bias::bias", table_.size());
-    bias_grad = Vector<T, MemorySpace>("telar::Bias::bias_grad", table_.size());
+    if (trained_)
+      bias_grad = Vector<T, MemorySpace>("telar::Bias::bias_grad", table_.size());
   }
-  /*! \brief Visits ("bias", table). \param f callable as f(char const*, View&, View&) */
+  /*! \brief Visits ("bias", table) when trained.
+   *  \param f callable as f(char const*, View&, View&) */
   template <class F>
   void parameters(F&& f) {
-    f("bias", bias, bias_grad);
+    if (trained_)
+      f("bias", bias, bias_grad);
+  }
+  /*! \brief Visits ("bias", table) when fixed. \param f callable as f(char const*, View&) */
+  template <class F>
+  void buffers(F&& f) {
+    if (!trained_)
+      f("bias", bias);
   }
 
   /*! \brief y = s_x x + s_b b. \param exec execution space instance
@@ -107,10 +124,13 @@ public:
         KOKKOS_LAMBDA(std::size_t n, std::size_t e) { dx(n, e) = sx * dy(n, e); });
   }
   /*! \brief db += s_b times dy summed over the samples and each entry's
-   *  positions. \param exec execution space instance \param dy output gradient */
+   *  positions (nothing for a fixed table). \param exec execution space
+   *  instance \param dy output gradient */
   template <class Exec>
   void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy, NoSaved const&) const {
     check("backward_weight", dy, dy);
+    if (!trained_)
+      return;
     std::size_t const repeats = in_.size() / table_.size();
     T const sb = sb_;
     detail::broadcast_sum(
@@ -120,7 +140,7 @@ public:
   }
 
   Vector<T, MemorySpace> bias;      //!< the table, row-major
-  Vector<T, MemorySpace> bias_grad; //!< dL/dtable
+  Vector<T, MemorySpace> bias_grad; //!< dL/dtable (empty for a fixed table)
 
 private:
   template <class A, class B>
@@ -138,6 +158,7 @@ private:
 
   Shape in_, table_;
   T sb_ = T(1), sx_ = T(1);
+  bool trained_ = true;
   detail::BroadcastIndex index_;
 };
 

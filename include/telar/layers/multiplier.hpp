@@ -25,7 +25,9 @@ namespace telar {
  *  PyTorch trains `x / p` and goes back to ONNX unchanged in meaning.
  *  Backward: dx = dy w (dy / w); dw = the sum of dy x (-dy x / w^2) over the
  *  samples and the positions reading each entry, in order (deterministic).
- *  Parameter "weight" (the table, row-major) starts at one.
+ *  Parameter "weight" (the table, row-major) starts at one. A fixed table
+ *  (\p trained false: an ONNX Constant node, a literal in PyTorch's forward)
+ *  is the buffer "weight" instead: checkpointed and exported, never updated.
  *  \code
  *  telar::Multiplier<float> m(Shape{8, 4, 4}, Shape{8, 1, 1}); // one factor per channel
  *  \endcode
@@ -47,10 +49,11 @@ public:
   /*! \brief An empty layer; assign a configured one before use. */
   Multiplier() = default;
   /*! \brief \param in the sample shape \param table the table's shape
-   *  \param divide y = x / w rather than x * w
+   *  \param divide y = x / w rather than x * w \param trained whether the
+   *  table is a parameter (else a buffer)
    *  \throws ShapeError naming both shapes when the table does not broadcast */
-  Multiplier(Shape const& in, Shape const& table, bool divide = false)
-      : in_(in), table_(table), divide_(divide) {
+  Multiplier(Shape const& in, Shape const& table, bool divide = false, bool trained = true)
+      : in_(in), table_(table), divide_(divide), trained_(trained) {
     if (!index_.set(in, table))
       throw ShapeError("telar::Multiplier: a table " + table.str() +
                        " does not broadcast over samples " + in.str() +
@@ -73,21 +76,34 @@ public:
   bool divides() const { return divide_; }
   /*! \brief One multiplication per value. */
   double flops(std::size_t samples, Shape const& in) const { return double(samples) * in.size(); }
-  /*! \brief Values of the table. */
-  std::size_t parameter_count() const { return table_.size(); }
+  /*! \brief Whether the table is trained (a parameter) or fixed (a buffer). */
+  bool trained() const { return trained_; }
+  /*! \brief Values of a trained table. */
+  std::size_t parameter_count() const { return trained_ ? table_.size() : 0; }
+  /*! \brief Values of a fixed table. */
+  std::size_t buffer_count() const { return trained_ ? 0 : table_.size(); }
   /*! \brief Nothing allocated per micro-batch: the input is kept as a view. */
   std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
 
   /*! \brief Allocates the table, one. \param seed unused */
   void initialize(std::uint64_t /*seed*/) {
     weight = Vector<T, MemorySpace>("telar::Multiplier::weight", table_.size());
-    weight_grad = Vector<T, MemorySpace>("telar::Multiplier::weight_grad", table_.size());
+    if (trained_)
+      weight_grad = Vector<T, MemorySpace>("telar::Multiplier::weight_grad", table_.size());
     Kokkos::deep_copy(weight, T(1));
   }
-  /*! \brief Visits ("weight", table). \param f callable as f(char const*, View&, View&) */
+  /*! \brief Visits ("weight", table) when trained.
+   *  \param f callable as f(char const*, View&, View&) */
   template <class F>
   void parameters(F&& f) {
-    f("weight", weight, weight_grad);
+    if (trained_)
+      f("weight", weight, weight_grad);
+  }
+  /*! \brief Visits ("weight", table) when fixed. \param f callable as f(char const*, View&) */
+  template <class F>
+  void buffers(F&& f) {
+    if (!trained_)
+      f("weight", weight);
   }
 
   /*! \brief y = x w (x / w). \param exec execution space instance
@@ -108,12 +124,14 @@ public:
     scaled(exec, "telar::Multiplier::backward_input", dy, dx);
   }
   /*! \brief dw += dy x (-dy x / w^2) summed over the samples and each entry's
-   *  positions. \param exec execution space instance \param dy output gradient
-   *  \param saved the forward's input */
+   *  positions (nothing for a fixed table). \param exec execution space
+   *  instance \param dy output gradient \param saved the forward's input */
   template <class Exec>
   void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
                        saved_type const& saved) const {
     check("backward_weight", dy, saved.x);
+    if (!trained_)
+      return;
     auto const x = saved.x;
     auto const w = weight;
     bool const div = divide_;
@@ -125,7 +143,7 @@ public:
   }
 
   Vector<T, MemorySpace> weight;      //!< the table, row-major
-  Vector<T, MemorySpace> weight_grad; //!< dL/dtable
+  Vector<T, MemorySpace> weight_grad; //!< dL/dtable (empty for a fixed table)
 
 private:
   // b = a w, or a / w: the forward and the input gradient alike.
@@ -159,7 +177,7 @@ private:
   }
 
   Shape in_, table_;
-  bool divide_ = false;
+  bool divide_ = false, trained_ = true;
   detail::BroadcastIndex index_;
 };
 

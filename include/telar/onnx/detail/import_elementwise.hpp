@@ -221,9 +221,11 @@ void GraphReader<T, M>::where(::onnx::NodeProto const& n) {
   emit(n, MaskedFill<T, M>(s, mask, T(v)), x);
 }
 
-// Mul or Div of a tensor by a float32 constant: telar::Scale for one value
-// (a fixed factor, as attention's 1 / sqrt(d)), a trained telar::Multiplier
-// for a table broadcast over each sample (PyTorch's `x * self.gamma`).
+// Mul or Div of a tensor by a float32 constant: telar::Scale for one
+// literal value (a fixed factor, as attention's 1 / sqrt(d)), else a
+// telar::Multiplier broadcast over each sample, trained for an initializer
+// (PyTorch's `x * self.gamma`, one value or a table), fixed for a literal
+// table (`x * torch.tensor([...])`).
 template <class T, class M>
 bool GraphReader<T, M>::scale(::onnx::NodeProto const& n) {
   std::string const& op = n.op_type();
@@ -233,38 +235,40 @@ bool GraphReader<T, M>::scale(::onnx::NodeProto const& n) {
   if (c < 0 || !index_.is_constant(n.input(c)) || index_.is_constant(n.input(1 - c)))
     return false;
   auto const* t = index_.constant(n.input(c));
-  if (t && t->data_type() == ::onnx::TensorProto::FLOAT && floats_of(*t).size() > 1)
-    return multiplier(n, c);
+  bool const literal = index_.is_literal(n.input(c));
+  if (t && t->data_type() == ::onnx::TensorProto::FLOAT && (floats_of(*t).size() > 1 || !literal))
+    return multiplier(n, c, !literal);
   float const v = index_.scalar(n.input(c));
   if (std::isnan(v) || (op == "Div" && v == 0.f))
     fail(n, op + " by the constant '" + n.input(c) +
-                "' is supported only for float32 values, nonzero for a Div (one value: a "
-                "Scale; a table broadcast over each sample: a trained Multiplier)");
+                "' is supported only for float32 values, nonzero for a Div (a literal value: "
+                "a Scale; else a Multiplier broadcast over each sample)");
   emit(n, Scale<T, M>(op == "Div" ? T(1) / T(v) : T(v)), n.input(1 - c));
   return true;
 }
 
 // Mul or Div of a tensor by the float32 constant input \p c, a table
 // broadcast over each sample (as bias_table reads it): a telar::Multiplier,
-// trained; a divisor is kept as such, so the export writes it back as the
-// Div's constant.
+// \p trained or fixed; a divisor is kept as such, so the export writes it
+// back as the Div's constant.
 template <class T, class M>
-bool GraphReader<T, M>::multiplier(::onnx::NodeProto const& n, int c) {
+bool GraphReader<T, M>::multiplier(::onnx::NodeProto const& n, int c, bool trained) {
   bool const divide = n.op_type() == "Div";
-  table_layer(n, c, "weight", [&](Shape const& s, Shape const& table) {
+  table_layer(n, c, "weight", trained, [&](Shape const& s, Shape const& table) {
     if (divide)
       for (float const v : floats_of(*index_.constant(n.input(c))))
         if (v == 0.f)
           fail(n, "the constant divisor '" + n.input(c) + "' holds a zero");
-    return Multiplier<T, M>(s, table, divide);
+    return Multiplier<T, M>(s, table, divide, trained);
   });
   return true;
 }
 
 // Add or Sub of a tensor and a float32 constant broadcast over each sample
 // (ONNX's rule: the constant's axes right-aligned, each equal or 1; a
-// leading batch axis of 1): a telar::Bias, trained, as PyTorch trains the
-// nn.Parameter it usually comes from. False for other nodes.
+// leading batch axis of 1): a telar::Bias, trained for an initializer, as
+// PyTorch trains the nn.Parameter it usually comes from, fixed for a
+// literal (`x + 1.0`). False for other nodes.
 template <class T, class M>
 bool GraphReader<T, M>::bias(::onnx::NodeProto const& n) {
   std::string const& op = n.op_type();
@@ -273,27 +277,28 @@ bool GraphReader<T, M>::bias(::onnx::NodeProto const& n) {
     return false;
   int const c = index_.is_constant(n.input(1)) ? 1 : 0;
   T const sign = op == "Sub" ? T(-1) : T(1); // x - c, or c - x
-  table_layer(n, c, "bias", [&](Shape const& s, Shape const& table) {
-    return Bias<T, M>(s, table, c == 1 ? sign : T(1), c == 0 ? sign : T(1));
+  bool const trained = !index_.is_literal(n.input(c));
+  table_layer(n, c, "bias", trained, [&](Shape const& s, Shape const& table) {
+    return Bias<T, M>(s, table, c == 1 ? sign : T(1), c == 0 ? sign : T(1), trained);
   });
   return true;
 }
 
 // Emits make(sample, table), the layer of node \p n whose constant input
 // \p c is a table broadcast over each sample of its other input (Bias,
-// Multiplier), the constant bound as its parameter \p param; a table that
-// does not broadcast is refused naming both shapes.
+// Multiplier), the constant bound as its parameter \p param (\p trained)
+// or buffer; a table that does not broadcast is refused naming both shapes.
 template <class T, class M>
 template <class Make>
 void GraphReader<T, M>::table_layer(::onnx::NodeProto const& n, int c, char const* param,
-                                    Make const& make) {
+                                    bool trained, Make const& make) {
   std::string const x = n.input(1 - c);
   plain(n, x);
   Shape const& s = shape_of(x);
   Shape const table = bias_table(n, c, s);
   try {
     auto layer = make(s, table);
-    bind(n, c, "constant", param, false, table.size(), 1);
+    bind(n, c, "constant", param, false, table.size(), 1, !trained);
     emit(n, std::move(layer), x);
   } catch (ShapeError const& e) {
     fail(n, "the constant '" + n.input(c) + "' " + dims_str(*index_.constant(n.input(c))) +

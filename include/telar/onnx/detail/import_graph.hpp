@@ -446,11 +446,12 @@ private:
   void dropout(::onnx::NodeProto const& n);
   void where(::onnx::NodeProto const& n);
   bool scale(::onnx::NodeProto const& n);
-  bool multiplier(::onnx::NodeProto const& n, int c);
+  bool multiplier(::onnx::NodeProto const& n, int c, bool trained);
   bool bias(::onnx::NodeProto const& n);
   Shape bias_table(::onnx::NodeProto const& n, int c, Shape const& s);
   template <class Make>
-  void table_layer(::onnx::NodeProto const& n, int c, char const* param, Make const& make);
+  void table_layer(::onnx::NodeProto const& n, int c, char const* param, bool trained,
+                   Make const& make);
   Shape elementwise_shape(::onnx::NodeProto const& n, std::vector<Shape> const& in) const;
   void silu_pattern(::onnx::NodeProto const& n);
   void gelu_pattern(std::string const& x, std::vector<::onnx::NodeProto const*> const& rs);

@@ -132,9 +132,12 @@ inline std::string string_attr(::onnx::NodeProto const& n, char const* name, std
 }
 
 // Who makes and who reads each tensor; constants (initializers and Constant
-// nodes) by name.
+// nodes) by name. Constant nodes are literals: PyTorch writes its
+// parameters and buffers as initializers, and the values a forward writes
+// out (`x + 1.0`, `torch.tensor([...])`) as Constant nodes.
 struct GraphIndex {
   std::map<std::string, ::onnx::TensorProto const*> constants;
+  std::set<std::string> literals; // the outputs of Constant nodes
   std::map<std::string, std::vector<::onnx::NodeProto const*>> consumers;
   std::set<::onnx::NodeProto const*> aliases; // Identity nodes of a constant
 
@@ -143,13 +146,17 @@ struct GraphIndex {
       constants[t.name()] = &t;
     for (auto const& n : g.node()) {
       if (n.op_type() == "Constant" && n.output_size() == 1) {
-        if (auto const* v = find_attr(n, "value"))
+        if (auto const* v = find_attr(n, "value")) {
           constants[n.output(0)] = &v->t();
+          literals.insert(n.output(0));
+        }
         continue;
       }
       // PyTorch shares one initializer between uses through Identity nodes.
       if (n.op_type() == "Identity" && n.input_size() == 1 && constants.count(n.input(0))) {
         constants[n.output(0)] = constants[n.input(0)];
+        if (literals.count(n.input(0)))
+          literals.insert(n.output(0));
         aliases.insert(&n);
         continue;
       }
@@ -159,6 +166,8 @@ struct GraphIndex {
     }
   }
   bool is_constant(std::string const& name) const { return constants.count(name) > 0; }
+  // A Constant node's value (fixed when imported), not an initializer.
+  bool is_literal(std::string const& name) const { return literals.count(name) > 0; }
   ::onnx::TensorProto const* constant(std::string const& name) const {
     auto it = constants.find(name);
     return it == constants.end() ? nullptr : it->second;
