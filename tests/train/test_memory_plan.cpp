@@ -584,6 +584,11 @@ TEST_CASE("Every built-in layer plans what it allocates", "[memory]") {
   check_alone(telar::Multiplier<T>(telar::Shape{3, 4, 4}, telar::Shape{4}), telar::Shape{3, 4, 4});
   check_alone(telar::Multiplier<T>(telar::Shape{3, 4, 4}, telar::Shape{3, 1, 1}, true),
               telar::Shape{3, 4, 4});
+  // Fixed tables (an imported literal): a buffer, no parameter.
+  check_alone(telar::Bias<T>(telar::Shape{3, 4, 4}, telar::Shape{4}, T(1), T(1), false),
+              telar::Shape{3, 4, 4});
+  check_alone(telar::Multiplier<T>(telar::Shape{3, 4, 4}, telar::Shape{3, 1, 1}, false, false),
+              telar::Shape{3, 4, 4});
 }
 
 TEST_CASE("Every built-in block plans what it allocates when nested", "[memory]") {
