@@ -36,14 +36,21 @@
 #include <cstdio>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace {
 
 using T = double;
-using M = telar::DefaultMemorySpace;
-using Exec = Kokkos::DefaultExecutionSpace;
+// Spatial parallelism stages its halos in host memory (device staging is not
+// implemented yet: telar::SpatialLocal and telar::HaloExchange refuse a device
+// memory space), so a device build (e.g. CUDA) runs this on the host.
+constexpr bool host_default =
+    Kokkos::SpaceAccessibility<Kokkos::HostSpace, telar::DefaultMemorySpace>::accessible;
+using M = std::conditional_t<host_default, telar::DefaultMemorySpace, Kokkos::HostSpace>;
+using Exec = std::conditional_t<host_default, Kokkos::DefaultExecutionSpace,
+                                Kokkos::DefaultHostExecutionSpace>;
 
 telar::Communicator world() {
   return telar::Communicator(MPI_COMM_WORLD, "sp");
