@@ -470,7 +470,7 @@ UNet make_unet(Args const& a, telar::VolumeShape const& v, telar::Communicator c
   o.in_channels = std::size_t(v.channels), o.classes = std::size_t(v.classes);
   o.depth = a.depth, o.width = a.width, o.groups = a.groups, o.overlap = a.overlap;
   o.norm = a.norm == "group" ? telar::UNetOptions::Norm::group : telar::UNetOptions::Norm::batch;
-  return telar::spatial_unet<T>(sp, o);
+  return telar::spatial_unet<T, M>(sp, o);
 }
 
 telar::Shape volume_shape(telar::VolumeShape const& v) {
