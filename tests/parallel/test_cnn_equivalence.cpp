@@ -241,13 +241,6 @@ TEST_CASE("A CNN with Concat, DenseConcat and squeeze-excitation matches serial 
 // norm agrees with the bf16 serial run within it, and no worse than bf16
 // serial agrees with fp32 serial (which must differ: bf16 ran).
 namespace {
-// S as a type that depends on M: a template on M instantiates S's Trainer
-// only where its `if constexpr` branch is kept.
-template <class S, class M>
-struct on_space {
-  using type = S;
-};
-
 // A template on the memory space, so that where bf16 cannot compute (oneDNN
 // on float layers in host memory only, e.g. a CUDA build) nothing of it is
 // instantiated.
@@ -256,14 +249,14 @@ void bf16_cnn_case() {
   if constexpr (!telar::Bf16Gemm::supports<float, M>()) {
     SKIP("bf16 compute is oneDNN's, on float layers in host memory: not in this memory space");
   } else {
-    using FullBf16 = typename on_space<::FullBf16, M>::type;
-    using DpBf16Reduce = typename on_space<::DpBf16Reduce, M>::type;
-    using Zero3Bf16 = typename on_space<::Zero3Bf16, M>::type;
+    using FullBf16 = telar::test::on_space_t<::FullBf16, M>;
+    using DpBf16Reduce = telar::test::on_space_t<::DpBf16Reduce, M>;
+    using Zero3Bf16 = telar::test::on_space_t<::Zero3Bf16, M>;
     using CBf16 = telar::Conv2D<float, M, telar::Bf16Gemm, telar::OneDnnConvBf16>;
     using DBf16 = telar::Dense<float, M, telar::Bf16Gemm>;
     static_assert(
         std::is_same_v<
-            telar::WithPrecision<Cnn<float>, typename on_space<Bf16, M>::type>,
+            telar::WithPrecision<Cnn<float>, telar::test::on_space_t<Bf16, M>>,
             telar::Sequential<
                 CBf16, telar::ReLU<float>, telar::Residual<CBf16, telar::ReLU<float>, CBf16>,
                 telar::ReLU<float>, telar::MaxPool2D<float>, telar::Flatten<float>,

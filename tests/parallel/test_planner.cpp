@@ -50,7 +50,9 @@ telar::LayoutOptions options(std::size_t batch) {
 template <class Space>
 void check_bf16_calibration() {
   if constexpr (telar::Bf16Gemm::supports<T, Space>()) {
-    using P = telar::Precision<telar::bf16, float>;
+    // Dependent on Space, so that nvcc instantiates nothing of it where the
+    // branch is discarded.
+    using P = telar::test::on_space_t<telar::Precision<telar::bf16, float>, Space>;
     telar::MachineProfile prof;
     std::vector<std::size_t> const rows{8};
     CHECK(telar::calibrate_layers(mlp(64), 784, rows, prof, 1) == 4);
