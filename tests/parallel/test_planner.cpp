@@ -75,7 +75,7 @@ void check_bf16_calibration() {
 } // namespace
 
 TEST_CASE("planner: a bf16 model is calibrated apart from its fp32 one", "[planner]") {
-  check_bf16_calibration<Kokkos::HostSpace>();
+  check_bf16_calibration<telar::DefaultMemorySpace>(); // where mlp() puts its layers
 }
 
 TEST_CASE("planner: a machine profile round-trips through JSON", "[planner]") {
