@@ -9,8 +9,9 @@ namespace telar::test {
 
 // S as a type that depends on M. Tests that instantiate bf16 code only where
 // oneDNN can run it (`if constexpr (telar::Bf16Gemm::supports<float, M>())` in
-// a template on the memory space M) name their bf16 types through it: nvcc
-// instantiates what does not depend on M even in a discarded branch.
+// a template on the memory space M) name their bf16 types through it: a
+// template resolves what does not depend on its parameters where it is
+// defined, discarded branch or not (a static_assert in it fires on CUDA).
 template <class S, class M>
 struct on_space {
   using type = S;
