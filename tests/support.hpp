@@ -7,6 +7,18 @@
 
 namespace telar::test {
 
+// S as a type that depends on M. Tests that instantiate bf16 code only where
+// oneDNN can run it (`if constexpr (telar::Bf16Gemm::supports<float, M>())` in
+// a template on the memory space M) name their bf16 types through it: a
+// template resolves what does not depend on its parameters where it is
+// defined, discarded branch or not (a static_assert in it fires on CUDA).
+template <class S, class M>
+struct on_space {
+  using type = S;
+};
+template <class S, class M>
+using on_space_t = typename on_space<S, M>::type;
+
 // Deterministic values in [-1, 1) (not std::mt19937's distributions, whose
 // output differs between standard libraries).
 inline double hash_uniform(std::uint64_t seed, std::uint64_t i) {

@@ -151,8 +151,14 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
 
 int run(MPI_Comm comm, int argc, char** argv) {
   Args const a = parse(argc, argv);
-  if (a.precision == "bf16")
-    return train<example::Bf16<Strategy>>(comm, a, telar::AdamW<T>{});
+  if (a.precision == "bf16") {
+    // bf16 compute is oneDNN's, on float layers in host memory: a device
+    // build (e.g. CUDA) has no bf16 Trainer to instantiate.
+    if constexpr (telar::Bf16Gemm::supports<T, telar::DefaultMemorySpace>())
+      return train<example::Bf16<Strategy>>(comm, a, telar::AdamW<T>{});
+    else
+      usage("--precision bf16 needs oneDNN and host memory (telar::Bf16Gemm)");
+  }
   return example::with_optimizer<T>(a.optimizer, usage,
                                     [&](auto opt) { return train<Strategy>(comm, a, opt); });
 }

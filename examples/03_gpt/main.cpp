@@ -383,7 +383,11 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
 template <std::size_t L>
 int with_optimizer(MPI_Comm comm, Args const& a) {
   if (a.precision == "bf16") {
-    if constexpr (L == 4)
+    // bf16 compute is oneDNN's, on float layers in host memory: a device
+    // build (e.g. CUDA) has no bf16 Trainer to instantiate.
+    if constexpr (!telar::Bf16Gemm::supports<T, telar::DefaultMemorySpace>())
+      usage("--precision bf16 needs oneDNN and host memory (telar::Bf16Gemm)");
+    else if constexpr (L == 4)
       return train<L, example::Bf16<Strategy>>(comm, a, telar::AdamW<T>{});
     usage("--precision bf16 runs the default depth, --layers 4");
   }

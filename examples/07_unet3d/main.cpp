@@ -58,13 +58,20 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
 
 using T = float;
-using M = telar::DefaultMemorySpace;
-using Exec = Kokkos::DefaultExecutionSpace;
+// Spatial parallelism stages its halos in host memory (device staging is not
+// implemented yet: telar::SpatialLocal and telar::HaloExchange refuse a device
+// memory space), so a device build (e.g. CUDA) runs this on the host.
+constexpr bool host_default =
+    Kokkos::SpaceAccessibility<Kokkos::HostSpace, telar::DefaultMemorySpace>::accessible;
+using M = std::conditional_t<host_default, telar::DefaultMemorySpace, Kokkos::HostSpace>;
+using Exec = std::conditional_t<host_default, Kokkos::DefaultExecutionSpace,
+                                Kokkos::DefaultHostExecutionSpace>;
 using UNet = telar::SpatialUNetLayers<T, M>::Graph;
 
 // The common flags (epochs, batch, lr, optimizer, seed, data, json, dp,
@@ -463,7 +470,7 @@ UNet make_unet(Args const& a, telar::VolumeShape const& v, telar::Communicator c
   o.in_channels = std::size_t(v.channels), o.classes = std::size_t(v.classes);
   o.depth = a.depth, o.width = a.width, o.groups = a.groups, o.overlap = a.overlap;
   o.norm = a.norm == "group" ? telar::UNetOptions::Norm::group : telar::UNetOptions::Norm::batch;
-  return telar::spatial_unet<T>(sp, o);
+  return telar::spatial_unet<T, M>(sp, o);
 }
 
 telar::Shape volume_shape(telar::VolumeShape const& v) {

@@ -96,15 +96,6 @@ using DpBf16Reduce =
     telar::Strategy<telar::DataParallel<>, telar::Precision<telar::bf16, float, telar::bf16>>;
 // ZeRO-3 under bf16: parameters gathered as bf16.
 using Zero3Bf16 = telar::Strategy<telar::DataParallel<telar::RingAllreduce, telar::ZeRO<3>>, Bf16>;
-using CBf16 =
-    telar::Conv2D<float, telar::DefaultMemorySpace, telar::Bf16Gemm, telar::OneDnnConvBf16>;
-using DBf16 = telar::Dense<float, telar::DefaultMemorySpace, telar::Bf16Gemm>;
-static_assert(std::is_same_v<
-              telar::WithPrecision<Cnn<float>, Bf16>,
-              telar::Sequential<
-                  CBf16, telar::ReLU<float>, telar::Residual<CBf16, telar::ReLU<float>, CBf16>,
-                  telar::ReLU<float>, telar::MaxPool2D<float>, telar::Flatten<float>,
-                  telar::ColumnParallel<DBf16>, telar::ReLU<float>, telar::RowParallel<DBf16>>>);
 static_assert(
     std::is_same_v<telar::WithPrecision<Cnn<float>, telar::Precision<float>>, Cnn<float>>);
 
@@ -249,64 +240,92 @@ TEST_CASE("A CNN with Concat, DenseConcat and squeeze-excitation matches serial 
 // 2u + u^2 + (K + 2) 2^-24 = 7.9e-3 of |A||B| for these K), so every tensor
 // norm agrees with the bf16 serial run within it, and no worse than bf16
 // serial agrees with fp32 serial (which must differ: bf16 ran).
+namespace {
+// A template on the memory space, so that where bf16 cannot compute (oneDNN
+// on float layers in host memory only, e.g. a CUDA build) nothing of it is
+// instantiated.
+template <class M>
+void bf16_cnn_case() {
+  if constexpr (!telar::Bf16Gemm::supports<float, M>()) {
+    SKIP("bf16 compute is oneDNN's, on float layers in host memory: not in this memory space");
+  } else {
+    using FullBf16 = telar::test::on_space_t<::FullBf16, M>;
+    using DpBf16Reduce = telar::test::on_space_t<::DpBf16Reduce, M>;
+    using Zero3Bf16 = telar::test::on_space_t<::Zero3Bf16, M>;
+    using CBf16 = telar::Conv2D<float, M, telar::Bf16Gemm, telar::OneDnnConvBf16>;
+    using DBf16 = telar::Dense<float, M, telar::Bf16Gemm>;
+    static_assert(
+        std::is_same_v<
+            telar::WithPrecision<Cnn<float>, telar::test::on_space_t<Bf16, M>>,
+            telar::Sequential<
+                CBf16, telar::ReLU<float>, telar::Residual<CBf16, telar::ReLU<float>, CBf16>,
+                telar::ReLU<float>, telar::MaxPool2D<float>, telar::Flatten<float>,
+                telar::ColumnParallel<DBf16>, telar::ReLU<float>, telar::RowParallel<DBf16>>>);
+    if (!telar::bf16_available())
+      SKIP("no AVX512-BF16 or AMX here: bf16 is refused, not emulated");
+    int const n = world_size();
+    double const bound = 7.9e-3;
+    std::size_t const batch = 16;
+    int const steps = 3;
+    auto const data = make_data<float>(batch * steps);
+    telar::SGD<float> sgd;
+    sgd.momentum = 0.9f;
+    telar::TrainerOptions base;
+    base.seed = 11;
+    base.lr = telar::constant_lr(0.05);
+    telar::TrainerOptions ref = base;
+    ref.grid = {1, 1, 1};
+    Result const fp32 = train<float, Full>(MPI_COMM_SELF, sgd, ref, data, batch, steps);
+    Result const want = train<float, FullBf16>(MPI_COMM_SELF, sgd, ref, data, batch, steps);
+    double const from_fp32 = worst_difference(want, fp32);
+    INFO("bf16 serial against fp32 serial: worst relative difference " << from_fp32);
+    CHECK(from_fp32 > 1e-5); // beyond fp32's reassociation (the fp32 test's tolerance)
+    CHECK(from_fp32 <= bound);
+    CHECK(telar::bf16_kernels().find("bf16") != std::string::npos);
+
+    std::vector<Layout> layouts{{n, 1, 1, "1f1b", 1}};
+    if (n > 1) {
+      layouts.push_back({1, n, 1, "1f1b", 4});
+      layouts.push_back({1, 1, n, "1f1b", 1});
+    }
+    if (n == 4)
+      layouts.push_back({2, 1, 2, "1f1b", 1});
+    for (auto const& l : layouts) {
+      telar::TrainerOptions const opts = with_layout(base, l);
+      std::string const what = "bf16 dp=" + std::to_string(l.dp) + " pp=" + std::to_string(l.pp) +
+                               " tp=" + std::to_string(l.tp);
+      require_same(train<float, FullBf16>(MPI_COMM_WORLD, sgd, opts, data, batch, steps), want,
+                   std::min(bound, std::max(from_fp32, 1e-5)), what);
+    }
+
+    // Gradients reduced in bf16 (each rank's rounded once, the n - 1 partial
+    // sums rounded again): within n u of the gradients' magnitude per step,
+    // which bounds the norms' relative difference far more loosely than n u;
+    // half the bytes of the fp32 reduction on the data-parallel group.
+    telar::TrainerOptions dp = base;
+    dp.grid = {n, 1, 1};
+    Result const fp32_wire = train<float, FullBf16>(MPI_COMM_WORLD, sgd, dp, data, batch, steps);
+    Result const bf16_wire =
+        train<float, DpBf16Reduce>(MPI_COMM_WORLD, sgd, dp, data, batch, steps);
+    require_same(bf16_wire, want, n * std::ldexp(1.0, -8),
+                 "bf16 reduction, dp=" + std::to_string(n));
+    INFO("data-parallel bytes: " << bf16_wire.dp_bytes << " (bf16) against " << fp32_wire.dp_bytes);
+    CHECK(2 * bf16_wire.dp_bytes == fp32_wire.dp_bytes);
+    if (n > 1)
+      CHECK(worst_difference(bf16_wire, fp32_wire) > 0); // the bf16 wire ran
+
+    // ZeRO-3 gathers the parameters as bf16 (half the gather bytes: asserted
+    // in test_zero_memory): the bf16 kernels round the weights to the same
+    // values, the biases are rounded too (at most u each), so within the bound.
+    Result const zero3 = train<float, Zero3Bf16>(MPI_COMM_WORLD, sgd, dp, data, batch, steps);
+    require_same(zero3, want, std::min(bound, std::max(from_fp32, 1e-5)),
+                 "bf16 ZeRO-3, dp=" + std::to_string(n));
+    CHECK(worst_difference(zero3, fp32_wire) > 0); // biases rounded (and sums split otherwise)
+  }
+}
+} // namespace
+
 TEST_CASE("Under Precision<bf16, float> the CNN matches bf16 serial training",
           "[equivalence][cnn][bf16]") {
-  if (!telar::bf16_available())
-    SKIP("no AVX512-BF16 or AMX here: bf16 is refused, not emulated");
-  int const n = world_size();
-  double const bound = 7.9e-3;
-  std::size_t const batch = 16;
-  int const steps = 3;
-  auto const data = make_data<float>(batch * steps);
-  telar::SGD<float> sgd;
-  sgd.momentum = 0.9f;
-  telar::TrainerOptions base;
-  base.seed = 11;
-  base.lr = telar::constant_lr(0.05);
-  telar::TrainerOptions ref = base;
-  ref.grid = {1, 1, 1};
-  Result const fp32 = train<float, Full>(MPI_COMM_SELF, sgd, ref, data, batch, steps);
-  Result const want = train<float, FullBf16>(MPI_COMM_SELF, sgd, ref, data, batch, steps);
-  double const from_fp32 = worst_difference(want, fp32);
-  INFO("bf16 serial against fp32 serial: worst relative difference " << from_fp32);
-  CHECK(from_fp32 > 1e-5); // beyond fp32's reassociation (the fp32 test's tolerance)
-  CHECK(from_fp32 <= bound);
-  CHECK(telar::bf16_kernels().find("bf16") != std::string::npos);
-
-  std::vector<Layout> layouts{{n, 1, 1, "1f1b", 1}};
-  if (n > 1) {
-    layouts.push_back({1, n, 1, "1f1b", 4});
-    layouts.push_back({1, 1, n, "1f1b", 1});
-  }
-  if (n == 4)
-    layouts.push_back({2, 1, 2, "1f1b", 1});
-  for (auto const& l : layouts) {
-    telar::TrainerOptions const opts = with_layout(base, l);
-    std::string const what = "bf16 dp=" + std::to_string(l.dp) + " pp=" + std::to_string(l.pp) +
-                             " tp=" + std::to_string(l.tp);
-    require_same(train<float, FullBf16>(MPI_COMM_WORLD, sgd, opts, data, batch, steps), want,
-                 std::min(bound, std::max(from_fp32, 1e-5)), what);
-  }
-
-  // Gradients reduced in bf16 (each rank's rounded once, the n - 1 partial
-  // sums rounded again): within n u of the gradients' magnitude per step,
-  // which bounds the norms' relative difference far more loosely than n u;
-  // half the bytes of the fp32 reduction on the data-parallel group.
-  telar::TrainerOptions dp = base;
-  dp.grid = {n, 1, 1};
-  Result const fp32_wire = train<float, FullBf16>(MPI_COMM_WORLD, sgd, dp, data, batch, steps);
-  Result const bf16_wire = train<float, DpBf16Reduce>(MPI_COMM_WORLD, sgd, dp, data, batch, steps);
-  require_same(bf16_wire, want, n * std::ldexp(1.0, -8), "bf16 reduction, dp=" + std::to_string(n));
-  INFO("data-parallel bytes: " << bf16_wire.dp_bytes << " (bf16) against " << fp32_wire.dp_bytes);
-  CHECK(2 * bf16_wire.dp_bytes == fp32_wire.dp_bytes);
-  if (n > 1)
-    CHECK(worst_difference(bf16_wire, fp32_wire) > 0); // the bf16 wire ran
-
-  // ZeRO-3 gathers the parameters as bf16 (half the gather bytes: asserted
-  // in test_zero_memory): the bf16 kernels round the weights to the same
-  // values, the biases are rounded too (at most u each), so within the bound.
-  Result const zero3 = train<float, Zero3Bf16>(MPI_COMM_WORLD, sgd, dp, data, batch, steps);
-  require_same(zero3, want, std::min(bound, std::max(from_fp32, 1e-5)),
-               "bf16 ZeRO-3, dp=" + std::to_string(n));
-  CHECK(worst_difference(zero3, fp32_wire) > 0); // biases rounded (and sums split otherwise)
+  bf16_cnn_case<telar::DefaultMemorySpace>();
 }

@@ -36,14 +36,21 @@
 #include <cstdio>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace {
 
 using T = double;
-using M = telar::DefaultMemorySpace;
-using Exec = Kokkos::DefaultExecutionSpace;
+// Spatial parallelism stages its halos in host memory (device staging is not
+// implemented yet: telar::SpatialLocal and telar::HaloExchange refuse a device
+// memory space), so a device build (e.g. CUDA) runs this on the host.
+constexpr bool host_default =
+    Kokkos::SpaceAccessibility<Kokkos::HostSpace, telar::DefaultMemorySpace>::accessible;
+using M = std::conditional_t<host_default, telar::DefaultMemorySpace, Kokkos::HostSpace>;
+using Exec = std::conditional_t<host_default, Kokkos::DefaultExecutionSpace,
+                                Kokkos::DefaultHostExecutionSpace>;
 
 telar::Communicator world() {
   return telar::Communicator(MPI_COMM_WORLD, "sp");
@@ -203,8 +210,8 @@ void check_case(Case const& c, double tol = 1e-11) {
   whole.initialize(11);
   telar::Shape const oshape = whole.output_shape(shape);
   std::size_t const orows = oshape[1], oplane = oshape.size() / (c.out * orows);
-  auto const x = telar::test::random_matrix<V>(n, shape.size(), 5);
-  auto const dy = telar::test::random_matrix<V>(n, oshape.size(), 6);
+  auto const x = telar::test::random_matrix<V, M>(n, shape.size(), 5);
+  auto const dy = telar::test::random_matrix<V, M>(n, oshape.size(), 6);
   telar::Matrix<V, M> y("test::y", n, oshape.size()), dx("test::dx", n, shape.size());
   typename Conv::saved_type saved;
   whole.forward(Exec{}, x, y, saved);
@@ -331,7 +338,7 @@ TEST_CASE("SpatialConv refuses a split on every rank before any message", "[spat
   if (P < 2)
     return; // sp = 1 splits nothing
   auto refusal = [&](std::size_t depth) {
-    telar::SpatialConv<telar::Conv3D<T>> conv(comm, telar::Conv3D<T>(1, 1, 7, 1, 3));
+    telar::SpatialConv<telar::Conv3D<T, M>> conv(comm, telar::Conv3D<T, M>(1, 1, 7, 1, 3));
     try {
       conv.build({1, depth, 3, 3});
     } catch (telar::ShapeError const& e) {
@@ -466,8 +473,8 @@ namespace {
 template <class Whole, class Split>
 void check_norm(Whole& whole, Split& split, telar::Shape const& shape) {
   std::size_t const n = 2, C = shape[0], rows = shape[1], plane = shape.size() / (C * rows);
-  auto const x = telar::test::random_matrix<T>(n, shape.size(), 8);
-  auto const dy = telar::test::random_matrix<T>(n, shape.size(), 9);
+  auto const x = telar::test::random_matrix<T, M>(n, shape.size(), 8);
+  auto const dy = telar::test::random_matrix<T, M>(n, shape.size(), 9);
   telar::Matrix<T, M> y("test::y", n, shape.size()), dx("test::dx", n, shape.size());
   typename Whole::saved_type saved;
   typename Split::saved_type ssaved;
@@ -506,9 +513,9 @@ TEST_CASE("SpatialGroupNorm: per-sample statistics and gradients over the group"
   // 6 channels in 3 groups over depth 9 (uneven at sp = 2 and 4).
   auto comm = world();
   telar::Shape const shape{6, 9, 2, 3};
-  telar::GroupNorm<T> whole(3, 6);
+  telar::GroupNorm<T, M> whole(3, 6);
   whole.initialize(1);
-  telar::SpatialGroupNorm<T> split(comm, telar::GroupNorm<T>(3, 6));
+  telar::SpatialGroupNorm<T, M> split(comm, telar::GroupNorm<T, M>(3, 6));
   split.build(shape);
   split.initialize(1);
   for (auto* l : {&whole, &split.layer}) { // gamma and beta away from 1 and 0
@@ -524,17 +531,17 @@ TEST_CASE("A U-Net-like chain on slabs trains to the serial parameters", "[spati
   auto comm = world();
   telar::Shape const shape{2, 12, 4, 4};
   std::size_t const n = 2;
-  telar::Conv3D<T> const c0(2, 4, 3, 1, 1), c1(4, 4, 3, 1, 1), c2(4, 2, 3, 1, 1);
+  telar::Conv3D<T, M> const c0(2, 4, 3, 1, 1), c1(4, 4, 3, 1, 1), c2(4, 2, 3, 1, 1);
   telar::MaxPool<3, T, M> const pool(2);
   telar::Upsample<T, M> const up({2, 2, 2});
-  auto serial = std::make_tuple(c0, BN(4), telar::ReLU<T>{}, pool, c1, up, c2);
-  auto split = std::make_tuple(telar::SpatialConv<telar::Conv3D<T>>(comm, c0),
+  auto serial = std::make_tuple(c0, BN(4), telar::ReLU<T, M>{}, pool, c1, up, c2);
+  auto split = std::make_tuple(telar::SpatialConv<telar::Conv3D<T, M>>(comm, c0),
                                telar::SpatialLocal<BN>(comm, BN(4)),
-                               telar::SpatialLocal<telar::ReLU<T>>(comm, telar::ReLU<T>{}),
+                               telar::SpatialLocal<telar::ReLU<T, M>>(comm, telar::ReLU<T, M>{}),
                                telar::SpatialPool<telar::MaxPool<3, T, M>>(comm, pool),
-                               telar::SpatialConv<telar::Conv3D<T>>(comm, c1),
+                               telar::SpatialConv<telar::Conv3D<T, M>>(comm, c1),
                                telar::SpatialUpsample<telar::Upsample<T, M>>(comm, up),
-                               telar::SpatialConv<telar::Conv3D<T>>(comm, c2));
+                               telar::SpatialConv<telar::Conv3D<T, M>>(comm, c2));
   auto const seq = std::make_index_sequence<7>{};
   auto const shapes = build_chain<false>(serial, {shape}, seq);
   build_chain<true>(split, shapes, seq);
@@ -545,7 +552,7 @@ TEST_CASE("A U-Net-like chain on slabs trains to the serial parameters", "[spati
   auto const& s0 = std::get<0>(split).slab();
   auto const initial = flat_parameters(serial);
   for (int step = 0; step < 3; ++step) {
-    auto const x = telar::test::random_matrix<T>(n, shape.size(), 30 + std::uint64_t(step));
+    auto const x = telar::test::random_matrix<T, M>(n, shape.size(), 30 + std::uint64_t(step));
     T const scale = T(1) / T(n * whole_cols.back());
     sgd_step(serial, x, whole_cols, scale, seq);
     sgd_step(split, rows_of(x, 2, shape[1], 16, s0.in), slab_cols, scale, seq);
@@ -577,8 +584,8 @@ void check_pool(Pool const& proto, telar::Shape const& shape) {
   }
   telar::Shape const out = whole.output_shape(shape);
   std::size_t const Co = out[0], oplane = out.size() / (Co * out[1]);
-  auto const x = telar::test::random_matrix<T>(n, shape.size(), 12);
-  auto const dy = telar::test::random_matrix<T>(n, out.size(), 13);
+  auto const x = telar::test::random_matrix<T, M>(n, shape.size(), 12);
+  auto const dy = telar::test::random_matrix<T, M>(n, out.size(), 13);
   telar::Matrix<T, M> y("test::y", n, out.size()), dx("test::dx", n, shape.size());
   typename telar::layer_traits<Pool>::saved_type saved;
   whole.forward(Exec{}, x, y, saved);
@@ -679,7 +686,7 @@ double loss_and_gradient(Loss const& loss, telar::Matrix<T, M> const& z,
 // Central differences of the summed loss against its gradient, every entry.
 template <class Loss>
 double fd_error(Loss const& loss, std::size_t n, std::size_t k, std::size_t voxels) {
-  auto z = telar::test::random_matrix<T>(n, k, 41, 2.0);
+  auto z = telar::test::random_matrix<T, M>(n, k, 41, 2.0);
   auto const y = random_labels(n, voxels, int(k / voxels));
   telar::Matrix<T, M> dz("test::dz", n, k), scratch("test::scratch", n, k);
   loss_and_gradient(loss, z, y, dz);
@@ -707,7 +714,7 @@ TEST_CASE("VoxelCrossEntropy and SoftDice gradients match finite differences", "
 TEST_CASE("Voxel cross entropy and soft Dice on slabs equal the unsplit loss", "[spatial][mpi]") {
   auto comm = world();
   std::size_t const n = 2, C = 3, rows = 9, plane = 4, V = rows * plane;
-  auto const z = telar::test::random_matrix<T>(n, C * V, 51, 2.0);
+  auto const z = telar::test::random_matrix<T, M>(n, C * V, 51, 2.0);
   auto const y = random_labels(n, V, int(C));
   telar::Slab const s = telar::split_extent(rows, comm.size(), comm.rank());
   auto const zs = rows_of(z, C, rows, plane, s);
@@ -817,7 +824,7 @@ TEST_CASE("A 3-D U-Net SlabGraph with concatenated skips trains to the serial pa
   telar::UNetOptions o;
   o.in_channels = 2, o.classes = 3, o.depth = 1, o.width = 2, o.norm = norm;
   telar::Shape const shape{2, 12, 4, 4};
-  UNet serial = telar::spatial_unet<T>(self, o), split = telar::spatial_unet<T>(comm, o);
+  UNet serial = telar::spatial_unet<T, M>(self, o), split = telar::spatial_unet<T, M>(comm, o);
   serial.build(shape);
   split.build(shape);
   serial.initialize(40);
@@ -828,10 +835,10 @@ TEST_CASE("A 3-D U-Net SlabGraph with concatenated skips trains to the serial pa
   auto const initial = graph_parameters(serial);
   std::size_t const n = 2;
   T const scale = T(1) / T(n * 3 * 12 * 16);
-  check_graph_gradients(serial, telar::test::random_matrix<T>(n, shape.size(), 49), scale);
+  check_graph_gradients(serial, telar::test::random_matrix<T, M>(n, shape.size(), 49), scale);
   serial.parameters([](char const*, auto&, auto& dv) { Kokkos::deep_copy(dv, T(0)); });
   for (int step = 0; step < 3; ++step) {
-    auto const x = telar::test::random_matrix<T>(n, shape.size(), 50 + std::uint64_t(step));
+    auto const x = telar::test::random_matrix<T, M>(n, shape.size(), 50 + std::uint64_t(step));
     auto const y = graph_step(serial, x, scale);
     auto const ys = graph_step(split, rows_of(x, 2, 12, 16, split.input_slab()), scale);
     CHECK(max_diff(ys, rows_of(y, 3, 12, 16, split.output_slab())) < 1e-11);
@@ -846,10 +853,10 @@ TEST_CASE("SlabGraph refuses a node no other node reads and a concat of differen
   using L = telar::SpatialUNetLayers<T, M>;
   auto message = [&](bool dead_end) -> std::string {
     UNet g(comm);
-    int const a = g.add(L::Relu(comm, telar::ReLU<T>{}), UNet::input);
+    int const a = g.add(L::Relu(comm, telar::ReLU<T, M>{}), UNet::input);
     int const p = g.add(L::Pool(comm, telar::MaxPool<3, T, M>(2)), a);
     if (dead_end)
-      g.add(L::Relu(comm, telar::ReLU<T>{}), a);
+      g.add(L::Relu(comm, telar::ReLU<T, M>{}), a);
     else
       g.concat(a, p);
     try {
@@ -870,7 +877,7 @@ TEST_CASE("SpatialConv timing", "[.bench][spatial]") {
   auto comm = world();
   telar::Shape const shape{8, 32, 32, 32};
   std::size_t const n = 2, plane = 32 * 32;
-  telar::Conv3D<F> const proto(8, 8, 3, 1, 1);
+  telar::Conv3D<F, M> const proto(8, 8, 3, 1, 1);
   auto median = [&](auto&& f) {
     std::vector<double> t;
     for (int i = 0; i < 5; ++i) {
@@ -883,23 +890,23 @@ TEST_CASE("SpatialConv timing", "[.bench][spatial]") {
     std::sort(t.begin(), t.end());
     return t[2];
   };
-  telar::Conv3D<F> whole = proto;
+  telar::Conv3D<F, M> whole = proto;
   whole.build(shape);
   whole.initialize(1);
-  auto const x = telar::test::random_matrix<F>(n, shape.size(), 1);
+  auto const x = telar::test::random_matrix<F, M>(n, shape.size(), 1);
   telar::Matrix<F, M> y("y", n, shape.size()), dx("dx", n, shape.size());
-  telar::Conv3D<F>::saved_type saved;
+  telar::Conv3D<F, M>::saved_type saved;
   double const t_whole = median([&] {
     whole.forward(Exec{}, x, y, saved);
     whole.backward_input(Exec{}, y, dx, saved);
     whole.backward_weight(Exec{}, y, saved);
   });
-  telar::SpatialConv<telar::Conv3D<F>> split(comm, proto);
+  telar::SpatialConv<telar::Conv3D<F, M>> split(comm, proto);
   split.build(shape);
   split.initialize(1);
   auto const xs = rows_of<F>(x, 8, 32, plane, split.slab().in);
   telar::Matrix<F, M> ys("ys", n, split.output_shape().size()), dxs("dxs", n, xs.extent(1));
-  telar::SpatialConv<telar::Conv3D<F>>::saved_type ss;
+  telar::SpatialConv<telar::Conv3D<F, M>>::saved_type ss;
   double const t_split = median([&] {
     split.forward(Exec{}, xs, ys, ss);
     split.backward_input(Exec{}, ys, dxs, ss);

@@ -145,7 +145,9 @@ public:
   Vector<T, MemorySpace> weight;      //!< the table, row-major
   Vector<T, MemorySpace> weight_grad; //!< dL/dtable (empty for a fixed table)
 
-private:
+  // Public only because nvcc refuses an extended lambda (KOKKOS_LAMBDA) in a
+  // private or protected member function; not part of the interface.
+  /// \cond TELAR_INTERNAL
   // b = a w, or a / w: the forward and the input gradient alike.
   template <class Exec>
   void scaled(Exec const& exec, char const* label, ConstMatrix<T, MemorySpace> a,
@@ -161,6 +163,9 @@ private:
           b(n, e) = div ? a(n, e) / f : a(n, e) * f;
         });
   }
+  /// \endcond
+
+private:
   template <class A, class B>
   void check(char const* what, A const& a, B const& b) const {
     if (a.extent(0) == b.extent(0) && a.extent(1) == in_.size() && b.extent(1) == in_.size() &&

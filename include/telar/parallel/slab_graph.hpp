@@ -32,6 +32,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -405,7 +406,12 @@ private:
   }
 
   Communicator const* sp_;
-  std::vector<Node> nodes_;
+  // A deque: appending never relocates a node. A vector grows by copying its
+  // nodes when their move may throw (Kokkos 4.6's View move constructor is
+  // not noexcept), and a node holds layers that cannot be copied
+  // (telar::HaloExchange's pending requests): nvcc (Kokkos 4.6, CUDA 13)
+  // refused to compile that copy.
+  std::deque<Node> nodes_;
   ConstMatrix<T, M> x_;
 };
 
