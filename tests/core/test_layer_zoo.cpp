@@ -1114,8 +1114,8 @@ TEST_CASE("A fixed Bias or Multiplier keeps its table as a buffer; FD input grad
     fixed.parameters([&](char const*, auto&, auto&) { ++params; });
     fixed.buffers([&](char const* name, auto& v) {
       ++buffers;
-      CHECK(v.data() == table_of(fixed).data());
       INFO(name);
+      CHECK(v.data() == table_of(fixed).data());
     });
     CHECK(params == 0);
     CHECK(buffers == 1);
@@ -1126,8 +1126,12 @@ TEST_CASE("A fixed Bias or Multiplier keeps its table as a buffer; FD input grad
     INFO(report.str());
     CHECK(report.passed(1e-6));
   };
-  auto bias_table = [](auto& l) -> auto& { return l.bias; };
-  auto weight_table = [](auto& l) -> auto& { return l.weight; };
+  auto bias_table = [](auto& l) -> auto& {
+    return l.bias;
+  };
+  auto weight_table = [](auto& l) -> auto& {
+    return l.weight;
+  };
   check_fixed(telar::Bias<double>(in, table, -1.0, 1.0),
               telar::Bias<double>(in, table, -1.0, 1.0, false), bias_table);
   check_fixed(telar::Multiplier<double>(in, table, true),
