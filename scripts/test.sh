@@ -12,9 +12,11 @@
 # take 157 s under MPICH. It leaves out, and does not build, the tests that run
 # as one process and never talk between ranks (label single_process: layer
 # gradients, the planner, the ONNX importer's conformance, the compile-fail
-# checks...), and the tests of several ranks whose checks do not depend on
-# MPI either (label one_mpi: the memory plan against the meter, ZeRO's
-# bytes, the pipeline timeline): the Open MPI pass runs them.
+# checks...), and the tests of several ranks that send nothing the
+# equivalence tests do not (label one_mpi: the memory plan against the meter,
+# ZeRO's bytes, the pipeline timeline, the CNN, recomputation and ONNX
+# equivalence tests, the add_subdirectory consumer): the Open MPI pass runs
+# them.
 # CTEST_ARGS_MPICH="" and TELAR_MPICH_SINGLE_PROCESS=ON run everything there
 # too. TELAR_EXAMPLE_OPT sets the Open MPI pass's examples' level (-O2).
 set -euo pipefail
