@@ -17,14 +17,15 @@ namespace fashion_mnist {
 template <class Strategy, class ModelT, class Optimizer>
 int train(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt,
           std::optional<telar::LayoutPlan> const& plan) {
-  telar::FashionMnist data = telar::load_fashion_mnist(a.data);
-  telar::TrainerOptions const opts = example::trainer_options(a, data.train.size, comm);
+  telar::TrainerOptions const opts =
+      example::trainer_options(a, telar::fashion_mnist_train_size(a.data), comm);
   ModelT const fresh = model; // the cost model's copy
   auto trainer = example::with_fastest_fitting(plan, [&] {
     return telar::Trainer<ModelT, Strategy, Optimizer>(comm, std::move(model), opt, opts, 784);
   });
+  example::Preflight const checked = example::preflight(trainer, a, "fashion_mnist");
   double const predicted = example::predicted_step_ms(comm, a, fresh, trainer, 784);
-  std::size_t const local = example::local_batch(a, trainer.grid_shape().dp, "fashion_mnist");
+  telar::FashionMnist const data = telar::load_fashion_mnist(a.data);
   if (trainer.rank() == 0)
     std::fprintf(stderr,
                  "fashion_mnist: %zu train / %zu test samples, MLP 784-%zu-%zu-10, %s, "
@@ -36,7 +37,7 @@ int train(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt,
                  a.precision.c_str());
 
   auto test_set = example::test_set(data.test, data.test.size);
-  example::Result r = example::fit(trainer, a, data, test_set, local);
+  example::Result r = example::fit(trainer, a, checked, data, test_set);
   r.predicted_ms = predicted;
   example::write_timeline(trainer, a.timeline, "fashion_mnist");
   telar::JsonObject config = example::common_config(trainer, a);

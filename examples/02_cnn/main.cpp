@@ -119,12 +119,13 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
           return example::plan_of<Model, S, Optimizer>(comm, a, make_model(a.hidden), image);
         }))
       return 0;
-  telar::FashionMnist data = telar::load_fashion_mnist(a.data);
-  telar::TrainerOptions const opts = example::trainer_options(a, data.train.size, comm);
+  telar::TrainerOptions const opts =
+      example::trainer_options(a, telar::fashion_mnist_train_size(a.data), comm);
   auto trainer = example::with_fastest_fitting(plan, [&] {
     return telar::Trainer<Model, S, Optimizer>(comm, make_model(a.hidden), opt, opts, image);
   });
-  std::size_t const local = example::local_batch(a, trainer.grid_shape().dp, "cnn");
+  example::Preflight const checked = example::preflight(trainer, a, "cnn");
+  telar::FashionMnist const data = telar::load_fashion_mnist(a.data);
   if (trainer.rank() == 0)
     std::fprintf(stderr,
                  "cnn: %zu train / %zu test samples, CNN [1,28,28] 32-res32-64-%zu-10, %s, "
@@ -140,7 +141,7 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
                                ? std::min<std::size_t>(data.test.size, std::size_t(a.eval_limit))
                                : data.test.size;
   auto test_set = example::test_set(data.test, eval);
-  example::Result r = example::fit(trainer, a, data, test_set, local);
+  example::Result r = example::fit(trainer, a, checked, data, test_set);
   r.predicted_ms = example::predicted_step_ms(comm, a, make_model(a.hidden), trainer, image);
   example::write_timeline(trainer, a.timeline, "cnn");
   telar::JsonObject config = example::common_config(trainer, a);

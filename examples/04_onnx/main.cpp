@@ -106,8 +106,8 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
       }))
     return 0;
   auto const imported = import_graph(a, a.tp > 1);
-  telar::FashionMnist data = telar::load_fashion_mnist(a.data);
-  telar::TrainerOptions const opts = example::trainer_options(a, data.train.size, comm);
+  telar::TrainerOptions const opts =
+      example::trainer_options(a, telar::fashion_mnist_train_size(a.data), comm);
   auto trainer = example::with_fastest_fitting(plan, [&] {
     return telar::Trainer<Model, Strategy, Optimizer>(comm, imported.model, opt, opts,
                                                       imported.input_shape);
@@ -116,14 +116,15 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
     throw telar::Error("onnx_train: '" + a.model + "' has " +
                        std::to_string(trainer.shapes().back().size()) +
                        " outputs per sample; Fashion-MNIST has 10 classes");
-  std::size_t const local = example::local_batch(a, trainer.grid_shape().dp, "onnx_train");
+  example::Preflight const checked = example::preflight(trainer, a, "onnx_train");
+  telar::FashionMnist const data = telar::load_fashion_mnist(a.data);
   if (trainer.rank() == 0)
     std::fprintf(stderr, "onnx_train: %s, %zu layers (%s), input %s, %s, layout %s\n",
                  a.model.c_str(), imported.model.layer_count(),
                  join(imported.model.layer_names()).c_str(), imported.input_shape.str().c_str(),
                  Optimizer::name(), trainer.layout().c_str());
   auto test_set = example::test_set(data.test, data.test.size);
-  example::Result r = example::fit(trainer, a, data, test_set, local);
+  example::Result r = example::fit(trainer, a, checked, data, test_set);
   r.predicted_ms =
       example::predicted_step_ms(comm, a, imported.model, trainer, imported.input_shape);
   example::write_timeline(trainer, a.timeline, "onnx_train");

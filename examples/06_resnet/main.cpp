@@ -195,12 +195,22 @@ struct Net {
 using Strategy = telar::Strategy<telar::DataParallel<telar::RingAllreduce>,
                                  telar::PipelineParallel<telar::OneFOneB>>;
 
+// ResNet-50's synthetic training set: two batches, at least 64 images.
+std::size_t synthetic_size(Args const& a) {
+  return std::max<std::size_t>(2 * a.batch, 64);
+}
+
+// How many training samples load_data will give (before it loads them).
+std::size_t train_size(Args const& a) {
+  return a.model == "resnet" ? telar::fashion_mnist_train_size(a.data) : synthetic_size(a);
+}
+
 // Fashion-MNIST, or synthetic [3, R, R] images of 10 classes for ResNet-50.
 telar::FashionMnist load_data(Args const& a) {
   if (a.model == "resnet")
     return telar::load_fashion_mnist(a.data);
   std::size_t const r = a.resolution, features = 3 * r * r;
-  std::size_t const n = std::max<std::size_t>(2 * a.batch, 64);
+  std::size_t const n = synthetic_size(a);
   telar::SyntheticOptions test_options;
   test_options.first_sample = n;
   telar::FashionMnist d{telar::make_synthetic(n, features, 10, a.seed),
@@ -227,13 +237,13 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
                                                                         image);
       }))
     return 0;
-  telar::FashionMnist const data = load_data(a);
-  telar::TrainerOptions const opts = example::trainer_options(a, data.train.size, comm);
+  telar::TrainerOptions const opts = example::trainer_options(a, train_size(a), comm);
   auto trainer = example::with_fastest_fitting(plan, [&] {
     return telar::Trainer<typename N::Model, Strategy, Optimizer>(comm, make_model(), opt, opts,
                                                                   image);
   });
-  std::size_t const local = example::local_batch(a, trainer.grid_shape().dp, "resnet");
+  example::Preflight const checked = example::preflight(trainer, a, "resnet");
+  telar::FashionMnist const data = load_data(a);
   std::string const name =
       cifar ? "ResNet-" + std::to_string(a.depth) + " (width " + std::to_string(a.width) + ")"
             : "ResNet-50 [3," + std::to_string(a.resolution) + "," + std::to_string(a.resolution) +
@@ -250,7 +260,7 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
                                ? std::min<std::size_t>(data.test.size, std::size_t(a.eval_limit))
                                : data.test.size;
   auto test_set = example::test_set(data.test, eval);
-  example::Result r = example::fit(trainer, a, data, test_set, local);
+  example::Result r = example::fit(trainer, a, checked, data, test_set);
   r.predicted_ms = example::predicted_step_ms(comm, a, make_model(), trainer, image);
   example::write_timeline(trainer, a.timeline, "resnet");
   telar::JsonObject config = example::common_config(trainer, a);

@@ -618,11 +618,27 @@ template <class TrainerT>
   return lock;
 }
 
+// What a run checks once its Trainer stands and before it reads its data, so
+// that a refused flag costs no load: the local batch and the files it will
+// write (collective).
+struct Preflight {
+  std::size_t local; // samples per data-parallel rank and step
+  DirLock lock;      // the checkpoint directory's, held until the run ends
+};
+
+template <class TrainerT>
+[[nodiscard]] Preflight preflight(TrainerT const& trainer, CommonArgs const& a,
+                                  char const* program) {
+  std::size_t const local = local_batch(a, trainer.grid_shape().dp, program);
+  return {local, check_outputs(trainer, a)};
+}
+
 // Trains --epochs epochs (or --limit-steps steps), evaluating after each.
 template <class TrainerT>
-Result fit(TrainerT& trainer, CommonArgs const& a, telar::FashionMnist const& data,
-           telar::BatchGather<telar::DefaultMemorySpace>& test_set, std::size_t local) {
-  DirLock const lock = check_outputs(trainer, a);
+Result fit(TrainerT& trainer, CommonArgs const& a, Preflight const& checked,
+           telar::FashionMnist const& data,
+           telar::BatchGather<telar::DefaultMemorySpace>& test_set) {
+  std::size_t const local = checked.local;
   telar::DistributedSampler sampler(data.train.size, trainer.grid_shape().dp,
                                     trainer.grid_coords().dp, a.seed, true, telar::LastBatch::drop);
   telar::BatchLoader loader(sampler, local);

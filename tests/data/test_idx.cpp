@@ -364,6 +364,7 @@ TEST_CASE("load_fashion_mnist finds the files or says how to get them", "[data][
   CHECK_THAT(msg, ContainsSubstring("install the Debian package dataset-fashion-mnist"));
   CHECK_THAT(msg, ContainsSubstring("--data DIR"));
   CHECK_FALSE(telar::has_fashion_mnist(nodir));
+  CHECK(data_error([&] { telar::fashion_mnist_train_size(nodir); }) == msg);
 
   // A small stand-in with every naming the loader accepts.
   std::string const fm = dir / "fm";
@@ -372,6 +373,7 @@ TEST_CASE("load_fashion_mnist finds the files or says how to get them", "[data][
   write_raw(fm + "/train-labels-idx1-ubyte", idx_bytes(0x801, {3}, labels));
   write_raw(fm + "/t10k-images.idx3-ubyte", idx_bytes(0x803, {2, 2, 4}, Bytes(16, 7)));
   CHECK_FALSE(telar::has_fashion_mnist(fm));
+  CHECK(telar::fashion_mnist_train_size(fm) == 3); // the training labels are there
   msg = data_error([&] { telar::load_fashion_mnist(fm); });
   CHECK_THAT(msg,
              ContainsSubstring(fm + ": no t10k-labels-idx1-ubyte.gz or t10k-labels-idx1-ubyte"));
@@ -386,6 +388,12 @@ TEST_CASE("load_fashion_mnist finds the files or says how to get them", "[data][
   CHECK(f.test.name == "fashion-mnist/test");
   CHECK(f.test.y == std::vector<std::int32_t>{5, 6});
   CHECK(std::string(telar::fashion_mnist_class_names[9]) == "Ankle boot");
+
+  // The size comes from the labels file alone, read as strictly.
+  write_raw(fm + "/train-labels-idx1-ubyte", idx_bytes(0x801, {4}, Bytes{1, 2, 3}));
+  CHECK_THAT(data_error([&] { telar::fashion_mnist_train_size(fm); }),
+             ContainsSubstring(fm + "/train-labels-idx1-ubyte: truncated"));
+  write_raw(fm + "/train-labels-idx1-ubyte", idx_bytes(0x801, {3}, labels));
 
   // Test images of another size are refused at load time, naming both files.
   write_raw(fm + "/t10k-images.idx3-ubyte", idx_bytes(0x803, {2, 4, 4}, Bytes(32, 7)));

@@ -331,6 +331,40 @@ inline bool has_fashion_mnist(std::string const& dir = default_fashion_mnist_dir
   return true;
 }
 
+namespace detail {
+
+// The path of one of Fashion-MNIST's files in `dir`, or a DataError saying
+// what is missing and how to install the data.
+inline std::string fashion_mnist_file(std::string const& dir, std::string const& base) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    throw DataError(
+        "telar::load_fashion_mnist: " + dir +
+        (std::filesystem::exists(dir, ec) ? ": not a directory" : ": no such directory") + "; " +
+        fashion_mnist_install_hint);
+  }
+  auto const names = idx_file_names(base);
+  std::string path = find_first_file(dir, names);
+  if (path.empty()) {
+    throw DataError("telar::load_fashion_mnist: " + dir + ": no " + names[0] + " or " + names[1] +
+                    " in it; " + fashion_mnist_install_hint);
+  }
+  return path;
+}
+
+} // namespace detail
+
+/*! \brief How many training samples the Fashion-MNIST in `dir` holds, read
+ *  from its labels file alone (60 kB, not the 47 MB of images): a program
+ *  checks its flags against the data before it loads it.
+ *  \param dir the directory
+ *  \throws telar::DataError as load_fashion_mnist does for a missing directory
+ *          or a missing or malformed labels file */
+inline std::size_t fashion_mnist_train_size(std::string const& dir = default_fashion_mnist_dir()) {
+  return read_idx(detail::fashion_mnist_file(dir, "train-labels-idx1-ubyte"), idx_labels_magic)
+      .dims[0];
+}
+
 /*! \brief Loads Fashion-MNIST from a directory holding
  *  `train-images-idx3-ubyte`, `train-labels-idx1-ubyte`,
  *  `t10k-images-idx3-ubyte` and `t10k-labels-idx1-ubyte`, each with or
@@ -341,22 +375,7 @@ inline bool has_fashion_mnist(std::string const& dir = default_fashion_mnist_dir
  *  \throws telar::DataError if the directory or a file is missing (saying how
  *          to install the data) or a file is malformed */
 inline FashionMnist load_fashion_mnist(std::string const& dir = default_fashion_mnist_dir()) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) {
-    throw DataError(
-        "telar::load_fashion_mnist: " + dir +
-        (std::filesystem::exists(dir, ec) ? ": not a directory" : ": no such directory") + "; " +
-        detail::fashion_mnist_install_hint);
-  }
-  auto const find = [&](std::string const& base) {
-    auto const names = detail::idx_file_names(base);
-    std::string path = detail::find_first_file(dir, names);
-    if (path.empty()) {
-      throw DataError("telar::load_fashion_mnist: " + dir + ": no " + names[0] + " or " + names[1] +
-                      " in it; " + detail::fashion_mnist_install_hint);
-    }
-    return path;
-  };
+  auto const find = [&](char const* base) { return detail::fashion_mnist_file(dir, base); };
   FashionMnist f;
   f.train = load_idx(find("train-images-idx3-ubyte"), find("train-labels-idx1-ubyte"), 10);
   f.test = load_idx(find("t10k-images-idx3-ubyte"), find("t10k-labels-idx1-ubyte"), 10);
