@@ -13,10 +13,10 @@
 # as one process and never talk between ranks (label single_process: layer
 # gradients, the planner, the ONNX importer's conformance, the compile-fail
 # checks...), and the tests of several ranks that send nothing the
-# equivalence tests do not (label one_mpi: the memory plan against the meter,
-# ZeRO's bytes, the pipeline timeline, the CNN, recomputation, run-time
-# graph and ONNX equivalence tests, the add_subdirectory consumer): the Open MPI pass runs
-# them.
+# equivalence tests do not (label one_mpi: the memory plan against the
+# meter, ZeRO's bytes, the pipeline timeline, the CNN, recomputation,
+# run-time graph and ONNX equivalence tests, the add_subdirectory
+# consumer): the Open MPI pass runs them.
 # CTEST_ARGS_MPICH="" and TELAR_MPICH_SINGLE_PROCESS=ON run everything there
 # too. TELAR_EXAMPLE_OPT sets the Open MPI pass's examples' level (-O2).
 set -euo pipefail
