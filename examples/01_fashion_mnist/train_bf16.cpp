@@ -16,7 +16,7 @@ int train_bf16(MPI_Comm comm, Args a) {
       std::optional<telar::LayoutPlan> plan;
       if (!example::plan_run(comm, a, plan, "fashion_mnist", [&] {
             return example::plan_of<ModelWith<telar::Bf16Gemm>, S, decltype(opt)>(comm, a, model,
-                                                                                   784);
+                                                                                  784);
           }))
         return 0; // --dry-run
       return train<S>(comm, a, model, opt, plan);
