@@ -72,7 +72,8 @@ extern template int train_stage<1>(MPI_Comm, Args const&, std::optional<telar::L
 extern template int train_stage<2>(MPI_Comm, Args const&, std::optional<telar::LayoutPlan> const&);
 extern template int train_stage<3>(MPI_Comm, Args const&, std::optional<telar::LayoutPlan> const&);
 
-// --precision bf16: trains unplanned at ZeRO stage 0 (train_bf16.cpp).
-int train_bf16(MPI_Comm comm, Args const& a);
+// --precision bf16: plans (when the flags ask) and trains at ZeRO stage 0
+// without recomputation (train_bf16.cpp).
+int train_bf16(MPI_Comm comm, Args a);
 
 } // namespace fashion_mnist

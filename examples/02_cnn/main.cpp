@@ -16,8 +16,8 @@
 //
 // --precision bf16 adds telar::Precision<telar::bf16, float> to the strategy:
 // the convolutions and Dense layers multiply in bf16 with fp32 accumulation,
-// weights and AdamW state stay fp32 (docs/precision.md); with AdamW only and
-// without the planner (one more Trainer type).
+// weights and AdamW state stay fp32 (docs/precision.md); with AdamW only (one
+// more Trainer type), which --layout auto and --dry-run plan.
 //
 // --layout auto: the planner's fastest layout that fits; --dry-run: its
 // ranking, no training (docs/planner.md).
@@ -108,17 +108,17 @@ char const* conv_name(Args const& a) {
                                : telar::conv_backend_name<T, telar::DefaultMemorySpace>();
 }
 
-// --layout auto / --dry-run / --memory-budget: the layouts of the fp32
-// strategy type this example runs (S: it, or it with bf16 compute).
+// --layout auto / --dry-run / --memory-budget: the layouts of the strategy
+// type this example runs (S: it, or it with bf16 compute, whose model is
+// planned as the Trainer rebinds it).
 template <class S, class Optimizer>
 int train(MPI_Comm comm, Args const& given, Optimizer opt) {
   Args a = given;
   std::optional<telar::LayoutPlan> plan;
-  if constexpr (std::is_same_v<S, Strategy>)
-    if (!example::plan_run(comm, a, plan, "cnn", [&] {
-          return example::plan_of<Model, S, Optimizer>(comm, a, make_model(a.hidden), image);
-        }))
-      return 0;
+  if (!example::plan_run(comm, a, plan, "cnn", [&] {
+        return example::plan_of<Model, S, Optimizer>(comm, a, make_model(a.hidden), image);
+      }))
+    return 0;
   telar::TrainerOptions const opts =
       example::trainer_options(a, telar::fashion_mnist_train_size(a.data), comm);
   auto trainer = example::with_fastest_fitting(plan, [&] {

@@ -19,7 +19,7 @@
 // attention, MLP and output GEMMs in bf16 with fp32 accumulation; norms,
 // softmax, the loss, weights and AdamW state in fp32 (docs/precision.md).
 // One more Trainer type, so it runs the default depth (--layers 4) with
-// AdamW and without the planner.
+// AdamW, which --layout auto and --dry-run plan.
 // --layout auto: the planner's fastest layout that fits; --dry-run: its
 // ranking, no training (docs/planner.md).
 //   mpirun -np 2 gpt --tp 2
@@ -324,19 +324,19 @@ void print_summary(Trainer const& trainer, Args const& a, Report const& r, doubl
   std::fflush(stdout);
 }
 
-// --layout auto / --dry-run / --memory-budget: the layouts of the one
-// strategy type this example runs.
+// --layout auto / --dry-run / --memory-budget: the layouts of the strategy
+// type this example runs (S: it, or it with bf16 compute, whose model is
+// planned as the Trainer rebinds it).
 template <std::size_t L, class S, class Optimizer>
 int train(MPI_Comm comm, Args const& given, Optimizer opt) {
   using Model = typename Gpt<L>::type;
   telar::Shape const in(given.context);
   Args a = given;
   std::optional<telar::LayoutPlan> plan;
-  if constexpr (std::is_same_v<S, Strategy>) // S: it, or it with bf16 compute
-    if (!example::plan_run(comm, a, plan, "gpt", [&] {
-          return example::plan_of<Model, S, Optimizer, Loss>(comm, a, Gpt<L>::make(a), in);
-        }))
-      return 0;
+  if (!example::plan_run(comm, a, plan, "gpt", [&] {
+        return example::plan_of<Model, S, Optimizer, Loss>(comm, a, Gpt<L>::make(a), in);
+      }))
+    return 0;
   telar::TextSplit const text = telar::load_fortunes(a.data);
   telar::TextWindows const train_set(text.train, a.context), val_set(text.validation, a.context);
   telar::TrainerOptions opts = example::trainer_options(a, train_set.size(), comm);

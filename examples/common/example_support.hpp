@@ -275,20 +275,12 @@ struct with_bf16<telar::Strategy<Ps...>> {
 template <class S>
 using Bf16 = typename with_bf16<S>::type;
 
-// --precision bf16 runs without the planner, which plans the fp32 types.
-template <class Usage>
-void check_bf16_unplanned(CommonArgs const& a, Usage usage) {
-  if (a.precision == "bf16" && (a.layout_auto || a.dry_run))
-    usage("--layout auto and --dry-run plan the fp32 model (--precision fp32)");
-}
-
 // --precision bf16 is one more Trainer type (compile time), so it comes with
-// one optimizer, AdamW, and without the planner.
+// one optimizer, AdamW (and the planner plans that one type).
 template <class Usage>
 void check_bf16_run(CommonArgs const& a, Usage usage) {
   if (a.precision == "bf16" && a.optimizer != "adamw")
     usage("--precision bf16 trains with --optimizer adamw");
-  check_bf16_unplanned(a, usage);
 }
 
 // The GEMM policy the model runs under --precision.

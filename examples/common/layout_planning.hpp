@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace example {
@@ -211,22 +212,35 @@ telar::MachineProfile const& machine_profile(MPI_Comm comm, CommonArgs const& a,
   return *cached;
 }
 
+// The model a Trainer<Model, Strategy, ...> trains, which the cost model
+// calibrates and predicts: under --precision bf16 (telar::Precision<bf16,
+// float> in Strategy) `model` rebound (telar::WithPrecision), whose layers
+// are timed in bf16, apart from fp32 ones; else `model` itself.
+template <class Strategy, class Model>
+auto trained_model(Model const& model) {
+  return telar::with_precision<telar::detail::strategy_precision_t<Strategy>>(model);
+}
+
 // Every layout of this world that a Trainer<Model, Strategy, Optimizer,
-// Loss> can run, ranked (collective: calibrates first). An example whose
-// flags pick among several strategy or model types merges their plans.
+// Loss> can run, ranked (collective: calibrates first): the layouts of the
+// model it trains (trained_model). An example whose flags pick among several
+// strategy or model types merges their plans.
 template <class Model, class Strategy, class Optimizer,
           class Loss =
               telar::SoftmaxCrossEntropy<typename Model::value_type, typename Model::memory_space>>
 telar::LayoutPlan plan_of(MPI_Comm comm, CommonArgs const& a, Model const& model,
                           telar::Shape const& in) {
+  auto const trained = trained_model<Strategy>(model);
+  using Trained = std::decay_t<decltype(trained)>;
   int const world = world_size(comm);
   telar::LayoutOptions opts;
   opts.batch_size = a.batch;
   telar::PlannerOptions search;
   search.memory_budget = a.memory_budget;
   auto const& prof =
-      machine_profile<Model, Loss>(comm, a, model, in, telar::planned_rows(a.batch, world));
-  return telar::plan_layout<Model, Strategy, Optimizer, Loss>(model, opts, in, world, prof, search);
+      machine_profile<Trained, Loss>(comm, a, trained, in, telar::planned_rows(a.batch, world));
+  return telar::plan_layout<Trained, Strategy, Optimizer, Loss>(trained, opts, in, world, prof,
+                                                                search);
 }
 
 // Plans of several strategy or model types (ZeRO stages, recomputation)
@@ -311,16 +325,13 @@ auto with_fastest_fitting(std::optional<telar::LayoutPlan> const& plan, Build bu
 // The cost model's step time of the layout `trainer` runs (collective):
 // `model` is a copy of its model before initialisation. Only this layout's
 // micro-batch size is calibrated when no plan did it already. Calibrated and
-// predicted is the model the Trainer trains: under --precision bf16
-// (telar::Precision<bf16, float>) `model` rebound (telar::WithPrecision),
-// whose layers are timed in bf16, apart from fp32 ones.
+// predicted is the model the Trainer trains (trained_model).
 template <class Model, class Strategy, class Optimizer, class Loss>
 double predicted_step_ms(MPI_Comm comm, CommonArgs const& a, Model const& model,
                          telar::Trainer<Model, Strategy, Optimizer, Loss> const& trainer,
                          telar::Shape const& in) {
-  using P = telar::detail::strategy_precision_t<Strategy>;
-  using Trained = telar::WithPrecision<Model, P>;
-  Trained const trained = telar::with_precision<P>(model);
+  auto const trained = trained_model<Strategy>(model);
+  using Trained = std::decay_t<decltype(trained)>;
   telar::TrainerOptions const& opts = trainer.options();
   std::size_t const rows =
       a.batch / std::size_t(trainer.grid_shape().dp) / std::size_t(opts.microbatches);

@@ -9,7 +9,8 @@
 # auto run below plans with the same times as the dry run.
 # auto: --layout auto --json trains a few steps with the layout the planner
 # chose: the JSON summary has predicted_step_ms and the planner's reason
-# beside the measured median, and the layout is the dry run's first.
+# beside the measured median, and the layout is the dry run's first; then
+# --layout auto --precision bf16 trains 3 steps of the bf16 model's plan.
 # No time is asserted. TELAR_CPU_SHARE=1 stands in for the scheduler
 # measurement each run makes (docs/planner.md): the two runs would else plan
 # with the load of their own moment and might rank two layouts apart.
@@ -82,4 +83,19 @@ string(JSON reason GET "${run}" layout_reason)
 if(NOT predicted GREATER 0 OR NOT measured GREATER 0 OR NOT reason MATCHES "^(fastest of|plain data parallelism)"
    OR NOT err MATCHES "layout auto: chose .*step time: predicted [0-9.]+ ms, measured")
   message(FATAL_ERROR "no prediction or reason in the summary:\n${run}\n${err}")
+endif()
+
+# --precision bf16 is planned too (examples 01-03): the planner's layout of
+# the bf16 model (no ZeRO, no recomputation: bf16's one strategy set) trains
+# in bf16, and the profile gains the bf16 times it was planned with.
+run_example(run err --layout auto ${budget_args} --precision bf16 --limit-steps 3)
+string(JSON precision GET "${run}" config precision)
+string(JSON zero GET "${run}" config zero)
+string(JSON recompute GET "${run}" config recompute)
+string(JSON reason GET "${run}" layout_reason)
+file(READ ${profile} timings)
+if(NOT precision STREQUAL "bf16" OR NOT zero EQUAL 0 OR NOT recompute STREQUAL "none"
+   OR NOT reason MATCHES "^(fastest of|plain data parallelism)"
+   OR NOT err MATCHES "layout auto: chose .*precision bf16" OR NOT timings MATCHES " bf16 ")
+  message(FATAL_ERROR "--precision bf16 was not planned:\n${run}\n${err}")
 endif()
