@@ -381,6 +381,11 @@ MODEL_LR = {"resnet18": 1e-3, "mobilenetv2": 1e-5, "resnet50": 1e-3, "densenet12
 # trains it in double).
 DOUBLE = {"resnet50"}
 OPSET = {"op_hardswish": 14}
+# PyTorch 2's nn.MultiheadAttention calls scaled_dot_product_attention, which
+# its TorchScript exporter writes from opset 14 only (1.13's writes the
+# attention out at 13).
+if int(torch.__version__.split(".")[0]) >= 2:
+    OPSET["encoder"] = 14
 # Models whose input is token ids below this vocabulary size (int64 for
 # PyTorch; <name>_x.bin and <name>_train_x.bin hold them as float32, as Telar
 # reads them).

@@ -38,8 +38,15 @@ using Full =
 // reach the shards, and the export must gather them.
 using Zero3 = telar::Strategy<telar::DataParallel<telar::RingAllreduce, telar::ZeRO<3>>>;
 
+// The fixture directory: TELAR_ONNX_FIXTURES in the environment (fixtures
+// written by another PyTorch, e.g. tests/onnx/torch26_check.sh's), else the
+// build's (make_models.py run by TELAR_TORCH_PYTHON at build time).
 std::string fixture(std::string const& name) {
-  return std::string(TELAR_ONNX_FIXTURES) + "/" + name;
+  static std::string const dir = [] {
+    char const* env = std::getenv("TELAR_ONNX_FIXTURES");
+    return std::string(env != nullptr && *env != '\0' ? env : TELAR_ONNX_FIXTURES);
+  }();
+  return dir + "/" + name;
 }
 
 template <class T>
