@@ -624,8 +624,27 @@ def fashion_mlp():
     return nn.Sequential(nn.Flatten(), nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10))
 
 
+def conv_backward_check():
+    """Debian 13's PyTorch 2.6 (oneDNN 3.7.2, on AVX-512 machines) computes a
+    wrong float32 Conv2d input gradient for few channels (relative error
+    0.9 against float64 for [8, 4, 5, 5] * [6, 4, 3, 3]; 16 channels are
+    right): the CNN and U-Net would train wrongly. Without oneDNN the native
+    kernels are right; 1.13's oneDNN is too (then nothing changes)."""
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn((8, 4, 5, 5), generator=g), torch.randn((6, 4, 3, 3), generator=g)
+    go = torch.randn((8, 6, 3, 3), generator=g)
+    dx = [torch.nn.grad.conv2d_input(x.shape, w.to(t), go.to(t)).double()
+          for t in (torch.float32, torch.float64)]
+    if float((dx[0] - dx[1]).abs().max() / dx[1].abs().max()) > 1e-5:
+        print(f"make_models.py: PyTorch {torch.__version__}'s float32 Conv2d input gradient is "
+              "wrong with oneDNN here: training with torch.backends.mkldnn.enabled = False",
+              file=sys.stderr)
+        torch.backends.mkldnn.enabled = False
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "."
+    conv_backward_check()
     os.makedirs(out, exist_ok=True)
     if len(sys.argv) > 2 and sys.argv[2] == "--fashion":  # example 04's model only
         torch.manual_seed(1)
