@@ -280,6 +280,10 @@ private:
       plain(n, x); // Conv, pools, Flatten, ... read [batch, C, ...] in place
     if (op == "Transpose")
       return transpose(n);
+    if (op == "Unsqueeze")
+      return unsqueeze(n);
+    if (op == "Squeeze")
+      return squeeze(n);
     if (op == "Slice")
       return slice(n);
     if (op == "ReduceMean")
@@ -487,6 +491,11 @@ private:
   int stored_axis(::onnx::NodeProto const& n, std::string const& x, std::size_t axis);
   std::size_t logical_axis(::onnx::NodeProto const& n, std::string const& x, std::int64_t a);
   bool fold(::onnx::NodeProto const& n);
+  bool fold_float(::onnx::NodeProto const& n);
+  void unsqueeze(::onnx::NodeProto const& n);
+  void squeeze(::onnx::NodeProto const& n);
+  Layout drop_axis(::onnx::NodeProto const& n, std::string const& x, Layout l, std::size_t axis);
+  void gather_axis(::onnx::NodeProto const& n);
   std::optional<Folded> folded(std::string const& t) const;
   std::vector<Sym> folded_input(::onnx::NodeProto const& n, int i, char const* what);
   std::vector<std::int64_t> constant_ints(::onnx::NodeProto const& n, int i, char const* what);
@@ -533,6 +542,7 @@ private:
   std::map<std::string, std::string> bound_by_;          // initializer -> the node using it
   std::map<std::string, Layout> layouts_; // logical axes of a tensor whose batch moved (by name)
   std::map<std::string, Folded> folded_;  // integer tensors of shape arithmetic
+  std::map<std::string, ::onnx::TensorProto> computed_; // float32 values of shape arithmetic
   std::map<::onnx::NodeProto const*, NormMatch> norm_; // last Add of a LayerNorm -> its parts
   std::set<std::string> names_;
   std::vector<ParameterBinding> pending_; // of the node being mapped
