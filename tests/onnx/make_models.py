@@ -564,9 +564,10 @@ def make_split(out):
     inits = [onnx.numpy_helper.from_array(w, "w"), ints("zero", [0]), ints("two", [2]),
              ints("three", [3]), ints("one", [1]), ints("tail", [2, 6]), ints("ax0", [0]),
              ints("ax3", [3]), ints("last", [-1]), ints("big", [2 ** 62]),
-             ints("pick", 1, scalar=True),
-             onnx.numpy_helper.from_array(np.array([1.0], np.float32), "unit")]
-    nodes = [h.make_node("MatMul", ["x", "w"], ["p"]),
+             ints("pick", 1, scalar=True)]
+    unit = onnx.numpy_helper.from_array(np.array([1.0], np.float32), "unit")  # a literal
+    nodes = [h.make_node("Constant", [], ["unit"], value=unit),
+             h.make_node("MatMul", ["x", "w"], ["p"]),
              h.make_node("Shape", ["p"], ["s"]),
              h.make_node("Mod", ["two", "three"], ["m"]),
              h.make_node("Reshape", ["m", "one"], ["mr"]),

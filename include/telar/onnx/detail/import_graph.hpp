@@ -61,13 +61,14 @@ inline char const* supported_ops() {
          "each sample (a trained Bias), Pad of zeros, Identity, Dropout, Softmax over an axis "
          "after the batch, Softmax/LogSoftmax over the last axis as the last node, Transpose, "
          "Reshape, Slice (static shapes, step 1, any axes but the batch; the batch may move), "
+         "Unsqueeze, Squeeze, Gather of one constant index along an axis but the batch, "
          "MatMul of two tensors (batched), Mul/Div by a constant scalar (a Scale) or by a "
          "constant broadcast over each sample (a trained Multiplier), ReduceMean, "
          "LayerNormalization's ReduceMean/Sub/Pow/Sqrt/Div "
          "form, Gather of a constant table by integer token ids (an embedding), Add of a "
          "constant [seq, hidden] (a learned positional embedding), Where with a constant mask "
          "and a constant scalar (masked_fill), and shape arithmetic (Shape, Gather, "
-         "Unsqueeze, Concat, Cast, ...) folded";
+         "Unsqueeze, Concat, Cast, Mod, ...; float32 Sqrt, Div, ... of shape values) folded";
 }
 
 // One node of the file once mapped, before it is placed in the model: a
