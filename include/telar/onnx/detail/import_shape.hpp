@@ -327,11 +327,8 @@ Layout GraphReader<T, M>::drop_axis(::onnx::NodeProto const& n, std::string cons
   for (std::size_t k = 0; k < l.groups.size(); ++k) { // nearest first, the earlier one on ties
     for (std::size_t g : {axis - 1 - k, axis + k})
       if (g < l.groups.size() && no_batch(g)) {
-        auto& dst = l.groups[g]; // each atom before the first later stored axis
-        for (int a : atoms) {      // (any place holds an extent 1; this one keeps the order)
-          auto at = std::find_if(dst.begin(), dst.end(), [&](int b) { return b > a; });
-          dst.insert(at, a);
-        }
+        auto& dst = l.groups[g];
+        dst.insert(g < axis ? dst.end() : dst.begin(), atoms.begin(), atoms.end());
         return l;
       }
   }
