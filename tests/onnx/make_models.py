@@ -35,7 +35,8 @@ densenet121 and squeezenet (torchvision's, 3x32x32; ResNet-50 trained in float64
 encoder (an nn.TransformerEncoderLayer classifier), gpt (a GPT-style decoder with a
 causal mask, its input token ids: TOKENS),
 softmax_axis1.onnx (an inner Softmax over axis 1, with its _x.bin/_y.bin), sdpa_split.onnx
-(PyTorch 2's q/k/v split and attention scale by hand, with its _x.bin/_y.bin), branch.onnx (a tensor feeding two Linears, concatenated),
+(PyTorch 2's q/k/v split and attention scale by hand, with its _x.bin/_y.bin), batch_unit.onnx
+(a Gather's extent-1 axis moved beside the batch, with its _x.bin/_y.bin), branch.onnx (a tensor feeding two Linears, concatenated),
 nested.onnx (a residual inside a residual branch), batchnorm.onnx (a
 BatchNorm1d after a Linear), flatten_neg.onnx (Flatten with axis -3 on rank
 4, with its _x.bin/_y.bin), dropout_active.onnx (a Dropout with
@@ -592,6 +593,20 @@ def make_split(out):
     save(os.path.join(out, "sdpa_split_x.bin"), x)
     y = (x @ w).reshape(N, 4, 2, 6)[:, :, 1, :] * np.sqrt(1 / np.sqrt(6.0))
     save(os.path.join(out, "sdpa_split_y.bin"), y.astype(np.float32))
+    # batch_unit.onnx: the axis a Gather leaves (extent 1) ends up beside the
+    # batch in one logical axis ([4, 2, N, 6] -> [4, N, 6] -> [4, N * 6] ->
+    # [N * 6, 4] -> [N, 6, 4]); the output must still be stored [batch, 6, 4].
+    nodes = [h.make_node("Transpose", ["x"], ["t"], perm=[1, 2, 0, 3]),
+             h.make_node("Gather", ["t", "first"], ["g"], axis=1),
+             h.make_node("Reshape", ["g", "rows"], ["r"]),
+             h.make_node("Transpose", ["r"], ["rt"], perm=[1, 0]),
+             h.make_node("Reshape", ["rt", "back"], ["y"])]
+    inits = [ints("first", 0, scalar=True), ints("rows", [4, -1]), ints("back", [-1, 6, 4])]
+    onnx.save(graph("batch_unit", nodes, [value("x", ["N", 4, 2, 6])], [value("y", ["N", 6, 4])],
+                    inits), os.path.join(out, "batch_unit.onnx"))
+    x = rng.standard_normal((N, 4, 2, 6)).astype(np.float32)
+    save(os.path.join(out, "batch_unit_x.bin"), x)
+    save(os.path.join(out, "batch_unit_y.bin"), np.ascontiguousarray(x[:, :, 0, :].transpose(0, 2, 1)))
 
 
 def make_graph_refusals(out):

@@ -139,7 +139,7 @@ void report(std::string const& what, double value) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (on && rank == 0)
-    std::printf("onnx-report: %s %.3g\n", what.c_str(), value);
+    std::printf("onnx-report: %s %.3g\n", what.c_str(), value), std::fflush(stdout);
 }
 
 int world_size() {
@@ -537,6 +537,14 @@ TEST_CASE("ONNX import: negative axes count from the end; an active Dropout trai
   auto const picked = to_vector(
       telar::onnx::predict(split.model, to_matrix(read_bin<float>("sdpa_split_x.bin"), mf.n)));
   CHECK(rel_err(picked, read_bin<float>("sdpa_split_y.bin")) <= 1e-6);
+  // The extent-1 axis a Gather leaves, regrouped beside the batch: dropped
+  // when the output is stored [batch, 6, 4] (else refused as a moved batch).
+  Imported unit = telar::onnx::import_model<float>(fixture("batch_unit.onnx"));
+  unit.model.build(unit.input_shape);
+  unit.model.initialize(0);
+  auto const moved = to_vector(
+      telar::onnx::predict(unit.model, to_matrix(read_bin<float>("batch_unit_x.bin"), mf.n)));
+  CHECK(rel_err(moved, read_bin<float>("batch_unit_y.bin")) == 0);
 
   Imported drop = telar::onnx::import_model<float>(fixture("dropout_active.onnx"));
   REQUIRE(drop.model.layer_count() == 3);
