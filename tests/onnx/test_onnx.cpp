@@ -452,10 +452,12 @@ TEST_CASE("ONNX import refuses what it does not support, naming it", "[onnx]") {
         Case{"where_mask", "(Where)", "its condition 'causal' [3, 3] does not match the last axes"},
         Case{"where_tensors", "(Where)", "a constant float32 scalar and a tensor"},
         Case{"gather_data", "(Gather)", "a constant table by the graph's integer input"},
-        Case{"gather_batch", "(Gather)", "gathers along axis 0 of the logical shape [batch, 6], "
-                                         "which holds the batch"},
-        Case{"squeeze_wide", "(Squeeze)", "squeezes axis 1 of the logical shape [batch, 6], whose "
-                                          "extent is not 1"},
+        Case{"gather_batch", "(Gather)",
+             "gathers along axis 0 of the logical shape [batch, 6], "
+             "which holds the batch"},
+        Case{"squeeze_wide", "(Squeeze)",
+             "squeezes axis 1 of the logical shape [batch, 6], whose "
+             "extent is not 1"},
         Case{"tied", "(Gemm)", "shared (tied) parameters"},
         Case{"dead", "(Tanh)", "does not reach the graph output"}}) {
     std::string const file = std::string(c.file) + ".onnx";

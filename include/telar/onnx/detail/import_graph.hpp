@@ -544,7 +544,7 @@ private:
   std::map<std::string, Layout> layouts_; // logical axes of a tensor whose batch moved (by name)
   std::map<std::string, Folded> folded_;  // integer tensors of shape arithmetic
   std::map<std::string, ::onnx::TensorProto> computed_; // float32 values of shape arithmetic
-  std::map<::onnx::NodeProto const*, NormMatch> norm_; // last Add of a LayerNorm -> its parts
+  std::map<::onnx::NodeProto const*, NormMatch> norm_;  // last Add of a LayerNorm -> its parts
   std::set<std::string> names_;
   std::vector<ParameterBinding> pending_; // of the node being mapped
   std::vector<Ir> nodes_;

@@ -10,11 +10,10 @@ namespace telar::onnx::detail {
 template <class T, class M>
 bool GraphReader<T, M>::layout_aware(std::string const& op) {
   static std::set<std::string> const ops{
-      "Relu",    "Sigmoid",     "Tanh",      "Gelu",      "Clip",     "LeakyRelu",
-      "Elu",     "HardSigmoid", "HardSwish", "Dropout",   "Identity", "Transpose",
-      "Reshape", "MatMul",      "Gemm",      "Add",       "Sub",      "Mul",
-      "Div",     "Softmax",     "Slice",     "ReduceMean", "Unsqueeze", "Squeeze",
-      "Gather"};
+      "Relu",        "Sigmoid",   "Tanh",    "Gelu",     "Clip",      "LeakyRelu", "Elu",
+      "HardSigmoid", "HardSwish", "Dropout", "Identity", "Transpose", "Reshape",   "MatMul",
+      "Gemm",        "Add",       "Sub",     "Mul",      "Div",       "Softmax",   "Slice",
+      "ReduceMean",  "Unsqueeze", "Squeeze", "Gather"};
   return ops.count(op) > 0;
 }
 
@@ -212,7 +211,8 @@ bool GraphReader<T, M>::fold_float(::onnx::NodeProto const& n) {
     if (a.size() != b.size() && a.size() != 1 && b.size() != 1)
       fail(n, "float32 shape arithmetic of " + std::to_string(a.size()) + " and " +
                   std::to_string(b.size()) + " values does not broadcast");
-    for (auto const* t : {index_.constant(n.input(0)), index_.constant(n.input(n.input_size() - 1))})
+    for (auto const* t :
+         {index_.constant(n.input(0)), index_.constant(n.input(n.input_size() - 1))})
       scalar = scalar && t->dims_size() == 0;
     for (std::size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
       float const x = a[a.size() == 1 ? 0 : i], y = b[b.size() == 1 ? 0 : i];
@@ -300,8 +300,8 @@ void GraphReader<T, M>::unsqueeze(::onnx::NodeProto const& n) {
   std::set<std::int64_t> at;
   for (auto a : axes) {
     if (a < -r || a >= r || !at.insert(a < 0 ? a + r : a).second)
-      fail(n, "its axes must be distinct and in [" + std::to_string(-r) + ", " +
-                  std::to_string(r) + ") for the logical shape " + logical_str(x));
+      fail(n, "its axes must be distinct and in [" + std::to_string(-r) + ", " + std::to_string(r) +
+                  ") for the logical shape " + logical_str(x));
   }
   for (auto a : at) // increasing: each index is of the result
     l.groups.insert(l.groups.begin() + a, std::vector<int>{});
@@ -371,13 +371,22 @@ void GraphReader<T, M>::gather_axis(::onnx::NodeProto const& n) {
   std::string const x = n.input(0);
   auto const* c = index_.constant(n.input(1));
   if (!c || c->dims_size() != 0 ||
-      (c->data_type() != ::onnx::TensorProto::INT64 && c->data_type() != ::onnx::TensorProto::INT32))
+      (c->data_type() != ::onnx::TensorProto::INT64 &&
+       c->data_type() != ::onnx::TensorProto::INT32))
     fail(n, "a Gather of a tensor is supported only by one constant integer index (a scalar); "
             "else a Gather of a constant table by the graph's integer input (an embedding)");
-  std::int64_t i = c->data_type() == ::onnx::TensorProto::INT64 ? ints_of(*c).at(0)
-                   : c->int32_data_size() == 1 ? c->int32_data(0)
-                                               : *reinterpret_cast<std::int32_t const*>(
-                                                     c->raw_data().data());
+  std::int64_t i = 0;
+  if (c->data_type() == ::onnx::TensorProto::INT64) {
+    i = ints_of(*c).at(0);
+  } else if (c->int32_data_size() == 1) {
+    i = c->int32_data(0);
+  } else {
+    std::int32_t v = 0;
+    if (c->raw_data().size() != sizeof v)
+      fail(n, "its index '" + n.input(1) + "' holds no int32 value");
+    std::memcpy(&v, c->raw_data().data(), sizeof v);
+    i = v;
+  }
   std::size_t const a = logical_axis(n, x, int_attr(n, "axis", 0));
   int const d = stored_axis(n, x, a);
   if (d < 0)
