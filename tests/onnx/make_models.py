@@ -24,7 +24,8 @@ logsoftmax_axis1.onnx (a LogSoftmax over axis 1 of a rank-3 output), and
 hand-built one-node graphs each refused for one attribute or form
 (asym_pads, same_odd, conv1d, gemm_alpha, gemm_transa, mul_const, add_batch_const,
 pool_dilations, pool_rect, pool1d, ceil_pad, resize_cubic, resize_frac,
-resize_asym, concat_axis, where_mask, where_tensors, gather_data, reshape_batch,
+resize_asym, concat_axis, where_mask, where_tensors, gather_data, gather_batch,
+squeeze_wide, reshape_batch,
 tied, dead), fold_batch.onnx (a Reshape
 to [batch + 1, -1]: shape arithmetic that does not fold); graphs that import: the op_* models
 (one per activation, pooling, softmax and upsampling operator, each a Conv,
@@ -33,7 +34,9 @@ above), mobilenetv2 (torchvision's, width 0.5, in the zoo with ResNet-18), resne
 densenet121 and squeezenet (torchvision's, 3x32x32; ResNet-50 trained in float64),
 encoder (an nn.TransformerEncoderLayer classifier), gpt (a GPT-style decoder with a
 causal mask, its input token ids: TOKENS),
-softmax_axis1.onnx (an inner Softmax over axis 1, with its _x.bin/_y.bin), branch.onnx (a tensor feeding two Linears, concatenated),
+softmax_axis1.onnx (an inner Softmax over axis 1, with its _x.bin/_y.bin), sdpa_split.onnx
+(PyTorch 2's q/k/v split and attention scale by hand, with its _x.bin/_y.bin), batch_unit.onnx
+(a Gather's extent-1 axis moved beside the batch, with its _x.bin/_y.bin), branch.onnx (a tensor feeding two Linears, concatenated),
 nested.onnx (a residual inside a residual branch), batchnorm.onnx (a
 BatchNorm1d after a Linear), flatten_neg.onnx (Flatten with axis -3 on rank
 4, with its _x.bin/_y.bin), dropout_active.onnx (a Dropout with
@@ -381,6 +384,11 @@ MODEL_LR = {"resnet18": 1e-3, "mobilenetv2": 1e-5, "resnet50": 1e-3, "densenet12
 # trains it in double).
 DOUBLE = {"resnet50"}
 OPSET = {"op_hardswish": 14}
+# PyTorch 2's nn.MultiheadAttention calls scaled_dot_product_attention, which
+# its TorchScript exporter writes from opset 14 only (1.13's writes the
+# attention out at 13).
+if int(torch.__version__.split(".")[0]) >= 2:
+    OPSET["encoder"] = 14
 # Models whose input is token ids below this vocabulary size (int64 for
 # PyTorch; <name>_x.bin and <name>_train_x.bin hold them as float32, as Telar
 # reads them).
@@ -543,6 +551,64 @@ def make_axes(out):
               os.path.join(out, "dropout_active.onnx"))
 
 
+def make_split(out):
+    """PyTorch 2.6's packed q/k/v split and scaled_dot_product_attention scale,
+    by hand (sdpa_split.onnx, with its _x.bin/_y.bin): x [N, 4, 6] times w
+    [6, 12], a Reshape to [N, 4, 2, 6] whose shape is folded through Mod and
+    Reshape of shape values, Unsqueeze, Transpose [3, 1, 2, 0, 4], Squeeze,
+    Gather of index 1 along axis 0, times sqrt(1 / sqrt(Cast(Shape[-1])))."""
+    h, rng = onnx.helper, np.random.default_rng(7)
+    w = rng.standard_normal((6, 12)).astype(np.float32)
+
+    def ints(name, v, scalar=False):
+        return onnx.numpy_helper.from_array(np.array(v if scalar else list(v), np.int64), name)
+    inits = [onnx.numpy_helper.from_array(w, "w"), ints("zero", [0]), ints("two", [2]),
+             ints("three", [3]), ints("one", [1]), ints("tail", [2, 6]), ints("ax0", [0]),
+             ints("ax3", [3]), ints("last", [-1]), ints("big", [2 ** 62]),
+             ints("pick", 1, scalar=True)]
+    unit = onnx.numpy_helper.from_array(np.array([1.0], np.float32), "unit")  # a literal
+    nodes = [h.make_node("Constant", [], ["unit"], value=unit),
+             h.make_node("MatMul", ["x", "w"], ["p"]),
+             h.make_node("Shape", ["p"], ["s"]),
+             h.make_node("Mod", ["two", "three"], ["m"]),
+             h.make_node("Reshape", ["m", "one"], ["mr"]),
+             h.make_node("Slice", ["s", "zero", "mr"], ["lead"]),
+             h.make_node("Concat", ["lead", "tail"], ["shape"], axis=0),
+             h.make_node("Reshape", ["p", "shape"], ["r"]),
+             h.make_node("Unsqueeze", ["r", "ax0"], ["u"]),
+             h.make_node("Transpose", ["u"], ["t"], perm=[3, 1, 2, 0, 4]),
+             h.make_node("Squeeze", ["t", "ax3"], ["q"]),
+             h.make_node("Gather", ["q", "pick"], ["g"], axis=0),
+             h.make_node("Shape", ["g"], ["gs"]),
+             h.make_node("Slice", ["gs", "last", "big"], ["d"]),
+             h.make_node("Cast", ["d"], ["df"], to=onnx.TensorProto.FLOAT),
+             h.make_node("Sqrt", ["df"], ["sd"]),
+             h.make_node("Div", ["unit", "sd"], ["inv"]),
+             h.make_node("Cast", ["inv"], ["invf"], to=onnx.TensorProto.FLOAT),
+             h.make_node("Sqrt", ["invf"], ["scale"]),
+             h.make_node("Mul", ["g", "scale"], ["y"])]
+    onnx.save(graph("sdpa_split", nodes, [value("x", ["N", 4, 6])], [value("y", ["N", 4, 6])],
+                    inits, opset=14), os.path.join(out, "sdpa_split.onnx"))
+    x = rng.standard_normal((N, 4, 6)).astype(np.float32)
+    save(os.path.join(out, "sdpa_split_x.bin"), x)
+    y = (x @ w).reshape(N, 4, 2, 6)[:, :, 1, :] * np.sqrt(1 / np.sqrt(6.0))
+    save(os.path.join(out, "sdpa_split_y.bin"), y.astype(np.float32))
+    # batch_unit.onnx: the axis a Gather leaves (extent 1) ends up beside the
+    # batch in one logical axis ([4, 2, N, 6] -> [4, N, 6] -> [4, N * 6] ->
+    # [N * 6, 4] -> [N, 6, 4]); the output must still be stored [batch, 6, 4].
+    nodes = [h.make_node("Transpose", ["x"], ["t"], perm=[1, 2, 0, 3]),
+             h.make_node("Gather", ["t", "first"], ["g"], axis=1),
+             h.make_node("Reshape", ["g", "rows"], ["r"]),
+             h.make_node("Transpose", ["r"], ["rt"], perm=[1, 0]),
+             h.make_node("Reshape", ["rt", "back"], ["y"])]
+    inits = [ints("first", 0, scalar=True), ints("rows", [4, -1]), ints("back", [-1, 6, 4])]
+    onnx.save(graph("batch_unit", nodes, [value("x", ["N", 4, 2, 6])], [value("y", ["N", 6, 4])],
+                    inits), os.path.join(out, "batch_unit.onnx"))
+    x = rng.standard_normal((N, 4, 2, 6)).astype(np.float32)
+    save(os.path.join(out, "batch_unit_x.bin"), x)
+    save(os.path.join(out, "batch_unit_y.bin"), np.ascontiguousarray(x[:, :, 0, :].transpose(0, 2, 1)))
+
+
 def make_graph_refusals(out):
     """Hand-built graphs, one refusal each (the attribute or form named)."""
     h, rng = onnx.helper, np.random.default_rng(5)
@@ -592,6 +658,10 @@ def make_graph_refusals(out):
     one("where_tensors", "Where", ["causal", "x", "x"], [causal], ("N", 3, 3))
     idx = onnx.numpy_helper.from_array(np.array([0, 2], np.int64), "idx")
     one("gather_data", "Gather", ["x", "idx"], [idx], ("N", 6), axis=1)  # not an embedding
+    first = onnx.numpy_helper.from_array(np.array(0, np.int64), "first")
+    one("gather_batch", "Gather", ["x", "first"], [first], ("N", 6), axis=0)  # a sample
+    ax = onnx.numpy_helper.from_array(np.array([1], np.int64), "ax")
+    one("squeeze_wide", "Squeeze", ["x", "ax"], [ax], ("N", 6))  # extent 6
     rows = onnx.numpy_helper.from_array(np.array([-1, 3], np.int64), "rows")
     one("reshape_batch", "Reshape", ["x", "rows"], [rows], ("N", 6))  # the batch into the rows
     ints = {k: onnx.numpy_helper.from_array(np.array(v, np.int64), k)
@@ -619,8 +689,27 @@ def fashion_mlp():
     return nn.Sequential(nn.Flatten(), nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10))
 
 
+def conv_backward_check():
+    """Debian 13's PyTorch 2.6 (oneDNN 3.7.2, on AVX-512 machines) computes a
+    wrong float32 Conv2d input gradient when the output channels are not a
+    multiple of 16 (relative error 0.9 against float64 for [8, 4, 5, 5] *
+    [6, 4, 3, 3]; 16, 32, 64 are right): the CNN and U-Net would train wrongly. Without oneDNN the native
+    kernels are right; 1.13's oneDNN is too (then nothing changes)."""
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn((8, 4, 5, 5), generator=g), torch.randn((6, 4, 3, 3), generator=g)
+    go = torch.randn((8, 6, 3, 3), generator=g)
+    dx = [torch.nn.grad.conv2d_input(x.shape, w.to(t), go.to(t)).double()
+          for t in (torch.float32, torch.float64)]
+    if float((dx[0] - dx[1]).abs().max() / dx[1].abs().max()) > 1e-5:
+        print(f"make_models.py: PyTorch {torch.__version__}'s float32 Conv2d input gradient is "
+              "wrong with oneDNN here: training with torch.backends.mkldnn.enabled = False",
+              file=sys.stderr)
+        torch.backends.mkldnn.enabled = False
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "."
+    conv_backward_check()
     os.makedirs(out, exist_ok=True)
     if len(sys.argv) > 2 and sys.argv[2] == "--fashion":  # example 04's model only
         torch.manual_seed(1)
@@ -630,6 +719,7 @@ def main():
         make(out, name)
     make_refusals(out)
     make_axes(out)
+    make_split(out)
     make_graph_refusals(out)
     with open(os.path.join(out, "manifest.txt"), "w") as f:
         f.write(f"{N} {BATCH} {STEPS} {LR}\n")

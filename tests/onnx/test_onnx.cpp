@@ -38,8 +38,15 @@ using Full =
 // reach the shards, and the export must gather them.
 using Zero3 = telar::Strategy<telar::DataParallel<telar::RingAllreduce, telar::ZeRO<3>>>;
 
+// The fixture directory: TELAR_ONNX_FIXTURES in the environment (fixtures
+// written by another PyTorch, e.g. tests/onnx/torch26_check.sh's), else the
+// build's (make_models.py run by TELAR_TORCH_PYTHON at build time).
 std::string fixture(std::string const& name) {
-  return std::string(TELAR_ONNX_FIXTURES) + "/" + name;
+  static std::string const dir = [] {
+    char const* env = std::getenv("TELAR_ONNX_FIXTURES");
+    return std::string(env != nullptr && *env != '\0' ? env : TELAR_ONNX_FIXTURES);
+  }();
+  return dir + "/" + name;
 }
 
 template <class T>
@@ -122,6 +129,17 @@ Manifest manifest() {
   in >> m.n >> m.batch >> m.steps >> m.lr;
   REQUIRE(m.n > 0);
   return m;
+}
+
+// TELAR_ONNX_REPORT set: each measured figure on a line of its own
+// ("onnx-report: <what> <value>", rank 0), for docs/onnx.md's tables
+// (tests/onnx/torch26_check.sh collects them).
+void report(std::string const& what, double value) {
+  static bool const on = std::getenv("TELAR_ONNX_REPORT") != nullptr;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (on && rank == 0)
+    std::printf("onnx-report: %s %.3g\n", what.c_str(), value), std::fflush(stdout);
 }
 
 int world_size() {
@@ -210,6 +228,7 @@ TEST_CASE("ONNX import: forward output equals PyTorch's", "[onnx]") {
     auto const got = to_vector(telar::onnx::predict(imp.model, x));
     double const err = rel_err(got, read_bin<float>(name + "_y.bin"));
     INFO("relative error " << err);
+    report(name + " forward", err);
     CHECK(err <= (zoo(name) ? 1e-4 : 1e-5));
   }
 }
@@ -232,6 +251,7 @@ void check_training(std::string const& name) {
   std::vector<T> const got = in_file_order(t.imported, t.params);
   double const err = rel_err(got, read_bin<T>(name + "_trained.bin"));
   INFO("parameters after training: relative error " << err);
+  report(name + " trained-parameters", err);
   // In double, the file's float32 epsilon and momentum (1e-5f, 0.9f) differ
   // from PyTorch's (1e-5, 0.1) by 2.5e-9 and 2.4e-7 relative.
   CHECK(err <= (std::is_same_v<T, double> ? 1e-5 : 1e-4));
@@ -240,6 +260,7 @@ void check_training(std::string const& name) {
     CHECK(std::any_of(want.begin(), want.end(), [](float v) { return v != 0; })); // not dead
     double const out = rel_err(read_bin<float>(name + "_telar_y.bin"), want);
     INFO("outputs after training: relative error " << out);
+    report(name + " trained-outputs", out);
     CHECK(out <= 1e-4);
     // The written file (float32) imports again with the trained values.
     Imported back = telar::onnx::import_model<float>(fixture(name + "_telar.onnx"));
@@ -295,6 +316,7 @@ TEST_CASE("ONNX import: dp2, pp2, tp2 and ZeRO-3 train to the serial parameters"
     std::string name;
     double const worst = worst_error(train<Zero3>(model, MPI_COMM_WORLD, o, false), ref, name);
     INFO(model << " ZeRO-3 dp=2: worst relative error " << worst << " (" << name << ")");
+    report(model + " zero3-dp2", worst);
     CHECK(worst <= 1e-5);
   }
   struct Layout {
@@ -317,6 +339,9 @@ TEST_CASE("ONNX import: dp2, pp2, tp2 and ZeRO-3 train to the serial parameters"
       double const worst = worst_error(got, ref, worst_name);
       INFO(name << " dp=" << l.dp << " pp=" << l.pp << " tp=" << l.tp << ": worst relative error "
                 << worst << " (" << worst_name << ")");
+      report(name + " dp" + std::to_string(l.dp) + "-pp" + std::to_string(l.pp) + "-tp" +
+                 std::to_string(l.tp),
+             worst);
       CHECK(worst <= 1e-5);
     }
   }
@@ -330,6 +355,7 @@ TEST_CASE("ONNX import: dp2, pp2, tp2 and ZeRO-3 train to the serial parameters"
     std::string worst_name;
     double const worst = worst_error(train(name, MPI_COMM_WORLD, o, false), ref, worst_name);
     INFO(name << " dp=2: worst relative error " << worst << " (" << worst_name << ")");
+    report(name + " syncstats-dp2", worst);
     // MobileNetV2's last BatchNorms see 1x1 maps of 8 samples: their running
     // variances take the order of the reduction to 1.4e-5 (1e-4 there).
     CHECK(worst <= (name == "mobilenetv2" ? 1e-4 : 1e-5));
@@ -357,6 +383,9 @@ TEST_CASE("ONNX import: the GPT decoder at 4 ranks trains to the serial paramete
     double const worst = worst_error(got, ref, worst_name);
     INFO("gpt dp=" << l.dp << " pp=" << l.pp << (l.zero3 ? " ZeRO-3" : "")
                    << ": worst relative error " << worst << " (" << worst_name << ")");
+    report("gpt dp" + std::to_string(l.dp) + "-pp" + std::to_string(l.pp) +
+               (l.zero3 ? "-zero3" : ""),
+           worst);
     CHECK(worst <= 1e-5);
   }
 }
@@ -423,6 +452,12 @@ TEST_CASE("ONNX import refuses what it does not support, naming it", "[onnx]") {
         Case{"where_mask", "(Where)", "its condition 'causal' [3, 3] does not match the last axes"},
         Case{"where_tensors", "(Where)", "a constant float32 scalar and a tensor"},
         Case{"gather_data", "(Gather)", "a constant table by the graph's integer input"},
+        Case{"gather_batch", "(Gather)",
+             "gathers along axis 0 of the logical shape [batch, 6], "
+             "which holds the batch"},
+        Case{"squeeze_wide", "(Squeeze)",
+             "squeezes axis 1 of the logical shape [batch, 6], whose "
+             "extent is not 1"},
         Case{"tied", "(Gemm)", "shared (tied) parameters"},
         Case{"dead", "(Tanh)", "does not reach the graph output"}}) {
     std::string const file = std::string(c.file) + ".onnx";
@@ -494,6 +529,24 @@ TEST_CASE("ONNX import: negative axes count from the end; an active Dropout trai
   auto const part =
       to_vector(telar::onnx::predict(cut.model, to_matrix(read_bin<float>("slice2_x.bin"), mf.n)));
   CHECK(rel_err(part, read_bin<float>("slice2_y.bin")) == 0);
+
+  // PyTorch 2's packed q/k/v split (Reshape folded through Mod, Unsqueeze,
+  // Transpose, Squeeze, Gather of one index) and its attention scale
+  // (float32 arithmetic on a Shape): a Dense, a Rearrange::slice, a Scale.
+  Imported split = telar::onnx::import_model<float>(fixture("sdpa_split.onnx"));
+  split.model.build(split.input_shape);
+  split.model.initialize(0);
+  auto const picked = to_vector(
+      telar::onnx::predict(split.model, to_matrix(read_bin<float>("sdpa_split_x.bin"), mf.n)));
+  CHECK(rel_err(picked, read_bin<float>("sdpa_split_y.bin")) <= 1e-6);
+  // The extent-1 axis a Gather leaves, regrouped beside the batch: dropped
+  // when the output is stored [batch, 6, 4] (else refused as a moved batch).
+  Imported unit = telar::onnx::import_model<float>(fixture("batch_unit.onnx"));
+  unit.model.build(unit.input_shape);
+  unit.model.initialize(0);
+  auto const moved = to_vector(
+      telar::onnx::predict(unit.model, to_matrix(read_bin<float>("batch_unit_x.bin"), mf.n)));
+  CHECK(rel_err(moved, read_bin<float>("batch_unit_y.bin")) == 0);
 
   Imported drop = telar::onnx::import_model<float>(fixture("dropout_active.onnx"));
   REQUIRE(drop.model.layer_count() == 3);

@@ -104,8 +104,8 @@ inline std::vector<std::int64_t> constants_of(Folded const& f, char const* what)
   return v;
 }
 
-// Gather, Unsqueeze, Squeeze, Concat, Cast, Identity, Add/Sub/Mul/Div and
-// Slice of folded operands (inputs in node order; an absent optional input
+// Gather, Unsqueeze, Squeeze, Concat, Cast, Identity, Add/Sub/Mul/Div, Mod,
+// Reshape and Slice of folded operands (inputs in node order; an absent optional input
 // is nullopt); throws std::string for what it cannot fold.
 inline Folded fold_node(::onnx::NodeProto const& n, std::vector<std::optional<Folded>> const& in,
                         int opset) {
@@ -119,6 +119,35 @@ inline Folded fold_node(::onnx::NodeProto const& n, std::vector<std::optional<Fo
     return arg(0);
   if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div")
     return fold_arith(op, arg(0), arg(1));
+  if (op == "Mod") { // PyTorch 2's unflatten: dim % rank of constants
+    if (int_attr(n, "fmod", 0) != 0)
+      throw std::string("only Mod with fmod = 0 (integers) folds");
+    auto const a = constants_of(arg(0), "its dividend"), b = constants_of(arg(1), "its divisor");
+    if (a.size() != b.size() && a.size() != 1 && b.size() != 1)
+      throw std::string("operands of " + std::to_string(a.size()) + " and " +
+                        std::to_string(b.size()) + " values do not broadcast");
+    std::vector<std::int64_t> r;
+    for (std::size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+      std::int64_t const x = a[a.size() == 1 ? 0 : i], y = b[b.size() == 1 ? 0 : i];
+      if (y == 0)
+        throw std::string("Mod by zero");
+      std::int64_t m = x % y; // the sign of the divisor, as ONNX's integer Mod (and Python's %)
+      if (m != 0 && ((m < 0) != (y < 0)))
+        m += y;
+      r.push_back(m);
+    }
+    return folded_ints(r, arg(0).scalar && arg(1).scalar);
+  }
+  if (op == "Reshape") { // of shape values: a scalar to [1] or [-1], or a vector kept
+    auto const t = constants_of(arg(1), "its shape");
+    Folded r = arg(0);
+    bool const one = t.size() == 1 && (t[0] == -1 || t[0] == std::int64_t(r.v.size()));
+    if (!(one || (t.empty() && r.v.size() == 1)))
+      throw std::string("only a Reshape of " + std::to_string(r.v.size()) +
+                        " values to a vector of them (or of one value to a scalar) folds");
+    r.scalar = t.empty();
+    return r;
+  }
   if (op == "Gather") {
     if (int_attr(n, "axis", 0) != 0 || arg(0).scalar)
       throw std::string("only a Gather along axis 0 of a vector folds");
@@ -166,7 +195,7 @@ inline Folded fold_node(::onnx::NodeProto const& n, std::vector<std::optional<Fo
   throw std::string("operator " + op +
                     " on constant integer tensors is not folded (supported: "
                     "Shape, Gather, Unsqueeze, Squeeze, Concat, Cast, Identity, Slice, Add, "
-                    "Sub, Mul, Div)");
+                    "Sub, Mul, Div, Mod, Reshape)");
 }
 
 } // namespace telar::onnx::detail

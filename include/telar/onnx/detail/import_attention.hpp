@@ -134,6 +134,8 @@ Layout GraphReader<T, M>::same_layouts(::onnx::NodeProto const& n) {
 template <class T, class M>
 void GraphReader<T, M>::gather(::onnx::NodeProto const& n) {
   auto const* w = index_.constant(n.input(0));
+  if (!w && shapes_.count(resolve(n.input(0))))
+    return gather_axis(n);
   if (!w || !ids_input_ || resolve(n.input(1)) != plan_.input_name || int_attr(n, "axis", 0) != 0)
     fail(n, "only a Gather of rows (axis 0) of a constant table by the graph's integer input "
             "(a token embedding), or one that folds as shape arithmetic, is supported");

@@ -61,13 +61,14 @@ inline char const* supported_ops() {
          "each sample (a trained Bias), Pad of zeros, Identity, Dropout, Softmax over an axis "
          "after the batch, Softmax/LogSoftmax over the last axis as the last node, Transpose, "
          "Reshape, Slice (static shapes, step 1, any axes but the batch; the batch may move), "
+         "Unsqueeze, Squeeze, Gather of one constant index along an axis but the batch, "
          "MatMul of two tensors (batched), Mul/Div by a constant scalar (a Scale) or by a "
          "constant broadcast over each sample (a trained Multiplier), ReduceMean, "
          "LayerNormalization's ReduceMean/Sub/Pow/Sqrt/Div "
          "form, Gather of a constant table by integer token ids (an embedding), Add of a "
          "constant [seq, hidden] (a learned positional embedding), Where with a constant mask "
          "and a constant scalar (masked_fill), and shape arithmetic (Shape, Gather, "
-         "Unsqueeze, Concat, Cast, ...) folded";
+         "Unsqueeze, Concat, Cast, Mod, ...; float32 Sqrt, Div, ... of shape values) folded";
 }
 
 // One node of the file once mapped, before it is placed in the model: a
@@ -280,6 +281,10 @@ private:
       plain(n, x); // Conv, pools, Flatten, ... read [batch, C, ...] in place
     if (op == "Transpose")
       return transpose(n);
+    if (op == "Unsqueeze")
+      return unsqueeze(n);
+    if (op == "Squeeze")
+      return squeeze(n);
     if (op == "Slice")
       return slice(n);
     if (op == "ReduceMean")
@@ -487,6 +492,11 @@ private:
   int stored_axis(::onnx::NodeProto const& n, std::string const& x, std::size_t axis);
   std::size_t logical_axis(::onnx::NodeProto const& n, std::string const& x, std::int64_t a);
   bool fold(::onnx::NodeProto const& n);
+  bool fold_float(::onnx::NodeProto const& n);
+  void unsqueeze(::onnx::NodeProto const& n);
+  void squeeze(::onnx::NodeProto const& n);
+  Layout drop_axis(::onnx::NodeProto const& n, std::string const& x, Layout l, std::size_t axis);
+  void gather_axis(::onnx::NodeProto const& n);
   std::optional<Folded> folded(std::string const& t) const;
   std::vector<Sym> folded_input(::onnx::NodeProto const& n, int i, char const* what);
   std::vector<std::int64_t> constant_ints(::onnx::NodeProto const& n, int i, char const* what);
@@ -533,7 +543,8 @@ private:
   std::map<std::string, std::string> bound_by_;          // initializer -> the node using it
   std::map<std::string, Layout> layouts_; // logical axes of a tensor whose batch moved (by name)
   std::map<std::string, Folded> folded_;  // integer tensors of shape arithmetic
-  std::map<::onnx::NodeProto const*, NormMatch> norm_; // last Add of a LayerNorm -> its parts
+  std::map<std::string, ::onnx::TensorProto> computed_; // float32 values of shape arithmetic
+  std::map<::onnx::NodeProto const*, NormMatch> norm_;  // last Add of a LayerNorm -> its parts
   std::set<std::string> names_;
   std::vector<ParameterBinding> pending_; // of the node being mapped
   std::vector<Ir> nodes_;

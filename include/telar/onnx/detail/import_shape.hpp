@@ -10,10 +10,10 @@ namespace telar::onnx::detail {
 template <class T, class M>
 bool GraphReader<T, M>::layout_aware(std::string const& op) {
   static std::set<std::string> const ops{
-      "Relu",    "Sigmoid",     "Tanh",      "Gelu",      "Clip",     "LeakyRelu",
-      "Elu",     "HardSigmoid", "HardSwish", "Dropout",   "Identity", "Transpose",
-      "Reshape", "MatMul",      "Gemm",      "Add",       "Sub",      "Mul",
-      "Div",     "Softmax",     "Slice",     "ReduceMean"};
+      "Relu",        "Sigmoid",   "Tanh",    "Gelu",     "Clip",      "LeakyRelu", "Elu",
+      "HardSigmoid", "HardSwish", "Dropout", "Identity", "Transpose", "Reshape",   "MatMul",
+      "Gemm",        "Add",       "Sub",     "Mul",      "Div",       "Softmax",   "Slice",
+      "ReduceMean",  "Unsqueeze", "Squeeze", "Gather"};
   return ops.count(op) > 0;
 }
 
@@ -147,6 +147,8 @@ bool GraphReader<T, M>::fold(::onnx::NodeProto const& n) {
     folded_[n.output(0)].v = logical_dims(layout_of(n.input(0)), shape_of(n.input(0)));
     return true;
   }
+  if (fold_float(n))
+    return true;
   std::vector<std::optional<Folded>> in;
   for (auto const& t : n.input()) {
     if (t.empty()) {
@@ -165,6 +167,72 @@ bool GraphReader<T, M>::fold(::onnx::NodeProto const& n) {
   } catch (std::string const& why) {
     fail(n, "shape arithmetic: " + why);
   }
+  return true;
+}
+
+// Float32 arithmetic on shape values, evaluated at import: a Cast to
+// float32 of a folded integer tensor (PyTorch 2's scaled_dot_product_attention
+// computes its scale as sqrt(1 / sqrt(Cast(Shape(q)[-1])))), then Sqrt, Add,
+// Sub, Mul, Div and Cast to float32 of such values and float32 literals. The
+// result is a literal constant (a fixed Scale where a Mul reads it). False
+// for other nodes.
+template <class T, class M>
+bool GraphReader<T, M>::fold_float(::onnx::NodeProto const& n) {
+  std::string const& op = n.op_type();
+  bool const to_float = op != "Cast" || int_attr(n, "to", 0) == ::onnx::TensorProto::FLOAT;
+  if (!to_float || n.input_size() < 1)
+    return false;
+  std::vector<float> v;
+  bool scalar = true;
+  if (op == "Cast" && folded(n.input(0))) {
+    Folded const f = *folded(n.input(0));
+    for (Sym const e : f.v)
+      if (e.pow != 0)
+        return false; // depends on the batch: folded as integers only (as before)
+    for (Sym const e : f.v)
+      v.push_back(float(e.coef));
+    scalar = f.scalar;
+    folded_[n.output(0)] = f; // still readable as integers
+  } else {
+    static std::set<std::string> const ops{"Cast", "Sqrt", "Add", "Sub", "Mul", "Div"};
+    if (!ops.count(op))
+      return false;
+    bool any = false;
+    for (auto const& in : n.input()) {
+      auto const* t = index_.constant(in);
+      if (!t || t->data_type() != ::onnx::TensorProto::FLOAT || !index_.is_literal(in))
+        return false;
+      any = any || computed_.count(in) > 0;
+    }
+    if (!any || n.input_size() != (op == "Cast" || op == "Sqrt" ? 1 : 2))
+      return false;
+    auto const a = floats_of(*index_.constant(n.input(0)));
+    auto const b = n.input_size() > 1 ? floats_of(*index_.constant(n.input(1))) : a;
+    if (a.size() != b.size() && a.size() != 1 && b.size() != 1)
+      fail(n, "float32 shape arithmetic of " + std::to_string(a.size()) + " and " +
+                  std::to_string(b.size()) + " values does not broadcast");
+    for (auto const* t :
+         {index_.constant(n.input(0)), index_.constant(n.input(n.input_size() - 1))})
+      scalar = scalar && t->dims_size() == 0;
+    for (std::size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+      float const x = a[a.size() == 1 ? 0 : i], y = b[b.size() == 1 ? 0 : i];
+      v.push_back(op == "Sqrt"  ? std::sqrt(x)
+                  : op == "Add" ? x + y
+                  : op == "Sub" ? x - y
+                  : op == "Mul" ? x * y
+                  : op == "Div" ? x / y
+                                : x);
+    }
+  }
+  ::onnx::TensorProto& t = computed_[n.output(0)];
+  t.set_name(n.output(0));
+  t.set_data_type(::onnx::TensorProto::FLOAT);
+  if (!scalar)
+    t.add_dims(std::int64_t(v.size()));
+  for (float const x : v)
+    t.add_float_data(x);
+  index_.constants[n.output(0)] = &t;
+  index_.literals.insert(n.output(0));
   return true;
 }
 
@@ -217,6 +285,125 @@ void GraphReader<T, M>::transpose(::onnx::NodeProto const& n) {
     out.groups.push_back(l.groups[std::size_t(p)]);
   }
   view(n, n.input(0), out);
+}
+
+// Unsqueeze of a tensor: a view with new logical axes of extent 1 (no atom).
+template <class T, class M>
+void GraphReader<T, M>::unsqueeze(::onnx::NodeProto const& n) {
+  std::string const x = n.input(0);
+  if (!shapes_.count(resolve(x)))
+    fail(n, "only a Unsqueeze of a tensor computed from the input, or of shape arithmetic "
+            "(folded), is supported");
+  auto const axes = opset_ >= 13 ? constant_ints(n, 1, "axes") : ints_attr(n, "axes", {});
+  Layout l = layout_of(x);
+  std::int64_t const r = std::int64_t(l.groups.size() + axes.size());
+  std::set<std::int64_t> at;
+  for (auto a : axes) {
+    if (a < -r || a >= r || !at.insert(a < 0 ? a + r : a).second)
+      fail(n, "its axes must be distinct and in [" + std::to_string(-r) + ", " + std::to_string(r) +
+                  ") for the logical shape " + logical_str(x));
+  }
+  for (auto a : at) // increasing: each index is of the result
+    l.groups.insert(l.groups.begin() + a, std::vector<int>{});
+  view(n, x, l);
+}
+
+// \p l without its logical axis \p axis (of extent 1): the axis's stored
+// atoms (extent 1) join the nearest axis without the batch, so that the
+// stored tensor is unchanged.
+template <class T, class M>
+Layout GraphReader<T, M>::drop_axis(::onnx::NodeProto const& n, std::string const& x, Layout l,
+                                    std::size_t axis) {
+  std::vector<int> const atoms = l.groups[axis];
+  l.groups.erase(l.groups.begin() + std::ptrdiff_t(axis));
+  if (atoms.empty())
+    return l;
+  auto no_batch = [&](std::size_t g) {
+    auto const& a = l.groups[g];
+    return std::find(a.begin(), a.end(), batch_atom) == a.end();
+  };
+  for (std::size_t k = 0; k < l.groups.size(); ++k) { // nearest first, the earlier one on ties
+    for (std::size_t g : {axis - 1 - k, axis + k})
+      if (g < l.groups.size() && no_batch(g)) {
+        auto& dst = l.groups[g];
+        dst.insert(g < axis ? dst.end() : dst.begin(), atoms.begin(), atoms.end());
+        return l;
+      }
+  }
+  fail(n, "removes an axis of the logical shape " + logical_str(x) +
+              ", leaving only the batch (Telar keeps a sample axis)");
+}
+
+// Squeeze of a tensor: its axes of extent 1 dropped (a view).
+template <class T, class M>
+void GraphReader<T, M>::squeeze(::onnx::NodeProto const& n) {
+  std::string const x = n.input(0);
+  if (!shapes_.count(resolve(x)))
+    fail(n, "only a Squeeze of a tensor computed from the input, or of shape arithmetic "
+            "(folded), is supported");
+  Layout l = layout_of(x);
+  auto const dims = logical_dims(l, shape_of(x));
+  std::vector<std::int64_t> axes;
+  if (opset_ >= 13 ? n.input_size() > 1 && !n.input(1).empty() : find_attr(n, "axes") != nullptr)
+    axes = opset_ >= 13 ? constant_ints(n, 1, "axes") : ints_attr(n, "axes", {});
+  else
+    for (std::size_t d = 0; d < dims.size(); ++d)
+      if (dims[d] == Sym{1, 0})
+        axes.push_back(std::int64_t(d));
+  std::set<std::size_t> at;
+  for (auto a : axes) {
+    std::size_t const d = logical_axis(n, x, a);
+    if (dims[d] != Sym{1, 0})
+      fail(n, "squeezes axis " + std::to_string(a) + " of the logical shape " + logical_str(x) +
+                  ", whose extent is not 1");
+    at.insert(d);
+  }
+  for (auto it = at.rbegin(); it != at.rend(); ++it) // from the last: earlier indices hold
+    l = drop_axis(n, x, l, *it);
+  view(n, x, l);
+}
+
+// Gather of one index (a constant scalar) along a logical axis of a tensor
+// that is not the batch (PyTorch 2 picks q, k and v of a packed projection
+// so): a telar::Rearrange::slice of that index, the axis dropped.
+template <class T, class M>
+void GraphReader<T, M>::gather_axis(::onnx::NodeProto const& n) {
+  std::string const x = n.input(0);
+  auto const* c = index_.constant(n.input(1));
+  if (!c || c->dims_size() != 0 ||
+      (c->data_type() != ::onnx::TensorProto::INT64 &&
+       c->data_type() != ::onnx::TensorProto::INT32))
+    fail(n, "a Gather of a tensor is supported only by one constant integer index (a scalar); "
+            "else a Gather of a constant table by the graph's integer input (an embedding)");
+  std::int64_t i = 0;
+  if (c->data_type() == ::onnx::TensorProto::INT64) {
+    i = ints_of(*c).at(0);
+  } else if (c->int32_data_size() == 1) {
+    i = c->int32_data(0);
+  } else {
+    std::int32_t v = 0;
+    if (c->raw_data().size() != sizeof v)
+      fail(n, "its index '" + n.input(1) + "' holds no int32 value");
+    std::memcpy(&v, c->raw_data().data(), sizeof v);
+    i = v;
+  }
+  std::size_t const a = logical_axis(n, x, int_attr(n, "axis", 0));
+  int const d = stored_axis(n, x, a);
+  if (d < 0)
+    fail(n, "gathers along axis " + std::to_string(int_attr(n, "axis", 0)) +
+                " of the logical shape " + logical_str(x) + ", which holds the batch");
+  std::int64_t const len = std::int64_t(shape_of(x)[d]);
+  if (i < -len || i >= len)
+    fail(n, "index " + std::to_string(i) + " is outside [" + std::to_string(-len) + ", " +
+                std::to_string(len) + ") of axis " + std::to_string(int_attr(n, "axis", 0)) +
+                " of the logical shape " + logical_str(x));
+  i = i < 0 ? i + len : i;
+  Layout const l = drop_axis(n, x, layout_of(x), a);
+  emit(n, Rearrange<T, M>::slice(shape_of(x), d, std::size_t(i), std::size_t(i) + 1), x);
+  if (l != plain_layout(shapes_.at(n.output(0)).rank))
+    layouts_[n.output(0)] = l;
+  else
+    layouts_.erase(n.output(0));
 }
 
 // The target shape with ONNX's 0 (copy the input's extent) and -1 (infer).

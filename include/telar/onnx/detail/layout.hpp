@@ -80,6 +80,8 @@ inline Materialized materialize(Layout const& l, Shape const& s) {
     for (int a : g)
       if (a == batch_atom)
         out.push_back(a);
+      else if (has_batch && s[a] == 1) // beside the batch an extent 1 is no axis
+        continue;                      // (the Reshape after the Transpose drops it)
       else if (has_batch)
         out.push_back(int(dims.size())), dims.push_back(s[a]);
       else
