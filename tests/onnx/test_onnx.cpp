@@ -503,50 +503,50 @@ TEST_CASE("ONNX import: graphs become DynamicGraph layers between chain layers",
   }
 }
 
+namespace {
+
+// Fixture <name>.onnx imported, built and initialised, its forward output on
+// <name>_x.bin and PyTorch's (or numpy's) on it, <name>_y.bin.
+struct Forward {
+  Imported imported;
+  std::vector<float> got, want;
+};
+Forward forward_of(std::string const& name, std::size_t n) {
+  Forward f{telar::onnx::import_model<float>(fixture(name + ".onnx")), {}, {}};
+  f.imported.model.build(f.imported.input_shape);
+  f.imported.model.initialize(0);
+  f.got = to_vector(
+      telar::onnx::predict(f.imported.model, to_matrix(read_bin<float>(name + "_x.bin"), n)));
+  f.want = read_bin<float>(name + "_y.bin");
+  return f;
+}
+
+} // namespace
+
 TEST_CASE("ONNX import: negative axes count from the end; an active Dropout trains", "[onnx]") {
   Manifest const mf = manifest();
-  Imported flat = telar::onnx::import_model<float>(fixture("flatten_neg.onnx"));
-  flat.model.build(flat.input_shape);
-  flat.model.initialize(0);
-  auto const got = to_vector(
-      telar::onnx::predict(flat.model, to_matrix(read_bin<float>("flatten_neg_x.bin"), mf.n)));
-  CHECK(rel_err(got, read_bin<float>("flatten_neg_y.bin")) <= 1e-6);
+  Forward const flat = forward_of("flatten_neg", mf.n);
+  CHECK(rel_err(flat.got, flat.want) <= 1e-6);
 
   // A Softmax over axis 1 of [N, 4, 5], the graph's last node: a telar::Softmax layer.
-  Imported soft = telar::onnx::import_model<float>(fixture("softmax_axis1.onnx"));
-  CHECK(soft.output_activation.empty());
-  soft.model.build(soft.input_shape);
-  soft.model.initialize(0);
-  auto const probs = to_vector(
-      telar::onnx::predict(soft.model, to_matrix(read_bin<float>("softmax_axis1_x.bin"), mf.n)));
-  CHECK(rel_err(probs, read_bin<float>("softmax_axis1_y.bin")) <= 1e-6);
+  Forward const soft = forward_of("softmax_axis1", mf.n);
+  CHECK(soft.imported.output_activation.empty());
+  CHECK(rel_err(soft.got, soft.want) <= 1e-6);
 
   // A Slice of axes 1 and -1 of [N, 4, 5]: two Rearrange::slice layers.
-  Imported cut = telar::onnx::import_model<float>(fixture("slice2.onnx"));
-  CHECK(cut.model.layer_count() == 2);
-  cut.model.build(cut.input_shape);
-  cut.model.initialize(0);
-  auto const part =
-      to_vector(telar::onnx::predict(cut.model, to_matrix(read_bin<float>("slice2_x.bin"), mf.n)));
-  CHECK(rel_err(part, read_bin<float>("slice2_y.bin")) == 0);
+  Forward const cut = forward_of("slice2", mf.n);
+  CHECK(cut.imported.model.layer_count() == 2);
+  CHECK(rel_err(cut.got, cut.want) == 0);
 
   // PyTorch 2's packed q/k/v split (Reshape folded through Mod, Unsqueeze,
   // Transpose, Squeeze, Gather of one index) and its attention scale
   // (float32 arithmetic on a Shape): a Dense, a Rearrange::slice, a Scale.
-  Imported split = telar::onnx::import_model<float>(fixture("sdpa_split.onnx"));
-  split.model.build(split.input_shape);
-  split.model.initialize(0);
-  auto const picked = to_vector(
-      telar::onnx::predict(split.model, to_matrix(read_bin<float>("sdpa_split_x.bin"), mf.n)));
-  CHECK(rel_err(picked, read_bin<float>("sdpa_split_y.bin")) <= 1e-6);
+  Forward const split = forward_of("sdpa_split", mf.n);
+  CHECK(rel_err(split.got, split.want) <= 1e-6);
   // The extent-1 axis a Gather leaves, regrouped beside the batch: dropped
   // when the output is stored [batch, 6, 4] (else refused as a moved batch).
-  Imported unit = telar::onnx::import_model<float>(fixture("batch_unit.onnx"));
-  unit.model.build(unit.input_shape);
-  unit.model.initialize(0);
-  auto const moved = to_vector(
-      telar::onnx::predict(unit.model, to_matrix(read_bin<float>("batch_unit_x.bin"), mf.n)));
-  CHECK(rel_err(moved, read_bin<float>("batch_unit_y.bin")) == 0);
+  Forward const unit = forward_of("batch_unit", mf.n);
+  CHECK(rel_err(unit.got, unit.want) == 0);
 
   Imported drop = telar::onnx::import_model<float>(fixture("dropout_active.onnx"));
   REQUIRE(drop.model.layer_count() == 3);
