@@ -493,6 +493,7 @@ private:
   std::size_t logical_axis(::onnx::NodeProto const& n, std::string const& x, std::int64_t a);
   bool fold(::onnx::NodeProto const& n);
   bool fold_float(::onnx::NodeProto const& n);
+  std::string view_input(::onnx::NodeProto const& n);
   void unsqueeze(::onnx::NodeProto const& n);
   void squeeze(::onnx::NodeProto const& n);
   Layout drop_axis(::onnx::NodeProto const& n, std::string const& x, Layout l, std::size_t axis);

@@ -287,13 +287,22 @@ void GraphReader<T, M>::transpose(::onnx::NodeProto const& n) {
   view(n, n.input(0), out);
 }
 
+// The input of an Unsqueeze or Squeeze of a tensor (one of shape values was
+// folded before it reaches here).
+template <class T, class M>
+std::string GraphReader<T, M>::view_input(::onnx::NodeProto const& n) {
+  std::string const x = n.input(0);
+  if (!shapes_.count(resolve(x)))
+    fail(n, "only a " + n.op_type() +
+                " of a tensor computed from the input, or of shape arithmetic (folded), is "
+                "supported");
+  return x;
+}
+
 // Unsqueeze of a tensor: a view with new logical axes of extent 1 (no atom).
 template <class T, class M>
 void GraphReader<T, M>::unsqueeze(::onnx::NodeProto const& n) {
-  std::string const x = n.input(0);
-  if (!shapes_.count(resolve(x)))
-    fail(n, "only a Unsqueeze of a tensor computed from the input, or of shape arithmetic "
-            "(folded), is supported");
+  std::string const x = view_input(n);
   auto const axes = opset_ >= 13 ? constant_ints(n, 1, "axes") : ints_attr(n, "axes", {});
   Layout l = layout_of(x);
   std::int64_t const r = std::int64_t(l.groups.size() + axes.size());
@@ -337,10 +346,7 @@ Layout GraphReader<T, M>::drop_axis(::onnx::NodeProto const& n, std::string cons
 // Squeeze of a tensor: its axes of extent 1 dropped (a view).
 template <class T, class M>
 void GraphReader<T, M>::squeeze(::onnx::NodeProto const& n) {
-  std::string const x = n.input(0);
-  if (!shapes_.count(resolve(x)))
-    fail(n, "only a Squeeze of a tensor computed from the input, or of shape arithmetic "
-            "(folded), is supported");
+  std::string const x = view_input(n);
   Layout l = layout_of(x);
   auto const dims = logical_dims(l, shape_of(x));
   std::vector<std::int64_t> axes;
