@@ -7,9 +7,12 @@
 // [seq, batch * heads, head] keeps knowing which extent is the batch).
 #include <telar/onnx/detail/proto.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace telar::onnx::detail {
@@ -58,18 +61,27 @@ inline Folded folded_ints(std::vector<std::int64_t> const& v, bool scalar) {
   return f;
 }
 
+// f(a[i], b[i]) for every i, numpy's broadcasting of an operand of one
+// value included. Throws std::string (the caller names the node) when the
+// operands do not broadcast.
+template <class V, class F>
+auto broadcast_values(std::vector<V> const& a, std::vector<V> const& b, F f) {
+  if (a.size() != b.size() && a.size() != 1 && b.size() != 1)
+    throw std::string("operands of " + std::to_string(a.size()) + " and " +
+                      std::to_string(b.size()) + " values do not broadcast");
+  std::vector<std::decay_t<decltype(f(a[0], b[0]))>> r;
+  for (std::size_t i = 0; i < std::max(a.size(), b.size()); ++i)
+    r.push_back(f(a[a.size() == 1 ? 0 : i], b[b.size() == 1 ? 0 : i]));
+  return r;
+}
+
 // Element-wise arithmetic with numpy broadcasting of a one-value operand.
 // Throws std::string (the caller names the node) when a result is not a
 // monomial.
 inline Folded fold_arith(std::string const& op, Folded const& a, Folded const& b) {
-  if (a.v.size() != b.v.size() && a.v.size() != 1 && b.v.size() != 1)
-    throw std::string("operands of " + std::to_string(a.v.size()) + " and " +
-                      std::to_string(b.v.size()) + " values do not broadcast");
   Folded r;
   r.scalar = a.scalar && b.scalar;
-  std::size_t const n = std::max(a.v.size(), b.v.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    Sym const x = a.v[a.v.size() == 1 ? 0 : i], y = b.v[b.v.size() == 1 ? 0 : i];
+  r.v = broadcast_values(a.v, b.v, [&](Sym const x, Sym const y) {
     std::optional<Sym> z;
     if (op == "Mul")
       z = x * y;
@@ -80,9 +92,31 @@ inline Folded fold_arith(std::string const& op, Folded const& a, Folded const& b
     if (!z)
       throw std::string(x.str() + " " + op + " " + y.str() +
                         " is not a multiple of a power of the batch size");
-    r.v.push_back(*z);
-  }
+    return *z;
+  });
   return r;
+}
+
+// ONNX's integer Mod (fmod = 0): the sign of the divisor, as Python's %.
+inline std::int64_t integer_mod(std::int64_t x, std::int64_t y) {
+  if (y == 0)
+    throw std::string("Mod by zero");
+  std::int64_t const m = x % y;
+  return m != 0 && (m < 0) != (y < 0) ? m + y : m;
+}
+
+// Float32 Sqrt, Cast (of a; b is a again), Add, Sub, Mul or Div of literal
+// values, broadcast as above.
+inline std::vector<float> fold_float_arith(std::string const& op, std::vector<float> const& a,
+                                           std::vector<float> const& b) {
+  return broadcast_values(a, b, [&](float const x, float const y) {
+    return op == "Sqrt"  ? std::sqrt(x)
+           : op == "Add" ? x + y
+           : op == "Sub" ? x - y
+           : op == "Mul" ? x * y
+           : op == "Div" ? x / y
+                         : x;
+  });
 }
 
 // Index i of a tensor of n values, ONNX's negative indices allowed.
@@ -123,19 +157,7 @@ inline Folded fold_node(::onnx::NodeProto const& n, std::vector<std::optional<Fo
     if (int_attr(n, "fmod", 0) != 0)
       throw std::string("only Mod with fmod = 0 (integers) folds");
     auto const a = constants_of(arg(0), "its dividend"), b = constants_of(arg(1), "its divisor");
-    if (a.size() != b.size() && a.size() != 1 && b.size() != 1)
-      throw std::string("operands of " + std::to_string(a.size()) + " and " +
-                        std::to_string(b.size()) + " values do not broadcast");
-    std::vector<std::int64_t> r;
-    for (std::size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
-      std::int64_t const x = a[a.size() == 1 ? 0 : i], y = b[b.size() == 1 ? 0 : i];
-      if (y == 0)
-        throw std::string("Mod by zero");
-      std::int64_t m = x % y; // the sign of the divisor, as ONNX's integer Mod (and Python's %)
-      if (m != 0 && ((m < 0) != (y < 0)))
-        m += y;
-      r.push_back(m);
-    }
+    auto const r = broadcast_values(a, b, integer_mod);
     return folded_ints(r, arg(0).scalar && arg(1).scalar);
   }
   if (op == "Reshape") { // of shape values: a scalar to [1] or [-1], or a vector kept

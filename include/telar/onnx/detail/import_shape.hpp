@@ -208,20 +208,13 @@ bool GraphReader<T, M>::fold_float(::onnx::NodeProto const& n) {
       return false;
     auto const a = floats_of(*index_.constant(n.input(0)));
     auto const b = n.input_size() > 1 ? floats_of(*index_.constant(n.input(1))) : a;
-    if (a.size() != b.size() && a.size() != 1 && b.size() != 1)
-      fail(n, "float32 shape arithmetic of " + std::to_string(a.size()) + " and " +
-                  std::to_string(b.size()) + " values does not broadcast");
     for (auto const* t :
          {index_.constant(n.input(0)), index_.constant(n.input(n.input_size() - 1))})
       scalar = scalar && t->dims_size() == 0;
-    for (std::size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
-      float const x = a[a.size() == 1 ? 0 : i], y = b[b.size() == 1 ? 0 : i];
-      v.push_back(op == "Sqrt"  ? std::sqrt(x)
-                  : op == "Add" ? x + y
-                  : op == "Sub" ? x - y
-                  : op == "Mul" ? x * y
-                  : op == "Div" ? x / y
-                                : x);
+    try {
+      v = fold_float_arith(op, a, b);
+    } catch (std::string const& why) {
+      fail(n, "float32 shape arithmetic: " + why);
     }
   }
   ::onnx::TensorProto& t = computed_[n.output(0)];
