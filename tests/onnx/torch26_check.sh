@@ -8,10 +8,10 @@
 #
 # Run from the repository root (as bench/peers/README.md runs torch26.sh).
 # BUILD_DIR (default: build) is a configured build tree; test_onnx is built
-# there first (nice -n 10, one job). Runs test_onnx at 1 rank and its [mpi]
-# case at 2 ranks; --all adds the hidden [zoo_deep] case and [mpi4] at 4
-# ranks; then check_export.py in the chroot (PyTorch 2.6 loads Telar's
-# exports). Each measured figure is printed as "onnx-report: <what> <value>"
+# there first (nice -n 10, one job). Runs test_onnx at 1 rank, its hidden
+# [zoo_deep] case (ResNet-50 and DenseNet-121, whose exports check_export.py
+# reads) and its [mpi] case at 2 ranks; --all adds [mpi4] at 4 ranks; then
+# check_export.py in the chroot (PyTorch 2.6 loads Telar's exports). Each measured figure is printed as "onnx-report: <what> <value>"
 # (TELAR_ONNX_REPORT) and collected in $OUT/report.txt. The fixtures go to
 # /tmp/telar-onnx-fx26 inside the chroot ($PEER_ROOT/tmp/telar-onnx-fx26 here).
 set -euo pipefail
@@ -52,12 +52,10 @@ run() { # ranks, test spec...
 }
 : >"$OUT/test_onnx.log"
 run 1
+run 1 "[zoo_deep]"
 run 2 "[mpi]"
-if [ "$all" = 1 ]; then
-  run 1 "[zoo_deep]"
-  run 4 "[mpi4]"
-fi
-# PyTorch 2.6 on Telar's exports (<name>_telar.onnx, written by the 1-rank run).
+[ "$all" = 0 ] || run 4 "[mpi4]"
+# PyTorch 2.6 on Telar's exports (<name>_telar.onnx, written by the 1-rank runs).
 echo "torch26_check: check_export.py (PyTorch 2.6 on Telar's exports)"
 "$peer" python3 tests/onnx/check_export.py "$fx" | tee -a "$OUT/test_onnx.log" || status=1
 {
