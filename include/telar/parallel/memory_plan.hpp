@@ -11,6 +11,7 @@
 #include <telar/optim/optimizer.hpp>
 #include <telar/parallel/detail/plan_model_states.hpp>
 #include <telar/parallel/layout_options.hpp>
+#include <telar/parallel/precision.hpp>
 #include <telar/parallel/run_layout.hpp>
 #include <telar/parallel/strategy.hpp>
 #include <telar/parallel/tensor_parallel.hpp>
@@ -68,7 +69,8 @@ namespace telar {
  *  \endcode
  *  \tparam Model, StrategyT, Optimizer, Loss those of the telar::Trainer
  *  planned (Loss defaults to the Trainer's default, SoftmaxCrossEntropy)
- *  \param model the model (not initialised) \param options the layout
+ *  \param model the model (not initialised; under a bf16 strategy rebound
+ *  as the Trainer does, telar::with_precision) \param options the layout
  *  settings (a telar::TrainerOptions is one)
  *  \param in per-sample input shape \param world_size ranks of the run
  *  \param rank rank to plan
@@ -78,9 +80,15 @@ template <
     class Loss = SoftmaxCrossEntropy<typename Model::value_type, typename Model::memory_space>>
 MemoryPlan plan_memory(Model const& model, LayoutOptions const& options, Shape const& in,
                        int world_size, int rank) {
-  GridShape const shape = detail::layout_grid<StrategyT>(options, world_size);
-  return detail::plan_rank<Model, StrategyT, Optimizer, Loss>(
-      model, options, in, shape, rank, detail::strategy_zero_stage<StrategyT>());
+  using P = detail::strategy_precision_t<StrategyT>;
+  if constexpr (!detail::trained_as_given_v<StrategyT, Model>) { // plan the model it trains
+    return plan_memory<WithPrecision<Model, P>, StrategyT, Optimizer, Loss>(
+        with_precision<P>(model), options, in, world_size, rank);
+  } else {
+    GridShape const shape = detail::layout_grid<StrategyT>(options, world_size);
+    return detail::plan_rank<Model, StrategyT, Optimizer, Loss>(
+        model, options, in, shape, rank, detail::strategy_zero_stage<StrategyT>());
+  }
 }
 
 } // namespace telar

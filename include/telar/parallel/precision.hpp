@@ -254,6 +254,13 @@ struct strategy_precision<Strategy<Ps...>> {
 template <class S>
 using strategy_precision_t = typename strategy_precision<S>::type;
 
+// Whether Model is already the model a Trainer with strategy S trains: the
+// planning functions (plan_memory, predict_step, plan_layout) rebind a model
+// that is not, so that a bf16 strategy is never planned with fp32 layers.
+template <class S, class Model>
+inline constexpr bool trained_as_given_v =
+    std::is_same_v<typename precision_model<Model, strategy_precision_t<S>>::type, Model>;
+
 } // namespace detail
 
 /*! \brief The model type under precision policy \p P: for

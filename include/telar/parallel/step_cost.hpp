@@ -88,7 +88,8 @@ struct StepPrediction {
  *  std::cout << p.step_ms << " ms: " << p.summary() << "\n";
  *  \endcode
  *  \tparam Model, StrategyT, Optimizer, Loss those of the Trainer predicted
- *  \param model the model (not initialised) \param options the layout
+ *  \param model the model (not initialised; under a bf16 strategy rebound
+ *  as the Trainer does, telar::with_precision) \param options the layout
  *  settings (batch_size must be set) \param in per-sample input shape
  *  \param world_size ranks of the run \param profile this machine's rates
  *  \throws GridError or Error when the layout cannot run */
@@ -97,21 +98,27 @@ template <
     class Loss = SoftmaxCrossEntropy<typename Model::value_type, typename Model::memory_space>>
 StepPrediction predict_step(Model const& model, LayoutOptions const& options, Shape const& in,
                             int world_size, MachineProfile const& profile) {
-  if (options.batch_size == 0)
-    throw Error("telar::predict_step: LayoutOptions::batch_size must be set");
-  // The plan resolves the grid and the sharding exactly as the Trainer does.
-  MemoryPlan const plan =
-      plan_memory<Model, StrategyT, Optimizer, Loss>(model, options, in, world_size, 0);
-  detail::StepCostInput c;
-  c.grid = plan.grid;
-  c.zero_stage = plan.zero_stage;
-  c.zero3_per_step = detail::zero3_gathers_per_step<StrategyT>();
-  c.shared_zero1 = options.shared_memory;
-  c.state_size = std::size_t(optimizer_traits<Optimizer>::state_size);
-  c.world = world_size;
-  c.order = options.grid_order;
-  c.hierarchical_dp = detail::hierarchical_dp_v<StrategyT>;
-  return detail::predict<StrategyT, Loss, StepPrediction>(model, options, in, c, profile);
+  using P = detail::strategy_precision_t<StrategyT>;
+  if constexpr (!detail::trained_as_given_v<StrategyT, Model>) { // predict the model it trains
+    return predict_step<WithPrecision<Model, P>, StrategyT, Optimizer, Loss>(
+        with_precision<P>(model), options, in, world_size, profile);
+  } else {
+    if (options.batch_size == 0)
+      throw Error("telar::predict_step: LayoutOptions::batch_size must be set");
+    // The plan resolves the grid and the sharding exactly as the Trainer does.
+    MemoryPlan const plan =
+        plan_memory<Model, StrategyT, Optimizer, Loss>(model, options, in, world_size, 0);
+    detail::StepCostInput c;
+    c.grid = plan.grid;
+    c.zero_stage = plan.zero_stage;
+    c.zero3_per_step = detail::zero3_gathers_per_step<StrategyT>();
+    c.shared_zero1 = options.shared_memory;
+    c.state_size = std::size_t(optimizer_traits<Optimizer>::state_size);
+    c.world = world_size;
+    c.order = options.grid_order;
+    c.hierarchical_dp = detail::hierarchical_dp_v<StrategyT>;
+    return detail::predict<StrategyT, Loss, StepPrediction>(model, options, in, c, profile);
+  }
 }
 
 } // namespace telar
