@@ -7,6 +7,18 @@
 
 namespace telar::test {
 
+// The execution space the layer and optimizer tests hand their layers: the
+// default one of the default memory space, or TELAR_TEST_EXEC where a build
+// with two host backends (Serial and OpenMP) compiles those tests once more
+// for the other one (tests/CMakeLists.txt, telar_add_test's BACKENDS).
+#ifdef TELAR_TEST_EXEC
+using Exec = TELAR_TEST_EXEC;
+#else
+using Exec = DefaultMemorySpace::execution_space;
+#endif
+static_assert(Kokkos::SpaceAccessibility<Exec, DefaultMemorySpace>::accessible,
+              "TELAR_TEST_EXEC must reach the default memory space");
+
 // S as a type that depends on M. Tests that instantiate bf16 code only where
 // oneDNN can run it (`if constexpr (telar::Bf16Gemm::supports<float, M>())` in
 // a template on the memory space M) name their bf16 types through it: a

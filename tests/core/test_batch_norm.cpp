@@ -22,7 +22,7 @@
 
 using Catch::Matchers::ContainsSubstring;
 using telar::test::to_host;
-using Exec = telar::DefaultMemorySpace::execution_space;
+using telar::test::Exec;
 using Mat = telar::Matrix<double>;
 using BN = telar::BatchNorm<double>;
 

@@ -31,7 +31,7 @@
 using Catch::Matchers::ContainsSubstring;
 using telar::test::random_matrix;
 using telar::test::to_host;
-using Exec = telar::DefaultMemorySpace::execution_space;
+using telar::test::Exec;
 
 namespace {
 

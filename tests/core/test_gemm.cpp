@@ -17,7 +17,7 @@ namespace {
 template <class T, class Policy>
 void check_against_reference(Policy policy, char ta, char tb, std::size_t m, std::size_t n,
                              std::size_t k, T beta) {
-  using Exec = telar::DefaultMemorySpace::execution_space;
+  using telar::test::Exec;
   auto A = ta == 'N' ? random_matrix<T>(m, k, 1) : random_matrix<T>(k, m, 1);
   auto B = tb == 'N' ? random_matrix<T>(k, n, 2) : random_matrix<T>(n, k, 2);
   auto C = random_matrix<T>(m, n, 3);
@@ -59,7 +59,7 @@ TEMPLATE_LIST_TEST_CASE("gemm policies agree with the reference kernel", "[gemm]
 }
 
 TEST_CASE("gemm works on row ranges of a matrix", "[gemm]") {
-  using Exec = telar::DefaultMemorySpace::execution_space;
+  using telar::test::Exec;
   auto A = random_matrix<float>(10, 6, 4);
   auto B = random_matrix<float>(6, 4, 5);
   telar::Matrix<float> C("C", 10, 4), Cref("Cref", 10, 4);
@@ -77,7 +77,7 @@ TEST_CASE("gemm works on row ranges of a matrix", "[gemm]") {
 }
 
 TEST_CASE("gemm rejects mismatched shapes with the shapes in the message", "[gemm]") {
-  using Exec = telar::DefaultMemorySpace::execution_space;
+  using telar::test::Exec;
   telar::Matrix<float> A("A", 4, 3), B("B", 5, 2), C("C", 4, 2);
   try {
     telar::gemm(telar::AutoGemm{}, Exec{}, 'N', 'N', 1.f, A, B, 0.f, C);

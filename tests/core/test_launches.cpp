@@ -33,7 +33,7 @@ namespace {
 
 using telar::test::random_matrix;
 using telar::test::to_host;
-using Exec = telar::DefaultMemorySpace::execution_space;
+using telar::test::Exec;
 using M = telar::DefaultMemorySpace;
 using Ref = telar::ReferenceGemm; // every product a Kokkos kernel, as on a device
 
@@ -45,16 +45,20 @@ char const* const host_library_loop =
     "host library GEMM, one call per batch entry (no launch cost on the host)";
 
 // Launches of one step at batch 2 and batch 8 must be equal: Kokkos kernels
-// always, library calls too unless `exception` says why not.
+// always, library calls too unless `exception` says why not. Every kernel
+// runs on the execution space the layer is given (Exec: in a build with two
+// host backends, also the one that is not the default: tests/CMakeLists.txt).
 template <class L>
 void same_at_batch_2_and_8(std::string const& what, L layer, telar::Shape const& in,
                            char const* exception = nullptr) {
-  auto const b2 = telar::step_launches(layer, in, 2);
-  auto const b8 = telar::step_launches(layer, in, 8);
-  INFO(what << ": " << b2.total() << " launches at batch 2, " << b8.total() << " at batch 8");
+  auto const b2 = telar::step_launches(layer, in, 2, 1, Exec{});
+  auto const b8 = telar::step_launches(layer, in, 8, 1, Exec{});
+  INFO(what << ": " << b2.total() << " launches at batch 2, " << b8.total() << " at batch 8, "
+            << b8.elsewhere << " of its kernels not on " << Exec::name());
   for (auto const& [name, n] : b8.names)
     UNSCOPED_INFO(name << ": " << n << " at batch 8, "
                        << (b2.names.count(name) ? b2.names.at(name) : 0) << " at batch 2");
+  CHECK(b8.elsewhere == 0);
   CHECK(b2.kernels == b8.kernels);
   if (exception)
     CHECK(b2.library_calls <= b8.library_calls);

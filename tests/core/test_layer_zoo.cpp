@@ -28,7 +28,7 @@
 
 using Catch::Approx;
 using telar::test::to_host;
-using Exec = telar::DefaultMemorySpace::execution_space;
+using telar::test::Exec;
 using Mat = telar::Matrix<double>;
 
 namespace {

@@ -18,7 +18,7 @@
 using Catch::Approx;
 using telar::test::random_matrix;
 using telar::test::to_host;
-using Exec = telar::DefaultMemorySpace::execution_space;
+using telar::test::Exec;
 using Mat = telar::Matrix<double>;
 using CMat = telar::ConstMatrix<double>;
 

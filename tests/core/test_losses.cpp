@@ -21,7 +21,7 @@ using Catch::Approx;
 using Catch::Matchers::ContainsSubstring;
 using telar::test::random_matrix;
 using telar::test::to_host;
-using Exec = telar::DefaultMemorySpace::execution_space;
+using telar::test::Exec;
 using Mat = telar::Matrix<double>;
 using PosLabels = telar::PositionwiseCrossEntropy<double>::target_type;
 

@@ -17,7 +17,7 @@ using Catch::Approx;
 using Catch::Matchers::ContainsSubstring;
 using telar::test::random_matrix;
 using telar::test::to_host;
-using Exec = telar::DefaultMemorySpace::execution_space;
+using telar::test::Exec;
 using Mat = telar::Matrix<double>;
 
 namespace {

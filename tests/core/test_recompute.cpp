@@ -22,7 +22,7 @@
 
 using telar::test::random_matrix;
 using telar::test::to_host;
-using Exec = telar::DefaultMemorySpace::execution_space;
+using telar::test::Exec;
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 using Catch::Approx;
-using Exec = telar::DefaultMemorySpace::execution_space;
+using telar::test::Exec;
 using Vec = telar::Vector<double>;
 
 namespace {

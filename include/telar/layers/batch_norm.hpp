@@ -254,8 +254,8 @@ public:
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
                       saved_type const& saved) const {
     check("backward_input", dy.extent(0), dy.extent(1), dx.extent(0), dx.extent(1));
-    Vector<T, MemorySpace> a("telar::BatchNorm::sum_dy", channels_);
-    Vector<T, MemorySpace> b("telar::BatchNorm::sum_dy_xhat", channels_);
+    auto const a = zeros(exec, "telar::BatchNorm::sum_dy");
+    auto const b = zeros(exec, "telar::BatchNorm::sum_dy_xhat");
     if (saved.count > 0) { // batch statistics: their gradient too, over the group
       gradient_sums(exec, dy, saved, a, b);
       reduce(exec, a, b);
@@ -271,8 +271,8 @@ public:
   void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
                        saved_type const& saved) const {
     check("backward_weight", dy.extent(0), dy.extent(1), saved.x.extent(0), saved.x.extent(1));
-    Vector<T, MemorySpace> a("telar::BatchNorm::sum_dy", channels_);
-    Vector<T, MemorySpace> b("telar::BatchNorm::sum_dy_xhat", channels_);
+    auto const a = zeros(exec, "telar::BatchNorm::sum_dy");
+    auto const b = zeros(exec, "telar::BatchNorm::sum_dy_xhat");
     gradient_sums(exec, dy, saved, a, b);
     detail::batch_norm_accumulate<Exec, T, MemorySpace>(exec, bias_grad, a);
     detail::batch_norm_accumulate<Exec, T, MemorySpace>(exec, weight_grad, b);
@@ -286,12 +286,20 @@ public:
   Vector<T, MemorySpace> running_var;  //!< buffer: running unbiased variance [channels]
 
 private:
+  // A zeroed per-channel vector, filled on `exec`: Kokkos' default
+  // initialisation would run on the default execution space (another stream
+  // on a device, another backend on the host), outside the caller's order.
+  template <class Exec>
+  Vector<T, MemorySpace> zeros(Exec const& exec, char const* label) const {
+    return Vector<T, MemorySpace>(Kokkos::view_alloc(exec, std::string(label)), channels_);
+  }
+
   // Batch mean and 1/std over the group; updates the running statistics
   // unless this forward replays one (Recompute).
   template <class Exec>
   void batch_stats(Exec const& exec, ConstMatrix<T, MemorySpace> x, saved_type& saved) {
     detail::ChannelGeometry const g{channels_, spatial(x.extent(1)), x.extent(0)};
-    Vector<T, MemorySpace> sq("telar::BatchNorm::centred_squares", channels_);
+    auto const sq = zeros(exec, "telar::BatchNorm::centred_squares");
     Vector<T, MemorySpace> mean = saved.mean;
     detail::batch_norm_sum<Exec, T, MemorySpace>(exec, x, g, mean);
     double const count = reduce(exec, mean, Vector<T, MemorySpace>(), double(g.count()));

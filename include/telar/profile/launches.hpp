@@ -49,6 +49,7 @@ public:
     kernels0_ = s.kernels.load();
     library0_ = s.library_calls.load();
     names0_ = s.names;
+    device_types0_ = s.device_types;
   }
   /*! \brief Stops counting (the last counter restores the callbacks). */
   ~LaunchCounter() {
@@ -91,6 +92,21 @@ public:
     return out;
   }
 
+  /*! \brief Kernels so far that ran on an execution space of type \p Exec
+   *  (the device type Kokkos Tools reports with each launch): a layer given
+   *  an `Exec` instance launches every kernel there. */
+  template <class Exec>
+  std::uint64_t kernels_on() const {
+    auto& s = detail::launch_state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    auto const count = [](auto const& by_type, std::uint32_t type) -> std::uint64_t {
+      auto const it = by_type.find(type);
+      return it == by_type.end() ? 0 : it->second;
+    };
+    std::uint32_t const type = detail::device_type_v<Exec>();
+    return count(s.device_types, type) - count(device_types0_, type);
+  }
+
 private:
   using Begin = Kokkos_Profiling_beginFunction;
   // Counts, then hands the event to the callback it replaced (a loaded
@@ -101,6 +117,7 @@ private:
     {
       std::lock_guard<std::mutex> lock(s.mutex);
       ++s.names[name ? name : ""];
+      ++s.device_types[detail::device_type_of(dev)];
     }
     if (previous)
       previous(name, dev, id);
@@ -117,6 +134,7 @@ private:
 
   std::uint64_t kernels0_ = 0, library0_ = 0;
   std::map<std::string, std::uint64_t> names0_;
+  std::map<std::uint32_t, std::uint64_t> device_types0_;
 };
 
 } // namespace telar

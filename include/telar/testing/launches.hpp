@@ -31,6 +31,7 @@ struct StepLaunches {
   std::uint64_t kernels = 0;                  //!< Kokkos parallel_for / reduce / scan
   std::uint64_t library_calls = 0;            //!< GEMM and convolution library calls
   std::map<std::string, std::uint64_t> names; //!< both, per kernel or policy name
+  std::uint64_t elsewhere = 0; //!< kernels on another execution space than the one given
   /*! \brief kernels + library_calls. */
   std::uint64_t total() const { return kernels + library_calls; }
 };
@@ -41,15 +42,17 @@ struct StepLaunches {
  *  has initialize) here; a first, uncounted step leaves out what happens
  *  once (workspace allocation, primitive creation, first touch). Inputs
  *  are integers 0 to 3 (token ids of an embedding with 4 or more), output
- *  gradients uniform in [-1, 1).
+ *  gradients uniform in [-1, 1). The layer runs on \p exec; kernels it
+ *  launches on another execution space count in StepLaunches::elsewhere.
  *  \param layer a layer \param in per-sample input shape \param samples batch size
- *  \param seed initialize() seed and input values */
-template <class L>
-StepLaunches step_launches(L& layer, Shape const& in, std::size_t samples, std::uint64_t seed = 1) {
+ *  \param seed initialize() seed and input values
+ *  \param exec where the layer runs (the default space of its memory space) */
+template <class L, class Exec = typename L::memory_space::execution_space>
+StepLaunches step_launches(L& layer, Shape const& in, std::size_t samples, std::uint64_t seed = 1,
+                           Exec const& exec = Exec{}) {
   static_assert(is_layer_v<L>, "telar::step_launches: L must satisfy the Layer concept");
   using T = typename L::value_type;
   using M = Matrix<T, typename L::memory_space>;
-  using Exec = typename L::memory_space::execution_space;
   Shape const out = layer.output_shape(in);
   if constexpr (layer_traits<L>::has_build)
     layer.build(in);
@@ -67,14 +70,15 @@ StepLaunches step_launches(L& layer, Shape const& in, std::size_t samples, std::
   detail::fd_fill(dy, seed + 12, 1.0);
   typename layer_traits<L>::saved_type saved;
   auto step = [&] {
-    layer.forward(Exec{}, x, y, saved);
-    detail::run_backward(layer, Exec{}, dy, dx, saved);
-    Exec{}.fence();
+    layer.forward(exec, x, y, saved);
+    detail::run_backward(layer, exec, dy, dx, saved);
+    exec.fence();
   };
   step();
   LaunchCounter count;
   step();
-  return {count.kernels(), count.library_calls(), count.by_name()};
+  return {count.kernels(), count.library_calls(), count.by_name(),
+          count.kernels() - count.kernels_on<Exec>()};
 }
 
 } // namespace telar

@@ -18,8 +18,17 @@ struct LaunchState {
   std::atomic<bool> active{false};
   std::atomic<std::uint64_t> kernels{0}, library_calls{0};
   std::map<std::string, std::uint64_t> names;
+  std::map<std::uint32_t, std::uint64_t> device_types; // kernels by device_type_of(devID)
   Kokkos::Tools::Experimental::EventSet previous{};
 };
+
+// The execution space type of a Kokkos Tools devID: its top 8 bits, a
+// Kokkos::Tools::Experimental::DeviceType (Kokkos 3 and 4 alike).
+inline std::uint32_t device_type_of(std::uint32_t dev) { return dev >> 24; }
+template <class Exec>
+std::uint32_t device_type_v() {
+  return static_cast<std::uint32_t>(Kokkos::Tools::Experimental::DeviceTypeTraits<Exec>::id);
+}
 
 inline LaunchState& launch_state() {
   static LaunchState s;
