@@ -110,6 +110,87 @@ struct LayoutPlan {
   }
 };
 
+namespace detail {
+// plan_layout for a model the strategy trains as it is.
+template <class Model, class StrategyT, class Optimizer, class Loss>
+LayoutPlan plan_layout_as_given(Model const& model, LayoutOptions const& options, Shape const& in,
+                                int world_size, MachineProfile const& profile,
+                                PlannerOptions const& search) {
+  if (options.batch_size == 0)
+    throw Error("telar::plan_layout: LayoutOptions::batch_size must be set");
+  std::size_t const budget = search.memory_budget;
+  int const stage = detail::planned_zero_stage<StrategyT>();
+  bool const recompute = detail::recomputes_v<Model>;
+  bool const tp_layers = search.tensor_parallel && detail::has_tensor_parallel_layers(model);
+  LayoutPlan out;
+  out.profile = profile.name;
+  out.plain_dp_margin = search.plain_dp_margin;
+  std::map<std::pair<std::size_t, int>, std::string> micro_refusals; // by (samples, dp)
+  for (GridShape const g : detail::grids<StrategyT>(world_size, tp_layers)) {
+    std::vector<std::string> const schedules =
+        g.pp > 1 ? search.schedules : std::vector<std::string>{"1f1b"};
+    for (std::string const& sched : schedules)
+      for (int m : search.microbatches) {
+        LayoutCandidate c;
+        c.grid = g;
+        c.zero_stage = stage;
+        c.schedule = sched;
+        c.microbatches = m;
+        c.recompute = recompute;
+        if (g.dp == 1 && stage > 0)
+          continue; // nothing to shard: listed once, by the NoSharding plan
+        std::size_t const local = options.batch_size / std::size_t(g.dp);
+        if (options.batch_size % std::size_t(g.dp) != 0) {
+          c.reason = "the batch of " + std::to_string(options.batch_size) +
+                     " does not divide over dp=" + std::to_string(g.dp);
+          out.refused.push_back(c);
+          continue;
+        }
+        if (local % std::size_t(m) != 0)
+          continue; // micro-batches that do not divide the local batch: not a layout
+        auto const key = std::make_pair(local / std::size_t(m), g.dp);
+        if (!micro_refusals.count(key)) // a shape pass on a copy of the model: once per size
+          micro_refusals[key] = detail::refused_micro_batch(model, in, key.first, g.dp);
+        c.reason = micro_refusals[key];
+        if (!c.reason.empty()) { // the Trainer would refuse it (BatchNorm)
+          out.refused.push_back(c);
+          continue;
+        }
+        LayoutOptions o = options;
+        o.grid = g;
+        o.schedule = sched;
+        o.microbatches = m;
+        o.stage_boundaries.clear();
+        o.custom_schedule.reset();
+        try {
+          for (int r = 0; r < world_size; ++r)
+            c.memory_bytes =
+                std::max(c.memory_bytes,
+                         plan_memory<Model, StrategyT, Optimizer, Loss>(model, o, in, world_size, r)
+                             .bytes.total());
+          if (budget > 0 && c.memory_bytes > budget) {
+            c.reason = "needs " + MemoryBytes::human(c.memory_bytes) + " per rank, over the " +
+                       MemoryBytes::human(budget) + " budget";
+            out.refused.push_back(c);
+            continue;
+          }
+          c.prediction =
+              predict_step<Model, StrategyT, Optimizer, Loss>(model, o, in, world_size, profile);
+        } catch (std::exception const& e) {
+          c.reason = e.what();
+          out.refused.push_back(c);
+          continue;
+        }
+        c.fits = true;
+        c.predicted_step_ms = c.prediction.step_ms;
+        out.ranked.push_back(c);
+      }
+  }
+  detail::rank_candidates(out.ranked, out.plain_dp_margin);
+  return out;
+}
+} // namespace detail
+
 /*! \brief Every layout of \p world_size ranks a telar::Trainer<Model,
  *  StrategyT, Optimizer, Loss> can run (dp x pp x tp with the axes the
  *  strategy has, tp > 1 only for models with tensor-parallel layers; a
@@ -141,83 +222,13 @@ LayoutPlan plan_layout(Model const& model, LayoutOptions const& options, Shape c
                        int world_size, MachineProfile const& profile,
                        PlannerOptions const& search = {}) {
   using P = detail::strategy_precision_t<StrategyT>;
-  if constexpr (!detail::trained_as_given_v<StrategyT, Model>) { // plan the model it trains
-    return plan_layout<WithPrecision<Model, P>, StrategyT, Optimizer, Loss>(
+  if constexpr (!detail::trained_as_given_v<StrategyT, Model>) // plan the model it trains
+    return detail::plan_layout_as_given<WithPrecision<Model, P>, StrategyT, Optimizer, Loss>(
         with_precision<P>(model), options, in, world_size, profile, search);
-  } else {
-    if (options.batch_size == 0)
-      throw Error("telar::plan_layout: LayoutOptions::batch_size must be set");
-    std::size_t const budget = search.memory_budget;
-    int const stage = detail::planned_zero_stage<StrategyT>();
-    bool const recompute = detail::recomputes_v<Model>;
-    bool const tp_layers = search.tensor_parallel && detail::has_tensor_parallel_layers(model);
-    LayoutPlan out;
-    out.profile = profile.name;
-    out.plain_dp_margin = search.plain_dp_margin;
-    std::map<std::pair<std::size_t, int>, std::string> micro_refusals; // by (samples, dp)
-    for (GridShape const g : detail::grids<StrategyT>(world_size, tp_layers)) {
-      std::vector<std::string> const schedules =
-          g.pp > 1 ? search.schedules : std::vector<std::string>{"1f1b"};
-      for (std::string const& sched : schedules)
-        for (int m : search.microbatches) {
-          LayoutCandidate c;
-          c.grid = g;
-          c.zero_stage = stage;
-          c.schedule = sched;
-          c.microbatches = m;
-          c.recompute = recompute;
-          if (g.dp == 1 && stage > 0)
-            continue; // nothing to shard: listed once, by the NoSharding plan
-          std::size_t const local = options.batch_size / std::size_t(g.dp);
-          if (options.batch_size % std::size_t(g.dp) != 0) {
-            c.reason = "the batch of " + std::to_string(options.batch_size) +
-                       " does not divide over dp=" + std::to_string(g.dp);
-            out.refused.push_back(c);
-            continue;
-          }
-          if (local % std::size_t(m) != 0)
-            continue; // micro-batches that do not divide the local batch: not a layout
-          auto const key = std::make_pair(local / std::size_t(m), g.dp);
-          if (!micro_refusals.count(key)) // a shape pass on a copy of the model: once per size
-            micro_refusals[key] = detail::refused_micro_batch(model, in, key.first, g.dp);
-          c.reason = micro_refusals[key];
-          if (!c.reason.empty()) { // the Trainer would refuse it (BatchNorm)
-            out.refused.push_back(c);
-            continue;
-          }
-          LayoutOptions o = options;
-          o.grid = g;
-          o.schedule = sched;
-          o.microbatches = m;
-          o.stage_boundaries.clear();
-          o.custom_schedule.reset();
-          try {
-            for (int r = 0; r < world_size; ++r)
-              c.memory_bytes =
-                  std::max(c.memory_bytes,
-                           plan_memory<Model, StrategyT, Optimizer, Loss>(model, o, in, world_size, r)
-                               .bytes.total());
-            if (budget > 0 && c.memory_bytes > budget) {
-              c.reason = "needs " + MemoryBytes::human(c.memory_bytes) + " per rank, over the " +
-                         MemoryBytes::human(budget) + " budget";
-              out.refused.push_back(c);
-              continue;
-            }
-            c.prediction =
-                predict_step<Model, StrategyT, Optimizer, Loss>(model, o, in, world_size, profile);
-          } catch (std::exception const& e) {
-            c.reason = e.what();
-            out.refused.push_back(c);
-            continue;
-          }
-          c.fits = true;
-          c.predicted_step_ms = c.prediction.step_ms;
-          out.ranked.push_back(c);
-        }
-    }
-    detail::rank_candidates(out.ranked, out.plain_dp_margin);
-    return out;
-  }
+  else
+    return detail::plan_layout_as_given<Model, StrategyT, Optimizer, Loss>(model, options, in,
+                                                                           world_size, profile,
+                                                                           search);
 }
 
 } // namespace telar
