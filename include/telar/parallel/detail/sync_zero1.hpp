@@ -78,8 +78,12 @@ public:
   }
   template <class Exec>
   void publish(Exec const& exec, Store const& store) {
-    if (zero_.active())
-      zero_.publish(exec, store);
+    if (!zero_.active())
+      return;
+    double const t0 = ctx_.trace ? ctx_.trace->now() : 0;
+    zero_.publish(exec, store); // shared memory: waits for every peer's shard
+    if (ctx_.trace)
+      ctx_.trace->add("publish shards", "comm", t0, ctx_.trace->now(), 1);
   }
 
 private:
