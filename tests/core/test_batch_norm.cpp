@@ -21,8 +21,8 @@
 #include <vector>
 
 using Catch::Matchers::ContainsSubstring;
-using telar::test::to_host;
 using telar::test::Exec;
+using telar::test::to_host;
 using Mat = telar::Matrix<double>;
 using BN = telar::BatchNorm<double>;
 

@@ -29,9 +29,9 @@
 #include <vector>
 
 using Catch::Matchers::ContainsSubstring;
+using telar::test::Exec;
 using telar::test::random_matrix;
 using telar::test::to_host;
-using telar::test::Exec;
 
 namespace {
 

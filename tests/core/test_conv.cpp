@@ -19,9 +19,9 @@
 #include <utility>
 
 using telar::Shape;
+using telar::test::Exec;
 using telar::test::random_matrix;
 using telar::test::to_host;
-using telar::test::Exec;
 
 namespace {
 

@@ -33,9 +33,9 @@
 #include <vector>
 
 using telar::Shape;
+using telar::test::Exec;
 using telar::test::random_matrix;
 using telar::test::to_host;
-using telar::test::Exec;
 using M = telar::DefaultMemorySpace;
 
 namespace {

@@ -31,9 +31,9 @@
 
 namespace {
 
+using telar::test::Exec;
 using telar::test::random_matrix;
 using telar::test::to_host;
-using telar::test::Exec;
 using M = telar::DefaultMemorySpace;
 using Ref = telar::ReferenceGemm; // every product a Kokkos kernel, as on a device
 

@@ -27,8 +27,8 @@
 #include <vector>
 
 using Catch::Approx;
-using telar::test::to_host;
 using telar::test::Exec;
+using telar::test::to_host;
 using Mat = telar::Matrix<double>;
 
 namespace {

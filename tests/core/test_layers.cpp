@@ -16,9 +16,9 @@
 #include <limits>
 
 using Catch::Approx;
+using telar::test::Exec;
 using telar::test::random_matrix;
 using telar::test::to_host;
-using telar::test::Exec;
 using Mat = telar::Matrix<double>;
 using CMat = telar::ConstMatrix<double>;
 

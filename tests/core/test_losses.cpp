@@ -19,9 +19,9 @@
 
 using Catch::Approx;
 using Catch::Matchers::ContainsSubstring;
+using telar::test::Exec;
 using telar::test::random_matrix;
 using telar::test::to_host;
-using telar::test::Exec;
 using Mat = telar::Matrix<double>;
 using PosLabels = telar::PositionwiseCrossEntropy<double>::target_type;
 

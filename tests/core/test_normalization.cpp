@@ -15,9 +15,9 @@
 
 using Catch::Approx;
 using Catch::Matchers::ContainsSubstring;
+using telar::test::Exec;
 using telar::test::random_matrix;
 using telar::test::to_host;
-using telar::test::Exec;
 using Mat = telar::Matrix<double>;
 
 namespace {

@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
+using telar::test::Exec;
 using telar::test::random_matrix;
 using telar::test::to_host;
-using telar::test::Exec;
 
 namespace {
 

@@ -73,12 +73,13 @@ void check_bf16_calibration() {
     // Given the fp32 model and a bf16 strategy, the planning functions plan
     // the model that strategy's Trainer trains: the bf16 layers timed above,
     // not the fp32 ones, which a profile calibrated in bf16 alone lacks.
-    using Bf16 = telar::Strategy<telar::DataParallel<telar::RingAllreduce>,
-                                 telar::PipelineParallel<telar::OneFOneB>,
-                                 telar::TensorParallel<>, P>;
+    using Bf16 =
+        telar::Strategy<telar::DataParallel<telar::RingAllreduce>,
+                        telar::PipelineParallel<telar::OneFOneB>, telar::TensorParallel<>, P>;
     telar::MachineProfile only_bf16;
     CHECK(telar::calibrate_layers(bf16, 784, rows, only_bf16, 1) == 4);
-    auto const given = telar::predict_step<Model, Bf16, Opt>(mlp(64), options(8), 784, 1, only_bf16);
+    auto const given =
+        telar::predict_step<Model, Bf16, Opt>(mlp(64), options(8), 784, 1, only_bf16);
     CHECK(given.measured_layers == 5);
     CHECK(given.step_ms == telar::predict_step<telar::WithPrecision<Model, P>, Bf16, Opt>(
                                bf16, options(8), 784, 1, only_bf16)
@@ -87,8 +88,7 @@ void check_bf16_calibration() {
     REQUIRE(!plan.ranked.empty());
     CHECK(plan.ranked.front().prediction.measured_layers == 5);
     CHECK(telar::plan_memory<Model, Bf16, Opt>(mlp(64), options(8), 784, 1, 0).bytes.total() ==
-          telar::plan_memory<telar::WithPrecision<Model, P>, Bf16, Opt>(bf16, options(8), 784, 1,
-                                                                       0)
+          telar::plan_memory<telar::WithPrecision<Model, P>, Bf16, Opt>(bf16, options(8), 784, 1, 0)
               .bytes.total());
   }
 }

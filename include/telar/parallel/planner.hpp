@@ -226,9 +226,8 @@ LayoutPlan plan_layout(Model const& model, LayoutOptions const& options, Shape c
     return detail::plan_layout_as_given<WithPrecision<Model, P>, StrategyT, Optimizer, Loss>(
         with_precision<P>(model), options, in, world_size, profile, search);
   else
-    return detail::plan_layout_as_given<Model, StrategyT, Optimizer, Loss>(model, options, in,
-                                                                           world_size, profile,
-                                                                           search);
+    return detail::plan_layout_as_given<Model, StrategyT, Optimizer, Loss>(
+        model, options, in, world_size, profile, search);
 }
 
 } // namespace telar

@@ -24,7 +24,9 @@ struct LaunchState {
 
 // The execution space type of a Kokkos Tools devID: its top 8 bits, a
 // Kokkos::Tools::Experimental::DeviceType (Kokkos 3 and 4 alike).
-inline std::uint32_t device_type_of(std::uint32_t dev) { return dev >> 24; }
+inline std::uint32_t device_type_of(std::uint32_t dev) {
+  return dev >> 24;
+}
 template <class Exec>
 std::uint32_t device_type_v() {
   return static_cast<std::uint32_t>(Kokkos::Tools::Experimental::DeviceTypeTraits<Exec>::id);
