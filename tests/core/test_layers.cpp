@@ -14,6 +14,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <vector>
 
 using Catch::Approx;
 using telar::test::Exec;
@@ -164,6 +165,35 @@ TEST_CASE("Dense reports shape errors with the shapes", "[layers]") {
 TEST_CASE("ReLU gradients match finite differences", "[layers][fd]") {
   telar::ReLU<double> relu;
   check_layer_gradients(relu, 6, 9); // random inputs avoid the kink at 0
+}
+
+// ReLU masks bits instead of branching (detail::zero_unless): the values at
+// the edges stay those of x > 0 ? x : 0, in float and double.
+TEMPLATE_TEST_CASE("ReLU keeps x > 0 ? x : 0 at zero, infinities and NaN", "[layers]", float,
+                   double) {
+  using T = TestType;
+  T const inf = std::numeric_limits<T>::infinity(), nan = std::numeric_limits<T>::quiet_NaN();
+  std::vector<T> const in{T(-2), T(-0.0), T(0), T(1e-30), T(3.5), -inf, inf, nan, -nan};
+  telar::Matrix<T> x("x", 1, in.size()), y("y", 1, in.size()), dy("dy", 1, in.size()),
+      dx("dx", 1, in.size());
+  auto hx = Kokkos::create_mirror_view(x);
+  for (std::size_t j = 0; j < in.size(); ++j)
+    hx(0, j) = in[j];
+  Kokkos::deep_copy(x, hx);
+  Kokkos::deep_copy(dy, T(2));
+  telar::ReLU<T> relu;
+  typename telar::ReLU<T>::saved_type saved;
+  relu.forward(Exec{}, x, y, saved);
+  relu.backward_input(Exec{}, dy, dx, saved);
+  auto hy = to_host(y);
+  auto hdx = to_host(dx);
+  for (std::size_t j = 0; j < in.size(); ++j) {
+    INFO("x = " << in[j]);
+    T const want = in[j] > T(0) ? in[j] : T(0);
+    CHECK(hy(0, j) == want);
+    CHECK(!std::signbit(hy(0, j))); // +0, never -0
+    CHECK(hdx(0, j) == (in[j] > T(0) ? T(2) : T(0)));
+  }
 }
 
 TEST_CASE("GELU matches its definition and finite differences", "[layers][fd]") {

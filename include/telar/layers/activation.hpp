@@ -61,22 +61,28 @@ struct Elementwise {
     Op const op = op_;
     Kokkos::parallel_for(
         "telar::activation::backward_input", Kokkos::RangePolicy<Exec>(exec, 0, fdy.extent(0)),
-        KOKKOS_LAMBDA(std::size_t i) { fdx(i) = fdy(i) * op.slope(fk(i)); });
+        KOKKOS_LAMBDA(std::size_t i) {
+          // The slope in a statement of its own: folded into the product, a
+          // 0-or-1 slope becomes a branch on every value (GCC 12).
+          T const slope = op.slope(fk(i));
+          fdx(i) = fdy(i) * slope;
+        });
   }
 
 protected:
   Op op_{};
 };
 
+// Branch-free (zero_unless): a network's activations have random signs.
 struct ReluOp {
   template <class T>
   KOKKOS_INLINE_FUNCTION static T value(T x) {
-    return x > T(0) ? x : T(0);
+    return detail::zero_unless(x > T(0), x);
   }
   // Called with the output y: y > 0 exactly where x > 0.
   template <class T>
   KOKKOS_INLINE_FUNCTION static T slope(T y) {
-    return y > T(0) ? T(1) : T(0);
+    return detail::zero_unless(y > T(0), T(1));
   }
 };
 

@@ -27,6 +27,19 @@ void join_into(Exec const& exec, D const& dst, S const& src, JoinOp op) {
   std::size_t const k = dst.extent(1), ks = src.extent(1), r = k / ks;
   auto* d = dst.data();
   auto const* s = src.data();
+  if (ks == k) { // the same shape: no index arithmetic (see join_pair)
+    Kokkos::RangePolicy<Exec> const all(exec, 0, dst.extent(0) * k);
+    if (op == JoinOp::assign)
+      Kokkos::parallel_for(
+          "telar::join", all, KOKKOS_LAMBDA(std::size_t i) { d[i] = s[i]; });
+    else if (op == JoinOp::add)
+      Kokkos::parallel_for(
+          "telar::join", all, KOKKOS_LAMBDA(std::size_t i) { d[i] += s[i]; });
+    else
+      Kokkos::parallel_for(
+          "telar::join", all, KOKKOS_LAMBDA(std::size_t i) { d[i] *= s[i]; });
+    return;
+  }
   Kokkos::parallel_for(
       "telar::join", Kokkos::RangePolicy<Exec>(exec, 0, dst.extent(0) * k),
       KOKKOS_LAMBDA(std::size_t i) {
@@ -49,6 +62,17 @@ void join_pair(Exec const& exec, D const& dst, A const& a, B const& b, JoinOp op
   auto* d = dst.data();
   auto const* pa = a.data();
   auto const* pb = b.data();
+  if (ka == k && kb == k) { // the same shapes (every residual sum): the four
+    // 64-bit divisions per value below made ResNet-50's sums 4x slower
+    Kokkos::RangePolicy<Exec> const all(exec, 0, dst.extent(0) * k);
+    if (op == JoinOp::mul)
+      Kokkos::parallel_for(
+          "telar::join", all, KOKKOS_LAMBDA(std::size_t i) { d[i] = pa[i] * pb[i]; });
+    else
+      Kokkos::parallel_for(
+          "telar::join", all, KOKKOS_LAMBDA(std::size_t i) { d[i] = pa[i] + pb[i]; });
+    return;
+  }
   Kokkos::parallel_for(
       "telar::join", Kokkos::RangePolicy<Exec>(exec, 0, dst.extent(0) * k),
       KOKKOS_LAMBDA(std::size_t i) {

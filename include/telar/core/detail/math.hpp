@@ -3,6 +3,10 @@
 // keeps them in Kokkos::Experimental, 3.7+ and 4.x in Kokkos.
 #include <Kokkos_Core.hpp>
 
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
 namespace telar::detail {
 #if KOKKOS_VERSION >= 30700
 using Kokkos::erf;
@@ -27,5 +31,24 @@ KOKKOS_INLINE_FUNCTION constexpr T max(T a, T b) {
 template <class T>
 KOKKOS_INLINE_FUNCTION constexpr T min(T a, T b) {
   return b < a ? b : a;
+}
+
+// x where `keep`, else +0, without a branch: GCC 12 at -O2 compiles
+// `keep ? x : 0` in a loop to a jump on every value, which mispredicts on
+// half of a network's activations (their signs are random): ReLU's forward
+// and backward 13-20x slower than on one sign. A float or double is masked
+// bit by bit; other types keep the select.
+template <class T>
+KOKKOS_INLINE_FUNCTION T zero_unless(bool keep, T x) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+    Bits b;
+    std::memcpy(&b, &x, sizeof(T));
+    b &= Bits(0) - Bits(keep);
+    std::memcpy(&x, &b, sizeof(T));
+    return x;
+  } else {
+    return keep ? x : T(0);
+  }
 }
 } // namespace telar::detail
