@@ -15,6 +15,11 @@ step time and one JSON line starting with '{"peer":"pytorch"'.
 
     OMP_NUM_THREADS=1 /usr/bin/python3 bench/peers/resnet_torch.py --model resnet50 --batch 16 --resolution 128
     ../shared/peers/torch26.sh python3 bench/peers/resnet_torch.py --model resnet50 --batch 16 --resolution 128
+
+--onnx FILE writes the network to FILE instead (torch.onnx.export, opset 13,
+dynamic batch, BatchNorm kept as BatchNormalization nodes, as
+tests/onnx/make_models.py exports its zoo): example 04 trains it with
+`onnx_train --model FILE --synthetic`, the imported twin of example 06's.
 """
 
 import argparse
@@ -90,6 +95,18 @@ def cifar_resnet(depth, width=16):
     return nn.Sequential(*layers)
 
 
+def export(model, x, path):
+    """Eval mode, no constant folding and TrainingMode.PRESERVE, so that each
+    BatchNorm stays a node with its own statistics (the default folds it into
+    the convolution before it)."""
+    model.eval()
+    torch.onnx.export(model, x, path, opset_version=13, do_constant_folding=False,
+                      training=torch.onnx.TrainingMode.PRESERVE, input_names=["input"],
+                      output_names=["output"],
+                      dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+    print(f"wrote {path}: input {list(x.shape[1:])}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -101,6 +118,7 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--onnx", metavar="FILE", help="write the network as ONNX and exit")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -110,6 +128,9 @@ def main():
     else:
         model = cifar_resnet(int(a.model[len("resnet"):]), a.width)
         x = torch.rand(a.batch, 1, 28, 28)
+    if a.onnx:
+        export(model, x[:2], a.onnx)
+        return
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()

@@ -209,14 +209,7 @@ std::size_t train_size(Args const& a) {
 telar::FashionMnist load_data(Args const& a) {
   if (a.model == "resnet")
     return telar::load_fashion_mnist(a.data);
-  std::size_t const r = a.resolution, features = 3 * r * r;
-  std::size_t const n = synthetic_size(a);
-  telar::SyntheticOptions test_options;
-  test_options.first_sample = n;
-  telar::FashionMnist d{telar::make_synthetic(n, features, 10, a.seed),
-                        telar::make_synthetic(n / 4, features, 10, a.seed, test_options)};
-  d.train.shape = d.test.shape = {3, r, r};
-  return d;
+  return example::synthetic_data(synthetic_size(a), {3, a.resolution, a.resolution}, 10, a.seed);
 }
 
 // --layout auto / --dry-run / --memory-budget: the layouts of the one

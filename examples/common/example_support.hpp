@@ -398,6 +398,20 @@ inline std::size_t local_batch(CommonArgs const& a, int dp, char const* program)
   return local;
 }
 
+// Synthetic samples of any shape in `classes` classes, for benchmarks and
+// for models that do not take Fashion-MNIST: `n` training samples and n / 4
+// held-out ones, shaped `shape` (telar::make_synthetic's separable clusters).
+inline telar::FashionMnist synthetic_data(std::size_t n, telar::Shape const& shape, int classes,
+                                          std::uint64_t seed) {
+  telar::SyntheticOptions test_options;
+  test_options.first_sample = n;
+  telar::FashionMnist d{telar::make_synthetic(n, shape.size(), classes, seed),
+                        telar::make_synthetic(n / 4, shape.size(), classes, seed, test_options)};
+  d.train.shape.assign(shape.dims.begin(), shape.dims.begin() + shape.rank);
+  d.test.shape = d.train.shape;
+  return d;
+}
+
 // The first `count` test samples, on the device once for every evaluation.
 inline telar::BatchGather<telar::DefaultMemorySpace> test_set(telar::Dataset const& test,
                                                               std::size_t count) {

@@ -42,7 +42,7 @@ BatchNorm1d after a Linear), flatten_neg.onnx (Flatten with axis -3 on rank
 4, with its _x.bin/_y.bin), dropout_active.onnx (a Dropout with
 training_mode = true between two Gemms); and manifest.txt (N, BATCH, STEPS, LR).
 Run: /usr/bin/python3 make_models.py OUT_DIR
-With --fashion after OUT_DIR: only fashion_mlp.onnx, example 04's model.
+With --fashion after OUT_DIR: only example 04's models, fashion_mlp.onnx and cnn.onnx (--synthetic).
 """
 import os
 import sys
@@ -711,9 +711,10 @@ def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "."
     conv_backward_check()
     os.makedirs(out, exist_ok=True)
-    if len(sys.argv) > 2 and sys.argv[2] == "--fashion":  # example 04's model only
+    if len(sys.argv) > 2 and sys.argv[2] == "--fashion":  # example 04's models only
         torch.manual_seed(1)
         export(fashion_mlp(), (1, 28, 28), os.path.join(out, "fashion_mlp.onnx"))
+        export(cnn(), (1, 10, 10), os.path.join(out, "cnn.onnx"))  # for --synthetic
         return
     for name in MODELS:
         make(out, name)

@@ -3,6 +3,21 @@
 # Example 04 as a user runs it: export an MLP from PyTorch, train it 60 steps
 # under dp=2 at 2 ranks, write it back; PyTorch loads the result and the JSON
 # summary shows it learnt. Then a BatchNorm model on one sample per rank.
+# First, without Fashion-MNIST: --synthetic trains a CNN of input [1, 10, 10]
+# and 3 outputs on synthetic samples of that shape in 3 classes.
+execute_process(COMMAND ${PYTHON} ${SRC}/make_models.py ${OUT} --fashion RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "make_models.py --fashion failed (${rc})")
+endif()
+execute_process(COMMAND ${MPIEXEC} -n 2 ${EXE} --model ${OUT}/cnn.onnx --synthetic --dp 2
+                        --batch 16 --epochs 20 --optimizer sgd --lr 0.5 --json
+                RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e)
+string(REGEX MATCH "\"test_accuracy\":([-0-9.eE+]+)" _ "${o}")
+set(acc "${CMAKE_MATCH_1}")
+if(NOT rc EQUAL 0 OR NOT o MATCHES "\"synthetic\":true" OR NOT acc OR acc LESS 0.6) # chance: 1/3
+  message(FATAL_ERROR "onnx_train --synthetic did not learn (${rc}, accuracy '${acc}'):\n${o}\n${e}")
+endif()
+message(STATUS "--synthetic: test accuracy ${acc}")
 set(data /usr/share/datasets/fashion-mnist)
 if(DEFINED ENV{TELAR_FASHION_MNIST_DIR})
   set(data $ENV{TELAR_FASHION_MNIST_DIR})
@@ -10,10 +25,6 @@ endif()
 if(NOT EXISTS ${data})
   message(STATUS "Fashion-MNIST not installed in ${data}: skipped")
   cmake_language(EXIT 77)
-endif()
-execute_process(COMMAND ${PYTHON} ${SRC}/make_models.py ${OUT} --fashion RESULT_VARIABLE rc)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "make_models.py --fashion failed (${rc})")
 endif()
 file(REMOVE ${OUT}/fashion_mlp_trained.onnx)
 execute_process(COMMAND ${MPIEXEC} -n 2 ${EXE} --model ${OUT}/fashion_mlp.onnx --dp 2
