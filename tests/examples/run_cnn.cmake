@@ -18,6 +18,31 @@ if(CHECK STREQUAL "train")
   if(NOT ok EQUAL 0)
     message(FATAL_ERROR "cnn did not learn: mean loss ${loss}, accuracy ${acc}: ${json}")
   endif()
+  # tools/kernel_times.cpp sees the step, Telar's kernels and, in regions,
+  # the convolutions oneDNN runs.
+  if(TIMES_LIB)
+    set(times ${CMAKE_CURRENT_BINARY_DIR}/cnn_kernel_times.txt)
+    file(REMOVE ${times})
+    execute_process(COMMAND ${CMAKE_COMMAND} -E env KOKKOS_PROFILE_LIBRARY=${TIMES_LIB}
+                            TELAR_KERNEL_TIMES=${times} ${EXE} --epochs 1 --batch 32
+                            --limit-steps 3 --eval-limit 64 --json --data ${data}
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e)
+    set(want "telar::Trainer::step" "telar::activation" "telar::MaxPool")
+    if(o MATCHES "\"conv\":\"onednn\"")
+      list(APPEND want "telar::conv::onednn::forward" "telar::conv::onednn::backward_weights")
+    endif()
+    set(got "")
+    if(EXISTS ${times})
+      file(READ ${times} got)
+    endif()
+    foreach(w IN LISTS want)
+      string(FIND "${got}" "${w}" at)
+      if(NOT rc EQUAL 0 OR at EQUAL -1)
+        message(FATAL_ERROR "kernel times (exit ${rc}) lack '${w}':\n${got}\n${e}")
+      endif()
+    endforeach()
+    message(STATUS "kernel times: ${want} timed")
+  endif()
 elseif(CHECK STREQUAL "dp")
   set(common --epochs 1 --limit-steps 10 --batch 32 --lr 0.01 --optimizer sgd --eval-limit 200
       --json --data ${data})

@@ -13,6 +13,7 @@
 #include <telar/core/error.hpp>
 #include <telar/core/tensor.hpp>
 #include <telar/profile/detail/launches.hpp>
+#include <telar/profile/detail/region.hpp>
 
 #if TELAR_HAVE_ONEDNN
 #include <telar/core/detail/onednn_bf16_gemm.hpp>
@@ -241,6 +242,7 @@ void gemm(Policy, Exec const& exec, char ta, char tb, typename CV::value_type al
             std::max<std::size_t>({std::size_t(v.stride(0)), v.extent(1), std::size_t{1}}));
       };
       detail::count_library_call("telar::gemm::onednn");
+      detail::ScopedRegion const region("telar::gemm::onednn"); // for Kokkos Tools
       dnnl_status_t st = dnnl_sgemm(ta, tb, dnnl_dim_t(m), dnnl_dim_t(n), dnnl_dim_t(k), alpha,
                                     A.data(), ld(A), B.data(), ld(B), beta, C.data(), ld(C));
       if (st != dnnl_success)
@@ -255,6 +257,7 @@ void gemm(Policy, Exec const& exec, char ta, char tb, typename CV::value_type al
       };
       if (detail::bf16_check_isa("telar::gemm (telar::Bf16Gemm)")) {
         detail::count_library_call("telar::gemm::onednn-bf16");
+        detail::ScopedRegion const region("telar::gemm::onednn-bf16");
         detail::onednn_bf16_matmul().run(ta, tb, std::int64_t(m), std::int64_t(n), std::int64_t(k),
                                          alpha, A.data(), ld(A), B.data(), ld(B), beta, C.data(),
                                          ld(C));
@@ -269,6 +272,7 @@ void gemm(Policy, Exec const& exec, char ta, char tb, typename CV::value_type al
       // release; order with a fence instead.
       exec.fence();
       detail::count_library_call("telar::gemm::kokkos-kernels");
+      detail::ScopedRegion const region("telar::gemm::kokkos-kernels");
       KokkosBlas::gemm(tas, tbs, alpha, A, B, beta, C);
 #endif
     }

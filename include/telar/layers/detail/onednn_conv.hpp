@@ -30,6 +30,7 @@
 #include <telar/core/detail/onednn.hpp>
 #include <telar/core/error.hpp>
 #include <telar/profile/detail/launches.hpp>
+#include <telar/profile/detail/region.hpp>
 
 #include <dnnl.hpp>
 
@@ -98,6 +99,7 @@ public:
   template <class G>
   void forward(G const& g, std::size_t n, float const* x, float const* w, float const* b, float* y,
                std::uint64_t call = 0) {
+    ScopedRegion const region("telar::conv::onednn::forward"); // for Kokkos Tools
     Entry& e = entry(g, n, b != nullptr);
     e.make_forward();
     auto& s = onednn_stream();
@@ -116,6 +118,7 @@ public:
   template <class G>
   void backward_data(G const& g, std::size_t n, float const* dy, float const* w, float* dx,
                      bool bias, std::uint64_t call = 0) {
+    ScopedRegion const region("telar::conv::onednn::backward_data"); // for Kokkos Tools
     Entry& e = entry(g, n, bias);
     e.make_backward_data();
     auto& s = onednn_stream();
@@ -133,6 +136,7 @@ public:
   template <class G>
   void backward_weights(G const& g, std::size_t n, float const* x, float const* dy, float* dw,
                         float* db, std::uint64_t call = 0) {
+    ScopedRegion const region("telar::conv::onednn::backward_weights"); // for Kokkos Tools
     Entry& e = entry(g, n, db != nullptr);
     e.make_backward_weights();
     auto& s = onednn_stream();
