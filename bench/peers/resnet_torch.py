@@ -119,7 +119,11 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--onnx", metavar="FILE", help="write the network as ONNX and exit")
+    p.add_argument("--no-mkldnn", action="store_true",
+                   help="convolutions without oneDNN (torch.backends.mkldnn.enabled = False)")
     a = p.parse_args()
+    if a.no_mkldnn:
+        torch.backends.mkldnn.enabled = False
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     if a.model == "resnet50":
@@ -148,7 +152,7 @@ def main():
     med, mean = statistics.median(times), statistics.mean(times)
     print(f"pytorch {torch.__version__}: {a.model} batch {a.batch}, {a.threads} thread(s), "
           f"median step {med:.1f} ms, mean {mean:.1f} ms, mkldnn "
-          f"{torch.backends.mkldnn.is_available()}")
+          f"{torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled}")
     print(json.dumps({"peer": "pytorch", "version": torch.__version__, "model": a.model,
                       "batch": a.batch, "resolution": a.resolution, "threads": a.threads,
                       "steps": a.steps, "step_ms_median": med, "step_ms_mean": mean}))
