@@ -73,7 +73,8 @@ protected:
   Op op_{};
 };
 
-// Branch-free (zero_unless): a network's activations have random signs.
+// The piecewise ops below select without a branch (zero_unless, select): a
+// network's activations fall on either side of a kink at random.
 struct ReluOp {
   template <class T>
   KOKKOS_INLINE_FUNCTION static T value(T x) {
@@ -141,20 +142,24 @@ struct TanhOp {
 struct Relu6Op {
   template <class T>
   KOKKOS_INLINE_FUNCTION static T value(T x) {
-    return x < T(0) ? T(0) : (x > T(6) ? T(6) : x);
+    return detail::select(x < T(0), T(0), detail::select(x > T(6), T(6), x));
   }
   // Called with the output y: 1 strictly inside (0, 6), as PyTorch's hardtanh.
   template <class T>
   KOKKOS_INLINE_FUNCTION static T slope(T y) {
-    return y > T(0) && y < T(6) ? T(1) : T(0);
+    return detail::zero_unless((y > T(0)) & (y < T(6)), T(1));
   }
 };
 template <class T>
 struct ClipOp {
   T lo, hi;
-  KOKKOS_INLINE_FUNCTION T value(T x) const { return x < lo ? lo : (x > hi ? hi : x); }
+  KOKKOS_INLINE_FUNCTION T value(T x) const {
+    return detail::select(x < lo, lo, detail::select(x > hi, hi, x));
+  }
   // Called with the input x: 1 on the closed [lo, hi], as torch.clamp.
-  KOKKOS_INLINE_FUNCTION T slope(T x) const { return x >= lo && x <= hi ? T(1) : T(0); }
+  KOKKOS_INLINE_FUNCTION T slope(T x) const {
+    return detail::zero_unless((x >= lo) & (x <= hi), T(1));
+  }
 };
 template <class T>
 struct ScaleOp {
@@ -165,18 +170,24 @@ struct ScaleOp {
 template <class T>
 struct LeakyReluOp {
   T negative_slope;
-  KOKKOS_INLINE_FUNCTION T value(T x) const { return x > T(0) ? x : negative_slope * x; }
+  KOKKOS_INLINE_FUNCTION T value(T x) const {
+    return detail::select(x > T(0), x, negative_slope * x);
+  }
   // Called with the input x (a negative slope would make y's sign ambiguous).
-  KOKKOS_INLINE_FUNCTION T slope(T x) const { return x > T(0) ? T(1) : negative_slope; }
+  KOKKOS_INLINE_FUNCTION T slope(T x) const {
+    return detail::select(x > T(0), T(1), negative_slope);
+  }
 };
 template <class T>
 struct EluOp {
   T alpha;
   KOKKOS_INLINE_FUNCTION T value(T x) const {
-    return x > T(0) ? x : alpha * (detail::exp(x) - T(1));
+    return detail::select(x > T(0), x, alpha * (detail::exp(x) - T(1)));
   }
   // Called with the input x: alpha exp(x) at and below 0, as PyTorch.
-  KOKKOS_INLINE_FUNCTION T slope(T x) const { return x > T(0) ? T(1) : alpha * detail::exp(x); }
+  KOKKOS_INLINE_FUNCTION T slope(T x) const {
+    return detail::select(x > T(0), T(1), alpha * detail::exp(x));
+  }
 };
 struct SiluOp {
   template <class T>
@@ -193,13 +204,13 @@ struct SiluOp {
 struct HardSwishOp {
   template <class T>
   KOKKOS_INLINE_FUNCTION static T value(T x) {
-    return x <= T(-3) ? T(0) : (x >= T(3) ? x : x * (x + T(3)) / T(6));
+    return detail::select(x <= T(-3), T(0), detail::select(x >= T(3), x, x * (x + T(3)) / T(6)));
   }
   // Called with the input x; at the kinks PyTorch 1.13's choice: x / 3 + 1/2
   // on [-3, 3), so -1/2 at -3 and 1 at 3.
   template <class T>
   KOKKOS_INLINE_FUNCTION static T slope(T x) {
-    return x < T(-3) ? T(0) : (x < T(3) ? x / T(3) + T(0.5) : T(1));
+    return detail::select(x < T(-3), T(0), detail::select(x < T(3), x / T(3) + T(0.5), T(1)));
   }
 };
 template <class T>
@@ -207,10 +218,12 @@ struct HardSigmoidOp {
   T alpha, beta;
   KOKKOS_INLINE_FUNCTION T value(T x) const {
     T const v = alpha * x + beta;
-    return v < T(0) ? T(0) : (v > T(1) ? T(1) : v);
+    return detail::select(v < T(0), T(0), detail::select(v > T(1), T(1), v));
   }
   // Called with the output y: alpha strictly inside (0, 1), as PyTorch.
-  KOKKOS_INLINE_FUNCTION T slope(T y) const { return y > T(0) && y < T(1) ? alpha : T(0); }
+  KOKKOS_INLINE_FUNCTION T slope(T y) const {
+    return detail::zero_unless((y > T(0)) & (y < T(1)), alpha);
+  }
 };
 } // namespace detail
 

@@ -51,4 +51,11 @@ KOKKOS_INLINE_FUNCTION T zero_unless(bool keep, T x) {
     return keep ? x : T(0);
   }
 }
+
+// c ? a : b without a branch, as zero_unless: one of the two terms is +0, so
+// the result is exact but for a -0 picked, which becomes +0.
+template <class T>
+KOKKOS_INLINE_FUNCTION T select(bool c, T a, T b) {
+  return zero_unless(c, a) + zero_unless(!c, b);
+}
 } // namespace telar::detail
