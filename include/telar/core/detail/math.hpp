@@ -42,11 +42,15 @@ template <class T>
 KOKKOS_INLINE_FUNCTION T zero_unless(bool keep, T x) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+#if KOKKOS_VERSION >= 40100 // device code too
+    return Kokkos::bit_cast<T>(Kokkos::bit_cast<Bits>(x) & (Bits(0) - Bits(keep)));
+#else // Kokkos 3.4: the host only
     Bits b;
     std::memcpy(&b, &x, sizeof(T));
     b &= Bits(0) - Bits(keep);
     std::memcpy(&x, &b, sizeof(T));
     return x;
+#endif
   } else {
     return keep ? x : T(0);
   }
