@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ResNet-50 training step (batch 16, 3x128x128, fp32, one thread): Telar's
 # native network (example 06), the same network imported from PyTorch's ONNX
-# export (example 04 --synthetic), PyTorch 1.13 and 2.6 (resnet_torch.py; 2.6
+# export (example 04 --data synthetic), PyTorch 1.13 and 2.6 (resnet_torch.py; 2.6
 # with its convolutions outside oneDNN, whose 3.6 crashes on ResNet-50 here),
 # and a GEMM floor (PyTorch 1.13's 1024^3 fp32 matmul, GFLOP/s), in
 # interleaved rounds: the machine's speed swings, so compare within a round.
@@ -31,7 +31,7 @@ native() {
     2>/dev/null | first_number_after '"step_ms_median":'
 }
 imported() {
-  "$build/examples/04_onnx/onnx_train" --model "$work/resnet50.onnx" --synthetic \
+  "$build/examples/04_onnx/onnx_train" --model "$work/resnet50.onnx" --data synthetic \
     --optimizer momentum "${telar_flags[@]}" 2>/dev/null | first_number_after '"step_ms_median":'
 }
 # torch <extra flags> <python...>: resnet_torch.py's median step.

@@ -19,7 +19,7 @@ step time and one JSON line starting with '{"peer":"pytorch"'.
 --onnx FILE writes the network to FILE instead (torch.onnx.export, opset 13,
 dynamic batch, BatchNorm kept as BatchNormalization nodes, as
 tests/onnx/make_models.py exports its zoo): example 04 trains it with
-`onnx_train --model FILE --synthetic`, the imported twin of example 06's.
+`onnx_train --model FILE --data synthetic`, the imported twin of example 06's.
 """
 
 import argparse

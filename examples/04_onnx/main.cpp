@@ -7,7 +7,8 @@
 //              [--lr 1e-3] [--optimizer adamw] [--seed 1] [--data DIR] [--json]
 //              [--dp N] [--pp N] [--tp N] [--schedule 1f1b] [--microbatches M]
 //              [--timeline PREFIX] [--limit-steps N] [--memory-budget SIZE]
-//              [--layout auto|manual] [--dry-run] [--profile PATH] [--synthetic]
+//              [--layout auto|manual] [--dry-run] [--profile PATH] [--classes K]
+//              [--predict IN.npy --output OUT.npy]
 //   mpirun -np 2 onnx_train --model mlp.onnx --tp 2 --export mlp_trained.onnx
 //
 // --layout auto: the planner's fastest layout that fits (tensor parallelism
@@ -16,9 +17,12 @@
 //
 // The model takes Fashion-MNIST images: an input [batch, 784] or
 // [batch, 1, 28, 28] and 10 logits out (see docs/onnx.md for the operators).
-// --synthetic trains any input shape instead, on synthetic samples of it in
-// as many classes as the model has outputs (8 batches per epoch): how an
-// imported ResNet-50 is timed against the native one of example 06.
+// --data synthetic trains any input shape instead, on synthetic samples of it
+// in --classes K classes (default: as many as the model has outputs; 8
+// batches per epoch): how an imported ResNet-50 is timed against the native
+// one of example 06. --predict IN.npy --output OUT.npy runs the file's model
+// forward in evaluation mode on a NumPy batch [n, input shape...] and writes
+// its outputs [n, output shape...] (no training).
 // Under --tp, each Gemm, activation, Gemm run becomes a Megatron pair.
 #include <telar/telar.hpp>
 
@@ -39,7 +43,10 @@ struct Args : example::CommonArgs {
   Args() : CommonArgs(/*epochs*/ 1, /*hidden*/ 1) {}
   std::string model;       // the .onnx file to import
   std::string export_path; // where to write the trained model (optional)
-  bool synthetic = false;  // synthetic samples of the model's input shape
+  std::size_t classes = 0; // --data synthetic: classes (0: the model's outputs)
+  std::string predict;     // --predict IN.npy: forward only
+  std::string output;      // --output OUT.npy: where --predict writes
+  bool synthetic() const { return data == "synthetic"; }
 };
 
 [[noreturn]] void usage(char const* why) {
@@ -50,7 +57,7 @@ struct Args : example::CommonArgs {
                "[--data DIR] [--json] [--dp N] [--pp N] [--tp N] [--schedule %s] "
                "[--microbatches M] [--timeline PREFIX] [--limit-steps N] "
                "[--memory-budget SIZE] [--layout auto|manual] [--dry-run] [--profile PATH] "
-               "[--synthetic]\n",
+               "[--classes K] [--predict IN.npy --output OUT.npy]\n",
                why, example::schedule_choices().c_str());
   throw 2;
 }
@@ -66,14 +73,22 @@ Args parse(int argc, char** argv) {
       a.export_path = r.value();
     else if (f == "--schedule")
       a.schedule = r.value();
-    else if (f == "--synthetic")
-      a.synthetic = true;
+    else if (f == "--classes")
+      a.classes = std::size_t(r.integer(1));
+    else if (f == "--predict")
+      a.predict = r.path("a .npy file");
+    else if (f == "--output")
+      a.output = r.path("a .npy file");
     else if (!example::read_common_flag(r, a))
       usage(("unknown flag " + f).c_str());
   }
   example::check_common(a, usage);
   if (a.model.empty())
     usage("--model FILE.onnx is required");
+  if (a.predict.empty() != a.output.empty())
+    usage("--predict IN.npy and --output OUT.npy go together");
+  if (a.classes > 0 && !a.synthetic())
+    usage("--classes is for --data synthetic (Fashion-MNIST has 10)");
   return a;
 }
 
@@ -94,10 +109,10 @@ telar::onnx::Imported<T> import_graph(Args const& a, bool tensor_parallel) {
   telar::onnx::ImportOptions io;
   io.tensor_parallel = tensor_parallel;
   auto imported = telar::onnx::import_model<T>(a.model, io);
-  if (!a.synthetic && imported.input_shape.size() != 784)
+  if (!a.synthetic() && a.predict.empty() && imported.input_shape.size() != 784)
     throw telar::Error("onnx_train: '" + a.model + "' takes inputs " + imported.input_shape.str() +
                        "; Fashion-MNIST needs 784 values per sample ([784] or [1, 28, 28]); "
-                       "--synthetic trains on synthetic samples of any shape");
+                       "--data synthetic trains on synthetic samples of any shape");
   return imported;
 }
 
@@ -105,12 +120,48 @@ std::size_t synthetic_size(Args const& a) {
   return std::max<std::size_t>(8 * a.batch, 64);
 }
 
-// Fashion-MNIST, or --synthetic samples of the model's input shape in as
-// many classes as it has outputs.
+// Fashion-MNIST, or --data synthetic samples of the model's input shape in
+// --classes classes (default: as many as it has outputs).
 telar::FashionMnist load_data(Args const& a, telar::Shape const& in, std::size_t outputs) {
-  if (!a.synthetic)
+  if (!a.synthetic())
     return telar::load_fashion_mnist(a.data);
-  return example::synthetic_data(synthetic_size(a), in, int(outputs), a.seed);
+  if (a.classes > outputs)
+    throw telar::Error("onnx_train: --classes " + std::to_string(a.classes) + " but '" + a.model +
+                       "' has " + std::to_string(outputs) + " outputs per sample");
+  int const classes = int(a.classes > 0 ? a.classes : outputs);
+  return example::synthetic_data(synthetic_size(a), in, classes, a.seed);
+}
+
+// --predict IN.npy --output OUT.npy: the file's model forward in evaluation
+// mode on the batch, outputs written by rank 0 (every rank computes them).
+int predict(MPI_Comm comm, Args const& a) {
+  auto imported = telar::onnx::import_model<T>(a.model);
+  telar::NpyArray const in = telar::read_npy(a.predict);
+  telar::Shape const& s = imported.input_shape;
+  std::size_t const n = in.shape.empty() ? 0 : in.shape[0];
+  if (n == 0 || in.values.size() != n * s.size())
+    throw telar::Error("onnx_train: '" + a.predict + "' holds " + std::to_string(in.values.size()) +
+                       " values; '" + a.model + "' takes batches [n, " + s.str().substr(1));
+  imported.model.build(s);
+  imported.model.initialize(0); // the file's weights
+  telar::Matrix<T> x("onnx_train::predict", n, s.size());
+  auto hx = Kokkos::create_mirror_view(x);
+  std::copy(in.values.begin(), in.values.end(), hx.data());
+  Kokkos::deep_copy(x, hx);
+  auto const y = telar::onnx::predict(imported.model, x);
+  auto const hy = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, y);
+  telar::Shape const out = imported.model.output_shape(s);
+  std::vector<std::size_t> shape{n};
+  for (int d = 0; d < out.rank; ++d)
+    shape.push_back(out[d]);
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  if (rank == 0) {
+    telar::write_npy(a.output, shape, std::vector<float>(hy.data(), hy.data() + hy.size()));
+    std::fprintf(stderr, "onnx_train: %zu outputs of %s written to %s\n", n, out.str().c_str(),
+                 a.output.c_str());
+  }
+  return 0;
 }
 
 // --layout auto / --dry-run / --memory-budget: the layouts of the one
@@ -128,13 +179,13 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
     return 0;
   auto const imported = import_graph(a, a.tp > 1);
   telar::TrainerOptions const opts = example::trainer_options(
-      a, a.synthetic ? synthetic_size(a) : telar::fashion_mnist_train_size(a.data), comm);
+      a, a.synthetic() ? synthetic_size(a) : telar::fashion_mnist_train_size(a.data), comm);
   auto trainer = example::with_fastest_fitting(plan, [&] {
     return telar::Trainer<Model, Strategy, Optimizer>(comm, imported.model, opt, opts,
                                                       imported.input_shape);
   });
   std::size_t const outputs = trainer.shapes().back().size();
-  if (!a.synthetic && outputs != 10)
+  if (!a.synthetic() && outputs != 10)
     throw telar::Error("onnx_train: '" + a.model + "' has " + std::to_string(outputs) +
                        " outputs per sample; Fashion-MNIST has 10 classes");
   example::Preflight const checked = example::preflight(trainer, a, "onnx_train");
@@ -155,13 +206,15 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
       std::fprintf(stderr, "onnx_train: trained model written to %s\n", a.export_path.c_str());
   }
   telar::JsonObject config = example::common_config(trainer, a);
-  config.add("model", a.model).add("export", a.export_path).add("synthetic", a.synthetic);
+  config.add("model", a.model).add("export", a.export_path).add("data", a.data);
   example::report(trainer, a, r, config);
   return 0;
 }
 
 int run(MPI_Comm comm, int argc, char** argv) {
   Args const a = parse(argc, argv);
+  if (!a.predict.empty())
+    return predict(comm, a);
   return example::with_optimizer<T>(a.optimizer, usage,
                                     [&](auto opt) { return train(comm, a, opt); });
 }

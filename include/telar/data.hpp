@@ -8,6 +8,7 @@
 #include <telar/data/error.hpp>
 #include <telar/data/idx.hpp>
 #include <telar/data/loader.hpp>
+#include <telar/data/npy.hpp>
 #include <telar/data/random.hpp>
 #include <telar/data/sampler.hpp>
 #include <telar/data/synthetic.hpp>

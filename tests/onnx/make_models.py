@@ -42,7 +42,8 @@ BatchNorm1d after a Linear), flatten_neg.onnx (Flatten with axis -3 on rank
 4, with its _x.bin/_y.bin), dropout_active.onnx (a Dropout with
 training_mode = true between two Gemms); and manifest.txt (N, BATCH, STEPS, LR).
 Run: /usr/bin/python3 make_models.py OUT_DIR
-With --fashion after OUT_DIR: only example 04's models, fashion_mlp.onnx and cnn.onnx (--synthetic).
+With --fashion after OUT_DIR: only example 04's models, fashion_mlp.onnx and cnn.onnx
+(--data synthetic; with cnn_x.npy and PyTorch's outputs cnn_y.npy for --predict).
 """
 import os
 import sys
@@ -714,7 +715,12 @@ def main():
     if len(sys.argv) > 2 and sys.argv[2] == "--fashion":  # example 04's models only
         torch.manual_seed(1)
         export(fashion_mlp(), (1, 28, 28), os.path.join(out, "fashion_mlp.onnx"))
-        export(cnn(), (1, 10, 10), os.path.join(out, "cnn.onnx"))  # for --synthetic
+        model = cnn()  # for --data synthetic and --predict
+        export(model, (1, 10, 10), os.path.join(out, "cnn.onnx"))
+        x = torch.randn(5, 1, 10, 10)
+        np.save(os.path.join(out, "cnn_x.npy"), x.numpy())
+        with torch.no_grad():
+            np.save(os.path.join(out, "cnn_y.npy"), model.eval()(x).numpy())
         return
     for name in MODELS:
         make(out, name)
