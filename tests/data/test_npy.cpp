@@ -75,6 +75,8 @@ TEST_CASE("read_npy converts float64 and refuses what it cannot read", "[data][n
             std::string(12, 0));
   CHECK_THROWS_WITH(telar::read_npy(path),
                     ContainsSubstring("truncated: fewer than the 4 values its shape holds"));
+  write_raw(path, "{'descr': '<f4', 'fortran_order': False, 'shape': (two,), }", "");
+  CHECK_THROWS_WITH(telar::read_npy(path), ContainsSubstring("shape '(two,)' is not a tuple"));
   std::ofstream(path) << "not numpy";
   CHECK_THROWS_WITH(telar::read_npy(path), ContainsSubstring("is not a .npy file"));
   std::remove(path.c_str());

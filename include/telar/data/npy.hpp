@@ -8,6 +8,7 @@
 #include <telar/data/error.hpp>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -55,11 +56,15 @@ inline std::vector<std::size_t> npy_shape(std::string const& text, std::string c
   std::vector<std::size_t> shape;
   std::size_t i = 1;
   while (i + 1 < text.size()) {
-    std::size_t used = 0;
     std::string const rest = text.substr(i, text.size() - 1 - i);
     if (rest.find_first_not_of(" ,") == std::string::npos)
       break;
-    shape.push_back(std::stoul(rest, &used));
+    char* end = nullptr;
+    unsigned long long const e = std::strtoull(rest.c_str(), &end, 10);
+    std::size_t const used = std::size_t(end - rest.c_str());
+    if (used == 0)
+      throw DataError("telar::read_npy: '" + path + "': shape '" + text + "' is not a tuple");
+    shape.push_back(std::size_t(e));
     i += used;
     while (i + 1 < text.size() && (text[i] == ',' || text[i] == ' '))
       ++i;
