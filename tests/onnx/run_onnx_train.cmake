@@ -11,7 +11,7 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "make_models.py --fashion failed (${rc})")
 endif()
 file(REMOVE ${OUT}/cnn_telar.npy)
-execute_process(COMMAND ${EXE} --model ${OUT}/cnn.onnx --predict ${OUT}/cnn_x.npy
+execute_process(COMMAND ${MPIEXEC} -n 1 ${EXE} --model ${OUT}/cnn.onnx --predict ${OUT}/cnn_x.npy
                         --output ${OUT}/cnn_telar.npy RESULT_VARIABLE rc ERROR_VARIABLE e)
 execute_process(COMMAND ${PYTHON} -c "
 import numpy as np, sys
