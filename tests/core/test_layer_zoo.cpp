@@ -163,6 +163,54 @@ TEST_CASE("New activations match PyTorch 1.13 at their kinks and finite differen
                    {0, 0, 0.2, 0.2, 0.2, 0.2, 0.2, 0, 0, 0});
 }
 
+TEST_CASE("MathFunction: exp, sqrt, erf and pow against the library and finite differences",
+          "[layers][activation][fd]") {
+  using F = telar::MathFunction<double>;
+  using K = telar::MathFn;
+  auto check = [](F f, Values const& x, auto value, auto slope) {
+    INFO(f.function_name() << " p = " << f.exponent());
+    Values y, s, dx;
+    for (double const v : x)
+      y.push_back(value(v)), s.push_back(slope(v));
+    check_close(run(f, telar::Shape(x.size()), x, &dx), y);
+    check_close(dx, s);
+  };
+  Values const x{-2.0, -0.5, 0.0, 0.25, 1.0, 3.0}, positive{0.25, 1.0, 4.0, 9.0};
+  double const two_over_sqrt_pi = 2 / std::sqrt(std::acos(-1.0));
+  check(
+      F(K::exp), x, [](double v) { return std::exp(v); }, [](double v) { return std::exp(v); });
+  check(
+      F(K::erf), x, [](double v) { return std::erf(v); },
+      [&](double v) { return two_over_sqrt_pi * std::exp(-v * v); });
+  check(
+      F(K::sqrt), positive, [](double v) { return std::sqrt(v); },
+      [](double v) { return 0.5 / std::sqrt(v); });
+  check(
+      F(K::pow, 3), x, [](double v) { return v * v * v; }, [](double v) { return 3 * v * v; });
+  check(
+      F(K::pow, 0), x, [](double) { return 1.0; }, [](double) { return 0.0; }); // as PyTorch
+  check(
+      F(K::pow, -0.5), positive, [](double v) { return 1 / std::sqrt(v); },
+      [](double v) { return -0.5 / (v * std::sqrt(v)); });
+  F root(K::sqrt);
+  CHECK(std::isnan(run(root, telar::Shape(1), {-1.0})[0])); // outside the domain
+  CHECK(std::string(F(K::pow, 2).function_name()) == "pow");
+
+  // Gradients: exp, erf and x^3 on [-1, 1]; sqrt and fractional powers after
+  // an exp, which keeps their inputs positive.
+  for (F f : {F(K::exp), F(K::erf), F(K::pow, 3)}) {
+    auto const report = telar::check_gradients(f, telar::Shape{3, 8}, 4);
+    INFO(f.function_name() << ": " << report.str());
+    CHECK(report.passed(1e-6));
+  }
+  for (F f : {F(K::sqrt), F(K::pow, 1.5), F(K::pow, -0.5)}) {
+    telar::Sequential<F, F> chain(F(K::exp), f);
+    auto const report = telar::check_gradients(chain, telar::Shape{3, 8}, 4);
+    INFO(f.function_name() << " p = " << f.exponent() << ": " << report.str());
+    CHECK(report.passed(1e-6));
+  }
+}
+
 TEST_CASE("Activations report their settings and refuse an empty Clip", "[layers][activation]") {
   CHECK(telar::LeakyReLU<float>{}.negative_slope() == Approx(0.01f));
   CHECK(telar::ELU<float>(0.5f).alpha() == 0.5f);

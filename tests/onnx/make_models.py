@@ -324,6 +324,19 @@ class AddBcast(nn.Module):
         return torch.tanh(y.mean((2, 3), keepdim=True)) + y
 
 
+class MathSplit(nn.Module):
+    """Split (uneven sizes), Exp, Sqrt, Erf, Pow by a constant, a Mul join,
+    Concat, and a Where whose mask an Equal of two literals computes
+    (exported without constant folding, so the Equal stays a node)."""
+
+    def forward(self, x):
+        a, b = torch.split(x, [1, 3], dim=1)
+        a = torch.sqrt(torch.exp(a) + 0.5)
+        b = torch.erf(b) * b.pow(2)
+        band = torch.tensor([[float(abs(i - j) <= 1) for j in range(6)] for i in range(6)])
+        return torch.cat([a, b], 1).masked_fill(band == 0, -1.0)
+
+
 def op_net(body, shape, classes=3):
     """body (a Conv, then the operator under test), Flatten, Linear."""
     probe = nn.Sequential(*body, nn.Flatten())
@@ -359,6 +372,9 @@ def ops():
         "op_muldiv": ([c2(), MulDiv()], s2),  # Multiplier (Mul/Div by a constant)
         "op_addbcast": ([c2(), AddBcast()], s2),  # Add joins broadcast per channel
         "op_literals": ([c2(), Literals()], s2),  # literals fixed, one-value parameters trained
+        "op_mathsplit": ([c2(), MathSplit()], s2),
+        # opset 17: LayerNormalization nodes, over the last two axes and the last one
+        "op_layernorm17": ([c2(), nn.LayerNorm([6, 6]), nn.LayerNorm(6)], s2),
     }
     return {name: (op_net(body, shape), shape, 3) for name, (body, shape) in nets.items()}
 
@@ -384,7 +400,9 @@ MODEL_LR = {"resnet18": 1e-3, "mobilenetv2": 1e-5, "resnet50": 1e-3, "densenet12
 # at any LR (1e-1 to 1e-5). Trained in float64 (<name>_trained.bin float64; Telar
 # trains it in double).
 DOUBLE = {"resnet50"}
-OPSET = {"op_hardswish": 14}
+OPSET = {"op_hardswish": 14, "op_layernorm17": 17}
+# Exported without constant folding (as ZOO): op_mathsplit's Equal stays a node.
+NO_FOLDING = ZOO | {"op_mathsplit"}
 # PyTorch 2's nn.MultiheadAttention calls scaled_dot_product_attention, which
 # its TorchScript exporter writes from opset 14 only (1.13's writes the
 # attention out at 13).
@@ -407,7 +425,7 @@ class Branch(nn.Module):
         return torch.cat([self.a(x), self.b(x)], dim=1)
 
 
-def export(model, shape, path, opset=13, keep_batch_norm=False, name=""):
+def export(model, shape, path, opset=13, keep_batch_norm=False, name="", fold=None):
     """torch.onnx.export in eval mode. keep_batch_norm: TrainingMode.PRESERVE
     and no constant folding, so that each BatchNorm stays a
     BatchNormalization node with its own initializers (the default,
@@ -417,7 +435,8 @@ def export(model, shape, path, opset=13, keep_batch_norm=False, name=""):
     if name in TOKENS:
         x = torch.zeros((2,) + tuple(shape), dtype=torch.long)
     extra = {"training": torch.onnx.TrainingMode.PRESERVE} if keep_batch_norm else {}
-    torch.onnx.export(model, x, path, opset_version=opset, do_constant_folding=not keep_batch_norm,
+    fold = not keep_batch_norm if fold is None else fold
+    torch.onnx.export(model, x, path, opset_version=opset, do_constant_folding=fold,
                       input_names=["input"], output_names=["output"],
                       dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}}, **extra)
 
@@ -431,7 +450,8 @@ def make(out, name):
     torch.manual_seed({"mlp": 7, "cnn": 11}.get(name, 13))
     model = factory()
     path = os.path.join(out, name + ".onnx")
-    export(model, shape, path, opset=OPSET.get(name, 13), keep_batch_norm=name in ZOO, name=name)
+    export(model, shape, path, opset=OPSET.get(name, 13), keep_batch_norm=name in ZOO, name=name,
+           fold=name not in NO_FOLDING)
     if name == "op_gmaxpool":  # PyTorch writes AdaptiveMaxPool2d(1) as a MaxPool
         m = onnx.load(path)
         for n in m.graph.node:
@@ -550,6 +570,20 @@ def make_axes(out):
                                 h.make_node("Gemm", ["d", "w2"], ["y"], transB=1)],
                     [value("x", ["N", 6])], [value("y", ["N", 3])], inits),
               os.path.join(out, "dropout_active.onnx"))
+    # A Where whose mask an Equal of two literals computes (int64 band and 0).
+    band = np.array([[int(abs(i - j) <= 1) for j in range(6)] for i in range(4)], np.int64)
+    literal = [h.make_node("Constant", [], [k], value=onnx.numpy_helper.from_array(v, k))
+               for k, v in (("band", band), ("zero", np.array(0, np.int64)),
+                            ("fill", np.array(-2.0, np.float32)))]
+    onnx.save(graph("equal_mask", literal + [h.make_node("Equal", ["band", "zero"], ["m"]),
+                                             h.make_node("Relu", ["x"], ["r"]),
+                                             h.make_node("Where", ["m", "fill", "r"], ["y"])],
+                    [value("x", ["N", 4, 6])], [value("y", ["N", 4, 6])]),
+              os.path.join(out, "equal_mask.onnx"))
+    x = rng.standard_normal((N, 4, 6)).astype(np.float32)
+    save(os.path.join(out, "equal_mask_x.bin"), x)
+    save(os.path.join(out, "equal_mask_y.bin"), np.where(band == 0, -2.0, np.maximum(x, 0))
+         .astype(np.float32))
 
 
 def make_split(out):
@@ -684,6 +718,19 @@ def make_graph_refusals(out):
                              h.make_node("Tanh", ["z"], ["u"])],
                     [value("x", ["N", 4])], [value("y", ["N", 4])]),
               os.path.join(out, "dead.onnx"))
+    one("pow_tensor", "Pow", ["x", "c"], [init("c", 2, 6, 6)])  # an exponent per position
+    one("split_batch", "Split", ["x"], [], axis=0)
+    one("equal_tensor", "Equal", ["x", "c"], [init("c", 1)])
+    ln = [init("s", 6), init("b", 6)]
+    onnx.save(graph("layernorm_batch", [h.make_node("LayerNormalization", ["x", "s", "b"], ["y"],
+                                                    axis=0)],
+                    [value("x", ["N", 6])], [value("y", None)], ln, opset=17),
+              os.path.join(out, "layernorm_batch.onnx"))
+    onnx.save(graph("layernorm_mean", [h.make_node("LayerNormalization", ["x", "s", "b"],
+                                                   ["n", "mean"]),
+                                       h.make_node("Add", ["n", "mean"], ["y"])],
+                    [value("x", ["N", 6])], [value("y", None)], ln, opset=17),
+              os.path.join(out, "layernorm_mean.onnx"))
 
 
 def fashion_mlp():

@@ -36,10 +36,11 @@ SUPPORTED = {"Gemm", "MatMul", "Relu", "Gelu", "Sigmoid", "Tanh", "Clip", "Leaky
              "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize",
              "Upsample", "Flatten", "Reshape", "Add", "Mul", "Concat", "Pad", "Identity",
              "Dropout", "Softmax", "LogSoftmax", "Transpose", "Slice", "ReduceMean", "Sub", "Div",
-             "Gather", "Where"}
+             "Gather", "Where", "Exp", "Sqrt", "Erf", "Pow", "Split", "Equal",
+             "LayerNormalization"}
 # Element-wise: a rank-1 case ([n], no batch axis) gets a batch axis of 1.
 ELEMENTWISE = {"Relu", "Gelu", "Sigmoid", "Tanh", "Clip", "LeakyRelu", "Elu", "HardSigmoid",
-               "HardSwish"}
+               "HardSwish", "Exp", "Sqrt", "Erf", "Pow"}
 MIN_OPSET = 9  # telar::onnx::detail::min_opset
 
 
@@ -63,7 +64,27 @@ def convert(case, out, lines):
             graph.initializer.append(onnx.numpy_helper.from_array(np.asarray(v), vi.name))
     del graph.input[1:]
     graph.input[0].CopyFrom(keep)
-    x, y = np.asarray(inputs[0]), np.asarray(outputs[0])
+    # A node of several outputs (Split; LayerNormalization's Y, Mean and
+    # InvStdDev; MaxPool's Indices): one case per output, the others left
+    # unread, since Telar's models have one output.
+    names = [o.name for o in graph.output]
+    for k, (name, y) in enumerate(zip(names, outputs)):
+        single = onnx.ModelProto()
+        single.CopyFrom(model)
+        del single.graph.output[:]
+        single.graph.output.append(graph.output[k])
+        suffix = f"__{name}" if len(names) > 1 else ""
+        if k == 0 and op == "BatchNormalization" and any(
+                a.name == "training_mode" and a.i == 1 for a in nodes[0].attribute):
+            lines.append(f"{case.name}{suffix} {op} skip batch statistics (training_mode 1; "
+                         "the harness compares outputs in evaluation mode)")
+            continue
+        write_case(single, case.name + suffix, op, np.asarray(inputs[0]), np.asarray(y), out,
+                   lines)
+
+
+def write_case(model, name, op, x, y, out, lines):
+    graph = model.graph
     if op in ELEMENTWISE and x.ndim == 1:
         for vi in (graph.input[0], graph.output[0]):
             dims = vi.type.tensor_type.shape.dim
@@ -75,14 +96,14 @@ def convert(case, out, lines):
             model = onnx.version_converter.convert_version(model, 13)
         except Exception:  # noqa: BLE001 - left as it is: the importer refuses the opset
             pass
-    d = os.path.join(out, case.name)
+    d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
     onnx.save(model, os.path.join(d, "model.onnx"))
     np.ascontiguousarray(x.astype(np.float32)).tofile(os.path.join(d, "x.bin"))
     np.ascontiguousarray(y.astype(np.float32)).tofile(os.path.join(d, "y.bin"))
     rows = x.shape[0] if x.ndim > 0 else 1
     last = y.shape[-1] if y.ndim > 0 else 1
-    lines.append(f"{case.name} {op} {rows} {last}")
+    lines.append(f"{name} {op} {rows} {last}")
 
 
 def main():

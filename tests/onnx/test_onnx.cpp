@@ -210,12 +210,38 @@ bool zoo(std::string const& name) {
 // Every model make_models.py trains: the small ones, the zoo, and one per
 // activation, pooling, softmax and upsampling operator (a Conv, the
 // operator, Flatten, Linear).
-std::vector<std::string> const models = {
-    "mlp",           "cnn",          "resmlp",     "resnet18",     "unet",           "mobilenetv2",
-    "resnet50",      "densenet121",  "squeezenet", "encoder",      "op_relu6",       "op_clip",
-    "op_leaky",      "op_elu",       "op_silu",    "op_hardswish", "op_hardsigmoid", "op_softmax",
-    "op_gmaxpool",   "op_pool_ceil", "op_avgpool", "op_pool3d",    "op_up_nearest",  "op_up_linear",
-    "op_up_corners", "gpt",          "op_subdiv",  "op_muldiv",    "op_addbcast",    "op_literals"};
+std::vector<std::string> const models = {"mlp",
+                                         "cnn",
+                                         "resmlp",
+                                         "resnet18",
+                                         "unet",
+                                         "mobilenetv2",
+                                         "resnet50",
+                                         "densenet121",
+                                         "squeezenet",
+                                         "encoder",
+                                         "op_relu6",
+                                         "op_clip",
+                                         "op_leaky",
+                                         "op_elu",
+                                         "op_silu",
+                                         "op_hardswish",
+                                         "op_hardsigmoid",
+                                         "op_softmax",
+                                         "op_gmaxpool",
+                                         "op_pool_ceil",
+                                         "op_avgpool",
+                                         "op_pool3d",
+                                         "op_up_nearest",
+                                         "op_up_linear",
+                                         "op_up_corners",
+                                         "gpt",
+                                         "op_subdiv",
+                                         "op_muldiv",
+                                         "op_addbcast",
+                                         "op_literals",
+                                         "op_mathsplit",
+                                         "op_layernorm17"};
 
 TEST_CASE("ONNX import: forward output equals PyTorch's", "[onnx]") {
   Manifest const mf = manifest();
@@ -459,7 +485,12 @@ TEST_CASE("ONNX import refuses what it does not support, naming it", "[onnx]") {
              "squeezes axis 1 of the logical shape [batch, 6], whose "
              "extent is not 1"},
         Case{"tied", "(Gemm)", "shared (tied) parameters"},
-        Case{"dead", "(Tanh)", "does not reach the graph output"}}) {
+        Case{"dead", "(Tanh)", "does not reach the graph output"},
+        Case{"pow_tensor", "(Pow)", "its exponent 'c' must be a constant with one value"},
+        Case{"split_batch", "(Split)", "splits axis 0 of the logical shape [batch, 2, 6, 6]"},
+        Case{"equal_tensor", "(Equal)", "Equal is supported only of two constants"},
+        Case{"layernorm_batch", "(LayerNormalization)", "normalises over the batch"},
+        Case{"layernorm_mean", "(LayerNormalization)", "its output Mean 'mean' is read"}}) {
     std::string const file = std::string(c.file) + ".onnx";
     INFO(file);
     CHECK_THAT(refuse(file),
@@ -532,6 +563,11 @@ TEST_CASE("ONNX import: negative axes count from the end; an active Dropout trai
   Forward const soft = forward_of("softmax_axis1", mf.n);
   CHECK(soft.imported.output_activation.empty());
   CHECK(rel_err(soft.got, soft.want) <= 1e-6);
+
+  // A Where whose mask is an Equal of two literals, folded at import.
+  Forward const mask = forward_of("equal_mask", mf.n);
+  CHECK(mask.imported.model.layer_count() == 2);
+  CHECK(rel_err(mask.got, mask.want) == 0);
 
   // A Slice of axes 1 and -1 of [N, 4, 5]: two Rearrange::slice layers.
   Forward const cut = forward_of("slice2", mf.n);

@@ -560,6 +560,7 @@ TEST_CASE("Every built-in layer plans what it allocates", "[memory]") {
   check_alone(telar::SiLU<T>{}, telar::Shape(6));
   check_alone(telar::HardSwish<T>{}, telar::Shape(6));
   check_alone(telar::HardSigmoid<T>{}, telar::Shape(6));
+  check_alone(telar::MathFunction<T>(telar::MathFn::pow, 3), telar::Shape(6));
   check_alone(telar::Softmax<T>(0), telar::Shape{3, 4});
   check_alone(telar::MaxPool3D<T>(2), telar::Shape{2, 4, 4, 4});
   check_alone(telar::AvgPool3D<T>(3, 2, 1, true, false), telar::Shape{2, 5, 5, 5});

@@ -2,7 +2,7 @@
 /*! \file
  *  \brief Element-wise activation layers: ReLU, ReLU6, Clip, LeakyReLU, ELU,
  *  GELU (exact), GELUTanh, SiLU (Swish), HardSwish, HardSigmoid, Sigmoid,
- *  Tanh and Scale (by a constant). */
+ *  Tanh, Scale (by a constant) and MathFunction (exp, sqrt, erf, pow). */
 #include <telar/core/detail/elementwise.hpp>
 #include <telar/core/detail/fast_math.hpp>
 #include <telar/core/detail/math.hpp>
@@ -213,6 +213,41 @@ struct HardSwishOp {
     return detail::select(x < T(-3), T(0), detail::select(x < T(3), x / T(3) + T(0.5), T(1)));
   }
 };
+// One of exp, sqrt, erf or x^p, chosen when the layer is made (ONNX's Exp,
+// Sqrt, Erf and Pow by a constant): a switch on a value every lane shares,
+// so one kernel serves the four without a branch on the data.
+enum class MathFnKind { exp, sqrt, erf, pow };
+template <class T>
+struct MathFnOp {
+  MathFnKind kind;
+  T p; // the exponent of pow
+  KOKKOS_INLINE_FUNCTION T value(T x) const {
+    switch (kind) {
+    case MathFnKind::exp: // the library's: fast_exp stops at 87 (exp(88) is a float)
+      return detail::exp(x);
+    case MathFnKind::sqrt:
+      return detail::sqrt(x);
+    case MathFnKind::erf:
+      return detail::fast_erf(x);
+    default:
+      return detail::pow(x, p);
+    }
+  }
+  // Called with the input x. pow: p x^(p-1), and 0 for p = 0 (as PyTorch,
+  // where 0 * x^-1 would be NaN at 0); sqrt: 1 / (2 sqrt(x)), inf at 0.
+  KOKKOS_INLINE_FUNCTION T slope(T x) const {
+    switch (kind) {
+    case MathFnKind::exp:
+      return detail::exp(x);
+    case MathFnKind::sqrt:
+      return T(0.5) / detail::sqrt(x);
+    case MathFnKind::erf:
+      return T(1.12837916709551257390) * detail::fast_exp(-x * x);
+    default:
+      return p == T(0) ? T(0) : p * detail::pow(x, p - T(1));
+    }
+  }
+};
 template <class T>
 struct HardSigmoidOp {
   T alpha, beta;
@@ -376,6 +411,34 @@ struct HardSigmoid : detail::Elementwise<detail::HardSigmoidOp<T>, T, MemorySpac
   T alpha() const { return this->op_.alpha; }
   /*! \brief The offset. */
   T beta() const { return this->op_.beta; }
+};
+
+/*! \brief Which function a telar::MathFunction applies. */
+using MathFn = detail::MathFnKind;
+
+/*! \brief An element-wise function of the input: exp(x), sqrt(x), erf(x) or
+ *  x^p for a constant p (ONNX's Exp, Sqrt, Erf and Pow by a constant; the
+ *  imports of a graph that computes with them outside the GELU and
+ *  LayerNorm patterns). Keeps x for backward. Outside the domain (sqrt of a
+ *  negative value, a fractional power of one) the value and the gradient
+ *  are NaN, as in PyTorch.
+ *  \tparam T value type \tparam MemorySpace memory space */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+struct MathFunction : detail::Elementwise<detail::MathFnOp<T>, T, MemorySpace, true> {
+  /*! \brief \param kind the function \param exponent p of MathFn::pow (ignored otherwise) */
+  explicit MathFunction(MathFn kind = MathFn::exp, T exponent = T(1))
+      : MathFunction::Elementwise({kind, exponent}) {}
+  /*! \brief Name for messages and traces. */
+  static constexpr char const* name() { return "MathFunction"; }
+  /*! \brief The function. */
+  MathFn kind() const { return this->op_.kind; }
+  /*! \brief The exponent of MathFn::pow. */
+  T exponent() const { return this->op_.p; }
+  /*! \brief "exp", "sqrt", "erf" or "pow". */
+  char const* function_name() const {
+    char const* const names[] = {"exp", "sqrt", "erf", "pow"};
+    return names[int(this->op_.kind)];
+  }
 };
 
 } // namespace telar

@@ -46,7 +46,8 @@ using NodeLayer = std::variant<
     AvgPool3D<T, MemorySpace>, GlobalMaxPool<T, MemorySpace>, Softmax<T, MemorySpace>,
     Upsample<T, MemorySpace>, LayerNorm<T, MemorySpace>, Rearrange<T, MemorySpace>,
     Scale<T, MemorySpace>, Embedding<T, MemorySpace>, PositionalEmbedding<T, MemorySpace>,
-    MaskedFill<T, MemorySpace>, Bias<T, MemorySpace>, Multiplier<T, MemorySpace>>;
+    MaskedFill<T, MemorySpace>, Bias<T, MemorySpace>, Multiplier<T, MemorySpace>,
+    MathFunction<T, MemorySpace>>;
 
 /*! \brief Former name of NodeLayer (a residual branch is now a graph).
  *  \tparam T value type \tparam MemorySpace memory space */
@@ -71,7 +72,7 @@ using Layer = std::variant<
     Upsample<T, MemorySpace>, DynamicGraph<NodeLayer<T, MemorySpace>>, LayerNorm<T, MemorySpace>,
     Rearrange<T, MemorySpace>, Scale<T, MemorySpace>, Embedding<T, MemorySpace>,
     PositionalEmbedding<T, MemorySpace>, MaskedFill<T, MemorySpace>, Bias<T, MemorySpace>,
-    Multiplier<T, MemorySpace>>;
+    Multiplier<T, MemorySpace>, MathFunction<T, MemorySpace>>;
 
 /*! \brief The run-time model an import builds.
  *  \tparam T value type \tparam MemorySpace memory space */

@@ -13,6 +13,7 @@ using Kokkos::erf;
 using Kokkos::exp;
 using Kokkos::fabs;
 using Kokkos::log;
+using Kokkos::pow;
 using Kokkos::sqrt;
 using Kokkos::tanh;
 #else
@@ -20,6 +21,7 @@ using Kokkos::Experimental::erf;
 using Kokkos::Experimental::exp;
 using Kokkos::Experimental::fabs;
 using Kokkos::Experimental::log;
+using Kokkos::Experimental::pow;
 using Kokkos::Experimental::sqrt;
 using Kokkos::Experimental::tanh;
 #endif

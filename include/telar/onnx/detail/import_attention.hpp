@@ -278,4 +278,49 @@ void GraphReader<T, M>::layer_norm(::onnx::NodeProto const& n, NormMatch const& 
   emit(n, LayerNorm<T, M>(d, double(m.eps)), m.x);
 }
 
+// LayerNormalization (opset 17) with its scale and bias B: telar::LayerNorm
+// over the last axis; over several trailing axes, of a sample stored in
+// place, LayerNorm of their product between two Rearrange reshapes (the
+// scale's values in the same C order). Its Mean and InvStdDev outputs only
+// when nothing reads them.
+template <class T, class M>
+void GraphReader<T, M>::layer_normalization(::onnx::NodeProto const& n) {
+  std::string const x = n.input(0);
+  std::size_t const rank = layout_of(x).groups.size();
+  std::int64_t const axis = int_attr(n, "axis", -1);
+  std::size_t const a = logical_axis(n, x, axis);
+  for (int o = 1; o < n.output_size(); ++o)
+    if (!n.output(o).empty() &&
+        (!index_.readers(n.output(o)).empty() || n.output(o) == plan_.output_name))
+      fail(n, std::string("its output ") + (o == 1 ? "Mean" : "InvStdDev") + " '" + n.output(o) +
+                  "' is read; only Y is supported");
+  if (n.input_size() < 3 || n.input(2).empty())
+    fail(n, "has no bias B (input 2): telar::LayerNorm trains a bias (PyTorch's "
+            "nn.LayerNorm(d) with elementwise_affine, its default)");
+  if (a + 1 == rank)
+    last_axis_in_place(n, x);
+  else
+    plain(n, x);
+  if (a + 1 != rank && a == 0)
+    fail(n, "axis " + std::to_string(axis) + " normalises over the batch (logical shape " +
+                logical_str(x) + "); LayerNorm normalises within a sample");
+  Shape const s = shape_of(x);
+  std::size_t const r = std::size_t(s.rank), first = a + 1 == rank ? r - 1 : a - 1;
+  Shape flat = s; // the stored axes from `first` on as one
+  flat.rank = int(first) + 1;
+  for (std::size_t d = first + 1; d < r; ++d)
+    flat.dims[first] *= s[d];
+  std::size_t const size = flat.back();
+  std::string const out = n.output(0), in = first + 1 == r ? x : out + "#flat";
+  if (in != x)
+    emit(n, Rearrange<T, M>::reshape(s, flat), x, in);
+  bind(n, 1, "weight", "weight", false, size, 1);
+  bind(n, 2, "bias", "bias", false, size, 1);
+  float const eps = float_attr(n, "epsilon", 1e-5f);
+  if (in == x)
+    return emit(n, LayerNorm<T, M>(size, double(eps)), x);
+  emit(n, LayerNorm<T, M>(size, double(eps)), in, out + "#norm");
+  emit(n, Rearrange<T, M>::reshape(flat, s), out + "#norm", out);
+}
+
 } // namespace telar::onnx::detail

@@ -221,6 +221,38 @@ void GraphReader<T, M>::where(::onnx::NodeProto const& n) {
   emit(n, MaskedFill<T, M>(s, mask, T(v)), x);
 }
 
+// Exp, Sqrt, Erf of a tensor and Pow of a tensor by a constant scalar:
+// telar::MathFunction (outside the GELU and LayerNorm patterns, which
+// import as those layers).
+template <class T, class M>
+void GraphReader<T, M>::math_function(::onnx::NodeProto const& n) {
+  std::string const& op = n.op_type();
+  if (index_.is_constant(n.input(0)))
+    fail(n, op + " of the constant '" + n.input(0) +
+                "' is not supported (computed constants fold only from shapes and float32 "
+                "literals)");
+  if (op != "Pow")
+    return emit(n,
+                MathFunction<T, M>(op == "Exp"    ? MathFn::exp
+                                   : op == "Sqrt" ? MathFn::sqrt
+                                                  : MathFn::erf),
+                n.input(0));
+  auto const* c = n.input_size() == 2 ? index_.constant(n.input(1)) : nullptr;
+  std::vector<double> p;
+  if (c) {
+    try {
+      p = numbers_of(*c);
+    } catch (OnnxError const& e) {
+      fail(n, e.what());
+    }
+  }
+  if (p.size() != 1)
+    fail(n, "its exponent '" + (n.input_size() == 2 ? n.input(1) : std::string()) +
+                "' must be a constant with one value (x^p); a tensor exponent, or one per "
+                "position, is not supported");
+  emit(n, MathFunction<T, M>(MathFn::pow, T(p[0])), n.input(0));
+}
+
 // Mul or Div of a tensor by a float32 constant: telar::Scale for one
 // literal value (a fixed factor, as attention's 1 / sqrt(d)), else a
 // telar::Multiplier broadcast over each sample, trained for an initializer

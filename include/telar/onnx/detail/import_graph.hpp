@@ -54,20 +54,24 @@ inline constexpr int min_opset = 9, max_opset = 18;
 inline char const* supported_ops() {
   return "Gemm, MatMul (+ Add of a bias), Relu, Gelu (or the Div/Erf/Add/Mul pattern), Sigmoid, "
          "Tanh, Clip, LeakyRelu, Elu, HardSigmoid, HardSwish, SiLU (Sigmoid and Mul of one "
-         "tensor), Conv (2-D, 3-D, grouped), ConvTranspose, BatchNormalization, MaxPool and "
+         "tensor), Exp, Sqrt, Erf, Pow by a constant scalar, Conv (2-D, 3-D, grouped), "
+         "ConvTranspose, BatchNormalization, MaxPool and "
          "AveragePool (2-D, 3-D), GlobalAveragePool, GlobalMaxPool, Resize and Upsample "
          "(nearest by integer factors, linear), Flatten, Add, Mul, Sub, Div (per channel or "
          "per sample broadcast) and Concat of tensors, Add/Sub of a constant broadcast over "
          "each sample (a trained Bias), Pad of zeros, Identity, Dropout, Softmax over an axis "
          "after the batch, Softmax/LogSoftmax over the last axis as the last node, Transpose, "
-         "Reshape, Slice (static shapes, step 1, any axes but the batch; the batch may move), "
+         "Reshape, Slice and Split (static shapes, step 1, any axes but the batch; the batch may "
+         "move), "
          "Unsqueeze, Squeeze, Gather of one constant index along an axis but the batch, "
          "MatMul of two tensors (batched), Mul/Div by a constant scalar (a Scale) or by a "
          "constant broadcast over each sample (a trained Multiplier), ReduceMean, "
-         "LayerNormalization's ReduceMean/Sub/Pow/Sqrt/Div "
+         "LayerNormalization over the last axis, and its ReduceMean/Sub/Pow/Sqrt/Div "
          "form, Gather of a constant table by integer token ids (an embedding), Add of a "
          "constant [seq, hidden] (a learned positional embedding), Where with a constant mask "
-         "and a constant scalar (masked_fill), and shape arithmetic (Shape, Gather, "
+         "and a constant scalar (masked_fill), Equal of constants and Cast to bool (folded), and "
+         "shape "
+         "arithmetic (Shape, Gather, "
          "Unsqueeze, Concat, Cast, Mod, ...; float32 Sqrt, Div, ... of shape values) folded";
 }
 
@@ -353,6 +357,16 @@ private:
       return gather(n);
     if (op == "Where")
       return where(n);
+    if (op == "Exp" || op == "Sqrt" || op == "Erf" || op == "Pow")
+      return math_function(n);
+    if (op == "Split")
+      return split(n);
+    if (op == "LayerNormalization")
+      return layer_normalization(n);
+    if (op == "Equal")
+      fail(n, "Equal is supported only of two constants (a mask computed at import, for a "
+              "Where); here '" +
+                  n.input(0) + "' or '" + n.input(1) + "' is computed from the input");
     std::string const shape = shapes_.count(resolve(x)) ? " (its input '" + x + "' is " +
                                                               shape_of(x).str() + " per sample)"
                                                         : std::string();
@@ -450,6 +464,7 @@ private:
   void clip(::onnx::NodeProto const& n);
   void dropout(::onnx::NodeProto const& n);
   void where(::onnx::NodeProto const& n);
+  void math_function(::onnx::NodeProto const& n);
   bool scale(::onnx::NodeProto const& n);
   bool multiplier(::onnx::NodeProto const& n, int c, bool trained);
   bool bias(::onnx::NodeProto const& n);
@@ -505,6 +520,8 @@ private:
   std::vector<Sym> reshape_target(::onnx::NodeProto const& n);
   void reshape(::onnx::NodeProto const& n);
   void slice(::onnx::NodeProto const& n);
+  void split(::onnx::NodeProto const& n);
+  bool fold_mask(::onnx::NodeProto const& n);
   Rearrange<T, M> slice_of(::onnx::NodeProto const& n, std::string const& x, std::int64_t axis,
                            std::int64_t b, std::int64_t e);
 
@@ -520,6 +537,7 @@ private:
   void reduce_mean(::onnx::NodeProto const& n);
   void layer_norm_pattern(::onnx::NodeProto const& r1);
   void layer_norm(::onnx::NodeProto const& n, NormMatch const& m);
+  void layer_normalization(::onnx::NodeProto const& n);
 
   // import_place.hpp: placing the mapped nodes: chains and DynamicGraph runs
   void output_in_place();
@@ -544,8 +562,9 @@ private:
   std::map<std::string, std::string> bound_by_;          // initializer -> the node using it
   std::map<std::string, Layout> layouts_; // logical axes of a tensor whose batch moved (by name)
   std::map<std::string, Folded> folded_;  // integer tensors of shape arithmetic
-  std::map<std::string, ::onnx::TensorProto> computed_; // float32 values of shape arithmetic
-  std::map<::onnx::NodeProto const*, NormMatch> norm_;  // last Add of a LayerNorm -> its parts
+  // float32 values of shape arithmetic, boolean masks of Equal
+  std::map<std::string, ::onnx::TensorProto> computed_;
+  std::map<::onnx::NodeProto const*, NormMatch> norm_; // last Add of a LayerNorm -> its parts
   std::set<std::string> names_;
   std::vector<ParameterBinding> pending_; // of the node being mapped
   std::vector<Ir> nodes_;

@@ -9,11 +9,37 @@ namespace telar::onnx::detail {
 
 template <class T, class M>
 bool GraphReader<T, M>::layout_aware(std::string const& op) {
-  static std::set<std::string> const ops{
-      "Relu",        "Sigmoid",   "Tanh",    "Gelu",     "Clip",      "LeakyRelu", "Elu",
-      "HardSigmoid", "HardSwish", "Dropout", "Identity", "Transpose", "Reshape",   "MatMul",
-      "Gemm",        "Add",       "Sub",     "Mul",      "Div",       "Softmax",   "Slice",
-      "ReduceMean",  "Unsqueeze", "Squeeze", "Gather"};
+  static std::set<std::string> const ops{"Relu",
+                                         "Sigmoid",
+                                         "Tanh",
+                                         "Gelu",
+                                         "Clip",
+                                         "LeakyRelu",
+                                         "Elu",
+                                         "HardSigmoid",
+                                         "HardSwish",
+                                         "Dropout",
+                                         "Identity",
+                                         "Transpose",
+                                         "Reshape",
+                                         "MatMul",
+                                         "Gemm",
+                                         "Add",
+                                         "Sub",
+                                         "Mul",
+                                         "Div",
+                                         "Softmax",
+                                         "Slice",
+                                         "ReduceMean",
+                                         "Unsqueeze",
+                                         "Squeeze",
+                                         "Gather",
+                                         "Exp",
+                                         "Sqrt",
+                                         "Erf",
+                                         "Pow",
+                                         "Split",
+                                         "LayerNormalization"};
   return ops.count(op) > 0;
 }
 
@@ -147,6 +173,9 @@ bool GraphReader<T, M>::fold(::onnx::NodeProto const& n) {
     folded_[n.output(0)].v = logical_dims(layout_of(n.input(0)), shape_of(n.input(0)));
     return true;
   }
+  if (n.op_type() == "Equal" ||
+      (n.op_type() == "Cast" && int_attr(n, "to", 0) == ::onnx::TensorProto::BOOL))
+    return fold_mask(n);
   if (fold_float(n))
     return true;
   std::vector<std::optional<Folded>> in;
@@ -498,6 +527,80 @@ Rearrange<T, M> GraphReader<T, M>::slice_of(::onnx::NodeProto const& n, std::str
     fail(n, "the slice [" + std::to_string(b) + ", " + std::to_string(e) + ") of axis " +
                 std::to_string(axis) + " is empty");
   return Rearrange<T, M>::slice(shape_of(x), d, lo, hi);
+}
+
+// Split into slices of one axis (not the batch): the sizes from input 1
+// (opset 13+) or the `split` attribute, else equal parts (opset 18's
+// num_outputs: the last one smaller when the extent does not divide). An
+// output nothing reads is left out (a view: no parameter misses a gradient).
+template <class T, class M>
+void GraphReader<T, M>::split(::onnx::NodeProto const& n) {
+  std::string const x = n.input(0);
+  std::int64_t const axis = int_attr(n, "axis", 0);
+  int const d = stored_axis(n, x, logical_axis(n, x, axis));
+  if (d < 0)
+    fail(n, "splits axis " + std::to_string(axis) + " of the logical shape " + logical_str(x) +
+                ", which holds the batch");
+  std::int64_t const len = std::int64_t(shape_of(x)[d]), parts = n.output_size();
+  std::vector<std::int64_t> sizes = ints_attr(n, "split", {});
+  if (n.input_size() > 1 && !n.input(1).empty())
+    sizes = constant_ints(n, 1, "split");
+  if (sizes.empty()) {
+    std::int64_t const each = (len + parts - 1) / parts;
+    for (std::int64_t k = 0; k < parts; ++k)
+      sizes.push_back(std::min(each, len - std::min(len, k * each)));
+  }
+  std::int64_t total = 0;
+  for (auto const v : sizes)
+    total += v;
+  if (std::int64_t(sizes.size()) != parts || total != len)
+    fail(n, "its " + std::to_string(sizes.size()) + " split sizes (sum " + std::to_string(total) +
+                ") do not cut axis " + std::to_string(axis) + " (extent " + std::to_string(len) +
+                ") into its " + std::to_string(parts) + " outputs");
+  std::int64_t start = 0;
+  for (int k = 0; k < n.output_size(); start += sizes[std::size_t(k)], ++k) {
+    std::string const& out = n.output(k);
+    if (!out.empty() && (!index_.readers(out).empty() || out == plan_.output_name))
+      emit(n, slice_of(n, x, axis, start, start + sizes[std::size_t(k)]), x, out);
+  }
+}
+
+// Equal of two constants, or a Cast to bool of one: a mask PyTorch
+// computes in its forward (an Equal stays a node when exported without
+// constant folding; a folded mask is a Cast of a literal), a boolean
+// literal for the Where that reads it. Numbers compare as doubles; equal
+// shapes or one side a single value.
+template <class T, class M>
+bool GraphReader<T, M>::fold_mask(::onnx::NodeProto const& n) {
+  bool const cast = n.op_type() == "Cast";
+  auto const* a = n.input_size() == (cast ? 1 : 2) ? index_.constant(n.input(0)) : nullptr;
+  auto const* b = cast ? a : n.input_size() == 2 ? index_.constant(n.input(1)) : nullptr;
+  if (!a || !b)
+    return false;
+  std::vector<double> va, vb;
+  try {
+    va = numbers_of(*a);
+    vb = cast ? std::vector<double>{0.0} : numbers_of(*b);
+  } catch (OnnxError const& e) {
+    fail(n, e.what());
+  }
+  std::vector<bool> eq;
+  try {
+    eq = broadcast_values(va, vb, [&](double p, double q) { return cast ? p != q : p == q; });
+  } catch (std::string const& why) {
+    fail(n, why);
+  }
+  auto const& shape = va.size() >= vb.size() ? *a : *b; // cast: a
+  ::onnx::TensorProto& t = computed_[n.output(0)];
+  t.set_name(n.output(0));
+  t.set_data_type(::onnx::TensorProto::BOOL);
+  for (auto const dim : shape.dims())
+    t.add_dims(dim);
+  for (bool const e : eq)
+    t.add_int32_data(e ? 1 : 0);
+  index_.constants[n.output(0)] = &t;
+  index_.literals.insert(n.output(0));
+  return true;
 }
 
 } // namespace telar::onnx::detail

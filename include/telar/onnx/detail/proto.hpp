@@ -107,6 +107,50 @@ inline std::vector<bool> bools_of(::onnx::TensorProto const& t) {
   return v;
 }
 
+// The values of a FLOAT, DOUBLE, INT64, INT32 or BOOL tensor as doubles
+// (constants compared at import).
+inline std::vector<double> numbers_of(::onnx::TensorProto const& t) {
+  std::vector<double> v;
+  switch (t.data_type()) {
+  case ::onnx::TensorProto::FLOAT:
+    for (float const x : floats_of(t))
+      v.push_back(x);
+    return v;
+  case ::onnx::TensorProto::INT64:
+    for (std::int64_t const x : ints_of(t))
+      v.push_back(double(x));
+    return v;
+  case ::onnx::TensorProto::BOOL:
+    for (bool const x : bools_of(t))
+      v.push_back(x ? 1 : 0);
+    return v;
+  default:
+    break;
+  }
+  std::size_t n = 1;
+  for (auto d : t.dims())
+    n *= std::size_t(d);
+  if (t.data_type() == ::onnx::TensorProto::DOUBLE && std::size_t(t.double_data_size()) == n)
+    return std::vector<double>(t.double_data().begin(), t.double_data().end());
+  if (t.data_type() == ::onnx::TensorProto::INT32 && std::size_t(t.int32_data_size()) == n)
+    return std::vector<double>(t.int32_data().begin(), t.int32_data().end());
+  if (t.has_raw_data() && t.data_type() == ::onnx::TensorProto::DOUBLE &&
+      t.raw_data().size() == n * sizeof(double)) {
+    v.resize(n);
+    std::memcpy(v.data(), t.raw_data().data(), n * sizeof(double));
+    return v;
+  }
+  if (t.has_raw_data() && t.data_type() == ::onnx::TensorProto::INT32 &&
+      t.raw_data().size() == n * sizeof(std::int32_t)) {
+    std::vector<std::int32_t> w(n);
+    std::memcpy(w.data(), t.raw_data().data(), n * sizeof(std::int32_t));
+    return std::vector<double>(w.begin(), w.end());
+  }
+  throw OnnxError("telar::onnx: tensor '" + t.name() + "' of data type " +
+                  data_type_name(t.data_type()) +
+                  " holds no values Telar reads (float32, float64, int64, int32, bool)");
+}
+
 inline ::onnx::AttributeProto const* find_attr(::onnx::NodeProto const& n, char const* name) {
   for (auto const& a : n.attribute())
     if (a.name() == name)
