@@ -45,6 +45,7 @@ Run: /usr/bin/python3 make_models.py OUT_DIR
 With --fashion after OUT_DIR: only example 04's models, fashion_mlp.onnx and cnn.onnx
 (--data synthetic; with cnn_x.npy and PyTorch's outputs cnn_y.npy for --predict).
 """
+import math
 import os
 import sys
 
@@ -570,6 +571,20 @@ def make_axes(out):
                                 h.make_node("Gemm", ["d", "w2"], ["y"], transB=1)],
                     [value("x", ["N", 6])], [value("y", ["N", 3])], inits),
               os.path.join(out, "dropout_active.onnx"))
+    # Opset 7's Upsample (scales an attribute) and opset 20's Gelu node.
+    onnx.save(graph("upsample7", [h.make_node("Upsample", ["x"], ["y"], scales=[1.0, 1.0, 2.0, 2.0],
+                                              mode="nearest")],
+                    [value("x", ["N", 2, 3, 3])], [value("y", ["N", 2, 6, 6])], opset=7),
+              os.path.join(out, "upsample7.onnx"))
+    x = rng.standard_normal((N, 2, 3, 3)).astype(np.float32)
+    save(os.path.join(out, "upsample7_x.bin"), x)
+    save(os.path.join(out, "upsample7_y.bin"), x.repeat(2, axis=2).repeat(2, axis=3))
+    onnx.save(graph("gelu20", [h.make_node("Gelu", ["x"], ["y"])], [value("x", ["N", 6])],
+                    [value("y", ["N", 6])], opset=20), os.path.join(out, "gelu20.onnx"))
+    x = rng.standard_normal((N, 6))
+    save(os.path.join(out, "gelu20_x.bin"), x.astype(np.float32))
+    erf = np.vectorize(math.erf)
+    save(os.path.join(out, "gelu20_y.bin"), (0.5 * x * (1 + erf(x / math.sqrt(2)))).astype(np.float32))
     # A Where whose mask an Equal of two literals computes (int64 band and 0).
     band = np.array([[int(abs(i - j) <= 1) for j in range(6)] for i in range(4)], np.int64)
     literal = [h.make_node("Constant", [], [k], value=onnx.numpy_helper.from_array(v, k))
@@ -719,6 +734,10 @@ def make_graph_refusals(out):
                     [value("x", ["N", 4])], [value("y", ["N", 4])]),
               os.path.join(out, "dead.onnx"))
     one("pow_tensor", "Pow", ["x", "c"], [init("c", 2, 6, 6)])  # an exponent per position
+    onnx.save(graph("avgpool_dilations", [h.make_node("AveragePool", ["x"], ["y"],
+                                                      kernel_shape=[2, 2], dilations=[2, 2])],
+                    [value("x", ["N", 2, 6, 6])], [value("y", None)], opset=19),
+              os.path.join(out, "avgpool_dilations.onnx"))
     one("split_batch", "Split", ["x"], [], axis=0)
     one("equal_tensor", "Equal", ["x", "c"], [init("c", 1)])
     ln = [init("s", 6), init("b", 6)]

@@ -41,7 +41,7 @@ SUPPORTED = {"Gemm", "MatMul", "Relu", "Gelu", "Sigmoid", "Tanh", "Clip", "Leaky
 # Element-wise: a rank-1 case ([n], no batch axis) gets a batch axis of 1.
 ELEMENTWISE = {"Relu", "Gelu", "Sigmoid", "Tanh", "Clip", "LeakyRelu", "Elu", "HardSigmoid",
                "HardSwish", "Exp", "Sqrt", "Erf", "Pow"}
-MIN_OPSET = 9  # telar::onnx::detail::min_opset
+MIN_OPSET = 7  # telar::onnx::detail::min_opset
 
 
 def convert(case, out, lines):

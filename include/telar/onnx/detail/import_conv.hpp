@@ -54,8 +54,11 @@ void GraphReader<T, M>::resize(::onnx::NodeProto const& n) {
     fail(n, "its scales '" + n.input(si) + "' must be a constant");
   std::vector<std::size_t> factor(sp), size(sp);
   bool by_size = false;
-  if (st && count(*st) > 0) {
-    auto const v = floats_of(*st);
+  std::vector<float> attr; // Upsample before opset 9: the scales an attribute
+  if (auto const* a = up && opset_ < 9 ? find_attr(n, "scales") : nullptr)
+    attr.assign(a->floats().begin(), a->floats().end());
+  if ((st && count(*st) > 0) || !attr.empty()) {
+    auto const v = st ? floats_of(*st) : attr;
     if (v.size() != rank)
       fail(n, "its scales have " + std::to_string(v.size()) + " entries for an input of rank " +
                   std::to_string(rank));
@@ -270,6 +273,9 @@ template <class T, class M>
 void GraphReader<T, M>::batch_norm(::onnx::NodeProto const& n) {
   if (n.input_size() != 5)
     fail(n, "needs 5 inputs (X, scale, B, input_mean, input_var)");
+  if (int_attr(n, "spatial", 1) != 1) // opsets 7 and 8
+    fail(n, "attribute spatial = 0 (statistics per position) is not supported: one mean and "
+            "variance per channel, as PyTorch's BatchNorm");
   for (int o = 1; o < n.output_size(); ++o)
     if (!n.output(o).empty() && !index_.readers(n.output(o)).empty())
       fail(n, "its output '" + n.output(o) +
@@ -306,7 +312,7 @@ void GraphReader<T, M>::pool(::onnx::NodeProto const& n) {
   if (2 * p[0] > k[0])
     fail(n, "attribute pads: " + std::to_string(p[0]) + " is more than half the window " +
                 std::to_string(k[0]) + " (as PyTorch, Telar's pools pad at most kernel / 2)");
-  if (max && extents(n, "dilations", dims, 1) != ones)
+  if (extents(n, "dilations", dims, 1) != ones) // AveragePool has them from opset 19
     fail(n, "attribute dilations is not supported (only 1)");
   if (max && int_attr(n, "storage_order", 0) != 0)
     fail(n, "attribute storage_order = 1 is not supported");

@@ -49,7 +49,10 @@
 
 namespace telar::onnx::detail {
 
-inline constexpr int min_opset = 9, max_opset = 18;
+// Opsets 7 and 8 differ from 9 in the supported operators only by Upsample's
+// scales attribute and BatchNormalization's spatial; 19 to 21 by
+// AveragePool's dilations and Gelu (20), read as such.
+inline constexpr int min_opset = 7, max_opset = 21;
 
 inline char const* supported_ops() {
   return "Gemm, MatMul (+ Add of a bias), Relu, Gelu (or the Div/Erf/Add/Mul pattern), Sigmoid, "
@@ -66,7 +69,7 @@ inline char const* supported_ops() {
          "Unsqueeze, Squeeze, Gather of one constant index along an axis but the batch, "
          "MatMul of two tensors (batched), Mul/Div by a constant scalar (a Scale) or by a "
          "constant broadcast over each sample (a trained Multiplier), ReduceMean, "
-         "LayerNormalization over the last axis, and its ReduceMean/Sub/Pow/Sqrt/Div "
+         "LayerNormalization (over trailing axes of a sample), and its ReduceMean/Sub/Pow/Sqrt/Div "
          "form, Gather of a constant table by integer token ids (an embedding), Add of a "
          "constant [seq, hidden] (a learned positional embedding), Where with a constant mask "
          "and a constant scalar (masked_fill), Equal of constants and Cast to bool (folded), and "
