@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # ResNet-50 training step (batch 16, 3x128x128, fp32, one thread): Telar's
 # native network (example 06), the same network imported from PyTorch's ONNX
-# export (example 04 --data synthetic), PyTorch 1.13 and 2.6 (resnet_torch.py; 2.6
-# with its convolutions outside oneDNN, whose 3.6 crashes on ResNet-50 here),
-# and a GEMM floor (PyTorch 1.13's 1024^3 fp32 matmul, GFLOP/s), in
+# export (example 04 --data synthetic), PyTorch 1.13 and 2.6 (resnet_torch.py;
+# 2.6 with the backward of its three 1x1 stride-2 projections outside oneDNN,
+# whose 3.6 crashes there on this machine, and 1.13 the same way to show what
+# that costs), and a GEMM floor (PyTorch 1.13's 1024^3 fp32 matmul, GFLOP/s), in
 # interleaved rounds: the machine's speed swings, so compare within a round.
 # Prints "<round> <who> <ms>" lines, then each one's median and the medians
 # of the per-round ratios to PyTorch 1.13 and 2.6.
@@ -62,10 +63,11 @@ for r in $(seq 1 "$rounds"); do
     echo "$r telar_native $(native)"
     echo "$r telar_imported $(imported)"
     echo "$r torch1.13 $(torch "" /usr/bin/python3)"
+    echo "$r torch1.13_projections $(torch --projections-outside-onednn /usr/bin/python3)"
     # 2.6's oneDNN (Debian 13: 3.6) dies of SIGFPE here in the backward of
-    # the 1024->2048 1x1/2 convolution (bench/peers/README.md): without it.
+    # 1x1 stride-2 convolutions (resnet_torch.py, projections_outside_onednn).
     [[ ${TORCH26:-1} == 0 ]] ||
-      echo "$r torch2.6_no_onednn $(torch --no-mkldnn bash "$torch26sh" python3)"
+      echo "$r torch2.6 $(torch --projections-outside-onednn bash "$torch26sh" python3)"
   } | tee -a "$out"
 done
 /usr/bin/python3 - "$out" <<'EOF'
@@ -76,7 +78,7 @@ for line in open(sys.argv[1]):
     by[who][r] = float(v)
 for who, runs in by.items():
     print(f"median {who}: {statistics.median(runs.values()):.1f}")
-for peer in ("torch1.13", "torch2.6_no_onednn"):
+for peer in ("torch1.13", "torch1.13_projections", "torch2.6"):
     for who in ("telar_native", "telar_imported"):
         ratios = [by[who][r] / by[peer][r] for r in by[who] if r in by.get(peer, {})]
         if ratios:

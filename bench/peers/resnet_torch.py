@@ -68,6 +68,52 @@ class Bottleneck(nn.Module):
         return torch.relu(self.body(x) + self.shortcut(x))
 
 
+class _BackwardOutsideOneDNN(torch.autograd.Function):
+    """A 1x1 stride-2 convolution (no bias): forward as nn.Conv2d (oneDNN),
+    backward through aten's convolution_backward with oneDNN off."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return nn.functional.conv2d(x, w, stride=2)
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, w = ctx.saved_tensors
+        with torch.backends.mkldnn.flags(enabled=False):
+            gx, gw, _ = torch.ops.aten.convolution_backward(
+                gy, x, w, None, [2, 2], [0, 0], [1, 1], False, [0, 0], 1, [True, True, False])
+        return gx, gw
+
+
+class StridedProjection(nn.Module):
+    """nn.Conv2d(cin, cout, 1, 2, bias=False) whose backward avoids oneDNN."""
+
+    def __init__(self, conv):
+        super().__init__()
+        self.weight = conv.weight
+
+    def forward(self, x):
+        return _BackwardOutsideOneDNN.apply(x, self.weight)
+
+
+def projections_outside_onednn(model):
+    """PyTorch 2.6's oneDNN (Debian 13: 3.6) dies of SIGFPE (integer divide by
+    zero in dnnl_convolution_backward_data_primitive_desc_create) in the
+    backward of 1x1 stride-2 convolutions from 512 channels on this VM, at any
+    ISA from AVX2 (AVX and SSE4.1 pass): the three strided projections of
+    ResNet-50 compute their backward without oneDNN, every other
+    convolution as usual."""
+    n = 0
+    for m in model.modules():
+        if isinstance(m, Bottleneck) and isinstance(m.shortcut, nn.Sequential):
+            c = m.shortcut[0]
+            if c.kernel_size == (1, 1) and c.stride == (2, 2):
+                m.shortcut[0] = StridedProjection(c)
+                n += 1
+    return n
+
+
 def resnet50(classes=10):
     """torchvision.models.resnet50(num_classes=classes), layer for layer."""
     layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
@@ -121,6 +167,9 @@ def main():
     p.add_argument("--onnx", metavar="FILE", help="write the network as ONNX and exit")
     p.add_argument("--no-mkldnn", action="store_true",
                    help="convolutions without oneDNN (torch.backends.mkldnn.enabled = False)")
+    p.add_argument("--projections-outside-onednn", action="store_true",
+                   help="the backward of ResNet-50's 1x1 stride-2 projections without oneDNN "
+                        "(PyTorch 2.6's oneDNN 3.6 crashes there on this machine)")
     a = p.parse_args()
     if a.no_mkldnn:
         torch.backends.mkldnn.enabled = False
@@ -135,6 +184,8 @@ def main():
     if a.onnx:
         export(model, x[:2], a.onnx)
         return
+    if a.projections_outside_onednn:
+        print(f"{projections_outside_onednn(model)} strided projections: backward without oneDNN")
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
