@@ -22,7 +22,7 @@ plus refusal fixtures: bad_op.onnx (Softplus), bad_opset.onnx (opset 99),
 float64.onnx (a double model), identity.onnx (one Identity node: no layer),
 logsoftmax_axis1.onnx (a LogSoftmax over axis 1 of a rank-3 output), and
 hand-built one-node graphs each refused for one attribute or form
-(asym_pads, same_odd, conv1d, gemm_alpha, gemm_transa, mul_const, add_batch_const,
+(asym_pads, same_odd, convtranspose1d, gemm_alpha, gemm_transa, mul_const, add_batch_const,
 pool_dilations, pool_rect, pool1d, ceil_pad, resize_cubic, resize_frac,
 resize_asym, concat_axis, where_mask, where_tensors, gather_data, gather_batch,
 squeeze_wide, reshape_batch,
@@ -374,6 +374,9 @@ def ops():
         "op_addbcast": ([c2(), AddBcast()], s2),  # Add joins broadcast per channel
         "op_literals": ([c2(), Literals()], s2),  # literals fixed, one-value parameters trained
         "op_mathsplit": ([c2(), MathSplit()], s2),
+        # 1-D: a Conv2D over [C, 1, L] between two Rearranges
+        "op_conv1d": ([nn.Conv1d(2, 4, 3, stride=2, padding=1), nn.ReLU(),
+                       nn.Conv1d(4, 4, 3, padding=2, dilation=2, groups=2)], (2, 12)),
         # opset 17: LayerNormalization nodes, over the last two axes and the last one
         "op_layernorm17": ([c2(), nn.LayerNorm([6, 6]), nn.LayerNorm(6)], s2),
     }
@@ -673,7 +676,9 @@ def make_graph_refusals(out):
 
     conv_graph("asym_pads", {"pads": [0, 0, 1, 1]})
     conv_graph("same_odd", {"auto_pad": "SAME_UPPER"}, (2, 2, 2, 2))
-    conv_graph("conv1d", {}, (2, 2, 3), ("N", 2, 6))
+    onnx.save(graph("convtranspose1d", [h.make_node("ConvTranspose", ["x", "w"], ["y"])],
+                    [value("x", ["N", 2, 6])], [value("y", None)], [init("w", 2, 2, 3)]),
+              os.path.join(out, "convtranspose1d.onnx"))
 
     def one(name, op, inputs, inits, x_shape=("N", 2, 6, 6), **attrs):
         onnx.save(graph(name, [h.make_node(op, inputs, ["y"], **attrs)],

@@ -190,13 +190,12 @@ auto GraphReader<T, M>::conv_attrs(::onnx::NodeProto const& n, ::onnx::TensorPro
                                    bool transposed) -> ConvAttrs {
   ConvAttrs a;
   a.dims = w.dims_size() - 2;
-  if (a.dims == 1)
-    fail(n, "1-D convolutions (weight '" + w.name() +
-                "' of rank 3) are not supported: Telar has 2-D and 3-D layers (a [C, 1, L] "
-                "input with a 1 x k kernel is the same)");
-  if (a.dims != 2 && a.dims != 3)
+  if (a.dims == 1 && transposed)
+    fail(n, "1-D transposed convolutions (weight '" + w.name() +
+                "' of rank 3) are not supported: Telar has 2-D and 3-D ones");
+  if (a.dims < 1 || a.dims > 3)
     fail(n, "its weight '" + w.name() + "' has rank " + std::to_string(w.dims_size()) +
-                "; 2-D and 3-D convolutions are supported");
+                "; 1-D, 2-D and 3-D convolutions are supported");
   std::int64_t const g = int_attr(n, "group", 1);
   if (g < 1)
     fail(n, "attribute group = " + std::to_string(g) + " must be positive");
@@ -212,8 +211,11 @@ auto GraphReader<T, M>::conv_attrs(::onnx::NodeProto const& n, ::onnx::TensorPro
   Shape const& s = shape_of(n.input(0));
   if (s.rank != a.dims + 1)
     fail(n, "a " + std::to_string(a.dims) + "-D convolution needs inputs [C, " +
-                (a.dims == 2 ? "H, W" : "D, H, W") + "], got " + s.str());
+                (a.dims == 1 ? "L" : a.dims == 2 ? "H, W" : "D, H, W") + "], got " + s.str());
   a.pad = pads(n, s, a.k, a.stride, a.dil, transposed);
+  if (a.dims == 1) // a Conv2D over [C, 1, L] with a 1 x k window (conv())
+    for (auto* v : {&a.k, &a.stride, &a.dil, &a.pad})
+      v->insert(v->begin(), v == &a.pad ? 0 : 1);
   return a;
 }
 
@@ -226,14 +228,24 @@ void GraphReader<T, M>::conv(::onnx::NodeProto const& n) {
     fail(n, "weight '" + w.name() + "' takes " + std::to_string(in) + " channels (group " +
                 std::to_string(a.groups) + "); the input is " + shape_of(n.input(0)).str());
   bool const bias = n.input_size() > 2 && !n.input(2).empty();
+  // 1-D: [C, L] read as [C, 1, L] (a Rearrange before the bindings, which
+  // go with the next node), the same weight values as [out, in / g, 1, k].
+  Shape const& s = shape_of(n.input(0));
+  std::string const x = a.dims == 1 ? n.output(0) + "#2d" : n.input(0);
+  if (a.dims == 1)
+    emit(n, Rearrange<T, M>::reshape(s, Shape{s[0], 1, s[1]}), n.input(0), x);
   bind(n, 1, "weight", "weight", false, out, in / a.groups * a.volume);
   if (bias)
     bind(n, 2, "bias", "bias", false, out, 1);
-  if (a.dims == 2)
-    return emit(n,
-                Conv2D<T, M>(in, out, arr<2>(a.k), arr<2>(a.stride), arr<2>(a.pad), bias,
-                             arr<2>(a.dil), a.groups),
-                n.input(0));
+  if (a.dims <= 2) {
+    Conv2D<T, M> conv2d(in, out, arr<2>(a.k), arr<2>(a.stride), arr<2>(a.pad), bias,
+                        arr<2>(a.dil), a.groups);
+    if (a.dims == 2)
+      return emit(n, std::move(conv2d), x);
+    emit(n, std::move(conv2d), x, n.output(0) + "#conv");
+    Shape const y = shape_of(n.output(0) + "#conv");
+    return emit(n, Rearrange<T, M>::reshape(y, Shape{y[0], y[2]}), n.output(0) + "#conv");
+  }
   emit(n,
        Conv3D<T, M>(in, out, arr<3>(a.k), arr<3>(a.stride), arr<3>(a.pad), bias, arr<3>(a.dil),
                     a.groups),

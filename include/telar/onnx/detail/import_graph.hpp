@@ -57,25 +57,22 @@ inline constexpr int min_opset = 7, max_opset = 21;
 inline char const* supported_ops() {
   return "Gemm, MatMul (+ Add of a bias), Relu, Gelu (or the Div/Erf/Add/Mul pattern), Sigmoid, "
          "Tanh, Clip, LeakyRelu, Elu, HardSigmoid, HardSwish, SiLU (Sigmoid and Mul of one "
-         "tensor), Exp, Sqrt, Erf, Pow by a constant scalar, Conv (2-D, 3-D, grouped), "
-         "ConvTranspose, BatchNormalization, MaxPool and "
-         "AveragePool (2-D, 3-D), GlobalAveragePool, GlobalMaxPool, Resize and Upsample "
-         "(nearest by integer factors, linear), Flatten, Add, Mul, Sub, Div (per channel or "
-         "per sample broadcast) and Concat of tensors, Add/Sub of a constant broadcast over "
-         "each sample (a trained Bias), Pad of zeros, Identity, Dropout, Softmax over an axis "
-         "after the batch, Softmax/LogSoftmax over the last axis as the last node, Transpose, "
-         "Reshape, Slice and Split (static shapes, step 1, any axes but the batch; the batch may "
-         "move), "
-         "Unsqueeze, Squeeze, Gather of one constant index along an axis but the batch, "
-         "MatMul of two tensors (batched), Mul/Div by a constant scalar (a Scale) or by a "
-         "constant broadcast over each sample (a trained Multiplier), ReduceMean, "
-         "LayerNormalization (over trailing axes of a sample), and its ReduceMean/Sub/Pow/Sqrt/Div "
-         "form, Gather of a constant table by integer token ids (an embedding), Add of a "
-         "constant [seq, hidden] (a learned positional embedding), Where with a constant mask "
-         "and a constant scalar (masked_fill), Equal of constants and Cast to bool (folded), and "
-         "shape "
-         "arithmetic (Shape, Gather, "
-         "Unsqueeze, Concat, Cast, Mod, ...; float32 Sqrt, Div, ... of shape values) folded";
+         "tensor), Exp, Sqrt, Erf, Pow by a constant scalar, Conv (1-D, 2-D, 3-D, grouped), "
+         "ConvTranspose, BatchNormalization, MaxPool and AveragePool (2-D, 3-D), "
+         "GlobalAveragePool, GlobalMaxPool, Resize and Upsample (nearest by integer factors, "
+         "linear), Flatten, Add, Mul, Sub, Div (per channel or per sample broadcast) and Concat of"
+         " tensors, Add/Sub of a constant broadcast over each sample (a trained Bias), Pad of "
+         "zeros, Identity, Dropout, Softmax over an axis after the batch, Softmax/LogSoftmax over "
+         "the last axis as the last node, Transpose, Reshape, Slice and Split (static shapes, step"
+         " 1, any axes but the batch; the batch may move), Unsqueeze, Squeeze, Gather of one "
+         "constant index along an axis but the batch, MatMul of two tensors (batched), Mul/Div by "
+         "a constant scalar (a Scale) or by a constant broadcast over each sample (a trained "
+         "Multiplier), ReduceMean, LayerNormalization (over trailing axes of a sample), and its "
+         "ReduceMean/Sub/Pow/Sqrt/Div form, Gather of a constant table by integer token ids (an "
+         "embedding), Add of a constant [seq, hidden] (a learned positional embedding), Where with"
+         " a constant mask and a constant scalar (masked_fill), Equal of constants and Cast to "
+         "bool (folded), and shape arithmetic (Shape, Gather, Unsqueeze, Concat, Cast, Mod, ...; "
+         "float32 Sqrt, Div, ... of shape values) folded";
 }
 
 // One node of the file once mapped, before it is placed in the model: a
@@ -368,8 +365,7 @@ private:
       return layer_normalization(n);
     if (op == "Equal")
       fail(n, "Equal is supported only of two constants (a mask computed at import, for a "
-              "Where); here '" +
-                  n.input(0) + "' or '" + n.input(1) + "' is computed from the input");
+              "Where); here an input is computed from the graph input");
     std::string const shape = shapes_.count(resolve(x)) ? " (its input '" + x + "' is " +
                                                               shape_of(x).str() + " per sample)"
                                                         : std::string();

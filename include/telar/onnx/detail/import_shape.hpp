@@ -9,37 +9,13 @@ namespace telar::onnx::detail {
 
 template <class T, class M>
 bool GraphReader<T, M>::layout_aware(std::string const& op) {
-  static std::set<std::string> const ops{"Relu",
-                                         "Sigmoid",
-                                         "Tanh",
-                                         "Gelu",
-                                         "Clip",
-                                         "LeakyRelu",
-                                         "Elu",
-                                         "HardSigmoid",
-                                         "HardSwish",
-                                         "Dropout",
-                                         "Identity",
-                                         "Transpose",
-                                         "Reshape",
-                                         "MatMul",
-                                         "Gemm",
-                                         "Add",
-                                         "Sub",
-                                         "Mul",
-                                         "Div",
-                                         "Softmax",
-                                         "Slice",
-                                         "ReduceMean",
-                                         "Unsqueeze",
-                                         "Squeeze",
-                                         "Gather",
-                                         "Exp",
-                                         "Sqrt",
-                                         "Erf",
-                                         "Pow",
-                                         "Split",
-                                         "LayerNormalization"};
+  // clang-format off
+  static std::set<std::string> const ops{
+      "Relu", "Sigmoid", "Tanh", "Gelu", "Clip", "LeakyRelu", "Elu", "HardSigmoid",
+      "HardSwish", "Dropout", "Identity", "Transpose", "Reshape", "MatMul", "Gemm", "Add",
+      "Sub", "Mul", "Div", "Softmax", "Slice", "ReduceMean", "Unsqueeze", "Squeeze",
+      "Gather", "Exp", "Sqrt", "Erf", "Pow", "Split", "LayerNormalization"};
+  // clang-format on
   return ops.count(op) > 0;
 }
 
