@@ -211,7 +211,10 @@ auto GraphReader<T, M>::conv_attrs(::onnx::NodeProto const& n, ::onnx::TensorPro
   Shape const& s = shape_of(n.input(0));
   if (s.rank != a.dims + 1)
     fail(n, "a " + std::to_string(a.dims) + "-D convolution needs inputs [C, " +
-                (a.dims == 1 ? "L" : a.dims == 2 ? "H, W" : "D, H, W") + "], got " + s.str());
+                (a.dims == 1   ? "L"
+                 : a.dims == 2 ? "H, W"
+                               : "D, H, W") +
+                "], got " + s.str());
   a.pad = pads(n, s, a.k, a.stride, a.dil, transposed);
   if (a.dims == 1) // a Conv2D over [C, 1, L] with a 1 x k window (conv())
     for (auto* v : {&a.k, &a.stride, &a.dil, &a.pad})
@@ -238,8 +241,8 @@ void GraphReader<T, M>::conv(::onnx::NodeProto const& n) {
   if (bias)
     bind(n, 2, "bias", "bias", false, out, 1);
   if (a.dims <= 2) {
-    Conv2D<T, M> conv2d(in, out, arr<2>(a.k), arr<2>(a.stride), arr<2>(a.pad), bias,
-                        arr<2>(a.dil), a.groups);
+    Conv2D<T, M> conv2d(in, out, arr<2>(a.k), arr<2>(a.stride), arr<2>(a.pad), bias, arr<2>(a.dil),
+                        a.groups);
     if (a.dims == 2)
       return emit(n, std::move(conv2d), x);
     emit(n, std::move(conv2d), x, n.output(0) + "#conv");
