@@ -420,7 +420,7 @@ using MathFn = detail::MathFnKind;
  *  x^p for a constant p (ONNX's Exp, Sqrt, Erf and Pow by a constant; the
  *  imports of a graph that computes with them outside the GELU and
  *  LayerNorm patterns). Keeps x for backward. Outside the domain (sqrt of a
- *  negative value, a fractional power of one) the value and the gradient
+ *  negative value, a fractional power of a negative value) the value and the gradient
  *  are NaN, as in PyTorch.
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
