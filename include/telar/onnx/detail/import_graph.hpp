@@ -492,7 +492,16 @@ private:
   void batch_norm(::onnx::NodeProto const& n);
   void pool(::onnx::NodeProto const& n);
 
-  // import_shape.hpp: moved batches (views, Rearranges), folding, Transpose, Reshape, Slice
+  // import_fold.hpp: shape arithmetic, float32 shape values and masks folded into literals
+  bool fold(::onnx::NodeProto const& n);
+  bool fold_float(::onnx::NodeProto const& n);
+  bool fold_mask(::onnx::NodeProto const& n);
+  ::onnx::TensorProto& computed_literal(std::string const& name, int type);
+  std::optional<Folded> folded(std::string const& t) const;
+  std::vector<Sym> folded_input(::onnx::NodeProto const& n, int i, char const* what);
+  std::vector<std::int64_t> constant_ints(::onnx::NodeProto const& n, int i, char const* what);
+
+  // import_shape.hpp: moved batches (views, Rearranges), Transpose, Reshape, Slice, Split
   static bool layout_aware(std::string const& op);
   Layout layout_of(std::string t) const;
   std::string logical_str(std::string const& t) const;
@@ -505,22 +514,16 @@ private:
   void last_axis_in_place(::onnx::NodeProto const& n, std::string const& x);
   int stored_axis(::onnx::NodeProto const& n, std::string const& x, std::size_t axis);
   std::size_t logical_axis(::onnx::NodeProto const& n, std::string const& x, std::int64_t a);
-  bool fold(::onnx::NodeProto const& n);
-  bool fold_float(::onnx::NodeProto const& n);
   std::string view_input(::onnx::NodeProto const& n);
   void unsqueeze(::onnx::NodeProto const& n);
   void squeeze(::onnx::NodeProto const& n);
   Layout drop_axis(::onnx::NodeProto const& n, std::string const& x, Layout l, std::size_t axis);
   void gather_axis(::onnx::NodeProto const& n);
-  std::optional<Folded> folded(std::string const& t) const;
-  std::vector<Sym> folded_input(::onnx::NodeProto const& n, int i, char const* what);
-  std::vector<std::int64_t> constant_ints(::onnx::NodeProto const& n, int i, char const* what);
   void transpose(::onnx::NodeProto const& n);
   std::vector<Sym> reshape_target(::onnx::NodeProto const& n);
   void reshape(::onnx::NodeProto const& n);
   void slice(::onnx::NodeProto const& n);
   void split(::onnx::NodeProto const& n);
-  bool fold_mask(::onnx::NodeProto const& n);
   Rearrange<T, M> slice_of(::onnx::NodeProto const& n, std::string const& x, std::int64_t axis,
                            std::int64_t b, std::int64_t e);
 
@@ -575,5 +578,6 @@ private:
 #include <telar/onnx/detail/import_attention.hpp>
 #include <telar/onnx/detail/import_conv.hpp>
 #include <telar/onnx/detail/import_elementwise.hpp>
+#include <telar/onnx/detail/import_fold.hpp>
 #include <telar/onnx/detail/import_place.hpp>
 #include <telar/onnx/detail/import_shape.hpp>
