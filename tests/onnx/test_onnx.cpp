@@ -151,19 +151,33 @@ int world_size() {
 // Trains `name` for the manifest's steps under the degrees of `opts`, in
 // T (the file's float32 values read as T); the gathered parameters (every
 // rank) and the trainer's rank-0 outputs on x (written as float32).
+// import_graph's result: the whole file as one graph (a GraphChain).
 template <class T = float>
-struct Trained {
-  std::map<std::string, std::vector<T>> params;
-  telar::onnx::Imported<T> imported;
-};
-template <class Strategy = Full, class T = float>
-Trained<T> train(std::string const& name, MPI_Comm comm, telar::TrainerOptions opts, bool tp,
-                 std::string const& export_to = "") {
-  Manifest const mf = manifest();
-  Trained<T> r;
+using GraphImported =
+    telar::onnx::Imported<T, telar::DefaultMemorySpace, telar::onnx::GraphModel<T>>;
+template <class T>
+void import_into(telar::onnx::Imported<T>& r, std::string const& path, bool tp) {
   telar::onnx::ImportOptions io;
   io.tensor_parallel = tp;
-  r.imported = telar::onnx::import_model<T>(fixture(name + ".onnx"), io);
+  r = telar::onnx::import_model<T>(path, io);
+}
+template <class T>
+void import_into(GraphImported<T>& r, std::string const& path, bool) {
+  r = telar::onnx::import_graph<T>(path);
+}
+
+template <class T = float, class Imp = telar::onnx::Imported<T>>
+struct Trained {
+  std::map<std::string, std::vector<T>> params;
+  Imp imported;
+  std::vector<std::string> crossing; // a GraphChain's tensors crossing the first stage boundary
+};
+template <class Strategy = Full, class T = float, class Imp = telar::onnx::Imported<T>>
+Trained<T, Imp> train(std::string const& name, MPI_Comm comm, telar::TrainerOptions opts, bool tp,
+                      std::string const& export_to = "") {
+  Manifest const mf = manifest();
+  Trained<T, Imp> r;
+  import_into(r.imported, fixture(name + ".onnx"), tp);
   auto const tx = read_bin<float>(name + "_train_x.bin");
   auto const ty = read_bin<int>(name + "_train_y.bin");
   auto const x = to_matrix<T>(tx, ty.size());
@@ -171,7 +185,7 @@ Trained<T> train(std::string const& name, MPI_Comm comm, telar::TrainerOptions o
   double lr = mf.lr; // or the model's own (make_models.py's MODEL_LR)
   std::ifstream(fixture(name + "_lr.txt")) >> lr;
   opts.lr = telar::constant_lr(lr);
-  telar::Trainer<telar::onnx::Model<T>, Strategy, telar::SGD<T>> trainer(
+  telar::Trainer<decltype(r.imported.model), Strategy, telar::SGD<T>> trainer(
       comm, r.imported.model, {}, opts, r.imported.input_shape);
   int const dp = trainer.grid_shape().dp, d = trainer.grid_coords().dp;
   std::size_t const local = mf.batch / std::size_t(dp);
@@ -180,6 +194,9 @@ Trained<T> train(std::string const& name, MPI_Comm comm, telar::TrainerOptions o
     trainer.step(telar::rows(x, b, b + local), telar::rows(y, b, b + local));
   }
   r.params = telar::onnx::gather_parameters(trainer, r.imported);
+  if constexpr (std::is_same_v<Imp, GraphImported<T>>)
+    if (trainer.stage_boundaries().size() > 2)
+      r.crossing = trainer.model().live_tensors(trainer.stage_boundaries()[1]);
   if (!export_to.empty()) {
     telar::onnx::export_trained(trainer, r.imported, fixture(export_to + ".onnx"));
     auto const xs = read_bin<float>(name + "_x.bin");
@@ -297,7 +314,8 @@ TEST_CASE("ONNX import: ResNet-50 and DenseNet-121 train as PyTorch", "[.zoo_dee
       check_training(name);
 }
 
-static double worst_error(Trained<> const& got, Trained<> const& ref, std::string& worst_name) {
+template <class Got>
+double worst_error(Got const& got, Trained<> const& ref, std::string& worst_name) {
   double worst = 0;
   for (auto const& [init, v] : ref.params)
     if (double const e = rel_err(got.params.at(init), v); e >= worst) {
@@ -371,6 +389,48 @@ TEST_CASE("ONNX import: dp2, pp2, tp2 and ZeRO-3 train to the serial parameters"
     check("syncstats-dp2", train(name, MPI_COMM_WORLD, dp, false));
     check("zero3-dp2", train<Zero3>(name, MPI_COMM_WORLD, dp, false));
     check("pp2", train(name, MPI_COMM_WORLD, pp, false));
+  }
+}
+
+// import_graph: the U-Net as one graph, whose skips span the whole file
+// (import_model makes it a stem, one DynamicGraph and a head: a pipeline
+// could cut only around it). Trained as a GraphChain serially it equals
+// import_model's model; at pp=2 (one micro-batch: BatchNorm sees the whole
+// batch) the stage boundary falls inside the graph with skips crossing it,
+// and the parameters equal serial. The serial export re-imports with the
+// trained values and its outputs match PyTorch's after training.
+TEST_CASE("ONNX import_graph: the U-Net as one graph, cut inside by pp2, trains to serial",
+          "[onnx][mpi]") {
+  if (world_size() != 2)
+    return;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  Trained<> const ref = train("unet", MPI_COMM_SELF, serial_options(), false);
+  std::string const out = rank == 0 ? "unet_graph_telar" : "";
+  auto const serial =
+      train<Full, float, GraphImported<>>("unet", MPI_COMM_SELF, serial_options(), false, out);
+  telar::TrainerOptions pp;
+  pp.grid = {1, 2, 1};
+  pp.microbatches = 1;
+  auto const piped = train<Full, float, GraphImported<>>("unet", MPI_COMM_WORLD, pp, false);
+  std::string worst_name;
+  double const e_serial = worst_error(serial, ref, worst_name);
+  INFO("serial GraphChain vs import_model: " << e_serial << " (" << worst_name << ")");
+  report("unet one-graph-serial", e_serial);
+  CHECK(e_serial <= 1e-5);
+  double const e_piped = worst_error(piped, ref, worst_name);
+  INFO("pp2 GraphChain vs import_model serial: " << e_piped << " (" << worst_name << ")");
+  report("unet one-graph-pp2", e_piped);
+  CHECK(e_piped <= 1e-5);
+  INFO("crossing the boundary: " << piped.crossing.size() << " tensors");
+  CHECK(piped.crossing.size() > 1); // the skips cross with the activation
+  if (rank == 0) {
+    auto const back = telar::onnx::import_model<float>(fixture("unet_graph_telar.onnx"));
+    CHECK(in_file_order(back, *back.start) == in_file_order(back, serial.params));
+    double const y = rel_err(read_bin<float>("unet_graph_telar_y.bin"),
+                             read_bin<float>("unet_trained_y.bin"));
+    INFO("outputs after training against PyTorch's: " << y);
+    CHECK(y <= 1e-4);
   }
 }
 

@@ -66,6 +66,8 @@ public:
   /*! \brief Per-micro-batch saved state of every unit. */
   using saved_tuple = detail::GraphSlot<Variant>;
 
+  /*! \brief An empty graph (assign one before training). */
+  GraphChain() : GraphChain(Graph()) {}
   /*! \brief \param graph the network (checked when built) */
   explicit GraphChain(Graph graph) : graph_(std::make_unique<Graph>(std::move(graph))) {}
   /*! \brief A deep copy (the units point into their own graph). \param o the source */

@@ -2,13 +2,11 @@
 /*! \file
  *  \brief Trained parameters back into the imported ONNX graph: the same
  *  nodes, the initializers replaced, so PyTorch or onnx load it again. */
-#include <telar/core/layer.hpp>
+#include <telar/io/gather.hpp>
 #include <telar/onnx/detail/import_graph.hpp>
 #include <telar/onnx/detail/proto.hpp>
 #include <telar/onnx/error.hpp>
 #include <telar/onnx/import.hpp>
-
-#include <mpi.h>
 
 #include <algorithm>
 #include <cstring>
@@ -23,59 +21,26 @@ namespace telar::onnx {
 /*! \brief Full values (Telar's layout, every rank's shard put together) of
  *  every parameter and buffer (BatchNorm's running statistics) of a
  *  trainer's imported model, by initializer name, on every rank (collective
- *  over the trainer's ranks).
+ *  over the trainer's ranks): telar::gather_model's tensors, named as the
+ *  file names them.
  *  \param trainer a telar::Trainer over \p imported's model
- *  \param imported what the model was imported from
- *  \return initializer name -> values [rows * cols] */
-template <class Trainer, class T, class M>
-std::map<std::string, std::vector<T>> gather_parameters(Trainer& trainer,
-                                                        Imported<T, M> const& imported) {
-  std::vector<T> const flat = trainer.parameters(); // this rank's tensors, entries' order
-  auto const& entries = trainer.parameter_store().entries();
-  auto const at = trainer.grid_coords();
+ *  \param imported what the model was imported from (import_model or import_graph)
+ *  \return initializer name -> values [rows * cols]
+ *  \throws OnnxError when the model holds no tensor of a binding's name and size */
+template <class Trainer, class T, class M, class ModelType>
+std::map<std::string, std::vector<T>> gather_parameters(
+    Trainer& trainer, Imported<T, M, ModelType> const& imported) {
+  GatheredModel<T> all = gather_model(trainer, -1);
   std::map<std::string, std::vector<T>> out;
-  for (auto const& b : imported.bindings)
-    out[b.initializer].assign(b.rows * b.cols, T(0));
-  std::size_t pos = 0;
-  for (auto const& e : entries) {
-    for (auto const& b : imported.bindings) {
-      if (b.layer != e.layer || e.name != "layer" + std::to_string(b.layer) + "." + b.param)
-        continue;
-      std::visit(
-          [&](auto const& l) {
-            detail::Block const blk = detail::block_of(l, b.param, b.rows, b.cols);
-            if (at.dp != 0 || (blk.replicated && at.tp != 0))
-              return; // another rank adds these values
-            if (blk.rows * blk.cols != e.size)
-              throw OnnxError("telar::onnx::gather_parameters: layer " + std::to_string(b.layer) +
-                              " '" + b.param + "' holds " + std::to_string(e.size) +
-                              " values here, expected " + std::to_string(blk.rows * blk.cols));
-            auto& full = out[b.initializer];
-            for (std::size_t i = 0; i < blk.rows; ++i)
-              for (std::size_t j = 0; j < blk.cols; ++j)
-                full[(blk.row0 + i) * b.cols + blk.col0 + j] = flat[pos + i * blk.cols + j];
-          },
-          trainer.model().layer(e.layer));
-    }
-    pos += e.size;
-  }
-  for (auto const& b : imported.bindings) // buffers: equal on every replica; one rank adds them
-    if (b.buffer && at.dp == 0 && at.tp == 0)
-      std::visit(
-          [&](auto& l) {
-            auto f = [&](char const* name, auto& view) {
-              if (name != b.param || view.size() != b.rows * b.cols)
-                return; // another buffer, or a layer of another pipeline stage
-              auto const h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, view);
-              std::copy(h.data(), h.data() + h.size(), out[b.initializer].begin());
-            };
-            telar::detail::prefixed_buffers(l, "", f);
-          },
-          trainer.model().layer(b.layer));
-  if (auto const* grid = trainer.grid(); grid && grid->world().size() > 1) {
-    MPI_Datatype const type = std::is_same_v<T, double> ? MPI_DOUBLE : MPI_FLOAT;
-    for (auto& [name, v] : out)
-      MPI_Allreduce(MPI_IN_PLACE, v.data(), int(v.size()), type, MPI_SUM, grid->world().native());
+  for (auto const& b : imported.bindings) {
+    std::string const key =
+        std::string(b.buffer ? "buffers/" : "") + "layer" + std::to_string(b.layer) + "." + b.param;
+    auto const it = all.tensors.find(key);
+    if (it == all.tensors.end() || it->second.size() != b.rows * b.cols)
+      throw OnnxError("telar::onnx::gather_parameters: the model has no tensor '" + key + "' of " +
+                      std::to_string(b.rows * b.cols) + " values for initializer '" +
+                      b.initializer + "'");
+    out[b.initializer] = std::move(it->second);
   }
   return out;
 }
@@ -87,8 +52,8 @@ std::map<std::string, std::vector<T>> gather_parameters(Trainer& trainer,
  *  \param path the .onnx file to write
  *  \throws OnnxError when a value is missing or has the wrong size, or the
  *  file cannot be written */
-template <class T, class M>
-void export_model(Imported<T, M> const& imported,
+template <class T, class M, class ModelType>
+void export_model(Imported<T, M, ModelType> const& imported,
                   std::map<std::string, std::vector<T>> const& values, std::string const& path) {
   ::onnx::ModelProto m = *imported.proto;
   std::map<std::string, ParameterBinding const*> by_name;
@@ -146,8 +111,8 @@ void export_model(Imported<T, M> const& imported,
  *  \param trainer a telar::Trainer over \p imported's model
  *  \param imported what the model was imported from
  *  \param path the .onnx file to write \param root the rank that writes */
-template <class Trainer, class T, class M>
-void export_trained(Trainer& trainer, Imported<T, M> const& imported, std::string const& path,
+template <class Trainer, class T, class M, class ModelType>
+void export_trained(Trainer& trainer, Imported<T, M, ModelType> const& imported, std::string const& path,
                     int root = 0) {
   auto const values = gather_parameters(trainer, imported);
   if (trainer.rank() == root)

@@ -4,6 +4,7 @@
  *  parameters map onto the file's initializers. */
 #include <telar/core/dynamic_graph.hpp>
 #include <telar/core/dynamic_sequential.hpp>
+#include <telar/core/graph_chain.hpp>
 #include <telar/core/tensor.hpp>
 #include <telar/layers/activation.hpp>
 #include <telar/layers/batch_norm.hpp>
@@ -78,6 +79,12 @@ using Layer = std::variant<
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
 using Model = DynamicSequential<Layer<T, MemorySpace>>;
+
+/*! \brief The run-time model import_graph builds: the whole file as one
+ *  graph, one pipeline unit per node.
+ *  \tparam T value type \tparam MemorySpace memory space */
+template <class T = float, class MemorySpace = DefaultMemorySpace>
+using GraphModel = GraphChain<NodeLayer<T, MemorySpace>>;
 
 /*! \brief How to import. */
 struct ImportOptions {

@@ -116,7 +116,9 @@ public:
   GraphReader(::onnx::ModelProto const& m, std::string path)
       : m_(m), g_(m.graph()), index_(m.graph()), path_(std::move(path)) {}
 
-  GraphPlan<T, M> read() {
+  // \p one_graph: every node in one DynamicGraph (the plan's only layer),
+  // for telar::GraphChain; else chains and runs as place() says.
+  GraphPlan<T, M> read(bool one_graph = false) {
     check_opset();
     find_ends();
     shapes_[plan_.input_name] = plan_.input_shape;
@@ -135,7 +137,10 @@ public:
       fail("the graph output '" + plan_.output_name + "' is not computed from the input '" +
            plan_.input_name + "'");
     check_reach(out);
-    place(out);
+    if (one_graph)
+      place_all(out);
+    else
+      place(out);
     if (plan_.layers.empty()) // e.g. one Identity, Dropout or Softmax node
       fail("the graph maps to no layer (nothing Telar could train): its nodes are only "
            "Identity, inactive Dropout or a final Softmax");
@@ -545,6 +550,7 @@ private:
   void output_in_place();
   void check_reach(std::string const& out) const;
   void place(std::string const& out);
+  void place_all(std::string const& out);
   template <class L>
   void place_layer(Ir& nd, std::string const& prefix, L&& layer);
   void flush(std::vector<std::size_t>& run, std::string const& in, std::string const& out);

@@ -60,6 +60,15 @@ void GraphReader<T, M>::place(std::string const& out) {
   flush(run, run_in, out);
 }
 
+// Every node in one DynamicGraph from the graph input to \p out.
+template <class T, class M>
+void GraphReader<T, M>::place_all(std::string const& out) {
+  std::vector<std::size_t> run(nodes_.size());
+  for (std::size_t i = 0; i < run.size(); ++i)
+    run[i] = i;
+  flush(run, plan_.input_name, out);
+}
+
 template <class T, class M>
 template <class L>
 void GraphReader<T, M>::place_layer(Ir& nd, std::string const& prefix, L&& layer) {

@@ -9,6 +9,7 @@
 #include <telar/parallel/detail/stage_runner.hpp>
 #include <telar/parallel/tensor_parallel.hpp>
 
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -76,8 +77,11 @@ void load_block(V const& v, std::vector<T> const& full, std::size_t cols, Block 
   Kokkos::deep_copy(v, h);
 }
 
-// DynamicSequential's initializer hook: after a layer draws its values,
-// overwrite them with the file's (this rank's block of them).
+// The initializer hook of an imported model: after a layer draws its
+// values, overwrite them with the file's (this rank's block of them).
+// DynamicSequential calls it with the layer's index; the DynamicGraph of a
+// whole file (telar::onnx::import_graph) with the node's name, whose
+// bindings are layer 0's "<node>.<name>".
 template <class T, class M>
 struct StartValues {
   std::vector<ParameterBinding> bindings;
@@ -85,19 +89,34 @@ struct StartValues {
 
   template <class Variant>
   void operator()(std::size_t k, Variant& layer) const {
+    load(k, "", layer);
+  }
+  template <class Variant>
+  void operator()(std::string const& node, Variant& layer) const {
+    load(0, node + ".", layer);
+  }
+
+private:
+  template <class Variant>
+  void load(std::size_t k, std::string const& prefix, Variant& layer) const {
+    auto bound = [&](ParameterBinding const& b, char const* name, bool buffer) {
+      return b.layer == k && b.buffer == buffer && b.param.size() == prefix.size() + std::strlen(name) &&
+             b.param.compare(0, prefix.size(), prefix) == 0 &&
+             b.param.compare(prefix.size(), std::string::npos, name) == 0;
+    };
     std::visit(
         [&](auto& l) {
           using L = std::decay_t<decltype(l)>;
           if constexpr (layer_traits<L>::has_parameters)
             l.parameters([&](char const* name, auto& value, auto&) {
               for (auto const& b : bindings)
-                if (b.layer == k && !b.buffer && b.param == name)
+                if (bound(b, name, false))
                   load_block(value, start->at(b.initializer), b.cols,
                              block_of(l, name, b.rows, b.cols));
             });
           auto buffer = [&](char const* name, auto& value) {
             for (auto const& b : bindings)
-              if (b.layer == k && b.buffer && b.param == name)
+              if (bound(b, name, true))
                 load_block(value, start->at(b.initializer), b.cols,
                            Block{0, 0, b.rows, b.cols, true});
           };
