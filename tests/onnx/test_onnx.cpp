@@ -423,6 +423,7 @@ TEST_CASE("ONNX import_graph: the U-Net as one graph, cut inside by pp2, trains 
   report("unet one-graph-pp2", e_piped);
   CHECK(e_piped <= 1e-5);
   INFO("crossing the boundary: " << piped.crossing.size() << " tensors");
+  report("unet one-graph-pp2 tensors-crossing", double(piped.crossing.size()));
   CHECK(piped.crossing.size() > 1); // the skips cross with the activation
   if (rank == 0) {
     auto const back = telar::onnx::import_model<float>(fixture("unet_graph_telar.onnx"));
