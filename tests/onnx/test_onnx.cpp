@@ -428,8 +428,8 @@ TEST_CASE("ONNX import_graph: the U-Net as one graph, cut inside by pp2, trains 
   if (rank == 0) {
     auto const back = telar::onnx::import_model<float>(fixture("unet_graph_telar.onnx"));
     CHECK(in_file_order(back, *back.start) == in_file_order(back, serial.params));
-    double const y = rel_err(read_bin<float>("unet_graph_telar_y.bin"),
-                             read_bin<float>("unet_trained_y.bin"));
+    double const y =
+        rel_err(read_bin<float>("unet_graph_telar_y.bin"), read_bin<float>("unet_trained_y.bin"));
     INFO("outputs after training against PyTorch's: " << y);
     CHECK(y <= 1e-4);
   }

@@ -3,17 +3,13 @@
  *  \brief Trained parameters back into the imported ONNX graph: the same
  *  nodes, the initializers replaced, so PyTorch or onnx load it again. */
 #include <telar/io/gather.hpp>
-#include <telar/onnx/detail/import_graph.hpp>
 #include <telar/onnx/detail/proto.hpp>
 #include <telar/onnx/error.hpp>
 #include <telar/onnx/import.hpp>
 
-#include <algorithm>
-#include <cstring>
 #include <fstream>
 #include <map>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 namespace telar::onnx {
@@ -28,8 +24,8 @@ namespace telar::onnx {
  *  \return initializer name -> values [rows * cols]
  *  \throws OnnxError when the model holds no tensor of a binding's name and size */
 template <class Trainer, class T, class M, class ModelType>
-std::map<std::string, std::vector<T>> gather_parameters(
-    Trainer& trainer, Imported<T, M, ModelType> const& imported) {
+std::map<std::string, std::vector<T>> gather_parameters(Trainer& trainer,
+                                                        Imported<T, M, ModelType> const& imported) {
   GatheredModel<T> all = gather_model(trainer, -1);
   std::map<std::string, std::vector<T>> out;
   for (auto const& b : imported.bindings) {
@@ -112,8 +108,8 @@ void export_model(Imported<T, M, ModelType> const& imported,
  *  \param imported what the model was imported from
  *  \param path the .onnx file to write \param root the rank that writes */
 template <class Trainer, class T, class M, class ModelType>
-void export_trained(Trainer& trainer, Imported<T, M, ModelType> const& imported, std::string const& path,
-                    int root = 0) {
+void export_trained(Trainer& trainer, Imported<T, M, ModelType> const& imported,
+                    std::string const& path, int root = 0) {
   auto const values = gather_parameters(trainer, imported);
   if (trainer.rank() == root)
     export_model(imported, values, path);

@@ -40,10 +40,10 @@ namespace telar::onnx {
 template <class T = float, class MemorySpace = DefaultMemorySpace,
           class ModelType = Model<T, MemorySpace>>
 struct Imported {
-  ModelType model;        //!< the layers; initialize() loads the file's values
-  Shape input_shape;           //!< per-sample input shape (the batch dimension dropped)
-  std::string input_name;      //!< the graph input
-  std::string output_name;     //!< the graph output
+  ModelType model;         //!< the layers; initialize() loads the file's values
+  Shape input_shape;       //!< per-sample input shape (the batch dimension dropped)
+  std::string input_name;  //!< the graph input
+  std::string output_name; //!< the graph output
   /*! \brief "Softmax" or "LogSoftmax" when the graph ends with one (left out
    *  of the model: the loss takes the logits), else empty. */
   std::string output_activation;

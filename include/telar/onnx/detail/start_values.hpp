@@ -9,7 +9,6 @@
 #include <telar/parallel/detail/stage_runner.hpp>
 #include <telar/parallel/tensor_parallel.hpp>
 
-#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -100,9 +99,7 @@ private:
   template <class Variant>
   void load(std::size_t k, std::string const& prefix, Variant& layer) const {
     auto bound = [&](ParameterBinding const& b, char const* name, bool buffer) {
-      return b.layer == k && b.buffer == buffer && b.param.size() == prefix.size() + std::strlen(name) &&
-             b.param.compare(0, prefix.size(), prefix) == 0 &&
-             b.param.compare(prefix.size(), std::string::npos, name) == 0;
+      return b.layer == k && b.buffer == buffer && b.param == prefix + name;
     };
     std::visit(
         [&](auto& l) {
