@@ -506,6 +506,14 @@ TEST_CASE("ONNX import refuses what it does not support, naming it", "[onnx]") {
                      ContainsSubstring("operator Softplus is not supported (its input '") &&
                      ContainsSubstring("' is [4] per sample)") &&
                      ContainsSubstring("supported: Gemm") && ContainsSubstring("bad_op.onnx"));
+  // import_graph refuses the same, naming itself.
+  try {
+    telar::onnx::import_graph<float>(fixture("bad_op.onnx"));
+    FAIL("import_graph took bad_op.onnx");
+  } catch (telar::onnx::OnnxError const& e) {
+    CHECK_THAT(e.what(), ContainsSubstring("telar::onnx::import_graph: '") &&
+                             ContainsSubstring("operator Softplus is not supported"));
+  }
   // A Reshape [N, 6] -> [-1, 3] mixes the batch into the rows: named with
   // its logical shape where a layer would need the batch alone.
   CHECK_THAT(refuse("fold_batch.onnx"),

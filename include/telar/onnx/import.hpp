@@ -60,8 +60,9 @@ namespace detail {
 template <class T, class M, class ModelType>
 GraphPlan<T, M> read_plan(Imported<T, M, ModelType>& r, std::string const& path, bool one_graph) {
   r.path = path;
-  r.proto = read_model(path);
-  GraphReader<T, M> reader(*r.proto, path);
+  std::string const who = one_graph ? "telar::onnx::import_graph" : "telar::onnx::import_model";
+  r.proto = read_model(path, who);
+  GraphReader<T, M> reader(*r.proto, path, who);
   auto plan = reader.read(one_graph);
   r.input_shape = plan.input_shape;
   r.input_name = plan.input_name;

@@ -113,8 +113,10 @@ struct GraphPlan {
 template <class T, class M>
 class GraphReader {
 public:
-  GraphReader(::onnx::ModelProto const& m, std::string path)
-      : m_(m), g_(m.graph()), index_(m.graph()), path_(std::move(path)) {}
+  // \p who: the function messages name (import_model, import_graph).
+  GraphReader(::onnx::ModelProto const& m, std::string path,
+              std::string who = "telar::onnx::import_model")
+      : m_(m), g_(m.graph()), index_(m.graph()), path_(std::move(path)), who_(std::move(who)) {}
 
   // \p one_graph: every node in one DynamicGraph (the plan's only layer),
   // for telar::GraphChain; else chains and runs as place() says.
@@ -151,7 +153,7 @@ private:
   using Ir = IrNode<T, M>;
 
   [[noreturn]] void fail(std::string const& what) const {
-    throw OnnxError("telar::onnx::import_model: '" + path_ + "': " + what);
+    throw OnnxError(who_ + ": '" + path_ + "': " + what);
   }
   [[noreturn]] void fail(::onnx::NodeProto const& n, std::string const& what) const {
     fail(node_label(n) + ": " + what);
@@ -559,6 +561,7 @@ private:
   ::onnx::GraphProto const& g_;
   GraphIndex index_;
   std::string path_;
+  std::string who_;         // telar::onnx::import_model or import_graph, for messages
   std::int64_t opset_ = 13; // of the default domain
   GraphPlan<T, M> plan_;
   std::map<std::string, Shape> shapes_;                  // per-sample shape by (resolved) tensor

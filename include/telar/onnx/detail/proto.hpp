@@ -36,14 +36,15 @@ inline std::string dims_str(::onnx::TensorProto const& t) {
   return "[" + s + "]";
 }
 
-inline std::shared_ptr<::onnx::ModelProto> read_model(std::string const& path) {
+// \p who: the function messages name (import_model, import_graph).
+inline std::shared_ptr<::onnx::ModelProto> read_model(std::string const& path,
+                                                      std::string const& who) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
-    throw OnnxError("telar::onnx::import_model: cannot open '" + path + "'");
+    throw OnnxError(who + ": cannot open '" + path + "'");
   auto m = std::make_shared<::onnx::ModelProto>();
   if (!m->ParseFromIstream(&in))
-    throw OnnxError("telar::onnx::import_model: '" + path +
-                    "' is not an ONNX model (protobuf parse failed)");
+    throw OnnxError(who + ": '" + path + "' is not an ONNX model (protobuf parse failed)");
   return m;
 }
 
