@@ -397,7 +397,7 @@ TEST_CASE("ONNX import: dp2, pp2, tp2 and ZeRO-3 train to the serial parameters"
 // could cut only around it). Trained as a GraphChain serially it equals
 // import_model's model; at pp=2 (one micro-batch: BatchNorm sees the whole
 // batch) the stage boundary falls inside the graph with skips crossing it,
-// and the parameters equal serial. The serial export re-imports with the
+// and the parameters equal serial, as under ZeRO-3 at dp=2. The serial export re-imports with the
 // trained values and its outputs match PyTorch's after training.
 TEST_CASE("ONNX import_graph: the U-Net as one graph, cut inside by pp2, trains to serial",
           "[onnx][mpi]") {
@@ -413,6 +413,9 @@ TEST_CASE("ONNX import_graph: the U-Net as one graph, cut inside by pp2, trains 
   pp.grid = {1, 2, 1};
   pp.microbatches = 1;
   auto const piped = train<Full, float, GraphImported<>>("unet", MPI_COMM_WORLD, pp, false);
+  telar::TrainerOptions dp;
+  dp.grid = {2, 1, 1};
+  auto const sharded = train<Zero3, float, GraphImported<>>("unet", MPI_COMM_WORLD, dp, false);
   std::string worst_name;
   double const e_serial = worst_error(serial, ref, worst_name);
   INFO("serial GraphChain vs import_model: " << e_serial << " (" << worst_name << ")");
@@ -422,6 +425,12 @@ TEST_CASE("ONNX import_graph: the U-Net as one graph, cut inside by pp2, trains 
   INFO("pp2 GraphChain vs import_model serial: " << e_piped << " (" << worst_name << ")");
   report("unet one-graph-pp2", e_piped);
   CHECK(e_piped <= 1e-5);
+  // ZeRO-3 over dp=2 (SyncStats BatchNorm: the whole batch, as serial):
+  // the graph's nodes sharded and gathered, the export gathered from shards.
+  double const e_sharded = worst_error(sharded, ref, worst_name);
+  INFO("ZeRO-3 dp2 GraphChain vs import_model serial: " << e_sharded << " (" << worst_name << ")");
+  report("unet one-graph-zero3-dp2", e_sharded);
+  CHECK(e_sharded <= 1e-5);
   INFO("crossing the boundary: " << piped.crossing.size() << " tensors");
   report("unet one-graph-pp2 tensors-crossing", double(piped.crossing.size()));
   CHECK(piped.crossing.size() > 1); // the skips cross with the activation
