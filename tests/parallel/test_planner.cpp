@@ -151,6 +151,8 @@ TEST_CASE("planner: every layout ranked or refused, fastest first", "[planner]")
     zero1 = zero1 || c.zero_stage == 1;
     tp = tp || c.grid.tp > 1;
     pp = pp || c.grid.pp > 1;
+    // A pipeline's breakdown is the stage that ends the step, and says which.
+    CHECK((c.grid.pp > 1) == (c.reason.find("ends the step: compute") != std::string::npos));
   }
   CHECK(zero1);
   CHECK(tp);

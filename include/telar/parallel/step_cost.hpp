@@ -13,11 +13,12 @@
 namespace telar {
 
 /*! \brief A predicted step time and where it goes (milliseconds, on the
- *  slowest rank). See docs/planner.md for what overlaps what. */
+ *  rank that ends the step: with a pipeline, the stage last_stage). See
+ *  docs/planner.md for what overlaps what. */
 struct StepPrediction {
   double step_ms = 0;         //!< the whole step: pipeline + exposed sync + optimizer
   double pipeline_ms = 0;     //!< the simulated schedule: compute, messages, bubbles
-  double compute_ms = 0;      //!< busiest pipeline rank's forward and backward (incl. tp, ZeRO-3)
+  double compute_ms = 0;      //!< that rank's forward and backward (incl. tp, ZeRO-3)
   double bubble_fraction = 0; //!< of the simulated schedule (0 without pipelining)
   double recompute_ms = 0;    //!< extra forwards of recomputed layers (inside compute_ms)
   double tp_comm_ms = 0;      //!< tensor-parallel allreduces (inside compute_ms)
@@ -31,13 +32,19 @@ struct StepPrediction {
   double contention = 1;      //!< compute slowdown of ranks sharing cores (1 / cpu share)
   int measured_layers = 0;    //!< layers timed by calibration (the rest: FLOP rates)
   int layers = 0;             //!< layers in the model
+  /*! \brief The pipeline stage that ends the step, whose compute, sync and
+   *  optimizer these are (a stage holding few parameters may end last with
+   *  a short update); -1 without a pipeline. */
+  int last_stage = -1;
 
   /*! \brief e.g. "compute 3.10 ms, bubble 12%, dp sync 0.40 ms exposed, optimizer 0.20 ms". */
   std::string summary() const {
     char buf[256];
+    std::string s =
+        last_stage >= 0 ? "stage " + std::to_string(last_stage) + " ends the step: " : "";
     std::snprintf(buf, sizeof buf, "compute %.2f ms, bubble %.0f%%, dp sync %.2f ms exposed",
                   compute_ms, 100 * bubble_fraction, dp_exposed_ms);
-    std::string s = buf;
+    s += buf;
     auto part = [&](char const* what, double ms) {
       if (ms > 0) {
         std::snprintf(buf, sizeof buf, ", %s %.2f ms", what, ms);

@@ -462,6 +462,7 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
     if (end >= step) {
       step = end;
       dp_buckets = dp > 1 ? int(buckets) : 0;
+      r.last_stage = c.grid.pp > 1 ? p : -1;
       r.compute_ms = p < int(sim.busy.size()) ? 1e3 * sim.busy[std::size_t(p)] : 0.0;
       r.dp_comm_ms = 1e3 * sync;
       r.dp_exposed_ms = 1e3 * exposed;
