@@ -96,7 +96,7 @@ struct ImportOptions {
 
 /*! \brief Where a Telar parameter comes from in the file. */
 struct ParameterBinding {
-  std::size_t layer = 0; //!< layer index in the model
+  std::size_t layer = 0; //!< layer index in the model (import_graph: 0, the graph)
   /*! \brief The layer's parameter (or buffer) name: "weight", "bias"; in a
    *  graph "<node>.weight". */
   std::string param;
