@@ -21,7 +21,12 @@ data=${TELAR_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 [[ $(mpi_flavour "$program") == mpich ]] ||
   skip "Open MPI's direct launch (srun --mpi=pmix) loses ranks in MPI_Init here; the MPICH build runs this test"
 cluster_up 4 "$scripts"
-export UCX_TLS=tcp,self # TCP between the nodes (cluster_node_loss.sh says why)
+# UCX over TCP only, set inside each job: run.sh sources the cluster's env
+# (UCX_TLS=tcp,self,sm) after ours, and UCX's shared-memory transports reach
+# across the emulated nodes (cluster_node_loss.sh says why). With them, a
+# rank reading the killed rank's memory (CMA) aborted in UCX before Telar
+# named the lost host, and the restart dropped that healthy node instead.
+tcp=UCX_TLS=tcp,self
 
 flags=(--data "$data" --epochs 1 --batch 48 --hidden 64 --seed 1 --limit-steps 150 --json)
 ckpt=$shared/ckpt ref=$shared/ref
@@ -30,7 +35,7 @@ out=$shared/elastic.out
 
 job=$("$run" head sbatch --parsable --no-kill --no-requeue -N 4 --ntasks=4 --ntasks-per-node=1 --time=3 \
   --output="$out" --export=ALL --wrap \
-  "$scripts/slurm/telar-srun --restarts 1 $program ${flags[*]} --checkpoint-dir $ckpt --checkpoint-every 50; echo \"job exit \$?\"")
+  "$tcp $scripts/slurm/telar-srun --restarts 1 $program ${flags[*]} --checkpoint-dir $ckpt --checkpoint-every 50; echo \"job exit \$?\"")
 wait_for 60 "the first checkpoint ($ckpt/step-000050.h5)" test -f "$ckpt/step-000050.h5"
 victim=$(node_pids node4 "$program")
 [[ -n $victim ]] || fail "no rank of fashion_mnist runs on node4 (the job ended before the kill?)"
@@ -55,7 +60,7 @@ elastic_l2=$(grep -o '"param_l2": *[-0-9.e+]*' "$out" | tail -n 1 | sed 's/.*: *
 find "$ref" -name 'step-*.h5' ! -name "$(printf 'step-%06d.h5' "$step")" -delete
 refout=$shared/reference.out
 timeout 120 "$run" head sbatch --wait --no-requeue -N 3 -w node1,node2,node3 --ntasks=3 --ntasks-per-node=1 --time=3 \
-  --output="$refout" --wrap "$scripts/slurm/telar-srun $program ${flags[*]} --checkpoint-dir $ref --resume" >/dev/null ||
+  --output="$refout" --wrap "$tcp $scripts/slurm/telar-srun $program ${flags[*]} --checkpoint-dir $ref --resume" >/dev/null ||
   { cat "$refout"; fail "the 3-node reference run from step $step failed"; }
 ref_l2=$(grep -o '"param_l2": *[-0-9.e+]*' "$refout" | tail -n 1 | sed 's/.*: *//')
 echo "cluster elastic: resumed at step $step on 3 nodes; param_l2 elastic $elastic_l2, reference $ref_l2"
