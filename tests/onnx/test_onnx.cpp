@@ -148,9 +148,6 @@ int world_size() {
   return n;
 }
 
-// Trains `name` for the manifest's steps under the degrees of `opts`, in
-// T (the file's float32 values read as T); the gathered parameters (every
-// rank) and the trainer's rank-0 outputs on x (written as float32).
 // import_graph's result: the whole file as one graph (a GraphChain).
 template <class T = float>
 using GraphImported =
@@ -166,6 +163,10 @@ void import_into(GraphImported<T>& r, std::string const& path, bool) {
   r = telar::onnx::import_graph<T>(path);
 }
 
+// Trains `name` for the manifest's steps under the degrees of `opts`, in
+// T (the file's float32 values read as T), imported as Imp says
+// (import_model or import_graph); the gathered parameters (every rank) and
+// the trainer's rank-0 outputs on x (written as float32).
 template <class T = float, class Imp = telar::onnx::Imported<T>>
 struct Trained {
   std::map<std::string, std::vector<T>> params;
@@ -397,8 +398,9 @@ TEST_CASE("ONNX import: dp2, pp2, tp2 and ZeRO-3 train to the serial parameters"
 // could cut only around it). Trained as a GraphChain serially it equals
 // import_model's model; at pp=2 (one micro-batch: BatchNorm sees the whole
 // batch) the stage boundary falls inside the graph with skips crossing it,
-// and the parameters equal serial, as under ZeRO-3 at dp=2. The serial export re-imports with the
-// trained values and its outputs match PyTorch's after training.
+// and the parameters equal serial, as under ZeRO-3 at dp=2. The serial
+// export re-imports with the trained values and its outputs match
+// PyTorch's after training.
 TEST_CASE("ONNX import_graph: the U-Net as one graph, cut inside by pp2, trains to serial",
           "[onnx][mpi]") {
   if (world_size() != 2)
