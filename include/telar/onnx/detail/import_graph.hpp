@@ -1,11 +1,13 @@
 #pragma once
-// The graph walk of telar::onnx::import_model: every node (or recognised
-// pattern) mapped onto a built-in layer or a join, chains kept as chains and
-// the rest placed in DynamicGraph layers. Shape arithmetic is folded
-// (fold.hpp), tensors whose batch moved are tracked (layout.hpp); what the
-// model does with the plan is in start_values.hpp. GraphReader's members for
-// each operator family are defined in import_elementwise.hpp, import_conv.hpp,
-// import_shape.hpp, import_attention.hpp and import_place.hpp (included at
+// The graph walk of telar::onnx::import_model and import_graph: every node
+// (or recognised pattern) mapped onto a built-in layer or a join, then
+// chains kept as chains and the rest placed in DynamicGraph layers (or,
+// for import_graph, everything in one graph). Shape arithmetic is folded
+// (fold.hpp, import_fold.hpp), tensors whose batch moved are tracked
+// (layout.hpp); what the model does with the plan is in start_values.hpp.
+// GraphReader's members for each operator family are defined in
+// import_elementwise.hpp, import_conv.hpp, import_shape.hpp,
+// import_fold.hpp, import_attention.hpp and import_place.hpp (included at
 // the end of this file).
 #include <telar/core/dynamic_graph.hpp>
 #include <telar/core/dynamic_sequential.hpp>
