@@ -116,8 +116,7 @@ template <class T, class M>
 class GraphReader {
 public:
   // \p who: the function messages name (import_model, import_graph).
-  GraphReader(::onnx::ModelProto const& m, std::string path,
-              std::string who = "telar::onnx::import_model")
+  GraphReader(::onnx::ModelProto const& m, std::string path, std::string who)
       : m_(m), g_(m.graph()), index_(m.graph()), path_(std::move(path)), who_(std::move(who)) {}
 
   // \p one_graph: every node in one DynamicGraph (the plan's only layer),

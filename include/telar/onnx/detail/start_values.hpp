@@ -98,22 +98,24 @@ struct StartValues {
 private:
   template <class Variant>
   void load(std::size_t k, std::string const& prefix, Variant& layer) const {
-    auto bound = [&](ParameterBinding const& b, char const* name, bool buffer) {
-      return b.layer == k && b.buffer == buffer && b.param == prefix + name;
+    auto bound = [&](ParameterBinding const& b, std::string const& param, bool buffer) {
+      return b.layer == k && b.buffer == buffer && b.param == param;
     };
     std::visit(
         [&](auto& l) {
           using L = std::decay_t<decltype(l)>;
           if constexpr (layer_traits<L>::has_parameters)
             l.parameters([&](char const* name, auto& value, auto&) {
+              std::string const param = prefix + name;
               for (auto const& b : bindings)
-                if (bound(b, name, false))
+                if (bound(b, param, false))
                   load_block(value, start->at(b.initializer), b.cols,
                              block_of(l, name, b.rows, b.cols));
             });
           auto buffer = [&](char const* name, auto& value) {
+            std::string const param = prefix + name;
             for (auto const& b : bindings)
-              if (bound(b, name, true))
+              if (bound(b, param, true))
                 load_block(value, start->at(b.initializer), b.cols,
                            Block{0, 0, b.rows, b.cols, true});
           };
