@@ -2,8 +2,11 @@
 // predicted step times grow with the work, every layout of a world is either
 // ranked or refused with a reason, and a budget refuses what does not fit.
 #include "support.hpp"
+#include "unet.hpp"
 
+#include <telar/core/graph_chain.hpp>
 #include <telar/core/recompute.hpp>
+#include <telar/core/residual.hpp>
 #include <telar/layers/activation.hpp>
 #include <telar/layers/batch_norm.hpp>
 #include <telar/layers/dense.hpp>
@@ -252,6 +255,74 @@ TEST_CASE("planner: calibrated layers are what predict_step uses", "[planner]") 
         rows.size());
 }
 
+TEST_CASE("planner: layers are timed in the chain, as a step runs them", "[planner]") {
+  telar::MachineProfile prof;
+  std::vector<std::size_t> const rows{8};
+  CHECK(telar::calibrate_layers(mlp(64), 784, rows, prof, 1) == 4);
+  auto predict = [](telar::MachineProfile const& p) {
+    return telar::predict_step<Model, Plain, Opt>(mlp(64), options(8), 784, 1, p).compute_ms;
+  };
+  // The step computes no gradient of the data (the first layer's input
+  // gradient): not charged. Its group is timed alone all the same, so that
+  // it means the same call where it is not first.
+  std::string const first = telar::calibration_group(std::get<0>(mlp(64).layers()), 784, 64);
+  std::string const last = telar::calibration_group(std::get<4>(mlp(64).layers()), 64, 10);
+  CHECK(prof.layer_times.at(first).at(8).backward_input > 0);
+  telar::MachineProfile slow = prof;
+  slow.layer_times[first][8].backward_input += 1.0;
+  CHECK(predict(slow) == predict(prof));
+  slow.layer_times[first][8].backward_weight += 1.0;
+  CHECK(predict(slow) > predict(prof) + 900);
+  slow = prof;
+  slow.layer_times[last][8].backward_input += 1.0;
+  CHECK(predict(slow) > predict(prof) + 900);
+
+  // A GraphChain runs its units through the same stage runner, told its cut.
+  using Chain = telar::GraphChain<telar::test::unet::GraphLayer<T, telar::LocalStats>>;
+  Chain const unet(telar::test::unet::make_graph<T, telar::LocalStats>(2, 8, 2, 16));
+  telar::MachineProfile graph;
+  CHECK(telar::calibrate_layers(unet, telar::Shape{2, 8, 8}, {4}, graph, 1) > 0);
+  auto const p =
+      telar::predict_step<Chain, Plain, Opt>(unet, options(4), telar::Shape{2, 8, 8}, 1, graph);
+  CHECK(p.measured_layers == p.layers);
+  CHECK(p.layers == 24);
+}
+
+TEST_CASE("planner: a block of replicated layers runs whole on every tensor-parallel rank",
+          "[planner]") {
+  using Block = telar::Residual<D, R>; // takes the tp context, only to pass it on
+  using Split = telar::Sequential<Col, R, Row>;
+  CHECK(telar::layer_traits<Block>::has_tensor_parallel);
+  CHECK_FALSE(telar::detail::splits_over_tp(Block(D(64, 64), {})));
+  CHECK(telar::detail::splits_over_tp(Col(64, 64)));
+  CHECK(telar::detail::splits_over_tp(Split(Col(64, 64), {}, Row(64, 64))));
+  CHECK(telar::detail::splits_over_tp(telar::Recompute<Row>(Row(64, 64))));
+
+  // Its time is not divided by tp; a pair's is.
+  using Net = telar::Sequential<Block, Split>;
+  auto net = [] { return Net(Block(D(64, 64), {}), Split(Col(64, 64), {}, Row(64, 64))); };
+  telar::MachineProfile prof;
+  std::string const block = telar::calibration_group(Block(D(64, 64), {}), 64, 64);
+  std::string const split = telar::calibration_group(Split(Col(64, 64), {}, Row(64, 64)), 64, 64);
+  for (auto const& g : {block, split})
+    prof.layer_times[g][8] = {1e-3, 1e-3, 1e-3};
+  prof.cpu_share = 1;
+  prof.cores = 2;
+  telar::LayoutOptions tp2 = options(8);
+  tp2.grid = {1, 1, 2};
+  // 3 x 1 ms for the block (whole), 3 x 0.5 ms for the pair (halves);
+  // 3 x 0.5 ms for both when the block counted as split.
+  auto const p = telar::predict_step<Net, Plain, Opt>(net(), tp2, 64, 2, prof);
+  CHECK(p.compute_ms > 4.4);
+  CHECK(p.compute_ms < 4.6);
+
+  // A model whose blocks split nothing plans no tp > 1.
+  using Blocks = telar::Sequential<Block, R, D>;
+  CHECK_FALSE(
+      telar::detail::has_tensor_parallel_layers(Blocks(Block(D(64, 64), {}), {}, D(64, 10))));
+  CHECK(telar::detail::has_tensor_parallel_layers(net()));
+}
+
 // The overlap and sharing assumptions of docs/planner.md, one by one.
 
 TEST_CASE("planner: a rank with a core of its own waits for no peer", "[planner]") {
@@ -312,9 +383,9 @@ TEST_CASE("planner: hand-offs closer than a time slice wait once, unless ranks o
   CHECK(scheduling_wait(prof, 2, 100, 1e-3, 0.5) < 1.5 * one);
   // The same 100 spread over 30 ms: 11 slices, 11 waits.
   CHECK(std::abs(scheduling_wait(prof, 2, 100, 30e-3, 0.5) - 11 * one) < 1e-12);
-  // 4 ranks on 2 cores never all run at once: every hand-off may wait, for
-  // a whole gap of slice (1/share - 1) (the receiver went off spinning).
-  CHECK(std::abs(scheduling_wait(prof, 4, 100, 1e-3, 0.5) - 100 * 0.5 * 3e-3) < 1e-12);
+  // 4 ranks on 2 cores never all run at once: every hand-off waits, for a
+  // whole gap of slice (1/share - 1) (the receiver went off spinning).
+  CHECK(std::abs(scheduling_wait(prof, 4, 100, 1e-3, 0.5) - 100 * 3e-3) < 1e-12);
   CHECK(scheduling_wait(prof, 4, 1, 1e-3, 0.5) > one);
   CHECK(scheduling_wait(prof, 2, 1, 1e-3, 1.0) == 0);
   CHECK(scheduling_wait(prof, 1, 5, 1e-3, 0.5) == 0);

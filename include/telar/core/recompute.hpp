@@ -89,23 +89,38 @@ template <class L>
 inline constexpr bool is_stochastic_v =
     is_detected_v<random_counter_t, L>&& is_detected_v<set_random_counter_t, L>;
 
-// Calls f(layer) for every stochastic layer in `l`, depth first, in a fixed
-// order: through Sequential, DynamicGraph, blocks of branches (Residual:
-// body, then projection; Concat, Add, Mul: branch 0 first) and nested
-// Recompute.
+// Calls f(layer) for `l` and every layer nested in it, depth first, in a
+// fixed order: through Sequential, DynamicGraph, blocks of branches
+// (Residual: body, then projection; Concat, Add, Mul: branch 0 first) and
+// nested Recompute. `L` may be const.
+template <class L, class F>
+void walk_layers(L& l, F& f) {
+  using U = std::remove_const_t<L>;
+  f(l);
+  if constexpr (has_layer_walk_v<U>) {
+    l.for_each_layer([&](auto, auto& inner) { walk_layers(inner, f); });
+  } else if constexpr (is_recompute_v<U>) {
+    walk_layers(l.inner(), f);
+  } else if constexpr (is_detected_v<for_each_branch_t, U>) {
+    l.for_each_branch([&](auto, auto& inner) { walk_layers(inner, f); });
+  } else if constexpr (is_detected_v<body_t, U>) {
+    walk_layers(l.body(), f);
+  }
+}
+
+// A layer walk_layers() enters: it holds other layers.
+template <class L>
+inline constexpr bool is_block_v = has_layer_walk_v<L> || is_recompute_v<L> ||
+                                   is_detected_v<for_each_branch_t, L> || is_detected_v<body_t, L>;
+
+// Calls f(layer) for every stochastic layer in `l`, in walk_layers() order.
 template <class L, class F>
 void for_each_stochastic(L& l, F& f) {
-  if constexpr (is_stochastic_v<L>)
-    f(l);
-  if constexpr (has_layer_walk_v<L>) {
-    l.for_each_layer([&](auto, auto& inner) { for_each_stochastic(inner, f); });
-  } else if constexpr (is_recompute_v<L>) {
-    for_each_stochastic(l.inner(), f);
-  } else if constexpr (is_detected_v<for_each_branch_t, L>) {
-    l.for_each_branch([&](auto, auto& inner) { for_each_stochastic(inner, f); });
-  } else if constexpr (is_detected_v<body_t, L>) {
-    for_each_stochastic(l.body(), f);
-  }
+  auto visit = [&](auto& x) {
+    if constexpr (is_stochastic_v<std::decay_t<decltype(x)>>)
+      f(x);
+  };
+  walk_layers(l, visit);
 }
 
 template <class L>

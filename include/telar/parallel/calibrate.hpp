@@ -7,6 +7,7 @@
 #include <telar/core/recompute.hpp>
 #include <telar/core/sequential.hpp>
 #include <telar/layers/dropout.hpp>
+#include <telar/parallel/detail/stage_runner.hpp>
 #include <telar/parallel/detail/step_cost_detail.hpp>
 #include <telar/parallel/machine_profile.hpp>
 
@@ -14,7 +15,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
+#include <limits>
+#include <map>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -142,6 +146,104 @@ LayerTiming time_layer(L const& layer, Shape const& in, std::size_t rows, int re
   return t;
 }
 
+// The executor's hooks, stamping this clock at each call: a layer's forward
+// runs from its before_forward to the next stamp, its input gradient from
+// its before_backward to the next, its weight gradient up to its
+// gradient_ready (from the stamp before it).
+struct ChainStamps {
+  std::vector<double> at;
+  std::vector<std::size_t> layer;
+  void mark(std::size_t k) {
+    Kokkos::fence();
+    at.push_back(calibration_clock());
+    layer.push_back(k);
+  }
+  void step_begin(int) {}
+  void before_forward(std::size_t k) { mark(k); }
+  void before_backward(std::size_t k) { mark(k); }
+  void gradient_ready(std::size_t k) { mark(k); }
+  void progress() {}
+  void step_end() {}
+};
+
+// `best[k]` := min(best[k], the time from stamp i of layer k to stamp i + 1)
+// for `from_stamp`, or from stamp i - 1 to stamp i (gradient_ready).
+inline void keep_fastest(ChainStamps const& s, bool from_stamp, std::vector<double>& best) {
+  for (std::size_t i = 1; i < s.at.size(); ++i) {
+    std::size_t const k = s.layer[from_stamp ? i - 1 : i];
+    if (k < best.size())
+      best[k] = std::min(best[k], s.at[i] - s.at[i - 1]);
+  }
+}
+
+// Each layer's calibration group (a Recompute layer: the layer it wraps).
+template <class Model>
+std::vector<std::string> calibration_groups(Model const& m, std::vector<Shape> const& shapes) {
+  int const threads = calibration_threads();
+  std::vector<std::string> groups;
+  m.for_each_layer([&](auto index, auto const& layer) {
+    groups.push_back(detail::calibration_group(layer, shapes[index], shapes[index + 1], threads));
+  });
+  return groups;
+}
+
+// Every layer of `m` (built, initialised) timed in the chain at `rows`, as
+// telar::calibrate_layers() says. The model's first layer computes no input
+// gradient in a step (StageRunner::input_part; a block's weight part runs
+// its inner gradients instead): where its backward is split, that part is
+// timed alone, so that its group means the same call wherever it is met. A
+// Recompute layer's forward again is taken out of its backward (the cost
+// model adds it back).
+template <class Model>
+std::vector<LayerTiming> time_chain(Model& m, std::vector<Shape> const& shapes, std::size_t rows,
+                                    int reps) {
+  using T = typename Model::value_type;
+  using MS = typename Model::memory_space;
+  std::size_t const n = shapes.size() - 1;
+  rows = trainable_rows(m, shapes[0], rows);
+  if constexpr (is_detected_v<stage_boundaries_t, Model>)
+    m.set_stage_boundaries({0, n});
+  StageRunner<Model> runner(&m, 0, n, feature_sizes(shapes));
+  int const slot = runner.acquire(rows);
+  Matrix<T, MS> x("telar::calibrate::x", rows, shapes[0].size());
+  Kokkos::deep_copy(x, T(1)); // a valid input for every first layer (token ids too)
+  Kokkos::deep_copy(runner.output_grad(slot), T(0.01));
+  double const inf = std::numeric_limits<double>::infinity();
+  std::vector<double> fwd(n, inf), bi(n, inf), bw(n, inf);
+  typename Model::execution_space exec;
+  for (int rep = 0; rep <= std::max(1, reps); ++rep) {
+    ChainStamps f, b, w;
+    runner.forward(exec, slot, ConstMatrix<T, MS>(x), f);
+    f.mark(n);
+    runner.backward_input(exec, slot, b);
+    b.mark(n);
+    w.mark(n);
+    runner.backward_weight(exec, slot, w);
+    if (rep == 0)
+      continue; // warm-up: first touches, oneDNN primitives
+    keep_fastest(f, true, fwd);
+    keep_fastest(b, true, bi);
+    keep_fastest(w, false, bw);
+  }
+  std::vector<LayerTiming> t(n);
+  m.for_each_layer([&](auto index, auto const& layer) {
+    using L = std::decay_t<decltype(layer)>;
+    std::size_t const k = index;
+    auto finite = [](double v) { return std::isfinite(v) ? std::max(v, 0.0) : 0.0; };
+    t[k] = LayerTiming{finite(fwd[k]), finite(bi[k]), finite(bw[k])};
+    if constexpr (is_recompute_v<L>)
+      t[k].backward_input = std::max(0.0, t[k].backward_input - t[k].forward);
+    else if constexpr (layer_traits<L>::has_split_backward)
+      if (k == 0) {
+        t[k].backward_input = time_layer(layer, shapes[0], rows, reps).backward_input;
+        if constexpr (layer_traits<L>::backward_input_first) // a block's inner gradients
+          t[k].backward_weight = std::max(0.0, t[k].backward_weight - t[k].backward_input);
+      }
+  });
+  runner.release(slot);
+  return t;
+}
+
 } // namespace detail
 
 /*! \brief The calibration group of \p layer (a telar::Recompute layer: the
@@ -155,12 +257,18 @@ std::string calibration_group(L const& layer, Shape const& in, Shape const& out,
 
 /*! \brief Times forward, backward_input and backward_weight of every
  *  top-level layer of \p model (a telar::Recompute layer: the layer it
- *  wraps) at its shapes for each of \p rows (the fastest of \p reps calls
- *  after a warm-up), and adds them to \p profile;
- *  sizes already in the profile are not timed again, so a cached profile
- *  makes this free. Runs on this process alone (call it on one rank while
- *  the others wait, as telar_probe does: contention is the profile's
- *  shared_slowdown). Takes seconds for the examples' models.
+ *  wraps) at its shapes for each of \p rows, and adds them to \p profile.
+ *  Each layer is timed where a training step runs it: the whole model runs
+ *  forward, then backward, through the Trainer's own stage runner, and each
+ *  call is the fastest of \p reps passes after a warm-up. A backward then
+ *  reads what its forward saved long before, with every other layer's data
+ *  in between, as in a step; timed alone, right after its forward, the cnn
+ *  example's layers took about half their time in the step (docs/planner.md,
+ *  "Validation"). A group met more than once (two ReLUs of one width) gets
+ *  the mean of its calls. Sizes already in the profile are not timed again,
+ *  so a cached profile makes this free. Runs on this process alone (call it
+ *  on one rank while the others wait, as telar_probe does: contention is the
+ *  profile's shared_slowdown). Takes seconds for the examples' models.
  *  \code
  *  auto prof = telar::load_machine_profile();
  *  if (telar::calibrate_layers(model, 784, telar::planned_rows(64, 2), prof) > 0)
@@ -168,30 +276,38 @@ std::string calibration_group(L const& layer, Shape const& in, Shape const& out,
  *  \endcode
  *  \param model the model (not initialised) \param in per-sample input shape
  *  \param rows micro-batch sizes to time \param profile updated in place
- *  \param reps timed calls per measurement (after one warm-up)
- *  \return how many (layer, rows) pairs were timed */
+ *  \param reps timed passes per size (after one warm-up)
+ *  \return how many (group, rows) pairs were timed */
 template <class Model>
 std::size_t calibrate_layers(Model const& model, Shape const& in,
                              std::vector<std::size_t> const& rows, MachineProfile& profile,
                              int reps = 5) {
   Model m = model;
   std::vector<Shape> const shapes = m.build(in);
-  int const threads = detail::calibration_threads();
+  m.initialize(1);
+  std::vector<std::string> const groups = detail::calibration_groups(m, shapes);
   std::size_t timed = 0;
-  m.for_each_layer([&](auto index, auto const& layer) {
-    using L = std::decay_t<decltype(layer)>;
-    Shape const& x = shapes[index];
-    std::string const group = detail::calibration_group(layer, x, shapes[index + 1], threads);
-    for (std::size_t r : rows) {
-      if (r == 0 || profile.layer_times[group].count(r) > 0)
-        continue;
-      if constexpr (detail::is_recompute_v<L>)
-        profile.layer_times[group][r] = detail::time_layer(layer.inner(), x, r, reps);
-      else
-        profile.layer_times[group][r] = detail::time_layer(layer, x, r, reps);
+  for (std::size_t r : rows) {
+    auto missing = [&](std::string const& g) { return profile.layer_times[g].count(r) == 0; };
+    if (r == 0 || std::none_of(groups.begin(), groups.end(), missing))
+      continue;
+    std::map<std::string, std::pair<LayerTiming, int>> sums;
+    std::vector<LayerTiming> const t = detail::time_chain(m, shapes, r, reps);
+    for (std::size_t k = 0; k < groups.size(); ++k)
+      if (missing(groups[k])) {
+        auto& [sum, calls] = sums[groups[k]];
+        sum.forward += t[k].forward;
+        sum.backward_input += t[k].backward_input;
+        sum.backward_weight += t[k].backward_weight;
+        ++calls;
+      }
+    for (auto const& [group, sum] : sums) {
+      double const n = double(sum.second);
+      profile.layer_times[group][r] = LayerTiming{
+          sum.first.forward / n, sum.first.backward_input / n, sum.first.backward_weight / n};
       ++timed;
     }
-  });
+  }
   return timed;
 }
 

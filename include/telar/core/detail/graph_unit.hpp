@@ -170,6 +170,11 @@ public:
     if (layer())
       std::visit([&](auto& l) { f(node_, l); }, *layer());
   }
+  template <class F>
+  void for_each_layer(F&& f) const {
+    if (layer())
+      std::visit([&](auto const& l) { f(node_, l); }, *layer());
+  }
 
   template <class Exec>
   void forward(Exec const& exec, CMat x, Mat y, saved_type& saved) {

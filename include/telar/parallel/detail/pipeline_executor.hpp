@@ -28,10 +28,6 @@
 
 namespace telar::detail {
 
-template <class M>
-using stage_boundaries_t = decltype(std::declval<M&>().set_stage_boundaries(
-    std::declval<std::vector<std::size_t> const&>()));
-
 template <class Model>
 class PipelineExecutor {
 public:

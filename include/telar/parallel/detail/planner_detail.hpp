@@ -53,16 +53,6 @@ std::string refused_micro_batch(Model const& model, Shape const& in, std::size_t
   return {};
 }
 
-template <class Model>
-bool has_tensor_parallel_layers(Model const& model) {
-  bool any = false;
-  model.for_each_layer([&](auto, auto const& layer) {
-    using L = std::decay_t<decltype(layer)>;
-    any = any || layer_traits<L>::has_tensor_parallel;
-  });
-  return any;
-}
-
 // dp x pp x tp of `world` with the axes the strategy has (tp > 1 only with
 // tensor-parallel layers).
 template <class StrategyT>

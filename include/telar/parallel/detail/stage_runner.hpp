@@ -13,9 +13,16 @@
 
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace telar::detail {
+
+// Models whose units pass tensors along (telar::GraphChain) are told the
+// stage cuts, where alone they copy them.
+template <class M>
+using stage_boundaries_t = decltype(std::declval<M&>().set_stage_boundaries(
+    std::declval<std::vector<std::size_t> const&>()));
 
 template <class Model>
 class StageRunner {

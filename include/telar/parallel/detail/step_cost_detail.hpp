@@ -116,12 +116,39 @@ inline constexpr bool is_column_parallel_v = false;
 template <class L>
 inline constexpr bool is_column_parallel_v<ColumnParallel<L>> = true;
 
+// Whether `layer` runs as a tensor-parallel shard: it is one (ColumnParallel,
+// RowParallel, the tensor-parallel attention) or nests one. Blocks take the
+// context only to pass it on: a Residual of convolutions runs whole on every
+// rank of the group (the cnn example's tp=2 was planned 30% fast when every
+// block counted as split).
+template <class L>
+bool splits_over_tp(L const& layer) {
+  bool any = false;
+  auto leaf = [&](auto const& l) {
+    using X = std::decay_t<decltype(l)>;
+    if constexpr (!is_block_v<X>)
+      any = any || layer_traits<X>::has_tensor_parallel;
+  };
+  walk_layers(layer, leaf);
+  return any;
+}
+
+// Whether any layer of `model` runs as a tensor-parallel shard: the planner
+// tries tp > 1 only then.
+template <class Model>
+bool has_tensor_parallel_layers(Model const& model) {
+  bool any = false;
+  model.for_each_layer([&](auto, auto const& layer) { any = any || splits_over_tp(layer); });
+  return any;
+}
+
 // One layer's times (seconds) for `rows` samples.
 struct LayerTimes {
   double forward = 0, backward_input = 0, backward_weight = 0;
-  double tp = 0;         // tensor-parallel allreduces (forward + backward)
-  double recompute = 0;  // the extra forward of a telar::Recompute layer
-  double parameters = 0; // parameter elements on this rank
+  double tp = 0;                // tensor-parallel allreduces (forward + backward)
+  double backward_input_tp = 0; // the part of tp in backward_input (column-parallel dx)
+  double recompute = 0;         // the extra forward of a telar::Recompute layer
+  double parameters = 0;        // parameter elements on this rank
 };
 
 // The layer a telar::Recompute wraps, or the layer itself.
@@ -170,7 +197,7 @@ LayerTimes layer_times(L const& layer, Shape const& in, Shape const& out, std::s
   if constexpr (layer_traits<L>::has_parameter_count)
     t.parameters = double(layer.parameter_count());
   if (measured) {
-    double const shard = layer_traits<L>::has_tensor_parallel && tp > 1 ? 1.0 / tp : 1.0;
+    double const shard = tp > 1 && splits_over_tp(layer) ? 1.0 / tp : 1.0;
     t.forward = measured->forward * shard;
     t.backward_input = measured->backward_input * shard;
     t.backward_weight = measured->backward_weight * shard;
@@ -213,19 +240,41 @@ LayerTimes layer_times(L const& layer, Shape const& in, Shape const& out, std::s
     if constexpr (is_column_parallel_v<Inner>) {
       double const s = prof.allreduce.seconds(double(rows) * double(in.size()) * 4, factor);
       t.backward_input += s;
+      t.backward_input_tp = s;
       t.tp += s;
     }
   }
   return t;
 }
 
+// The model's first layer computes no dL/dx in a step where its backward is
+// split (StageRunner::input_part): nothing reads the gradient of the data.
+// A fused layer, a Recompute (its forward again) and a block (its inner
+// gradients, run by its weight part instead) still cost it.
+template <class L>
+inline constexpr bool skips_first_input_gradient_v =
+    layer_traits<L>::has_split_backward && !layer_traits<L>::backward_input_first &&
+    !is_recompute_v<L>;
+
+template <class L>
+void skip_input_gradient(L const&, LayerTimes& t) {
+  if constexpr (skips_first_input_gradient_v<L>) {
+    t.tp -= t.backward_input_tp;
+    t.backward_input = 0;
+    t.backward_input_tp = 0;
+  }
+}
+
 // Blocking tensor-parallel allreduces of one micro-batch (forward and backward).
 template <class Model>
 int tp_allreduces_per_microbatch(Model const& model) {
   int n = 0;
-  model.for_each_layer([&](auto, auto const& layer) {
-    using Inner = typename unwrapped<std::decay_t<decltype(layer)>>::type;
-    n += (is_row_parallel_v<Inner> ? 1 : 0) + (is_column_parallel_v<Inner> ? 1 : 0);
+  model.for_each_layer([&](auto index, auto const& layer) {
+    using L = std::decay_t<decltype(layer)>;
+    using Inner = typename unwrapped<L>::type;
+    // The first layer's input gradient (and its allreduce) does not run.
+    bool const dx = index > 0 || !skips_first_input_gradient_v<L>;
+    n += (is_row_parallel_v<Inner> ? 1 : 0) + (is_column_parallel_v<Inner> && dx ? 1 : 0);
   });
   return n;
 }
@@ -268,12 +317,15 @@ inline MachineProfile on_share(MachineProfile prof, double share) {
 // so hand-offs closer together than a slice wait once: at most
 // 1 + busy / slice of them are independent (tp=2 with its many allreduces
 // measured faster than dp=2 under load). More ranks than cores can never all
-// run at once: every hand-off may wait, and for a whole gap, slice
+// run at once: every hand-off waits, and for a whole gap, slice
 // (1/share - 1): the receiver went off the core spinning in its own wait,
 // so its turn comes a full round later, not at a random point of its gap
 // (4-rank rings measured 0.2-3 s per MLP step at a load of 15, 40-110 ms
-// per hand-off). A rank with a whole core (share 1) never waits: the quiet
-// dp=2 step the old per-step charge put at 12.2 ms measured 1.55 ms.
+// per hand-off; on a quiet machine, 4 ranks on 2 cores, charging only the
+// 1 - share of hand-offs that find the receiver away planned 13 layouts of
+// the MLP at 13-68% of their measured time, every hand-off at 25-132%). A
+// rank with a whole core (share 1) never waits: the quiet dp=2 step the
+// old per-step charge put at 12.2 ms measured 1.55 ms.
 inline double scheduling_wait(MachineProfile const& prof, int world, int hops, double busy,
                               double share) {
   if (world < 2 || share >= 1.0 || hops <= 0)
@@ -281,7 +333,7 @@ inline double scheduling_wait(MachineProfile const& prof, int world, int hops, d
   double const slice = (prof.slice_us > 0 ? prof.slice_us : 3000.0) * 1e-6;
   double const round = slice * (1.0 / share - 1.0); // mean descheduled gap
   if (world > prof.cores)
-    return hops * (1.0 - share) * round;
+    return hops * round;
   double const rest = prof.descheduled_us > 0 ? prof.descheduled_us * 1e-6 : 0.5 * round;
   return std::min(double(hops), 1.0 + busy / slice) * (1.0 - share) * rest;
 }
@@ -345,8 +397,10 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
         std::upper_bound(bounds.begin(), bounds.end(), std::size_t(index)) - bounds.begin() - 1);
     std::optional<LayerTiming> const measured = prof.layer_timing(
         detail::calibration_group(layer, full[index], full[index + 1], threads), rows);
-    LayerTimes const t = layer_times(layer, shapes[index], shapes[index + 1], rows, c.grid.tp,
-                                     tp_prof, contention, measured);
+    LayerTimes t = layer_times(layer, shapes[index], shapes[index + 1], rows, c.grid.tp, tp_prof,
+                               contention, measured);
+    if (index == 0)
+      skip_input_gradient(layer, t);
     measured_layers += measured ? 1 : 0;
     ++layers;
     LayerTimes& s = stages[vs].sum;
