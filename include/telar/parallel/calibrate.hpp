@@ -150,7 +150,7 @@ LayerTiming time_layer(L const& layer, Shape const& in, std::size_t rows, int re
 // runs from its before_forward to the next stamp, its input gradient from
 // its before_backward to the next, its weight gradient up to its
 // gradient_ready (from the stamp before it).
-struct ChainStamps {
+struct ChainStamps : NoStepHooks {
   std::vector<double> at;
   std::vector<std::size_t> layer;
   void mark(std::size_t k) {
@@ -158,12 +158,9 @@ struct ChainStamps {
     at.push_back(calibration_clock());
     layer.push_back(k);
   }
-  void step_begin(int) {}
   void before_forward(std::size_t k) { mark(k); }
   void before_backward(std::size_t k) { mark(k); }
   void gradient_ready(std::size_t k) { mark(k); }
-  void progress() {}
-  void step_end() {}
 };
 
 // `best[k]` := min(best[k], the time from stamp i of layer k to stamp i + 1)
