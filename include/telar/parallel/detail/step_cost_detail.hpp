@@ -145,11 +145,19 @@ bool has_tensor_parallel_layers(Model const& model) {
 // One layer's times (seconds) for `rows` samples.
 struct LayerTimes {
   double forward = 0, backward_input = 0, backward_weight = 0;
-  double tp = 0;                // tensor-parallel allreduces (forward + backward)
-  double backward_input_tp = 0; // the part of tp in backward_input (column-parallel dx)
-  double recompute = 0;         // the extra forward of a telar::Recompute layer
-  double parameters = 0;        // parameter elements on this rank
+  double tp = 0;         // tensor-parallel allreduces (forward + backward)
+  double recompute = 0;  // the extra forward of a telar::Recompute layer
+  double parameters = 0; // parameter elements on this rank
 };
+
+// The model's first layer computes no dL/dx in a step where its backward is
+// split (StageRunner::input_part): nothing reads the gradient of the data.
+// A fused layer, a Recompute (its forward again) and a block (its inner
+// gradients, run by its weight part instead) still cost it.
+template <class L>
+inline constexpr bool skips_first_input_gradient_v =
+    layer_traits<L>::has_split_backward && !layer_traits<L>::backward_input_first &&
+    !is_recompute_v<L>;
 
 // The layer a telar::Recompute wraps, or the layer itself.
 template <class L, class = void>
@@ -181,12 +189,15 @@ std::string calibration_group(L const& layer, Shape const& in, Shape const& out,
 }
 
 // `measured`: the calibrated times of the layer's unsharded shapes, if any
-// (a tensor-parallel shard takes 1/tp of them).
+// (a tensor-parallel shard takes 1/tp of them); `first`: the model's first
+// layer (skips_first_input_gradient_v).
 template <class L>
 LayerTimes layer_times(L const& layer, Shape const& in, Shape const& out, std::size_t rows, int tp,
                        MachineProfile const& prof, double contention,
-                       std::optional<LayerTiming> const& measured = std::nullopt) {
+                       std::optional<LayerTiming> const& measured = std::nullopt,
+                       bool first = false) {
   using Inner = typename unwrapped<L>::type;
+  bool const dx = !first || !skips_first_input_gradient_v<L>; // runs backward_input
   LayerTimes t;
   double const overhead = prof.layer_overhead_us * 1e-6;
   double const bytes = double(rows) * double(in.size() + out.size()) * sizeof(float);
@@ -219,6 +230,8 @@ LayerTimes layer_times(L const& layer, Shape const& in, Shape const& out, std::s
     t.forward = elementwise + overhead;
     t.backward_input = 1.5 * elementwise + overhead; // reads dY and X, writes dX
   }
+  if (!dx)
+    t.backward_input = 0;
   if constexpr (is_recompute_v<L>) {
     t.recompute = t.forward;
     t.backward_input += t.recompute;
@@ -238,31 +251,14 @@ LayerTimes layer_times(L const& layer, Shape const& in, Shape const& out, std::s
       t.tp += s;
     }
     if constexpr (is_column_parallel_v<Inner>) {
-      double const s = prof.allreduce.seconds(double(rows) * double(in.size()) * 4, factor);
-      t.backward_input += s;
-      t.backward_input_tp = s;
-      t.tp += s;
+      if (dx) {
+        double const s = prof.allreduce.seconds(double(rows) * double(in.size()) * 4, factor);
+        t.backward_input += s;
+        t.tp += s;
+      }
     }
   }
   return t;
-}
-
-// The model's first layer computes no dL/dx in a step where its backward is
-// split (StageRunner::input_part): nothing reads the gradient of the data.
-// A fused layer, a Recompute (its forward again) and a block (its inner
-// gradients, run by its weight part instead) still cost it.
-template <class L>
-inline constexpr bool skips_first_input_gradient_v =
-    layer_traits<L>::has_split_backward && !layer_traits<L>::backward_input_first &&
-    !is_recompute_v<L>;
-
-template <class L>
-void skip_input_gradient(L const&, LayerTimes& t) {
-  if constexpr (skips_first_input_gradient_v<L>) {
-    t.tp -= t.backward_input_tp;
-    t.backward_input = 0;
-    t.backward_input_tp = 0;
-  }
 }
 
 // Blocking tensor-parallel allreduces of one micro-batch (forward and backward).
@@ -397,10 +393,8 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
         std::upper_bound(bounds.begin(), bounds.end(), std::size_t(index)) - bounds.begin() - 1);
     std::optional<LayerTiming> const measured = prof.layer_timing(
         detail::calibration_group(layer, full[index], full[index + 1], threads), rows);
-    LayerTimes t = layer_times(layer, shapes[index], shapes[index + 1], rows, c.grid.tp, tp_prof,
-                               contention, measured);
-    if (index == 0)
-      skip_input_gradient(layer, t);
+    LayerTimes const t = layer_times(layer, shapes[index], shapes[index + 1], rows, c.grid.tp,
+                                     tp_prof, contention, measured, index == 0);
     measured_layers += measured ? 1 : 0;
     ++layers;
     LayerTimes& s = stages[vs].sum;
