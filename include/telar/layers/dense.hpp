@@ -217,8 +217,11 @@ class StaticDense : public Dense<T, MemorySpace, Gemm> {
 public:
   static constexpr Shape static_input_shape = Shape(In);   //!< input shape [In]
   static constexpr Shape static_output_shape = Shape(Out); //!< output shape [Out]
+  /*! \brief With a bias; not explicit, so `{}` makes one inside a
+   *  Sequential's constructor call. */
+  StaticDense() : StaticDense(true) {}
   /*! \brief \param bias add a bias */
-  explicit StaticDense(bool bias = true) : Dense<T, MemorySpace, Gemm>(In, Out, bias) {}
+  explicit StaticDense(bool bias) : Dense<T, MemorySpace, Gemm>(In, Out, bias) {}
   /*! \brief The same layer under another GEMM policy (telar::Precision).
    *  \tparam G the other policy \param o the layer */
   template <class G, class = std::enable_if_t<!std::is_same_v<G, Gemm>>>
