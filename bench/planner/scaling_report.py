@@ -3,12 +3,14 @@
 data-parallel curves to 1,024 GPUs on published hardware profiles (from
 telar_scaling_curves), each beside the published result it reproduces, and
 the layouts measured on this machine by bench/planner/validate.sh (predicted
-against measured step time).
+against measured step time) and the weak scaling bench/planner/peer_scaling.sh
+measured here for Telar and PyTorch DDP.
 
-    python3 scaling_report.py CURVES.jsonl [VALIDATION.jsonl ...] --out DIR
+    python3 scaling_report.py CURVES.jsonl [VALIDATION.jsonl | PEERS.jsonl ...] --out DIR
 
 Writes DIR/scaling_report.md, DIR/efficiency.svg, DIR/throughput.svg and,
-with validation files, DIR/measured.svg. Standard library only."""
+with validation files, DIR/measured.svg, with peer files, DIR/peers.svg.
+Standard library only."""
 import json
 import math
 import os
@@ -157,6 +159,54 @@ def measured_section(runs, out):
             "", "Each point: one layout, the median over rounds of its run's median step.", ""]
 
 
+def peers_section(lines, out):
+    """Weak scaling measured here (peer_scaling.sh): Telar beside PyTorch DDP."""
+    steps = {}
+    for l in lines:
+        steps.setdefault((l["peer"], l["ranks"]), []).append(l["step_ms"])
+    if not steps:
+        return []
+    first = lines[0]
+    batch, cores = first["batch_per_rank"], first["cores"]
+    peers = sorted({p for p, _ in steps})
+    ranks = sorted({n for _, n in steps})
+    med = {k: median(v) for k, v in steps.items()}
+
+    def baseline(peer):  # ZeRO-1 at 1 rank is plain dp at 1 rank
+        return med.get((peer, 1)) or med.get((peer.split(" + ")[0], 1))
+
+    plot = Plot("This machine: weak-scaling efficiency, Telar and PyTorch DDP",
+                "ranks (%d cores)" % cores, "efficiency T(1) / T(ranks)", ranks, [0.0, 1.2])
+    rows = []
+    for i, peer in enumerate(peers):
+        pts = []
+        for n in ranks:
+            if (peer, n) not in steps:
+                continue
+            b = baseline(peer)
+            eff = b / med[(peer, n)] if b else float("nan")
+            if b:
+                pts.append((n, eff))
+            v = steps[(peer, n)]
+            rows.append("| %s | %d | %.2f (%.2f–%.2f) | %.0f | %s |" % (
+                peer, n, med[(peer, n)], min(v), max(v), 1e3 * n * batch / med[(peer, n)],
+                "%.2f" % eff if b else "–"))
+        plot.line(pts, COLOURS[i % len(COLOURS)], peer)
+        plot.points(pts, COLOURS[i % len(COLOURS)], peer)
+    with open(os.path.join(out, "peers.svg"), "w") as f:
+        f.write(plot.svg())
+    loads = [l["load"] for l in lines]
+    return ["## Weak scaling on this machine: Telar beside PyTorch DDP "
+            "(bench/planner/peer_scaling.sh)", "",
+            "![peers](peers.svg)", "",
+            "MLP 784-%d-%d-10, SGD, batch %d per rank, one thread per rank, synthetic data; "
+            "%d rounds interleaved, load %.1f–%.1f. Ranks beyond the %d cores share them." % (
+                first["hidden"], first["hidden"], batch, max(l["round"] for l in lines),
+                min(loads), max(loads), cores), "",
+            "| peer | ranks | step ms, median (range) | samples/s | efficiency |",
+            "|---|---|---|---|---|"] + rows + [""]
+
+
 def main():
     args = sys.argv[1:]
     if "--out" not in args or len(args) < 3:
@@ -166,8 +216,11 @@ def main():
     files = args[:i] + args[i + 2:]
     os.makedirs(out, exist_ok=True)
     curves = [json.loads(l) for l in open(files[0]) if l.startswith("{")]
-    runs = [json.loads(l) for f in files[1:] for l in open(f) if l.startswith("{")]
-    md = ["# Telar scaling report", ""] + curves_section(curves, out) + measured_section(runs, out)
+    lines = [json.loads(l) for f in files[1:] for l in open(f) if l.startswith("{")]
+    runs = [l for l in lines if "scaling" not in l]
+    peers = [l for l in lines if l.get("scaling") == "weak"]
+    md = (["# Telar scaling report", ""] + curves_section(curves, out) +
+          peers_section(peers, out) + measured_section(runs, out))
     with open(os.path.join(out, "scaling_report.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     print(os.path.join(out, "scaling_report.md"))
