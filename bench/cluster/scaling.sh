@@ -13,8 +13,9 @@
 #   ROUNDS interleaved rounds (default 5)
 # Environment: OUT (default ./cluster-scaling), DATA (Fashion-MNIST), STEPS
 # (default 100), BATCH (global, default 256), HIDDEN (default 256), FM (the
-# fashion_mnist binary, default BUILD's), GPT (the gpt binary), PARTS
-# (default "allreduce mlp"; add gpt for a small GPT).
+# fashion_mnist binary, default BUILD's), GPT (the gpt binary), MLP_BENCH
+# (bench_mlp_step), PARTS (default "allreduce mlp"; add gpt for a small GPT,
+# zero1 for ZeRO-1 per node against messages at 2 nodes x 2 ranks).
 # Leaves the cluster up: stop it
 # with scripts/cluster/stop.sh.
 set -euo pipefail
@@ -63,6 +64,18 @@ for r in $(seq "$rounds"); do
     fi
   done
 done
+# ZeRO-1 at 2 nodes x 2 ranks (PARTS=zero1): a parameter window per node
+# against reduce-scatter and all-gather messages, and plain dp, on
+# bench_mlp_step's MLP (HIDDEN wide, BATCH / 4 per rank), rounds interleaved.
+mlp_bench=${MLP_BENCH:-$build/bench/mlp/bench_mlp_step}
+if [[ $parts == *zero1* ]]; then
+  for r in $(seq "$rounds"); do
+    for mode in "dp:--zero 0" "window:--zero 1 --shared-memory 1" "messages:--zero 1 --shared-memory 0"; do
+      job 2 2 "$out/zero1-${mode%%:*}-$r.txt" \
+        "mpirun $mlp_bench --dp 4 ${mode#*:} --hidden $hidden --batch $((batch / 4)) --steps $steps"
+    done
+  done
+fi
 echo "uptime after: $(uptime)" | tee -a "$out/load.txt"
 
 # Medians per node count (measured step and prediction, from the JSON lines).
@@ -83,4 +96,14 @@ for ex in ("mlp", "gpt"):
         meas.append(j["step_ms_median"]); pred.append(j.get("predicted_step_ms", float("nan")))
     if meas:
         print(f"| {ex} {n} x 1 | {statistics.median(meas):.2f} | {', '.join(f'{m:.2f}' for m in meas)} | {statistics.median(pred):.2f} |")
+for mode in ("dp", "window", "messages"):
+    meas = []
+    for r in range(1, rounds + 1):
+        try:
+            line = [l for l in open(f"{out}/zero1-{mode}-{r}.txt") if l.startswith("{")][-1]
+        except (OSError, IndexError):
+            continue
+        meas.append(json.loads(line)["step_ms_median"])
+    if meas:
+        print(f"| mlp ZeRO-1 {mode} 2 x 2 | {statistics.median(meas):.2f} | {', '.join(f'{m:.2f}' for m in meas)} | |")
 PY

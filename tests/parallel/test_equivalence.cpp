@@ -69,6 +69,7 @@ Data<T> make_data(std::size_t n) {
 struct Result : telar::test::NormResult {
   telar::GridOrder order = telar::default_grid_order;
   double last_loss = 0;
+  std::string reduce_label; // ZeRO-1's "reduce shard ..." trace event (opts.trace)
 };
 
 // Trains `steps` steps of global batch `batch` with the given strategy and
@@ -87,6 +88,9 @@ Result train(MPI_Comm comm, Opt opt, telar::TrainerOptions opts, Data<T> const& 
   }
   r.l2 = trainer.param_l2();
   r.norms = trainer.tensor_norms();
+  for (auto const& e : trainer.trace().events())
+    if (e.name.rfind("reduce shard", 0) == 0)
+      r.reduce_label = e.name;
   if (trainer.grid())
     r.order = trainer.grid()->order();
   return r;
@@ -258,6 +262,37 @@ TEST_CASE("ZeRO-1 (sharded optimizer state) matches serial", "[equivalence][zero
               train<double, Zero>(MPI_COMM_WORLD, telar::LAMB<double>{}, opts, data, batch, 3),
               serial<double>(telar::LAMB<double>{}, base, data, batch, 3), 1e-11, "lamb" + where);
         }
+}
+
+TEST_CASE("ZeRO-1 over nodes of several ranks shares memory on each node", "[equivalence][zero]") {
+  using Zero = telar::Strategy<telar::DataParallel<telar::RingAllreduce, telar::ZeRO<1>>,
+                               telar::PipelineParallel<>, telar::TensorParallel<>>;
+  int const n = world_size();
+  std::size_t const batch = 24;
+  auto const data = make_data<double>(batch * 3);
+  telar::TrainerOptions base;
+  base.seed = 5;
+  base.lr = telar::constant_lr(0.02);
+  base.clip_grad_norm = 0.5;
+  telar::SGD<double> momentum;
+  momentum.momentum = 0.9;
+  telar::TrainerOptions opts = base;
+  opts.grid = {n, 1, 1};
+  opts.trace = true;
+  // Nodes of 2 consecutive ranks: at 4 ranks two nodes of two (per node:
+  // shared within, reduce-scatter and all-gather across); at 2 one node.
+  setenv("TELAR_RANKS_PER_NODE", "2", 1);
+  Result const sgd = train<double, Zero>(MPI_COMM_WORLD, momentum, opts, data, batch, 3);
+  Result const adamw =
+      train<double, Zero>(MPI_COMM_WORLD, telar::AdamW<double>{}, opts, data, batch, 3);
+  unsetenv("TELAR_RANKS_PER_NODE");
+  CHECK(sgd.reduce_label == (n == 4   ? "reduce shard (2 nodes of 2, shared within)"
+                             : n == 2 ? "reduce shard (shared memory)"
+                                      : ""));
+  std::string const where = " dp=" + std::to_string(n) + " on nodes of 2";
+  require_same(sgd, serial<double>(momentum, base, data, batch, 3), 1e-11, "sgd" + where);
+  require_same(adamw, serial<double>(telar::AdamW<double>{}, base, data, batch, 3), 1e-11,
+               "adamw" + where);
 }
 
 namespace {

@@ -16,7 +16,9 @@
 #include <telar/parallel/paper_scaling.hpp>
 #include <telar/parallel/planner.hpp>
 #include <telar/parallel/precision.hpp>
+#include <telar/parallel/tensor_parallel_attention.hpp>
 
+#include <catch2/catch_approx.hpp>
 #include <catch2/catch_test_macros.hpp>
 
 #include <unistd.h>
@@ -321,6 +323,35 @@ TEST_CASE("planner: a block of replicated layers runs whole on every tensor-para
   CHECK_FALSE(
       telar::detail::has_tensor_parallel_layers(Blocks(Block(D(64, 64), {}), {}, D(64, 10))));
   CHECK(telar::detail::has_tensor_parallel_layers(net()));
+}
+
+TEST_CASE("planner: tensor-parallel sums nested in blocks are charged", "[planner]") {
+  using Split = telar::Sequential<Col, R, Row>;
+  CHECK(telar::detail::tensor_parallel_sums(Col(64, 64)).backward == 1);
+  CHECK(telar::detail::tensor_parallel_sums(Col(64, 64), false).backward == 0);
+  CHECK(telar::detail::tensor_parallel_sums(Split(Col(64, 64), {}, Row(64, 64))).forward == 1);
+  // A transformer block: the attention sums y and dx, the MLP pair one each.
+  auto block = telar::make_tensor_parallel_transformer_block<T>(32, 4);
+  auto const sums = telar::detail::tensor_parallel_sums(block);
+  CHECK(sums.forward == 2);
+  CHECK(sums.backward == 2);
+  CHECK(telar::detail::tp_allreduces_per_microbatch(telar::Sequential<decltype(block)>(block)) ==
+        4);
+
+  // The pair inside a block costs what it costs written out flat.
+  using Flat = telar::Sequential<D, Col, R, Row>;
+  using Nested = telar::Sequential<D, Split>;
+  telar::MachineProfile prof;
+  prof.cpu_share = 1;
+  prof.cores = 2;
+  telar::LayoutOptions tp2 = options(8);
+  tp2.grid = {1, 1, 2};
+  auto const flat = telar::predict_step<Flat, Plain, Opt>(
+      Flat(D(64, 64), Col(64, 64), {}, Row(64, 64)), tp2, 64, 2, prof);
+  auto const nested = telar::predict_step<Nested, Plain, Opt>(
+      Nested(D(64, 64), Split(Col(64, 64), {}, Row(64, 64))), tp2, 64, 2, prof);
+  CHECK(flat.tp_comm_ms > 0);
+  CHECK(std::abs(nested.tp_comm_ms - flat.tp_comm_ms) < 1e-12);
 }
 
 // The overlap and sharing assumptions of docs/planner.md, one by one.
@@ -745,6 +776,35 @@ TEST_CASE("planner: groups that span nodes take the across link class", "[planne
   auto const pp_two = telar::predict_step<Model, Plain, Opt>(mlp(256), o, 784, 4, prof);
   CHECK(pp_two.dp_comm_ms > 5 * pp_one.dp_comm_ms);
   CHECK(std::abs(pp_two.pipeline_ms - pp_one.pipeline_ms) < 1e-9);
+}
+
+TEST_CASE("planner: ZeRO-1 over nodes of several ranks keeps a window per node", "[planner]") {
+  // Across nodes 10x slower per byte than within one.
+  telar::MachineProfile prof;
+  prof.cores = 4;
+  prof.elementwise_gbs = 20;
+  prof.reduce_scatter = prof.all_gather = {5e-6, 0.1e-9};
+  prof.across.reduce_scatter = prof.across.all_gather = {20e-6, 1e-9};
+  telar::LayoutOptions o = options(64);
+  o.grid = {4, 1, 1};
+  auto at = [&](int ranks_per_node) {
+    prof.ranks_per_node = ranks_per_node;
+    return telar::predict_step<Model, Zero1, Opt>(mlp(256), o, 784, 4, prof);
+  };
+  auto const one_node = at(0), per_node = at(2), messages = at(1);
+  // One node: the shard summed out of the windows, nothing published.
+  CHECK(one_node.zero_gather_ms == 0);
+  // Per node (2 nodes of 2): the same pass, then half the bytes across
+  // twice (reduce-scatter and all-gather over 2 nodes); one rank per node
+  // cannot share and sends 3/4 of them across each way.
+  double const bytes = 4.0 * double(mlp(256).parameter_count());
+  CHECK(per_node.zero_gather_ms ==
+        Catch::Approx(1e3 * prof.across.all_gather.seconds(bytes, 0.5)).epsilon(0.02));
+  CHECK(messages.zero_gather_ms ==
+        Catch::Approx(1e3 * prof.across.all_gather.seconds(bytes, 0.75)).epsilon(0.02));
+  CHECK(per_node.dp_comm_ms > one_node.dp_comm_ms);
+  CHECK(per_node.dp_comm_ms < messages.dp_comm_ms);
+  CHECK(per_node.step_ms < messages.step_ms);
 }
 
 namespace {

@@ -263,6 +263,16 @@ TEST_CASE("The memory plan matches the meter: ZeRO<1> distributed", "[memory]") 
 TEST_CASE("The memory plan matches the meter: ZeRO<1> shared memory", "[memory]") {
   check_layouts<telar::ZeRO<1>>(true);
 }
+TEST_CASE("The memory plan matches the meter: ZeRO<1> shared per node", "[memory]") {
+  // Nodes of 2 consecutive ranks: at 4 ranks, dp=4 keeps a parameter window
+  // per node and the chunks it sends across; dp=2 x pp=2 and dp=2 x tp=2
+  // (one dp rank per node) use messages.
+  struct FakeNodes {
+    FakeNodes() { setenv("TELAR_RANKS_PER_NODE", "2", 1); }
+    ~FakeNodes() { unsetenv("TELAR_RANKS_PER_NODE"); }
+  } const nodes;
+  check_layouts<telar::ZeRO<1>>(true);
+}
 TEST_CASE("The memory plan matches the meter: ZeRO<2>", "[memory]") {
   check_layouts<telar::ZeRO<2>>(true);
 }

@@ -8,6 +8,7 @@
 #include <telar/comm/detail/comm_handle.hpp>
 #include <telar/comm/detail/mpi_type.hpp>
 #include <telar/comm/detail/progress.hpp>
+#include <telar/comm/detail/topology.hpp>
 #include <telar/comm/error.hpp>
 #include <telar/comm/request.hpp>
 
@@ -149,6 +150,20 @@ public:
   BasicCommunicator split_shared(std::string name = {}) const {
     auto const& h = handle();
     MPI_Comm out = detail::split_shared_comm(h); // bounded, as in split()
+    BasicCommunicator c;
+    c.h_ = detail::adopt(out, name.empty() ? h.name + "/node" : std::move(name), h.timeout);
+    return c;
+  }
+
+  /*! \brief The ranks of this communicator on this rank's node: those that
+   *  share memory (split_shared()), or, under the testing aid
+   *  `TELAR_RANKS_PER_NODE=k` (telar::node_layout), this rank's fake node of
+   *  k launch ranks, whose memory is shared too (collective).
+   *  \param name label of the new communicator; empty derives one from this one's
+   *  \throws telar::CommError if `TELAR_RANKS_PER_NODE` is invalid */
+  BasicCommunicator split_node(std::string name = {}) const {
+    auto const& h = handle();
+    MPI_Comm out = detail::split_node(h); // bounded, as in split()
     BasicCommunicator c;
     c.h_ = detail::adopt(out, name.empty() ? h.name + "/node" : std::move(name), h.timeout);
     return c;

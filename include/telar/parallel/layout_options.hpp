@@ -41,6 +41,11 @@ struct LayoutOptions {
    *  parameters and read each other's gradients through MPI-3 shared memory
    *  (false: reduce-scatter and all-gather messages, as across nodes). */
   bool shared_memory = true;
+  /*! \brief Consecutive ranks per node (0: every rank on one node), for the
+   *  memory plan: ZeRO<1> shares one copy of the parameters per node. A
+   *  Trainer left at 0 sets it from its run (telar::node_layout) when the
+   *  nodes hold the same number of consecutive ranks. */
+  int ranks_per_node = 0;
   /*! \brief Samples per step over all data-parallel ranks, for the memory
    *  plan's activations (0: activations are not planned). */
   std::size_t batch_size = 0;

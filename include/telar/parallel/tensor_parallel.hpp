@@ -60,6 +60,16 @@ struct TensorParallelTraffic {
   void reset() { allreduces = bytes = 0; }
 };
 
+/*! \brief The blocking sums over its group a tensor-parallel layer makes per
+ *  micro-batch: `forward` allreduces of its output, `backward` of its input
+ *  gradient. A layer says so with a member
+ *  `static constexpr TensorParallelSums tensor_parallel_sums`; the cost model
+ *  (telar::predict_step) charges them on the critical path. */
+struct TensorParallelSums {
+  int forward = 0;  //!< allreduces of the output in forward
+  int backward = 0; //!< allreduces of the input gradient in backward_input
+};
+
 /*! \brief What a tensor-parallel layer needs at run time: its group and how
  *  to reduce over it.
  *
@@ -348,6 +358,8 @@ public:
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "ColumnParallel<Dense>"; }
+  /*! \brief One allreduce of dx in backward. */
+  static constexpr TensorParallelSums tensor_parallel_sums{0, 1};
 
   /*! \brief This rank's output shape, [..., out_local], for a replicated
    *  input [..., in] (position-wise over [seq, in] samples).
@@ -417,6 +429,8 @@ public:
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "RowParallel<Dense>"; }
+  /*! \brief One allreduce of y in forward. */
+  static constexpr TensorParallelSums tensor_parallel_sums{1, 0};
 
   /*! \brief The replicated output shape [..., out] for this rank's input
    *  block [..., in_local] (position-wise over [seq, in_local] samples).

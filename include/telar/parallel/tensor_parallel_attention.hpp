@@ -78,6 +78,8 @@ public:
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "HeadParallel<CausalSelfAttention>"; }
+  /*! \brief One allreduce of y in forward, one of dx in backward. */
+  static constexpr TensorParallelSums tensor_parallel_sums{1, 1};
 
   /*! \brief Joins a tensor-parallel group; call before initialize().
    *  \param ctx the group

@@ -541,13 +541,17 @@ private:
   // The degrees (a policy the strategy lacks has degree 1) and the process
   // grid's sub-communicators, which the layers' shapes need next. A rank
   // order left at the default follows the nodes (ProcessGrid::node_aware_order:
-  // unchanged on one node); every later phase reads options_.grid_order.
+  // unchanged on one node); every later phase reads options_.grid_order, and
+  // the memory plan options_.ranks_per_node.
   void build_grid() {
     layout_.grid = detail::layout_grid<StrategyT>(options_, size());
     if (!world_)
       return;
+    NodeLayout const nodes = node_layout(*world_);
+    if (options_.ranks_per_node == 0 && nodes.regular() && nodes.nodes > 1)
+      options_.ranks_per_node = nodes.ranks_per_node;
     if (options_.grid_order == default_grid_order)
-      options_.grid_order = ProcessGrid::node_aware_order(layout_.grid, node_layout(*world_));
+      options_.grid_order = ProcessGrid::node_aware_order(layout_.grid, nodes);
     grid_.emplace(*world_, layout_.grid, options_.grid_order);
   }
 

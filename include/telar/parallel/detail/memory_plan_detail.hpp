@@ -8,6 +8,7 @@
 #include <telar/core/layer.hpp>
 #include <telar/core/parameters.hpp>
 #include <telar/optim/optimizer.hpp>
+#include <telar/parallel/detail/comm_group.hpp>
 #include <telar/parallel/detail/plan_buffers.hpp>
 #include <telar/parallel/detail/plan_model_states.hpp>
 #include <telar/parallel/detail/slot_release.hpp>
@@ -162,10 +163,16 @@ MemoryPlan plan_of_layout(Model const& model, RunLayout const& layout,
   ms.value_bytes = sizeof(T);
   ms.dp = layout.grid.dp;
   ms.stage = layout.zero_stage;
+  // ZeRO-1's windows: on one node, or per node when every node holds the
+  // same number (> 1) of the group's ranks (else messages, as zero_sharding.hpp).
+  CommGroup const dp =
+      comm_group(layout.grid, layout.grid_order, GridAxis::dp, options.ranks_per_node);
+  bool const per_node = dp.spans && dp.local > 1 && dp.size % dp.local == 0;
   ms.shared =
-      layout.zero_stage == 1 && options.shared_memory &&
+      layout.zero_stage == 1 && options.shared_memory && (!dp.spans || per_node) &&
       Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Model::memory_space>::accessible;
-  ms.node_leader = layout.coords.dp == 0;
+  ms.node_dp = per_node ? dp.local : 0;
+  ms.node_leader = layout.coords.dp % dp.local == 0;
   ms.state_size = std::size_t(optimizer_traits<Optimizer>::state_size);
   ms.layerwise = optimizer_traits<Optimizer>::layerwise;
   ms.groups = layout.bucket_groups;

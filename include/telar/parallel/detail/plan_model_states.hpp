@@ -18,7 +18,8 @@ struct ModelStateInput {
   std::size_t value_bytes = 4;
   int dp = 1;
   int stage = 0;                   // ZeRO stage (0: NoSharding)
-  bool shared = false;             // ZeRO<1> shared-memory mode (every dp rank on one node)
+  bool shared = false;             // ZeRO<1> shared windows (one node, or per node)
+  int node_dp = 0;                 // shared per node: dp ranks on each node (0: all on one)
   bool node_leader = true;         // shared mode: the node rank that holds the parameter window
   std::size_t state_size = 0;      // optimizer state values per parameter
   bool layerwise = false;          // the optimizer keeps a direction buffer (LAMB)
@@ -79,6 +80,9 @@ inline MemoryBytes plan_model_states(ModelStateInput const& in) {
     out[MemoryCategory::gradients] = bytes(psi);
     if (in.shared) { // one parameter window per node, a gradient window per rank
       out[MemoryCategory::parameters] = in.node_leader ? bytes(psi) : 0;
+      // Per node: the cross group's chunks, one per node (zero_sharding.hpp).
+      if (in.node_dp > 0)
+        out[MemoryCategory::communication] = bytes(shard * std::size_t(in.dp / in.node_dp));
       return out;
     }
     out[MemoryCategory::parameters] = bytes(psi);

@@ -5,6 +5,7 @@
 #include <telar/comm/process_grid.hpp>
 #include <telar/comm/topology.hpp>
 #include <telar/core/recompute.hpp>
+#include <telar/parallel/detail/comm_group.hpp>
 #include <telar/parallel/machine_profile.hpp>
 #include <telar/parallel/memory_plan.hpp>
 #include <telar/parallel/precision.hpp>
@@ -46,36 +47,6 @@ inline constexpr bool
         std::is_same_v<typename StrategyT::data_parallel::algorithm, HierarchicalAllreduce> ||
         std::is_same_v<typename StrategyT::data_parallel::algorithm, TopologyAwareAllreduce>;
 
-// Where the ranks of one communication group run: `size` ranks, `local` of
-// them on each node, `spans` when they are on more than one node.
-struct CommGroup {
-  int size = 1;
-  int local = 1;
-  bool spans = false;
-};
-
-// The group along `axis` of a grid laid out in `order` (outermost first;
-// consecutive ranks share a node, `ranks_per_node` each; 0: one node):
-// its members are `stride` ranks apart, stride the product of the inner
-// axes' degrees.
-inline CommGroup comm_group(GridShape g, GridOrder order, GridAxis axis, int ranks_per_node) {
-  auto degree = [&](GridAxis a) {
-    return a == GridAxis::dp ? g.dp : a == GridAxis::pp ? g.pp : g.tp;
-  };
-  int stride = 1;
-  for (int i = 2; i >= 0 && order[std::size_t(i)] != axis; --i)
-    stride *= degree(order[std::size_t(i)]);
-  CommGroup c;
-  c.size = degree(axis);
-  if (ranks_per_node <= 0 || c.size * stride <= ranks_per_node) {
-    c.local = c.size;
-    return c;
-  }
-  c.local = std::max(1, std::min(c.size, ranks_per_node / stride));
-  c.spans = c.size > 1;
-  return c;
-}
-
 // Seconds of a sum-allreduce of `bytes` over `g`: the same-node ring, or
 // across nodes either one ring on the across link (consecutive ranks share a
 // node, so one ring edge per node crosses; every step waits for it) or,
@@ -108,13 +79,25 @@ inline double exposed_reduction(double sync, double one, double overlap, double 
 }
 
 template <class L>
-inline constexpr bool is_row_parallel_v = false;
+using tensor_parallel_sums_t = decltype(L::tensor_parallel_sums);
+
+// The blocking tensor-parallel sums of `layer` per micro-batch, nested ones
+// included (a transformer block's attention and MLP pair: 2 forward, 2
+// backward). `dx`: whether the layer's backward_input runs (a leaf first
+// layer's does not, nor its sum).
 template <class L>
-inline constexpr bool is_row_parallel_v<RowParallel<L>> = true;
-template <class L>
-inline constexpr bool is_column_parallel_v = false;
-template <class L>
-inline constexpr bool is_column_parallel_v<ColumnParallel<L>> = true;
+TensorParallelSums tensor_parallel_sums(L const& layer, bool dx = true) {
+  TensorParallelSums n;
+  auto leaf = [&](auto const& l) {
+    using X = std::decay_t<decltype(l)>;
+    if constexpr (is_detected_v<tensor_parallel_sums_t, X>) {
+      n.forward += X::tensor_parallel_sums.forward;
+      n.backward += dx ? X::tensor_parallel_sums.backward : 0;
+    }
+  };
+  walk_layers(layer, leaf);
+  return n;
+}
 
 // Whether `layer` runs as a tensor-parallel shard: it is one (ColumnParallel,
 // RowParallel, the tensor-parallel attention) or nests one. Blocks take the
@@ -159,16 +142,6 @@ inline constexpr bool skips_first_input_gradient_v =
     layer_traits<L>::has_split_backward && !layer_traits<L>::backward_input_first &&
     !is_recompute_v<L>;
 
-// The layer a telar::Recompute wraps, or the layer itself.
-template <class L, class = void>
-struct unwrapped {
-  using type = L;
-};
-template <class L>
-struct unwrapped<L, std::enable_if_t<is_recompute_v<L>>> {
-  using type = typename L::layer_type;
-};
-
 // Threads a calibration runs with (and a prediction looks up): Kokkos'
 // concurrency once initialised, else 1.
 inline int calibration_threads() {
@@ -196,7 +169,6 @@ LayerTimes layer_times(L const& layer, Shape const& in, Shape const& out, std::s
                        MachineProfile const& prof, double contention,
                        std::optional<LayerTiming> const& measured = std::nullopt,
                        bool first = false) {
-  using Inner = typename unwrapped<L>::type;
   bool const dx = !first || !skips_first_input_gradient_v<L>; // runs backward_input
   LayerTimes t;
   double const overhead = prof.layer_overhead_us * 1e-6;
@@ -240,23 +212,21 @@ LayerTimes layer_times(L const& layer, Shape const& in, Shape const& out, std::s
   t.backward_input *= contention;
   t.backward_weight *= contention;
   t.recompute *= contention;
-  // Megatron pairs: a row-parallel layer sums its output in forward, a
-  // column-parallel one its input gradient in backward (blocking, on the
-  // critical path).
+  // Megatron pairs: a row-parallel layer (and head-parallel attention) sums
+  // its output in forward, a column-parallel one (and the attention) its
+  // input gradient in backward: blocking, on the critical path. A nested
+  // layer's sums are taken at the block's input and output sizes (a
+  // transformer block keeps the width of its residual stream).
   if (tp > 1) {
     double const factor = 2.0 * (tp - 1) / tp;
-    if constexpr (is_row_parallel_v<Inner>) {
-      double const s = prof.allreduce.seconds(double(rows) * double(out.size()) * 4, factor);
-      t.forward += s;
-      t.tp += s;
-    }
-    if constexpr (is_column_parallel_v<Inner>) {
-      if (dx) {
-        double const s = prof.allreduce.seconds(double(rows) * double(in.size()) * 4, factor);
-        t.backward_input += s;
-        t.tp += s;
-      }
-    }
+    TensorParallelSums const n = tensor_parallel_sums(layer, dx);
+    double const f =
+        n.forward * prof.allreduce.seconds(double(rows) * double(out.size()) * 4, factor);
+    double const b =
+        n.backward * prof.allreduce.seconds(double(rows) * double(in.size()) * 4, factor);
+    t.forward += f;
+    t.backward_input += b;
+    t.tp += f + b;
   }
   return t;
 }
@@ -267,10 +237,10 @@ int tp_allreduces_per_microbatch(Model const& model) {
   int n = 0;
   model.for_each_layer([&](auto index, auto const& layer) {
     using L = std::decay_t<decltype(layer)>;
-    using Inner = typename unwrapped<L>::type;
     // The first layer's input gradient (and its allreduce) does not run.
     bool const dx = index > 0 || !skips_first_input_gradient_v<L>;
-    n += (is_row_parallel_v<Inner> ? 1 : 0) + (is_column_parallel_v<Inner> && dx ? 1 : 0);
+    TensorParallelSums const s = tensor_parallel_sums(layer, dx);
+    n += s.forward + s.backward;
   });
   return n;
 }
@@ -419,6 +389,12 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
   r.layers = layers;
   int const dp = c.grid.dp;
   double const ag = double(dp - 1) / dp; // all-gather and reduce-scatter traffic factor
+  // ZeRO-1's shared windows: on one node, or per node when each holds the
+  // same number (> 1) of the group's ranks (zero_sharding.hpp).
+  bool const shared_zero1 =
+      c.shared_zero1 && (!dp_group.spans || (dp_group.local > 1 && dp % dp_group.local == 0));
+  int const nodes = std::max(1, dp / dp_group.local);
+  double const across_factor = double(nodes - 1) / nodes; // per node, across the nodes
   schedule::CostModel cost;
   cost.forward.clear();
   cost.backward_input.clear();
@@ -476,10 +452,15 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
                                : dp_links.reduce_scatter.seconds(bucket, ag);
         sync = buckets * one;
         exposed = exposed_reduction(sync, one, prof.overlap, last_backward);
-      } else if (c.shared_zero1 && !dp_group.spans) {
+      } else if (shared_zero1) {
         // ZeRO-1 on one node: each rank sums its shard out of every rank's
-        // gradient buffer (a pass over one full buffer), after backward.
+        // gradient buffer (a pass over one full buffer), after backward. Per
+        // node, it sums its cross group's chunks so (the same pass), and the
+        // group reduce-scatters them across the nodes: the node's `local`
+        // groups cross at once and share the link, 1/local of the bytes each.
         sync = 2 * prof.allreduce.alpha + bytes / (prof.elementwise_gbs * 1e9) * contention;
+        if (dp_group.spans)
+          sync += prof.across.reduce_scatter.seconds(bytes, across_factor);
         exposed = sync;
       } else {
         sync = dp_links.reduce_scatter.seconds(bytes, ag);
@@ -487,9 +468,11 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
       }
       // ZeRO-1 (messages) and ZeRO-2 publish the updated shards; ZeRO-3
       // PerStep gathers once per step.
-      if ((c.zero_stage == 1 && !(c.shared_zero1 && !dp_group.spans)) || c.zero_stage == 2 ||
+      if ((c.zero_stage == 1 && !shared_zero1) || c.zero_stage == 2 ||
           (c.zero_stage == 3 && c.zero3_per_step))
         gather = dp_links.all_gather.seconds(bytes, ag);
+      else if (c.zero_stage == 1 && dp_group.spans) // per node: the cross groups' all-gathers
+        gather = prof.across.all_gather.seconds(bytes, across_factor);
     }
     // The update reads parameters, gradients and state, writes parameters and state.
     double const updated = c.zero_stage >= 1 && dp > 1 ? params / dp : params;

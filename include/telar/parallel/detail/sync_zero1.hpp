@@ -2,8 +2,9 @@
 // Gradient sync for ZeRO stage 1: rank r of the data-parallel group owns the
 // optimizer state of the flat range [r N/dp, (r+1) N/dp). After backward the
 // gradients of each rank's shard are summed into it (straight out of the
-// other ranks' memory on one node, else by reduce-scatter), the rank updates
-// its shard, and the parameters are all-gathered (see zero_sharding.hpp).
+// other ranks' memory on one node; on each node first, then across, when
+// nodes hold several ranks; else by reduce-scatter), the rank updates its
+// shard, and the parameters are all-gathered (see zero_sharding.hpp).
 #include <telar/core/parameters.hpp>
 #include <telar/parallel/detail/gradient_sync_decl.hpp>
 #include <telar/parallel/detail/zero_sharding.hpp>
@@ -61,7 +62,7 @@ public:
     double const t0 = ctx_.trace ? ctx_.trace->now() : 0;
     zero_.reduce(exec, store);
     if (ctx_.trace)
-      ctx_.trace->add("reduce shard", "comm", t0, ctx_.trace->now(), 1);
+      ctx_.trace->add("reduce shard" + zero_.where(), "comm", t0, ctx_.trace->now(), 1);
   }
   Vec values(Store const& store) const {
     return zero_.active() ? zero_.values_shard(store) : store.values();
@@ -83,7 +84,7 @@ public:
     double const t0 = ctx_.trace ? ctx_.trace->now() : 0;
     zero_.publish(exec, store); // shared memory: waits for every peer's shard
     if (ctx_.trace)
-      ctx_.trace->add("publish shards", "comm", t0, ctx_.trace->now(), 1);
+      ctx_.trace->add("publish shards" + zero_.where(), "comm", t0, ctx_.trace->now(), 1);
   }
 
 private:

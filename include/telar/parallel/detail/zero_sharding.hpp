@@ -10,6 +10,16 @@
 // visible. Per rank this moves about as many bytes as a serial optimizer
 // step, so data parallelism costs almost nothing on top of the compute.
 //
+// Per-node mode (dp spans nodes that each hold the same number L > 1 of its
+// ranks): each node keeps one copy of the parameters and its ranks' gradient
+// buffers in shared windows, as above. Rank r still owns chunk r. The ranks
+// with the same index on their nodes form a "cross" group of M = dp / L
+// (one per node): each sums the chunks its cross group owns out of its node
+// peers' buffers, the group reduce-scatters those sums (rank r keeps chunk
+// r), and after the update all-gathers them back into each node's copy. A
+// node sends 2 (M-1)/M of the gradient bytes across, as a two-level
+// allreduce would, and holds one copy of the parameters, not L.
+//
 // Distributed mode (anything else): reduce-scatter the gradients, update the
 // shard, all-gather the parameters.
 #include <telar/comm/communicator.hpp>
@@ -19,6 +29,7 @@
 #include <telar/optim/detail/engine.hpp>
 #include <telar/profile/memory.hpp>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +52,9 @@ void allgather_shards(Exec const& exec, Communicator const& dp,
   recv.copy_back();
 }
 
+// How ZeroOneSharding moves gradients and parameters (see the file's notes).
+enum class ZeroOneMode { distributed, shared, per_node };
+
 template <class T, class MemorySpace>
 class ZeroOneSharding {
 public:
@@ -51,31 +65,48 @@ public:
   ZeroOneSharding() = default;
 
   // Collective over `dp`. Decides the mode (`allow_shared` false forces the
-  // distributed one).
+  // distributed one). Every rank decides alike: from the node sizes' minimum
+  // and maximum over the group.
   ZeroOneSharding(Communicator const* dp, bool allow_shared) : dp_(dp) {
-    bool same_node = false;
     if constexpr (host_memory) {
-      if (!allow_shared) {
-        shared_ = false;
+      if (!allow_shared)
         return;
+      node_.emplace(dp->split_node("telar::dp_node"));
+      int sizes[2] = {node_->size(), -node_->size()}; // min and -max
+      dp->allreduce(sizes, 2, ReduceOp::min);
+      int const local = sizes[0];
+      if (local == dp->size())
+        mode_ = ZeroOneMode::shared;
+      else if (local == -sizes[1] && local > 1)
+        mode_ = ZeroOneMode::per_node;
+      if (mode_ == ZeroOneMode::per_node) {
+        cross_.emplace(dp->split(node_->rank(), dp->rank(), "telar::dp_cross"));
+        owners_.resize(std::size_t(cross_->size()));
+        int const me = dp->rank();
+        cross_->allgather(&me, 1, owners_.data()); // the chunks this cross group owns
       }
-      node_.emplace(dp->split_shared("telar::dp_node"));
-      same_node = node_->size() == dp->size();
     }
-    // Every rank decides alike: the node split is collective and symmetric,
-    // but agree anyway so a mixed answer cannot split the group's behaviour.
-    shared_ = !dp->any(!same_node);
   }
 
   bool active() const { return dp_ != nullptr; }
-  bool shared() const { return shared_; }
+  bool shared() const { return mode_ != ZeroOneMode::distributed; }
+  ZeroOneMode mode() const { return mode_; }
   int rank() const { return dp_->rank(); }
   int size() const { return dp_->size(); }
+  // For traces: where the reduction goes, e.g. " (2 nodes of 2, shared within)".
+  std::string where() const {
+    if (mode_ == ZeroOneMode::shared)
+      return " (shared memory)";
+    if (mode_ == ZeroOneMode::per_node)
+      return " (" + std::to_string(cross_->size()) + " nodes of " + std::to_string(node_->size()) +
+             ", shared within)";
+    return "";
+  }
 
-  // Flat buffers for ParameterStore::bind: shared windows in shared mode.
+  // Flat buffers for ParameterStore::bind: shared windows unless distributed.
   auto allocator() {
     return [this](std::size_t n) -> std::pair<Vec, Vec> {
-      if (!shared_)
+      if (!shared())
         return {Vec("telar::ParameterStore::values", n), Vec("telar::ParameterStore::grads", n)};
       if constexpr (host_memory) {
         std::size_t const bytes = n * sizeof(T);
@@ -98,8 +129,8 @@ public:
       }
     };
   }
-  // In shared mode one rank writes the node's parameters.
-  bool copy_values() const { return !shared_ || node_->rank() == 0; }
+  // With shared windows one rank of each node writes the node's parameters.
+  bool copy_values() const { return !shared() || node_->rank() == 0; }
 
   // After ParameterStore::bind: the shard of this rank.
   void bound(ParameterStore<T, MemorySpace> const& store) {
@@ -107,8 +138,11 @@ public:
     chunk_ = n / p; // bind() rounded n up to a multiple of p
     lo_ = r * chunk_;
     hi_ = lo_ + chunk_;
-    if (shared_)
-      values_window_.fence(); // rank 0's initial values are visible to all
+    if (mode_ == ZeroOneMode::per_node)
+      across_ =
+          Kokkos::View<T*, Kokkos::HostSpace>("telar::ZeRO::across_nodes", owners_.size() * chunk_);
+    if (shared())
+      values_window_.fence(); // each node's initial values are visible to its ranks
   }
 
   std::size_t begin() const { return lo_; }
@@ -119,60 +153,91 @@ public:
     return Vec(store.values().data() + lo_, chunk_);
   }
   Vec grads_shard(ParameterStore<T, MemorySpace> const& store) const {
-    return Vec(store.grads().data() + (shared_ ? lo_ : 0), chunk_);
+    return Vec(store.grads().data() + (shared() ? lo_ : 0), chunk_);
   }
 
   // Sums the data-parallel gradients of this rank's shard into grads_shard().
   template <class Exec>
   void reduce(Exec const& exec, ParameterStore<T, MemorySpace> const& store) {
     exec.fence();
-    if (shared_) {
-      if constexpr (host_memory) {
-        grads_window_.fence(); // every rank's backward is complete
-        T* const out = store.grads().data() + lo_;
-        std::vector<T*> const peers = peers_;
-        std::size_t const lo = lo_, p = peers.size();
-        // Host-only (shared mode requires host memory): a plain lambda. The
-        // sum runs in rank order, so it is the same wherever it is done.
-        Kokkos::parallel_for("telar::ZeRO::reduce_shard",
-                             Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, chunk_),
-                             [=](std::size_t i) {
-                               T s = peers[0][lo + i];
-                               for (std::size_t k = 1; k < p; ++k)
-                                 s += peers[k][lo + i];
-                               out[i] = s;
-                             });
-        Kokkos::DefaultHostExecutionSpace().fence();
-      }
-    } else {
+    if (!shared()) {
       // In place: the summed shard lands at the start of the gradient buffer
       // (no second, shard-sized gradient buffer; the next step zeroes it).
       HostBuffer<Vec> grads(store.grads(), true);
       dp_->reduce_scatter(grads.data(), grads.data(), chunk_);
       grads.copy_back();
+      return;
+    }
+    if constexpr (host_memory) {
+      grads_window_.fence(); // every node peer's backward is complete
+      T* const out = store.grads().data() + lo_;
+      if (mode_ == ZeroOneMode::shared) {
+        sum_node_chunks(std::vector<int>{rank()}, out);
+      } else {
+        // The node's sums of the cross group's chunks, then across the nodes:
+        // chunk r lands on rank r (only it reads or writes that chunk here).
+        sum_node_chunks(owners_, across_.data());
+        cross_->reduce_scatter(across_.data(), out, chunk_);
+      }
     }
   }
 
   // Makes every rank's updated shard visible to all.
   template <class Exec>
   void publish(Exec const& exec, ParameterStore<T, MemorySpace> const& store) {
-    if (shared_) {
-      exec.fence();
-      if constexpr (host_memory)
-        values_window_.fence();
-    } else {
+    if (!shared()) {
       allgather_shards(exec, *dp_, store.values(), chunk_);
+      return;
+    }
+    exec.fence();
+    if constexpr (host_memory) {
+      if (mode_ == ZeroOneMode::per_node) {
+        // The cross group's updated chunks into this node's copy (each rank
+        // of the node writes the chunks of its own group: disjoint).
+        T* const values = store.values().data();
+        cross_->allgather(values + lo_, chunk_, across_.data());
+        for (std::size_t k = 0; k < owners_.size(); ++k)
+          if (owners_[k] != rank())
+            std::copy_n(across_.data() + k * chunk_, chunk_,
+                        values + std::size_t(owners_[k]) * chunk_);
+      }
+      values_window_.fence();
     }
   }
 
 private:
+  // out[k chunk + i] = the node's sum of element i of chunk owners[k], the
+  // node's ranks added in their order (the same sum wherever it is done).
+  void sum_node_chunks(std::vector<int> const& owners, T* out) const {
+    std::vector<T*> const peers = peers_;
+    std::vector<std::size_t> offsets;
+    for (int o : owners)
+      offsets.push_back(std::size_t(o) * chunk_);
+    std::size_t const c = chunk_, p = peers.size();
+    // Host-only (shared windows require host memory): a plain lambda.
+    Kokkos::parallel_for(
+        "telar::ZeRO::reduce_shard",
+        Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, c * offsets.size()),
+        [=](std::size_t i) {
+          std::size_t const at = offsets[i / c] + i % c;
+          T s = peers[0][at];
+          for (std::size_t k = 1; k < p; ++k)
+            s += peers[k][at];
+          out[i] = s;
+        });
+    Kokkos::DefaultHostExecutionSpace().fence();
+  }
+
   Communicator const* dp_ = nullptr;
-  std::optional<Communicator> node_;
-  bool shared_ = false;
+  std::optional<Communicator> node_;  // this rank's node (shared windows)
+  std::optional<Communicator> cross_; // per node: one rank of each node
+  ZeroOneMode mode_ = ZeroOneMode::distributed;
   SharedWindow values_window_;
   SharedWindow grads_window_;
   MemoryRecord values_record_, grads_record_;
   std::vector<T*> peers_;
+  std::vector<int> owners_; // per node: the dp ranks of the cross group, in its order
+  Kokkos::View<T*, Kokkos::HostSpace> across_; // per node: the cross group's chunks
   std::size_t chunk_ = 0, lo_ = 0, hi_ = 0;
 };
 

@@ -47,6 +47,7 @@ inline MemoryCategory memory_category_of(std::string const& label, MemoryCategor
                                 {"telar::stage_input", C::activations},
                                 {"telar::ZeRO::gathered", C::communication},
                                 {"telar::ZeRO::shard_values", C::communication},
+                                {"telar::ZeRO::across_nodes", C::communication},
                                 {"telar::scratch", C::workspace}};
   for (Exact const& e : exact)
     if (label == e.label)

@@ -1,0 +1,42 @@
+#pragma once
+// Where the ranks of one communication group of a grid run, given how many
+// ranks share a node: what the cost model (link classes) and the memory plan
+// (ZeRO-1's windows per node) both need.
+#include <telar/comm/process_grid.hpp>
+
+#include <algorithm>
+#include <cstddef>
+
+namespace telar::detail {
+
+// Where the ranks of one communication group run: `size` ranks, `local` of
+// them on each node, `spans` when they are on more than one node.
+struct CommGroup {
+  int size = 1;
+  int local = 1;
+  bool spans = false;
+};
+
+// The group along `axis` of a grid laid out in `order` (outermost first;
+// consecutive ranks share a node, `ranks_per_node` each; 0: one node):
+// its members are `stride` ranks apart, stride the product of the inner
+// axes' degrees.
+inline CommGroup comm_group(GridShape g, GridOrder order, GridAxis axis, int ranks_per_node) {
+  auto degree = [&](GridAxis a) {
+    return a == GridAxis::dp ? g.dp : a == GridAxis::pp ? g.pp : g.tp;
+  };
+  int stride = 1;
+  for (int i = 2; i >= 0 && order[std::size_t(i)] != axis; --i)
+    stride *= degree(order[std::size_t(i)]);
+  CommGroup c;
+  c.size = degree(axis);
+  if (ranks_per_node <= 0 || c.size * stride <= ranks_per_node) {
+    c.local = c.size;
+    return c;
+  }
+  c.local = std::max(1, std::min(c.size, ranks_per_node / stride));
+  c.spans = c.size > 1;
+  return c;
+}
+
+} // namespace telar::detail
