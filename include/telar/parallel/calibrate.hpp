@@ -71,18 +71,28 @@ inline double calibration_clock() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-template <class F>
-double best_call_seconds(int reps, F&& f) {
+// The fastest of `reps` calls of f after a warm-up, each after an untimed
+// call of `setup` (what f needs: a backward part's forward).
+template <class Setup, class F>
+double best_call_seconds(int reps, Setup&& setup, F&& f) {
+  setup();
   f();
   Kokkos::fence();
   std::vector<double> t;
   for (int i = 0; i < std::max(1, reps); ++i) {
+    setup();
+    Kokkos::fence();
     double const t0 = calibration_clock();
     f();
     Kokkos::fence();
     t.push_back(calibration_clock() - t0);
   }
   return *std::min_element(t.begin(), t.end());
+}
+template <class F>
+double best_call_seconds(int reps, F&& f) {
+  return best_call_seconds(
+      reps, [] {}, f);
 }
 
 // `rows`, or 2 for a layer that cannot train on `rows` samples alone
@@ -122,27 +132,21 @@ LayerTiming time_layer(L const& layer, Shape const& in, std::size_t rows, int re
   typename Sequential<L>::saved_type saved;
   Kokkos::DefaultExecutionSpace exec;
   LayerTiming t;
-  t.forward = best_call_seconds(reps, [&] { seq.forward(exec, x, y, saved); });
+  auto const forward = [&] { seq.forward(exec, x, y, saved); };
+  t.forward = best_call_seconds(reps, forward);
+  // Each backward part timed alone, after the calls it needs (untimed): a
+  // difference of two fastest sums came out 0 or negative for a small layer
+  // on a loaded machine.
   t.backward_input =
-      best_call_seconds(reps,
-                        [&] {
-                          seq.forward(exec, x, y,
-                                      saved); // backward_weight consumes what backward_input keeps
-                          Kokkos::fence();
-                          seq.backward_input(exec, dy, dx, saved);
-                        }) -
-      t.forward;
+      best_call_seconds(reps, forward, [&] { seq.backward_input(exec, dy, dx, saved); });
   if constexpr (layer_traits<L>::has_backward_weight)
-    t.backward_weight = best_call_seconds(reps,
-                                          [&] {
-                                            seq.forward(exec, x, y, saved);
-                                            seq.backward_input(exec, dy, dx, saved);
-                                            Kokkos::fence();
-                                            seq.backward_weight(exec, dy, saved);
-                                          }) -
-                        t.forward - t.backward_input;
-  t.backward_input = std::max(t.backward_input, 0.0);
-  t.backward_weight = std::max(t.backward_weight, 0.0);
+    t.backward_weight = best_call_seconds(
+        reps,
+        [&] {
+          forward(); // backward_weight consumes what backward_input keeps
+          seq.backward_input(exec, dy, dx, saved);
+        },
+        [&] { seq.backward_weight(exec, dy, saved); });
   return t;
 }
 
