@@ -19,6 +19,7 @@
 #include <telar/layers/voxel_losses.hpp>
 #include <telar/parallel/spatial_conv.hpp>
 #include <telar/parallel/spatial_decomposition.hpp>
+#include <telar/parallel/spatial_global.hpp>
 #include <telar/parallel/spatial_local.hpp>
 #include <telar/parallel/spatial_loss.hpp>
 #include <telar/parallel/spatial_norm.hpp>
@@ -624,6 +625,40 @@ TEST_CASE("SpatialPool equals the unsplit MaxPool and AvgPool on every slab", "[
   check_pool(Avg3(3, 2, 1), {2, 11, 3, 2}); // padding counted in the divisor
   check_pool(Avg3(3, 1, 1, false, false), {1, 8, 2, 3}); // padding not counted
   check_pool(telar::MaxPool<2, T, M>(3, 1, 1), {2, 7, 5});
+}
+
+TEST_CASE("SpatialGlobalAvgPool equals the unsplit GlobalAvgPool on every rank", "[spatial][mpi]") {
+  auto comm = world();
+  for (telar::Shape const shape : {telar::Shape{3, 9, 4, 2}, telar::Shape{2, 5, 3}}) {
+    INFO("over " << shape.str() << ", sp = " << comm.size() << ", rank " << comm.rank());
+    std::size_t const n = 2, C = shape[0], rows = shape[1], plane = shape.size() / (C * rows);
+    telar::GlobalAvgPool<T, M> whole;
+    telar::SpatialGlobalAvgPool<T, M> split(comm);
+    split.build(shape);
+    CHECK(split.output_shape() == whole.output_shape(shape));
+    auto const x = telar::test::random_matrix<T, M>(n, shape.size(), 21);
+    auto const dy = telar::test::random_matrix<T, M>(n, C, 22); // the same on every rank
+    telar::Matrix<T, M> y("test::y", n, C), dx("test::dx", n, shape.size());
+    typename telar::layer_traits<telar::GlobalAvgPool<T, M>>::saved_type saved;
+    whole.forward(Exec{}, x, y, saved);
+    whole.backward_input(Exec{}, dy, dx, saved);
+    telar::Matrix<T, M> ys("test::ys", n, C), dxs("test::dxs", n, split.input_shape().size());
+    typename telar::SpatialGlobalAvgPool<T, M>::saved_type ssaved;
+    split.forward(Exec{}, rows_of(x, C, rows, plane, split.slab()), ys, ssaved);
+    split.backward_input(Exec{}, dy, dxs, ssaved);
+    CHECK(max_diff(ys, y) < 1e-14);
+    CHECK(max_diff(dxs, rows_of(dx, C, rows, plane, split.slab())) < 1e-15);
+  }
+  // An extent that leaves a rank no row is refused, naming the layer.
+  if (comm.size() > 1) {
+    telar::SpatialGlobalAvgPool<T, M> tiny(comm);
+    try {
+      tiny.build({2, std::size_t(comm.size() - 1), 3});
+      FAIL("no refusal");
+    } catch (telar::ShapeError const& e) {
+      CHECK(std::string(e.what()).find("SpatialGlobalAvgPool") != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("SpatialConv of ConvTranspose equals the unsplit layer on every slab", "[spatial][mpi]") {
