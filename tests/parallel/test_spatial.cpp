@@ -627,36 +627,58 @@ TEST_CASE("SpatialPool equals the unsplit MaxPool and AvgPool on every slab", "[
   check_pool(telar::MaxPool<2, T, M>(3, 1, 1), {2, 7, 5});
 }
 
-TEST_CASE("SpatialGlobalAvgPool equals the unsplit GlobalAvgPool on every rank", "[spatial][mpi]") {
+namespace {
+// A global pool over slabs against the unsplit one: the output on every
+// rank, and the input gradient of each slab. Channel 0 is constant, so the
+// max pool's ties span the slabs (the unsplit layer takes the first voxel).
+template <class Whole, class Split>
+void check_global_pool(telar::Shape const& shape) {
   auto comm = world();
+  INFO(Split::name() << " over " << shape.str() << ", sp = " << comm.size() << ", rank "
+                     << comm.rank());
+  std::size_t const n = 2, C = shape[0], rows = shape[1], plane = shape.size() / (C * rows);
+  Whole whole;
+  Split split(comm);
+  split.build(shape);
+  CHECK(split.output_shape() == whole.output_shape(shape));
+  auto const x = telar::test::random_matrix<T, M>(n, shape.size(), 21);
+  auto hx = Kokkos::create_mirror_view(x);
+  Kokkos::deep_copy(hx, x);
+  for (std::size_t s = 0; s < n; ++s)
+    for (std::size_t i = 0; i < rows * plane; ++i)
+      hx(s, i) = T(0.5);
+  Kokkos::deep_copy(x, hx);
+  auto const dy = telar::test::random_matrix<T, M>(n, C, 22); // the same on every rank
+  telar::Matrix<T, M> y("test::y", n, C), dx("test::dx", n, shape.size());
+  typename telar::layer_traits<Whole>::saved_type saved;
+  whole.forward(Exec{}, x, y, saved);
+  whole.backward_input(Exec{}, dy, dx, saved);
+  telar::Matrix<T, M> ys("test::ys", n, C), dxs("test::dxs", n, split.input_shape().size());
+  typename Split::saved_type ssaved;
+  split.forward(Exec{}, rows_of(x, C, rows, plane, split.slab()), ys, ssaved);
+  split.backward_input(Exec{}, dy, dxs, ssaved);
+  CHECK(max_diff(ys, y) < 1e-14);
+  CHECK(max_diff(dxs, rows_of(dx, C, rows, plane, split.slab())) < 1e-15);
+}
+} // namespace
+
+TEST_CASE("SpatialGlobalAvgPool and SpatialGlobalMaxPool equal the unsplit pools on every rank",
+          "[spatial][mpi]") {
+  using Avg = telar::SpatialGlobalAvgPool<T, M>;
+  using Max = telar::SpatialGlobalMaxPool<T, M>;
   for (telar::Shape const shape : {telar::Shape{3, 9, 4, 2}, telar::Shape{2, 5, 3}}) {
-    INFO("over " << shape.str() << ", sp = " << comm.size() << ", rank " << comm.rank());
-    std::size_t const n = 2, C = shape[0], rows = shape[1], plane = shape.size() / (C * rows);
-    telar::GlobalAvgPool<T, M> whole;
-    telar::SpatialGlobalAvgPool<T, M> split(comm);
-    split.build(shape);
-    CHECK(split.output_shape() == whole.output_shape(shape));
-    auto const x = telar::test::random_matrix<T, M>(n, shape.size(), 21);
-    auto const dy = telar::test::random_matrix<T, M>(n, C, 22); // the same on every rank
-    telar::Matrix<T, M> y("test::y", n, C), dx("test::dx", n, shape.size());
-    typename telar::layer_traits<telar::GlobalAvgPool<T, M>>::saved_type saved;
-    whole.forward(Exec{}, x, y, saved);
-    whole.backward_input(Exec{}, dy, dx, saved);
-    telar::Matrix<T, M> ys("test::ys", n, C), dxs("test::dxs", n, split.input_shape().size());
-    typename telar::SpatialGlobalAvgPool<T, M>::saved_type ssaved;
-    split.forward(Exec{}, rows_of(x, C, rows, plane, split.slab()), ys, ssaved);
-    split.backward_input(Exec{}, dy, dxs, ssaved);
-    CHECK(max_diff(ys, y) < 1e-14);
-    CHECK(max_diff(dxs, rows_of(dx, C, rows, plane, split.slab())) < 1e-15);
+    check_global_pool<telar::GlobalAvgPool<T, M>, Avg>(shape);
+    check_global_pool<telar::GlobalMaxPool<T, M>, Max>(shape);
   }
   // An extent that leaves a rank no row is refused, naming the layer.
+  auto comm = world();
   if (comm.size() > 1) {
-    telar::SpatialGlobalAvgPool<T, M> tiny(comm);
+    Max tiny(comm);
     try {
       tiny.build({2, std::size_t(comm.size() - 1), 3});
       FAIL("no refusal");
     } catch (telar::ShapeError const& e) {
-      CHECK(std::string(e.what()).find("SpatialGlobalAvgPool") != std::string::npos);
+      CHECK(std::string(e.what()).find("SpatialGlobalMaxPool") != std::string::npos);
     }
   }
 }
