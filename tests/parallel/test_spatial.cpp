@@ -19,6 +19,7 @@
 #include <telar/layers/voxel_losses.hpp>
 #include <telar/parallel/spatial_conv.hpp>
 #include <telar/parallel/spatial_decomposition.hpp>
+#include <telar/parallel/spatial_dense.hpp>
 #include <telar/parallel/spatial_global.hpp>
 #include <telar/parallel/spatial_local.hpp>
 #include <telar/parallel/spatial_loss.hpp>
@@ -680,6 +681,48 @@ TEST_CASE("SpatialGlobalAvgPool and SpatialGlobalMaxPool equal the unsplit pools
     } catch (telar::ShapeError const& e) {
       CHECK(std::string(e.what()).find("SpatialGlobalMaxPool") != std::string::npos);
     }
+  }
+}
+
+TEST_CASE("SpatialDense (Flatten -> Dense) equals the unsplit Dense on every rank",
+          "[spatial][mpi]") {
+  auto comm = world();
+  for (telar::Shape const shape : {telar::Shape{3, 9, 4, 2}, telar::Shape{2, 5, 3}}) {
+    INFO("over " << shape.str() << ", sp = " << comm.size() << ", rank " << comm.rank());
+    std::size_t const n = 2, C = shape[0], rows = shape[1], plane = shape.size() / (C * rows);
+    std::size_t const out = 4;
+    telar::Dense<T, M> whole(shape.size(), out);
+    whole.initialize(5);
+    telar::SpatialDense<T, M> split(comm, telar::Dense<T, M>(shape.size(), out));
+    split.build(shape);
+    split.initialize(5);
+    auto const x = telar::test::random_matrix<T, M>(n, shape.size(), 31);
+    auto const dy = telar::test::random_matrix<T, M>(n, out, 32); // the same on every rank
+    telar::Matrix<T, M> y("test::y", n, out), dx("test::dx", n, shape.size());
+    typename telar::Dense<T, M>::saved_type saved;
+    whole.forward(Exec{}, x, y, saved);
+    whole.backward_input(Exec{}, dy, dx, saved);
+    whole.backward_weight(Exec{}, dy, saved);
+    telar::Matrix<T, M> ys("test::ys", n, out), dxs("test::dxs", n, split.input_shape().size());
+    auto const xs = rows_of(x, C, rows, plane, split.slab());
+    typename telar::SpatialDense<T, M>::saved_type ssaved;
+    split.forward(Exec{}, xs, ys, ssaved);
+    split.backward_input(Exec{}, dy, dxs, ssaved);
+    split.backward_weight(Exec{}, dy, ssaved);
+    Exec{}.fence();
+    CHECK(max_diff(ys, y) < 1e-11);
+    CHECK(max_diff(dxs, rows_of(dx, C, rows, plane, split.slab())) < 1e-11);
+    CHECK(max_diff(split.layer.weight_grad, whole.weight_grad) < 1e-11);
+    CHECK(max_diff(split.layer.bias_grad, whole.bias_grad) < 1e-11);
+  }
+  // A sample that is not the Dense's input is refused, naming the layer.
+  telar::SpatialDense<T, M> wrong(comm, telar::Dense<T, M>(10, 2));
+  try {
+    wrong.build({2, 4, 3});
+    FAIL("no refusal");
+  } catch (telar::ShapeError const& e) {
+    CHECK(std::string(e.what()) == "SpatialDense: expected a sample [C, (D,) H, W] of 10 "
+                                   "features (the Dense's input), got [2, 4, 3]");
   }
 }
 
