@@ -1,6 +1,7 @@
 // telar_scaling_curves: one JSON line per published scaling result
 // (telar::published_scaling()), with the cost model's step time, throughput
-// and scaling efficiency at 1, 2, 4, ... 1024 GPUs on its hardware profile.
+// and scaling efficiency at 1, 2, 4, ... 1024 GPUs on its hardware profile,
+// under plain data parallelism ("points") and under ZeRO-1 ("zero1_points").
 //   telar_scaling_curves PROFILES_DIR      (bench/planner/profiles)
 // Arithmetic only (parallel/paper_scaling.hpp): no MPI, no timing.
 #include <telar/parallel/paper_scaling.hpp>
@@ -8,6 +9,22 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+
+namespace {
+// "key":[...] of the model's step, throughput and efficiency at 1 to 1024 GPUs.
+void print_points(char const* key, telar::PaperModel const& m, telar::MachineProfile const& hw,
+                  int baseline) {
+  std::printf("\"%s\":[", key);
+  for (int r = 1; r <= 1024; r *= 2) {
+    auto const p = telar::predict_data_parallel(m, hw, r);
+    std::printf("%s{\"ranks\":%d,\"step_ms\":%.4g,\"exposed_ms\":%.4g,\"samples_per_s\":%.6g,"
+                "\"efficiency\":%.4f}",
+                r == 1 ? "" : ",", r, p.step_ms, p.dp_exposed_ms + p.publish_ms, p.samples_per_s,
+                r >= baseline ? telar::scaling_efficiency(m, hw, r, baseline) : 0.0);
+  }
+  std::printf("]");
+}
+} // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -21,17 +38,15 @@ int main(int argc, char** argv) {
       if (hw.name.rfind("default", 0) == 0)
         throw telar::Error("no profile at " + path);
       std::printf("{\"source\":\"%s\",\"model\":\"%s\",\"profile\":\"%s\",\"batch_per_gpu\":%zu,"
-                  "\"ranks\":%d,\"baseline\":%d,\"published\":%.3f,\"points\":[",
+                  "\"ranks\":%d,\"baseline\":%d,\"published\":%.3f,",
                   a.source.c_str(), a.model.name.c_str(), a.profile.c_str(), a.model.batch_per_rank,
                   a.ranks, a.baseline, a.efficiency);
-      for (int r = 1; r <= 1024; r *= 2) {
-        auto const p = telar::predict_data_parallel(a.model, hw, r);
-        std::printf("%s{\"ranks\":%d,\"step_ms\":%.4g,\"exposed_ms\":%.4g,\"samples_per_s\":%.6g,"
-                    "\"efficiency\":%.4f}",
-                    r == 1 ? "" : ",", r, p.step_ms, p.dp_exposed_ms, p.samples_per_s,
-                    r >= a.baseline ? telar::scaling_efficiency(a.model, hw, r, a.baseline) : 0.0);
-      }
-      std::printf("]}\n");
+      print_points("points", a.model, hw, a.baseline);
+      telar::PaperModel zero1 = a.model; // the same setting under ZeRO-1
+      zero1.zero_stage = 1;
+      std::printf(",");
+      print_points("zero1_points", zero1, hw, a.baseline);
+      std::printf("}\n");
     }
   } catch (std::exception const& e) {
     std::fprintf(stderr, "telar_scaling_curves: %s\n", e.what());

@@ -108,22 +108,30 @@ def curves_section(curves, out):
         pts = [(p["ranks"], p["efficiency"]) for p in c["points"] if p["ranks"] >= c["baseline"]]
         label = "%s: %s, %d/GPU (%s)" % (c["source"], c["model"], c["batch_per_gpu"], c["profile"])
         eff.line(pts, col, label)
+        if c.get("zero1_points"):
+            eff.line([(p["ranks"], p["efficiency"]) for p in c["zero1_points"]
+                      if p["ranks"] >= c["baseline"]], col, "%s under ZeRO-1" % c["model"], True)
         eff.points([(c["ranks"], c["published"])], col, "published: %s" % c["source"])
         thr.line([(p["ranks"], p["samples_per_s"]) for p in c["points"]], col, label)
         at = {p["ranks"]: p for p in c["points"]}
         model = next((p["efficiency"] for p in c["points"] if p["ranks"] == c["ranks"]), None)
-        rows.append("| %s | %s, %d/GPU | %d (vs %d) | %.0f%% | %.1f%% | %.1f%% | %.1f ms |" % (
+        z = {p["ranks"]: p for p in c.get("zero1_points", [])}
+        rows.append("| %s | %s, %d/GPU | %d (vs %d) | %.0f%% | %.1f%% | %.1f%% | %.1f ms | %s |" % (
             c["source"], c["model"], c["batch_per_gpu"], c["ranks"], c["baseline"],
-            100 * c["published"], 100 * model, 100 * at[1024]["efficiency"], at[1024]["step_ms"]))
+            100 * c["published"], 100 * model, 100 * at[1024]["efficiency"], at[1024]["step_ms"],
+            "%.1f%%" % (100 * z[1024]["efficiency"]) if 1024 in z else "–"))
     for name, plot in (("efficiency.svg", eff), ("throughput.svg", thr)):
         with open(os.path.join(out, name), "w") as f:
             f.write(plot.svg())
     return ["## The model at scale (hardware profiles from published figures)", "",
             "![efficiency](efficiency.svg)", "", "![throughput](throughput.svg)", "",
-            "| published result | model | GPUs | published | model | model at 1,024 | step at 1,024 |",
-            "|---|---|---|---|---|---|---|"] + rows + [
+            "| published result | model | GPUs | published | model | model at 1,024 | step at 1,024 "
+            "| ZeRO-1 at 1,024 |",
+            "|---|---|---|---|---|---|---|---|"] + rows + [
             "", "Assumptions: docs/planner.md, \"At scale, on paper\"; profiles: "
-            "bench/planner/profiles/.", ""]
+            "bench/planner/profiles/. Dashed: the same setting under ZeRO-1 (optimizer state "
+            "sharded; on GPUs reduce-scatter and all-gather over the flat ring, after backward, "
+            "not hidden).", ""]
 
 
 def measured_section(runs, out):

@@ -841,6 +841,22 @@ TEST_CASE("planner: at scale, on paper, the model reproduces published scaling",
   slow.across.allreduce.beta *= 4;
   CHECK(telar::scaling_efficiency(resnet50, slow, 256, 8) < goyal - 0.05);
   CHECK_THROWS_AS(telar::resnet_on_paper(34, 32), telar::Error);
+  // ZeRO-1 on the same setting: on GPUs a reduce-scatter and an all-gather
+  // over the flat ring after backward (nothing hidden), so it scales worse
+  // than the overlapped two-level allreduce; in host memory it keeps a
+  // window per node and sends (n-1)/n of the bytes across each way, not
+  // (d-1)/d (2 servers of 8: a half, not 15/16).
+  auto zero1 = resnet50;
+  zero1.zero_stage = 1;
+  CHECK(telar::predict_data_parallel(zero1, big_basin, 1).step_ms ==
+        telar::predict_data_parallel(resnet50, big_basin, 1).step_ms);
+  CHECK(telar::scaling_efficiency(zero1, big_basin, 256, 8) < goyal);
+  auto windows = zero1;
+  windows.host_memory = true;
+  auto const two_servers = telar::predict_data_parallel(windows, big_basin, 16);
+  auto const as_messages = telar::predict_data_parallel(zero1, big_basin, 16);
+  CHECK(two_servers.dp_comm_ms + two_servers.publish_ms <
+        0.6 * (as_messages.dp_comm_ms + as_messages.publish_ms));
   // Zero Bubble (Qi et al. 2024) over 1F1B, F = B = W, p = 8, m = 24: the
   // handcrafted ZB-H1 leaves a third of 1F1B's bubble ((p-1)(F+B-W) against
   // (p-1)(F+B+W)); ZB-H2 (more memory) almost none: the paper's "up to 31%

@@ -33,6 +33,14 @@ struct PaperModel {
   std::size_t batch_per_rank = 32; //!< samples per rank and step
   double bucket_bytes = 25e6;      //!< gradient bucket (PyTorch DDP's default 25 MB)
   bool hierarchical = true;        //!< two-level allreduce across nodes (IBM DDL, NCCL trees)
+  /*! \brief 0: plain data parallelism; 1: ZeRO-1 (optimizer state sharded:
+   *  the shard reduction after backward, the update of 1/ranks of the
+   *  parameters, the all-gather). Accelerator memory has no shared windows,
+   *  so on a GPU profile it runs reduce-scatter and all-gather messages. */
+  int zero_stage = 0;
+  /*! \brief The parameters live in host memory (ZeRO-1 may share windows
+   *  on each node: telar::TrainerOptions::shared_memory). */
+  bool host_memory = false;
 };
 
 /*! \brief One point of a data-parallel scaling curve (milliseconds). */
@@ -42,6 +50,7 @@ struct ScalingPoint {
   double compute_ms = 0;    //!< forward and backward of one rank's batch
   double dp_comm_ms = 0;    //!< the whole gradient reduction
   double dp_exposed_ms = 0; //!< its part not hidden behind backward
+  double publish_ms = 0;    //!< ZeRO-1: the all-gather of the updated shards
   double samples_per_s = 0; //!< of all ranks
 };
 
@@ -63,16 +72,24 @@ inline ScalingPoint predict_data_parallel(PaperModel const& model, MachineProfil
   double const buckets = std::max(1.0, std::ceil(bytes / model.bucket_bytes));
   detail::CommGroup const group =
       detail::comm_group({ranks, 1, 1}, default_grid_order, GridAxis::dp, hw.ranks_per_node);
-  double const one = detail::allreduce_seconds(hw, group, bytes / buckets, model.hierarchical);
-  double const sync = buckets * one;
-  double const exposed =
-      ranks > 1 ? detail::exposed_reduction(sync, one, hw.overlap, last_backward) : 0.0;
-  double const optimizer = model.parameters * hw.optimizer_ns_per_parameter * 1e-9;
-  double const step = compute + exposed + optimizer + hw.step_overhead_us * 1e-6;
+  double sync = 0, exposed = 0, publish = 0, updated = model.parameters;
+  if (model.zero_stage == 1 && ranks > 1) { // after backward, nothing hidden
+    auto const z = detail::zero1_seconds(hw, group, bytes, model.host_memory, 1.0);
+    sync = exposed = z.reduce;
+    publish = z.publish;
+    updated /= ranks;
+  } else {
+    double const one = detail::allreduce_seconds(hw, group, bytes / buckets, model.hierarchical);
+    sync = buckets * one;
+    exposed = ranks > 1 ? detail::exposed_reduction(sync, one, hw.overlap, last_backward) : 0.0;
+  }
+  double const optimizer = updated * hw.optimizer_ns_per_parameter * 1e-9;
+  double const step = compute + exposed + publish + optimizer + hw.step_overhead_us * 1e-6;
   r.step_ms = 1e3 * step;
   r.compute_ms = 1e3 * compute;
   r.dp_comm_ms = 1e3 * sync;
   r.dp_exposed_ms = 1e3 * exposed;
+  r.publish_ms = 1e3 * publish;
   r.samples_per_s = double(ranks) * double(model.batch_per_rank) / step;
   return r;
 }

@@ -71,6 +71,43 @@ inline double allreduce_seconds(MachineProfile const& prof, CommGroup const& g, 
          across.beta * (bytes / g.local) * ring(nodes) * g.local;
 }
 
+// ZeRO-1's two parts over the data-parallel group `g` (seconds), for
+// `bytes` of gradients: the shard reduction after backward and the
+// publishing of the updated shards (zero_sharding.hpp).
+struct ZeroOneSeconds {
+  double reduce = 0, publish = 0;
+};
+// With shared windows (`shared`: TrainerOptions::shared_memory) on one node,
+// each rank sums its shard out of every rank's gradient buffer (a pass over
+// one full buffer) and publishes nothing; per node (each holds the same
+// number > 1 of the group's ranks), the same pass, then a reduce-scatter and
+// an all-gather across the nodes, the node's `local` cross groups at once
+// sharing the link (1/local of the bytes each); otherwise reduce-scatter and
+// all-gather messages over the group's link class. `contention` stretches
+// the pass as compute is stretched.
+inline ZeroOneSeconds zero1_seconds(MachineProfile const& prof, CommGroup const& g, double bytes,
+                                    bool shared, double contention) {
+  ZeroOneSeconds z;
+  if (g.size < 2)
+    return z;
+  bool const per_node = g.spans && g.local > 1 && g.size % g.local == 0;
+  if (shared && (!g.spans || per_node)) {
+    z.reduce = 2 * prof.allreduce.alpha + bytes / (prof.elementwise_gbs * 1e9) * contention;
+    if (per_node) {
+      int const nodes = g.size / g.local;
+      double const across = double(nodes - 1) / nodes;
+      z.reduce += prof.across.reduce_scatter.seconds(bytes, across);
+      z.publish = prof.across.all_gather.seconds(bytes, across);
+    }
+    return z;
+  }
+  LinkCosts const links = prof.link_class(g.spans);
+  double const f = double(g.size - 1) / g.size;
+  z.reduce = links.reduce_scatter.seconds(bytes, f);
+  z.publish = links.all_gather.seconds(bytes, f);
+  return z;
+}
+
 // The part of a bucketed reduction of `sync` seconds (`one` per bucket)
 // that backward does not hide: all but the last bucket may overlap the
 // last backward (`last_backward` seconds), by the fraction `overlap`.
@@ -389,12 +426,6 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
   r.layers = layers;
   int const dp = c.grid.dp;
   double const ag = double(dp - 1) / dp; // all-gather and reduce-scatter traffic factor
-  // ZeRO-1's shared windows: on one node, or per node when each holds the
-  // same number (> 1) of the group's ranks (zero_sharding.hpp).
-  bool const shared_zero1 =
-      c.shared_zero1 && (!dp_group.spans || (dp_group.local > 1 && dp % dp_group.local == 0));
-  int const nodes = std::max(1, dp / dp_group.local);
-  double const across_factor = double(nodes - 1) / nodes; // per node, across the nodes
   schedule::CostModel cost;
   cost.forward.clear();
   cost.backward_input.clear();
@@ -452,27 +483,14 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
                                : dp_links.reduce_scatter.seconds(bucket, ag);
         sync = buckets * one;
         exposed = exposed_reduction(sync, one, prof.overlap, last_backward);
-      } else if (shared_zero1) {
-        // ZeRO-1 on one node: each rank sums its shard out of every rank's
-        // gradient buffer (a pass over one full buffer), after backward. Per
-        // node, it sums its cross group's chunks so (the same pass), and the
-        // group reduce-scatters them across the nodes: the node's `local`
-        // groups cross at once and share the link, 1/local of the bytes each.
-        sync = 2 * prof.allreduce.alpha + bytes / (prof.elementwise_gbs * 1e9) * contention;
-        if (dp_group.spans)
-          sync += prof.across.reduce_scatter.seconds(bytes, across_factor);
-        exposed = sync;
-      } else {
-        sync = dp_links.reduce_scatter.seconds(bytes, ag);
-        exposed = sync;
+      } else { // ZeRO-1: after backward, then published after the update
+        ZeroOneSeconds const z = zero1_seconds(prof, dp_group, bytes, c.shared_zero1, contention);
+        sync = exposed = z.reduce;
+        gather = z.publish;
       }
-      // ZeRO-1 (messages) and ZeRO-2 publish the updated shards; ZeRO-3
-      // PerStep gathers once per step.
-      if ((c.zero_stage == 1 && !shared_zero1) || c.zero_stage == 2 ||
-          (c.zero_stage == 3 && c.zero3_per_step))
+      // ZeRO-2 publishes the updated shards; ZeRO-3 PerStep gathers once per step.
+      if (c.zero_stage == 2 || (c.zero_stage == 3 && c.zero3_per_step))
         gather = dp_links.all_gather.seconds(bytes, ag);
-      else if (c.zero_stage == 1 && dp_group.spans) // per node: the cross groups' all-gathers
-        gather = prof.across.all_gather.seconds(bytes, across_factor);
     }
     // The update reads parameters, gradients and state, writes parameters and state.
     double const updated = c.zero_stage >= 1 && dp > 1 ? params / dp : params;
