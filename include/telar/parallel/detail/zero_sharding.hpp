@@ -209,22 +209,23 @@ private:
   // out[k chunk + i] = the node's sum of element i of chunk owners[k], the
   // node's ranks added in their order (the same sum wherever it is done).
   void sum_node_chunks(std::vector<int> const& owners, T* out) const {
-    std::vector<T*> const peers = peers_;
-    std::vector<std::size_t> offsets;
-    for (int o : owners)
-      offsets.push_back(std::size_t(o) * chunk_);
-    std::size_t const c = chunk_, p = peers.size();
-    // Host-only (shared windows require host memory): a plain lambda.
-    Kokkos::parallel_for(
-        "telar::ZeRO::reduce_shard",
-        Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, c * offsets.size()),
-        [=](std::size_t i) {
-          std::size_t const at = offsets[i / c] + i % c;
-          T s = peers[0][at];
-          for (std::size_t k = 1; k < p; ++k)
-            s += peers[k][at];
-          out[i] = s;
-        });
+    std::size_t const c = chunk_;
+    for (std::size_t k = 0; k < owners.size(); ++k) {
+      std::vector<T const*> from; // chunk owners[k] of each node rank's gradients
+      for (T* p : peers_)
+        from.push_back(p + std::size_t(owners[k]) * c);
+      T* const to = out + k * c;
+      std::size_t const p = from.size();
+      // Host-only (shared windows require host memory): a plain lambda.
+      Kokkos::parallel_for("telar::ZeRO::reduce_shard",
+                           Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, c),
+                           [=](std::size_t i) {
+                             T s = from[0][i];
+                             for (std::size_t r = 1; r < p; ++r)
+                               s += from[r][i];
+                             to[i] = s;
+                           });
+    }
     Kokkos::DefaultHostExecutionSpace().fence();
   }
 
