@@ -51,7 +51,7 @@ class Plot:
                           % (d, colour, ' stroke-dasharray="5,4"' if dash else ""))
         self.legend.append((colour, label, "line"))
 
-    def points(self, pts, colour, label, shape="circle"):
+    def points(self, pts, colour, label, shape="circle", legend=True):
         for x, y in pts:
             cx, cy = self.px(x), self.py(y)
             if shape == "circle":
@@ -59,7 +59,8 @@ class Plot:
             else:
                 self.items.append('<rect x="%.1f" y="%.1f" width="9" height="9" fill="none" '
                                   'stroke="%s" stroke-width="2"/>' % (cx - 4.5, cy - 4.5, colour))
-        self.legend.append((colour, label, shape))
+        if legend:
+            self.legend.append((colour, label, shape))
 
     def svg(self):
         out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
@@ -200,7 +201,7 @@ def peers_section(lines, out):
                 peer, n, med[(peer, n)], min(v), max(v), 1e3 * n * batch / med[(peer, n)],
                 "%.2f" % eff if b else "–"))
         plot.line(pts, COLOURS[i % len(COLOURS)], peer)
-        plot.points(pts, COLOURS[i % len(COLOURS)], peer)
+        plot.points(pts, COLOURS[i % len(COLOURS)], peer, legend=False)
     with open(os.path.join(out, "peers.svg"), "w") as f:
         f.write(plot.svg())
     loads = [l["load"] for l in lines]
