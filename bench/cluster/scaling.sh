@@ -4,7 +4,8 @@
 # 4 x 1; then fashion_mnist's MLP trained data-parallel on 1, 2 and 4 nodes
 # (one rank per node, the same global batch: strong scaling), and a small
 # GPT likewise (PARTS=gpt), each run's JSON (measured step_ms_median beside
-# the cost model's predicted_step_ms).
+# the cost model's predicted_step_ms), also gathered in OUT/points.jsonl for
+# the scaling report.
 # Open MPI builds (mpirun inside the allocation). Needs root.
 #   bash bench/cluster/scaling.sh BUILD [RATE] [ROUNDS]
 #   BUILD  a build tree with bench/allreduce/bench_allreduce and
@@ -78,10 +79,13 @@ if [[ $parts == *zero1* ]]; then
 fi
 echo "uptime after: $(uptime)" | tee -a "$out/load.txt"
 
-# Medians per node count (measured step and prediction, from the JSON lines).
-python3 - "$out" "$rounds" <<'PY'
+# Medians per node count (measured step and prediction, from the JSON lines);
+# every run also as a line of $out/points.jsonl, for the scaling report
+# (bench/planner/scaling_report.sh BUILD $out/points.jsonl).
+python3 - "$out" "$rounds" "$rate" <<'PY'
 import json, statistics, sys, glob
-out, rounds = sys.argv[1], int(sys.argv[2])
+out, rounds, rate = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+points = open(f"{out}/points.jsonl", "w")
 print("| example, nodes x ranks | step_ms_median (median of runs) | runs | predicted_step_ms |")
 print("|---|---:|---|---:|")
 for ex in ("mlp", "gpt"):
@@ -94,6 +98,9 @@ for ex in ("mlp", "gpt"):
             continue
         j = json.loads(line)
         meas.append(j["step_ms_median"]); pred.append(j.get("predicted_step_ms", float("nan")))
+        points.write(json.dumps({"cluster": "emulated", "example": ex, "nodes": n, "round": r,
+                                 "rate": rate, "step_ms": meas[-1], "predicted_step_ms": pred[-1]})
+                     + "\n")
     if meas:
         print(f"| {ex} {n} x 1 | {statistics.median(meas):.2f} | {', '.join(f'{m:.2f}' for m in meas)} | {statistics.median(pred):.2f} |")
 for mode in ("dp", "window", "messages"):

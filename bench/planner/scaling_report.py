@@ -6,10 +6,11 @@ the layouts measured on this machine by bench/planner/validate.sh (predicted
 against measured step time) and the weak scaling bench/planner/peer_scaling.sh
 measured here for Telar and PyTorch DDP.
 
-    python3 scaling_report.py CURVES.jsonl [VALIDATION.jsonl | PEERS.jsonl ...] --out DIR
+    python3 scaling_report.py CURVES.jsonl [VALIDATION.jsonl | PEERS.jsonl | POINTS.jsonl ...] --out DIR
 
 Writes DIR/scaling_report.md, DIR/efficiency.svg, DIR/throughput.svg and,
-with validation files, DIR/measured.svg, with peer files, DIR/peers.svg.
+with validation files, DIR/measured.svg, with peer files, DIR/peers.svg,
+with the emulated cluster's points (bench/cluster/scaling.sh), DIR/cluster.svg.
 Standard library only."""
 import json
 import math
@@ -216,6 +217,44 @@ def peers_section(lines, out):
             "|---|---|---|---|---|"] + rows + [""]
 
 
+def cluster_section(lines, out):
+    """Strong scaling measured through Slurm on the emulated cluster
+    (bench/cluster/scaling.sh), beside the run's own prediction."""
+    runs = {}
+    for l in lines:
+        runs.setdefault((l["example"], l["nodes"]), []).append(l)
+    if not runs:
+        return []
+    nodes = sorted({n for _, n in runs})
+    allv = [v for rs in runs.values() for l in rs for v in (l["step_ms"], l["predicted_step_ms"])]
+    plot = Plot("Emulated cluster (Slurm, one rank per node): step time", "nodes", "step ms",
+                nodes, allv, logy=True)
+    rows = []
+    for i, ex in enumerate(sorted({e for e, _ in runs})):
+        col = COLOURS[i % len(COLOURS)]
+        meas, pred = [], []
+        for n in nodes:
+            rs = runs.get((ex, n))
+            if not rs:
+                continue
+            m = median([l["step_ms"] for l in rs])
+            p = median([l["predicted_step_ms"] for l in rs])
+            meas.append((n, m))
+            pred.append((n, p))
+            rows.append("| %s | %d | %.2f (%s) | %.2f | %.2f |" % (
+                ex, n, m, ", ".join("%.2f" % l["step_ms"] for l in rs), p, p / m))
+        plot.line(pred, col, "%s: predicted" % ex, True)
+        plot.points(meas, col, "%s: measured" % ex)
+    with open(os.path.join(out, "cluster.svg"), "w") as f:
+        f.write(plot.svg())
+    return ["## Through Slurm on the emulated cluster (bench/cluster/scaling.sh)", "",
+            "![cluster](cluster.svg)", "",
+            "Links shaped to %s; one rank per node, the same global batch (strong scaling); the "
+            "nodes share the machine's cores (docs/cluster.md)." % lines[0]["rate"], "",
+            "| example | nodes | step ms, median (runs) | predicted | predicted / measured |",
+            "|---|---|---|---|---|"] + rows + [""]
+
+
 def main():
     args = sys.argv[1:]
     if "--out" not in args or len(args) < 3:
@@ -226,10 +265,12 @@ def main():
     os.makedirs(out, exist_ok=True)
     curves = [json.loads(l) for l in open(files[0]) if l.startswith("{")]
     lines = [json.loads(l) for f in files[1:] for l in open(f) if l.startswith("{")]
-    runs = [l for l in lines if "scaling" not in l]
+    runs = [l for l in lines if "scaling" not in l and "cluster" not in l]
     peers = [l for l in lines if l.get("scaling") == "weak"]
+    cluster = [l for l in lines if "cluster" in l]
     md = (["# Telar scaling report", ""] + curves_section(curves, out) +
-          peers_section(peers, out) + measured_section(runs, out))
+          peers_section(peers, out) + cluster_section(cluster, out) +
+          measured_section(runs, out))
     with open(os.path.join(out, "scaling_report.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     print(os.path.join(out, "scaling_report.md"))
