@@ -134,13 +134,9 @@ public:
    * communicator; empty derives one from this one's
    */
   BasicCommunicator split(int color, int key, std::string name = {}) const {
-    auto const& h = handle();
     // Bounded, and a duplicate of an earlier group when the same processes
     // were split off before (comm/detail/comm_cache.hpp).
-    MPI_Comm out = detail::split_comm(h, color, key);
-    BasicCommunicator c;
-    c.h_ = detail::adopt(out, name.empty() ? h.name + "/split" : std::move(name), h.timeout);
-    return c;
+    return adopted(detail::split_comm(handle(), color, key), std::move(name), "/split");
   }
 
   /*! \brief The ranks of this communicator that share memory with this one
@@ -148,11 +144,8 @@ public:
    *  \param name label of the new communicator; empty derives one from this one's
    */
   BasicCommunicator split_shared(std::string name = {}) const {
-    auto const& h = handle();
-    MPI_Comm out = detail::split_shared_comm(h); // bounded, as in split()
-    BasicCommunicator c;
-    c.h_ = detail::adopt(out, name.empty() ? h.name + "/node" : std::move(name), h.timeout);
-    return c;
+    // Bounded, as in split().
+    return adopted(detail::split_shared_comm(handle()), std::move(name), "/node");
   }
 
   /*! \brief The ranks of this communicator on this rank's node: those that
@@ -162,11 +155,8 @@ public:
    *  \param name label of the new communicator; empty derives one from this one's
    *  \throws telar::CommError if `TELAR_RANKS_PER_NODE` is invalid */
   BasicCommunicator split_node(std::string name = {}) const {
-    auto const& h = handle();
-    MPI_Comm out = detail::split_node(h); // bounded, as in split()
-    BasicCommunicator c;
-    c.h_ = detail::adopt(out, name.empty() ? h.name + "/node" : std::move(name), h.timeout);
-    return c;
+    // Bounded, as in split().
+    return adopted(detail::split_node(handle()), std::move(name), "/node");
   }
 
   /*! \brief Blocks until every rank has called barrier() (bounded). */
@@ -500,6 +490,15 @@ public:
   }
 
 private:
+  // A communicator owning `out`, split off this one: named `name`, or this
+  // one's name and `suffix`; it inherits the timeout.
+  BasicCommunicator adopted(MPI_Comm out, std::string name, char const* suffix) const {
+    auto const& h = handle();
+    BasicCommunicator c;
+    c.h_ = detail::adopt(out, name.empty() ? h.name + suffix : std::move(name), h.timeout);
+    return c;
+  }
+
   // The receive of the blocking recv and sendrecv. It waits (bounded) for a
   // matching message with MPI_Iprobe, checks its length, and only then posts
   // MPI_Irecv for exactly that message, so a message longer than the buffer
