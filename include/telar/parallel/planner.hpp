@@ -3,8 +3,6 @@
  *  \brief telar::plan_layout: every layout of a world size that the memory
  *  plan fits in the budget, ranked by the step time telar::predict_step
  *  predicts, with why the others were refused. */
-#include <telar/comm/process_grid.hpp>
-#include <telar/comm/topology.hpp>
 #include <telar/parallel/detail/planner_detail.hpp>
 #include <telar/parallel/step_cost.hpp>
 
@@ -161,11 +159,7 @@ LayoutPlan plan_layout_as_given(Model const& model, LayoutOptions const& options
         LayoutOptions o = options;
         if (o.ranks_per_node == 0) // the memory plan's nodes: the profile's
           o.ranks_per_node = profile.ranks_per_node;
-        int const rpn = o.ranks_per_node;
-        if (o.grid_order == default_grid_order && rpn > 0 && world_size > rpn &&
-            world_size % rpn == 0) // as the Trainer lays ranks out over nodes
-          o.grid_order =
-              ProcessGrid::node_aware_order(g, NodeLayout{world_size / rpn, rpn, 0, true, true});
+        o.grid_order = detail::planned_order(g, o.grid_order, world_size, o.ranks_per_node);
         o.grid = g;
         o.schedule = sched;
         o.microbatches = m;

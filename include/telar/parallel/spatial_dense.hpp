@@ -18,6 +18,7 @@
  *  \endcode
  */
 #include <telar/comm/communicator.hpp>
+#include <telar/core/detail/column_sums.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/gemm.hpp>
 #include <telar/core/shape.hpp>
@@ -139,16 +140,9 @@ public:
       gemm(Gemm{}, exec, 'T', 'N', T(1), dy, saved.x, T(0), dw_slab_);
       scatter_columns(exec);
       if (layer.has_bias() && detail::group_rank(*sp_) == 0) { // every rank has the same dy
-        auto const db = layer.bias_grad;
-        std::size_t const n = dy.extent(0);
-        Kokkos::parallel_for(
-            "telar::SpatialDense::backward_bias", Kokkos::RangePolicy<Exec>(exec, 0, db.extent(0)),
-            KOKKOS_LAMBDA(std::size_t j) {
-              T s = 0;
-              for (std::size_t i = 0; i < n; ++i)
-                s += dy(i, j);
-              db(j) += s;
-            });
+        detail::add_column_sums(
+            "telar::SpatialDense::backward_bias", exec, dy.extent(0), dy.extent(1),
+            KOKKOS_LAMBDA(std::size_t i, std::size_t j) { return dy(i, j); }, layer.bias_grad);
       }
       exec.fence();
     });
@@ -196,12 +190,7 @@ private:
   }
   void check(char const* what, std::size_t xn, std::size_t xf, std::size_t yn,
              std::size_t yf) const {
-    if (xn != yn || xf != in_.size() || yf != layer.out_features())
-      throw ShapeError(std::string("telar::") + name() + "::" + what + ": expected [n, " +
-                       std::to_string(in_.size()) + "] (the slab " + in_.str() + ") -> [n, " +
-                       std::to_string(layer.out_features()) + "], got [" + std::to_string(xn) +
-                       ", " + std::to_string(xf) + "] -> [" + std::to_string(yn) + ", " +
-                       std::to_string(yf) + "]");
+    detail::check_slab_call(name(), what, in_, layer.out_features(), xn, xf, yn, yf);
   }
 
   Communicator const* sp_;

@@ -63,12 +63,7 @@ protected:
   void check(char const* name, char const* what, std::size_t xn, std::size_t xf, std::size_t yn,
              std::size_t yf) const {
     check_global_pool(name, what, xn, xf, yn, yf);
-    if (xf != in_.size() || yf != whole_[0])
-      throw ShapeError(std::string("telar::") + name + "::" + what + ": expected [n, " +
-                       std::to_string(in_.size()) + "] (the slab " + in_.str() + ") -> [n, " +
-                       std::to_string(whole_[0]) + "], got [" + std::to_string(xn) + ", " +
-                       std::to_string(xf) + "] -> [" + std::to_string(yn) + ", " +
-                       std::to_string(yf) + "]");
+    check_slab_call(name, what, in_, whole_[0], xn, xf, yn, yf);
   }
   // Voxels per channel of this rank's slab, and of the whole sample.
   std::size_t slab_voxels() const { return in_.size() / whole_[0]; }

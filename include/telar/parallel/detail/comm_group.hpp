@@ -15,6 +15,9 @@ struct CommGroup {
   int size = 1;
   int local = 1;
   bool spans = false;
+  // Over several nodes that each hold the same number (> 1) of its ranks:
+  // where ZeRO-1 keeps a window per node (zero_sharding.hpp).
+  bool per_node() const { return spans && local > 1 && size % local == 0; }
 };
 
 // The group along `axis` of a grid laid out in `order` (outermost first;
@@ -37,6 +40,16 @@ inline CommGroup comm_group(GridShape g, GridOrder order, GridAxis axis, int ran
   c.local = std::max(1, std::min(c.size, ranks_per_node / stride));
   c.spans = c.size > 1;
   return c;
+}
+
+// The Trainer's rank order for a grid over `world` ranks on nodes of
+// `ranks_per_node` consecutive ones: `order` unless it is the default and
+// the world spans whole nodes, then ProcessGrid::node_aware_order.
+inline GridOrder planned_order(GridShape g, GridOrder order, int world, int ranks_per_node) {
+  int const rpn = ranks_per_node;
+  if (order != default_grid_order || rpn <= 0 || world <= rpn || world % rpn != 0)
+    return order;
+  return ProcessGrid::node_aware_order(g, NodeLayout{world / rpn, rpn, 0, true, true});
 }
 
 } // namespace telar::detail

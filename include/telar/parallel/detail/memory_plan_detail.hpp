@@ -167,11 +167,10 @@ MemoryPlan plan_of_layout(Model const& model, RunLayout const& layout,
   // same number (> 1) of the group's ranks (else messages, as zero_sharding.hpp).
   CommGroup const dp =
       comm_group(layout.grid, layout.grid_order, GridAxis::dp, options.ranks_per_node);
-  bool const per_node = dp.spans && dp.local > 1 && dp.size % dp.local == 0;
   ms.shared =
-      layout.zero_stage == 1 && options.shared_memory && (!dp.spans || per_node) &&
+      layout.zero_stage == 1 && options.shared_memory && (!dp.spans || dp.per_node()) &&
       Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Model::memory_space>::accessible;
-  ms.node_dp = per_node ? dp.local : 0;
+  ms.node_dp = dp.per_node() ? dp.local : 0;
   ms.node_leader = layout.coords.dp % dp.local == 0;
   ms.state_size = std::size_t(optimizer_traits<Optimizer>::state_size);
   ms.layerwise = optimizer_traits<Optimizer>::layerwise;

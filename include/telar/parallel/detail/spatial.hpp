@@ -1,10 +1,12 @@
 #pragma once
 // Internals of spatial parallelism shared by the layer wrappers.
 #include <telar/comm/communicator.hpp>
+#include <telar/core/error.hpp>
 #include <telar/core/shape.hpp>
 #include <telar/parallel/spatial_decomposition.hpp>
 
 #include <cstddef>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -26,6 +28,18 @@ inline int group_size(Communicator const& c) {
 }
 inline int group_rank(Communicator const& c) {
   return planned_position().size > 0 ? planned_position().rank : c.rank();
+}
+
+// Refuses a call whose [xn, xf] -> [yn, yf] are not a slab layer's batch
+// [n, slab features] -> [n, out] (the slab's shape named in the message).
+inline void check_slab_call(char const* layer, char const* what, Shape const& slab, std::size_t out,
+                            std::size_t xn, std::size_t xf, std::size_t yn, std::size_t yf) {
+  if (xn != yn || xf != slab.size() || yf != out)
+    throw ShapeError(std::string("telar::") + layer + "::" + what + ": expected [n, " +
+                     std::to_string(slab.size()) + "] (the slab " + slab.str() + ") -> [n, " +
+                     std::to_string(out) + "], got [" + std::to_string(xn) + ", " +
+                     std::to_string(xf) + "] -> [" + std::to_string(yn) + ", " +
+                     std::to_string(yf) + "]");
 }
 
 // Runs a layer's backward_weight so that its gradients grow by the sum over

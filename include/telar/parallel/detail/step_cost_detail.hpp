@@ -90,10 +90,9 @@ inline ZeroOneSeconds zero1_seconds(MachineProfile const& prof, CommGroup const&
   ZeroOneSeconds z;
   if (g.size < 2)
     return z;
-  bool const per_node = g.spans && g.local > 1 && g.size % g.local == 0;
-  if (shared && (!g.spans || per_node)) {
+  if (shared && (!g.spans || g.per_node())) {
     z.reduce = 2 * prof.allreduce.alpha + bytes / (prof.elementwise_gbs * 1e9) * contention;
-    if (per_node) {
+    if (g.per_node()) {
       int const nodes = g.size / g.local;
       double const across = double(nodes - 1) / nodes;
       z.reduce += prof.across.reduce_scatter.seconds(bytes, across);
@@ -385,9 +384,7 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
   // The Trainer's order: left at the default, it follows the nodes
   // (ProcessGrid::node_aware_order: dp outermost when the world spans nodes).
   int const rpn = prof.ranks_per_node;
-  GridOrder order = c.order;
-  if (order == default_grid_order && rpn > 0 && c.world > rpn && c.world % rpn == 0)
-    order = ProcessGrid::node_aware_order(c.grid, NodeLayout{c.world / rpn, rpn, 0, true, true});
+  GridOrder const order = planned_order(c.grid, c.order, c.world, rpn);
   CommGroup const dp_group = comm_group(c.grid, order, GridAxis::dp, rpn);
   CommGroup const tp_group = comm_group(c.grid, order, GridAxis::tp, rpn);
   CommGroup const pp_group = comm_group(c.grid, order, GridAxis::pp, rpn);
