@@ -428,6 +428,37 @@ TEST_CASE("planner: hand-offs closer than a time slice wait once, unless ranks o
   CHECK(telar::detail::ring_hops(4) == 6);
 }
 
+TEST_CASE("planner: ranks that wait on links between nodes queue behind no scheduler round",
+          "[planner]") {
+  // 4 ranks on 2 shared cores, a third of a core each: on one node every
+  // hand-off waits a round; as 4 nodes of one rank (the emulated cluster)
+  // each waits on a socket and is woken, and a rank has its node's cores.
+  telar::MachineProfile prof;
+  prof.cores = 2;
+  prof.cpu_share = 0.3;
+  prof.slice_us = 3000;
+  prof.descheduled_us = 4000;
+  prof.across = prof.link_class(false);
+  telar::LayoutOptions o = options(64);
+  o.grid = {4, 1, 1};
+  auto const one_node = telar::predict_step<Model, Plain, Opt>(mlp(64), o, 784, 4, prof);
+  CHECK(one_node.sync_wait_ms > 0);
+  prof.ranks_per_node = 1;
+  auto const four_nodes = telar::predict_step<Model, Plain, Opt>(mlp(64), o, 784, 4, prof);
+  CHECK(four_nodes.sync_wait_ms == 0);
+  CHECK(std::abs(four_nodes.step_ms - (one_node.step_ms - one_node.sync_wait_ms)) < 1e-9);
+  // 2 nodes of 2 ranks: the dp ring spans nodes, tp=2 inside a node spins.
+  prof.ranks_per_node = 2;
+  o.grid = {2, 1, 2};
+  auto const mixed = telar::predict_step<Model, Plain, Opt>(mlp(64), o, 784, 4, prof);
+  CHECK(mixed.sync_wait_ms > 0);
+  // A node's own ranks share its cores: 2 per node on 2 cores, not 4 on 2.
+  using telar::detail::scheduling_wait;
+  CHECK(scheduling_wait(prof, 4, 10, 1e-3, 0.3) < 10 * 3e-3 * (1 / 0.3 - 1));
+  prof.ranks_per_node = 0;
+  CHECK(std::abs(scheduling_wait(prof, 4, 10, 1e-3, 0.3) - 10 * 3e-3 * (1 / 0.3 - 1)) < 1e-12);
+}
+
 TEST_CASE("planner: the dp reduction hides behind backward by the overlap fraction", "[planner]") {
   telar::MachineProfile prof;
   prof.cores = 2;

@@ -325,16 +325,20 @@ inline MachineProfile on_share(MachineProfile prof, double share) {
 // (4-rank rings measured 0.2-3 s per MLP step at a load of 15, 40-110 ms
 // per hand-off; on a quiet machine, 4 ranks on 2 cores, charging only the
 // 1 - share of hand-offs that find the receiver away planned 13 layouts of
-// the MLP at 13-68% of their measured time, every hand-off at 25-132%). A
-// rank with a whole core (share 1) never waits: the quiet dp=2 step the
-// old per-step charge put at 12.2 ms measured 1.55 ms.
+// the MLP at 13-68% of their measured time, every hand-off at 25-132%).
+// The ranks that share `cores` are those of one node (ranks_per_node, when
+// the world spans nodes). A rank with a whole core (share 1) never waits:
+// the quiet dp=2 step the old per-step charge put at 12.2 ms measured
+// 1.55 ms. `hops` are hand-offs on one node (shared memory, where waiting
+// ranks spin); see same_node_hops() for those across nodes.
 inline double scheduling_wait(MachineProfile const& prof, int world, int hops, double busy,
                               double share) {
   if (world < 2 || share >= 1.0 || hops <= 0)
     return 0.0;
   double const slice = (prof.slice_us > 0 ? prof.slice_us : 3000.0) * 1e-6;
   double const round = slice * (1.0 / share - 1.0); // mean descheduled gap
-  if (world > prof.cores)
+  int const here = prof.ranks_per_node > 0 ? std::min(world, prof.ranks_per_node) : world;
+  if (here > prof.cores)
     return hops * round;
   double const rest = prof.descheduled_us > 0 ? prof.descheduled_us * 1e-6 : 0.5 * round;
   return std::min(double(hops), 1.0 + busy / slice) * (1.0 - share) * rest;
@@ -343,6 +347,17 @@ inline double scheduling_wait(MachineProfile const& prof, int world, int hops, d
 // Sequential hand-offs of a ring collective over `g` ranks.
 inline int ring_hops(int g) {
   return 2 * (g - 1);
+}
+
+// The hand-offs of a collective that scheduling_wait() charges: none when
+// its group spans nodes. A rank waiting on a link between nodes waits on a
+// socket: it sleeps, leaves its core to others, and the kernel wakes it
+// when the bytes arrive, so no hand-off queues behind a scheduler round
+// (4 ranks on 2 cores in 4 emulated nodes left the cores half idle; charging
+// their ring a round per hand-off planned 157 ms for a 27 ms step). The
+// wire's own time is the link's alpha-beta cost.
+inline int same_node_hops(CommGroup const& g, int hops) {
+  return g.spans ? 0 : hops;
 }
 
 template <class StrategyT, class Loss, class Result, class Model>
@@ -526,23 +541,24 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
   // allreduce; pipeline: each micro-batch's messages per stage boundary),
   // and what they wait for descheduled peers (scheduling_wait()).
   if (c.world > 1) {
-    int syncs = 1, hops = ring_hops(c.world);
+    CommGroup const world_group{c.world, 1, rpn > 0 && c.world > rpn}; // the non-finite flag
+    int syncs = 1, hops = same_node_hops(world_group, ring_hops(c.world));
     if (dp > 1) {
       int const gathers = c.zero_stage == 3 && !c.zero3_per_step
                               ? 2 * sched.microbatches * sched.chunks
                           : r.zero_gather_ms > 0 ? 1
                                                  : 0;
       syncs += 1 + gathers;
-      hops += dp_buckets * ring_hops(dp) + gathers * (dp - 1);
+      hops += same_node_hops(dp_group, dp_buckets * ring_hops(dp) + gathers * (dp - 1));
     }
     if (c.grid.tp > 1) {
       int const n = tp_allreduces_per_microbatch(model) * sched.microbatches;
       syncs += n;
-      hops += n * ring_hops(c.grid.tp);
+      hops += same_node_hops(tp_group, n * ring_hops(c.grid.tp));
     }
     if (c.grid.pp > 1) {
       syncs += 2 * sched.microbatches * sched.chunks;
-      hops += 2 * sched.microbatches * sched.chunks;
+      hops += same_node_hops(pp_group, 2 * sched.microbatches * sched.chunks);
     }
     r.sync_points = syncs;
     double const wait = scheduling_wait(measured, c.world, hops, step, share);
