@@ -2,8 +2,9 @@
 # Figures on the emulated cluster (docs/cluster.md, "Scaling"): the
 # allreduce, ring (flat) against hierarchical, at 2 nodes x 2 ranks and
 # 4 x 1; then fashion_mnist's MLP trained data-parallel on 1, 2 and 4 nodes
-# (one rank per node, the same global batch: strong scaling), and a small
-# GPT likewise (PARTS=gpt), each run's JSON (measured step_ms_median beside
+# (NODES; one rank per node, the same global batch: strong scaling, or with
+# SCALING=weak the same batch per rank), and a small GPT likewise
+# (PARTS=gpt), each run's JSON (measured step_ms_median beside
 # the cost model's predicted_step_ms), also gathered in OUT/points.jsonl for
 # the scaling report.
 # Open MPI builds (mpirun inside the allocation). Needs root.
@@ -16,7 +17,9 @@
 # (default 100), BATCH (global, default 256), HIDDEN (default 256), FM (the
 # fashion_mnist binary, default BUILD's), GPT (the gpt binary), MLP_BENCH
 # (bench_mlp_step), PARTS (default "allreduce mlp"; add gpt for a small GPT,
-# zero1 for ZeRO-1 per node against messages at 2 nodes x 2 ranks).
+# zero1 for ZeRO-1 per node against messages at 2 nodes x 2 ranks), NODES
+# (default "1 2 4"; the cluster gets the largest), SCALING (strong, the
+# default: BATCH and the GPT's 32 are global; weak: they are per rank).
 # Leaves the cluster up: stop it
 # with scripts/cluster/stop.sh.
 set -euo pipefail
@@ -33,7 +36,11 @@ run=$scripts/cluster/run.sh
 
 shape=()
 [[ $rate != none ]] && shape=(--rate "$rate")
-bash "$scripts/cluster/start.sh" 4 "${shape[@]}"
+nodes=${NODES:-1 2 4}
+scaling=${SCALING:-strong}
+[[ $scaling == strong || $scaling == weak ]] || { echo "scaling.sh: SCALING=$scaling (strong or weak)" >&2; exit 2; }
+largest=$(printf '%s\n' $nodes 4 | sort -n | tail -1)
+bash "$scripts/cluster/start.sh" "$largest" "${shape[@]}"
 # job NODES TASKS_PER_NODE OUTPUT CMD: one batch job, waited for.
 job() {
   "$run" head sbatch --wait --quiet -N "$1" --ntasks-per-node="$2" --output="$3" --wrap "$4" ||
@@ -51,17 +58,19 @@ for layout in "2 2" "4 1"; do
   fi
 done
 
-# Strong scaling: rounds x (1, 2, 4 nodes), interleaved.
+# Rounds x node counts, interleaved; weak scaling multiplies the batches.
 gpt=${GPT:-$build/examples/03_gpt/gpt}
 for r in $(seq "$rounds"); do
-  for n in 1 2 4; do
+  for n in $nodes; do
+    k=1
+    [[ $scaling == weak ]] && k=$n
     if [[ $parts == *mlp* ]]; then
       job "$n" 1 "$out/mlp-$n-$r.json" \
-        "mpirun $fm --dp $n --batch $batch --hidden $hidden --limit-steps $steps --epochs 1 --json --data $data"
+        "mpirun $fm --dp $n --batch $((batch * k)) --hidden $hidden --limit-steps $steps --epochs 1 --json --data $data"
     fi
     if [[ $parts == *gpt* ]]; then # a small GPT: 2 layers, 128 wide, context 64, 40 steps
       job "$n" 1 "$out/gpt-$n-$r.json" \
-        "mpirun $gpt --dp $n --layers 2 --hidden 128 --heads 4 --context 64 --batch 32 --steps 40 --eval-limit 16 --sample 0 --json"
+        "mpirun $gpt --dp $n --layers 2 --hidden 128 --heads 4 --context 64 --batch $((32 * k)) --steps 40 --eval-limit 16 --sample 0 --json"
     fi
   done
 done
@@ -82,14 +91,15 @@ echo "uptime after: $(uptime)" | tee -a "$out/load.txt"
 # Medians per node count (measured step and prediction, from the JSON lines);
 # every run also as a line of $out/points.jsonl, for the scaling report
 # (bench/planner/scaling_report.sh BUILD $out/points.jsonl).
-python3 - "$out" "$rounds" "$rate" <<'PY'
+python3 - "$out" "$rounds" "$rate" "$nodes" "$scaling" <<'PY'
 import json, statistics, sys, glob
 out, rounds, rate = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+nodes, scaling = [int(n) for n in sys.argv[4].split()], sys.argv[5]
 points = open(f"{out}/points.jsonl", "w")
 print("| example, nodes x ranks | step_ms_median (median of runs) | runs | predicted_step_ms |")
 print("|---|---:|---|---:|")
 for ex in ("mlp", "gpt"):
-  for n in (1, 2, 4):
+  for n in nodes:
     meas, pred = [], []
     for r in range(1, rounds + 1):
         try:
@@ -99,7 +109,8 @@ for ex in ("mlp", "gpt"):
         j = json.loads(line)
         meas.append(j["step_ms_median"]); pred.append(j.get("predicted_step_ms", float("nan")))
         points.write(json.dumps({"cluster": "emulated", "example": ex, "nodes": n, "round": r,
-                                 "rate": rate, "step_ms": meas[-1], "predicted_step_ms": pred[-1]})
+                                 "rate": rate, "scaling": scaling, "step_ms": meas[-1],
+                                 "predicted_step_ms": pred[-1]})
                      + "\n")
     if meas:
         print(f"| {ex} {n} x 1 | {statistics.median(meas):.2f} | {', '.join(f'{m:.2f}' for m in meas)} | {statistics.median(pred):.2f} |")

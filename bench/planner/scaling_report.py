@@ -218,11 +218,12 @@ def peers_section(lines, out):
 
 
 def cluster_section(lines, out):
-    """Strong scaling measured through Slurm on the emulated cluster
-    (bench/cluster/scaling.sh), beside the run's own prediction."""
+    """Strong (and weak) scaling measured through Slurm on the emulated
+    cluster (bench/cluster/scaling.sh), beside the run's own prediction."""
     runs = {}
     for l in lines:
-        runs.setdefault((l["example"], l["nodes"]), []).append(l)
+        ex = l["example"] + (" (weak)" if l.get("scaling") == "weak" else "")
+        runs.setdefault((ex, l["nodes"]), []).append(l)
     if not runs:
         return []
     nodes = sorted({n for _, n in runs})
@@ -249,8 +250,9 @@ def cluster_section(lines, out):
         f.write(plot.svg())
     return ["## Through Slurm on the emulated cluster (bench/cluster/scaling.sh)", "",
             "![cluster](cluster.svg)", "",
-            "Links shaped to %s; one rank per node, the same global batch (strong scaling); the "
-            "nodes share the machine's cores (docs/cluster.md)." % lines[0]["rate"], "",
+            "Links shaped to %s; one rank per node, the same global batch (strong scaling; "
+            "\"(weak)\": the same batch per rank); the nodes share the machine's cores "
+            "(docs/cluster.md)." % lines[0]["rate"], "",
             "| example | nodes | step ms, median (runs) | predicted | predicted / measured |",
             "|---|---|---|---|---|"] + rows + [""]
 
