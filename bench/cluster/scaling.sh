@@ -19,7 +19,9 @@
 # (bench_mlp_step), PARTS (default "allreduce mlp"; add gpt for a small GPT,
 # zero1 for ZeRO-1 per node against messages at 2 nodes x 2 ranks), NODES
 # (default "1 2 4"; the cluster gets the largest), SCALING (strong, the
-# default: BATCH and the GPT's 32 are global; weak: they are per rank).
+# default: BATCH and the GPT's 32 are global; weak: they are per rank),
+# CORES_PER_NODE (start.sh --cores-per-node: each node its own cores, round
+# robin over the machine's; default every node on every core).
 # Leaves the cluster up: stop it
 # with scripts/cluster/stop.sh.
 set -euo pipefail
@@ -40,6 +42,7 @@ nodes=${NODES:-1 2 4}
 scaling=${SCALING:-strong}
 [[ $scaling == strong || $scaling == weak ]] || { echo "scaling.sh: SCALING=$scaling (strong or weak)" >&2; exit 2; }
 largest=$(printf '%s\n' $nodes 4 | sort -n | tail -1)
+[[ -n ${CORES_PER_NODE:-} ]] && shape+=(--cores-per-node "$CORES_PER_NODE")
 bash "$scripts/cluster/start.sh" "$largest" "${shape[@]}"
 # job NODES TASKS_PER_NODE OUTPUT CMD: one batch job, waited for.
 job() {
@@ -59,6 +62,9 @@ for layout in "2 2" "4 1"; do
 done
 
 # Rounds x node counts, interleaved; weak scaling multiplies the batches.
+# Unbound ranks: Open MPI would bind each node's first rank to core 0, the
+# same core on every node (the nodes share the machine's), and with
+# CORES_PER_NODE they keep their node's cores.
 gpt=${GPT:-$build/examples/03_gpt/gpt}
 for r in $(seq "$rounds"); do
   for n in $nodes; do
@@ -66,11 +72,11 @@ for r in $(seq "$rounds"); do
     [[ $scaling == weak ]] && k=$n
     if [[ $parts == *mlp* ]]; then
       job "$n" 1 "$out/mlp-$n-$r.json" \
-        "mpirun $fm --dp $n --batch $((batch * k)) --hidden $hidden --limit-steps $steps --epochs 1 --json --data $data"
+        "mpirun --bind-to none $fm --dp $n --batch $((batch * k)) --hidden $hidden --limit-steps $steps --epochs 1 --json --data $data"
     fi
     if [[ $parts == *gpt* ]]; then # a small GPT: 2 layers, 128 wide, context 64, 40 steps
       job "$n" 1 "$out/gpt-$n-$r.json" \
-        "mpirun $gpt --dp $n --layers 2 --hidden 128 --heads 4 --context 64 --batch $((32 * k)) --steps 40 --eval-limit 16 --sample 0 --json"
+        "mpirun --bind-to none $gpt --dp $n --layers 2 --hidden 128 --heads 4 --context 64 --batch $((32 * k)) --steps 40 --eval-limit 16 --sample 0 --json"
     fi
   done
 done
