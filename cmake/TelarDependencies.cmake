@@ -112,14 +112,23 @@ if(NOT TELAR_ENABLE_ONNX STREQUAL "OFF")
   if(Protobuf_FOUND OR TARGET protobuf::libprotobuf)
     find_package(ONNX QUIET)
   endif()
-  if(TARGET onnx_proto AND TARGET protobuf::libprotobuf)
+  # ONNX 1.16 and later export ONNX::onnx_proto (Debian 13: 1.17), 1.13
+  # (Debian 12) a plain onnx_proto.
+  set(_telar_onnx_proto "")
+  foreach(_telar_t ONNX::onnx_proto onnx_proto)
+    if(NOT _telar_onnx_proto AND TARGET ${_telar_t})
+      set(_telar_onnx_proto ${_telar_t})
+    endif()
+  endforeach()
+  if(_telar_onnx_proto AND TARGET protobuf::libprotobuf)
     if(NOT TARGET Telar::onnx)
       # GLOBAL: a project that add_subdirectory()s Telar links Telar::onnx
       # from its own directories, where a directory-scoped imported target
       # (and the ONNX and protobuf targets behind it) would not be visible.
       add_library(Telar::onnx INTERFACE IMPORTED GLOBAL)
-      set_target_properties(Telar::onnx PROPERTIES INTERFACE_LINK_LIBRARIES "onnx_proto")
-      foreach(_telar_t onnx_proto onnx protobuf::libprotobuf)
+      set_target_properties(Telar::onnx PROPERTIES INTERFACE_LINK_LIBRARIES
+                                                   "${_telar_onnx_proto}")
+      foreach(_telar_t ${_telar_onnx_proto} onnx ONNX::onnx protobuf::libprotobuf)
         if(TARGET ${_telar_t})
           get_target_property(_telar_imported ${_telar_t} IMPORTED)
           get_target_property(_telar_global ${_telar_t} IMPORTED_GLOBAL)
