@@ -81,10 +81,12 @@ inline char const* onednn_isa_name(dnnl_cpu_isa_t isa) {
     return "avx2";
   case dnnl_cpu_isa_avx2_vnni:
     return "avx2_vnni";
+#if DNNL_VERSION_MAJOR < 3 // Xeon Phi: gone from oneDNN 3
   case dnnl_cpu_isa_avx512_mic:
     return "avx512_mic";
   case dnnl_cpu_isa_avx512_mic_4ops:
     return "avx512_mic_4ops";
+#endif
   case dnnl_cpu_isa_avx512_core:
     return "avx512_core";
   case dnnl_cpu_isa_avx512_core_vnni:

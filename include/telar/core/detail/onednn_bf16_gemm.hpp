@@ -88,16 +88,23 @@ private:
     dnnl::memory::desc const a_want(dims{m, k}, dt::bf16, tag::ab);
     dnnl::memory::desc const b_want(dims{k, n}, dt::bf16, tb == 'N' ? tag::ab : tag::ba);
     dnnl::primitive_attr attr;
-    if (alpha != 1.f)
+    dnnl::post_ops po;
+    if (alpha != 1.f) {
+#if DNNL_VERSION_MAJOR >= 3 // output scales are gone: alpha AB as a post-op, before the sum
+      po.append_eltwise(dnnl::algorithm::eltwise_linear, alpha, 0.f);
+#else
       attr.set_output_scales(0, {alpha});
-    if (beta != 0.f) {
-      dnnl::post_ops po;
-      po.append_sum(beta);
-      attr.set_post_ops(po);
+#endif
     }
+    if (beta != 0.f)
+      po.append_sum(beta);
+    attr.set_post_ops(po);
     try {
-      dnnl::matmul::desc d(a_want, b_want, c_user);
-      dnnl::matmul::primitive_desc pd(d, attr, eng);
+#if DNNL_VERSION_MAJOR >= 3 // no operation descriptors: the primitive's directly
+      dnnl::matmul::primitive_desc pd(eng, a_want, b_want, c_user, attr);
+#else
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_want, b_want, c_user), attr, eng);
+#endif
       e->prim = dnnl::matmul(pd);
       // A is stored [m, k] ('N') or [k, m]; B [k, n] or [n, k].
       init_operand(e->a, e->a_view, a_user, pd.src_desc(), ta == 'N' && lda == k, m * k);

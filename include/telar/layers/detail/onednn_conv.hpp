@@ -46,6 +46,33 @@
 namespace telar {
 namespace detail {
 
+// A convolution's primitive descriptor from its memory descriptors, strides,
+// dilations and paddings, the same argument list under oneDNN 2 (through an
+// operation descriptor) and 3 (which dropped them).
+template <class Op, class... A>
+typename Op::primitive_desc conv_pd(dnnl::prop_kind prop, A const&... a) {
+#if DNNL_VERSION_MAJOR >= 3
+  return typename Op::primitive_desc(onednn_engine(), prop, dnnl::algorithm::convolution_direct,
+                                     a...);
+#else
+  return typename Op::primitive_desc(
+      typename Op::desc(prop, dnnl::algorithm::convolution_direct, a...), onednn_engine());
+#endif
+}
+
+// A backward convolution's, hinted by the forward one.
+template <class Op, class... A>
+typename Op::primitive_desc conv_backward_pd(dnnl::convolution_forward::primitive_desc const& hint,
+                                             A const&... a) {
+#if DNNL_VERSION_MAJOR >= 3
+  return typename Op::primitive_desc(onednn_engine(), dnnl::algorithm::convolution_direct, a...,
+                                     hint);
+#else
+  return typename Op::primitive_desc(
+      typename Op::desc(dnnl::algorithm::convolution_direct, a...), onednn_engine(), hint);
+#endif
+}
+
 // Convolution sizes in oneDNN's terms (dilation counts from 0), 2-D or 3-D.
 struct OneDnnConvShape {
   dnnl::memory::dims src, wei, bias, dst, strides, dilates, pad_l, pad_r;
@@ -206,18 +233,13 @@ private:
         return;
       auto const src = want(sh.src, sh.act), wei = want(sh.wei, sh.wt),
                  dst = want(sh.dst, sh.act, false);
-      auto& eng = onednn_engine();
-      if (bias) {
-        dnnl::convolution_forward::desc d(
-            dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src, wei,
-            plain(sh.bias, tag::x), dst, sh.strides, sh.dilates, sh.pad_l, sh.pad_r);
-        fpd = dnnl::convolution_forward::primitive_desc(d, eng);
-      } else {
-        dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training,
-                                          dnnl::algorithm::convolution_direct, src, wei, dst,
-                                          sh.strides, sh.dilates, sh.pad_l, sh.pad_r);
-        fpd = dnnl::convolution_forward::primitive_desc(d, eng);
-      }
+      if (bias)
+        fpd = conv_pd<dnnl::convolution_forward>(dnnl::prop_kind::forward_training, src, wei,
+                                                 plain(sh.bias, tag::x), dst, sh.strides,
+                                                 sh.dilates, sh.pad_l, sh.pad_r);
+      else
+        fpd = conv_pd<dnnl::convolution_forward>(dnnl::prop_kind::forward_training, src, wei, dst,
+                                                 sh.strides, sh.dilates, sh.pad_l, sh.pad_r);
       has_fwd_pd = true;
     }
     void make_forward() {
@@ -249,11 +271,9 @@ private:
       auto pick = [&](dnnl::memory::dims const& d, tag t, bool input) {
         return few ? dnnl::memory::desc(d, input ? compute : dt::f32, t) : want(d, t, input);
       };
-      dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct,
-                                              pick(sh.src, sh.act, false),
-                                              pick(sh.wei, sh.wt, true), pick(sh.dst, sh.act, true),
-                                              sh.strides, sh.dilates, sh.pad_l, sh.pad_r);
-      dnnl::convolution_backward_data::primitive_desc pd(d, onednn_engine(), fpd);
+      auto const pd = conv_backward_pd<dnnl::convolution_backward_data>(
+          fpd, pick(sh.src, sh.act, false), pick(sh.wei, sh.wt, true), pick(sh.dst, sh.act, true),
+          sh.strides, sh.dilates, sh.pad_l, sh.pad_r);
       bwd_data = dnnl::convolution_backward_data(pd);
       if (compute == dt::bf16)
         onednn_note_bf16_impl(std::string("conv_bwd_data:") + pd.impl_info_str());
@@ -271,18 +291,11 @@ private:
       make_fwd_pd();
       auto const src = want(sh.src, sh.act), wei = want(sh.wei, sh.wt, false),
                  dst = want(sh.dst, sh.act);
-      auto& eng = onednn_engine();
-      dnnl::convolution_backward_weights::primitive_desc pd;
-      if (bias) {
-        dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, src, wei,
-                                                   plain(sh.bias, tag::x), dst, sh.strides,
-                                                   sh.dilates, sh.pad_l, sh.pad_r);
-        pd = dnnl::convolution_backward_weights::primitive_desc(d, eng, fpd);
-      } else {
-        dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, src, wei,
-                                                   dst, sh.strides, sh.dilates, sh.pad_l, sh.pad_r);
-        pd = dnnl::convolution_backward_weights::primitive_desc(d, eng, fpd);
-      }
+      using W = dnnl::convolution_backward_weights;
+      auto const pd = bias ? conv_backward_pd<W>(fpd, src, wei, plain(sh.bias, tag::x), dst,
+                                                 sh.strides, sh.dilates, sh.pad_l, sh.pad_r)
+                           : conv_backward_pd<W>(fpd, src, wei, dst, sh.strides, sh.dilates,
+                                                 sh.pad_l, sh.pad_r);
       bwd_weights = dnnl::convolution_backward_weights(pd);
       if (compute == dt::bf16)
         onednn_note_bf16_impl(std::string("conv_bwd_weights:") + pd.impl_info_str());
