@@ -52,8 +52,8 @@ namespace detail {
 template <class Op, class... A>
 typename Op::primitive_desc conv_pd(dnnl::prop_kind prop, A const&... a) {
 #if DNNL_VERSION_MAJOR >= 3
-  return typename Op::primitive_desc(onednn_engine(), prop, dnnl::algorithm::convolution_direct,
-                                     a...);
+  return
+      typename Op::primitive_desc(onednn_engine(), prop, dnnl::algorithm::convolution_direct, a...);
 #else
   return typename Op::primitive_desc(
       typename Op::desc(prop, dnnl::algorithm::convolution_direct, a...), onednn_engine());
@@ -65,11 +65,11 @@ template <class Op, class... A>
 typename Op::primitive_desc conv_backward_pd(dnnl::convolution_forward::primitive_desc const& hint,
                                              A const&... a) {
 #if DNNL_VERSION_MAJOR >= 3
-  return typename Op::primitive_desc(onednn_engine(), dnnl::algorithm::convolution_direct, a...,
-                                     hint);
+  return
+      typename Op::primitive_desc(onednn_engine(), dnnl::algorithm::convolution_direct, a..., hint);
 #else
-  return typename Op::primitive_desc(
-      typename Op::desc(dnnl::algorithm::convolution_direct, a...), onednn_engine(), hint);
+  return typename Op::primitive_desc(typename Op::desc(dnnl::algorithm::convolution_direct, a...),
+                                     onednn_engine(), hint);
 #endif
 }
 
