@@ -16,24 +16,6 @@ source "$(dirname "$0")/lib.sh"
 cluster_up 4 "$scripts"
 flavour=$(mpi_flavour "$program")
 
-# job NAME NODES TASKS EXPECTED_LINE SBATCH_ARGS...: one batch job, bounded,
-# its output checked for EXPECTED_LINE (a grep pattern).
-job() {
-  local name=$1 nodes=$2 tasks=$3 expect=$4 out=$shared/$1.out
-  shift 4
-  if ! timeout 40 "$run" head sbatch --wait -N "$nodes" --ntasks="$tasks" --ntasks-per-node=$((tasks / nodes)) \
-    --time=2 --output="$out" "$@" >"$shared/$name.sbatch" 2>&1; then
-    echo "cluster test: the $nodes-node job '$name' failed or did not finish within 40 s; sbatch said:"
-    cat "$shared/$name.sbatch"
-    echo "--- job output:"
-    cat "$out" 2>/dev/null || echo "(none)"
-    dump_cluster
-    exit 1
-  fi
-  cat "$out"
-  grep -q "$expect" "$out" || { echo "cluster test: job '$name' did not print a line matching: $expect"; exit 1; }
-}
-
 two='^cluster_hello: 4 ranks on 2 hosts (node1,node2, .*: ok$'
 four='^cluster_hello: 4 ranks on 4 hosts (node1,node2,node3,node4, .*: ok$'
 if [[ $flavour == mpich ]]; then

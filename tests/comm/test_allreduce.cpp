@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -234,10 +235,34 @@ int expected_group(int p, int k) {
 }
 } // namespace
 
+// The topology-aware allreduce against the flat ring on `comm`, over sizes
+// not divisible by the ranks per node and of several segments: within
+// tolerance, and bitwise equal on every rank.
+namespace {
+void check_topology_aware_equals_flat(Communicator& comm, std::mt19937& gen) {
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  for (std::size_t n : {std::size_t(1), std::size_t(3), std::size_t(1001), std::size_t(65537),
+                        (std::size_t(1) << 20) + 3}) {
+    std::vector<float> x(n);
+    for (auto& v : x)
+      v = dist(gen);
+    std::vector<float> flat = x;
+    telar::RingAllreduce{}.start(comm, flat.data(), n).wait();
+    telar::TopologyAwareAllreduce{}.start(comm, x.data(), n).wait();
+    bool ok = true;
+    for (std::size_t i = 0; i < n; ++i)
+      ok = ok && std::fabs(x[i] - flat[i]) <= 1e-5f * (1.f + std::fabs(flat[i]));
+    std::uint64_t h = fnv(x.data(), n * sizeof(float)), h0 = h;
+    comm.broadcast(&h0, 1, 0);
+    INFO("n=" << n);
+    TELAR_REQUIRE_ALL(ok && h == h0);
+  }
+}
+} // namespace
+
 TEST_CASE("topology-aware allreduce equals the flat one on fake nodes", "[comm][allreduce]") {
   int const p = telar_test::world_size();
   std::mt19937 gen(1234u + unsigned(telar_test::world_rank()));
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
   for (char const* k : {"1", "2", "3"}) {
     ScopedEnv fake("TELAR_RANKS_PER_NODE", k);
     Communicator comm(MPI_COMM_WORLD, "world"); // fresh: the layout is cached per communicator
@@ -247,24 +272,22 @@ TEST_CASE("topology-aware allreduce equals the flat one on fake nodes", "[comm][
     TELAR_REQUIRE_ALL(g == expected_group(p, std::atoi(k)));
     TELAR_REQUIRE_ALL(layout.nodes == (p + std::atoi(k) - 1) / std::atoi(k));
     TELAR_REQUIRE_ALL(layout.local_rank == comm.rank() % std::atoi(k));
-    // Sizes not divisible by the ranks per node, and several segments.
-    for (std::size_t n : {std::size_t(1), std::size_t(3), std::size_t(1001), std::size_t(65537),
-                          (std::size_t(1) << 20) + 3}) {
-      std::vector<float> x(n);
-      for (auto& v : x)
-        v = dist(gen);
-      std::vector<float> flat = x;
-      telar::RingAllreduce{}.start(comm, flat.data(), n).wait();
-      telar::TopologyAwareAllreduce{}.start(comm, x.data(), n).wait();
-      bool ok = true;
-      for (std::size_t i = 0; i < n; ++i)
-        ok = ok && std::fabs(x[i] - flat[i]) <= 1e-5f * (1.f + std::fabs(flat[i]));
-      std::uint64_t h = fnv(x.data(), n * sizeof(float)), h0 = h;
-      comm.broadcast(&h0, 1, 0);
-      INFO("n=" << n);
-      TELAR_REQUIRE_ALL(ok && h == h0); // within tolerance, bitwise equal on all ranks
-    }
+    check_topology_aware_equals_flat(comm, gen);
   }
+}
+
+// On the nodes the run really has (the emulated cluster's test runs it on 2
+// nodes of 2 ranks, tests/cluster/cluster_allreduce.sh, and reads the line).
+TEST_CASE("topology-aware allreduce equals the flat one on this run's nodes",
+          "[comm][allreduce][nodes]") {
+  Communicator comm(MPI_COMM_WORLD, "world");
+  auto const layout = telar::node_layout(comm);
+  int const g = telar::TopologyAwareAllreduce{}.group_size_for(comm);
+  if (comm.rank() == 0)
+    std::printf("allreduce nodes: %d node(s) of %d rank(s), hierarchical groups of %d\n",
+                layout.nodes, layout.ranks_per_node, g);
+  std::mt19937 gen(99u + unsigned(comm.rank()));
+  check_topology_aware_equals_flat(comm, gen);
 }
 
 TEST_CASE("TELAR_ALLREDUCE forces flat or hierarchical", "[comm][allreduce]") {
