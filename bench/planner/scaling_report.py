@@ -268,7 +268,7 @@ def main():
     curves = [json.loads(l) for l in open(files[0]) if l.startswith("{")]
     lines = [json.loads(l) for f in files[1:] for l in open(f) if l.startswith("{")]
     runs = [l for l in lines if "scaling" not in l and "cluster" not in l]
-    peers = [l for l in lines if l.get("scaling") == "weak"]
+    peers = [l for l in lines if l.get("scaling") == "weak" and "cluster" not in l]
     cluster = [l for l in lines if "cluster" in l]
     md = (["# Telar scaling report", ""] + curves_section(curves, out) +
           peers_section(peers, out) + cluster_section(cluster, out) +
