@@ -3,7 +3,6 @@
 #include <telar/core/detail/math.hpp>
 
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 namespace telar::detail {
@@ -13,14 +12,9 @@ namespace telar::detail {
 // float comparison may trap, so compilers keep it a branch and the loop
 // around it scalar, unless -fno-trapping-math.
 KOKKOS_INLINE_FUNCTION float clamp_magnitude(float x, float c) {
-  std::int32_t xb = 0, cb = 0;
-  std::memcpy(&xb, &x, sizeof x);
-  std::memcpy(&cb, &c, sizeof c);
+  std::int32_t const xb = bit_cast<std::int32_t>(x), cb = bit_cast<std::int32_t>(c);
   std::int32_t const sign = xb & std::int32_t(0x80000000u), mag = xb & 0x7fffffff;
-  std::int32_t const out = (mag < cb || mag > 0x7f800000 ? mag : cb) | sign;
-  float r = 0;
-  std::memcpy(&r, &out, sizeof r);
-  return r;
+  return bit_cast<float>((mag < cb || mag > 0x7f800000 ? mag : cb) | sign);
 }
 
 // erf and exp without library calls for float, so that element loops
@@ -63,9 +57,7 @@ KOKKOS_INLINE_FUNCTION T fast_exp(T a) {
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
-    std::int32_t const bits = (std::int32_t(n) + 127) << 23;
-    float scale;
-    std::memcpy(&scale, &bits, sizeof scale);
+    float const scale = bit_cast<float>((std::int32_t(n) + 127) << 23);
     return (p * r * r + r + 1.f) * scale;
   } else {
     return exp(a);

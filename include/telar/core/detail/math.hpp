@@ -35,6 +35,21 @@ KOKKOS_INLINE_FUNCTION constexpr T min(T a, T b) {
   return b < a ? b : a;
 }
 
+// The bits of `from` as a `To`, on every backend: Kokkos::bit_cast where
+// Kokkos has it (4.1 on: device code too; std::memcpy is a host function
+// under HIP), std::memcpy on Kokkos 3.4 (the host only).
+template <class To, class From>
+KOKKOS_INLINE_FUNCTION To bit_cast(From const& from) {
+  static_assert(sizeof(To) == sizeof(From), "telar::detail::bit_cast: sizes differ");
+#if KOKKOS_VERSION >= 40100
+  return Kokkos::bit_cast<To>(from);
+#else
+  To to;
+  std::memcpy(&to, &from, sizeof(To));
+  return to;
+#endif
+}
+
 // x where `keep`, else +0, without a branch: GCC 12 at -O2 compiles
 // `keep ? x : 0` in a loop to a jump on every value, which mispredicts on
 // half of a network's activations (their signs are random): ReLU's forward
@@ -44,15 +59,7 @@ template <class T>
 KOKKOS_INLINE_FUNCTION T zero_unless(bool keep, T x) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
-#if KOKKOS_VERSION >= 40100 // device code too
-    return Kokkos::bit_cast<T>(Kokkos::bit_cast<Bits>(x) & (Bits(0) - Bits(keep)));
-#else // Kokkos 3.4: the host only
-    Bits b;
-    std::memcpy(&b, &x, sizeof(T));
-    b &= Bits(0) - Bits(keep);
-    std::memcpy(&x, &b, sizeof(T));
-    return x;
-#endif
+    return bit_cast<T>(bit_cast<Bits>(x) & (Bits(0) - Bits(keep)));
   } else {
     return keep ? x : T(0);
   }
