@@ -112,7 +112,7 @@ if(NOT TELAR_ENABLE_ONNX STREQUAL "OFF")
   if(Protobuf_FOUND OR TARGET protobuf::libprotobuf)
     find_package(ONNX QUIET)
   endif()
-  # ONNX 1.16 and later export ONNX::onnx_proto (Debian 13: 1.17), 1.13
+  # ONNX 1.16 and later export ONNX::onnx_proto (Debian 13: 1.17), 1.12
   # (Debian 12) a plain onnx_proto.
   set(_telar_onnx_proto "")
   foreach(_telar_t ONNX::onnx_proto onnx_proto)
