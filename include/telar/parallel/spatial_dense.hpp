@@ -150,17 +150,10 @@ public:
 
   Dense<T, MemorySpace, Gemm> layer; //!< the whole layer (every rank holds all of it)
 
-private:
-  // Column k of this slab's flattened features (channel c, offset j within
-  // the channel's slab) is column c * whole + begin * plane + j of W.
-  template <class F>
-  void for_each_column(F const& f) const {
-    std::size_t const C = whole_[0], plane = whole_.size() / (C * whole_[1]);
-    std::size_t const per = in_.size() / C, whole = whole_.size() / C;
-    std::size_t const first = slab_.begin * plane;
-    for (std::size_t c = 0; c < C; ++c)
-      f(c * per, c * whole + first, per);
-  }
+  // Public only because nvcc refuses an extended lambda (KOKKOS_LAMBDA) in a
+  // private or protected member function; not part of the interface.
+  /// \cond TELAR_INTERNAL
+  // This slab's columns of W into w_slab_; dw_slab_ added into W's gradient.
   template <class Exec>
   void gather_columns(Exec const& exec) {
     std::size_t const out = layer.out_features(), cols = in_.size();
@@ -187,6 +180,19 @@ private:
           Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {dw.extent(0), n}),
           KOKKOS_LAMBDA(std::size_t o, std::size_t j) { dw(o, to + j) += ds(o, from + j); });
     });
+  }
+  /// \endcond
+
+private:
+  // Column k of this slab's flattened features (channel c, offset j within
+  // the channel's slab) is column c * whole + begin * plane + j of W.
+  template <class F>
+  void for_each_column(F const& f) const {
+    std::size_t const C = whole_[0], plane = whole_.size() / (C * whole_[1]);
+    std::size_t const per = in_.size() / C, whole = whole_.size() / C;
+    std::size_t const first = slab_.begin * plane;
+    for (std::size_t c = 0; c < C; ++c)
+      f(c * per, c * whole + first, per);
   }
   void check(char const* what, std::size_t xn, std::size_t xf, std::size_t yn,
              std::size_t yf) const {
