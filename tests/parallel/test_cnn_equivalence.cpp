@@ -96,6 +96,11 @@ using DpBf16Reduce =
     telar::Strategy<telar::DataParallel<>, telar::Precision<telar::bf16, float, telar::bf16>>;
 // ZeRO-3 under bf16: parameters gathered as bf16.
 using Zero3Bf16 = telar::Strategy<telar::DataParallel<telar::RingAllreduce, telar::ZeRO<3>>, Bf16>;
+// ZeRO with gradients reduce-scattered in bf16 too.
+template <int Stage>
+using ZeroBf16Reduce =
+    telar::Strategy<telar::DataParallel<telar::RingAllreduce, telar::ZeRO<Stage>>,
+                    telar::Precision<telar::bf16, float, telar::bf16>>;
 static_assert(
     std::is_same_v<telar::WithPrecision<Cnn<float>, telar::Precision<float>>, Cnn<float>>);
 
@@ -321,6 +326,25 @@ void bf16_cnn_case() {
     require_same(zero3, want, std::min(bound, std::max(from_fp32, 1e-5)),
                  "bf16 ZeRO-3, dp=" + std::to_string(n));
     CHECK(worst_difference(zero3, fp32_wire) > 0); // biases rounded (and sums split otherwise)
+
+    // ZeRO's reduce-scatters in bf16 (half their bytes: test_zero_memory),
+    // summed by MPI a rounded addition at a time: within n u as the bf16
+    // allreduce. ZeRO-1 between ranks (in shared memory nothing travels);
+    // ZeRO-3 with its bf16 gathers as well.
+    telar::TrainerOptions apart = dp;
+    apart.shared_memory = false;
+    Result const zero1 =
+        train<float, ZeroBf16Reduce<1>>(MPI_COMM_WORLD, sgd, apart, data, batch, steps);
+    require_same(zero1, want, n * std::ldexp(1.0, -8),
+                 "bf16 ZeRO-1 reduce-scatter, dp=" + std::to_string(n));
+    Result const zero3_both =
+        train<float, ZeroBf16Reduce<3>>(MPI_COMM_WORLD, sgd, dp, data, batch, steps);
+    require_same(zero3_both, want, n * std::ldexp(1.0, -8),
+                 "bf16 ZeRO-3 reduce-scatter, dp=" + std::to_string(n));
+    if (n > 1) { // the bf16 words travelled
+      CHECK(worst_difference(zero1, fp32_wire) > 0);
+      CHECK(worst_difference(zero3_both, zero3) > 0);
+    }
   }
 }
 } // namespace

@@ -118,9 +118,46 @@ std::uint64_t bytes_per_step(Batch const& batch, int microbatches) {
   return t.grid()->dp().bytes_sent();
 }
 
-// Bytes handed to MPI_Iallgatherv (ZeRO-3's gathers) through MPI's
-// profiling interface: what MPI was given, not Telar's own counter.
+// Bytes handed to MPI_Iallgatherv (ZeRO-3's gathers) and to MPI's
+// reduce-scatters (ZeRO's gradients) through MPI's profiling interface: what
+// MPI was given, not Telar's own counter.
 std::uint64_t iallgatherv_bytes = 0;
+std::uint64_t reduce_scatter_bytes = 0;
+
+// One step (the second) of strategy S: the bytes its gradients' reduce-
+// scatters were given, the peak of its group gradient buffers, the plan's
+// communication and gradient bytes, and the reduce-scatters' trace labels.
+struct ReduceRun {
+  std::uint64_t sent = 0;
+  std::int64_t peak = 0;
+  std::size_t plan_comm = 0, plan_grads = 0;
+  std::vector<std::string> labels;
+};
+template <class S>
+ReduceRun reduce_run(Batch const& batch) {
+  telar::TrainerOptions opts;
+  opts.bucket_bytes = 1024;   // one group per Dense layer
+  opts.shared_memory = false; // ZeRO-1 reduce-scatters (in shared memory nothing travels)
+  opts.trace = true;
+  Watch watch;
+  telar::Trainer<Model, S, telar::Adam<float>> t(MPI_COMM_WORLD, make_model(), {}, opts, 32);
+  std::size_t const local = 8, d = std::size_t(t.grid_coords().dp) * local;
+  auto x = telar::rows(batch.x, d, d + local);
+  auto y = telar::rows(batch.y, d, d + local);
+  t.step(x, y);
+  meter.reset_peaks();
+  reduce_scatter_bytes = 0;
+  t.step(x, y);
+  ReduceRun r{reduce_scatter_bytes,
+              meter.peak_of("telar::ZeRO::group_grads"),
+              t.memory_plan().bytes[telar::MemoryCategory::communication],
+              t.memory_plan().bytes[telar::MemoryCategory::gradients],
+              {}};
+  for (auto const& e : t.trace().events())
+    if (e.name.rfind("reduce-scatter group", 0) == 0)
+      r.labels.push_back(e.name);
+  return r;
+}
 
 // One ZeRO-3 step (the second) of strategy S: what it gathered and held.
 struct GatherRun {
@@ -167,6 +204,26 @@ extern "C" int MPI_Iallgatherv(const void* send, int count, MPI_Datatype type, v
   MPI_Type_size(type, &size);
   iallgatherv_bytes += std::uint64_t(count) * std::uint64_t(size);
   return PMPI_Iallgatherv(send, count, type, recv, counts, displs, recv_type, comm, request);
+}
+
+extern "C" int MPI_Ireduce_scatter(const void* send, void* recv, const int counts[],
+                                   MPI_Datatype type, MPI_Op op, MPI_Comm comm,
+                                   MPI_Request* request) {
+  int size = 0, ranks = 0;
+  MPI_Type_size(type, &size);
+  MPI_Comm_size(comm, &ranks);
+  for (int r = 0; r < ranks; ++r)
+    reduce_scatter_bytes += std::uint64_t(counts[r]) * std::uint64_t(size);
+  return PMPI_Ireduce_scatter(send, recv, counts, type, op, comm, request);
+}
+
+extern "C" int MPI_Ireduce_scatter_block(const void* send, void* recv, int count, MPI_Datatype type,
+                                         MPI_Op op, MPI_Comm comm, MPI_Request* request) {
+  int size = 0, ranks = 0;
+  MPI_Type_size(type, &size);
+  MPI_Comm_size(comm, &ranks);
+  reduce_scatter_bytes += std::uint64_t(count) * std::uint64_t(ranks) * std::uint64_t(size);
+  return PMPI_Ireduce_scatter_block(send, recv, count, type, op, comm, request);
 }
 
 TEST_CASE("ZeRO-2 holds no full gradient buffer, ZeRO-3 no full parameter buffer",
@@ -304,4 +361,48 @@ void bf16_zero3_case() {
 
 TEST_CASE("ZeRO-3 under Precision<bf16, float> gathers half the bytes", "[zero][bf16]") {
   bf16_zero3_case<telar::DefaultMemorySpace>();
+}
+
+// Under Precision<..., bf16> ZeRO's gradient reduce-scatters send bf16 words,
+// rounded in place in the fp32 buffers: half the bytes handed to MPI, the
+// same buffers, the same plan. fp32 compute, so no bf16 kernels are needed.
+namespace {
+template <int Stage>
+using Bf16Reduce = telar::Strategy<telar::DataParallel<telar::RingAllreduce, telar::ZeRO<Stage>>,
+                                   telar::Precision<float, float, telar::bf16>>;
+
+template <int Stage>
+void bf16_reduce_case(Batch const& batch) {
+  ReduceRun const fp32 = reduce_run<Dp<telar::ZeRO<Stage>>>(batch);
+  ReduceRun const bf16 = reduce_run<Bf16Reduce<Stage>>(batch);
+  INFO("ZeRO-" << Stage << ": reduce-scatter bytes " << fp32.sent << " (fp32) " << bf16.sent
+               << " (bf16); group peak " << fp32.peak << " / " << bf16.peak);
+  if (world_size() > 1)
+    CHECK(fp32.sent > 0);
+  CHECK(2 * bf16.sent == fp32.sent);
+  // Group buffers live until their reduction is seen complete, which
+  // depends on timing (smaller messages may finish sooner): both peaks stay
+  // within the one plan.
+  CHECK(bf16.plan_comm == fp32.plan_comm);
+  CHECK(bf16.peak <= std::int64_t(bf16.plan_comm));
+  CHECK(fp32.peak <= std::int64_t(fp32.plan_comm));
+  if (Stage >= 2 && (world_size() > 1 || Stage == 3))
+    CHECK(bf16.peak > 0);
+  CHECK(bf16.plan_grads == fp32.plan_grads);
+  // ZeRO-2/3 trace each group's reduce-scatter with the bytes that travelled.
+  REQUIRE(bf16.labels.size() == fp32.labels.size());
+  for (std::size_t i = 0; i < bf16.labels.size(); ++i) {
+    INFO(fp32.labels[i] << " / " << bf16.labels[i]);
+    CHECK(fp32.labels[i].find("bf16") == std::string::npos);
+    CHECK(bf16.labels[i].find(" KiB bf16)") != std::string::npos);
+    CHECK(label_kib(bf16.labels[i]) == label_kib(fp32.labels[i]) / 2);
+  }
+}
+} // namespace
+
+TEST_CASE("ZeRO's gradients reduce-scattered in bf16 send half the bytes", "[zero][bf16]") {
+  auto const batch = make_batch(std::size_t(8 * world_size()));
+  bf16_reduce_case<1>(batch);
+  bf16_reduce_case<2>(batch);
+  bf16_reduce_case<3>(batch);
 }

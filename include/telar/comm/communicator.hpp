@@ -207,7 +207,7 @@ public:
     MPI_Request req = MPI_REQUEST_NULL;
     handle().count_collective(2.0 * double(n * sizeof(T)));
     h.check(MPI_Iallreduce(in, out, count(n, "MPI_Allreduce"), detail::mpi_type<T>(),
-                           detail::mpi_op(op), h.comm, &req),
+                           detail::mpi_op<T>(op), h.comm, &req),
             "MPI_Iallreduce");
     detail::wait_request(h, req, MPI_STATUS_IGNORE, "MPI_Allreduce", -1, -1, "with");
   }
@@ -292,7 +292,7 @@ public:
     void const* s = send == recv ? MPI_IN_PLACE : static_cast<void const*>(send);
     handle().count_collective(double(recv_n * sizeof(T)) * h.size);
     h.check(MPI_Ireduce_scatter_block(s, recv, count(recv_n, "MPI_Reduce_scatter_block"),
-                                      detail::mpi_type<T>(), detail::mpi_op(op), h.comm, &req),
+                                      detail::mpi_type<T>(), detail::mpi_op<T>(op), h.comm, &req),
             "MPI_Ireduce_scatter_block");
     detail::wait_request(h, req, MPI_STATUS_IGNORE, "MPI_Reduce_scatter_block", -1, -1, "with");
   }
@@ -391,7 +391,7 @@ public:
     MPI_Request req = MPI_REQUEST_NULL;
     handle().count_collective(2.0 * double(n * sizeof(T)));
     h.check(MPI_Iallreduce(MPI_IN_PLACE, inout, count(n, "MPI_Iallreduce"), detail::mpi_type<T>(),
-                           detail::mpi_op(op), h.comm, &req),
+                           detail::mpi_op<T>(op), h.comm, &req),
             "MPI_Iallreduce");
     return Request(req, detail::RequestKind::collective, "MPI_Allreduce", -1, -1, h_);
   }
@@ -421,7 +421,7 @@ public:
     handle().count_collective(double(total) * sizeof(T));
     MPI_Request req = MPI_REQUEST_NULL;
     h.check(MPI_Ireduce_scatter(send, recv, counts.data(), detail::mpi_type<T>(),
-                                detail::mpi_op(op), h.comm, &req),
+                                detail::mpi_op<T>(op), h.comm, &req),
             "MPI_Ireduce_scatter");
     return Request(req, detail::RequestKind::collective, "MPI_Reduce_scatter", -1, -1, h_);
   }

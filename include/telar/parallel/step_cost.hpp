@@ -124,6 +124,8 @@ StepPrediction predict_step(Model const& model, LayoutOptions const& options, Sh
     c.world = world_size;
     c.order = options.grid_order;
     c.hierarchical_dp = detail::hierarchical_dp_v<StrategyT>;
+    c.reduce_bytes = P::bf16_reduce ? 2 : 4;
+    c.gather_bytes = P::bf16_compute && plan.zero_stage == 3 ? 2 : 4;
     return detail::predict<StrategyT, Loss, StepPrediction>(model, options, in, c, profile);
   }
 }

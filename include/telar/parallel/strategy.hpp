@@ -172,9 +172,10 @@ struct bf16 {
  *  nothing. Orthogonal to every other policy.
  *
  *  \p Reduce = telar::bf16 sends the data-parallel gradient buckets in bf16
- *  (telar::Bf16Wire around the strategy's allreduce: half the bytes; each
- *  rank's gradient rounded once, partial sums rounded at each hop); float,
- *  the default, reduces them in fp32.
+ *  (telar::Bf16Wire around the strategy's allreduce, or under ZeRO its
+ *  reduce-scatters: half the bytes; each rank's gradient rounded once,
+ *  partial sums rounded at each addition); float, the default, reduces them
+ *  in fp32.
  *  \tparam Compute telar::bf16 or float \tparam Master float
  *  \tparam Reduce type of the gradient allreduce: float or telar::bf16 */
 template <class Compute, class Master = float, class Reduce = float>

@@ -407,15 +407,15 @@ private:
   using DataParallelPolicy = std::conditional_t<StrategyT::has_data_parallel,
                                                 typename StrategyT::data_parallel, DataParallel<>>;
   // Gradients reduced in bf16 (Precision<..., bf16>): the strategy's
-  // allreduce, sent as bf16.
-  static_assert(!PrecisionPolicy::bf16_reduce ||
-                    (DataParallelPolicy::sharding::stage == 0 && std::is_same_v<value_type, float>),
+  // allreduce sent as bf16, or under ZeRO its reduce-scatters
+  // (SyncContext::bf16_gradients).
+  static_assert(!PrecisionPolicy::bf16_reduce || std::is_same_v<value_type, float>,
                 "telar::Trainer: gradients reduced in bf16 (telar::Precision<C, float, "
-                "telar::bf16>) need float parameters and no ZeRO sharding (ZeRO reduce-scatters "
-                "in fp32)");
-  using Allreduce = std::conditional_t<PrecisionPolicy::bf16_reduce,
-                                       Bf16Wire<typename DataParallelPolicy::algorithm>,
-                                       typename DataParallelPolicy::algorithm>;
+                "telar::bf16>) need float parameters");
+  using Allreduce =
+      std::conditional_t<PrecisionPolicy::bf16_reduce && DataParallelPolicy::sharding::stage == 0,
+                         Bf16Wire<typename DataParallelPolicy::algorithm>,
+                         typename DataParallelPolicy::algorithm>;
   // The gradient-sync component of the strategy's sharding policy
   // (parallel/detail/sync_*.hpp).
   using Sync = detail::GradientSync<typename DataParallelPolicy::sharding, value_type, memory_space,
@@ -615,6 +615,7 @@ private:
     ctx.shared_memory = options_.shared_memory;
     ctx.trace = &trace_;
     ctx.bf16_gathers = PrecisionPolicy::bf16_compute;
+    ctx.bf16_gradients = PrecisionPolicy::bf16_reduce;
     // The residency draws the layers (one at a time: the same values as all
     // at once) and, under ZeRO-3, lays the store out around its value shard;
     // the sync then binds the rest.

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <stdexcept>
 #include <type_traits>
 
 namespace telar {
@@ -67,7 +68,7 @@ MPI_Datatype mpi_type() {
     return MPI_CXX_BOOL;
   else if constexpr (std::is_same_v<U, std::byte>)
     return MPI_BYTE;
-  else if constexpr (std::is_same_v<U, Bf16Word>) // moved, never reduced by MPI
+  else if constexpr (std::is_same_v<U, Bf16Word>) // reduced by bf16_sum_op() only
     return MPI_UINT16_T;
   else {
     static_assert(dependent_false_v<T>,
@@ -90,6 +91,37 @@ inline MPI_Op mpi_op(ReduceOp op) {
     return MPI_MIN;
   }
   return MPI_OP_NULL;
+}
+
+// bf16 words summed as Telar's own algorithms sum them (Bf16Word::operator+=:
+// each addition in float, rounded back to bf16), for MPI's reductions of
+// bf16 (ZeRO's reduce-scatters under Precision<..., bf16>).
+inline void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  auto const* a = static_cast<Bf16Word const*>(in);
+  auto* b = static_cast<Bf16Word*>(inout);
+  for (int i = 0; i < *len; ++i)
+    b[i] += a[i];
+}
+// Created once per process (after MPI_Init), kept until MPI_Finalize frees it.
+inline MPI_Op bf16_sum_op() {
+  static MPI_Op const op = [] {
+    MPI_Op o = MPI_OP_NULL;
+    MPI_Op_create(&bf16_sum, 1, &o);
+    return o;
+  }();
+  return op;
+}
+
+// The MPI_Op of `op` on elements of type T: bf16 words have a sum only.
+template <class T>
+MPI_Op mpi_op(ReduceOp op) {
+  if constexpr (std::is_same_v<std::remove_cv_t<T>, Bf16Word>) {
+    if (op != ReduceOp::sum)
+      throw std::invalid_argument("telar: bf16 words are summed only");
+    return bf16_sum_op();
+  } else {
+    return mpi_op(op);
+  }
 }
 
 inline const char* reduce_op_name(ReduceOp op) {

@@ -54,6 +54,9 @@ struct SyncContext {
   // ZeRO-3 gathers parameter values as bf16 (Precision<bf16, ...>: the
   // bf16 kernels round them anyway): half the gather bytes.
   bool bf16_gathers = false;
+  // ZeRO's gradient reduce-scatters send bf16 words (Precision<..., bf16>):
+  // half the bytes, each addition rounded to bf16 (docs/precision.md).
+  bool bf16_gradients = false;
 
   bool data_parallel() const { return dp != nullptr && dp->size() > 1; }
   // Sums v over the ranks of one model replica (pipeline stages, tensor shards).

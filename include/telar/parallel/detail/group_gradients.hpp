@@ -12,12 +12,19 @@
 // from its first backward to its last, so several (up to all) groups can be
 // live at once; with one micro-batch at most two are.
 //
-// Peak memory is deterministic: at most one reduce-scatter is in flight;
-// before group g's reduction starts, the previous one is waited for and its
-// buffer freed. Every dp rank starts the reductions in the same order (the
-// order the groups complete in, which the schedule fixes), so the
-// collectives match.
+// With SyncContext::bf16_gradients a group travels as bf16 words, rounded
+// in place into the first half of its buffer and received into the first
+// half of its block of the shard, widened there on arrival: half the bytes,
+// nothing allocated beside the fp32 buffers.
+//
+// Peak memory has a deterministic bound (the plan's): at most one
+// reduce-scatter is in flight; before group g's reduction starts, the
+// previous one is waited for and its buffer freed (sooner if a poll sees it
+// complete, so the peak reached depends on timing). Every dp rank starts
+// the reductions in the same order (the order the groups complete in, which
+// the schedule fixes), so the collectives match.
 #include <telar/comm/communicator.hpp>
+#include <telar/comm/detail/bf16_word.hpp>
 #include <telar/comm/device_buffer.hpp>
 #include <telar/core/parameters.hpp>
 #include <telar/parallel/detail/bucket_plan.hpp>
@@ -27,6 +34,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -142,6 +150,15 @@ private:
     g.send = std::make_unique<HostBuffer<Vec>>(g.grads, true);
     g.recv = std::make_unique<HostBuffer<Vec>>(Vec(shard_.data() + g.out, mine), false);
     g.t_start = ctx_.trace ? ctx_.trace->now() : 0;
+    if constexpr (std::is_same_v<T, float>) {
+      if (ctx_.bf16_gradients) {
+        Bf16Word const* words = narrow_in_place(g.send->data(), g.end - g.begin);
+        g.request =
+            ctx_.dp->ireduce_scatter(words, reinterpret_cast<Bf16Word*>(g.recv->data()), g.counts);
+        in_flight_ = long(i);
+        return;
+      }
+    }
     g.request = ctx_.dp->ireduce_scatter(g.send->data(), g.recv->data(), g.counts);
     in_flight_ = long(i);
   }
@@ -157,10 +174,15 @@ private:
   void finish() {
     Group& g = groups_[std::size_t(in_flight_)];
     in_flight_ = -1;
+    bool const bf16 = std::is_same_v<T, float> && ctx_.bf16_gradients;
+    if constexpr (std::is_same_v<T, float>)
+      if (bf16)
+        widen_in_place(g.recv->data(), std::size_t(g.counts[std::size_t(ctx_.dp->rank())]));
     g.recv->copy_back();
-    if (ctx_.trace)
+    if (ctx_.trace) // the bytes that travelled
       ctx_.trace->add("reduce-scatter group (" +
-                          std::to_string((g.end - g.begin) * sizeof(T) >> 10) + " KiB)",
+                          std::to_string((g.end - g.begin) * (bf16 ? 2 : sizeof(T)) >> 10) +
+                          (bf16 ? " KiB bf16)" : " KiB)"),
                       "comm", g.t_start, ctx_.trace->now(), 1);
     g.send.reset();
     g.recv.reset();

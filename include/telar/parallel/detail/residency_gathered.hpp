@@ -230,36 +230,20 @@ private:
       if (ctx_.bf16_gathers) {
         // bf16 words: received into the first half of the fp32 buffer, this
         // rank's part sent from the second (MPI's buffers must not overlap).
-        auto* words = reinterpret_cast<std::uint16_t*>(g.values.data());
-        auto* send = reinterpret_cast<unsigned char*>(words + (g.end - g.begin));
+        auto* words = reinterpret_cast<Bf16Word*>(g.values.data());
+        Bf16Word* const send = words + (g.end - g.begin);
         T const* part = shard_.data() + g.send_offset;
         for (std::size_t k = 0; k < mine; ++k) { // bytes: the buffer's values are floats
-          std::uint16_t const w = Bf16Word::from_float(part[k]).bits;
-          std::memcpy(send + k * sizeof w, &w, sizeof w);
+          Bf16Word const w = Bf16Word::from_float(part[k]);
+          std::memcpy(send + k, &w, sizeof w);
         }
-        g.request =
-            ctx_.dp->iallgatherv(reinterpret_cast<std::uint16_t*>(send), g.counts, g.displs, words);
+        g.request = ctx_.dp->iallgatherv(send, g.counts, g.displs, words);
         return;
       }
     }
     g.send = std::make_unique<HostBuffer<Vec>>(Vec(shard_.data() + g.send_offset, mine), true);
     g.recv = std::make_unique<HostBuffer<Vec>>(g.values, false);
     g.request = ctx_.dp->iallgatherv(g.send->data(), g.counts, g.displs, g.recv->data());
-  }
-
-  // bf16 gathers: the words in the first half of `values` widened in place,
-  // last first (float k overwrites words 2k and 2k + 1, already read),
-  // through bytes (words and floats share the storage).
-  static void widen_in_place(Vec const& values) {
-    if constexpr (bf16_capable) {
-      auto* bytes = reinterpret_cast<unsigned char*>(values.data());
-      for (std::size_t k = values.size(); k-- > 0;) {
-        Bf16Word w;
-        std::memcpy(&w.bits, bytes + k * sizeof w.bits, sizeof w.bits);
-        float const f = w.to_float();
-        std::memcpy(bytes + k * sizeof f, &f, sizeof f);
-      }
-    }
   }
 
   // The gather completed: the layers' values point into it.
@@ -272,7 +256,8 @@ private:
       g.send.reset();
       g.recv.reset();
     } else {
-      widen_in_place(g.values);
+      if constexpr (bf16_capable) // the bf16 words in the first half
+        widen_in_place(g.values.data(), g.values.size());
     }
     rebind_(g.begin, g.end, g.values);
     if (ctx_.trace) // the bytes that travelled: bf16 words are half the values'

@@ -34,6 +34,9 @@ struct StepCostInput {
   int world = 1;
   GridOrder order = default_grid_order; // rank layout (which groups span nodes)
   bool hierarchical_dp = false; // dp allreduce two-level across nodes (Hierarchical, TopologyAware)
+  // Bytes a value takes on the wire: 2 where gradients are reduced in bf16
+  // (Precision<..., bf16>) or ZeRO-3 gathers bf16 copies (bf16 compute).
+  double reduce_bytes = 4, gather_bytes = 4;
 };
 
 // Whether the strategy's data-parallel allreduce goes two-level across
@@ -84,9 +87,10 @@ struct ZeroOneSeconds {
 // an all-gather across the nodes, the node's `local` cross groups at once
 // sharing the link (1/local of the bytes each); otherwise reduce-scatter and
 // all-gather messages over the group's link class. `contention` stretches
-// the pass as compute is stretched.
+// the pass as compute is stretched. `narrow`: the reduce-scatters' bytes per
+// fp32 byte (1/2 for bf16 gradients; the shared-memory pass stays fp32).
 inline ZeroOneSeconds zero1_seconds(MachineProfile const& prof, CommGroup const& g, double bytes,
-                                    bool shared, double contention) {
+                                    bool shared, double contention, double narrow = 1) {
   ZeroOneSeconds z;
   if (g.size < 2)
     return z;
@@ -95,14 +99,14 @@ inline ZeroOneSeconds zero1_seconds(MachineProfile const& prof, CommGroup const&
     if (g.per_node()) {
       int const nodes = g.size / g.local;
       double const across = double(nodes - 1) / nodes;
-      z.reduce += prof.across.reduce_scatter.seconds(bytes, across);
+      z.reduce += prof.across.reduce_scatter.seconds(bytes * narrow, across);
       z.publish = prof.across.all_gather.seconds(bytes, across);
     }
     return z;
   }
   LinkCosts const links = prof.link_class(g.spans);
   double const f = double(g.size - 1) / g.size;
-  z.reduce = links.reduce_scatter.seconds(bytes, f);
+  z.reduce = links.reduce_scatter.seconds(bytes * narrow, f);
   z.publish = links.all_gather.seconds(bytes, f);
   return z;
 }
@@ -446,7 +450,7 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
     // ZeRO-3 gathers the stage's parameters for each micro-batch's forward
     // and again for its backward (PerStep: once per step, counted below).
     if (c.zero_stage == 3 && dp > 1 && !c.zero3_per_step) {
-      double const g = dp_links.all_gather.seconds(st.sum.parameters * 4, ag);
+      double const g = dp_links.all_gather.seconds(st.sum.parameters * c.gather_bytes, ag);
       st.sum.forward += g;
       st.sum.backward_input += g;
       r.zero_gather_ms += 2e3 * g * sched.microbatches;
@@ -481,9 +485,10 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
       recompute += st.sum.recompute * sched.microbatches;
       last_backward += st.sum.backward_input + st.sum.backward_weight;
     }
+    // Buckets are cut in fp32 bytes; each travels in c.reduce_bytes a value.
     double const bytes = params * 4;
     double const buckets = std::max(1.0, std::ceil(bytes / double(options.bucket_bytes)));
-    double const bucket = bytes / buckets;
+    double const bucket = params * c.reduce_bytes / buckets;
     double sync = 0, exposed = 0, gather = 0;
     if (dp > 1) {
       if (c.zero_stage == 0 || c.zero_stage >= 2) {
@@ -496,13 +501,16 @@ Result predict(Model const& given, LayoutOptions const& options, Shape const& in
         sync = buckets * one;
         exposed = exposed_reduction(sync, one, prof.overlap, last_backward);
       } else { // ZeRO-1: after backward, then published after the update
-        ZeroOneSeconds const z = zero1_seconds(prof, dp_group, bytes, c.shared_zero1, contention);
+        ZeroOneSeconds const z =
+            zero1_seconds(prof, dp_group, bytes, c.shared_zero1, contention, c.reduce_bytes / 4);
         sync = exposed = z.reduce;
         gather = z.publish;
       }
       // ZeRO-2 publishes the updated shards; ZeRO-3 PerStep gathers once per step.
-      if (c.zero_stage == 2 || (c.zero_stage == 3 && c.zero3_per_step))
+      if (c.zero_stage == 2)
         gather = dp_links.all_gather.seconds(bytes, ag);
+      else if (c.zero_stage == 3 && c.zero3_per_step)
+        gather = dp_links.all_gather.seconds(params * c.gather_bytes, ag);
     }
     // The update reads parameters, gradients and state, writes parameters and state.
     double const updated = c.zero_stage >= 1 && dp > 1 ? params / dp : params;

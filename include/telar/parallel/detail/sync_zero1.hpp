@@ -30,7 +30,7 @@ public:
   template <class Model>
   void bind(Model& model, std::vector<bool> const& owned, Store& store) {
     if (ctx_.data_parallel()) {
-      zero_ = ZeroOneSharding<T, MemorySpace>(ctx_.dp, ctx_.shared_memory);
+      zero_ = ZeroOneSharding<T, MemorySpace>(ctx_.dp, ctx_.shared_memory, ctx_.bf16_gradients);
       store.bind(model, owned, zero_.allocator(), zero_.copy_values(),
                  std::size_t(ctx_.dp->size()) * store.alignment);
       zero_.bound(store);

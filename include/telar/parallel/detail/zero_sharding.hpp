@@ -22,7 +22,12 @@
 //
 // Distributed mode (anything else): reduce-scatter the gradients, update the
 // shard, all-gather the parameters.
+//
+// With bf16 gradients (Precision<..., bf16>) the reduce-scatters send bf16
+// words, rounded in place (bf16_word.hpp); the sums in shared memory, where
+// nothing travels, stay fp32.
 #include <telar/comm/communicator.hpp>
+#include <telar/comm/detail/bf16_word.hpp>
 #include <telar/comm/device_buffer.hpp>
 #include <telar/comm/shared_window.hpp>
 #include <telar/core/parameters.hpp>
@@ -33,6 +38,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace telar::detail {
@@ -66,8 +72,9 @@ public:
 
   // Collective over `dp`. Decides the mode (`allow_shared` false forces the
   // distributed one). Every rank decides alike: from the node sizes' minimum
-  // and maximum over the group.
-  ZeroOneSharding(Communicator const* dp, bool allow_shared) : dp_(dp) {
+  // and maximum over the group. `bf16`: gradients travel as bf16 words.
+  ZeroOneSharding(Communicator const* dp, bool allow_shared, bool bf16 = false)
+      : dp_(dp), bf16_(bf16) {
     if constexpr (host_memory) {
       if (!allow_shared)
         return;
@@ -164,7 +171,7 @@ public:
       // In place: the summed shard lands at the start of the gradient buffer
       // (no second, shard-sized gradient buffer; the next step zeroes it).
       HostBuffer<Vec> grads(store.grads(), true);
-      dp_->reduce_scatter(grads.data(), grads.data(), chunk_);
+      scatter_sums(*dp_, grads.data(), grads.data());
       grads.copy_back();
       return;
     }
@@ -177,7 +184,7 @@ public:
         // The node's sums of the cross group's chunks, then across the nodes:
         // chunk r lands on rank r (only it reads or writes that chunk here).
         sum_node_chunks(owners_, across_.data());
-        cross_->reduce_scatter(across_.data(), out, chunk_);
+        scatter_sums(*cross_, across_.data(), out);
       }
     }
   }
@@ -206,6 +213,23 @@ public:
   }
 
 private:
+  // comm's reduce-scatter of `send` (a chunk per rank) into `recv` (this
+  // rank's chunk; `send` == `recv`: in place, the chunk at the start). In
+  // bf16: rounded in place in `send`, received into `recv`'s first half and
+  // widened there.
+  void scatter_sums(Communicator const& comm, T* send, T* recv) const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (bf16_) {
+        Bf16Word* const words = narrow_in_place(send, chunk_ * std::size_t(comm.size()));
+        comm.reduce_scatter(words, send == recv ? words : reinterpret_cast<Bf16Word*>(recv),
+                            chunk_);
+        widen_in_place(recv, chunk_);
+        return;
+      }
+    }
+    comm.reduce_scatter(send, recv, chunk_);
+  }
+
   // out[k chunk + i] = the node's sum of element i of chunk owners[k], the
   // node's ranks added in their order (the same sum wherever it is done).
   void sum_node_chunks(std::vector<int> const& owners, T* out) const {
@@ -230,6 +254,7 @@ private:
   }
 
   Communicator const* dp_ = nullptr;
+  bool bf16_ = false;
   std::optional<Communicator> node_;  // this rank's node (shared windows)
   std::optional<Communicator> cross_; // per node: one rank of each node
   ZeroOneMode mode_ = ZeroOneMode::distributed;
