@@ -1,6 +1,7 @@
 #include "support.hpp"
 
 #include <telar/core/gemm.hpp>
+#include <telar/profile/launches.hpp>
 
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
@@ -174,6 +175,62 @@ TEST_CASE("Bf16Gemm agrees with fp32 within bf16 rounding", "[gemm][bf16]") {
     }
   CHECK(std::sqrt(num / den) < 1e-2);
   CHECK(std::sqrt(num / den) > 0); // bf16 really ran: fp32 would be ~1e-7
+}
+
+// Attention's products under Bf16Gemm (telar::gemm_batched): entries that
+// are the heads of wider matrices (strided, as strided_batch's), every
+// transpose, in one oneDNN call for the whole batch; each entry within the
+// bf16 bound of its exact product.
+TEST_CASE("Bf16Gemm multiplies a batch in one call, each entry within bf16 rounding",
+          "[gemm][bf16]") {
+  if (!telar::bf16_available()) {
+    SKIP("no AVX512-BF16/AMX on this CPU");
+  }
+  std::size_t const n1 = 3, n2 = 2, m = 5, n = 6, k = 7;
+  double const u = std::ldexp(1.0, -8), rel = 2 * u + u * u + double(k + 2) * std::ldexp(1.0, -24);
+  for (char ta : {'N', 'T'})
+    for (char tb : {'N', 'T'}) {
+      // Entry (i, j) of a batch of [r, c] matrices: rows of matrix i, columns
+      // [j c, (j + 1) c) of a [n1 r, n2 c] matrix.
+      auto batch = [&](std::size_t r, std::size_t c, std::uint64_t seed) {
+        auto wide = random_matrix<float, Host>(n1 * r, n2 * c, seed);
+        return std::make_pair(
+            wide, telar::strided_batch<Host>(wide.data(), n1, r * n2 * c, n2, c, r, n2 * c, c));
+      };
+      auto [Aw, A] = ta == 'N' ? batch(m, k, 51) : batch(k, m, 51);
+      auto [Bw, B] = tb == 'N' ? batch(k, n, 52) : batch(n, k, 52);
+      Kokkos::View<float****, Kokkos::LayoutRight, Host> C("C", n1, n2, m, n),
+          C0("C0", n1, n2, m, n);
+      for (std::size_t i = 0; i < C.size(); ++i)
+        C.data()[i] = C0.data()[i] = float(int(i % 11) - 5) / 4.f;
+      float const alpha = 0.5f, beta = 0.25f;
+      telar::LaunchCounter count;
+      telar::gemm_batched(telar::Bf16Gemm{}, HostExec{}, ta, tb, alpha, A, B, beta, C);
+      CHECK(count.library_calls() == 1);
+      double worst_ratio = 0;
+      for (std::size_t b1 = 0; b1 < n1; ++b1)
+        for (std::size_t b2 = 0; b2 < n2; ++b2)
+          for (std::size_t i = 0; i < m; ++i)
+            for (std::size_t j = 0; j < n; ++j) {
+              double exact = 0, mag = 0;
+              for (std::size_t l = 0; l < k; ++l) {
+                double const a = ta == 'N' ? A(b1, b2, i, l) : A(b1, b2, l, i);
+                double const b = tb == 'N' ? B(b1, b2, l, j) : B(b1, b2, j, l);
+                exact += a * b;
+                mag += std::fabs(a * b);
+              }
+              double const want = alpha * exact + beta * double(C0(b1, b2, i, j));
+              double const bound =
+                  alpha * rel * mag +
+                  std::ldexp(1.0, -23) * (std::fabs(beta * C0(b1, b2, i, j)) + std::fabs(want)) +
+                  1e-30;
+              worst_ratio =
+                  std::max(worst_ratio, std::fabs(double(C(b1, b2, i, j)) - want) / bound);
+            }
+      INFO(ta << tb);
+      CHECK(worst_ratio <= 1.0);
+      CHECK(worst_ratio > 0.01); // bf16 ran (fp32 rounding would be ~1e-5 of the bound)
+    }
 }
 
 TEST_CASE("Bf16Gemm is exact on inputs representable in bf16 with small K", "[gemm][bf16]") {

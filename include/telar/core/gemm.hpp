@@ -314,6 +314,45 @@ void reference_gemm_batched(Exec const& exec, char ta, char tb, T alpha, AV A, B
       });
 }
 
+#if TELAR_HAVE_ONEDNN
+// gemm_batched under Bf16Gemm on the host: the whole batch as one oneDNN
+// matmul (its conversions to bf16 too), where every matrix has contiguous
+// rows (strided_batch's views do) and the CPU has bf16. False: not done.
+template <class Exec, class AV, class BV, class CV>
+bool bf16_gemm_batched(Exec const& exec, char ta, char tb, float alpha, AV const& A, BV const& B,
+                       float beta, CV const& C) {
+  std::size_t const k = op_cols(ta, A.extent(2), A.extent(3));
+  if (k == 0 || A.stride(3) != 1 || B.stride(3) != 1 || C.stride(3) != 1 ||
+      !bf16_check_isa("telar::gemm_batched (telar::Bf16Gemm)"))
+    return false;
+  auto ld = [](auto const& v) {
+    return std::int64_t(std::max<std::size_t>({std::size_t(v.stride(2)), v.extent(3), 1}));
+  };
+  OneDnnBf16Matmul::Geometry g;
+  g.ta = ta;
+  g.tb = tb;
+  g.m = std::int64_t(C.extent(2));
+  g.n = std::int64_t(C.extent(3));
+  g.k = std::int64_t(k);
+  g.lda = ld(A);
+  g.ldb = ld(B);
+  g.ldc = ld(C);
+  g.n1 = std::int64_t(C.extent(0));
+  g.n2 = std::int64_t(C.extent(1));
+  g.a1 = std::int64_t(A.stride(0));
+  g.a2 = std::int64_t(A.stride(1));
+  g.b1 = std::int64_t(B.stride(0));
+  g.b2 = std::int64_t(B.stride(1));
+  g.c1 = std::int64_t(C.stride(0));
+  g.c2 = std::int64_t(C.stride(1));
+  exec.fence(); // oneDNN runs on the calling thread: earlier kernels must be done
+  count_library_call("telar::gemm::onednn-bf16");
+  ScopedRegion const region("telar::gemm::onednn-bf16");
+  onednn_bf16_matmul().run(g, alpha, A.data(), B.data(), beta, C.data());
+  return true;
+}
+#endif
+
 } // namespace detail
 
 /*! \brief C(b1, b2) = alpha op(A(b1, b2)) op(B(b1, b2)) + beta C(b1, b2) for
@@ -322,9 +361,11 @@ void reference_gemm_batched(Exec const& exec, char ta, char tb, T alpha, AV A, B
  *  The launches do not grow with the batch where they cost: on a device the
  *  whole batch is one kernel (KokkosKernelsGemm: one team per entry running
  *  KokkosBatched::TeamGemm; otherwise the reference kernel), and so it is
- *  for ReferenceGemm everywhere. On the host a library policy (oneDNN,
- *  Kokkos Kernels' BLAS) multiplies entry by entry, which costs no launch
- *  there and keeps its speed. A shape mismatch throws ShapeError.
+ *  for ReferenceGemm everywhere, and for Bf16Gemm on the host (one oneDNN
+ *  matmul, its bf16 conversions included). On the host the other library
+ *  policies (oneDNN fp32, Kokkos Kernels' BLAS) multiply entry by entry,
+ *  which costs no launch there and keeps their speed. A shape mismatch
+ *  throws ShapeError.
  *  \tparam Policy a GEMM policy \param exec execution space instance
  *  \param ta 'N' or 'T' for A \param tb 'N' or 'T' for B \param alpha scale of
  *  the products \param A left matrices \param B right matrices \param beta
@@ -363,6 +404,11 @@ void gemm_batched(Policy, Exec const& exec, char ta, char tb, typename CV::value
   } else if constexpr (std::is_same_v<Policy, ReferenceGemm> || !host) {
     detail::reference_gemm_batched(exec, ta, tb, T(alpha), A, B, T(beta), C);
   } else {
+#if TELAR_HAVE_ONEDNN
+    if constexpr (std::is_same_v<Policy, Bf16Gemm> && std::is_same_v<T, float>)
+      if (detail::bf16_gemm_batched(exec, ta, tb, alpha, A, B, beta, C))
+        return;
+#endif
     using Kokkos::ALL;
     for (std::size_t b1 = 0; b1 < n1; ++b1)
       for (std::size_t b2 = 0; b2 < n2; ++b2)

@@ -1,10 +1,12 @@
 #pragma once
 // oneDNN matmul behind telar::Bf16Gemm: C (f32) = alpha op(A) op(B) + beta C
 // with A and B converted to bf16 by cached reorders into dense buffers, f32
-// accumulation and output.
+// accumulation and output; for a batch of products (telar::gemm_batched:
+// attention's (sample, head) pairs) one 4-D matmul, so the conversions and
+// the product are three calls whatever the batch, not three per entry.
 // Primitives, reorders and bf16 buffers are created once per (shape,
-// transposes, leading dimensions, alpha, beta) and thread; a steady-state
-// call only sets data handles and executes.
+// transposes, leading dimensions and strides, alpha, beta) and thread; a
+// steady-state call only sets data handles and executes.
 #include <telar/config.hpp>
 
 #if TELAR_HAVE_ONEDNN
@@ -28,11 +30,36 @@ public:
   using dt = dnnl::memory::data_type;
   using dims = dnnl::memory::dims;
 
+  // A product's geometry: n1 x n2 entries (1 x 1: one GEMM), each op(A)
+  // [m, k] times op(B) [k, n] into C [m, n], row-major with leading
+  // dimensions lda, ldb, ldc; entry (i, j) starts i a1 + j a2 values into A
+  // (likewise b, c).
+  struct Geometry {
+    char ta = 'N', tb = 'N';
+    std::int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
+    std::int64_t n1 = 1, n2 = 1, a1 = 0, a2 = 0, b1 = 0, b2 = 0, c1 = 0, c2 = 0;
+    bool batched() const { return n1 * n2 > 1; }
+  };
+
   // Row-major A, B, C with leading dimensions lda, ldb, ldc.
   void run(char ta, char tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
            float const* A, std::int64_t lda, float const* B, std::int64_t ldb, float beta, float* C,
            std::int64_t ldc) {
-    Entry& e = entry(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc);
+    Geometry g;
+    g.ta = ta;
+    g.tb = tb;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.lda = lda;
+    g.ldb = ldb;
+    g.ldc = ldc;
+    run(g, alpha, A, B, beta, C);
+  }
+
+  // Every entry of a batch (or one product) in one matmul.
+  void run(Geometry const& g, float alpha, float const* A, float const* B, float beta, float* C) {
+    Entry& e = entry(g, alpha, beta);
     auto& s = onednn_stream();
     e.a.in(s, A);
     e.b.in(s, B);
@@ -59,12 +86,31 @@ private:
   // and weight gradients), times the batch sizes in use; the oldest goes.
   static constexpr std::size_t max_entries = 48;
 
-  Entry& entry(char ta, char tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
-               std::int64_t lda, std::int64_t ldb, float beta, std::int64_t ldc) {
+  // dims of a [rows, cols] operand, with the batch's two dimensions in front.
+  static dims shape(Geometry const& g, std::int64_t rows, std::int64_t cols) {
+    return g.batched() ? dims{g.n1, g.n2, rows, cols} : dims{rows, cols};
+  }
+  // Its strides: entries e1, e2 apart, rows ld apart (transposed: a swap).
+  static dims strides(Geometry const& g, std::int64_t e1, std::int64_t e2, std::int64_t ld,
+                      bool transposed) {
+    dims const mat = transposed ? dims{1, ld} : dims{ld, 1};
+    return g.batched() ? dims{e1, e2, mat[0], mat[1]} : mat;
+  }
+  // The bf16 copy of an operand: dense, rows contiguous (`transposed`: columns).
+  static dnnl::memory::desc dense(Geometry const& g, std::int64_t rows, std::int64_t cols,
+                                  bool transposed) {
+    using tag = dnnl::memory::format_tag;
+    tag const t =
+        g.batched() ? (transposed ? tag::abdc : tag::abcd) : (transposed ? tag::ba : tag::ab);
+    return dnnl::memory::desc(shape(g, rows, cols), dt::bf16, t);
+  }
+
+  Entry& entry(Geometry const& g, float alpha, float beta) {
     std::uint32_t ab, bb;
     std::memcpy(&ab, &alpha, 4);
     std::memcpy(&bb, &beta, 4);
-    std::vector<std::int64_t> key{ta, tb, m, n, k, lda, ldb, ldc, ab, bb};
+    std::vector<std::int64_t> key{g.ta, g.tb, g.m,  g.n,  g.k,  g.lda, g.ldb, g.ldc, g.n1,
+                                  g.n2, g.a1, g.a2, g.b1, g.b2, g.c1,  g.c2,  ab,    bb};
     for (auto& e : entries_)
       if (e->key == key)
         return *e;
@@ -73,20 +119,22 @@ private:
     auto e = std::make_unique<Entry>();
     e->key = std::move(key);
     auto& eng = onednn_engine();
+    std::int64_t const m = g.m, n = g.n, k = g.k;
     // The callers' f32 matrices as oneDNN sees op(A) [m, k] and op(B) [k, n]:
     // a transpose is a swap of strides.
-    dnnl::memory::desc const a_user(dims{m, k}, dt::f32, ta == 'N' ? dims{lda, 1} : dims{1, lda});
-    dnnl::memory::desc const b_user(dims{k, n}, dt::f32, tb == 'N' ? dims{ldb, 1} : dims{1, ldb});
-    dnnl::memory::desc const c_user(dims{m, n}, dt::f32, dims{ldc, 1});
+    dnnl::memory::desc const a_user(shape(g, m, k), dt::f32,
+                                    strides(g, g.a1, g.a2, g.lda, g.ta != 'N'));
+    dnnl::memory::desc const b_user(shape(g, k, n), dt::f32,
+                                    strides(g, g.b1, g.b2, g.ldb, g.tb != 'N'));
+    dnnl::memory::desc const c_user(shape(g, m, n), dt::f32, strides(g, g.c1, g.c2, g.ldc, false));
     // bf16 copies, dense: A (activations, small) row-major whatever ta, so
     // the kernel reads rows; B in the caller's orientation. Not format "any":
     // oneDNN 2.6 then picks blocked weights (BA16a64b2a) whose reorder from
     // f32 costs about as much as the product (2048x2048: 24-41 ms against
     // 21-29 ms, one loaded core), while a plain f32 -> bf16 reorder is a
     // streaming conversion and brgemm packs plain B itself.
-    using tag = dnnl::memory::format_tag;
-    dnnl::memory::desc const a_want(dims{m, k}, dt::bf16, tag::ab);
-    dnnl::memory::desc const b_want(dims{k, n}, dt::bf16, tb == 'N' ? tag::ab : tag::ba);
+    dnnl::memory::desc const a_want = dense(g, m, k, false);
+    dnnl::memory::desc const b_want = dense(g, k, n, g.tb != 'N');
     dnnl::primitive_attr attr;
     dnnl::post_ops po;
     if (alpha != 1.f) {
@@ -106,15 +154,22 @@ private:
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_want, b_want, c_user), attr, eng);
 #endif
       e->prim = dnnl::matmul(pd);
-      // A is stored [m, k] ('N') or [k, m]; B [k, n] or [n, k].
-      init_operand(e->a, e->a_view, a_user, pd.src_desc(), ta == 'N' && lda == k, m * k);
-      init_operand(e->b, e->b_view, b_user, pd.weights_desc(), ldb == (tb == 'N' ? n : k), k * n);
+      // A is stored [m, k] ('N') or [k, m]; B [k, n] or [n, k]; a batch's
+      // entries back to back, or not the same bytes.
+      std::int64_t const entries = g.n1 * g.n2;
+      bool const a_dense = !g.batched() || (g.a2 == m * k && g.a1 == g.n2 * m * k);
+      bool const b_dense = !g.batched() || (g.b2 == k * n && g.b1 == g.n2 * k * n);
+      init_operand(e->a, e->a_view, a_user, pd.src_desc(), a_dense && g.ta == 'N' && g.lda == k,
+                   entries * m * k);
+      init_operand(e->b, e->b_view, b_user, pd.weights_desc(),
+                   b_dense && g.ldb == (g.tb == 'N' ? n : k), entries * k * n);
       e->c = dnnl::memory(c_user, eng, DNNL_MEMORY_NONE);
       e->args = {{DNNL_ARG_SRC, e->a_view}, {DNNL_ARG_WEIGHTS, e->b_view}, {DNNL_ARG_DST, e->c}};
       last_impl_ = pd.impl_info_str();
     } catch (dnnl::error const& err) {
       throw Error(std::string("telar::gemm (telar::Bf16Gemm): oneDNN could not create a bf16 "
                               "matmul for ") +
+                  (g.batched() ? std::to_string(g.n1) + "x" + std::to_string(g.n2) + " of " : "") +
                   std::to_string(m) + "x" + std::to_string(k) + " * " + std::to_string(k) + "x" +
                   std::to_string(n) + ": " + err.what());
     }
