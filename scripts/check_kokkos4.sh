@@ -21,7 +21,9 @@
 #   BUILD_DIR      build directory (default build-kokkos4)
 #   JOBS           parallel compile jobs per target (default 2; CUDA compiles are heavy)
 #   TARGETS        space-separated targets, built one at a time (default: all);
-#                  with RUN_TESTS=1, tests whose binary is not among them fail
+#                  "rooms": the header check and one test per room of include/telar
+#                  (the quick CUDA/HIP check); with RUN_TESTS=1, tests whose binary
+#                  is not among them fail
 #   GPU_AWARE_MPI  ON passes -DTELAR_ENABLE_GPU_AWARE_MPI=ON (default OFF)
 #   RUN_TESTS      1 runs ctest afterwards (needs a host backend or a GPU)
 #   OMP_THREADS    OMP_NUM_THREADS for the tests (default 2)
@@ -37,6 +39,12 @@ BUILD_DIR=${BUILD_DIR:-build-kokkos4}
 JOBS=${JOBS:-2}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 TARGETS=${TARGETS:-all}
+# One test program per room of include/telar (core and layers, comm, data, io,
+# onnx, optim, parallel, schedule, train and profile), and every header alone.
+if [[ "$TARGETS" == rooms ]]; then
+  TARGETS="telar_self_contained_headers test_layer_zoo test_comm_allreduce test_data test_volume
+           test_onnx test_optim test_zero_memory test_schedule test_train_timeline"
+fi
 
 config_args=(-DKokkos_ROOT="$KOKKOS4_ROOT" -DCMAKE_BUILD_TYPE=Release
              -DTELAR_ENABLE_TESTS=ON -DTELAR_ENABLE_EXAMPLES=ON -DTELAR_ENABLE_BENCHMARKS=OFF
