@@ -19,10 +19,16 @@
 //
 //   resnet [--model resnet|resnet50] [--depth 20] [--width 16] [--bn local|sync]
 //          [--resolution 128] [--epochs 15] [--batch 128] [--lr 0.1]
-//          [--optimizer momentum] [common flags: --dp --pp --schedule --microbatches
-//          --limit-steps --eval-limit --json --timeline --checkpoint-dir ...
-//          --memory-budget --layout auto|manual --dry-run --profile]
+//          [--optimizer momentum] [--precision fp32|bf16] [common flags: --dp --pp
+//          --schedule --microbatches --limit-steps --eval-limit --json --timeline
+//          --checkpoint-dir ... --memory-budget --layout auto|manual --dry-run --profile]
 //   mpirun -np 2 resnet --dp 2 --bn sync
+//
+// --precision bf16 adds telar::Precision<telar::bf16, float> to the strategy:
+// the run-time chain is rebound layer by layer, its convolutions and the
+// Dense to oneDNN's bf16 kernels; BatchNorm, the loss, weights and optimizer
+// state stay fp32 (docs/precision.md). With AdamW only (one more Trainer type
+// per BatchNorm policy).
 //
 // --layout auto: the planner's fastest layout that fits; --dry-run: its
 // ranking, no training (docs/planner.md).
@@ -53,6 +59,7 @@ struct Args : example::CommonArgs {
     batch = 128;
     lr = 0.1;
     optimizer = "momentum";
+    takes_precision = true;
   }
   std::string model = "resnet";
   int depth = 20;
@@ -62,16 +69,18 @@ struct Args : example::CommonArgs {
 };
 
 [[noreturn]] void usage(char const* why) {
-  std::fprintf(stderr,
-               "resnet: %s\n"
-               "usage: resnet [--model resnet|resnet50] [--depth 20|32|56|...] [--width N] "
-               "[--bn local|sync] [--resolution N] [--epochs N] [--batch N] [--lr X] "
-               "[--optimizer momentum|adamw] [--seed N] [--data DIR] [--json] [--dp N] [--pp N] "
-               "[--schedule gpipe|1f1b|interleaved|zb-h1|zb-h2] [--microbatches M] "
-               "[--timeline PREFIX] [--limit-steps N] [--eval-limit N] [--memory-budget BYTES] "
-               "[--checkpoint-dir DIR] [--checkpoint-every N] [--resume] [--layout auto|manual] "
-               "[--dry-run] [--profile PATH]\n",
-               why);
+  std::fprintf(
+      stderr,
+      "resnet: %s\n"
+      "usage: resnet [--model resnet|resnet50] [--depth 20|32|56|...] [--width N] "
+      "[--bn local|sync] [--resolution N] [--epochs N] [--batch N] [--lr X] "
+      "[--optimizer momentum|adamw] [--precision fp32|bf16] [--seed N] [--data DIR] [--json] "
+      "[--dp N] [--pp N] "
+      "[--schedule gpipe|1f1b|interleaved|zb-h1|zb-h2] [--microbatches M] "
+      "[--timeline PREFIX] [--limit-steps N] [--eval-limit N] [--memory-budget BYTES] "
+      "[--checkpoint-dir DIR] [--checkpoint-every N] [--resume] [--layout auto|manual] "
+      "[--dry-run] [--profile PATH]\n",
+      why);
   throw 2;
 }
 
@@ -98,6 +107,7 @@ Args parse(int argc, char** argv) {
       usage(("unknown flag " + f).c_str());
   }
   example::check_common(a, usage);
+  example::check_bf16_run(a, usage);
   if (a.model != "resnet" && a.model != "resnet50")
     usage(("--model expects resnet or resnet50, got '" + a.model + "'").c_str());
   if (a.depth < 8 || (a.depth - 2) % 6 != 0)
@@ -212,9 +222,16 @@ telar::FashionMnist load_data(Args const& a) {
   return example::synthetic_data(synthetic_size(a), {3, a.resolution, a.resolution}, 10, a.seed);
 }
 
-// --layout auto / --dry-run / --memory-budget: the layouts of the one
-// strategy type this example runs.
-template <class Stats, class Optimizer>
+// The convolution policy the model runs under --precision.
+char const* conv_name(Args const& a) {
+  return a.precision == "bf16" ? telar::OneDnnConvBf16::name()
+                               : telar::conv_backend_name<T, telar::DefaultMemorySpace>();
+}
+
+// --layout auto / --dry-run / --memory-budget: the layouts of the strategy
+// type this example runs (S: it, or it with bf16 compute, whose model is
+// planned as the Trainer rebinds it).
+template <class Stats, class S, class Optimizer>
 int train(MPI_Comm comm, Args const& given, Optimizer opt) {
   using N = Net<Stats>;
   bool const cifar = given.model == "resnet";
@@ -226,14 +243,12 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
   Args a = given;
   std::optional<telar::LayoutPlan> plan;
   if (!example::plan_run(comm, a, plan, "resnet", [&] {
-        return example::plan_of<typename N::Model, Strategy, Optimizer>(comm, a, make_model(),
-                                                                        image);
+        return example::plan_of<typename N::Model, S, Optimizer>(comm, a, make_model(), image);
       }))
     return 0;
   telar::TrainerOptions const opts = example::trainer_options(a, train_size(a), comm);
   auto trainer = example::with_fastest_fitting(plan, [&] {
-    return telar::Trainer<typename N::Model, Strategy, Optimizer>(comm, make_model(), opt, opts,
-                                                                  image);
+    return telar::Trainer<typename N::Model, S, Optimizer>(comm, make_model(), opt, opts, image);
   });
   example::Preflight const checked = example::preflight(trainer, a, "resnet");
   telar::FashionMnist const data = load_data(a);
@@ -247,8 +262,7 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
                  "schedule %s, %d micro-batches, global batch %zu, conv %s\n",
                  data.train.size, data.test.size, name.c_str(), Stats::name(), Optimizer::name(),
                  trainer.layout().c_str(), trainer.pipeline_schedule().name.c_str(),
-                 opts.microbatches, a.batch,
-                 telar::conv_backend_name<T, telar::DefaultMemorySpace>());
+                 opts.microbatches, a.batch, conv_name(a));
   std::size_t const eval = a.eval_limit > 0
                                ? std::min<std::size_t>(data.test.size, std::size_t(a.eval_limit))
                                : data.test.size;
@@ -259,7 +273,7 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
   telar::JsonObject config = example::common_config(trainer, a);
   config.add("model", cifar ? "resnet" + std::to_string(a.depth) : std::string("resnet50"))
       .add("bn", a.bn)
-      .add("conv", telar::conv_backend_name<T, telar::DefaultMemorySpace>());
+      .add("conv", conv_name(a));
   example::report(trainer, a, r, config);
   return 0;
 }
@@ -268,14 +282,22 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
 // optimizers keep the example's Trainer instantiations (and compile time) few.
 template <class Stats>
 int with_optimizer(MPI_Comm comm, Args const& a) {
+  if (a.precision == "bf16") {
+    // bf16 compute is oneDNN's, on float layers in host memory: a device
+    // build (e.g. CUDA) has no bf16 Trainer to instantiate.
+    if constexpr (telar::Bf16Gemm::supports<T, telar::DefaultMemorySpace>())
+      return train<Stats, example::Bf16<Strategy>>(comm, a, telar::AdamW<T>{});
+    else
+      usage("--precision bf16 needs oneDNN and host memory (telar::Bf16Gemm)");
+  }
   if (a.optimizer == "momentum") {
     telar::SGD<T> o;
     o.momentum = 0.9f;
     o.weight_decay = 5e-4f;
-    return train<Stats>(comm, a, o);
+    return train<Stats, Strategy>(comm, a, o);
   }
   if (a.optimizer == "adamw")
-    return train<Stats>(comm, a, telar::AdamW<T>{});
+    return train<Stats, Strategy>(comm, a, telar::AdamW<T>{});
   usage(("--optimizer expects momentum or adamw, got '" + a.optimizer + "'").c_str());
 }
 

@@ -19,6 +19,7 @@
 #include <telar/layers/dense.hpp>
 #include <telar/layers/dropout.hpp>
 #include <telar/optim/sgd.hpp>
+#include <telar/parallel/precision.hpp>
 #include <telar/parallel/tensor_parallel.hpp>
 #include <telar/testing/check_gradients.hpp>
 #include <telar/train/trainer.hpp>
@@ -115,6 +116,47 @@ TEST_CASE("DynamicSequential trains as the Sequential of the same layers", "[dyn
     auto const s = train(MPI_COMM_WORLD, make_static(), g);
     CHECK(d == s);
   }
+}
+
+// Under Precision<bf16, float> a DynamicSequential is rebound alternative by
+// alternative (DynamicResidual's body too): it trains as the Sequential of
+// the same layers under the same policy, bit for bit, serially and at dp = 2.
+// A chain with an initializer hook (which takes the fp32 variant) is refused.
+namespace {
+template <class M>
+void bf16_dynamic_case() {
+  if constexpr (!telar::Bf16Gemm::supports<T, M>()) {
+    SKIP("bf16 compute is oneDNN's, on float layers in host memory: not in this memory space");
+  } else {
+    if (!telar::bf16_available())
+      SKIP("no AVX512-BF16 or AMX here: bf16 is refused, not emulated");
+    using P = telar::test::on_space_t<telar::Precision<telar::bf16, float>, M>;
+    using Bf16 = telar::Strategy<telar::DataParallel<>, telar::PipelineParallel<>,
+                                 telar::TensorParallel<>, P>;
+    using Rebound = typename telar::WithPrecision<Dynamic, P>::layer_variant;
+    static_assert(std::is_same_v<std::variant_alternative_t<0, Rebound>,
+                                 telar::ColumnParallel<telar::Dense<T, M, telar::Bf16Gemm>>>);
+    static_assert(std::is_same_v<std::variant_alternative_t<3, Rebound>, telar::ReLU<T>>);
+    int n = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    auto const dyn = train<Dynamic, Bf16>(MPI_COMM_SELF, make_dynamic(), {1, 1, 1});
+    auto const ref = train<Static, Bf16>(MPI_COMM_SELF, make_static(), {1, 1, 1});
+    CHECK(dyn == ref);
+    CHECK(dyn != train(MPI_COMM_SELF, make_dynamic(), {1, 1, 1})); // bf16 ran
+    if (n == 2)
+      CHECK(train<Dynamic, Bf16>(MPI_COMM_WORLD, make_dynamic(), {2, 1, 1}) ==
+            train<Static, Bf16>(MPI_COMM_WORLD, make_static(), {2, 1, 1}));
+    Dynamic hooked = make_dynamic();
+    hooked.set_initializer([](std::size_t, Dynamic::layer_variant&) {});
+    CHECK_THROWS_WITH(telar::with_precision<P>(hooked),
+                      Catch::Matchers::ContainsSubstring("initializer hook"));
+  }
+}
+} // namespace
+
+TEST_CASE("Under Precision<bf16, float> a DynamicSequential trains as its Sequential",
+          "[dynamic][bf16]") {
+  bf16_dynamic_case<telar::DefaultMemorySpace>();
 }
 
 TEST_CASE("DynamicSequential names a layer that cannot take its input", "[dynamic]") {

@@ -130,6 +130,8 @@ public:
   /*! \brief Runs \p f(k, layer) after layer k's initialize (starting values).
    *  \param f the hook */
   void set_initializer(initializer f) { init_ = std::move(f); }
+  /*! \brief Whether an initializer hook is set. */
+  bool has_initializer() const { return bool(init_); }
 
   /*! \brief Calls f(index, layer) for each layer, first to last, with the
    *  concrete layer type. \param f the visitor */

@@ -19,6 +19,7 @@
  *  starts with "telar::Precision".
  */
 #include <telar/core/detail/type_traits.hpp>
+#include <telar/core/error.hpp>
 #include <telar/core/gemm.hpp>
 #include <telar/core/sequential.hpp>
 #include <telar/parallel/strategy.hpp>
@@ -26,6 +27,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <variant>
 
 namespace telar {
 
@@ -183,16 +185,38 @@ struct bf16_rebind<DenseConcat<Ls...>> {
     return std::apply([](auto const&... l) { return type(bf16_convert(l)...); }, d.body().layers());
   }
 };
-// Layers chosen at run time: their types are not known when the model's is.
-template <class V>
-struct bf16_rebind<DynamicSequential<V>> {
-  static_assert(dependent_false<V>,
-                "telar::Precision<telar::bf16, float>: telar::DynamicSequential cannot be "
-                "rebound (its layers are chosen at run time); put telar::Bf16Gemm / "
-                "telar::OneDnnConvBf16 in the layer types of its variant instead");
+// A run-time chain: the variant of its alternatives' rebinds (the k-th
+// alternative becomes the k-th), each layer converted as its alternative.
+// Its initializer hook takes the fp32 variant, so a chain with one is
+// refused (at run time: whether it has one is not in its type).
+template <class... Ls>
+struct bf16_rebind<DynamicSequential<std::variant<Ls...>>> {
+  using variant = std::variant<bf16_rebind_t<Ls>...>;
+  using type = DynamicSequential<variant>;
+  static type convert(DynamicSequential<std::variant<Ls...>> const& d) {
+    if (d.has_initializer())
+      throw Error("telar::Precision<telar::bf16, float>: a telar::DynamicSequential with an "
+                  "initializer hook (set_initializer) cannot be rebound, the hook takes its fp32 "
+                  "layer variant; put telar::Bf16Gemm / telar::OneDnnConvBf16 in the layer types "
+                  "of its variant instead");
+    type out;
+    for (std::size_t k = 0; k < d.layer_count(); ++k)
+      out.push_back(layer(d.layer(k)));
+    return out;
+  }
+  template <std::size_t I = 0>
+  static variant layer(std::variant<Ls...> const& v) {
+    if constexpr (I + 1 < sizeof...(Ls))
+      if (v.index() != I)
+        return layer<I + 1>(v);
+    return variant(std::in_place_index<I>, bf16_convert(std::get<I>(v)));
+  }
 };
 template <class V>
-struct bf16_rebind<DynamicResidual<V>> : bf16_rebind<DynamicSequential<V>> {};
+struct bf16_rebind<DynamicResidual<V>> {
+  using type = DynamicResidual<typename bf16_rebind<DynamicSequential<V>>::variant>;
+  static type convert(DynamicResidual<V> const& r) { return type(bf16_convert(r.body())); }
+};
 template <class V>
 struct bf16_rebind<GraphChain<V>> {
   static_assert(dependent_false<V>,
