@@ -4,6 +4,7 @@
  *  sample, broadcast as NumPy and ONNX broadcast (an imported ONNX Add or
  *  Sub of a tensor and a constant: `x + self.bias`, `x - self.shift`). */
 #include <telar/core/detail/broadcast_index.hpp>
+#include <telar/core/detail/layer_types.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/shape.hpp>
@@ -31,15 +32,8 @@ namespace telar {
  *  \endcode
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-class Bias {
+class Bias : public detail::ShapePreservingLayerTypes<T, MemorySpace> {
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of parameters and activations. */
-  using memory_space = MemorySpace;
-  /*! \brief The output has the input's shape. */
-  static constexpr bool preserves_shape = true;
-
   /*! \brief An empty layer; assign a configured one before use. */
   Bias() = default;
   /*! \brief \param in the sample shape \param table the table's shape

@@ -5,6 +5,7 @@
  *  or Div of a tensor by a constant tensor: `x * self.gamma`, `x / self.std`),
  *  the multiplying sibling of telar::Bias. */
 #include <telar/core/detail/broadcast_index.hpp>
+#include <telar/core/detail/layer_types.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/shape.hpp>
@@ -33,14 +34,8 @@ namespace telar {
  *  \endcode
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-class Multiplier {
+class Multiplier : public detail::ShapePreservingLayerTypes<T, MemorySpace> {
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of parameters and activations. */
-  using memory_space = MemorySpace;
-  /*! \brief The output has the input's shape. */
-  static constexpr bool preserves_shape = true;
   /*! \brief The input, a view kept for the table's gradient. */
   struct saved_type {
     ConstMatrix<T, MemorySpace> x; //!< the forward's input

@@ -13,6 +13,7 @@
  *  telar::AvgPool3D<float> avg(3, 2, 1, true, false); // ceil_mode, pads not counted
  *  \endcode
  */
+#include <telar/core/detail/layer_types.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/shape.hpp>
@@ -680,11 +681,7 @@ using AvgPool3D = AvgPool<3, T, MemorySpace>;
  *  the maximum of each channel; keeps its position for backward (ties: the
  *  first). \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-struct GlobalMaxPool {
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of activations. */
-  using memory_space = MemorySpace;
+struct GlobalMaxPool : public detail::LayerTypes<T, MemorySpace> {
   /*! \brief Position of each channel's maximum within the channel. */
   struct saved_type {
     Kokkos::View<int**, Kokkos::LayoutRight, MemorySpace> argmax; //!< [n, C]
@@ -730,12 +727,7 @@ struct GlobalMaxPool {
  *  the mean of each channel.
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-struct GlobalAvgPool {
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of activations. */
-  using memory_space = MemorySpace;
-
+struct GlobalAvgPool : public detail::LayerTypes<T, MemorySpace> {
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "GlobalAvgPool"; }
   /*! \brief [C] for an input [C, ...] of rank 2 to 4. \param in input shape
