@@ -2,6 +2,7 @@
 /*! \file
  *  \brief telar::Identity: y = x, the skip branch of the joins in
  *  telar/core/branches.hpp and of telar::Residual. */
+#include <telar/core/detail/layer_types.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/shape.hpp>
 #include <telar/core/tensor.hpp>
@@ -19,14 +20,7 @@ namespace telar {
  *  the copy, so it costs nothing there.
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-struct Identity {
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of activations. */
-  using memory_space = MemorySpace;
-  /*! \brief The output shape is the input's (flows through compile-time checks). */
-  static constexpr bool preserves_shape = true;
-
+struct Identity : public detail::ShapePreservingLayerTypes<T, MemorySpace> {
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "Identity"; }
   /*! \brief \p in itself. \param in input shape */

@@ -5,6 +5,7 @@
  *  Tanh, Scale (by a constant) and MathFunction (exp, sqrt, erf, pow). */
 #include <telar/core/detail/elementwise.hpp>
 #include <telar/core/detail/fast_math.hpp>
+#include <telar/core/detail/layer_types.hpp>
 #include <telar/core/detail/math.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/tensor.hpp>
@@ -20,10 +21,7 @@ namespace detail {
 // parameterised ones (LeakyReLU's slope, Clip's bounds) carry their settings
 // into kernels; parameterless ones are empty and cost nothing.
 template <class Op, class T, class MemorySpace, bool KeepInput>
-struct Elementwise {
-  using value_type = T;
-  using memory_space = MemorySpace;
-  static constexpr bool preserves_shape = true; // lets Sequential see through it
+struct Elementwise : public ShapePreservingLayerTypes<T, MemorySpace> {
   struct saved_type {
     ConstMatrix<T, MemorySpace> kept; // x or y, per KeepInput
   };

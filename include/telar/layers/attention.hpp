@@ -32,6 +32,7 @@
  *  pair). On the host, oneDNN and BLAS still multiply pair by pair inside
  *  telar::gemm_batched, where a call costs no launch.
  */
+#include <telar/core/detail/layer_types.hpp>
 #include <telar/core/detail/math.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/gemm.hpp>
@@ -161,18 +162,12 @@ void attn_ensure(V& v, char const* label, Ext... ext) {
  *  \endcode
  *  \tparam T value type \tparam MemorySpace memory space \tparam Gemm GEMM policy */
 template <class T = float, class MemorySpace = DefaultMemorySpace, class Gemm = AutoGemm>
-class CausalSelfAttention {
+class CausalSelfAttention : public detail::ShapePreservingLayerTypes<T, MemorySpace> {
   using Proj = Dense<T, MemorySpace, Gemm>;
   using Mat = Matrix<T, MemorySpace>;
   using Vec = Vector<T, MemorySpace>;
 
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of parameters and activations. */
-  using memory_space = MemorySpace;
-  /*! \brief The output has the input's shape. */
-  static constexpr bool preserves_shape = true;
   /*! \brief Run together, the input part goes first: it makes the inner
    *  gradients the weight part needs. */
   static constexpr bool backward_input_first = true;

@@ -3,11 +3,11 @@
  *  \brief telar::Bias: a trainable table added to (or subtracted from) every
  *  sample, broadcast as NumPy and ONNX broadcast (an imported ONNX Add or
  *  Sub of a tensor and a constant: `x + self.bias`, `x - self.shift`). */
-#include <telar/core/detail/broadcast_index.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/shape.hpp>
 #include <telar/core/tensor.hpp>
+#include <telar/layers/detail/broadcast_table.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -31,15 +31,14 @@ namespace telar {
  *  \endcode
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-class Bias {
-public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of parameters and activations. */
-  using memory_space = MemorySpace;
-  /*! \brief The output has the input's shape. */
-  static constexpr bool preserves_shape = true;
+class Bias : public detail::BroadcastTable<Bias<T, MemorySpace>, T, MemorySpace> {
+  using Base = detail::BroadcastTable<Bias, T, MemorySpace>;
+  using Base::in_;
+  using Base::index_;
+  using Base::table_;
+  using Base::trained_;
 
+public:
   /*! \brief An empty layer; assign a configured one before use. */
   Bias() = default;
   /*! \brief \param in the sample shape \param table the table's shape
@@ -48,33 +47,10 @@ public:
    *  \throws ShapeError naming both shapes when the table does not broadcast */
   Bias(Shape const& in, Shape const& table, T bias_sign = T(1), T input_sign = T(1),
        bool trained = true)
-      : in_(in), table_(table), sb_(bias_sign), sx_(input_sign), trained_(trained) {
-    if (!index_.set(in, table))
-      throw ShapeError("telar::Bias: a table " + table.str() + " does not broadcast over samples " +
-                       in.str() + " (its last axes must each equal the sample's or be 1)");
-  }
+      : Base(in, table, trained), sb_(bias_sign), sx_(input_sign) {}
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "Bias"; }
-  /*! \brief The input shape. \param in the shape it was made for
-   *  \throws ShapeError for another input shape */
-  Shape output_shape(Shape const& in) const {
-    if (in != in_)
-      throw ShapeError("telar::Bias (table " + table_.str() + ") expects inputs " + in_.str() +
-                       ", got " + in.str());
-    return in;
-  }
-  /*! \brief The table's shape. */
-  Shape const& table_shape() const { return table_; }
-  /*! \brief One multiply-add per value. */
-  double flops(std::size_t samples, Shape const& in) const { return double(samples) * in.size(); }
-  /*! \brief Whether the table is trained (a parameter) or fixed (a buffer). */
-  bool trained() const { return trained_; }
-  /*! \brief Values of a trained table. */
-  std::size_t parameter_count() const { return trained_ ? table_.size() : 0; }
-  /*! \brief Values of a fixed table. */
-  std::size_t buffer_count() const { return trained_ ? 0 : table_.size(); }
-
   /*! \brief Allocates the table, zero. \param seed unused */
   void initialize(std::uint64_t /*seed*/) {
     bias = Vector<T, MemorySpace>("telar::Bias::bias", table_.size());
@@ -145,21 +121,10 @@ public:
 private:
   template <class A, class B>
   void check(char const* what, A const& a, B const& b) const {
-    if (a.extent(0) != b.extent(0) || a.extent(1) != in_.size() || b.extent(1) != in_.size() ||
-        bias.extent(0) != table_.size())
-      throw ShapeError(std::string("telar::Bias::") + what + ": expected [n, " +
-                       std::to_string(in_.size()) + "] and a table of " +
-                       std::to_string(table_.size()) + ", got [" + std::to_string(a.extent(0)) +
-                       ", " + std::to_string(a.extent(1)) + "] -> [" + std::to_string(b.extent(0)) +
-                       ", " + std::to_string(b.extent(1)) + "] and " +
-                       std::to_string(bias.extent(0)) +
-                       (bias.extent(0) != table_.size() ? " (layer not initialised)" : ""));
+    Base::check(what, a, b, bias.extent(0));
   }
 
-  Shape in_, table_;
   T sb_ = T(1), sx_ = T(1);
-  bool trained_ = true;
-  detail::BroadcastIndex index_;
 };
 
 } // namespace telar

@@ -3,6 +3,7 @@
  *  \brief Fully connected layer y = x W^T + b. */
 #include <telar/core/detail/column_sums.hpp>
 #include <telar/core/detail/counter_rng.hpp>
+#include <telar/core/detail/layer_types.hpp>
 #include <telar/core/detail/math.hpp>
 #include <telar/core/detail/uniform_fill.hpp>
 #include <telar/core/error.hpp>
@@ -37,12 +38,8 @@ void dense_fill_block(W const& w, B const& b, std::uint64_t seed, std::size_t fu
  *  \tparam Gemm GEMM policy (see telar/core/gemm.hpp)
  */
 template <class T, class MemorySpace = DefaultMemorySpace, class Gemm = AutoGemm>
-class Dense {
+class Dense : public detail::LayerTypes<T, MemorySpace> {
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of parameters and activations. */
-  using memory_space = MemorySpace;
   /*! \brief What backward needs from forward: the input. */
   struct saved_type {
     ConstMatrix<T, MemorySpace> x; //!< the forward input

@@ -24,6 +24,7 @@
  *  \endcode
  */
 #include <telar/core/detail/counter_rng.hpp>
+#include <telar/core/detail/layer_types.hpp>
 #include <telar/core/detail/type_traits.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
@@ -81,14 +82,8 @@ using set_training_batch_t = decltype(std::declval<L&>().set_training_batch(std:
  *  sample cursor.
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-class Dropout {
+class Dropout : public detail::ShapePreservingLayerTypes<T, MemorySpace> {
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of activations. */
-  using memory_space = MemorySpace;
-  /*! \brief The output has the input's shape. */
-  static constexpr bool preserves_shape = true;
   /*! \brief The key of the mask a forward used (backward regenerates it). */
   struct saved_type {
     std::uint64_t key = 0;   //!< stream of (seed, step)

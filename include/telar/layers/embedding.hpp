@@ -13,6 +13,7 @@
  *  two runs give bitwise the same gradients on every backend.
  */
 #include <telar/core/detail/counter_rng.hpp>
+#include <telar/core/detail/layer_types.hpp>
 #include <telar/core/detail/math.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
@@ -104,14 +105,10 @@ void embedding_backward_weight(Exec const& exec, X const& ids, DY const& dy, G c
  *  \code
  *  telar::Embedding<float> tok(50257, 768);   // [1024] ids -> [1024, 768]
  *  \endcode
- *  \tparam T value type \tparam MemorySpace memory space */
+ *  \tparam T value type (also of the ids) \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-class Embedding {
+class Embedding : public detail::LayerTypes<T, MemorySpace> {
 public:
-  /*! \brief Scalar type (also of the ids). */
-  using value_type = T;
-  /*! \brief Memory space of parameters and activations. */
-  using memory_space = MemorySpace;
   /*! \brief What backward needs: the ids. */
   struct saved_type {
     ConstMatrix<T, MemorySpace> ids; //!< the forward input [n, seq]
@@ -220,15 +217,8 @@ private:
  *  uniform with standard deviation 0.01 (GPT-2's).
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-class PositionalEmbedding {
+class PositionalEmbedding : public detail::ShapePreservingLayerTypes<T, MemorySpace> {
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of parameters and activations. */
-  using memory_space = MemorySpace;
-  /*! \brief The output has the input's shape. */
-  static constexpr bool preserves_shape = true;
-
   /*! \brief An empty layer; assign a configured one before use. */
   PositionalEmbedding() = default;
   /*! \brief \param context longest sequence \param hidden embedding size */

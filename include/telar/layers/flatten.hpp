@@ -5,6 +5,7 @@
  *  A batch is already stored as [n, shape.size()], so flattening changes only
  *  the shape the next layer sees; the values are copied unless the two
  *  buffers are the same. */
+#include <telar/core/detail/layer_types.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/shape.hpp>
@@ -19,12 +20,7 @@ namespace telar {
 /*! \brief Flattens each sample to rank 1: [d0, ..., dk] -> [d0 * ... * dk].
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-struct Flatten {
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of activations. */
-  using memory_space = MemorySpace;
-
+struct Flatten : public detail::LayerTypes<T, MemorySpace> {
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "Flatten"; }
   /*! \brief [in.size()]. \param in input shape \throws ShapeError for an unknown shape */

@@ -10,6 +10,7 @@
  *  Trainer passes scale = 1 / (terms in the global batch), so the gradient is
  *  that of the mean over the global batch on every layout.
  */
+#include <telar/core/detail/layer_types.hpp>
 #include <telar/core/detail/math.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/loss.hpp>
@@ -147,11 +148,7 @@ long long count_labels_outside(Exec const& exec,
  *  \tparam T value type \tparam MemorySpace memory space
  */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-struct MeanSquaredError {
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space. */
-  using memory_space = MemorySpace;
+struct MeanSquaredError : public detail::LayerTypes<T, MemorySpace> {
   /*! \brief Real targets [n, k], k the model's values per sample. */
   using target_type = Matrix<T, MemorySpace>;
   /*! \brief No accuracy: LossSum::correct stays 0. */
@@ -212,11 +209,7 @@ struct MeanSquaredError {
  *  \tparam T value type \tparam MemorySpace memory space
  */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-struct PositionwiseCrossEntropy {
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space. */
-  using memory_space = MemorySpace;
+struct PositionwiseCrossEntropy : public detail::LayerTypes<T, MemorySpace> {
   /*! \brief One class label per sample and position, [n, positions]. */
   using target_type = Kokkos::View<int**, Kokkos::LayoutRight, MemorySpace>;
   /*! \brief LossSum::correct counts positions whose arg-max logit is the label. */

@@ -3,6 +3,7 @@
  *  \brief telar::MaskedFill: a constant replaces the values a fixed mask
  *  marks (PyTorch's masked_fill with a constant mask, an imported ONNX
  *  Where: a GPT's causal mask before its softmax). */
+#include <telar/core/detail/layer_types.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/shape.hpp>
@@ -27,13 +28,8 @@ namespace telar {
  *  \endcode
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-class MaskedFill {
+class MaskedFill : public detail::LayerTypes<T, MemorySpace> {
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of activations. */
-  using memory_space = MemorySpace;
-
   /*! \brief An empty layer; assign a configured one before use. */
   MaskedFill() = default;
   /*! \brief \param in the sample shape \param mask the mask of its last axes,

@@ -4,11 +4,11 @@
  *  trainable table broadcast as NumPy and ONNX broadcast (an imported ONNX Mul
  *  or Div of a tensor by a constant tensor: `x * self.gamma`, `x / self.std`),
  *  the multiplying sibling of telar::Bias. */
-#include <telar/core/detail/broadcast_index.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/shape.hpp>
 #include <telar/core/tensor.hpp>
+#include <telar/layers/detail/broadcast_table.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -33,14 +33,14 @@ namespace telar {
  *  \endcode
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-class Multiplier {
+class Multiplier : public detail::BroadcastTable<Multiplier<T, MemorySpace>, T, MemorySpace> {
+  using Base = detail::BroadcastTable<Multiplier, T, MemorySpace>;
+  using Base::in_;
+  using Base::index_;
+  using Base::table_;
+  using Base::trained_;
+
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of parameters and activations. */
-  using memory_space = MemorySpace;
-  /*! \brief The output has the input's shape. */
-  static constexpr bool preserves_shape = true;
   /*! \brief The input, a view kept for the table's gradient. */
   struct saved_type {
     ConstMatrix<T, MemorySpace> x; //!< the forward's input
@@ -53,35 +53,12 @@ public:
    *  table is a parameter (else a buffer)
    *  \throws ShapeError naming both shapes when the table does not broadcast */
   Multiplier(Shape const& in, Shape const& table, bool divide = false, bool trained = true)
-      : in_(in), table_(table), divide_(divide), trained_(trained) {
-    if (!index_.set(in, table))
-      throw ShapeError("telar::Multiplier: a table " + table.str() +
-                       " does not broadcast over samples " + in.str() +
-                       " (its last axes must each equal the sample's or be 1)");
-  }
+      : Base(in, table, trained), divide_(divide) {}
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "Multiplier"; }
-  /*! \brief The input shape. \param in the shape it was made for
-   *  \throws ShapeError for another input shape */
-  Shape output_shape(Shape const& in) const {
-    if (in != in_)
-      throw ShapeError("telar::Multiplier (table " + table_.str() + ") expects inputs " +
-                       in_.str() + ", got " + in.str());
-    return in;
-  }
-  /*! \brief The table's shape. */
-  Shape const& table_shape() const { return table_; }
   /*! \brief Whether the layer divides by its table. */
   bool divides() const { return divide_; }
-  /*! \brief One multiplication per value. */
-  double flops(std::size_t samples, Shape const& in) const { return double(samples) * in.size(); }
-  /*! \brief Whether the table is trained (a parameter) or fixed (a buffer). */
-  bool trained() const { return trained_; }
-  /*! \brief Values of a trained table. */
-  std::size_t parameter_count() const { return trained_ ? table_.size() : 0; }
-  /*! \brief Values of a fixed table. */
-  std::size_t buffer_count() const { return trained_ ? 0 : table_.size(); }
   /*! \brief Nothing allocated per micro-batch: the input is kept as a view. */
   std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
 
@@ -168,22 +145,10 @@ public:
 private:
   template <class A, class B>
   void check(char const* what, A const& a, B const& b) const {
-    if (a.extent(0) == b.extent(0) && a.extent(1) == in_.size() && b.extent(1) == in_.size() &&
-        weight.extent(0) == table_.size())
-      return;
-    auto const dims = [](auto const& m) {
-      return "[" + std::to_string(m.extent(0)) + ", " + std::to_string(m.extent(1)) + "]";
-    };
-    throw ShapeError(std::string("telar::Multiplier::") + what + ": expected [n, " +
-                     std::to_string(in_.size()) + "] and a table of " +
-                     std::to_string(table_.size()) + ", got " + dims(a) + " -> " + dims(b) +
-                     " and " + std::to_string(weight.extent(0)) +
-                     (weight.extent(0) != table_.size() ? " (layer not initialised)" : ""));
+    Base::check(what, a, b, weight.extent(0));
   }
 
-  Shape in_, table_;
-  bool divide_ = false, trained_ = true;
-  detail::BroadcastIndex index_;
+  bool divide_ = false;
 };
 
 } // namespace telar

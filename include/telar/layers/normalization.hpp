@@ -12,6 +12,7 @@
  *  policy (telar::LocalStats or telar::SyncStats) to say over which batch.
  */
 #include <telar/core/detail/column_sums.hpp>
+#include <telar/core/detail/layer_types.hpp>
 #include <telar/core/detail/math.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
@@ -281,15 +282,8 @@ inline void norm_check_rows(char const* layer, char const* what, std::size_t siz
  *  input's shape. \tparam Derived the layer (CRTP: name())
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class Derived, class T, class MemorySpace>
-class RowNorm {
+class RowNorm : public ShapePreservingLayerTypes<T, MemorySpace> {
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of parameters and activations. */
-  using memory_space = MemorySpace;
-  /*! \brief The output has the input's shape (lets Sequential see through it). */
-  static constexpr bool preserves_shape = true;
-
   /*! \brief The input's shape. \param in [..., normalized_size]
    *  \throws ShapeError when the last extent differs */
   Shape output_shape(Shape const& in) const {
@@ -549,14 +543,8 @@ private:
  *  \tparam T value type \tparam MemorySpace memory space
  */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-class GroupNorm {
+class GroupNorm : public detail::ShapePreservingLayerTypes<T, MemorySpace> {
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of parameters and activations. */
-  using memory_space = MemorySpace;
-  /*! \brief The output has the input's shape (lets Sequential see through it). */
-  static constexpr bool preserves_shape = true;
   /*! \brief What backward needs from forward. */
   struct saved_type {
     ConstMatrix<T, MemorySpace> x; //!< the forward input

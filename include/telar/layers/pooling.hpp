@@ -13,6 +13,7 @@
  *  telar::AvgPool3D<float> avg(3, 2, 1, true, false); // ceil_mode, pads not counted
  *  \endcode
  */
+#include <telar/core/detail/layer_types.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/shape.hpp>
@@ -46,6 +47,14 @@ struct PoolGeometry {
   KOKKOS_INLINE_FUNCTION std::size_t out_plane() const {
     return std::size_t(out[0]) * std::size_t(out[1]) * std::size_t(out[2]);
   }
+  // Rows of W values, one per (sample, channel, depth, height), in n
+  // samples of the input or of the output: a kernel's threads.
+  std::size_t in_rows(std::size_t n) const {
+    return n * std::size_t(C) * std::size_t(in[0]) * std::size_t(in[1]);
+  }
+  std::size_t out_rows(std::size_t n) const {
+    return n * std::size_t(C) * std::size_t(out[0]) * std::size_t(out[1]);
+  }
   // First input index of window o along dimension a (negative in padding).
   KOKKOS_INLINE_FUNCTION int start(int a, int o) const { return o * s[a] - p[a]; }
   // Window o along a clipped to the input, [lo, hi): never empty (the last
@@ -64,17 +73,16 @@ struct PoolGeometry {
       return (e < in[a] + pb[a] ? e : in[a] + pb[a]) - b;
     return (e < in[a] ? e : in[a]) - (b > 0 ? b : 0);
   }
+  // Outputs along a whose windows [o s - p, o s - p + k) cover input index
+  // i, [lo, hi): what backward gathers from.
+  KOKKOS_INLINE_FUNCTION void cover(int a, int i, int& lo, int& hi) const {
+    int const t = i + p[a] - k[a] + 1;
+    lo = t <= 0 ? 0 : (t + s[a] - 1) / s[a];
+    hi = (i + p[a]) / s[a] + 1;
+    if (hi > out[a])
+      hi = out[a];
+  }
 };
-
-// First and one-past-last output index whose window [o s - p, o s - p + k)
-// covers input index i.
-KOKKOS_INLINE_FUNCTION void pool_cover(int i, int k, int s, int p, int out, int& lo, int& hi) {
-  int const t = i + p - k + 1;
-  lo = t <= 0 ? 0 : (t + s - 1) / s;
-  hi = (i + p) / s + 1;
-  if (hi > out)
-    hi = out;
-}
 
 // The window of output o along D clipped to the input, and the outputs
 // covering input i along D: constants for 2-D pooling, so that its loops
@@ -91,7 +99,7 @@ KOKKOS_INLINE_FUNCTION void pool_cover_d(PoolGeometry const& g, int i, int& lo, 
   if constexpr (Dims == 2)
     lo = 0, hi = 1;
   else
-    pool_cover(i, g.k[0], g.s[0], g.p[0], g.out[0], lo, hi);
+    g.cover(0, i, lo, hi);
 }
 
 // Windows that tile the input without padding or overlap (stride = kernel,
@@ -137,10 +145,9 @@ template <int Dims, bool Tiled, class Exec, class X, class Y, class I>
 void maxpool_forward_kernel(Exec const& exec, PoolGeometry const g, X const& x, Y const& y,
                             I const& idx) {
   using T = typename Y::non_const_value_type;
-  std::size_t const rows = x.extent(0) * std::size_t(g.C) * std::size_t(g.out[0] * g.out[1]);
   Kokkos::parallel_for(
       Tiled ? "telar::MaxPool::forward_tiled" : "telar::MaxPool::forward",
-      Kokkos::RangePolicy<Exec>(exec, 0, rows), KOKKOS_LAMBDA(std::size_t r) {
+      Kokkos::RangePolicy<Exec>(exec, 0, g.out_rows(x.extent(0))), KOKKOS_LAMBDA(std::size_t r) {
         SpatialRow const o(r, g.out[0], g.out[1]);
         auto const* in = x.data() + o.plane * g.in_plane();
         T* out = y.data() + r * std::size_t(g.out[2]);
@@ -170,13 +177,12 @@ template <int Dims, class Exec, class DY, class DX, class I>
 void maxpool_backward(Exec const& exec, PoolGeometry const g, DY const& dy, DX const& dx,
                       I const& idx) {
   using T = typename DX::non_const_value_type;
-  std::size_t const rows = dx.extent(0) * std::size_t(g.C) * std::size_t(g.in[0] * g.in[1]);
   if (pool_tiled(g)) {
     // Input row (d, h) lies in output row (d / kd, h / kh) only: zero it, then
     // write the gradients of that output row's maxima that fall in it.
     Kokkos::parallel_for(
-        "telar::MaxPool::backward_input_tiled", Kokkos::RangePolicy<Exec>(exec, 0, rows),
-        KOKKOS_LAMBDA(std::size_t r) {
+        "telar::MaxPool::backward_input_tiled",
+        Kokkos::RangePolicy<Exec>(exec, 0, g.in_rows(dx.extent(0))), KOKKOS_LAMBDA(std::size_t r) {
           SpatialRow const i(r, g.in[0], g.in[1]);
           T* out = dx.data() + r * std::size_t(g.in[2]);
           for (int w = 0; w < g.in[2]; ++w)
@@ -196,17 +202,17 @@ void maxpool_backward(Exec const& exec, PoolGeometry const g, DY const& dy, DX c
     return;
   }
   Kokkos::parallel_for(
-      "telar::MaxPool::backward_input", Kokkos::RangePolicy<Exec>(exec, 0, rows),
+      "telar::MaxPool::backward_input", Kokkos::RangePolicy<Exec>(exec, 0, g.in_rows(dx.extent(0))),
       KOKKOS_LAMBDA(std::size_t r) {
         SpatialRow const i(r, g.in[0], g.in[1]);
         std::size_t const obase = i.plane * g.out_plane();
         T* out = dx.data() + r * std::size_t(g.in[2]);
         int dlo, dhi, hlo, hhi;
         pool_cover_d<Dims>(g, i.d, dlo, dhi);
-        pool_cover(i.h, g.k[1], g.s[1], g.p[1], g.out[1], hlo, hhi);
+        g.cover(1, i.h, hlo, hhi);
         for (int w = 0; w < g.in[2]; ++w) {
           int wlo, whi;
-          pool_cover(w, g.k[2], g.s[2], g.p[2], g.out[2], wlo, whi);
+          g.cover(2, w, wlo, whi);
           int const me = (i.d * g.in[1] + i.h) * g.in[2] + w;
           T acc = 0;
           for (int od = dlo; od < dhi; ++od)
@@ -230,15 +236,20 @@ KOKKOS_INLINE_FUNCTION T pool_inv_count(PoolGeometry const& g, int od, int oh, i
   else
     return T(1) / T(g.count(0, od) * g.count(1, oh) * g.count(2, ow));
 }
+// pool_inv_count's share applied once per output instead: 1 / (k0 k1 k2)
+// when every window has the same divisor, else 1.
+template <bool Uniform, class T>
+T pool_uniform_scale(PoolGeometry const& g) {
+  return Uniform ? T(1) / T(g.k[0] * g.k[1] * g.k[2]) : T(1);
+}
 
 // y = window sums / window counts.
 template <int Dims, bool Uniform, class Exec, class X, class Y>
 void avgpool_forward_kernel(Exec const& exec, PoolGeometry const g, X const& x, Y const& y) {
   using T = typename Y::non_const_value_type;
-  std::size_t const rows = x.extent(0) * std::size_t(g.C) * std::size_t(g.out[0] * g.out[1]);
-  T const post = Uniform ? T(1) / T(g.k[0] * g.k[1] * g.k[2]) : T(1);
+  T const post = pool_uniform_scale<Uniform, T>(g);
   Kokkos::parallel_for(
-      "telar::AvgPool::forward", Kokkos::RangePolicy<Exec>(exec, 0, rows),
+      "telar::AvgPool::forward", Kokkos::RangePolicy<Exec>(exec, 0, g.out_rows(x.extent(0))),
       KOKKOS_LAMBDA(std::size_t r) {
         SpatialRow const o(r, g.out[0], g.out[1]);
         auto const* in = x.data() + o.plane * g.in_plane();
@@ -263,20 +274,19 @@ void avgpool_forward_kernel(Exec const& exec, PoolGeometry const g, X const& x, 
 template <int Dims, bool Uniform, class Exec, class DY, class DX>
 void avgpool_backward_kernel(Exec const& exec, PoolGeometry const g, DY const& dy, DX const& dx) {
   using T = typename DX::non_const_value_type;
-  std::size_t const rows = dx.extent(0) * std::size_t(g.C) * std::size_t(g.in[0] * g.in[1]);
-  T const post = Uniform ? T(1) / T(g.k[0] * g.k[1] * g.k[2]) : T(1);
+  T const post = pool_uniform_scale<Uniform, T>(g);
   Kokkos::parallel_for(
-      "telar::AvgPool::backward_input", Kokkos::RangePolicy<Exec>(exec, 0, rows),
+      "telar::AvgPool::backward_input", Kokkos::RangePolicy<Exec>(exec, 0, g.in_rows(dx.extent(0))),
       KOKKOS_LAMBDA(std::size_t r) {
         SpatialRow const i(r, g.in[0], g.in[1]);
         auto const* src = dy.data() + i.plane * g.out_plane();
         T* out = dx.data() + r * std::size_t(g.in[2]);
         int dlo, dhi, hlo, hhi;
         pool_cover_d<Dims>(g, i.d, dlo, dhi);
-        pool_cover(i.h, g.k[1], g.s[1], g.p[1], g.out[1], hlo, hhi);
+        g.cover(1, i.h, hlo, hhi);
         for (int w = 0; w < g.in[2]; ++w) {
           int wlo, whi;
-          pool_cover(w, g.k[2], g.s[2], g.p[2], g.out[2], wlo, whi);
+          g.cover(2, w, wlo, whi);
           T acc = 0;
           for (int od = dlo; od < dhi; ++od)
             for (int oh = hlo; oh < hhi; ++oh)
@@ -680,11 +690,7 @@ using AvgPool3D = AvgPool<3, T, MemorySpace>;
  *  the maximum of each channel; keeps its position for backward (ties: the
  *  first). \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-struct GlobalMaxPool {
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of activations. */
-  using memory_space = MemorySpace;
+struct GlobalMaxPool : public detail::LayerTypes<T, MemorySpace> {
   /*! \brief Position of each channel's maximum within the channel. */
   struct saved_type {
     Kokkos::View<int**, Kokkos::LayoutRight, MemorySpace> argmax; //!< [n, C]
@@ -730,12 +736,7 @@ struct GlobalMaxPool {
  *  the mean of each channel.
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-struct GlobalAvgPool {
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of activations. */
-  using memory_space = MemorySpace;
-
+struct GlobalAvgPool : public detail::LayerTypes<T, MemorySpace> {
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "GlobalAvgPool"; }
   /*! \brief [C] for an input [C, ...] of rank 2 to 4. \param in input shape

@@ -3,6 +3,7 @@
  *  \brief telar::Rearrange: moves the values of each sample without
  *  arithmetic (a transpose of its axes, a slice of one axis, a reshape), the
  *  shape-only nodes of an imported graph (ONNX Transpose, Slice, Reshape). */
+#include <telar/core/detail/layer_types.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/shape.hpp>
@@ -26,13 +27,8 @@ namespace telar {
  *  \endcode
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-class Rearrange {
+class Rearrange : public detail::LayerTypes<T, MemorySpace> {
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of activations. */
-  using memory_space = MemorySpace;
-
   /*! \brief An empty layer; assign one made by a factory before use. */
   Rearrange() = default;
 

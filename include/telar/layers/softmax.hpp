@@ -9,6 +9,7 @@
  *  \endcode
  */
 #include <telar/core/detail/elementwise.hpp>
+#include <telar/core/detail/layer_types.hpp>
 #include <telar/core/detail/math.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
@@ -80,14 +81,8 @@ void softmax_lines_backward(Exec const& exec, SoftmaxLines const g, std::size_t 
  *  (a view) for backward.
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-class Softmax {
+class Softmax : public detail::ShapePreservingLayerTypes<T, MemorySpace> {
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of activations. */
-  using memory_space = MemorySpace;
-  /*! \brief The output shape is the input shape (lets Sequential see through it). */
-  static constexpr bool preserves_shape = true;
   /*! \brief The output y, backward's only need. */
   struct saved_type {
     ConstMatrix<T, MemorySpace> y; //!< [n, shape.size()]

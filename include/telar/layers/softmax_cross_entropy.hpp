@@ -1,6 +1,7 @@
 #pragma once
 /*! \file
  *  \brief Softmax cross-entropy loss over class logits. */
+#include <telar/core/detail/layer_types.hpp>
 #include <telar/core/detail/math.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/loss.hpp>
@@ -20,11 +21,7 @@ namespace telar {
  *  \tparam T value type \tparam MemorySpace memory space
  */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-struct SoftmaxCrossEntropy {
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space. */
-  using memory_space = MemorySpace;
+struct SoftmaxCrossEntropy : public detail::LayerTypes<T, MemorySpace> {
   /*! \brief One class label per sample. */
   using target_type = Labels<MemorySpace>;
   /*! \brief LossSum::correct counts samples whose arg-max logit is the label. */

@@ -12,6 +12,7 @@
  *  described per dimension by tables built once in build(); backward gathers
  *  through the inverse tables (no atomics).
  */
+#include <telar/core/detail/layer_types.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/shape.hpp>
@@ -204,13 +205,8 @@ void resample_backward(Exec const& exec, Tables const t, std::size_t planes, DY 
  *  ONNX's Resize rounding disagree. Keeps nothing for backward.
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-class Upsample {
+class Upsample : public detail::LayerTypes<T, MemorySpace> {
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of activations. */
-  using memory_space = MemorySpace;
-
   /*! \brief Upsampling by integer factors.
    *  \param scale one factor per spatial dimension (H, W or D, H, W)
    *  \param mode nearest or linear \param align_corners PyTorch's

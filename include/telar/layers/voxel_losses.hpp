@@ -11,6 +11,7 @@
  *  slab, summed over the group by the caller (telar/parallel/spatial_loss.hpp),
  *  then value() and backward() from the whole sample's sums.
  */
+#include <telar/core/detail/layer_types.hpp>
 #include <telar/core/detail/math.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/loss.hpp>
@@ -86,12 +87,8 @@ double voxel_ce(Exec const& exec, ConstMatrix<T, M> z, VoxelLabels<M> y, Matrix<
  *  it the mean over voxels). Follows the Loss concept (telar/core/loss.hpp).
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-class VoxelCrossEntropy {
+class VoxelCrossEntropy : public detail::LayerTypes<T, MemorySpace> {
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space. */
-  using memory_space = MemorySpace;
   /*! \brief One label in [0, classes) per voxel, [n, voxels]. */
   using target_type = VoxelLabels<MemorySpace>;
 
@@ -137,12 +134,8 @@ private:
  *  (telar::spatial_soft_dice does). forward_backward() is the unsplit case.
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-class SoftDice {
+class SoftDice : public detail::LayerTypes<T, MemorySpace> {
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space. */
-  using memory_space = MemorySpace;
   /*! \brief One label in [0, classes) per voxel, [n, voxels]. */
   using target_type = VoxelLabels<MemorySpace>;
 

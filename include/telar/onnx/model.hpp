@@ -29,6 +29,23 @@
 
 namespace telar::onnx {
 
+namespace detail {
+
+/// The built-in layers every node of an imported graph can be, listed once
+/// for NodeLayer and Layer, then \p More (Dense stays first: the default).
+template <class T, class M, class... More>
+using node_layers_and =
+    std::variant<Dense<T, M>, ReLU<T, M>, GELU<T, M>, Sigmoid<T, M>, Tanh<T, M>, Flatten<T, M>,
+                 Conv2D<T, M>, MaxPool2D<T, M>, AvgPool2D<T, M>, GlobalAvgPool<T, M>, Dropout<T, M>,
+                 BatchNorm<T, M, SyncStats>, ConvTranspose2D<T, M>, Conv3D<T, M>,
+                 ConvTranspose3D<T, M>, ReLU6<T, M>, Clip<T, M>, LeakyReLU<T, M>, ELU<T, M>,
+                 SiLU<T, M>, HardSwish<T, M>, HardSigmoid<T, M>, MaxPool3D<T, M>, AvgPool3D<T, M>,
+                 GlobalMaxPool<T, M>, Softmax<T, M>, Upsample<T, M>, LayerNorm<T, M>,
+                 Rearrange<T, M>, Scale<T, M>, Embedding<T, M>, PositionalEmbedding<T, M>,
+                 MaskedFill<T, M>, Bias<T, M>, Multiplier<T, M>, MathFunction<T, M>, More...>;
+
+} // namespace detail
+
 /*! \brief The layers a node of an imported graph can be (the nodes of a
  *  telar::DynamicGraph inside the model; joins are the graph's own Add,
  *  Concat, Mul, Sub, Div and MatMul). BatchNorm uses telar::SyncStats: its statistics span the
@@ -36,19 +53,7 @@ namespace telar::onnx {
  *  serial run (PyTorch's SyncBatchNorm).
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-using NodeLayer = std::variant<
-    Dense<T, MemorySpace>, ReLU<T, MemorySpace>, GELU<T, MemorySpace>, Sigmoid<T, MemorySpace>,
-    Tanh<T, MemorySpace>, Flatten<T, MemorySpace>, Conv2D<T, MemorySpace>,
-    MaxPool2D<T, MemorySpace>, AvgPool2D<T, MemorySpace>, GlobalAvgPool<T, MemorySpace>,
-    Dropout<T, MemorySpace>, BatchNorm<T, MemorySpace, SyncStats>, ConvTranspose2D<T, MemorySpace>,
-    Conv3D<T, MemorySpace>, ConvTranspose3D<T, MemorySpace>, ReLU6<T, MemorySpace>,
-    Clip<T, MemorySpace>, LeakyReLU<T, MemorySpace>, ELU<T, MemorySpace>, SiLU<T, MemorySpace>,
-    HardSwish<T, MemorySpace>, HardSigmoid<T, MemorySpace>, MaxPool3D<T, MemorySpace>,
-    AvgPool3D<T, MemorySpace>, GlobalMaxPool<T, MemorySpace>, Softmax<T, MemorySpace>,
-    Upsample<T, MemorySpace>, LayerNorm<T, MemorySpace>, Rearrange<T, MemorySpace>,
-    Scale<T, MemorySpace>, Embedding<T, MemorySpace>, PositionalEmbedding<T, MemorySpace>,
-    MaskedFill<T, MemorySpace>, Bias<T, MemorySpace>, Multiplier<T, MemorySpace>,
-    MathFunction<T, MemorySpace>>;
+using NodeLayer = detail::node_layers_and<T, MemorySpace>;
 
 /*! \brief Former name of NodeLayer (a residual branch is now a graph).
  *  \tparam T value type \tparam MemorySpace memory space */
@@ -60,20 +65,9 @@ using BranchLayer = NodeLayer<T, MemorySpace>;
  *  of the file that is not a chain (branches, skips and their joins).
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-using Layer = std::variant<
-    Dense<T, MemorySpace>, ColumnParallel<Dense<T, MemorySpace>>,
-    RowParallel<Dense<T, MemorySpace>>, ReLU<T, MemorySpace>, GELU<T, MemorySpace>,
-    Sigmoid<T, MemorySpace>, Tanh<T, MemorySpace>, Flatten<T, MemorySpace>, Conv2D<T, MemorySpace>,
-    MaxPool2D<T, MemorySpace>, AvgPool2D<T, MemorySpace>, GlobalAvgPool<T, MemorySpace>,
-    Dropout<T, MemorySpace>, BatchNorm<T, MemorySpace, SyncStats>, ConvTranspose2D<T, MemorySpace>,
-    Conv3D<T, MemorySpace>, ConvTranspose3D<T, MemorySpace>, ReLU6<T, MemorySpace>,
-    Clip<T, MemorySpace>, LeakyReLU<T, MemorySpace>, ELU<T, MemorySpace>, SiLU<T, MemorySpace>,
-    HardSwish<T, MemorySpace>, HardSigmoid<T, MemorySpace>, MaxPool3D<T, MemorySpace>,
-    AvgPool3D<T, MemorySpace>, GlobalMaxPool<T, MemorySpace>, Softmax<T, MemorySpace>,
-    Upsample<T, MemorySpace>, DynamicGraph<NodeLayer<T, MemorySpace>>, LayerNorm<T, MemorySpace>,
-    Rearrange<T, MemorySpace>, Scale<T, MemorySpace>, Embedding<T, MemorySpace>,
-    PositionalEmbedding<T, MemorySpace>, MaskedFill<T, MemorySpace>, Bias<T, MemorySpace>,
-    Multiplier<T, MemorySpace>, MathFunction<T, MemorySpace>>;
+using Layer = detail::node_layers_and<T, MemorySpace, ColumnParallel<Dense<T, MemorySpace>>,
+                                      RowParallel<Dense<T, MemorySpace>>,
+                                      DynamicGraph<NodeLayer<T, MemorySpace>>>;
 
 /*! \brief The run-time model an import builds.
  *  \tparam T value type \tparam MemorySpace memory space */

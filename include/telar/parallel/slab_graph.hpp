@@ -21,6 +21,7 @@
  *  \endcode
  */
 #include <telar/comm/communicator.hpp>
+#include <telar/core/detail/layer_types.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/shape.hpp>
@@ -105,7 +106,7 @@ void take_columns(Exec const& exec, ConstMatrix<T, M> src, Matrix<T, M> dst, std
  *  \tparam T value type \tparam M memory space
  *  \tparam Layers the distinct wrapper types the graph holds */
 template <class T, class M, class... Layers>
-class SlabGraph {
+class SlabGraph : public detail::LayerTypes<T, M> {
   template <class L>
   struct Unit {
     L layer;
@@ -125,10 +126,6 @@ class SlabGraph {
   };
 
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of parameters and activations. */
-  using memory_space = M;
   /*! \brief The id of the graph's input (the sample's slab). */
   static constexpr int input = 0;
 

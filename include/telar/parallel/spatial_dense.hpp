@@ -19,6 +19,7 @@
  */
 #include <telar/comm/communicator.hpp>
 #include <telar/core/detail/column_sums.hpp>
+#include <telar/core/detail/layer_types.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/gemm.hpp>
 #include <telar/core/shape.hpp>
@@ -43,16 +44,12 @@ namespace telar {
  *  \tparam T value type \tparam MemorySpace memory space (host-accessible)
  *  \tparam Gemm GEMM policy */
 template <class T, class MemorySpace = DefaultMemorySpace, class Gemm = AutoGemm>
-class SpatialDense {
+class SpatialDense : public detail::LayerTypes<T, MemorySpace> {
   static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible,
                 "telar::SpatialDense: the memory space must be host-accessible (device "
                 "staging is not implemented yet)");
 
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of parameters and activations. */
-  using memory_space = MemorySpace;
   /*! \brief What backward needs: the slab input. */
   using saved_type = typename Dense<T, MemorySpace, Gemm>::saved_type;
 

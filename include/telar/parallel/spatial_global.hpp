@@ -15,6 +15,7 @@
  *  \endcode
  */
 #include <telar/comm/communicator.hpp>
+#include <telar/core/detail/layer_types.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/shape.hpp>
@@ -35,15 +36,12 @@ namespace detail {
 // What both global pools over slabs share: the group, the split of the
 // whole sample's first spatial axis, the shapes and the checks.
 template <class T, class MemorySpace>
-class SpatialGlobalPoolBase {
+class SpatialGlobalPoolBase : public LayerTypes<T, MemorySpace> {
   static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible,
                 "telar::SpatialGlobalAvgPool, telar::SpatialGlobalMaxPool: the memory space must "
                 "be host-accessible (device staging is not implemented yet)");
 
 public:
-  using value_type = T;
-  using memory_space = MemorySpace;
-
   explicit SpatialGlobalPoolBase(Communicator const& sp) : sp_(&sp) {}
 
   Shape input_shape() const { return in_; }

@@ -16,6 +16,7 @@
  *  \endcode
  */
 #include <telar/comm/communicator.hpp>
+#include <telar/core/detail/layer_types.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/shape.hpp>
 #include <telar/core/tensor.hpp>
@@ -37,16 +38,12 @@ namespace telar {
  *  group: equal to the unsplit layer on every rank's rows.
  *  \tparam T value type \tparam M memory space (host-accessible) */
 template <class T = float, class M = DefaultMemorySpace>
-class SpatialGroupNorm {
+class SpatialGroupNorm : public detail::LayerTypes<T, M> {
   static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, M>::accessible,
                 "telar::SpatialGroupNorm: the memory space must be host-accessible (device "
                 "staging is not implemented yet)");
 
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of parameters and activations. */
-  using memory_space = M;
   /*! \brief What backward needs from forward: the input slab and each
    *  (sample, group)'s mean and 1/std over the whole sample. */
   struct saved_type {

@@ -17,21 +17,27 @@
 
 namespace telar::onnx::detail {
 
+// Whether layers[k] exists and holds one of Ls.
+template <class... Ls, class Layers>
+bool holds_one_of(Layers const& layers, std::size_t k) {
+  return k < layers.size() && (std::holds_alternative<Ls>(layers[k]) || ...);
+}
+
 // Dense, element-wise, Dense runs become Megatron pairs (the activation acts
 // on the column-parallel shard, as in telar::ColumnParallel's docs).
 template <class Layers>
 void make_tensor_parallel_pairs(Layers& layers) {
-  auto dense = [&](std::size_t k) { return k < layers.size() && layers[k].index() == 0; };
-  auto elementwise = [&](std::size_t k) { // ReLU, GELU, Sigmoid, Tanh in telar::onnx::Layer
-    return k < layers.size() && layers[k].index() >= 3 && layers[k].index() <= 6;
+  using D = std::variant_alternative_t<0, typename Layers::value_type>; // Dense<T, M>
+  using T = typename D::value_type;
+  using M = typename D::memory_space;
+  auto dense = [&](std::size_t k) { return holds_one_of<D>(layers, k); };
+  auto elementwise = [&](std::size_t k) {
+    return holds_one_of<ReLU<T, M>, GELU<T, M>, Sigmoid<T, M>, Tanh<T, M>>(layers, k);
   };
   for (std::size_t k = 0; k + 2 < layers.size(); ++k)
     if (dense(k) && elementwise(k + 1) && dense(k + 2)) {
-      using D = std::variant_alternative_t<0, std::decay_t<decltype(layers[k])>>;
-      using T = typename D::value_type;
-      using M = typename D::memory_space;
-      auto const& a = std::get<0>(layers[k]);
-      auto const& b = std::get<0>(layers[k + 2]);
+      auto const& a = std::get<D>(layers[k]);
+      auto const& b = std::get<D>(layers[k + 2]);
       layers[k] = ColumnParallel<Dense<T, M>>(a.in_features(), a.out_features(), a.has_bias());
       layers[k + 2] = RowParallel<Dense<T, M>>(b.in_features(), b.out_features(), b.has_bias());
       k += 2;
