@@ -124,9 +124,41 @@ std::uint64_t bytes_per_step(Batch const& batch, int microbatches) {
 std::uint64_t iallgatherv_bytes = 0;
 std::uint64_t reduce_scatter_bytes = 0;
 
-// One step (the second) of strategy S: the bytes its gradients' reduce-
-// scatters were given, the peak of its group gradient buffers, the plan's
-// communication and gradient bytes, and the reduce-scatters' trace labels.
+// The second step of strategy S (the first may differ by one-off work),
+// with the MPI byte counters and the meter's peaks reset before it: what
+// `read(trainer)` then finds. One group per Dense layer, traced.
+template <class S, class Read>
+auto second_step(Batch const& batch, bool shared_memory, Read read) {
+  telar::TrainerOptions opts;
+  opts.bucket_bytes = 1024;
+  opts.shared_memory = shared_memory;
+  opts.trace = true;
+  Watch watch;
+  telar::Trainer<Model, S, telar::Adam<float>> t(MPI_COMM_WORLD, make_model(), {}, opts, 32);
+  std::size_t const local = 8, d = std::size_t(t.grid_coords().dp) * local;
+  auto x = telar::rows(batch.x, d, d + local);
+  auto y = telar::rows(batch.y, d, d + local);
+  t.step(x, y);
+  meter.reset_peaks();
+  iallgatherv_bytes = reduce_scatter_bytes = 0;
+  t.step(x, y);
+  return read(t);
+}
+
+// The names of the trace's events that start with `prefix`.
+template <class Trainer>
+std::vector<std::string> events(Trainer const& t, std::string const& prefix) {
+  std::vector<std::string> out;
+  for (auto const& e : t.trace().events())
+    if (e.name.rfind(prefix, 0) == 0)
+      out.push_back(e.name);
+  return out;
+}
+
+// What a ZeRO step's gradient reduce-scatters were given, the peak of its
+// group gradient buffers, the plan's communication and gradient bytes, and
+// the reduce-scatters' trace labels. ZeRO-1 between ranks (in shared memory
+// nothing travels).
 struct ReduceRun {
   std::uint64_t sent = 0;
   std::int64_t peak = 0;
@@ -135,31 +167,15 @@ struct ReduceRun {
 };
 template <class S>
 ReduceRun reduce_run(Batch const& batch) {
-  telar::TrainerOptions opts;
-  opts.bucket_bytes = 1024;   // one group per Dense layer
-  opts.shared_memory = false; // ZeRO-1 reduce-scatters (in shared memory nothing travels)
-  opts.trace = true;
-  Watch watch;
-  telar::Trainer<Model, S, telar::Adam<float>> t(MPI_COMM_WORLD, make_model(), {}, opts, 32);
-  std::size_t const local = 8, d = std::size_t(t.grid_coords().dp) * local;
-  auto x = telar::rows(batch.x, d, d + local);
-  auto y = telar::rows(batch.y, d, d + local);
-  t.step(x, y);
-  meter.reset_peaks();
-  reduce_scatter_bytes = 0;
-  t.step(x, y);
-  ReduceRun r{reduce_scatter_bytes,
-              meter.peak_of("telar::ZeRO::group_grads"),
-              t.memory_plan().bytes[telar::MemoryCategory::communication],
-              t.memory_plan().bytes[telar::MemoryCategory::gradients],
-              {}};
-  for (auto const& e : t.trace().events())
-    if (e.name.rfind("reduce-scatter group", 0) == 0)
-      r.labels.push_back(e.name);
-  return r;
+  return second_step<S>(batch, false, [](auto const& t) {
+    auto const& plan = t.memory_plan().bytes;
+    return ReduceRun{reduce_scatter_bytes, meter.peak_of("telar::ZeRO::group_grads"),
+                     plan[telar::MemoryCategory::communication],
+                     plan[telar::MemoryCategory::gradients], events(t, "reduce-scatter group")};
+  });
 }
 
-// One ZeRO-3 step (the second) of strategy S: what it gathered and held.
+// What a ZeRO-3 step gathered and held.
 struct GatherRun {
   std::uint64_t gathered = 0;      // bytes sent to MPI_Iallgatherv
   std::int64_t peak = 0;           // peak of the gathered group buffers
@@ -168,26 +184,11 @@ struct GatherRun {
 };
 template <class S>
 GatherRun gather_run(Batch const& batch) {
-  telar::TrainerOptions opts;
-  opts.bucket_bytes = 1024; // one group per Dense layer
-  opts.trace = true;
-  Watch watch;
-  telar::Trainer<Model, S, telar::Adam<float>> t(MPI_COMM_WORLD, make_model(), {}, opts, 32);
-  std::size_t const local = 8, d = std::size_t(t.grid_coords().dp) * local;
-  auto x = telar::rows(batch.x, d, d + local);
-  auto y = telar::rows(batch.y, d, d + local);
-  t.step(x, y);
-  meter.reset_peaks();
-  iallgatherv_bytes = 0;
-  t.step(x, y);
-  GatherRun r{iallgatherv_bytes,
-              meter.peak_of("telar::ZeRO::gathered"),
-              t.memory_plan().bytes[telar::MemoryCategory::communication],
-              {}};
-  for (auto const& e : t.trace().events())
-    if (e.name.rfind("all-gather group", 0) == 0)
-      r.labels.push_back(e.name);
-  return r;
+  return second_step<S>(batch, true, [](auto const& t) {
+    return GatherRun{iallgatherv_bytes, meter.peak_of("telar::ZeRO::gathered"),
+                     t.memory_plan().bytes[telar::MemoryCategory::communication],
+                     events(t, "all-gather group")};
+  });
 }
 
 // The KiB a gather's trace label gives ("all-gather group 3 (12 KiB)").

@@ -36,6 +36,7 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -328,23 +329,12 @@ bool bf16_gemm_batched(Exec const& exec, char ta, char tb, float alpha, AV const
   auto ld = [](auto const& v) {
     return std::int64_t(std::max<std::size_t>({std::size_t(v.stride(2)), v.extent(3), 1}));
   };
-  OneDnnBf16Matmul::Geometry g;
-  g.ta = ta;
-  g.tb = tb;
-  g.m = std::int64_t(C.extent(2));
-  g.n = std::int64_t(C.extent(3));
-  g.k = std::int64_t(k);
-  g.lda = ld(A);
-  g.ldb = ld(B);
-  g.ldc = ld(C);
-  g.n1 = std::int64_t(C.extent(0));
-  g.n2 = std::int64_t(C.extent(1));
-  g.a1 = std::int64_t(A.stride(0));
-  g.a2 = std::int64_t(A.stride(1));
-  g.b1 = std::int64_t(B.stride(0));
-  g.b2 = std::int64_t(B.stride(1));
-  g.c1 = std::int64_t(C.stride(0));
-  g.c2 = std::int64_t(C.stride(1));
+  auto const i = [](auto v) { return std::int64_t(v); };
+  auto const between = [&](auto const& v) { return std::array{i(v.stride(0)), i(v.stride(1))}; };
+  OneDnnBf16Matmul::Geometry const g{
+      ta,         tb,         i(C.extent(2)), i(C.extent(3)), i(k),
+      ld(A),      ld(B),      ld(C),          i(C.extent(0)), i(C.extent(1)),
+      between(A), between(B), between(C)};
   exec.fence(); // oneDNN runs on the calling thread: earlier kernels must be done
   count_library_call("telar::gemm::onednn-bf16");
   ScopedRegion const region("telar::gemm::onednn-bf16");

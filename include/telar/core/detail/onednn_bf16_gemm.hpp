@@ -15,6 +15,7 @@
 
 #include <dnnl.hpp>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -32,12 +33,13 @@ public:
 
   // A product's geometry: n1 x n2 entries (1 x 1: one GEMM), each op(A)
   // [m, k] times op(B) [k, n] into C [m, n], row-major with leading
-  // dimensions lda, ldb, ldc; entry (i, j) starts i a1 + j a2 values into A
-  // (likewise b, c).
+  // dimensions lda, ldb, ldc; entry (i, j) starts i sa[0] + j sa[1] values
+  // into A (likewise sb, sc).
   struct Geometry {
     char ta = 'N', tb = 'N';
     std::int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
-    std::int64_t n1 = 1, n2 = 1, a1 = 0, a2 = 0, b1 = 0, b2 = 0, c1 = 0, c2 = 0;
+    std::int64_t n1 = 1, n2 = 1;
+    std::array<std::int64_t, 2> sa{}, sb{}, sc{}; // strides between entries (i, j)
     bool batched() const { return n1 * n2 > 1; }
   };
 
@@ -45,15 +47,7 @@ public:
   void run(char ta, char tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
            float const* A, std::int64_t lda, float const* B, std::int64_t ldb, float beta, float* C,
            std::int64_t ldc) {
-    Geometry g;
-    g.ta = ta;
-    g.tb = tb;
-    g.m = m;
-    g.n = n;
-    g.k = k;
-    g.lda = lda;
-    g.ldb = ldb;
-    g.ldc = ldc;
+    Geometry const g{ta, tb, m, n, k, lda, ldb, ldc};
     run(g, alpha, A, B, beta, C);
   }
 
@@ -90,11 +84,11 @@ private:
   static dims shape(Geometry const& g, std::int64_t rows, std::int64_t cols) {
     return g.batched() ? dims{g.n1, g.n2, rows, cols} : dims{rows, cols};
   }
-  // Its strides: entries e1, e2 apart, rows ld apart (transposed: a swap).
-  static dims strides(Geometry const& g, std::int64_t e1, std::int64_t e2, std::int64_t ld,
+  // Its strides: entries `between` apart, rows ld apart (transposed: a swap).
+  static dims strides(Geometry const& g, std::array<std::int64_t, 2> between, std::int64_t ld,
                       bool transposed) {
     dims const mat = transposed ? dims{1, ld} : dims{ld, 1};
-    return g.batched() ? dims{e1, e2, mat[0], mat[1]} : mat;
+    return g.batched() ? dims{between[0], between[1], mat[0], mat[1]} : mat;
   }
   // The bf16 copy of an operand: dense, rows contiguous (`transposed`: columns).
   static dnnl::memory::desc dense(Geometry const& g, std::int64_t rows, std::int64_t cols,
@@ -109,8 +103,9 @@ private:
     std::uint32_t ab, bb;
     std::memcpy(&ab, &alpha, 4);
     std::memcpy(&bb, &beta, 4);
-    std::vector<std::int64_t> key{g.ta, g.tb, g.m,  g.n,  g.k,  g.lda, g.ldb, g.ldc, g.n1,
-                                  g.n2, g.a1, g.a2, g.b1, g.b2, g.c1,  g.c2,  ab,    bb};
+    std::vector<std::int64_t> key{g.ta,    g.tb,    g.m,     g.n,     g.k,     g.lda,
+                                  g.ldb,   g.ldc,   g.n1,    g.n2,    g.sa[0], g.sa[1],
+                                  g.sb[0], g.sb[1], g.sc[0], g.sc[1], ab,      bb};
     for (auto& e : entries_)
       if (e->key == key)
         return *e;
@@ -122,11 +117,9 @@ private:
     std::int64_t const m = g.m, n = g.n, k = g.k;
     // The callers' f32 matrices as oneDNN sees op(A) [m, k] and op(B) [k, n]:
     // a transpose is a swap of strides.
-    dnnl::memory::desc const a_user(shape(g, m, k), dt::f32,
-                                    strides(g, g.a1, g.a2, g.lda, g.ta != 'N'));
-    dnnl::memory::desc const b_user(shape(g, k, n), dt::f32,
-                                    strides(g, g.b1, g.b2, g.ldb, g.tb != 'N'));
-    dnnl::memory::desc const c_user(shape(g, m, n), dt::f32, strides(g, g.c1, g.c2, g.ldc, false));
+    dnnl::memory::desc const a_user(shape(g, m, k), dt::f32, strides(g, g.sa, g.lda, g.ta != 'N'));
+    dnnl::memory::desc const b_user(shape(g, k, n), dt::f32, strides(g, g.sb, g.ldb, g.tb != 'N'));
+    dnnl::memory::desc const c_user(shape(g, m, n), dt::f32, strides(g, g.sc, g.ldc, false));
     // bf16 copies, dense: A (activations, small) row-major whatever ta, so
     // the kernel reads rows; B in the caller's orientation. Not format "any":
     // oneDNN 2.6 then picks blocked weights (BA16a64b2a) whose reorder from
@@ -157,8 +150,8 @@ private:
       // A is stored [m, k] ('N') or [k, m]; B [k, n] or [n, k]; a batch's
       // entries back to back, or not the same bytes.
       std::int64_t const entries = g.n1 * g.n2;
-      bool const a_dense = !g.batched() || (g.a2 == m * k && g.a1 == g.n2 * m * k);
-      bool const b_dense = !g.batched() || (g.b2 == k * n && g.b1 == g.n2 * k * n);
+      bool const a_dense = !g.batched() || (g.sa[1] == m * k && g.sa[0] == g.n2 * m * k);
+      bool const b_dense = !g.batched() || (g.sb[1] == k * n && g.sb[0] == g.n2 * k * n);
       init_operand(e->a, e->a_view, a_user, pd.src_desc(), a_dense && g.ta == 'N' && g.lda == k,
                    entries * m * k);
       init_operand(e->b, e->b_view, b_user, pd.weights_desc(),
