@@ -44,6 +44,17 @@ void embedding_fill(W const& w, std::uint64_t seed, double std_dev) {
   Kokkos::fence();
 }
 
+// Allocates a table [rows, hidden] and its gradient, labelled after `layer`,
+// and draws the table (embedding_fill).
+template <class T, class M>
+void embedding_allocate(Matrix<T, M>& w, Matrix<T, M>& wg, std::size_t rows, std::size_t hidden,
+                        char const* layer, std::uint64_t seed, double std_dev) {
+  std::string const a(layer);
+  w = Matrix<T, M>(a + "::weight", rows, hidden);
+  wg = Matrix<T, M>(a + "::weight_grad", rows, hidden);
+  embedding_fill(w, seed, std_dev);
+}
+
 // Flat index of the first id that is not an integer in [0, vocab); the
 // largest std::size_t if there is none.
 template <class Exec, class X>
@@ -144,9 +155,8 @@ public:
 
   /*! \brief Allocates and draws the table. \param seed stream seed */
   void initialize(std::uint64_t seed) {
-    weight = Matrix<T, MemorySpace>("telar::Embedding::weight", vocab_, hidden_);
-    weight_grad = Matrix<T, MemorySpace>("telar::Embedding::weight_grad", vocab_, hidden_);
-    detail::embedding_fill(weight, seed, 0.02);
+    detail::embedding_allocate(weight, weight_grad, vocab_, hidden_, "telar::Embedding", seed,
+                               0.02);
   }
   /*! \brief Visits ("weight", table). \param f callable as f(char const*, View&, View&) */
   template <class F>
@@ -250,10 +260,8 @@ public:
 
   /*! \brief Allocates and draws the table. \param seed stream seed */
   void initialize(std::uint64_t seed) {
-    weight = Matrix<T, MemorySpace>("telar::PositionalEmbedding::weight", context_, hidden_);
-    weight_grad =
-        Matrix<T, MemorySpace>("telar::PositionalEmbedding::weight_grad", context_, hidden_);
-    detail::embedding_fill(weight, seed, 0.01);
+    detail::embedding_allocate(weight, weight_grad, context_, hidden_, "telar::PositionalEmbedding",
+                               seed, 0.01);
   }
   /*! \brief Visits ("weight", table). \param f callable as f(char const*, View&, View&) */
   template <class F>

@@ -36,24 +36,39 @@ struct NormGeometry {
   std::size_t sample = 0; // values per sample
   std::size_t stride = 1; // consecutive values sharing one parameter
   std::size_t params = 0; // affine parameters (0: none)
+  KOKKOS_INLINE_FUNCTION bool affine() const { return params > 0; }
   // Value j of every row uses parameter j (LayerNorm): no index arithmetic.
   KOKKOS_INLINE_FUNCTION bool direct() const { return stride == 1 && params == row; }
+  // Rows in a batch of n samples.
+  KOKKOS_INLINE_FUNCTION std::size_t rows(std::size_t n) const { return n * sample / row; }
+  // The parameter of value f, the j-th of its row.
+  KOKKOS_INLINE_FUNCTION std::size_t param(std::size_t f, std::size_t j) const {
+    return direct() ? j : f / stride % params;
+  }
 };
 
+// One team per row r of a batch of n samples: f(team, r, i, f0), row r being
+// values [f0, f0 + g.row) of sample i.
+template <class Exec, class F>
+void for_each_norm_row(char const* label, Exec const& exec, NormGeometry g, std::size_t n, F f) {
+  using Policy = Kokkos::TeamPolicy<Exec>;
+  using Member = typename Policy::member_type;
+  Kokkos::parallel_for(
+      label, Policy(exec, int(g.rows(n)), Kokkos::AUTO), KOKKOS_LAMBDA(Member const& team) {
+        std::size_t const r = std::size_t(team.league_rank());
+        f(team, r, r * g.row / g.sample, r * g.row % g.sample);
+      });
+}
+
 // Kernels as free functions (nvcc rejects extended lambdas in private member
-// functions); views captured by value; one team per row.
+// functions); views captured by value.
 template <class Exec, class T, class M>
 void norm_forward(Exec const& exec, ConstMatrix<T, M> x, Matrix<T, M> y, Vector<T, M> mean,
                   Vector<T, M> rstd, Vector<T, M> gamma, Vector<T, M> beta, NormGeometry g, T eps) {
-  using Policy = Kokkos::TeamPolicy<Exec>;
-  using Member = typename Policy::member_type;
-  std::size_t const rows = x.extent(0) * g.sample / g.row;
-  bool const affine = g.params > 0, direct = g.direct();
-  Kokkos::parallel_for(
-      "telar::normalization::forward", Policy(exec, int(rows), Kokkos::AUTO),
-      KOKKOS_LAMBDA(Member const& team) {
-        std::size_t const r = std::size_t(team.league_rank());
-        std::size_t const i = r * g.row / g.sample, f0 = r * g.row % g.sample;
+  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
+  for_each_norm_row(
+      "telar::normalization::forward", exec, g, x.extent(0),
+      KOKKOS_LAMBDA(Member const& team, std::size_t r, std::size_t i, std::size_t f0) {
         T sum = 0, sq = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, g.row),
@@ -74,8 +89,8 @@ void norm_forward(Exec const& exec, ConstMatrix<T, M> x, Matrix<T, M> y, Vector<
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, g.row), [&](std::size_t j) {
           std::size_t const f = f0 + j;
           T const xh = (x(i, f) - mu) * rs;
-          if (affine) {
-            std::size_t const p = direct ? j : f / g.stride % g.params;
+          if (g.affine()) {
+            std::size_t const p = g.param(f, j);
             y(i, f) = xh * gamma(p) + beta(p);
           } else {
             y(i, f) = xh;
@@ -89,18 +104,13 @@ template <class Exec, class T, class M>
 void norm_backward_input(Exec const& exec, ConstMatrix<T, M> dy, Matrix<T, M> dx,
                          ConstMatrix<T, M> x, Vector<T, M> mean, Vector<T, M> rstd,
                          Vector<T, M> gamma, NormGeometry g) {
-  using Policy = Kokkos::TeamPolicy<Exec>;
-  using Member = typename Policy::member_type;
-  std::size_t const rows = dy.extent(0) * g.sample / g.row;
-  bool const affine = g.params > 0, direct = g.direct();
-  Kokkos::parallel_for(
-      "telar::normalization::backward_input", Policy(exec, int(rows), Kokkos::AUTO),
-      KOKKOS_LAMBDA(Member const& team) {
-        std::size_t const r = std::size_t(team.league_rank());
-        std::size_t const i = r * g.row / g.sample, f0 = r * g.row % g.sample;
+  using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
+  for_each_norm_row(
+      "telar::normalization::backward_input", exec, g, dy.extent(0),
+      KOKKOS_LAMBDA(Member const& team, std::size_t r, std::size_t i, std::size_t f0) {
         T const mu = mean(r), rs = rstd(r);
         auto dxh = [&](std::size_t f) {
-          return affine ? dy(i, f) * gamma(direct ? f - f0 : f / g.stride % g.params) : dy(i, f);
+          return g.affine() ? dy(i, f) * gamma(g.param(f, f - f0)) : dy(i, f);
         };
         T a = 0, b = 0;
         Kokkos::parallel_reduce(
@@ -129,7 +139,7 @@ void norm_backward_weight(Exec const& exec, ConstMatrix<T, M> dy, ConstMatrix<T,
                           Vector<T, M> mean, Vector<T, M> rstd, Vector<T, M> gamma_grad,
                           Vector<T, M> beta_grad, NormGeometry g) {
   if (g.direct()) { // rows of P values, parameter j for value j
-    std::size_t const rows = dy.extent(0) * g.sample / g.row;
+    std::size_t const rows = g.rows(dy.extent(0));
     auto const dyr = as_rows(dy, rows, g.row);
     auto const xr = as_rows(x, rows, g.row);
     add_column_sums(
@@ -182,11 +192,14 @@ void norm_backward_weight(Exec const& exec, ConstMatrix<T, M> dy, ConstMatrix<T,
       });
 }
 
-// Allocates (or keeps) the per-row statistics of a saved state.
+// Allocates (or keeps) the per-row statistics `what` of a saved state of
+// `layer`; the label is built only when it allocates.
 template <class T, class M>
-void norm_ensure(Vector<T, M>& v, std::size_t rows, char const* label) {
+void norm_ensure(Vector<T, M>& v, std::size_t rows, char const* layer, char const* what) {
   if (v.extent(0) != rows)
-    v = Vector<T, M>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), rows);
+    v = Vector<T, M>(Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                                        std::string("telar::") + layer + "::" + what),
+                     rows);
 }
 
 template <class T, class M>
@@ -309,6 +322,71 @@ protected:
   double eps_ = 1e-5;    //!< the offset
 };
 
+/*! \brief The passes LayerNorm and GroupNorm share: each normalised row
+ *  (Derived::geometry) is shifted to mean 0 and scaled to variance 1, then
+ *  y = gamma[p] * x_hat + beta[p] when Derived::affine(). They differ only in
+ *  the geometry and the shape check (Derived::check, run first by every pass).
+ *  Derived provides the public views weight, weight_grad, bias and bias_grad,
+ *  name(), eps_, and (possibly private, with this class a friend) geometry,
+ *  check and affine.
+ *  \tparam Derived the layer (CRTP) \tparam T value type
+ *  \tparam MemorySpace memory space */
+template <class Derived, class T, class MemorySpace>
+class MeanVarNorm {
+public:
+  /*! \brief What backward needs from forward. */
+  struct saved_type {
+    ConstMatrix<T, MemorySpace> x; //!< the forward input
+    Vector<T, MemorySpace> mean;   //!< mean of each normalised row
+    Vector<T, MemorySpace> rstd;   //!< 1 / sqrt(variance + eps) of each row
+  };
+
+  /*! \brief y = gamma * (x - mean) / sqrt(var + eps) + beta per normalised row.
+   *  \param exec execution space instance \param x input [n, sample]
+   *  \param y output, as x \param saved keeps x and the row statistics */
+  template <class Exec>
+  void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
+               saved_type& saved) const {
+    Derived const& self = derived();
+    self.check("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
+    NormGeometry const g = self.geometry(x.extent(1));
+    std::size_t const rows = g.rows(x.extent(0));
+    norm_ensure(saved.mean, rows, Derived::name(), "mean");
+    norm_ensure(saved.rstd, rows, Derived::name(), "rstd");
+    saved.x = x;
+    norm_forward<Exec, T, MemorySpace>(exec, x, y, saved.mean, saved.rstd, self.weight, self.bias,
+                                       g, T(self.eps_));
+  }
+  /*! \brief dL/dx. \param exec execution space instance \param dy output gradient
+   *  \param dx input gradient \param saved state of the matching forward */
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
+                      saved_type const& saved) const {
+    Derived const& self = derived();
+    self.check("backward_input", dy.extent(0), dy.extent(1), dx.extent(0), dx.extent(1));
+    norm_backward_input<Exec, T, MemorySpace>(exec, dy, dx, saved.x, saved.mean, saved.rstd,
+                                              self.weight, self.geometry(dy.extent(1)));
+  }
+  /*! \brief dgamma += sum dy x_hat, dbeta += sum dy per parameter (accumulates;
+   *  nothing, and no check, without affine parameters).
+   *  \param exec execution space instance \param dy output gradient
+   *  \param saved state of the matching forward */
+  template <class Exec>
+  void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
+                       saved_type const& saved) const {
+    Derived const& self = derived();
+    if (!self.affine())
+      return;
+    self.check("backward_weight", dy.extent(0), dy.extent(1), saved.x.extent(0), saved.x.extent(1));
+    norm_backward_weight<Exec, T, MemorySpace>(exec, dy, saved.x, saved.mean, saved.rstd,
+                                               self.weight_grad, self.bias_grad,
+                                               self.geometry(dy.extent(1)));
+  }
+
+private:
+  Derived const& derived() const { return static_cast<Derived const&>(*this); }
+};
+
 } // namespace detail
 
 /*! \brief Layer normalisation over the last extent (Ba et al. 2016; PyTorch's
@@ -319,8 +397,10 @@ protected:
  *
  *  Parameters "weight" (gamma, initialised to 1) and "bias" (beta, 0) are
  *  allocated by initialize(). Statistics are per sample and position, so the
- *  layer is exact under data parallelism. backward_input and backward_weight
- *  are split; the saved state is the input and each row's mean and 1/std.
+ *  layer is exact under data parallelism. forward, backward_input and
+ *  backward_weight (shared with GroupNorm, detail::MeanVarNorm) take inputs
+ *  [n, k * normalized_size]; the saved state is the input and each row's mean
+ *  and 1/std.
  *  \code
  *  using Block = telar::Residual<telar::LayerNorm<float>, telar::Dense<float>, telar::GELU<float>>;
  *  Block block(telar::LayerNorm<float>(64), telar::Dense<float>(64, 64), {});  // on [16, 64]
@@ -328,18 +408,17 @@ protected:
  *  \tparam T value type \tparam MemorySpace memory space
  */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-class LayerNorm : public detail::RowNorm<LayerNorm<T, MemorySpace>, T, MemorySpace> {
+class LayerNorm : public detail::RowNorm<LayerNorm<T, MemorySpace>, T, MemorySpace>,
+                  public detail::MeanVarNorm<LayerNorm<T, MemorySpace>, T, MemorySpace> {
   using Base = detail::RowNorm<LayerNorm, T, MemorySpace>;
+  using Passes = detail::MeanVarNorm<LayerNorm, T, MemorySpace>;
+  friend Passes;
   using Base::eps_;
   using Base::size_;
 
 public:
-  /*! \brief What backward needs from forward. */
-  struct saved_type {
-    ConstMatrix<T, MemorySpace> x; //!< the forward input
-    Vector<T, MemorySpace> mean;   //!< mean of each normalised row
-    Vector<T, MemorySpace> rstd;   //!< 1 / sqrt(variance + eps) of each row
-  };
+  /*! \brief What backward needs from forward: the input and each row's mean and 1/std. */
+  using typename Passes::saved_type;
 
   /*! \brief An empty layer; assign a configured one before use. */
   LayerNorm() = default;
@@ -375,47 +454,13 @@ public:
     f("bias", bias, bias_grad);
   }
 
-  /*! \brief y = gamma * (x - mean) / sqrt(var + eps) + beta per row.
-   *  \param exec execution space instance \param x input [n, k * normalized_size]
-   *  \param y output, as x \param saved keeps x and the row statistics */
-  template <class Exec>
-  void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
-               saved_type& saved) const {
-    check("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
-    auto const g = geometry(x.extent(1));
-    std::size_t const rows = x.extent(0) * g.sample / g.row;
-    detail::norm_ensure(saved.mean, rows, "telar::LayerNorm::mean");
-    detail::norm_ensure(saved.rstd, rows, "telar::LayerNorm::rstd");
-    saved.x = x;
-    detail::norm_forward<Exec, T, MemorySpace>(exec, x, y, saved.mean, saved.rstd, weight, bias, g,
-                                               T(eps_));
-  }
-  /*! \brief dL/dx. \param exec execution space instance \param dy output gradient
-   *  \param dx input gradient \param saved state of the matching forward */
-  template <class Exec>
-  void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
-                      saved_type const& saved) const {
-    check("backward_input", dy.extent(0), dy.extent(1), dx.extent(0), dx.extent(1));
-    detail::norm_backward_input<Exec, T, MemorySpace>(exec, dy, dx, saved.x, saved.mean, saved.rstd,
-                                                      weight, geometry(dy.extent(1)));
-  }
-  /*! \brief dgamma += sum dy x_hat, dbeta += sum dy (accumulates).
-   *  \param exec execution space instance \param dy output gradient
-   *  \param saved state of the matching forward */
-  template <class Exec>
-  void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
-                       saved_type const& saved) const {
-    check("backward_weight", dy.extent(0), dy.extent(1), saved.x.extent(0), saved.x.extent(1));
-    detail::norm_backward_weight<Exec, T, MemorySpace>(
-        exec, dy, saved.x, saved.mean, saved.rstd, weight_grad, bias_grad, geometry(dy.extent(1)));
-  }
-
   Vector<T, MemorySpace> weight;      //!< gamma [normalized_size]
   Vector<T, MemorySpace> weight_grad; //!< dL/dgamma
   Vector<T, MemorySpace> bias;        //!< beta [normalized_size]
   Vector<T, MemorySpace> bias_grad;   //!< dL/dbeta
 
 private:
+  static constexpr bool affine() { return true; }
   detail::NormGeometry geometry(std::size_t sample) const {
     return detail::NormGeometry{size_, sample, 1, size_};
   }
@@ -490,7 +535,7 @@ public:
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
                saved_type& saved) const {
     check("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
-    detail::norm_ensure(saved.rstd, x.extent(0) * (x.extent(1) / size_), "telar::RMSNorm::rstd");
+    detail::norm_ensure(saved.rstd, x.extent(0) * (x.extent(1) / size_), "RMSNorm", "rstd");
     saved.x = x;
     detail::rms_forward<Exec, T, MemorySpace>(exec, x, y, saved.rstd, weight, size_, T(eps_));
   }
@@ -535,22 +580,25 @@ private:
  *  Parameters "weight" (gamma, initialised to 1) and "bias" (beta, 0), when
  *  affine, are allocated by initialize(). Statistics are per sample, so the
  *  layer is exact under data parallelism (unlike BatchNorm; see the file's
- *  notes). backward_input and backward_weight are split; the saved state is
- *  the input and each (sample, group)'s mean and 1/std.
+ *  notes). forward, backward_input and backward_weight (shared with
+ *  LayerNorm, detail::MeanVarNorm) take inputs [n, channels * spatial] and
+ *  apply gamma[c], beta[c] per channel; backward_weight does nothing without
+ *  affine. The saved state is the input and each (sample, group)'s mean and
+ *  1/std.
  *  \code
  *  telar::GroupNorm<float> gn(8, 32);  // inputs [32, H, W], 8 groups of 4 channels
  *  \endcode
  *  \tparam T value type \tparam MemorySpace memory space
  */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
-class GroupNorm : public detail::ShapePreservingLayerTypes<T, MemorySpace> {
+class GroupNorm : public detail::ShapePreservingLayerTypes<T, MemorySpace>,
+                  public detail::MeanVarNorm<GroupNorm<T, MemorySpace>, T, MemorySpace> {
+  using Passes = detail::MeanVarNorm<GroupNorm, T, MemorySpace>;
+  friend Passes;
+
 public:
-  /*! \brief What backward needs from forward. */
-  struct saved_type {
-    ConstMatrix<T, MemorySpace> x; //!< the forward input
-    Vector<T, MemorySpace> mean;   //!< mean of each (sample, group)
-    Vector<T, MemorySpace> rstd;   //!< 1 / sqrt(variance + eps) of each (sample, group)
-  };
+  /*! \brief What backward needs from forward; a normalised row is one (sample, group). */
+  using typename Passes::saved_type;
 
   /*! \brief An empty layer; assign a configured one before use. */
   GroupNorm() = default;
@@ -610,41 +658,6 @@ public:
       f("weight", weight, weight_grad);
       f("bias", bias, bias_grad);
     }
-  }
-
-  /*! \brief y = gamma[c] * (x - mean_g) / sqrt(var_g + eps) + beta[c].
-   *  \param exec execution space instance \param x input [n, channels * spatial]
-   *  \param y output, as x \param saved keeps x and the group statistics */
-  template <class Exec>
-  void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
-               saved_type& saved) const {
-    check("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
-    detail::norm_ensure(saved.mean, x.extent(0) * groups_, "telar::GroupNorm::mean");
-    detail::norm_ensure(saved.rstd, x.extent(0) * groups_, "telar::GroupNorm::rstd");
-    saved.x = x;
-    detail::norm_forward<Exec, T, MemorySpace>(exec, x, y, saved.mean, saved.rstd, weight, bias,
-                                               geometry(x.extent(1)), T(eps_));
-  }
-  /*! \brief dL/dx. \param exec execution space instance \param dy output gradient
-   *  \param dx input gradient \param saved state of the matching forward */
-  template <class Exec>
-  void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
-                      saved_type const& saved) const {
-    check("backward_input", dy.extent(0), dy.extent(1), dx.extent(0), dx.extent(1));
-    detail::norm_backward_input<Exec, T, MemorySpace>(exec, dy, dx, saved.x, saved.mean, saved.rstd,
-                                                      weight, geometry(dy.extent(1)));
-  }
-  /*! \brief dgamma[c] += sum dy x_hat, dbeta[c] += sum dy (accumulates; nothing
-   *  without affine). \param exec execution space instance
-   *  \param dy output gradient \param saved state of the matching forward */
-  template <class Exec>
-  void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
-                       saved_type const& saved) const {
-    if (!affine_)
-      return;
-    check("backward_weight", dy.extent(0), dy.extent(1), saved.x.extent(0), saved.x.extent(1));
-    detail::norm_backward_weight<Exec, T, MemorySpace>(
-        exec, dy, saved.x, saved.mean, saved.rstd, weight_grad, bias_grad, geometry(dy.extent(1)));
   }
 
   Vector<T, MemorySpace> weight;      //!< gamma [channels] (empty without affine)

@@ -140,6 +140,55 @@ KOKKOS_INLINE_FUNCTION int pool_window_max(PoolGeometry const& g, T const* in, i
   return best;
 }
 
+// Along axis a, the elements of the other grid that element j of a pass's
+// grid reads: forward (j an output) its window clipped to the input,
+// backward (j an input) the outputs whose windows cover it.
+template <int Dims, bool Backward>
+KOKKOS_INLINE_FUNCTION void pool_range(PoolGeometry const& g, int a, int j, int& lo, int& hi) {
+  if constexpr (Backward) {
+    if (a == 0)
+      pool_cover_d<Dims>(g, j, lo, hi);
+    else
+      g.cover(a, j, lo, hi);
+  } else {
+    if (a == 0)
+      pool_clip_d<Dims>(g, j, lo, hi);
+    else
+      g.clip(a, j, lo, hi);
+  }
+}
+
+// The box sums of average pooling (both passes) and of max pooling's
+// general backward, one thread per row (plane, d, h) of the grid z they
+// write (the output forward, the input backward): element w of the row is
+// scale(row, w) times the sum of term(row, w, a, b, c) over the elements
+// (a, b, c) of the other grid's plane that pool_range gives it.
+template <int Dims, bool Backward, class Exec, class Z, class Term, class Scale>
+void pool_row_sums(char const* label, Exec const& exec, PoolGeometry const g, Z const& z, Term term,
+                   Scale scale) {
+  using T = typename Z::non_const_value_type;
+  std::size_t const rows = Backward ? g.in_rows(z.extent(0)) : g.out_rows(z.extent(0));
+  Kokkos::parallel_for(
+      label, Kokkos::RangePolicy<Exec>(exec, 0, rows), KOKKOS_LAMBDA(std::size_t r) {
+        int const* ext = Backward ? g.in : g.out;
+        SpatialRow const row(r, ext[0], ext[1]);
+        T* out = z.data() + r * std::size_t(ext[2]);
+        int dlo, dhi, hlo, hhi;
+        pool_range<Dims, Backward>(g, 0, row.d, dlo, dhi);
+        pool_range<Dims, Backward>(g, 1, row.h, hlo, hhi);
+        for (int w = 0; w < ext[2]; ++w) {
+          int wlo, whi;
+          pool_range<Dims, Backward>(g, 2, w, wlo, whi);
+          T acc = 0;
+          for (int a = dlo; a < dhi; ++a)
+            for (int b = hlo; b < hhi; ++b)
+              for (int c = wlo; c < whi; ++c)
+                acc += term(row, w, a, b, c);
+          out[w] = acc * scale(row, w);
+        }
+      });
+}
+
 // y = window maxima, idx = position of each maximum in its plane.
 template <int Dims, bool Tiled, class Exec, class X, class Y, class I>
 void maxpool_forward_kernel(Exec const& exec, PoolGeometry const g, X const& x, Y const& y,
@@ -201,30 +250,14 @@ void maxpool_backward(Exec const& exec, PoolGeometry const g, DY const& dy, DX c
         });
     return;
   }
-  Kokkos::parallel_for(
-      "telar::MaxPool::backward_input", Kokkos::RangePolicy<Exec>(exec, 0, g.in_rows(dx.extent(0))),
-      KOKKOS_LAMBDA(std::size_t r) {
-        SpatialRow const i(r, g.in[0], g.in[1]);
-        std::size_t const obase = i.plane * g.out_plane();
-        T* out = dx.data() + r * std::size_t(g.in[2]);
-        int dlo, dhi, hlo, hhi;
-        pool_cover_d<Dims>(g, i.d, dlo, dhi);
-        g.cover(1, i.h, hlo, hhi);
-        for (int w = 0; w < g.in[2]; ++w) {
-          int wlo, whi;
-          g.cover(2, w, wlo, whi);
-          int const me = (i.d * g.in[1] + i.h) * g.in[2] + w;
-          T acc = 0;
-          for (int od = dlo; od < dhi; ++od)
-            for (int oh = hlo; oh < hhi; ++oh)
-              for (int ow = wlo; ow < whi; ++ow) {
-                std::size_t const o = obase + std::size_t((od * g.out[1] + oh) * g.out[2] + ow);
-                if (idx.data()[o] == me)
-                  acc += dy.data()[o];
-              }
-          out[w] = acc;
-        }
-      });
+  pool_row_sums<Dims, true>(
+      "telar::MaxPool::backward_input", exec, g, dx,
+      KOKKOS_LAMBDA(SpatialRow const& i, int w, int od, int oh, int ow) {
+        std::size_t const o =
+            i.plane * g.out_plane() + std::size_t((od * g.out[1] + oh) * g.out[2] + ow);
+        return idx.data()[o] == (i.d * g.in[1] + i.h) * g.in[2] + w ? T(dy.data()[o]) : T(0);
+      },
+      KOKKOS_LAMBDA(SpatialRow const&, int) { return T(1); });
 }
 
 // 1 / the divisor of window (od, oh, ow) (see PoolGeometry::count), or 1
@@ -243,30 +276,19 @@ T pool_uniform_scale(PoolGeometry const& g) {
   return Uniform ? T(1) / T(g.k[0] * g.k[1] * g.k[2]) : T(1);
 }
 
-// y = window sums / window counts.
+// y = window sums / window counts. The divisor is applied as
+// pool_inv_count * pool_uniform_scale, one of which is exactly 1.
 template <int Dims, bool Uniform, class Exec, class X, class Y>
 void avgpool_forward_kernel(Exec const& exec, PoolGeometry const g, X const& x, Y const& y) {
   using T = typename Y::non_const_value_type;
   T const post = pool_uniform_scale<Uniform, T>(g);
-  Kokkos::parallel_for(
-      "telar::AvgPool::forward", Kokkos::RangePolicy<Exec>(exec, 0, g.out_rows(x.extent(0))),
-      KOKKOS_LAMBDA(std::size_t r) {
-        SpatialRow const o(r, g.out[0], g.out[1]);
-        auto const* in = x.data() + o.plane * g.in_plane();
-        T* out = y.data() + r * std::size_t(g.out[2]);
-        int dlo, dhi, hlo, hhi;
-        pool_clip_d<Dims>(g, o.d, dlo, dhi);
-        g.clip(1, o.h, hlo, hhi);
-        for (int ow = 0; ow < g.out[2]; ++ow) {
-          int wlo, whi;
-          g.clip(2, ow, wlo, whi);
-          T acc = 0;
-          for (int d = dlo; d < dhi; ++d)
-            for (int h = hlo; h < hhi; ++h)
-              for (int w = wlo; w < whi; ++w)
-                acc += in[(d * g.in[1] + h) * g.in[2] + w];
-          out[ow] = acc * pool_inv_count<Uniform, T>(g, o.d, o.h, ow) * post;
-        }
+  pool_row_sums<Dims, false>(
+      "telar::AvgPool::forward", exec, g, y,
+      KOKKOS_LAMBDA(SpatialRow const& o, int, int d, int h, int w) {
+        return T(x.data()[o.plane * g.in_plane() + std::size_t((d * g.in[1] + h) * g.in[2] + w)]);
+      },
+      KOKKOS_LAMBDA(SpatialRow const& o, int ow) {
+        return pool_inv_count<Uniform, T>(g, o.d, o.h, ow) * post;
       });
 }
 
@@ -275,27 +297,14 @@ template <int Dims, bool Uniform, class Exec, class DY, class DX>
 void avgpool_backward_kernel(Exec const& exec, PoolGeometry const g, DY const& dy, DX const& dx) {
   using T = typename DX::non_const_value_type;
   T const post = pool_uniform_scale<Uniform, T>(g);
-  Kokkos::parallel_for(
-      "telar::AvgPool::backward_input", Kokkos::RangePolicy<Exec>(exec, 0, g.in_rows(dx.extent(0))),
-      KOKKOS_LAMBDA(std::size_t r) {
-        SpatialRow const i(r, g.in[0], g.in[1]);
-        auto const* src = dy.data() + i.plane * g.out_plane();
-        T* out = dx.data() + r * std::size_t(g.in[2]);
-        int dlo, dhi, hlo, hhi;
-        pool_cover_d<Dims>(g, i.d, dlo, dhi);
-        g.cover(1, i.h, hlo, hhi);
-        for (int w = 0; w < g.in[2]; ++w) {
-          int wlo, whi;
-          g.cover(2, w, wlo, whi);
-          T acc = 0;
-          for (int od = dlo; od < dhi; ++od)
-            for (int oh = hlo; oh < hhi; ++oh)
-              for (int ow = wlo; ow < whi; ++ow)
-                acc += src[(od * g.out[1] + oh) * g.out[2] + ow] *
-                       pool_inv_count<Uniform, T>(g, od, oh, ow);
-          out[w] = acc * post;
-        }
-      });
+  pool_row_sums<Dims, true>(
+      "telar::AvgPool::backward_input", exec, g, dx,
+      KOKKOS_LAMBDA(SpatialRow const& i, int, int od, int oh, int ow) {
+        std::size_t const o =
+            i.plane * g.out_plane() + std::size_t((od * g.out[1] + oh) * g.out[2] + ow);
+        return T(dy.data()[o]) * pool_inv_count<Uniform, T>(g, od, oh, ow);
+      },
+      KOKKOS_LAMBDA(SpatialRow const&, int) { return post; });
 }
 
 template <int Dims, class Exec, class X, class Y>
