@@ -26,6 +26,7 @@ if(MODE STREQUAL "find_package")
       -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix -DTELAR_ENABLE_TESTS=OFF
       -DTELAR_ENABLE_EXAMPLES=OFF -DTELAR_ENABLE_BENCHMARKS=OFF -DTELAR_ENABLE_DOCS=OFF
       ${CONSUMER_ARGS})
+  run(${CMAKE_COMMAND} --build ${WORK_DIR}/telar) # libtelar (TELAR_COMPILED_LIBRARY)
   run(${CMAKE_COMMAND} --install ${WORK_DIR}/telar)
   run(${CMAKE_COMMAND} -S ${TELAR_SOURCE_DIR}/tests/install/consumer -B ${WORK_DIR}/consumer
       -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release -DTelar_ROOT=${WORK_DIR}/prefix ${CONSUMER_ARGS})
@@ -35,7 +36,7 @@ if(MODE STREQUAL "find_package")
 else()
   run(${CMAKE_COMMAND} -S ${TELAR_SOURCE_DIR}/tests/install/add_subdirectory -B ${WORK_DIR}/build
       -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release -DTELAR_SOURCE_DIR=${TELAR_SOURCE_DIR}
-      ${CONSUMER_ARGS})
+      -DTELAR_COMPILED_LIBRARY=OFF -DTELAR_CONSUMER_HEADER_ONLY=ON ${CONSUMER_ARGS})
   run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
   set(exe ${WORK_DIR}/build/consumer/telar_consumer)
   set(consumer ${WORK_DIR}/build)

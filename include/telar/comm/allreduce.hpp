@@ -18,6 +18,7 @@
 #include <telar/comm/device_buffer.hpp>
 #include <telar/comm/error.hpp>
 #include <telar/config.hpp>
+#include <telar/core/detail/decl.hpp>
 
 #include <Kokkos_Core.hpp>
 #include <mpi.h>
@@ -75,35 +76,11 @@ public:
     comm_->count_collective(2.0 * double(n * sizeof(T))); // a ring's reduce-scatter + allgather
   }
   ~MpiAllreduceState() override { release(0.05); }
-  bool advance() override {
-    if (req_ == MPI_REQUEST_NULL)
-      return false;
-    int flag = 0;
-    int const rc = MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS)
-      comm_->fail(rc, "MPI_Iallreduce");
-    return flag != 0;
-  }
+  TELAR_DECL bool advance() override;
   bool finished() const override { return req_ == MPI_REQUEST_NULL; }
   std::string describe() const override { return "MPI_Iallreduce to complete on every rank"; }
   int pending_peer() const override { return -1; }
-  void release(double bound) noexcept override {
-    if (req_ == MPI_REQUEST_NULL || mpi_finalized())
-      return;
-    try {
-      wait_until(
-          [&] {
-            int flag = 0;
-            MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
-            return flag != 0;
-          },
-          bound, [](double) { throw 0; });
-    } catch (...) {
-      // A pending collective can be neither cancelled nor freed (MPI
-      // standard); its handle is abandoned.
-      req_ = MPI_REQUEST_NULL;
-    }
-  }
+  TELAR_DECL void release(double bound) noexcept override;
 
 private:
   MPI_Request req_ = MPI_REQUEST_NULL;
@@ -514,47 +491,15 @@ struct HierarchicalAllreduce : SegmentedSettings {
   }
 
 private:
-  int resolve_group_size(detail::CommHandle& h) const {
-    if (group_size > 0) {
-      if (h.size % group_size != 0)
-        throw CommError("telar::HierarchicalAllreduce: group_size " + std::to_string(group_size) +
-                            " does not divide the size " + std::to_string(h.size) +
-                            " of communicator '" + h.name + "'",
-                        h.rank, "telar::HierarchicalAllreduce");
-      return group_size;
-    }
-    if (h.auto_group_size == 0)
-      h.auto_group_size = auto_group_size(h);
-    return h.auto_group_size;
-  }
+  TELAR_DECL int resolve_group_size(detail::CommHandle& h) const;
 
   // Node size if nodes form a regular grid of consecutive ranks, else the
   // divisor of p nearest to sqrt(p) (from above, so groups are the larger side).
-  static int auto_group_size(detail::CommHandle& h) {
-    int const g = detail::node_group_size(h);
-    if (g > 1)
-      return g;
-    int best = h.size;
-    for (int d = 1; d <= h.size; ++d)
-      if (h.size % d == 0 && d * d >= h.size) {
-        best = d;
-        break;
-      }
-    return best;
-  }
+  TELAR_DECL static int auto_group_size(detail::CommHandle& h);
 
-  static std::pair<std::shared_ptr<detail::CommHandle>, std::shared_ptr<detail::CommHandle>>&
-  sub_comms(detail::CommHandle& h, int g) {
-    auto it = h.hier.find(g);
-    if (it != h.hier.end())
-      return it->second;
-    auto split = [&](int color, int key, std::string const& label) {
-      return detail::adopt(detail::split_comm(h, color, key), h.name + "/" + label, h.timeout);
-    };
-    auto inner = split(h.rank / g, h.rank % g, "hier-inner");
-    auto outer = split(h.rank % g, h.rank / g, "hier-outer");
-    return h.hier.emplace(g, std::make_pair(inner, outer)).first->second;
-  }
+  TELAR_DECL static std::pair<std::shared_ptr<detail::CommHandle>,
+                              std::shared_ptr<detail::CommHandle>>&
+  sub_comms(detail::CommHandle& h, int g);
 };
 
 /*! \brief How TopologyAwareAllreduce chooses (see there). */
@@ -622,37 +567,14 @@ struct TopologyAwareAllreduce : SegmentedSettings {
    *  \param comm communicator (names the rank in the error)
    *  \throws telar::CommError if `TELAR_ALLREDUCE` is not auto, flat or hierarchical
    */
-  AllreduceMode effective_mode(Communicator const& comm) const {
-    const char* s = std::getenv("TELAR_ALLREDUCE");
-    if (!s || !*s)
-      return mode;
-    std::string const v = s;
-    if (v == "auto")
-      return AllreduceMode::automatic;
-    if (v == "flat")
-      return AllreduceMode::flat;
-    if (v == "hierarchical")
-      return AllreduceMode::hierarchical;
-    throw CommError("telar: TELAR_ALLREDUCE='" + v + "' on rank " + std::to_string(comm.rank()) +
-                        " of " + std::to_string(comm.size()) +
-                        ": expected auto, flat or hierarchical",
-                    comm.rank(), "TELAR_ALLREDUCE");
-  }
+  TELAR_DECL AllreduceMode effective_mode(Communicator const& comm) const;
 
   /*! \brief What start() runs on \p comm: 0 for the flat ring, else the
    *  hierarchical group size (1: HierarchicalAllreduce's own choice, when
    *  forced on a layout without regular nodes). Collective on first use.
    *  \param comm communicator
    */
-  int group_size_for(Communicator const& comm) const {
-    AllreduceMode const m = effective_mode(comm);
-    if (m == AllreduceMode::flat)
-      return 0;
-    int const g = detail::node_group_size(*comm.handle_ptr());
-    if (m == AllreduceMode::hierarchical)
-      return g;
-    return g > 1 ? g : 0;
-  }
+  TELAR_DECL int group_size_for(Communicator const& comm) const;
 };
 
 /*! \cond */
@@ -716,3 +638,7 @@ void allreduce(Algorithm const& algorithm, Communicator const& comm, T* data, st
 }
 
 } // namespace telar
+
+#if !defined(TELAR_SEPARATE_COMPILATION)
+#include <telar/comm/allreduce.ipp>
+#endif

@@ -7,6 +7,7 @@
 #include <telar/comm/communicator.hpp>
 #include <telar/comm/error.hpp>
 #include <telar/comm/topology.hpp>
+#include <telar/core/detail/decl.hpp>
 
 #include <array>
 #include <sstream>
@@ -90,23 +91,7 @@ public:
    *  \param order axes from outermost to innermost
    *  \throws telar::GridError if the shape or the order does not fit
    */
-  ProcessGrid(Communicator const& world, GridShape shape, GridOrder order)
-      : shape_(resolve(world.size(), shape, order)), order_(order) {
-    world_ = world.dup(world.name());
-    coord_ = coords_of(world_.rank());
-    auto sub = [&](GridAxis axis, const char* name) {
-      // Same coordinates on the two other axes -> same color.
-      GridCoord c = coord_;
-      int const key = get(c, axis);
-      set(c, axis, 0);
-      return world_.split(rank_of(c), key, name);
-    };
-    dp_ = sub(GridAxis::dp, "dp");
-    pp_ = sub(GridAxis::pp, "pp");
-    tp_ = sub(GridAxis::tp, "tp");
-    // One model replica: pipeline stages and tensor shards, ranked as in world.
-    mp_ = world_.split(coord_.dp, world_.rank(), "model_parallel");
-  }
+  TELAR_DECL ProcessGrid(Communicator const& world, GridShape shape, GridOrder order);
 
   /*! \brief The (resolved) shape: dp is never 0 here. */
   GridShape shape() const noexcept { return shape_; }
@@ -128,21 +113,7 @@ public:
    *  norms, run here). */
   Communicator const& mp() const noexcept { return mp_; }
   /*! \brief The sub-communicator named \p g. \param g which group */
-  Communicator const& group(GridGroup g) const noexcept {
-    switch (g) {
-    case GridGroup::dp:
-      return dp_;
-    case GridGroup::pp:
-      return pp_;
-    case GridGroup::tp:
-      return tp_;
-    case GridGroup::mp:
-      return mp_;
-    case GridGroup::world:
-      break;
-    }
-    return world_;
-  }
+  TELAR_DECL Communicator const& group(GridGroup g) const noexcept;
 
   /*! \brief The shape as text, e.g. "dp=2 x pp=1 x tp=2". */
   std::string name() const { return describe(shape_); }
@@ -150,25 +121,12 @@ public:
   /*! \brief World rank of the process at \p c.
    *  \param c coordinates, each within its degree
    */
-  int rank_of(GridCoord c) const noexcept {
-    int r = 0;
-    for (GridAxis a : order_)
-      r = r * degree(a) + get(c, a);
-    return r;
-  }
+  TELAR_DECL int rank_of(GridCoord c) const noexcept;
 
   /*! \brief Coordinates of world rank \p world_rank.
    *  \param world_rank rank in world(), in [0, world().size())
    */
-  GridCoord coords_of(int world_rank) const noexcept {
-    GridCoord c;
-    for (int i = 2; i >= 0; --i) {
-      GridAxis const a = order_[static_cast<std::size_t>(i)];
-      set(c, a, world_rank % degree(a));
-      world_rank /= degree(a);
-    }
-    return c;
-  }
+  TELAR_DECL GridCoord coords_of(int world_rank) const noexcept;
 
   /*! \brief Checks \p shape against \p world_size without communicating and
    *         returns it with dp resolved.
@@ -218,12 +176,7 @@ public:
    *  \param shape resolved degrees
    *  \param nodes node layout of the world (telar::node_layout)
    */
-  static GridOrder node_aware_order(GridShape shape, NodeLayout const& nodes) noexcept {
-    bool const spread = nodes.regular() && nodes.nodes > 1 && nodes.ranks_per_node > 1;
-    if (!spread || shape.dp == 1 || shape.pp == 1)
-      return default_grid_order; // the two orders place ranks identically
-    return {GridAxis::dp, GridAxis::pp, GridAxis::tp};
-  }
+  TELAR_DECL static GridOrder node_aware_order(GridShape shape, NodeLayout const& nodes) noexcept;
 
   /*! \brief Formats a shape as "dp=2 x pp=1 x tp=2".
    *  \param s shape to format
@@ -255,3 +208,7 @@ private:
 };
 
 } // namespace telar
+
+#if !defined(TELAR_SEPARATE_COMPILATION)
+#include <telar/comm/process_grid.ipp>
+#endif

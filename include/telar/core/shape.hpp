@@ -12,6 +12,7 @@
  *  \endcode
  */
 #include <Kokkos_Core.hpp>
+#include <telar/core/detail/decl.hpp>
 
 #include <array>
 #include <cstddef>
@@ -80,14 +81,7 @@ struct Shape {
   friend constexpr bool operator!=(Shape const& a, Shape const& b) { return !(a == b); }
 
   /*! \brief "[1, 28, 28]", or "[?]" when unknown. */
-  std::string str() const {
-    if (!known())
-      return "[?]";
-    std::string s = "[";
-    for (int i = 0; i < rank; ++i)
-      s += (i ? ", " : "") + std::to_string(dims[std::size_t(i)]);
-    return s + "]";
-  }
+  TELAR_DECL std::string str() const;
 };
 
 namespace detail {
@@ -135,3 +129,7 @@ auto as_rows(Kokkos::View<T**, P...> const& m, std::size_t rows, std::size_t col
 }
 
 } // namespace telar
+
+#if !defined(TELAR_SEPARATE_COMPILATION)
+#include <telar/core/shape.ipp>
+#endif

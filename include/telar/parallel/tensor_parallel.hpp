@@ -24,6 +24,7 @@
 #include <telar/comm/allreduce.hpp>
 #include <telar/comm/communicator.hpp>
 #include <telar/comm/device_buffer.hpp>
+#include <telar/core/detail/decl.hpp>
 #include <telar/core/detail/type_traits.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/gemm.hpp>
@@ -113,19 +114,7 @@ struct TensorParallelContext {
   /*! \brief Throws telar::Error unless rank and size describe a group this
    *  rank can talk to (size > 1 needs a communicator of that size).
    *  \param api name of the caller, first in the message */
-  void validate(std::string const& api) const {
-    std::string const at = api + ": invalid TensorParallelContext: ";
-    if (size < 1 || rank < 0 || rank >= size)
-      throw Error(at + "rank " + std::to_string(rank) + " of " + std::to_string(size));
-    if (comm == nullptr && size > 1 && !shape_only)
-      throw Error(at + "size " + std::to_string(size) + " without a communicator");
-    if (comm != nullptr && (!comm->valid() || comm->size() != size || comm->rank() != rank))
-      throw Error(at + "rank " + std::to_string(rank) + " of " + std::to_string(size) +
-                  " does not match its communicator" +
-                  (comm->valid() ? " (rank " + std::to_string(comm->rank()) + " of " +
-                                       std::to_string(comm->size()) + ")"
-                                 : std::string(" (null)")));
-  }
+  TELAR_DECL void validate(std::string const& api) const;
 
   /*! \brief Sums \p v over the group, in place; every rank ends with the same
    *  values (bitwise with Telar's own algorithms; MPI does not promise it). Collective:
@@ -524,3 +513,7 @@ set_parameter_replicas(Model& model, ParameterStore<T, MemorySpace>& store, int 
 }
 
 } // namespace telar
+
+#if !defined(TELAR_SEPARATE_COMPILATION)
+#include <telar/parallel/tensor_parallel.ipp>
+#endif

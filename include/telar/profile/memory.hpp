@@ -3,6 +3,7 @@
  *  \brief telar::MemoryMeter: bytes per category measured from the real
  *  allocations (Kokkos Tools allocation callbacks and Telar's own non-Kokkos
  *  allocation points), and telar::MemoryBytes, a count per category. */
+#include <telar/core/detail/decl.hpp>
 #include <telar/core/error.hpp>
 #include <telar/profile/detail/memory_labels.hpp>
 #include <telar/profile/memory_category.hpp>
@@ -40,12 +41,7 @@ struct MemoryBytes {
   std::size_t operator[](MemoryCategory c) const { return bytes[std::size_t(c)]; }
   /*! \brief Sum over the categories (a peak of the total may be lower than
    *  this sum of per-category peaks). */
-  std::size_t total() const {
-    std::size_t t = 0;
-    for (std::size_t b : bytes)
-      t += b;
-    return t;
-  }
+  TELAR_DECL std::size_t total() const;
   /*! \brief Adds \p o category by category. \param o bytes to add */
   MemoryBytes& operator+=(MemoryBytes const& o) {
     for (int i = 0; i < count; ++i)
@@ -53,48 +49,16 @@ struct MemoryBytes {
     return *this;
   }
   /*! \brief The category with the most bytes. */
-  MemoryCategory largest() const {
-    int best = 0;
-    for (int i = 1; i < count; ++i)
-      if (bytes[std::size_t(i)] > bytes[std::size_t(best)])
-        best = i;
-    return MemoryCategory(best);
-  }
+  TELAR_DECL MemoryCategory largest() const;
 
   /*! \brief JSON key / text name of \p c ("optimizer_state", ...). \param c category */
-  static char const* key(MemoryCategory c) {
-    static char const* const names[count] = {"parameters",  "gradients",     "optimizer_state",
-                                             "activations", "communication", "workspace"};
-    return names[int(c)];
-  }
+  TELAR_DECL static char const* key(MemoryCategory c);
   /*! \brief "1.23 GiB", "512 KiB", "17 B". \param b bytes */
-  static std::string human(std::size_t b) {
-    char const* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = double(b);
-    int u = 0;
-    while (v >= 1024 && u < 4) {
-      v /= 1024;
-      ++u;
-    }
-    char buf[32];
-    std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.3g %s", v, units[u]);
-    return buf;
-  }
+  TELAR_DECL static std::string human(std::size_t b);
   /*! \brief "parameters 1.2 MiB, gradients ..., total 5 MiB". */
-  std::string str() const {
-    std::string s;
-    for (int i = 0; i < count; ++i)
-      s += std::string(key(MemoryCategory(i))) + " " + human(bytes[std::size_t(i)]) + ", ";
-    return s + "total " + human(total());
-  }
+  TELAR_DECL std::string str() const;
   /*! \brief {"parameters":N,...,"total":N}. */
-  std::string json() const {
-    std::string s = "{";
-    for (int i = 0; i < count; ++i)
-      s += "\"" + std::string(key(MemoryCategory(i))) +
-           "\":" + std::to_string(bytes[std::size_t(i)]) + ",";
-    return s + "\"total\":" + std::to_string(total()) + "}";
-  }
+  TELAR_DECL std::string json() const;
 };
 
 /*! \brief Process-wide meter of the bytes Telar allocates, per category:
@@ -119,24 +83,9 @@ public:
   }
 
   /*! \brief Starts receiving Kokkos allocations (counted: the first call installs). */
-  void install() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (installs_++ > 0)
-      return;
-    namespace KT = Kokkos::Tools::Experimental;
-    previous_ = KT::get_callbacks();
-    KT::set_allocate_data_callback(&MemoryMeter::on_allocate);
-    KT::set_deallocate_data_callback(&MemoryMeter::on_deallocate);
-  }
+  TELAR_DECL void install();
   /*! \brief Stops receiving them after the last install() is undone. */
-  void uninstall() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (installs_ == 0 || --installs_ > 0)
-      return;
-    namespace KT = Kokkos::Tools::Experimental;
-    KT::set_allocate_data_callback(previous_.allocate_data);
-    KT::set_deallocate_data_callback(previous_.deallocate_data);
-  }
+  TELAR_DECL void uninstall();
   /*! \brief Whether Kokkos allocations reach the meter now. */
   bool installed() const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -169,31 +118,13 @@ public:
   }
 
   /*! \brief A new peak tracker starting at the current bytes. \return its id */
-  int start_tracking() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    int const id = next_tracker_++;
-    trackers_[id] = Peaks{current_, current_.total(), false};
-    return id;
-  }
+  TELAR_DECL int start_tracking();
   /*! \brief Per-category peaks of tracker \p id since it started.
    *  \param id tracker \param total_peak receives the peak of the total */
-  MemoryBytes peaks(int id, std::size_t* total_peak = nullptr) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = trackers_.find(id);
-    if (it == trackers_.end())
-      return {};
-    if (total_peak)
-      *total_peak = it->second.total;
-    return it->second.bytes;
-  }
+  TELAR_DECL MemoryBytes peaks(int id, std::size_t* total_peak = nullptr) const;
   /*! \brief Stops (false) or resumes (true) updating tracker \p id's peaks.
    *  \param id tracker \param on whether it follows allocations */
-  void set_tracking(int id, bool on) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = trackers_.find(id);
-    if (it != trackers_.end())
-      it->second.paused = !on;
-  }
+  TELAR_DECL void set_tracking(int id, bool on);
   /*! \brief Forgets tracker \p id. \param id tracker */
   void stop_tracking(int id) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -236,51 +167,14 @@ private:
     return scope;
   }
 
-  static void on_allocate(Kokkos_Profiling_SpaceHandle handle, char const* label, void const* ptr,
-                          std::uint64_t size) {
-    MemoryMeter& m = instance();
-    {
-      std::lock_guard<std::mutex> lock(m.mutex_);
-      if (detail::counts_label(label, current_scope() >= 0))
-        m.add(label, ptr, std::size_t(size));
-    }
-    if (m.previous_.allocate_data)
-      m.previous_.allocate_data(handle, label, ptr, size);
-  }
-  static void on_deallocate(Kokkos_Profiling_SpaceHandle handle, char const* label, void const* ptr,
-                            std::uint64_t size) {
-    MemoryMeter& m = instance();
-    {
-      std::lock_guard<std::mutex> lock(m.mutex_);
-      m.remove(ptr);
-    }
-    if (m.previous_.deallocate_data)
-      m.previous_.deallocate_data(handle, label, ptr, size);
-  }
+  TELAR_DECL static void on_allocate(Kokkos_Profiling_SpaceHandle handle, char const* label,
+                                     void const* ptr, std::uint64_t size);
+  TELAR_DECL static void on_deallocate(Kokkos_Profiling_SpaceHandle handle, char const* label,
+                                       void const* ptr, std::uint64_t size);
 
   // Callers hold mutex_.
-  void add(std::string const& label, void const* ptr, std::size_t bytes) {
-    ++allocations_;
-    int const scope = current_scope();
-    MemoryCategory const c = detail::memory_category_of(
-        label, scope >= 0 ? MemoryCategory(scope) : MemoryCategory::workspace);
-    live_[ptr] = Record{c, bytes};
-    current_[c] += bytes;
-    std::size_t const total = current_.total();
-    for (auto& [id, p] : trackers_) {
-      if (p.paused)
-        continue;
-      p.bytes[c] = std::max(p.bytes[c], current_[c]);
-      p.total = std::max(p.total, total);
-    }
-  }
-  void remove(void const* ptr) {
-    auto it = live_.find(ptr);
-    if (it == live_.end())
-      return;
-    current_[it->second.category] -= it->second.bytes;
-    live_.erase(it);
-  }
+  TELAR_DECL void add(std::string const& label, void const* ptr, std::size_t bytes);
+  TELAR_DECL void remove(void const* ptr);
 
   mutable std::mutex mutex_;
   int installs_ = 0;
@@ -325,13 +219,13 @@ public:
   ~MemoryRecord() { reset(); }
 
 private:
-  void reset() {
-    if (ptr_)
-      MemoryMeter::instance().record_deallocation(ptr_);
-    ptr_ = nullptr;
-  }
+  TELAR_DECL void reset();
   void const* ptr_ = nullptr;
 };
 
 } // namespace detail
 } // namespace telar
+
+#if !defined(TELAR_SEPARATE_COMPILATION)
+#include <telar/profile/memory.ipp>
+#endif

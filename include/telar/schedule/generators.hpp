@@ -1,5 +1,6 @@
 #pragma once
 
+#include <telar/core/detail/decl.hpp>
 #include <telar/schedule/detail/generators.hpp>
 #include <telar/schedule/schedule.hpp>
 
@@ -19,17 +20,7 @@ namespace telar::schedule {
     Bubble fraction `(p-1)/(m+p-1)` for uniform stage costs; every rank holds all m activations
     at its peak. Passes validation in both SendMode::Eager and SendMode::Rendezvous.
     \throws std::invalid_argument unless p >= 1 and m >= 1. */
-inline Schedule gpipe(int p, int m) {
-  detail::require_pm("gpipe", p, m);
-  std::vector<std::vector<Instruction>> ranks(p);
-  for (auto& list : ranks) {
-    for (int k = 0; k < m; ++k)
-      list.push_back({Op::Forward, k});
-    for (int k = 0; k < m; ++k)
-      list.push_back({Op::Backward, k});
-  }
-  return detail::finish(detail::names::gpipe, p, m, 1, std::move(ranks));
-}
+TELAR_DECL Schedule gpipe(int p, int m);
 
 /*! \brief 1F1B (PipeDream-Flush): rank r runs `min(p-r-1, m)` warm-up Forwards, then alternates
     one Forward and one fused Backward, then drains the remaining Backwards.
@@ -38,23 +29,7 @@ inline Schedule gpipe(int p, int m) {
     Passes SendMode::Eager; fails SendMode::Rendezvous for p >= 2 and m >= 2 (a rank sends its
     next activation while its neighbour sends it a gradient, which needs buffered sends).
     \throws std::invalid_argument unless p >= 1 and m >= 1. */
-inline Schedule one_f_one_b(int p, int m) {
-  detail::require_pm("one_f_one_b", p, m);
-  std::vector<std::vector<Instruction>> ranks(p);
-  for (int r = 0; r < p; ++r) {
-    auto& list = ranks[r];
-    int const warmup = std::min(p - r - 1, m);
-    for (int k = 0; k < warmup; ++k)
-      list.push_back({Op::Forward, k});
-    for (int k = 0; k < m - warmup; ++k) {
-      list.push_back({Op::Forward, warmup + k});
-      list.push_back({Op::Backward, k});
-    }
-    for (int k = m - warmup; k < m; ++k)
-      list.push_back({Op::Backward, k});
-  }
-  return detail::finish(detail::names::one_f_one_b, p, m, 1, std::move(ranks));
-}
+TELAR_DECL Schedule one_f_one_b(int p, int m);
 
 /*! \brief Interleaved 1F1B (Narayanan et al., SC'21; Megatron-LM's virtual pipeline): each rank
     holds v model chunks, virtual stage `chunk * p + rank`.
@@ -75,40 +50,7 @@ inline Schedule one_f_one_b(int p, int m) {
     Peak activations on rank r: `min((v-1)*g + 2*(p-r-1) + 1, v*m)` chunk activations, each
     1/v of a non-interleaved stage's. Passes SendMode::Eager only.
     \throws std::invalid_argument unless p >= 1, m >= 1 and v >= 1. */
-inline Schedule interleaved_1f1b(int p, int m, int v) {
-  detail::require_pm("interleaved_1f1b", p, m, v);
-  int const rounds = std::max(1, m / p);
-  std::vector<int> sizes(rounds, m / rounds);
-  for (int i = 0; i < m % rounds; ++i)
-    ++sizes[i];
-  // The forward order of (micro-batch, chunk) pairs, shared by all ranks.
-  std::vector<std::pair<int, int>> order;
-  order.reserve(static_cast<std::size_t>(m) * v);
-  for (int i = 0, first = 0; i < rounds; first += sizes[i], ++i)
-    for (int c = 0; c < v; ++c)
-      for (int k = first; k < first + sizes[i]; ++k)
-        order.emplace_back(k, c);
-  int const total = m * v;
-  std::vector<std::vector<Instruction>> ranks(p);
-  for (int r = 0; r < p; ++r) {
-    auto& list = ranks[r];
-    int const wanted = v == 1 ? p - r - 1 : (v - 1) * sizes[0] + 2 * (p - r - 1);
-    int const warmup = std::min(wanted, total);
-    auto fwd = [&](int i) { list.push_back({Op::Forward, order[i].first, order[i].second}); };
-    auto bwd = [&](int i) {
-      list.push_back({Op::Backward, order[i].first, v - 1 - order[i].second});
-    };
-    for (int i = 0; i < warmup; ++i)
-      fwd(i);
-    for (int i = 0; i < total - warmup; ++i) {
-      fwd(warmup + i);
-      bwd(i);
-    }
-    for (int i = total - warmup; i < total; ++i)
-      bwd(i);
-  }
-  return detail::finish(detail::names::interleaved, p, m, v, std::move(ranks));
-}
+TELAR_DECL Schedule interleaved_1f1b(int p, int m, int v);
 
 /*! \brief ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024): 1F1B with the
     backward split into BackwardInput (B) and BackwardWeight (W), where W waits.
@@ -122,26 +64,7 @@ inline Schedule interleaved_1f1b(int p, int m, int v) {
     rank, one third of 1F1B's `3 (p-1) T`. Peak activations `min(p, m)` on every rank (1F1B's
     peak). Passes SendMode::Eager only.
     \throws std::invalid_argument unless p >= 1 and m >= 1. */
-inline Schedule zb_h1(int p, int m) {
-  detail::require_pm("zb_h1", p, m);
-  std::vector<std::vector<Instruction>> ranks(p);
-  for (int r = 0; r < p; ++r) {
-    auto& list = ranks[r];
-    int nf = 0, nw = 0;
-    for (int const warmup = std::min(p - r, m); nf < warmup; ++nf)
-      list.push_back({Op::Forward, nf});
-    for (int k = 0; k < m; ++k) {
-      list.push_back({Op::BackwardInput, k});
-      if (k >= r)
-        list.push_back({Op::BackwardWeight, nw++});
-      if (nf < m)
-        list.push_back({Op::Forward, nf++});
-    }
-    while (nw < m)
-      list.push_back({Op::BackwardWeight, nw++});
-  }
-  return detail::finish(detail::names::zb_h1, p, m, 1, std::move(ranks));
-}
+TELAR_DECL Schedule zb_h1(int p, int m);
 
 /*! \brief ZB-H2 (Qi et al., ICLR 2024): more memory, zero bubble.
 
@@ -156,35 +79,14 @@ inline Schedule zb_h1(int p, int m) {
     Peak activations `min(2p-1, m)` on rank 0 and never more than 2p-1. Passes SendMode::Eager
     only.
     \throws std::invalid_argument unless p >= 1 and m >= 1. */
-inline Schedule zb_h2(int p, int m) {
-  detail::require_pm("zb_h2", p, m);
-  std::vector<std::vector<Instruction>> ranks(p);
-  for (int r = 0; r < p; ++r) {
-    auto& list = ranks[r];
-    int nf = 0, nb = 0, nw = 0;
-    for (int const warmup = std::min(2 * (p - r) - 1, m); nf < warmup; ++nf)
-      list.push_back({Op::Forward, nf});
-    for (int j = 0; j < 2 * r && nf < m; ++j) {
-      list.push_back({Op::BackwardInput, nb++});
-      list.push_back({Op::Forward, nf++});
-    }
-    while (nf < m) {
-      list.push_back({Op::BackwardInput, nb++});
-      list.push_back({Op::BackwardWeight, nw++});
-      list.push_back({Op::Forward, nf++});
-    }
-    while (nb < m) {
-      list.push_back({Op::BackwardInput, nb++});
-      list.push_back({Op::BackwardWeight, nw++});
-    }
-    while (nw < m)
-      list.push_back({Op::BackwardWeight, nw++});
-  }
-  return detail::finish(detail::names::zb_h2, p, m, 1, std::move(ranks));
-}
+TELAR_DECL Schedule zb_h2(int p, int m);
 
 } // namespace telar::schedule
 
 // generate(), schedule_names() and canonical_name() read the schedule tags,
 // which build their schedules with the generators above.
 #include <telar/schedule/tags.hpp>
+
+#if !defined(TELAR_SEPARATE_COMPILATION)
+#include <telar/schedule/generators.ipp>
+#endif

@@ -10,6 +10,7 @@
  *  case is accepted, `_` may stand for `-`, and `interleaved_1f1b` names the
  *  interleaved schedule (the generator's function name).
  */
+#include <telar/core/detail/decl.hpp>
 #include <telar/schedule/generators.hpp>
 #include <telar/schedule/schedule.hpp>
 
@@ -126,29 +127,11 @@ void for_each_tag(F&& f) {
 }
 
 // Lower case, '_' read as '-'.
-inline std::string normalized(std::string s) {
-  for (char& c : s)
-    c = c == '_' ? '-' : char(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
+TELAR_DECL std::string normalized(std::string s);
 
 // "gpipe, ..., zb-h2; also accepted: interleaved_1f1b, zb_h1, ...": the
 // canonical names, then the other spellings that differ by more than case.
-inline std::string known_names() {
-  std::string known, also;
-  auto underscored = [](std::string s) {
-    for (char& c : s)
-      c = c == '-' ? '_' : c;
-    return s;
-  };
-  for_each_tag([&](auto tag) {
-    known += (known.empty() ? "" : ", ") + std::string(tag.name());
-    for (std::string const n : {std::string(tag.alias()), std::string(tag.name())})
-      if (!n.empty() && underscored(n) != tag.name())
-        also += (also.empty() ? "" : ", ") + underscored(n);
-  });
-  return known + "; also accepted: " + also + ", in any case";
-}
+TELAR_DECL std::string known_names();
 
 } // namespace detail
 
@@ -156,29 +139,14 @@ namespace schedule {
 
 /*! \brief Canonical names of the schedules, as the tags spell them:
  *  "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2". */
-inline std::vector<std::string> schedule_names() {
-  std::vector<std::string> out;
-  telar::detail::for_each_tag([&](auto tag) { out.push_back(tag.name()); });
-  return out;
-}
+TELAR_DECL std::vector<std::string> schedule_names();
 
 /*! \brief The canonical name of a schedule given in any accepted spelling
  *  ("ZB_H1", "zb_h1" and "zb-h1" all give "zb-h1"; "interleaved_1f1b" gives
  *  "interleaved"). Parse command-line flags and options with it.
  *  \param name a name as a user wrote it
  *  \throws std::invalid_argument naming the known schedules */
-inline std::string canonical_name(std::string const& name) {
-  std::string const n = telar::detail::normalized(name);
-  std::string found;
-  telar::detail::for_each_tag([&](auto tag) {
-    if (n == tag.name() || (*tag.alias() != 0 && n == tag.alias()))
-      found = tag.name();
-  });
-  if (found.empty())
-    throw std::invalid_argument("telar::schedule: unknown schedule \"" + name +
-                                "\" (known: " + telar::detail::known_names() + ")");
-  return found;
-}
+TELAR_DECL std::string canonical_name(std::string const& name);
 
 /*! \brief The schedule of the tag named \p name (any accepted spelling),
  *  for configuration files and tools.
@@ -187,15 +155,7 @@ inline std::string canonical_name(std::string const& name) {
  *  \param m micro-batches
  *  \param v chunks per rank, used by "interleaved" only
  *  \throws std::invalid_argument for an unknown name or invalid sizes */
-inline Schedule generate(std::string const& name, int p, int m, int v = 2) {
-  std::string const canonical = canonical_name(name);
-  Schedule out;
-  telar::detail::for_each_tag([&](auto tag) {
-    if (canonical == tag.name())
-      out = tag.make(p, m, v);
-  });
-  return out;
-}
+TELAR_DECL Schedule generate(std::string const& name, int p, int m, int v = 2);
 
 /*! \brief The schedule a training run uses: the tag named \p name, or
  *  \p DefaultTag (with its own chunk count) when \p name is empty. Chunks
@@ -221,3 +181,7 @@ Schedule make_for_run(std::string const& name, int p, int m, int chunks) {
 
 } // namespace schedule
 } // namespace telar
+
+#if !defined(TELAR_SEPARATE_COMPILATION)
+#include <telar/schedule/tags.ipp>
+#endif

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <telar/core/detail/decl.hpp>
 #include <telar/core/error.hpp>
 #include <telar/schedule/instruction.hpp>
 
@@ -39,20 +40,7 @@ struct Issue {
 
   /*! \brief E.g. "rank 1 (stage 1), instruction 4 RecvGrad(mb=0, chunk=0, peer=2): deadlock: ...".
    */
-  std::string to_string() const {
-    if (rank < 0)
-      return "schedule: " + reason;
-    std::string where = "rank " + std::to_string(rank);
-    if (stage >= 0)
-      where += " (stage " + std::to_string(stage) + ")";
-    where += ", ";
-    if (instruction)
-      where +=
-          "instruction " + std::to_string(index) + " " + telar::schedule::to_string(*instruction);
-    else
-      where += "end of list (instruction " + std::to_string(index) + ")";
-    return where + ": " + reason;
-  }
+  TELAR_DECL std::string to_string() const;
 };
 
 /*! \brief Outcome of validate(): valid when there are no issues. */
@@ -65,14 +53,7 @@ struct ValidationResult {
   /*! \brief Same as ok(). */
   explicit operator bool() const { return ok(); }
   /*! \brief All issues, one per line; empty when ok(). */
-  std::string message() const {
-    std::string out;
-    for (auto const& is : issues)
-      out += is.to_string() + "\n";
-    if (suppressed > 0)
-      out += "... and " + std::to_string(suppressed) + " more\n";
-    return out;
-  }
+  TELAR_DECL std::string message() const;
 };
 
 /*! \brief Thrown by check() and simulate() for an invalid schedule; what() lists the issues. A
@@ -90,3 +71,7 @@ private:
 };
 
 } // namespace telar::schedule
+
+#if !defined(TELAR_SEPARATE_COMPILATION)
+#include <telar/schedule/validation_result.ipp>
+#endif

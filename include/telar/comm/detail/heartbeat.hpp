@@ -24,6 +24,7 @@
 // a healthy job being ended.
 #include <telar/comm/detail/liveness.hpp>
 #include <telar/comm/error.hpp>
+#include <telar/core/detail/decl.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -69,19 +70,7 @@ struct HeartbeatEndpoint {
 // Seconds of silence after which a remote peer is lost, from
 // TELAR_HEARTBEAT_TIMEOUT (0: no heartbeats). Every rank reads the same
 // environment, so a malformed value raises the same error everywhere.
-inline double heartbeat_timeout_from_env() {
-  const char* s = std::getenv("TELAR_HEARTBEAT_TIMEOUT");
-  if (s == nullptr || *s == '\0')
-    return 10.0;
-  char* end = nullptr;
-  double const v = std::strtod(s, &end);
-  if (end == s || *end != '\0' || !(v >= 0) || v > 1e6) {
-    throw CommError(std::string("telar::Communicator: TELAR_HEARTBEAT_TIMEOUT='") + s +
-                        "' is not a number of seconds from 0 to 1e6 (0 turns heartbeats off)",
-                    -1, "TELAR_HEARTBEAT_TIMEOUT");
-  }
-  return v;
-}
+TELAR_DECL double heartbeat_timeout_from_env();
 
 #ifdef TELAR_HAS_HEARTBEAT
 
@@ -293,69 +282,23 @@ inline HeartbeatMonitor* heartbeat_monitor() {
 // since their last heartbeat, or, never heard while another remote rank
 // was, since their address was exchanged. `longest` gets the longest
 // silence among them, `never` whether one was never heard.
-inline std::vector<int> silent_remote_peers(std::vector<PeerInfo> const& peers,
-                                            std::vector<HeartbeatEndpoint> const& beats, int self,
-                                            double& longest, bool& never,
-                                            HeartbeatMonitor const* monitor = heartbeat_monitor()) {
-  std::vector<int> out;
-  longest = 0;
-  never = false;
-  if (monitor == nullptr || beats.size() != peers.size())
-    return out;
-  std::vector<int> remote;
-  bool heard_one = false;
-  for (int r = 0; r < int(peers.size()); ++r)
-    if (r != self &&
-        peer_state(peers[std::size_t(r)], peers[std::size_t(self)]) == PeerState::unknown) {
-      remote.push_back(r);
-      heard_one = heard_one || monitor->silence(beats[std::size_t(r)].token) >= 0;
-    }
-  for (int r : remote) {
-    double const s = monitor->silence(beats[std::size_t(r)].token);
-    double const u = heard_one ? monitor->unheard(beats[std::size_t(r)].token) : -1;
-    if (std::max(s, u) > monitor->timeout()) {
-      out.push_back(r);
-      longest = std::max(longest, std::max(s, u));
-      never = never || u > monitor->timeout();
-    }
-  }
-  return out;
-}
+TELAR_DECL std::vector<int>
+silent_remote_peers(std::vector<PeerInfo> const& peers, std::vector<HeartbeatEndpoint> const& beats,
+                    int self, double& longest, bool& never,
+                    HeartbeatMonitor const* monitor = heartbeat_monitor());
 
 // "host node4 (rank 3, pid 1234)" for every host of `ranks`, in rank order,
 // joined by " and ".
-inline std::string describe_hosts(std::vector<PeerInfo> const& peers,
-                                  std::vector<int> const& ranks) {
-  std::vector<std::string> hosts;
-  std::map<std::string, std::pair<std::string, std::string>> lists; // host -> ranks, pids
-  for (int r : ranks) {
-    PeerInfo const& p = peers[std::size_t(r)];
-    auto [it, fresh] = lists.emplace(p.host, std::pair<std::string, std::string>{});
-    if (fresh)
-      hosts.push_back(p.host);
-    it->second.first += (fresh ? "" : ", ") + std::to_string(r);
-    it->second.second += (fresh ? "" : ", ") + std::to_string(p.pid);
-  }
-  std::string out;
-  for (auto const& h : hosts) {
-    auto const& l = lists[h];
-    bool const several = l.first.find(',') != std::string::npos;
-    out += (out.empty() ? "host " : " and host ") + h + (several ? " (ranks " : " (rank ") +
-           l.first + (several ? ", pids " : ", pid ") + l.second + ")";
-  }
-  return out;
-}
+TELAR_DECL std::string describe_hosts(std::vector<PeerInfo> const& peers,
+                                      std::vector<int> const& ranks);
 
 // Ends this process with `code` if it still runs `seconds` from now: for a
 // job being aborted after a lost host, where MPI_Abort can wait on that host
 // for good (MPICH 4.0 over UCX with a node whose link is down did).
-inline void exit_if_abort_hangs(int code, double seconds = 5.0) {
-  std::thread([code, seconds] {
-    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-    std::fprintf(stderr, "telar: MPI_Abort did not end this process within %g s; exiting\n",
-                 seconds);
-    std::_Exit(code);
-  }).detach();
-}
+TELAR_DECL void exit_if_abort_hangs(int code, double seconds = 5.0);
 
 } // namespace telar::detail
+
+#if !defined(TELAR_SEPARATE_COMPILATION)
+#include <telar/comm/detail/heartbeat.ipp>
+#endif

@@ -25,6 +25,7 @@
 
 #include <telar/comm/detail/comm_handle.hpp>
 #include <telar/comm/detail/mpi_type.hpp>
+#include <telar/core/detail/decl.hpp>
 
 #include <mpi.h>
 
@@ -55,19 +56,11 @@ struct Schedule {
 
   // Appends one logical transfer, cut into segments; empty ranges are
   // skipped on both sides since both compute the same sizes.
-  void add(Xfer::Kind k, int comm, int peer, std::size_t off, std::size_t cnt) {
-    for (std::size_t o = 0; o < cnt; o += seg)
-      ops.push_back(
-          Xfer{k, static_cast<unsigned char>(comm), peer, off + o, std::min(seg, cnt - o)});
-  }
+  TELAR_DECL void add(Xfer::Kind k, int comm, int peer, std::size_t off, std::size_t cnt);
 };
 
 // Block c of n elements split into p nearly equal blocks.
-inline std::size_t block_begin(std::size_t n, int p, int c) {
-  auto const q = n / static_cast<std::size_t>(p), r = n % static_cast<std::size_t>(p);
-  auto const cc = static_cast<std::size_t>(c);
-  return cc * q + std::min(cc, r);
-}
+TELAR_DECL std::size_t block_begin(std::size_t n, int p, int c);
 inline std::size_t block_size(std::size_t n, int p, int c) {
   return block_begin(n, p, c + 1) - block_begin(n, p, c);
 }
@@ -78,88 +71,20 @@ inline int mod(int a, int p) {
 // Ring reduce-scatter of [base, base + n) over p ranks: p - 1 steps; at step t
 // rank r sends block r - t to its right and sums block r - t - 1 from its left.
 // Afterwards rank r holds block r + 1 fully reduced; returns that block.
-inline int ring_reduce_scatter(Schedule& s, int comm, int r, int p, std::size_t base,
-                               std::size_t n) {
-  if (p == 1)
-    return 0;
-  int const right = mod(r + 1, p), left = mod(r - 1, p);
-  for (int t = 0; t < p - 1; ++t) {
-    int const sc = mod(r - t, p), rc = mod(r - t - 1, p);
-    s.add(Xfer::send, comm, right, base + block_begin(n, p, sc), block_size(n, p, sc));
-    s.add(Xfer::recv_reduce, comm, left, base + block_begin(n, p, rc), block_size(n, p, rc));
-  }
-  return mod(r + 1, p);
-}
+TELAR_DECL int ring_reduce_scatter(Schedule& s, int comm, int r, int p, std::size_t base,
+                                   std::size_t n);
 
 // Ring allgather that follows ring_reduce_scatter: rank r starts with block
 // r + 1 and passes blocks to the right, receiving straight into the buffer.
-inline void ring_allgather(Schedule& s, int comm, int r, int p, std::size_t base, std::size_t n) {
-  if (p == 1)
-    return;
-  int const right = mod(r + 1, p), left = mod(r - 1, p);
-  for (int t = 0; t < p - 1; ++t) {
-    int const sc = mod(r + 1 - t, p), rc = mod(r - t, p);
-    s.add(Xfer::send, comm, right, base + block_begin(n, p, sc), block_size(n, p, sc));
-    s.add(Xfer::recv_copy, comm, left, base + block_begin(n, p, rc), block_size(n, p, rc));
-  }
-}
+TELAR_DECL void ring_allgather(Schedule& s, int comm, int r, int p, std::size_t base,
+                               std::size_t n);
 
 // Rabenseifner: reduce-scatter by recursive halving, allgather by recursive
 // doubling, among the largest power of two p2 <= p. The rem = p - p2 extra
 // ranks are folded in first: among ranks 0 .. 2*rem-1, each even rank sends
 // its whole vector to the odd rank after it and sits out; the odd rank later
 // sends it the result.
-inline void recursive_halving_doubling(Schedule& s, int comm, int r, int p, std::size_t n) {
-  if (p == 1)
-    return;
-  int p2 = 1;
-  while (p2 * 2 <= p)
-    p2 *= 2;
-  int const rem = p - p2;
-  int nr; // rank among the p2 active ranks, -1 when folded out
-  if (r < 2 * rem) {
-    if (r % 2 == 0) {
-      s.add(Xfer::send, comm, r + 1, 0, n);
-      s.add(Xfer::recv_copy, comm, r + 1, 0, n);
-      return;
-    }
-    s.add(Xfer::recv_reduce, comm, r - 1, 0, n);
-    nr = r / 2;
-  } else {
-    nr = r - rem;
-  }
-  auto real = [rem](int q) { return q < rem ? 2 * q + 1 : q + rem; };
-  int lo = 0, hi = p2; // blocks this rank is responsible for, of p2
-  struct Half {
-    int peer, lo, hi;
-  };
-  std::vector<Half> given; // what was handed to the partner at each step
-  for (int m = p2 / 2; m >= 1; m /= 2) {
-    int const partner = real(nr ^ m);
-    int const mid = lo + (hi - lo) / 2;
-    int slo, shi;
-    if ((nr & m) == 0) {
-      slo = mid, shi = hi, hi = mid;
-    } else {
-      slo = lo, shi = mid, lo = mid;
-    }
-    std::size_t const sb = block_begin(n, p2, slo), se = block_begin(n, p2, shi);
-    std::size_t const kb = block_begin(n, p2, lo), ke = block_begin(n, p2, hi);
-    s.add(Xfer::send, comm, partner, sb, se - sb);
-    s.add(Xfer::recv_reduce, comm, partner, kb, ke - kb);
-    given.push_back(Half{partner, slo, shi});
-  }
-  for (auto it = given.rbegin(); it != given.rend(); ++it) {
-    std::size_t const ob = block_begin(n, p2, lo), oe = block_begin(n, p2, hi);
-    std::size_t const gb = block_begin(n, p2, it->lo), ge = block_begin(n, p2, it->hi);
-    s.add(Xfer::send, comm, it->peer, ob, oe - ob);
-    s.add(Xfer::recv_copy, comm, it->peer, gb, ge - gb);
-    lo = std::min(lo, it->lo);
-    hi = std::max(hi, it->hi);
-  }
-  if (r < 2 * rem)
-    s.add(Xfer::send, comm, r - 1, 0, n);
-}
+TELAR_DECL void recursive_halving_doubling(Schedule& s, int comm, int r, int p, std::size_t n);
 
 // dst += src, written so the compiler vectorises it.
 template <class T>
@@ -475,3 +400,7 @@ private:
 };
 
 } // namespace telar::detail
+
+#if !defined(TELAR_SEPARATE_COMPILATION)
+#include <telar/comm/detail/schedule.ipp>
+#endif

@@ -6,6 +6,7 @@
 // run-time one std::size_t. Shapes are indexed as the walk's index (a chain's
 // entry k is layer k's input; a graph passes its layer nodes' inputs by node).
 #include <telar/core/detail/counter_rng.hpp>
+#include <telar/core/detail/decl.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/shape.hpp>
@@ -56,12 +57,7 @@ double layer_flops(L const& l, std::size_t samples, Shape const& in) {
 }
 
 // Elements per sample of every shape (a model's feature_sizes).
-inline std::vector<std::size_t> feature_sizes(std::vector<Shape> const& shapes) {
-  std::vector<std::size_t> f;
-  for (Shape const& s : shapes)
-    f.push_back(s.size());
-  return f;
-}
+TELAR_DECL std::vector<std::size_t> feature_sizes(std::vector<Shape> const& shapes);
 
 // layer_name of every layer, in walk order.
 template <class Model>
@@ -359,3 +355,7 @@ private:
 };
 
 } // namespace telar::detail
+
+#if !defined(TELAR_SEPARATE_COMPILATION)
+#include <telar/core/detail/layer_walk.ipp>
+#endif

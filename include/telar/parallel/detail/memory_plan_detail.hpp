@@ -3,6 +3,7 @@
 // slots, activations, model states; and the budget's search for a layout
 // that fits. Nothing here allocates through Kokkos or talks to MPI.
 #include <telar/comm/process_grid.hpp>
+#include <telar/core/detail/decl.hpp>
 #include <telar/core/detail/type_traits.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
@@ -79,18 +80,7 @@ std::size_t plan_layer_workspace(Model const& model, std::vector<Shape> const& s
 
 // Micro-batches of `chunk` at once between BackwardInput and BackwardWeight
 // on `rank` (1 when backward runs fused): the rebuilt states a layer keeps.
-inline std::size_t rebuilt_states(schedule::Schedule const& s, int rank, int chunk) {
-  std::size_t open = 0, most = 1;
-  for (auto const& in : s.ranks[std::size_t(rank)]) {
-    if (in.chunk != chunk)
-      continue;
-    if (in.op == schedule::Op::BackwardInput)
-      most = std::max(most, ++open);
-    else if (in.op == schedule::Op::BackwardWeight && open > 0)
-      --open;
-  }
-  return most;
-}
+TELAR_DECL std::size_t rebuilt_states(schedule::Schedule const& s, int rank, int chunk);
 
 // Saved-state bytes of layers [first, last) for `rows` samples.
 template <class Model>
@@ -261,19 +251,12 @@ MemoryPlan plan_fitting(Model const& model, LayoutOptions const& options, Shape 
 }
 
 // The refusal, the same text on every rank (it depends only on the plans).
-inline std::string budget_message(MemoryPlan const& worst, std::size_t budget,
-                                  MemoryPlan const& fits, MemoryPlan const& smallest, int world) {
-  MemoryCategory const big = worst.bytes.largest();
-  std::string key = MemoryBytes::key(big);
-  std::replace(key.begin(), key.end(), '_', ' ');
-  std::string msg = "telar::Trainer: rank " + std::to_string(worst.rank) + " needs " +
-                    MemoryBytes::human(worst.bytes.total()) + " (" + key + " " +
-                    MemoryBytes::human(worst.bytes[big]) + " is the largest), over the budget of " +
-                    MemoryBytes::human(budget) + " (" + worst.layout() + "); ";
-  if (fits.rank >= 0)
-    return msg + fits.layout() + " needs " + MemoryBytes::human(fits.bytes.total()) + " per rank";
-  return msg + "no layout of " + std::to_string(world) + " ranks fits; the smallest (" +
-         smallest.layout() + ") needs " + MemoryBytes::human(smallest.bytes.total()) + " per rank";
-}
+TELAR_DECL std::string budget_message(MemoryPlan const& worst, std::size_t budget,
+                                      MemoryPlan const& fits, MemoryPlan const& smallest,
+                                      int world);
 
 } // namespace telar::detail
+
+#if !defined(TELAR_SEPARATE_COMPILATION)
+#include <telar/parallel/detail/memory_plan_detail.ipp>
+#endif

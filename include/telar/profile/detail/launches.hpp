@@ -3,6 +3,7 @@
 // GEMM and convolution policies call before each library call (oneDNN,
 // Kokkos Kernels): Kokkos Tools never sees those, a device still launches them.
 #include <Kokkos_Core.hpp>
+#include <telar/core/detail/decl.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -39,13 +40,10 @@ inline LaunchState& launch_state() {
 
 // One library call by policy `name` (e.g. "telar::gemm::onednn"); a relaxed
 // load and nothing else while no LaunchCounter lives.
-inline void count_library_call(char const* name) {
-  auto& s = launch_state();
-  if (!s.active.load(std::memory_order_relaxed))
-    return;
-  ++s.library_calls;
-  std::lock_guard<std::mutex> lock(s.mutex);
-  ++s.names[name];
-}
+TELAR_DECL void count_library_call(char const* name);
 
 } // namespace telar::detail
+
+#if !defined(TELAR_SEPARATE_COMPILATION)
+#include <telar/profile/detail/launches.ipp>
+#endif

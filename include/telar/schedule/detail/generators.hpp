@@ -1,5 +1,6 @@
 #pragma once
 
+#include <telar/core/detail/decl.hpp>
 #include <telar/schedule/schedule.hpp>
 
 #include <climits>
@@ -24,33 +25,16 @@ inline std::string pm_args(int p, int m) {
   return "p=" + std::to_string(p) + ", m=" + std::to_string(m);
 }
 
-inline void require(bool ok, char const* function, std::string const& args,
-                    std::string const& what) {
-  if (!ok)
-    throw std::invalid_argument(std::string("telar::schedule::") + function + "(" + args +
-                                "): " + what);
-}
+TELAR_DECL void require(bool ok, char const* function, std::string const& args,
+                        std::string const& what);
 
-inline void require_pm(char const* function, int p, int m, int v = 1) {
-  std::string const args = pm_args(p, m) + (v != 1 ? ", v=" + std::to_string(v) : "");
-  require(p >= 1, function, args, "p (pipeline ranks) must be >= 1");
-  require(m >= 1, function, args, "m (micro-batches) must be >= 1");
-  require(v >= 1, function, args, "v (chunks per rank) must be >= 1");
-  // Message tags go up to 2*m*v and virtual stages up to p*v; keep both in int.
-  require(static_cast<long long>(m) * v <= INT_MAX / 4 &&
-              static_cast<long long>(p) * v <= INT_MAX / 4,
-          function, args, "p*v or m*v is too large");
-}
+TELAR_DECL void require_pm(char const* function, int p, int m, int v = 1);
 
-inline Schedule finish(char const* name, int p, int m, int v,
-                       std::vector<std::vector<Instruction>> compute) {
-  Schedule s;
-  s.name = name;
-  s.stages = p;
-  s.microbatches = m;
-  s.chunks = v;
-  s.ranks = std::move(compute);
-  return with_communication(std::move(s));
-}
+TELAR_DECL Schedule finish(char const* name, int p, int m, int v,
+                           std::vector<std::vector<Instruction>> compute);
 
 } // namespace telar::schedule::detail
+
+#if !defined(TELAR_SEPARATE_COMPILATION)
+#include <telar/schedule/detail/generators.ipp>
+#endif

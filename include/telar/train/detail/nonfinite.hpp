@@ -7,6 +7,7 @@
 // finite are the counts split by tensor (one more small reduction, over the
 // ranks that hold the pieces) to name the first tensor in model order; the
 // message is built from reduced values only, so it is the same on every rank.
+#include <telar/core/detail/decl.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/tensor.hpp>
 #include <telar/parallel/detail/tensor_index.hpp>
@@ -56,38 +57,13 @@ std::vector<double> tensor_nonfinite(Exec const& exec, V const& grads, TensorInd
 }
 
 // A loss for messages: "nan" (never "-nan", whatever the sign bit), "inf".
-inline std::string loss_text(double loss) {
-  if (std::isnan(loss))
-    return "nan";
-  std::ostringstream os;
-  os << loss;
-  return os.str();
-}
+TELAR_DECL std::string loss_text(double loss);
 
 // "step 7: the gradient of layer2.weight has 12 values that are NaN or
 // infinite (the first such tensor in model order; the loss is nan)".
-inline std::string nonfinite_message(long long step, double loss,
-                                     std::vector<std::string> const& names,
-                                     std::vector<double> const& counts) {
-  std::ostringstream os;
-  os << "telar::Trainer::step: step " << step << ": ";
-  std::size_t first = 0;
-  while (first < counts.size() && !(counts[first] > 0))
-    ++first;
-  if (first < counts.size()) {
-    double total = 0;
-    for (double c : counts)
-      total += c;
-    os << "the gradient of " << names[first] << " has " << (long long)(counts[first] + 0.5)
-       << " values that are NaN or infinite (the first such tensor in model order; "
-       << (long long)(total + 0.5) << " in all, the loss is " << loss_text(loss) << ")";
-  } else {
-    os << "the loss is " << loss_text(loss) << " (every gradient is finite)";
-  }
-  os << "; lower the learning rate, check the inputs, or set TrainerOptions::nonfinite = "
-        "telar::NonFinite::skip to skip such steps";
-  return os.str();
-}
+TELAR_DECL std::string nonfinite_message(long long step, double loss,
+                                         std::vector<std::string> const& names,
+                                         std::vector<double> const& counts);
 
 // The verdict of one step. `bad` is the non-finite count of every rank's
 // gradient shard, summed, and `loss` the reduced loss: the same on every
@@ -105,3 +81,7 @@ bool skip_nonfinite(NonFinite mode, long long step, double loss, double bad, Exe
 }
 
 } // namespace telar::detail
+
+#if !defined(TELAR_SEPARATE_COMPILATION)
+#include <telar/train/detail/nonfinite.ipp>
+#endif
