@@ -15,6 +15,12 @@ step time and one JSON line starting with '{"peer":"pytorch"'.
 
     OMP_NUM_THREADS=1 /usr/bin/python3 bench/peers/resnet_torch.py --model resnet50 --batch 16 --resolution 128
     ../shared/peers/torch26.sh python3 bench/peers/resnet_torch.py --model resnet50 --batch 16 --resolution 128
+    ... --precision bf16 --optimizer adamw  # torch.autocast('cpu', dtype=torch.bfloat16), fp32 weights
+
+--precision bf16 runs the forward under torch.autocast('cpu',
+dtype=torch.bfloat16) (bf16 convolutions and Linear, fp32 weights and
+optimizer; the loss in fp32), as cnn_torch.py and mlp_torch.py do. Telar's
+`resnet --precision bf16` trains with AdamW: compare with --optimizer adamw.
 
 --onnx FILE writes the network to FILE instead (torch.onnx.export, opset 13,
 dynamic batch, BatchNorm kept as BatchNormalization nodes, as
@@ -23,6 +29,7 @@ tests/onnx/make_models.py exports its zoo): example 04 trains it with
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -94,6 +101,10 @@ class StridedProjection(nn.Module):
         self.weight = conv.weight
 
     def forward(self, x):
+        if torch.is_autocast_cpu_enabled():  # --precision bf16: the conv's operands in bf16
+            dt = torch.get_autocast_cpu_dtype()
+            with torch.autocast("cpu", enabled=False):
+                return _BackwardOutsideOneDNN.apply(x.to(dt), self.weight.to(dt))
         return _BackwardOutsideOneDNN.apply(x, self.weight)
 
 
@@ -164,6 +175,10 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="bf16: forward under torch.autocast('cpu', dtype=torch.bfloat16)")
+    p.add_argument("--optimizer", choices=["momentum", "adamw"], default="momentum",
+                   help="SGD momentum 0.9 lr 0.1 (default), or AdamW (Telar's bf16 optimizer)")
     p.add_argument("--onnx", metavar="FILE", help="write the network as ONNX and exit")
     p.add_argument("--no-mkldnn", action="store_true",
                    help="convolutions without oneDNN (torch.backends.mkldnn.enabled = False)")
@@ -187,25 +202,32 @@ def main():
     if a.projections_outside_onednn:
         print(f"{projections_outside_onednn(model)} strided projections: backward without oneDNN")
     model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9) if a.optimizer == "momentum" \
+        else torch.optim.AdamW(model.parameters(), lr=1e-3)
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if a.precision == "bf16" \
+        else contextlib.nullcontext
     loss_fn = nn.CrossEntropyLoss()
     y = torch.randint(0, 10, (a.batch,))
     times = []
     for i in range(a.warmup + a.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        with autocast():
+            out = model(x)
+        loss = loss_fn(out.float(), y)
         loss.backward()
         opt.step()
         t = time.perf_counter() - t0
         if i >= a.warmup:
             times.append(t * 1e3)
     med, mean = statistics.median(times), statistics.mean(times)
-    print(f"pytorch {torch.__version__}: {a.model} batch {a.batch}, {a.threads} thread(s), "
+    print(f"pytorch {torch.__version__}: {a.model} batch {a.batch}, {a.precision}, {a.optimizer}, "
+          f"{a.threads} thread(s), "
           f"median step {med:.1f} ms, mean {mean:.1f} ms, mkldnn "
           f"{torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled}")
     print(json.dumps({"peer": "pytorch", "version": torch.__version__, "model": a.model,
-                      "batch": a.batch, "resolution": a.resolution, "threads": a.threads,
+                      "batch": a.batch, "resolution": a.resolution, "precision": a.precision,
+                      "optimizer": a.optimizer, "threads": a.threads,
                       "steps": a.steps, "step_ms_median": med, "step_ms_mean": mean}))
 
 

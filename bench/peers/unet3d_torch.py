@@ -13,9 +13,18 @@ steps after --warmup, and one JSON line starting with '{"peer":"pytorch"'.
 Each step is wall-clock and this thread's CPU time (time.thread_time).
 
     OMP_NUM_THREADS=1 /usr/bin/python3 bench/peers/unet3d_torch.py --size 96 --batch 1
+    ... --precision bf16   # torch.autocast('cpu', dtype=torch.bfloat16), fp32 weights
+
+--precision bf16 runs the forward under torch.autocast('cpu',
+dtype=torch.bfloat16) (bf16 Conv3d and ConvTranspose3d, fp32 weights and
+Adam's state; the losses in fp32 on the logits made fp32), as cnn_torch.py
+does. GroupNorm computes in fp32 on its input made fp32 (as Telar's does):
+PyTorch 1.13's CPU autocast does not list group_norm, and its bf16 kernel
+refuses the fp32 weight ("expected scalar type BFloat16 but found Float").
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -28,11 +37,19 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 
+class GroupNorm32(nn.GroupNorm):
+    """nn.GroupNorm on its input made fp32 (a no-op in fp32; under bf16
+    autocast the next convolution casts the output back to bf16)."""
+
+    def forward(self, x):
+        return super().forward(x.float())
+
+
 def block(cin, cout, groups):
     layers = []
     for _ in range(2):
         layers += [nn.Conv3d(cin, cout, 3, 1, 1, bias=False),
-                   nn.GroupNorm(min(groups, cout), cout), nn.ReLU()]
+                   GroupNorm32(min(groups, cout), cout), nn.ReLU()]
         cin = cout
     return nn.Sequential(*layers)
 
@@ -85,6 +102,8 @@ def main():
     p.add_argument("--steps", type=int, default=5, help="timed steps (5)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first (1)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1)")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="bf16: forward under torch.autocast('cpu', dtype=torch.bfloat16)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -93,11 +112,15 @@ def main():
     x = torch.randn(a.batch, 1, a.size, a.size, a.size)
     y = torch.randint(0, a.classes, (a.batch, a.size, a.size, a.size))
     ce = nn.CrossEntropyLoss()
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if a.precision == "bf16" \
+        else contextlib.nullcontext
     wall, cpu = [], []
     for s in range(a.warmup + a.steps):
         t0, c0 = time.perf_counter(), time.thread_time()
         opt.zero_grad(set_to_none=True)
-        z = net(x)
+        with autocast():
+            z = net(x)
+        z = z.float()
         loss = ce(z, y) + soft_dice(z, y, a.classes)
         loss.backward()
         opt.step()
@@ -106,11 +129,11 @@ def main():
             wall.append(t)
             cpu.append(c)
     row = {"peer": "pytorch", "torch": torch.__version__, "size": a.size, "batch": a.batch,
-           "depth": a.depth, "width": a.width, "threads": a.threads,
+           "depth": a.depth, "width": a.width, "precision": a.precision, "threads": a.threads,
            "step_ms_median": 1e3 * statistics.median(wall),
            "step_ms_mean": 1e3 * statistics.mean(wall),
            "cpu_ms_median": 1e3 * statistics.median(cpu)}
-    print(f"torch {torch.__version__}: U-Net {a.size}^3 batch {a.batch}: step median "
+    print(f"torch {torch.__version__}: U-Net {a.size}^3 batch {a.batch}, {a.precision}: step median "
           f"{row['step_ms_median']:.1f} ms (cpu {row['cpu_ms_median']:.1f} ms)")
     print(json.dumps(row))
 

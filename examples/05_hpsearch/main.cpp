@@ -4,6 +4,7 @@
 //   hpsearch [--groups G] [--lr 1e-3,1e-2] [--optimizer sgd,adamw] [--hidden 64]
 //            [--tp 1,2] [--steps 100] [--eta 2] [--rounds 0] [--batch 64]
 //            [--val 5000] [--seed 1] [--data DIR] [--json FILE] [--assign dynamic]
+//            [--precision fp32|bf16]
 //   mpirun -np 4 hpsearch --groups 2 --lr 1e-3,1e-2 --optimizer sgd,adamw --json search.json
 //
 // The grid is the product of the lists (--lr, --optimizer, --hidden and, if
@@ -18,6 +19,15 @@
 // diverges or fails (a --tp that does not fit the group, ...) is recorded with its reason and ranks
 // last. Rank 0 prints the leaderboard and, with --json, writes it. The same --seed gives the same
 // leaderboard, whatever --groups (to rounding across group sizes).
+//
+// --precision bf16 trains every configuration under
+// telar::Precision<telar::bf16, float>: the MLP's Dense layers (the Megatron
+// pair included) multiply through oneDNN's bf16 matmul (telar::Bf16Gemm);
+// weights, gradients, AdamW's state, the loss and the validation loss stay
+// fp32 (docs/precision.md). With AdamW only: each optimizer is one more
+// Trainer type to compile, so a bf16 grid lists --optimizer adamw. The JSON
+// leaderboard gains "precision" and "gemm_kernels" (the oneDNN
+// implementations that ran, e.g. matmul:brg:avx512_core_bf16).
 #include <telar/telar.hpp> // one include for all of Telar, the search included
 
 #include "example_support.hpp"
@@ -37,7 +47,8 @@ struct Args {
   std::uint64_t seed = 1;
   std::string data = telar::default_fashion_mnist_dir();
   std::string json;
-  bool dynamic = true; // --assign dynamic|static
+  bool dynamic = true;            // --assign dynamic|static
+  std::string precision = "fp32"; // --precision fp32|bf16
 };
 
 [[noreturn]] void usage(char const* why) {
@@ -46,7 +57,7 @@ struct Args {
                "usage: hpsearch [--groups G] [--lr X,Y,...] "
                "[--optimizer sgd|momentum|adam|adamw|lamb,...] [--hidden N,...] [--tp N,...] "
                "[--steps N] [--eta N] [--rounds N] [--batch N] [--val N] [--seed N] "
-               "[--data DIR] [--json FILE] [--assign dynamic|static]\n",
+               "[--data DIR] [--json FILE] [--assign dynamic|static] [--precision fp32|bf16]\n",
                why);
   throw 2;
 }
@@ -118,10 +129,24 @@ Args parse(int argc, char** argv) {
       if (v != "dynamic" && v != "static")
         r.fail("--assign expects dynamic or static, got '" + v + "'");
       a.dynamic = v == "dynamic";
+    } else if (f == "--precision") {
+      a.precision = r.value();
+      if (a.precision != "fp32" && a.precision != "bf16")
+        r.fail("--precision expects fp32 or bf16, got '" + a.precision + "'");
     } else if (f == "--help" || f == "-h")
       r.fail("help");
     else
       r.fail("unknown flag " + f);
+  }
+  if (a.precision == "bf16") {
+    // One more Trainer type per optimizer (compile time): bf16 comes with AdamW.
+    for (auto const& o : a.optimizer)
+      if (o != "adamw")
+        usage(("--precision bf16 trains with --optimizer adamw, got '" + o +
+               "' in the --optimizer list (default sgd,adamw)")
+                  .c_str());
+    if (!telar::Bf16Gemm::supports<float, telar::DefaultMemorySpace>())
+      usage("--precision bf16 needs oneDNN and host memory (telar::Bf16Gemm)");
   }
   return a;
 }
@@ -158,8 +183,9 @@ void load(Data& d, Args const& a) {
   d.val.gather(d.mnist.train, idx);
 }
 
-// One configuration for trial.budget() steps over the group, then the validation loss.
-template <class Optimizer>
+// One configuration for trial.budget() steps over the group, then the
+// validation loss; S: Strategy, or it with bf16 compute.
+template <class S, class Optimizer>
 telar::TrialOutcome train(telar::Trial const& trial, Args const& a, Data& d, Optimizer opt) {
   auto const& c = trial.config();
   double const lr = c.real("lr");
@@ -169,7 +195,7 @@ telar::TrialOutcome train(telar::Trial const& trial, Args const& a, Data& d, Opt
   o.grid = {0, 1, c.has("tp") ? int(c.integer("tp")) : 1};
   o.lr = telar::warmup_cosine(lr, budget / 10, budget, lr * 0.05);
   o.batch_size = a.batch;
-  telar::Trainer<Model, Strategy, Optimizer> trainer(
+  telar::Trainer<Model, S, Optimizer> trainer(
       trial.comm(), make_model(std::size_t(c.integer("hidden"))), opt, o, 784);
   int const dp = trainer.grid_shape().dp;
   if (a.batch % std::size_t(dp) != 0)
@@ -191,6 +217,28 @@ telar::TrialOutcome train(telar::Trial const& trial, Args const& a, Data& d, Opt
   }
   auto const v = trainer.evaluate(d.val.x(), d.val.y());
   return {v.loss, v.accuracy, step};
+}
+
+// --precision bf16: the trial under Strategy with telar::Precision<telar::bf16,
+// float>, AdamW (parse() refused any other optimizer and a build without
+// oneDNN on the host, where no bf16 Trainer can be instantiated).
+telar::TrialOutcome train_bf16(telar::Trial const& trial, Args const& a, Data& d) {
+  if constexpr (telar::Bf16Gemm::supports<T, telar::DefaultMemorySpace>())
+    return train<example::Bf16<Strategy>>(trial, a, d, telar::AdamW<T>{});
+  else
+    throw telar::Error("hpsearch: --precision bf16 needs oneDNN and host memory");
+}
+
+// Every trial would fail the same way on a CPU without bf16 instructions:
+// refused before the search, on every rank (TELAR_BF16_FALLBACK=fp32 runs
+// fp32 with one warning instead; docs/precision.md).
+void check_bf16_isa(Args const& a) {
+#if TELAR_HAVE_ONEDNN
+  if (a.precision == "bf16")
+    telar::detail::bf16_check_isa("--precision bf16");
+#else
+  (void)a;
+#endif
 }
 
 // Calls train(optimizer) with the optimizer a configuration names (checked by parse()).
@@ -224,6 +272,20 @@ void check_json(telar::Communicator const& world, std::string const& path) {
     throw telar::Error("hpsearch: --json " + path + ": cannot write it");
 }
 
+// The search's JSON (telar::SearchResult::json) with what multiplied:
+// "precision", "gemm" (the policy) and "gemm_kernels" (fp32: the GEMM
+// backend; bf16: the oneDNN implementations that ran on this rank).
+std::string search_json(telar::SearchResult const& r, Args const& a) {
+  std::string const own = telar::JsonObject()
+                              .add("precision", a.precision)
+                              .add("gemm", example::gemm_name(a.precision))
+                              .add("gemm_kernels", example::gemm_kernels(a.precision))
+                              .str();
+  std::string text = r.json(); // {...}: its members, then ours
+  text.pop_back();
+  return text + "," + own.substr(1) + "\n";
+}
+
 void report(telar::SearchResult const& r, Args const& a) {
   std::printf("%s", r.table().c_str());
   std::printf("search: %zu configurations, %zu rounds, %d groups x %d ranks, wall %.2f s; "
@@ -231,8 +293,16 @@ void report(telar::SearchResult const& r, Args const& a) {
               r.leaderboard.size(), r.rounds.size(), r.options.groups, r.group_size, r.wall_seconds,
               r.trial_seconds());
   std::fflush(stdout);
+  std::fprintf(stderr, "hpsearch: precision %s, GEMM kernels %s\n", a.precision.c_str(),
+               example::gemm_kernels(a.precision).c_str());
   if (!a.json.empty()) {
-    r.write_json(a.json);
+    std::string const text = search_json(r, a);
+    std::FILE* f = std::fopen(a.json.c_str(), "w");
+    bool ok = f != nullptr && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    if (f != nullptr)
+      ok = std::fclose(f) == 0 && ok;
+    if (!ok)
+      throw telar::Error("hpsearch: --json " + a.json + ": cannot write it");
     std::fprintf(stderr, "hpsearch: leaderboard written to %s\n", a.json.c_str());
   }
 }
@@ -241,6 +311,7 @@ int run(MPI_Comm comm, int argc, char** argv) {
   Args const a = parse(argc, argv);
   telar::Communicator world(comm, "hpsearch");
   check_json(world, a.json);
+  check_bf16_isa(a);
   Data d;
   load(d, a);
   telar::HalvingOptions opts;
@@ -259,8 +330,10 @@ int run(MPI_Comm comm, int argc, char** argv) {
   };
   auto const result =
       telar::successive_halving(comm, space(a).grid(), opts, [&](telar::Trial const& trial) {
+        if (a.precision == "bf16")
+          return train_bf16(trial, a, d);
         return with_optimizer(trial.config().get("optimizer"),
-                              [&](auto opt) { return train(trial, a, d, opt); });
+                              [&](auto opt) { return train<Strategy>(trial, a, d, opt); });
       });
   if (root)
     report(result, a);

@@ -15,7 +15,7 @@
 //          [--optimizer adam|sgd] [--dice 1] [--val N] [--lesions 3] [--seed 1]
 //          [--norm group|batch] [--groups 4] [--eval-bn running|batch]
 //          [--limit-steps N] [--json] [--save-params F] [--compare-params F]
-//          [--memory-budget SIZE] [--no-overlap]
+//          [--memory-budget SIZE] [--no-overlap] [--precision fp32|bf16]
 //   mpirun -np 2 unet3d --sp 2
 //
 // --generate N (default 160 without --data) writes N synthetic volumes of
@@ -38,6 +38,12 @@
 // fits. The JSON has the halo bytes this rank sent per step and the
 // seconds per step its exchanges waited (exposed); --no-overlap completes
 // every exchange before computing (to measure what overlap hides).
+// --precision bf16 builds the U-Net with oneDNN's bf16 convolutions
+// (telar::spatial_unet<T, M, telar::Bf16Gemm, telar::OneDnnConvBf16>: the
+// 3x3x3, 1x1x1 and transposed ones): bf16 products, fp32 accumulation; the
+// parameters (the masters), gradients, Adam's moments, the norms, the halos
+// and the losses stay fp32 (docs/precision.md). The JSON says which
+// convolution kernels ran ("conv", "gemm_kernels").
 #include <telar/comm/communicator.hpp>
 #include <telar/data/loader.hpp>
 #include <telar/io/volume.hpp>
@@ -72,7 +78,10 @@ constexpr bool host_default =
 using M = std::conditional_t<host_default, telar::DefaultMemorySpace, Kokkos::HostSpace>;
 using Exec = std::conditional_t<host_default, Kokkos::DefaultExecutionSpace,
                                 Kokkos::DefaultHostExecutionSpace>;
-using UNet = telar::SpatialUNetLayers<T, M>::Graph;
+// The U-Net under the convolutions' GEMM and convolution policies G, C:
+// the defaults (fp32), or telar::Bf16Gemm and telar::OneDnnConvBf16.
+template <class G, class C>
+using UNetOf = typename telar::SpatialUNetLayers<T, M, G, C>::Graph;
 
 // The common flags (epochs, batch, lr, optimizer, seed, data, json, dp,
 // limit-steps) and this example's own.
@@ -82,6 +91,7 @@ struct Args : example::CommonArgs {
     lr = 3e-3;
     optimizer = "adam";
     data.clear(); // a volume file, not Fashion-MNIST
+    takes_precision = true;
   }
   long long generate = 0; // volumes to write first (0: read --data)
   std::size_t size = 32, width = 8;
@@ -114,7 +124,8 @@ bool trainer_flag(std::string const& f) {
                "[--optimizer adam|sgd] [--dice W] [--val N] [--lesions K] [--seed N] "
                "[--norm batch|group] [--groups G] [--eval-bn running|batch] [--limit-steps N] "
                "[--json] [--save-params FILE] "
-               "[--compare-params FILE] [--memory-budget SIZE] [--no-overlap]\n",
+               "[--compare-params FILE] [--memory-budget SIZE] [--no-overlap] "
+               "[--precision fp32|bf16]\n",
                why);
   throw 2;
 }
@@ -165,6 +176,10 @@ Args parse(int argc, char** argv) {
     usage(("--eval-bn expects running or batch, got '" + a.eval_bn + "'").c_str());
   if (a.optimizer != "adam" && a.optimizer != "sgd")
     usage(("--optimizer expects adam or sgd, got '" + a.optimizer + "'").c_str());
+  if (a.precision != "fp32" && a.precision != "bf16")
+    usage(("--precision expects fp32 or bf16, got '" + a.precision + "'").c_str());
+  if (a.precision == "bf16" && !telar::Bf16Gemm::supports<T, M>())
+    usage("--precision bf16 needs oneDNN (telar::OneDnnConvBf16)");
   if (a.generate == 0 && a.data.empty())
     a.generate = 160;
   if (a.generate > 0 && a.data.empty())
@@ -237,6 +252,7 @@ public:
   // Cosine decay from --lr to --lr / 20 over the run's `steps`.
   Optimizer(Args const& a, long long steps)
       : adam_(a.optimizer == "adam"), lr_(telar::warmup_cosine(a.lr, 0, steps, a.lr / 20)) {}
+  template <class UNet>
   void step(UNet& g, telar::Communicator const& dp) {
     ++t_;
     T const lr = T(lr_(t_));
@@ -319,6 +335,7 @@ void count_dice(telar::Matrix<T, M> const& logits, telar::VolumeBatch const& b, 
 // slab by slab (collective over the world: every rank reads the same
 // number of times), evaluated with BatchNorm's running statistics, or with
 // each validation batch's own (--eval-bn batch, as in training).
+template <class UNet>
 double validate(Args const& a, UNet& net, telar::VolumeReader& reader, long long first,
                 std::size_t classes, telar::Communicator const& world, int dp_rank) {
   std::vector<std::size_t> mine;
@@ -350,6 +367,7 @@ double validate(Args const& a, UNet& net, telar::VolumeReader& reader, long long
 }
 
 // The parameters, flattened (every rank holds the same).
+template <class UNet>
 std::vector<double> flat_parameters(UNet& net) {
   std::vector<double> all;
   net.parameters([&](char const*, auto& v, auto&) {
@@ -391,6 +409,7 @@ struct Summary {
 };
 
 // One epoch of training; false once --limit-steps is reached.
+template <class UNet>
 bool train_epoch(Args const& a, UNet& net, telar::VolumeReader& reader, telar::BatchLoader& loader,
                  Optimizer& opt, std::size_t classes, telar::Communicator const& sp,
                  telar::Communicator const& dp, int epoch, Summary& sum) {
@@ -456,6 +475,7 @@ struct Memory {
 
 // The plan of a training step's bytes on this rank: the graph's, plus the
 // input slab, its labels and the loss gradients (cross entropy and Dice).
+template <class UNet>
 std::size_t planned_bytes(Args const& a, UNet const& net, telar::VolumeShape const& v) {
   std::size_t const in = net.slab_shape(UNet::input).size(),
                     out = net.slab_shape(net.size() - 1).size();
@@ -465,12 +485,13 @@ std::size_t planned_bytes(Args const& a, UNet const& net, telar::VolumeShape con
 }
 
 // The U-Net of the flags over `sp` (not built).
-UNet make_unet(Args const& a, telar::VolumeShape const& v, telar::Communicator const& sp) {
+template <class G, class C>
+UNetOf<G, C> make_unet(Args const& a, telar::VolumeShape const& v, telar::Communicator const& sp) {
   telar::UNetOptions o;
   o.in_channels = std::size_t(v.channels), o.classes = std::size_t(v.classes);
   o.depth = a.depth, o.width = a.width, o.groups = a.groups, o.overlap = a.overlap;
   o.norm = a.norm == "group" ? telar::UNetOptions::Norm::group : telar::UNetOptions::Norm::batch;
-  return telar::spatial_unet<T, M>(sp, o);
+  return telar::spatial_unet<T, M, G, C>(sp, o);
 }
 
 telar::Shape volume_shape(telar::VolumeShape const& v) {
@@ -479,6 +500,7 @@ telar::Shape volume_shape(telar::VolumeShape const& v) {
 }
 
 // Parameters, their gradients and Adam's two moments (SGD: none).
+template <class UNet>
 std::size_t parameter_bytes(Args const& a, UNet& net) {
   std::size_t n = 0;
   net.parameters([&](char const*, auto& v, auto&) { n += v.span(); });
@@ -488,12 +510,13 @@ std::size_t parameter_bytes(Args const& a, UNet& net) {
 // The most any rank of an sp group of `size` plans to hold (activation
 // bytes in `activations`), from graphs built as each of its ranks; 0 when
 // the layers refuse that split.
+template <class G, class C>
 std::size_t plan_at_sp(Args const& a, telar::VolumeShape const& v, telar::Communicator const& sp,
                        int size, std::size_t params, std::size_t* activations) {
   std::size_t most = 0;
   for (int r = 0; r < size; ++r) {
     telar::SpatialPlanAs as(size, r);
-    UNet g = make_unet(a, v, sp);
+    auto g = make_unet<G, C>(a, v, sp);
     try {
       g.build(volume_shape(v));
     } catch (telar::ShapeError const&) {
@@ -509,7 +532,8 @@ std::size_t plan_at_sp(Args const& a, telar::VolumeShape const& v, telar::Commun
 // --memory-budget: refuses (the same text on every rank: it depends only on
 // the plans) a run some rank of which plans more than the budget, naming
 // the activations and the smallest sp whose plan fits.
-void check_budget(Args const& a, telar::VolumeShape const& v, UNet& net,
+template <class G, class C>
+void check_budget(Args const& a, telar::VolumeShape const& v, UNetOf<G, C>& net,
                   telar::Communicator const& sp, telar::Communicator const& world) {
   if (a.memory_budget == 0)
     return;
@@ -530,7 +554,7 @@ void check_budget(Args const& a, telar::VolumeShape const& v, UNet& net,
   std::size_t most = 0, act = 0;
   int k = a.sp + 1;
   for (; k <= std::min<int>(64, int(v.depth)); ++k) {
-    most = plan_at_sp(a, v, sp, k, params, &act);
+    most = plan_at_sp<G, C>(a, v, sp, k, params, &act);
     if (most == 0 || most <= a.memory_budget)
       break;
   }
@@ -543,6 +567,16 @@ void check_budget(Args const& a, telar::VolumeShape const& v, UNet& net,
   throw telar::Error(msg);
 }
 
+// The convolution policy the U-Net runs under --precision, and the kernels
+// that ran (bf16: oneDNN's implementations as it reported them).
+char const* conv_name(Args const& a) {
+  return a.precision == "bf16" ? telar::OneDnnConvBf16::name() : telar::conv_backend_name<T, M>();
+}
+std::string conv_kernels(Args const& a) {
+  return a.precision == "bf16" ? telar::bf16_kernels() : std::string(conv_name(a));
+}
+
+template <class UNet>
 void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const& s,
             double param_diff, Memory const& memory, telar::Communicator const& world) {
   unsigned long long most = memory.total;
@@ -575,6 +609,9 @@ void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const
       .add("training_bytes_rank0", (long long)memory.training)
       .add("training_bytes_plan_rank0", (long long)memory.plan)
       .add("overlap", a.overlap)
+      .add("precision", a.precision)
+      .add("conv", conv_name(a))
+      .add("gemm_kernels", conv_kernels(a))
       .add("halo_bytes_per_step_rank0", double(s.halo.bytes_sent) / double(std::max(1LL, s.steps)))
       .add("halo_exposed_ms_per_step_rank0",
            1e3 * s.halo.exposed_s / double(std::max(1LL, s.steps)))
@@ -587,23 +624,18 @@ void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const
   std::fflush(stdout);
 }
 
-int run(MPI_Comm comm, int argc, char** argv) {
-  Args a = parse(argc, argv);
-  telar::Communicator world(comm, "world");
-  degrees(a, world.size());
+// Builds the U-Net under the convolutions' policies G, C (--precision),
+// trains it, validates it each epoch and reports.
+template <class G, class C>
+int train(Args const& a, telar::Communicator const& world, telar::Communicator const& sp,
+          telar::Communicator const& dp, telar::VolumeShape const& v) {
   int const dp_rank = world.rank() / a.sp, sp_rank = world.rank() % a.sp;
-  telar::Communicator sp = world.split(dp_rank, sp_rank, "sp");
-  telar::Communicator dp = world.split(sp_rank, dp_rank, "dp");
-  if (a.generate > 0)
-    generate(a, world);
-  telar::VolumeShape const v = telar::read_volume_shape(a.data, world);
-  check_volume(a, v);
   telar::MemoryMeterInstall meter;
   telar::MemoryMeter::Scope counted(telar::MemoryCategory::activations); // unlabelled: activations
-  UNet net = make_unet(a, v, sp);
+  auto net = make_unet<G, C>(a, v, sp);
   net.build(volume_shape(v)); // refuses a split the layers cannot take, on every rank
   net.initialize(a.seed);
-  check_budget(a, v, net, sp, world);
+  check_budget<G, C>(a, v, net, sp, world);
   // From here on what Telar allocates is training's: activations, their
   // gradients, halo buffers, workspaces (the peak less this baseline).
   std::size_t const baseline = telar::MemoryMeter::instance().current().total();
@@ -648,6 +680,34 @@ int run(MPI_Comm comm, int argc, char** argv) {
   double const diff = a.compare_params.empty() ? -1 : compare_parameters(a.compare_params, params);
   report(a, net, v, s, diff, {memory, peak, peak - baseline, planned_bytes(a, net, v)}, world);
   return 0;
+}
+
+// --precision bf16: oneDNN's bf16 convolutions (G a template argument, so
+// that a build without oneDNN, where parse() refused bf16, does not
+// instantiate them).
+template <class G = telar::Bf16Gemm>
+int train_bf16(Args const& a, telar::Communicator const& world, telar::Communicator const& sp,
+               telar::Communicator const& dp, telar::VolumeShape const& v) {
+  if constexpr (G::template supports<T, M>())
+    return train<G, telar::OneDnnConvBf16>(a, world, sp, dp, v);
+  else
+    usage("--precision bf16 needs oneDNN (telar::OneDnnConvBf16)");
+}
+
+int run(MPI_Comm comm, int argc, char** argv) {
+  Args a = parse(argc, argv);
+  telar::Communicator world(comm, "world");
+  degrees(a, world.size());
+  int const dp_rank = world.rank() / a.sp, sp_rank = world.rank() % a.sp;
+  telar::Communicator sp = world.split(dp_rank, sp_rank, "sp");
+  telar::Communicator dp = world.split(sp_rank, dp_rank, "dp");
+  if (a.generate > 0)
+    generate(a, world);
+  telar::VolumeShape const v = telar::read_volume_shape(a.data, world);
+  check_volume(a, v);
+  if (a.precision == "bf16")
+    return train_bf16(a, world, sp, dp, v);
+  return train<telar::AutoGemm, telar::AutoConv>(a, world, sp, dp, v);
 }
 
 } // namespace

@@ -1,4 +1,4 @@
-# cmake -DEXE=unet3d -DMPIEXEC=mpiexec -DWORK_DIR=dir [-DCHECK=budget] -P run_unet3d.cmake
+# cmake -DEXE=unet3d -DMPIEXEC=mpiexec -DWORK_DIR=dir [-DCHECK=budget|bf16] -P run_unet3d.cmake
 # Example 07 on a tiny U-Net (16^3 volumes, depth 1, width 4, GroupNorm;
 # BatchNorm on slabs is checked in tests/parallel/test_spatial.cpp): three SGD steps with each volume split over sp = 2
 # ranks end with the parameters of the unsplit run (float, within 1e-5),
@@ -27,6 +27,54 @@ if(CHECK STREQUAL "budget")
   message(STATUS "sp = 4 trains: peak ${peak} B per rank, plan ${plan} B (rank 0)")
   if(peak GREATER 8388608)
     message(FATAL_ERROR "sp = 4 peaked at ${peak} B, over the 8 MiB budget: ${r}")
+  endif()
+  return()
+endif()
+# CHECK=bf16: --precision bf16 (oneDNN's bf16 convolutions, fp32 masters) at
+# width 16, where oneDNN converts into blocked layouts: the bf16 kernels ran,
+# sp = 2 (with overlap) ends within 1e-5 of the unsplit bf16 run's
+# parameters (the same bf16 products, fp32 sums split apart; measured
+# 2e-8), and fp32 ends near bf16 but not on it (bf16's rounding: measured
+# 6.5e-5 after 3 steps).
+if(CHECK STREQUAL "bf16")
+  set(data ${WORK_DIR}/unet3d_bf16.h5)
+  set(params ${WORK_DIR}/unet3d_bf16.txt)
+  file(REMOVE ${params})
+  set(args --size 16 --depth 1 --width 16 --epochs 1 --limit-steps 3 --batch 2 --val 2
+      --optimizer sgd --lr 0.05 --json)
+  execute_process(COMMAND ${EXE} ${args} --generate 8 --data ${data} --precision bf16
+                  --save-params ${params} RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e)
+  if(NOT rc EQUAL 0 AND e MATCHES "lacks the AVX512-BF16")
+    message(STATUS "no bf16 instructions: skipped\n${e}")
+    cmake_language(EXIT 77)
+  endif()
+  string(REGEX MATCH "{\"final_loss\"[^\n]*" s "${o}")
+  if(NOT rc EQUAL 0 OR NOT s)
+    message(FATAL_ERROR "unet3d --precision bf16 failed (${rc}):\n${o}\n${e}")
+  endif()
+  string(JSON conv GET "${s}" conv)
+  string(JSON kernels GET "${s}" gemm_kernels)
+  string(JSON precision GET "${s}" precision)
+  if(NOT precision STREQUAL "bf16" OR NOT conv STREQUAL "onednn-bf16"
+     OR NOT kernels MATCHES "conv_fwd:[^,]*bf16" OR NOT kernels MATCHES "conv_bwd_weights:[^,]*bf16")
+    message(FATAL_ERROR "--precision bf16 did not run bf16 convolutions: ${s}")
+  endif()
+  message(STATUS "bf16 kernels: ${kernels}")
+  train(p ${MPIEXEC} -np 2 ${EXE} ${args} --data ${data} --sp 2 --precision bf16
+        --compare-params ${params})
+  json_field("${p}" param_max_diff dp)
+  json_field("${s}" final_loss ls)
+  json_field("${p}" final_loss lp)
+  require_close(${ls} ${lp} 1e-5 "bf16, sp = 2 vs serial: last-step loss")
+  train(f ${EXE} ${args} --data ${data} --compare-params ${params})
+  json_field("${f}" param_max_diff df)
+  string(JSON fconv GET "${f}" conv)
+  message(STATUS "bf16 sp = 2 vs serial: ${dp}; fp32 (${fconv}) vs bf16: ${df}")
+  execute_process(COMMAND python3 -c
+    "import sys; p,f=map(float,sys.argv[1:3]); sys.exit(0 if 0 <= p < 1e-5 and 0 < f < 1e-3 else 1)"
+    ${dp} ${df} RESULT_VARIABLE ok)
+  if(NOT ok EQUAL 0 OR fconv STREQUAL "onednn-bf16")
+    message(FATAL_ERROR "bf16: sp = 2 differs from serial by ${dp} (bound 1e-5), fp32 from bf16 by ${df} (expected in (0, 1e-3)):\n${p}\n${f}")
   endif()
   return()
 endif()

@@ -181,6 +181,11 @@ public:
         halo_.finish(exec);
         parts_.run(exec, 0, layer, saved.ext, y);
         parts_.run(exec, 2, layer, saved.ext, y);
+        // oneDNN's backward reuses the copy of ext the forward converted
+        // (same call, same pointer), which has the last call's halo rows: a
+        // new call id makes the weight gradient convert ext again (its
+        // backward primitives still share dy).
+        saved.inner.call = detail::next_conv_call();
         return;
       }
     }

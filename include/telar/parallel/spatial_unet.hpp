@@ -16,6 +16,10 @@
  *    enc0 [w, D, H, W] ─────────────────────────── concat → dec0 [w] → head
  *     └ pool → enc1 [2w, D/2] ──── concat → dec1 [2w] ─ up ┘
  *               └ pool → bottom [4w, D/4] ─ up ┘              (depth 2)
+ *
+ *  The convolutions' GEMM and convolution policies are template arguments:
+ *  spatial_unet<float, M, telar::Bf16Gemm, telar::OneDnnConvBf16> multiplies
+ *  in bf16 with fp32 parameters, norms and halos (docs/precision.md).
  */
 #include <telar/comm/communicator.hpp>
 #include <telar/layers/activation.hpp>
@@ -52,26 +56,31 @@ struct UNetOptions {
   bool overlap = true;
 };
 
-/*! \brief The slab layers of a 3-D U-Net of value type \p T. */
-template <class T, class M = DefaultMemorySpace>
+/*! \brief The slab layers of a 3-D U-Net of value type \p T.
+ *  \tparam T value type \tparam M memory space \tparam G the convolutions'
+ *  GEMM policy \tparam C their convolution policy (e.g. telar::Bf16Gemm and
+ *  telar::OneDnnConvBf16: bf16 compute, fp32 parameters) */
+template <class T, class M = DefaultMemorySpace, class G = AutoGemm, class C = AutoConv>
 struct SpatialUNetLayers {
-  using Conv = SpatialConv<Conv3D<T, M>>;                           //!< 3³ and 1³ convolutions
+  using Conv3 = Conv3D<T, M, G, C>;                                 //!< the plain convolution
+  using Transposed = ConvTranspose3D<T, M, G, C>;                   //!< the plain upsampling
+  using Conv = SpatialConv<Conv3>;                                  //!< 3³ and 1³ convolutions
   using Norm = SpatialLocal<BatchNorm<T, M, SyncStats>>;            //!< BatchNorm over the group
   using Group = SpatialGroupNorm<T, M>;                             //!< GroupNorm over the group
   using Relu = SpatialLocal<ReLU<T, M>>;                            //!< activation
   using Pool = SpatialPool<MaxPool<3, T, M>>;                       //!< 2³ max-pool
-  using Up = SpatialConv<ConvTranspose3D<T, M>>;                    //!< 2³ stride-2 upsampling
+  using Up = SpatialConv<Transposed>;                               //!< 2³ stride-2 upsampling
   using Graph = SlabGraph<T, M, Conv, Norm, Group, Relu, Pool, Up>; //!< the network
 };
 
 namespace detail {
 // {conv 3³, BatchNorm, ReLU} twice, from node `at` with `in` channels.
-template <class T, class M>
-int unet_block(typename SpatialUNetLayers<T, M>::Graph& g, Communicator const& sp,
+template <class T, class M, class G, class C>
+int unet_block(typename SpatialUNetLayers<T, M, G, C>::Graph& g, Communicator const& sp,
                UNetOptions const& o, int at, std::size_t in, std::size_t out) {
-  using L = SpatialUNetLayers<T, M>;
+  using L = SpatialUNetLayers<T, M, G, C>;
   for (int k = 0; k < 2; ++k, in = out) {
-    typename L::Conv conv(sp, Conv3D<T, M>(in, out, 3, 1, 1, /*bias*/ false));
+    typename L::Conv conv(sp, typename L::Conv3(in, out, 3, 1, 1, /*bias*/ false));
     conv.set_overlap(o.overlap);
     at = g.add(std::move(conv), at);
     if (o.norm == UNetOptions::Norm::group)
@@ -86,10 +95,12 @@ int unet_block(typename SpatialUNetLayers<T, M>::Graph& g, Communicator const& s
 
 /*! \brief A 3-D U-Net over the spatial group \p sp (not built: call
  *  build({C, D, H, W}) on the result, with D, H, W multiples of 2^depth).
- *  \tparam T value type \tparam M memory space */
-template <class T, class M = DefaultMemorySpace>
-typename SpatialUNetLayers<T, M>::Graph spatial_unet(Communicator const& sp, UNetOptions const& o) {
-  using L = SpatialUNetLayers<T, M>;
+ *  \tparam T value type \tparam M memory space \tparam G the convolutions'
+ *  GEMM policy \tparam C their convolution policy (SpatialUNetLayers) */
+template <class T, class M = DefaultMemorySpace, class G = AutoGemm, class C = AutoConv>
+typename SpatialUNetLayers<T, M, G, C>::Graph spatial_unet(Communicator const& sp,
+                                                           UNetOptions const& o) {
+  using L = SpatialUNetLayers<T, M, G, C>;
   typename L::Graph g(sp);
   std::vector<int> skips;
   int at = L::Graph::input;
@@ -98,17 +109,17 @@ typename SpatialUNetLayers<T, M>::Graph spatial_unet(Communicator const& sp, UNe
     std::size_t const w = o.width << l;
     if (l > 0)
       at = g.add(typename L::Pool(sp, MaxPool<3, T, M>(2)), at);
-    at = detail::unet_block<T, M>(g, sp, o, at, in, w);
+    at = detail::unet_block<T, M, G, C>(g, sp, o, at, in, w);
     skips.push_back(at);
     in = w;
   }
   for (int l = o.depth - 1; l >= 0; --l) {
     std::size_t const w = o.width << l;
-    at = g.add(typename L::Up(sp, ConvTranspose3D<T, M>(2 * w, w, 2, 2)), at);
+    at = g.add(typename L::Up(sp, typename L::Transposed(2 * w, w, 2, 2)), at);
     at = g.concat(skips[std::size_t(l)], at);
-    at = detail::unet_block<T, M>(g, sp, o, at, 2 * w, w);
+    at = detail::unet_block<T, M, G, C>(g, sp, o, at, 2 * w, w);
   }
-  g.add(typename L::Conv(sp, Conv3D<T, M>(o.width, o.classes, 1)), at);
+  g.add(typename L::Conv(sp, typename L::Conv3(o.width, o.classes, 1)), at);
   return g;
 }
 
