@@ -1,12 +1,14 @@
 // Example 01's pieces shared by its translation units. The example trains
 // 36 Trainer types (4 optimizers x 4 ZeRO stages x recomputation on/off, and
 // bf16 at stage 0 with each optimizer); in one file they took about 100 s to
-// compile. Each ZeRO stage's types therefore have their own file,
-// train_zero<k>.cpp (train.hpp defines them), and the bf16 ones too
-// (train_bf16.cpp); main.cpp parses the flags, plans and picks the file. The split is by strategy,
-// not by optimizer: a Trainer's heaviest parts (executor, gradient sync, memory plan) depend on the
-// model and the strategy, not on the optimizer, so each file compiles them once for its 4
-// optimizers and no two files compile the same ones.
+// compile. Each ZeRO stage's types, with and without recomputation, therefore
+// have their own file, train_zero<k>[_recompute].cpp (train.hpp defines them:
+// 4 Trainer types each), and the bf16 ones too (train_bf16.cpp); main.cpp
+// parses the flags, plans and picks the file. The split is by strategy and
+// model, not by optimizer: a Trainer's heaviest parts (executor, gradient
+// sync, memory plan) depend on the model and the strategy, not on the
+// optimizer, so each file compiles them once for its 4 optimizers and no two
+// files compile the same ones.
 #pragma once
 #include "layout_planning.hpp"
 
@@ -61,16 +63,29 @@ ModelWith<Gemm> make_model(std::size_t hidden) {
                          telar::RowParallel<D>(hidden, hidden), {}, D(hidden, 10));
 }
 
-// Trains the model `a` asks for (--optimizer, --recompute, --precision)
-// under the strategy of ZeRO stage `Stage` (train.hpp); `plan` is the
-// planner's ranking when one was made. One file per stage instantiates it.
-template <int Stage>
+// Trains the model `a` asks for (--optimizer, --precision) under the
+// strategy of ZeRO stage `Stage`, with every layer recomputed in backward or
+// not (train.hpp); `plan` is the planner's ranking when one was made. One
+// file per stage and recomputation instantiates it.
+template <int Stage, bool Recompute>
 int train_stage(MPI_Comm comm, Args const& a, std::optional<telar::LayoutPlan> const& plan);
 
-extern template int train_stage<0>(MPI_Comm, Args const&, std::optional<telar::LayoutPlan> const&);
-extern template int train_stage<1>(MPI_Comm, Args const&, std::optional<telar::LayoutPlan> const&);
-extern template int train_stage<2>(MPI_Comm, Args const&, std::optional<telar::LayoutPlan> const&);
-extern template int train_stage<3>(MPI_Comm, Args const&, std::optional<telar::LayoutPlan> const&);
+extern template int train_stage<0, false>(MPI_Comm, Args const&,
+                                          std::optional<telar::LayoutPlan> const&);
+extern template int train_stage<0, true>(MPI_Comm, Args const&,
+                                         std::optional<telar::LayoutPlan> const&);
+extern template int train_stage<1, false>(MPI_Comm, Args const&,
+                                          std::optional<telar::LayoutPlan> const&);
+extern template int train_stage<1, true>(MPI_Comm, Args const&,
+                                         std::optional<telar::LayoutPlan> const&);
+extern template int train_stage<2, false>(MPI_Comm, Args const&,
+                                          std::optional<telar::LayoutPlan> const&);
+extern template int train_stage<2, true>(MPI_Comm, Args const&,
+                                         std::optional<telar::LayoutPlan> const&);
+extern template int train_stage<3, false>(MPI_Comm, Args const&,
+                                          std::optional<telar::LayoutPlan> const&);
+extern template int train_stage<3, true>(MPI_Comm, Args const&,
+                                         std::optional<telar::LayoutPlan> const&);
 
 // --precision bf16: plans (when the flags ask) and trains at ZeRO stage 0
 // without recomputation (train_bf16.cpp).

@@ -36,7 +36,8 @@
 // micro-batches), timed in bf16.
 //
 // This file parses the flags and plans; the training itself (train.hpp) is
-// compiled in one file per ZeRO stage (train_zero<k>.cpp, see fashion_mnist.hpp).
+// compiled in one file per ZeRO stage and model (train_zero<k>[_recompute].cpp, see
+// fashion_mnist.hpp).
 #include <telar/telar.hpp> // one include for all of Telar
 
 #include "fashion_mnist.hpp"
@@ -122,6 +123,14 @@ telar::LayoutPlan plan_all(MPI_Comm comm, Args const& a) {
        plan_stages<Optimizer>(comm, a, telar::recompute_all(make_model(a.hidden)), Stages{})});
 }
 
+// Stage `Stage`'s file for --recompute.
+template <int Stage>
+int train_at(MPI_Comm comm, Args const& a, std::optional<telar::LayoutPlan> const& plan) {
+  if (a.recompute == "full")
+    return train_stage<Stage, true>(comm, a, plan);
+  return train_stage<Stage, false>(comm, a, plan);
+}
+
 // --layout auto / --dry-run: the planner decides (ZeRO and recomputation
 // too). --precision bf16 plans and trains stage 0 only (train_bf16.cpp).
 int run(MPI_Comm comm, int argc, char** argv) {
@@ -142,13 +151,13 @@ int run(MPI_Comm comm, int argc, char** argv) {
   // --zero: the strategy type of the stage (one file each).
   switch (a.zero) {
   case 1:
-    return train_stage<1>(comm, a, plan);
+    return train_at<1>(comm, a, plan);
   case 2:
-    return train_stage<2>(comm, a, plan);
+    return train_at<2>(comm, a, plan);
   case 3:
-    return train_stage<3>(comm, a, plan);
+    return train_at<3>(comm, a, plan);
   default:
-    return train_stage<0>(comm, a, plan);
+    return train_at<0>(comm, a, plan);
   }
 }
 

@@ -1,6 +1,6 @@
 // Example 01's training under one ZeRO stage's strategy, for every optimizer
-// and model variant. Included only by train_zero<k>.cpp, each of which
-// instantiates train_stage for one stage, and by train_bf16.cpp
+// and model variant. Included only by train_zero<k>[_recompute].cpp, each of
+// which instantiates train_stage for one stage and model, and by train_bf16.cpp
 // (fashion_mnist.hpp says why).
 #pragma once
 #include "fashion_mnist.hpp"
@@ -48,14 +48,15 @@ int train(MPI_Comm comm, Args const& a, ModelT model, Optimizer opt,
   return 0;
 }
 
-template <int Stage>
+template <int Stage, bool Recompute>
 int train_stage(MPI_Comm comm, Args const& a, std::optional<telar::LayoutPlan> const& plan) {
   using S = StrategyFor<Stage>;
   return example::with_optimizer<T>(a.optimizer, usage, [&](auto opt) {
     // --recompute full: every layer keeps only its input (telar::RecomputeAll).
-    if (a.recompute == "full")
+    if constexpr (Recompute)
       return train<S>(comm, a, telar::recompute_all(make_model(a.hidden)), opt, plan);
-    return train<S>(comm, a, make_model(a.hidden), opt, plan);
+    else
+      return train<S>(comm, a, make_model(a.hidden), opt, plan);
   });
 }
 

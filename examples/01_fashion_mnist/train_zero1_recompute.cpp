@@ -1,0 +1,7 @@
+// The Trainer types of --zero 1 --recompute full (fashion_mnist.hpp says why each
+// ZeRO stage and model has its own translation unit).
+#include "train.hpp"
+
+namespace fashion_mnist {
+template int train_stage<1, true>(MPI_Comm, Args const&, std::optional<telar::LayoutPlan> const&);
+} // namespace fashion_mnist
