@@ -233,12 +233,8 @@ telar::TrialOutcome train_bf16(telar::Trial const& trial, Args const& a, Data& d
 // refused before the search, on every rank (TELAR_BF16_FALLBACK=fp32 runs
 // fp32 with one warning instead; docs/precision.md).
 void check_bf16_isa(Args const& a) {
-#if TELAR_HAVE_ONEDNN
   if (a.precision == "bf16")
-    telar::detail::bf16_check_isa("--precision bf16");
-#else
-  (void)a;
-#endif
+    telar::require_bf16("--precision bf16");
 }
 
 // Calls train(optimizer) with the optimizer a configuration names (checked by parse()).

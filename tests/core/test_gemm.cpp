@@ -5,6 +5,7 @@
 
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <cmath>
 #include <cstdlib>
@@ -267,6 +268,9 @@ TEST_CASE("Bf16Gemm refuses a CPU without bf16 instructions unless fp32 is asked
   {
     ScopedEnv hide("TELAR_TEST_HIDE_BF16", "1");
     CHECK_FALSE(telar::bf16_available());
+    // Asked ahead of any GEMM: the same refusal, naming who asked.
+    CHECK_THROWS_WITH(telar::require_bf16("my search"),
+                      Catch::Matchers::StartsWith("my search: this CPU lacks the AVX512-BF16"));
     try {
       telar::gemm(telar::Bf16Gemm{}, HostExec{}, 'N', 'N', 1.f, A, B, 0.f, C);
       FAIL("no exception");
@@ -279,11 +283,14 @@ TEST_CASE("Bf16Gemm refuses a CPU without bf16 instructions unless fp32 is asked
     }
     // The opt-in fallback runs oneDNN's fp32 GEMM: bit-identical to OneDnnGemm.
     ScopedEnv fallback("TELAR_BF16_FALLBACK", "fp32");
+    CHECK_FALSE(telar::require_bf16("my search")); // fp32 will run
     telar::gemm(telar::Bf16Gemm{}, HostExec{}, 'N', 'N', 1.f, A, B, 0.f, C);
     telar::gemm(telar::OneDnnGemm{}, HostExec{}, 'N', 'N', 1.f, A, B, 0.f, R);
     for (std::size_t i = 0; i < C.size(); ++i)
       REQUIRE(C.data()[i] == R.data()[i]);
   }
   CHECK(telar::bf16_available() == (telar::detail::bf16_isa_available()));
+  if (telar::bf16_available())
+    CHECK(telar::require_bf16("my search"));
 }
 #endif

@@ -94,6 +94,21 @@ inline bool bf16_available() {
 #endif
 }
 
+/*! \brief The check a bf16 run's first GEMM makes, for a program to make
+ *  before it starts (e.g. before a search of many runs): true when Bf16Gemm
+ *  and OneDnnConvBf16 will run bf16; false when they will run fp32 because
+ *  TELAR_BF16_FALLBACK=fp32 allows it (warned once).
+ *  \param who what asks, first in the message
+ *  \throws Error naming \p who and the CPU's instruction set when neither
+ *  (docs/errors.md), or when Telar has no oneDNN */
+inline bool require_bf16(char const* who) {
+#if TELAR_HAVE_ONEDNN
+  return detail::bf16_check_isa(who);
+#else
+  throw Error(std::string(who) + ": bf16 compute is oneDNN's, and Telar was built without it");
+#endif
+}
+
 /*! \brief The oneDNN implementations that ran bf16 matmuls and convolutions
  *  in this process, comma-separated (e.g. "matmul:brg:avx512_core_bf16");
  *  empty if none ran. For benchmark summaries. */
