@@ -79,55 +79,30 @@ constexpr bool is_backward_input(Op op) {
   return op == Op::Backward || op == Op::BackwardInput;
 }
 
+namespace detail {
+// Each Op's name and short code, in the order of the enumeration.
+struct OpName {
+  char const* name;
+  char const* code;
+};
+inline constexpr OpName op_names[] = {
+    {"Forward", "F"},   {"BackwardInput", "Bi"},  {"BackwardWeight", "W"},
+    {"Backward", "B"},  {"SendActivation", "SA"}, {"RecvActivation", "RA"},
+    {"SendGrad", "SG"}, {"RecvGrad", "RG"},       {"OptimizerStep", "Opt"}};
+constexpr OpName const& op_name(Op op) {
+  return op_names[static_cast<int>(op)];
+}
+} // namespace detail
+
 /*! \brief The enumerator's name, e.g. "BackwardInput". */
 constexpr char const* name(Op op) {
-  switch (op) {
-  case Op::Forward:
-    return "Forward";
-  case Op::BackwardInput:
-    return "BackwardInput";
-  case Op::BackwardWeight:
-    return "BackwardWeight";
-  case Op::Backward:
-    return "Backward";
-  case Op::SendActivation:
-    return "SendActivation";
-  case Op::RecvActivation:
-    return "RecvActivation";
-  case Op::SendGrad:
-    return "SendGrad";
-  case Op::RecvGrad:
-    return "RecvGrad";
-  case Op::OptimizerStep:
-    return "OptimizerStep";
-  }
-  return "?";
+  return detail::op_name(op).name;
 }
 
 /*! \brief A short code for compact listings: F, Bi (BackwardInput), W, B (fused Backward), SA, RA,
     SG, RG, Opt. */
 constexpr char const* short_name(Op op) {
-  switch (op) {
-  case Op::Forward:
-    return "F";
-  case Op::BackwardInput:
-    return "Bi";
-  case Op::BackwardWeight:
-    return "W";
-  case Op::Backward:
-    return "B";
-  case Op::SendActivation:
-    return "SA";
-  case Op::RecvActivation:
-    return "RA";
-  case Op::SendGrad:
-    return "SG";
-  case Op::RecvGrad:
-    return "RG";
-  case Op::OptimizerStep:
-    return "Opt";
-  }
-  return "?";
+  return detail::op_name(op).code;
 }
 
 /*! \brief Same as name(Op), as a std::string. */

@@ -96,16 +96,8 @@ enum class TrialStatus {
 
 /*! \brief "finished", "stopped", "diverged" or "failed". \param s the status */
 inline char const* status_name(TrialStatus s) {
-  switch (s) {
-  case TrialStatus::finished:
-    return "finished";
-  case TrialStatus::stopped:
-    return "stopped";
-  case TrialStatus::diverged:
-    return "diverged";
-  default:
-    return "failed";
-  }
+  constexpr char const* names[] = {"finished", "stopped", "diverged", "failed"}; // the enum's order
+  return names[static_cast<int>(s)];
 }
 
 /*! \brief One configuration's line in the leaderboard: its last round's result. */

@@ -125,17 +125,8 @@ MPI_Op mpi_op(ReduceOp op) {
 }
 
 inline const char* reduce_op_name(ReduceOp op) {
-  switch (op) {
-  case ReduceOp::sum:
-    return "sum";
-  case ReduceOp::prod:
-    return "prod";
-  case ReduceOp::max:
-    return "max";
-  case ReduceOp::min:
-    return "min";
-  }
-  return "?";
+  constexpr char const* names[] = {"sum", "prod", "max", "min"}; // ReduceOp's order
+  return names[static_cast<int>(op)];
 }
 
 } // namespace detail

@@ -6,38 +6,25 @@
 
 namespace telar::schedule::detail {
 
+// Each Op's fill colour and legend, in the order of the enumeration; the
+// communication operations share one (time spent waiting on a message).
+struct OpStyle {
+  char const* colour;
+  char const* legend;
+};
+inline constexpr OpStyle op_styles[] = {
+    {"#4e79a7", "F: Forward"},         {"#f28e2b", "B: BackwardInput"},
+    {"#59a14f", "W: BackwardWeight"},  {"#e15759", "B+W: Backward (fused)"},
+    {"#b8b0ac", "communication wait"}, {"#b8b0ac", "communication wait"},
+    {"#b8b0ac", "communication wait"}, {"#b8b0ac", "communication wait"},
+    {"#8c6d8c", "OptimizerStep"}};
+
 inline char const* op_colour(Op op) {
-  switch (op) {
-  case Op::Forward:
-    return "#4e79a7";
-  case Op::BackwardInput:
-    return "#f28e2b";
-  case Op::BackwardWeight:
-    return "#59a14f";
-  case Op::Backward:
-    return "#e15759";
-  case Op::OptimizerStep:
-    return "#8c6d8c";
-  default:
-    return "#b8b0ac";
-  }
+  return op_styles[static_cast<int>(op)].colour;
 }
 
 inline char const* op_legend(Op op) {
-  switch (op) {
-  case Op::Forward:
-    return "F: Forward";
-  case Op::BackwardInput:
-    return "B: BackwardInput";
-  case Op::BackwardWeight:
-    return "W: BackwardWeight";
-  case Op::Backward:
-    return "B+W: Backward (fused)";
-  case Op::OptimizerStep:
-    return "OptimizerStep";
-  default:
-    return "communication wait";
-  }
+  return op_styles[static_cast<int>(op)].legend;
 }
 
 // A round step (1, 2 or 5 times a power of ten) giving about `target` ticks.
