@@ -203,13 +203,7 @@ public:
    */
   template <class T>
   void allreduce(T const* in, T* out, std::size_t n, ReduceOp op = ReduceOp::sum) const {
-    auto const& h = handle();
-    MPI_Request req = MPI_REQUEST_NULL;
-    handle().count_collective(2.0 * double(n * sizeof(T)));
-    h.check(MPI_Iallreduce(in, out, count(n, "MPI_Allreduce"), detail::mpi_type<T>(),
-                           detail::mpi_op<T>(op), h.comm, &req),
-            "MPI_Iallreduce");
-    detail::wait_request(h, req, MPI_STATUS_IGNORE, "MPI_Allreduce", -1, -1, "with");
+    start_allreduce(in, out, n, op, "MPI_Allreduce").wait();
   }
 
   /*! \brief Logical or of \p flag over all ranks (bounded collective).
@@ -253,11 +247,7 @@ public:
    */
   template <class T>
   void allgatherv(T const* send, std::vector<int> const& counts, T* recv) const {
-    auto const& h = handle();
-    if (static_cast<int>(counts.size()) != h.size)
-      throw CommError("MPI_Allgatherv on " + h.where() + ": counts has " +
-                          std::to_string(counts.size()) + " entries, expected one per rank",
-                      h.rank, "MPI_Allgatherv");
+    check_counts(counts, "MPI_Allgatherv");
     std::vector<int> displs(counts.size(), 0);
     long long total = 0;
     for (std::size_t i = 0; i < counts.size(); ++i) {
@@ -266,13 +256,7 @@ public:
       displs[i] = static_cast<int>(total);
       total += counts[i];
     }
-    handle().count_collective(double(total) * sizeof(T));
-    MPI_Request req = MPI_REQUEST_NULL;
-    h.check(MPI_Iallgatherv(send, counts[static_cast<std::size_t>(h.rank)], detail::mpi_type<T>(),
-                            recv, counts.data(), displs.data(), detail::mpi_type<T>(), h.comm,
-                            &req),
-            "MPI_Iallgatherv");
-    detail::wait_request(h, req, MPI_STATUS_IGNORE, "MPI_Allgatherv", -1, -1, "with");
+    iallgatherv(send, counts, displs, recv).wait();
   }
 
   /*! \brief Reduce-scatter in equal blocks (bounded): block i of the
@@ -387,13 +371,7 @@ public:
    */
   template <class T>
   Request iallreduce(T* inout, std::size_t n, ReduceOp op = ReduceOp::sum) const {
-    auto const& h = handle();
-    MPI_Request req = MPI_REQUEST_NULL;
-    handle().count_collective(2.0 * double(n * sizeof(T)));
-    h.check(MPI_Iallreduce(MPI_IN_PLACE, inout, count(n, "MPI_Iallreduce"), detail::mpi_type<T>(),
-                           detail::mpi_op<T>(op), h.comm, &req),
-            "MPI_Iallreduce");
-    return Request(req, detail::RequestKind::collective, "MPI_Allreduce", -1, -1, h_);
+    return start_allreduce(MPI_IN_PLACE, inout, n, op, "MPI_Iallreduce");
   }
 
   /*! \brief Starts a reduce-scatter in blocks of any size
@@ -411,14 +389,7 @@ public:
   Request ireduce_scatter(T const* send, T* recv, std::vector<int> const& counts,
                           ReduceOp op = ReduceOp::sum) const {
     auto const& h = handle();
-    if (static_cast<int>(counts.size()) != h.size)
-      throw CommError("MPI_Reduce_scatter on " + h.where() + ": counts has " +
-                          std::to_string(counts.size()) + " entries, expected one per rank",
-                      h.rank, "MPI_Reduce_scatter");
-    long long total = 0;
-    for (int c : counts)
-      total += c;
-    handle().count_collective(double(total) * sizeof(T));
+    handle().count_collective(double(check_counts(counts, "MPI_Reduce_scatter")) * sizeof(T));
     MPI_Request req = MPI_REQUEST_NULL;
     h.check(MPI_Ireduce_scatter(send, recv, counts.data(), detail::mpi_type<T>(),
                                 detail::mpi_op<T>(op), h.comm, &req),
@@ -441,14 +412,8 @@ public:
   Request iallgatherv(T const* send, std::vector<int> const& counts, std::vector<int> const& displs,
                       T* recv) const {
     auto const& h = handle();
-    if (static_cast<int>(counts.size()) != h.size || displs.size() != counts.size())
-      throw CommError("MPI_Iallgatherv on " + h.where() +
-                          ": counts and displs need one entry per rank",
-                      h.rank, "MPI_Iallgatherv");
-    long long total = 0;
-    for (int c : counts)
-      total += c;
-    handle().count_collective(double(total) * sizeof(T));
+    check_counts(displs, "MPI_Iallgatherv");
+    handle().count_collective(double(check_counts(counts, "MPI_Iallgatherv")) * sizeof(T));
     MPI_Request req = MPI_REQUEST_NULL;
     h.check(MPI_Iallgatherv(send, counts[static_cast<std::size_t>(h.rank)], detail::mpi_type<T>(),
                             recv, counts.data(), displs.data(), detail::mpi_type<T>(), h.comm,
@@ -490,6 +455,34 @@ public:
   }
 
 private:
+  // The sum of a collective's per-rank counts (or displacements), which
+  // must have one entry per rank: else an error naming `what`.
+  long long check_counts(std::vector<int> const& counts, char const* what) const {
+    auto const& h = handle();
+    if (static_cast<int>(counts.size()) != h.size)
+      throw CommError(std::string(what) + " on " + h.where() + ": " +
+                          std::to_string(counts.size()) + " counts, expected one per rank",
+                      h.rank, what);
+    long long total = 0;
+    for (int c : counts)
+      total += c;
+    return total;
+  }
+
+  // MPI_Iallreduce of `in` (MPI_IN_PLACE: `out` in place) into `out`; `what`
+  // names the call in a count overflow.
+  template <class T>
+  Request start_allreduce(void const* in, T* out, std::size_t n, ReduceOp op,
+                          char const* what) const {
+    auto const& h = handle();
+    MPI_Request req = MPI_REQUEST_NULL;
+    handle().count_collective(2.0 * double(n * sizeof(T)));
+    h.check(MPI_Iallreduce(in, out, count(n, what), detail::mpi_type<T>(), detail::mpi_op<T>(op),
+                           h.comm, &req),
+            "MPI_Iallreduce");
+    return Request(req, detail::RequestKind::collective, "MPI_Allreduce", -1, -1, h_);
+  }
+
   // A communicator owning `out`, split off this one: named `name`, or this
   // one's name and `suffix`; it inherits the timeout.
   BasicCommunicator adopted(MPI_Comm out, std::string name, char const* suffix) const {

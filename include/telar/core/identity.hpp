@@ -25,11 +25,8 @@ struct Identity : public detail::ShapePreservingLayerTypes<T, MemorySpace> {
   static constexpr char const* name() { return "Identity"; }
   /*! \brief \p in itself. \param in input shape */
   Shape output_shape(Shape const& in) const { return in; }
-  /*! \brief No arithmetic. \param samples rows \param in input shape */
-  double flops(std::size_t samples, Shape const& in) const {
-    (void)samples, (void)in;
-    return 0;
-  }
+  /*! \brief No arithmetic. */
+  double flops(std::size_t, Shape const&) const { return 0; }
   /*! \brief y = x. \param exec execution space instance \param x input \param y output */
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,

@@ -162,9 +162,9 @@ using static_input_shape_t = decltype(Shape(L::static_input_shape));
 template <class L>
 using static_output_shape_t = decltype(Shape(L::static_output_shape));
 template <class L>
-using preserves_shape_t = decltype(bool(L::preserves_shape));
+using preserves_shape_t = std::bool_constant<bool(L::preserves_shape)>;
 template <class L>
-using backward_input_first_t = decltype(bool(L::backward_input_first));
+using backward_input_first_t = std::bool_constant<bool(L::backward_input_first)>;
 template <class L>
 using initialize_t = decltype(std::declval<L&>().initialize(std::uint64_t{}));
 template <class L>
@@ -317,12 +317,7 @@ struct layer_traits {
    *  backward_input computes (a block's inner gradients): when both run
    *  together, the input part goes first (`static constexpr bool
    *  backward_input_first = true`). */
-  static constexpr bool backward_input_first = [] {
-    if constexpr (detail::is_detected_v<detail::backward_input_first_t, L>)
-      return bool(L::backward_input_first);
-    else
-      return false;
-  }();
+  static constexpr bool backward_input_first = detail::flag_v<detail::backward_input_first_t, L>;
   /*! \brief The layer exposes buffers (non-trained state, buffers(f)). */
   static constexpr bool has_buffers = detail::is_detected_v<detail::buffers_t, L>;
   /*! \brief The layer says how many buffer values it holds (buffer_count(),

@@ -95,7 +95,7 @@ using loss_invalid_targets_t = decltype((long long)(std::declval<L const&>().inv
     std::declval<typename L::memory_space::execution_space const&>(),
     std::declval<typename L::target_type const&>(), std::declval<Shape const&>())));
 template <class L>
-using has_accuracy_t = decltype(bool(L::has_accuracy));
+using has_accuracy_t = std::bool_constant<bool(L::has_accuracy)>;
 
 template <class L>
 constexpr bool check_loss() {
@@ -160,12 +160,7 @@ constexpr bool check_targets() {
 template <class L>
 struct loss_traits {
   /*! \brief LossSum::correct is meaningful (accuracy is reported). */
-  static constexpr bool has_accuracy = [] {
-    if constexpr (detail::is_detected_v<detail::has_accuracy_t, L>)
-      return bool(L::has_accuracy);
-    else
-      return false;
-  }();
+  static constexpr bool has_accuracy = detail::flag_v<detail::has_accuracy_t, L>;
   /*! \brief The loss counts its own terms (count()). */
   static constexpr bool has_count = detail::is_detected_v<detail::loss_count_t, L>;
   /*! \brief The loss has a build(output shape) hook. */

@@ -184,13 +184,6 @@ constexpr char const* recompute_name() {
   else
     return "layer";
 }
-template <class L>
-constexpr bool recompute_preserves_shape() {
-  if constexpr (is_detected_v<preserves_shape_t, L>)
-    return L::preserves_shape;
-  else
-    return false;
-}
 
 } // namespace detail
 
@@ -237,7 +230,7 @@ public:
   /*! \brief L's compile-time output shape, if it declares one. */
   static constexpr Shape static_output_shape = Traits::static_output_shape;
   /*! \brief L's preserves_shape (false if it has none). */
-  static constexpr bool preserves_shape = detail::recompute_preserves_shape<L>();
+  static constexpr bool preserves_shape = detail::flag_v<detail::preserves_shape_t, L>;
   /*! \brief Run together (non-split schedules), the input part goes first:
    *  it recomputes once and backward_weight reuses the rebuilt state (and a
    *  block's inner gradients) right after, then drops it. */

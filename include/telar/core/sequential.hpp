@@ -28,10 +28,8 @@ template <class L>
 constexpr Shape static_out(Shape in) {
   if constexpr (layer_traits<L>::static_output_shape.known())
     return layer_traits<L>::static_output_shape;
-  else if constexpr (is_detected_v<preserves_shape_t, L>)
-    return L::preserves_shape ? in : Shape{};
   else
-    return Shape{};
+    return flag_v<preserves_shape_t, L> ? in : Shape{};
 }
 
 template <class... Layers>

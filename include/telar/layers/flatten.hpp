@@ -29,11 +29,8 @@ struct Flatten : public detail::LayerTypes<T, MemorySpace> {
       throw ShapeError("Flatten expects a known input shape of rank 1 to 4, got " + in.str());
     return Shape(in.size());
   }
-  /*! \brief No arithmetic. \param samples batch size \param in input shape */
-  double flops(std::size_t samples, Shape const& in) const {
-    (void)samples, (void)in;
-    return 0;
-  }
+  /*! \brief No arithmetic. */
+  double flops(std::size_t, Shape const&) const { return 0; }
   /*! \brief y = x. \param exec execution space instance \param x input \param y output */
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,

@@ -655,11 +655,8 @@ public:
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return Dims == 2 ? "AvgPool2D" : "AvgPool3D"; }
-  /*! \brief 0: nothing is kept. \param samples rows \param in input shape */
-  std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
-    (void)samples, (void)in;
-    return 0;
-  }
+  /*! \brief 0: nothing is kept. */
+  std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
   /*! \brief y = window means. \param exec execution space instance
    *  \param x input [n, C*D*H*W] \param y output [n, C*Do*Ho*Wo] */
   template <class Exec>

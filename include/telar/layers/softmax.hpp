@@ -111,11 +111,8 @@ public:
   double flops(std::size_t samples, Shape const& in) const {
     return 5.0 * double(samples) * double(in.size());
   }
-  /*! \brief 0: the output is kept as a view. \param samples rows \param in input shape */
-  std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
-    (void)samples, (void)in;
-    return 0;
-  }
+  /*! \brief 0: the output is kept as a view. */
+  std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
   /*! \brief y = softmax(x) along the axis. \param exec execution space instance
    *  \param x input [n, size] \param y output [n, size] \param saved keeps y */
   template <class Exec>

@@ -281,11 +281,8 @@ public:
     double const outputs = double(samples) * double(output_shape(in).size());
     return mode_ == UpsampleMode::nearest ? outputs : outputs * 2.0 * double(1 << (in.rank - 1));
   }
-  /*! \brief 0: nothing is kept. \param samples rows \param in input shape */
-  std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
-    (void)samples, (void)in;
-    return 0;
-  }
+  /*! \brief 0: nothing is kept. */
+  std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
   /*! \brief y = interpolated x. \param exec execution space instance
    *  \param x input [n, C * spatial] \param y output [n, C * output spatial] */
   template <class Exec>

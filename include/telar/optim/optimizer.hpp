@@ -95,9 +95,9 @@ using opt_apply_t = decltype(std::declval<O const&>().apply(
     std::declval<TensorNorms<typename O::value_type> const&>(),
     std::declval<StepInfo<typename O::value_type> const&>()));
 template <class O>
-using opt_layerwise_t = decltype(O::layerwise);
+using opt_layerwise_t = std::bool_constant<bool(O::layerwise)>;
 template <class O>
-using opt_needs_grad_norm_t = decltype(O::needs_grad_norm);
+using opt_needs_grad_norm_t = std::bool_constant<bool(O::needs_grad_norm)>;
 template <class O>
 using opt_begin_step_t = decltype(std::declval<O&>().begin_step(
     std::declval<StepInfo<typename O::value_type> const&>()));
@@ -106,17 +106,7 @@ using opt_name_t = decltype(O::name());
 
 template <class O>
 constexpr bool layerwise_flag() {
-  if constexpr (is_detected_v<opt_layerwise_t, O>)
-    return O::layerwise;
-  else
-    return false;
-}
-template <class O>
-constexpr bool needs_grad_norm_flag() {
-  if constexpr (is_detected_v<opt_needs_grad_norm_t, O>)
-    return O::needs_grad_norm;
-  else
-    return false;
+  return flag_v<opt_layerwise_t, O>;
 }
 } // namespace detail
 
@@ -130,7 +120,7 @@ struct optimizer_traits {
   /*! \brief Two-phase (direction, then apply with tensor norms). */
   static constexpr bool layerwise = detail::layerwise_flag<O>();
   /*! \brief StepInfo::grad_norm must be filled. */
-  static constexpr bool needs_grad_norm = detail::needs_grad_norm_flag<O>();
+  static constexpr bool needs_grad_norm = detail::flag_v<detail::opt_needs_grad_norm_t, O>;
   /*! \brief Has a host-side begin_step hook. */
   static constexpr bool has_begin_step = detail::is_detected_v<detail::opt_begin_step_t, O>;
 };

@@ -14,9 +14,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace telar {
 namespace detail {
@@ -30,6 +32,20 @@ inline dnnl::engine& onednn_engine() {
 inline dnnl::stream& onednn_stream() {
   thread_local dnnl::stream s(onednn_engine());
   return s;
+}
+
+// The primitives of one kind, cached by their shapes: the entry whose key
+// is `key`, or null once there is room for a new one (the oldest goes;
+// shapes repeat step after step, so a few entries serve a whole run).
+template <class Entry, class Key>
+Entry* cached_primitive(std::vector<std::unique_ptr<Entry>>& entries, Key const& key,
+                        std::size_t capacity) {
+  for (auto& e : entries)
+    if (e->key == key)
+      return e.get();
+  if (entries.size() >= capacity)
+    entries.erase(entries.begin());
+  return nullptr;
 }
 
 // One argument of a primitive: the caller's plain buffer (`user`, whose

@@ -106,11 +106,8 @@ private:
     std::vector<std::int64_t> key{g.ta,    g.tb,    g.m,     g.n,     g.k,     g.lda,
                                   g.ldb,   g.ldc,   g.n1,    g.n2,    g.sa[0], g.sa[1],
                                   g.sb[0], g.sb[1], g.sc[0], g.sc[1], ab,      bb};
-    for (auto& e : entries_)
-      if (e->key == key)
-        return *e;
-    if (entries_.size() >= max_entries)
-      entries_.erase(entries_.begin());
+    if (Entry* hit = cached_primitive(entries_, key, max_entries))
+      return *hit;
     auto e = std::make_unique<Entry>();
     e->key = std::move(key);
     auto& eng = onednn_engine();

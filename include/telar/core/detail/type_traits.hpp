@@ -28,6 +28,11 @@ inline constexpr bool is_detected_v = detector<nonesuch, void, Op, Args...>::val
 template <class Default, template <class...> class Op, class... Args>
 using detected_or_t = typename detector<Default, void, Op, Args...>::type;
 
+/// An optional flag of T (e.g. `static constexpr bool layerwise = true;`),
+/// false when T does not declare it. Flag<T> is `std::bool_constant<bool(T::x)>`.
+template <template <class> class Flag, class T>
+inline constexpr bool flag_v = detected_or_t<std::false_type, Flag, T>::value;
+
 /// Index of the first type in Ts that satisfies Pred, or sizeof...(Ts).
 template <template <class> class Pred, class... Ts>
 struct find_if;

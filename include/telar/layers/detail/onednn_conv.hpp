@@ -361,11 +361,8 @@ private:
   template <class G>
   Entry& entry(G const& g, std::size_t n, bool bias) {
     auto key = key_of(g, n, bias);
-    for (auto& e : entries_)
-      if (e->key == key)
-        return *e;
-    if (entries_.size() >= max_entries)
-      entries_.erase(entries_.begin());
+    if (Entry* hit = cached_primitive(entries_, key, max_entries))
+      return *hit;
     auto e = std::make_unique<Entry>();
     e->key = std::move(key);
     e->n = n;
