@@ -334,16 +334,10 @@ public:
                T const* w, Vector<T, MemorySpace> const& b, Matrix<T, MemorySpace> const& y,
                std::uint64_t call = 0) const {
     bool const bias = b.extent(0) > 0;
-    if constexpr (OneDnn) {
-#if TELAR_HAVE_ONEDNN
-      if (conv_extents_consistent(g)) {
-        exec.fence(); // oneDNN runs on the calling thread: earlier kernels must be done
-        if (x.extent(0) > 0)
-          onednn_.forward(g, x.extent(0), x.data(), w, bias ? b.data() : nullptr, y.data(), call);
-        return;
-      }
-#endif
-    }
+    if (via_onednn(exec, g, x.extent(0), [&](auto& dnn) {
+          dnn.forward(g, x.extent(0), x.data(), w, bias ? b.data() : nullptr, y.data(), call);
+        }))
+      return;
     if (bias)
       conv_fill_bias(exec, y, b, g.P());
     T const beta = bias ? T(1) : T(0);
@@ -360,17 +354,10 @@ public:
                      T const* w, Matrix<T, MemorySpace> const& dx, bool bias,
                      std::uint64_t call = 0) const {
     std::size_t const n = dy.extent(0);
-    if constexpr (OneDnn) {
-#if TELAR_HAVE_ONEDNN
-      if (conv_extents_consistent(g)) {
-        exec.fence();
-        if (n > 0)
-          onednn_.backward_data(g, n, dy.data(), w, dx.data(), bias, call);
-        return;
-      }
-#endif
-    }
-    (void)bias;
+    if (via_onednn(exec, g, n, [&](auto& dnn) {
+          dnn.backward_data(g, n, dy.data(), w, dx.data(), bias, call);
+        }))
+      return;
     auto product = [&](std::size_t s, T* dcol) {
       grouped_gemm(exec, g.G, 'T', 'N', {w, g.Cog(), g.Kg()},
                    {dy.data() + s * dy.extent(1), g.Cog(), g.P()}, T(0), {dcol, g.Kg(), g.P()});
@@ -380,15 +367,11 @@ public:
         product(s, dx.data() + s * dx.extent(1));
       return;
     }
-    std::size_t const KP = std::size_t(g.K()) * std::size_t(g.P());
-    int const chunk = chunk_samples(g, n);
-    auto dcol = workspace(std::size_t(chunk) * KP);
-    for (std::size_t s0 = 0; s0 < n; s0 += std::size_t(chunk)) {
-      int const nb = int(std::min<std::size_t>(std::size_t(chunk), n - s0));
+    in_column_chunks(g, n, [&](std::size_t s0, int nb, auto const& dcol, std::size_t KP) {
       for (int s = 0; s < nb; ++s)
         product(s0 + std::size_t(s), dcol.data() + std::size_t(s) * KP);
       conv_col2im(exec, g, dcol, s0, nb, dx);
-    }
+    });
   }
 
   // dw += dy col(x)^T per group, db += sums of dy over positions (db empty:
@@ -398,17 +381,11 @@ public:
                         ConstMatrix<T, MemorySpace> const& x, ConstMatrix<T, MemorySpace> const& dy,
                         T* dw, Vector<T, MemorySpace> const& db, std::uint64_t call = 0) const {
     bool const bias = db.extent(0) > 0;
-    if constexpr (OneDnn) {
-#if TELAR_HAVE_ONEDNN
-      if (conv_extents_consistent(g)) {
-        exec.fence();
-        if (x.extent(0) > 0)
-          onednn_.backward_weights(g, x.extent(0), x.data(), dy.data(), dw,
-                                   bias ? db.data() : nullptr, call);
-        return;
-      }
-#endif
-    }
+    if (via_onednn(exec, g, x.extent(0), [&](auto& dnn) {
+          dnn.backward_weights(g, x.extent(0), x.data(), dy.data(), dw, bias ? db.data() : nullptr,
+                               call);
+        }))
+      return;
     if (bias)
       conv_bias_grad(exec, dy, db, g.P());
     for_each_column(exec, g, x, [&](std::size_t s, T const* col) {
@@ -449,6 +426,25 @@ private:
       gemm(Gemm{}, exec, ta, tb, T(1), a.block(i), b.block(i), beta, c.block(i));
   }
 
+  // Calls f(oneDNN's primitives) for n samples when this engine hands these
+  // extents to oneDNN, and says whether it did. (f is a generic lambda: its
+  // body is compiled only where oneDNN is.)
+  template <class Exec, class F>
+  bool via_onednn(Exec const& exec, ConvGeometry const& g, std::size_t n, F&& f) const {
+#if TELAR_HAVE_ONEDNN
+    if constexpr (OneDnn) {
+      if (conv_extents_consistent(g)) {
+        exec.fence(); // oneDNN runs on the calling thread: earlier kernels must be done
+        if (n > 0)
+          f(onednn_);
+        return true;
+      }
+    }
+#endif
+    (void)exec, (void)g, (void)n, (void)f;
+    return false;
+  }
+
   // Calls f(s, col) with col(x_s) [K, P] for every sample s (x_s itself when
   // the convolution is pointwise: no im2col).
   template <class Exec, class F>
@@ -460,15 +456,22 @@ private:
         f(s, x.data() + s * x.extent(1));
       return;
     }
-    std::size_t const KP = std::size_t(g.K()) * std::size_t(g.P());
-    int const chunk = chunk_samples(g, n);
-    auto col = workspace(std::size_t(chunk) * KP);
-    for (std::size_t s0 = 0; s0 < n; s0 += std::size_t(chunk)) {
-      int const nb = int(std::min<std::size_t>(std::size_t(chunk), n - s0));
+    in_column_chunks(g, n, [&](std::size_t s0, int nb, auto const& col, std::size_t KP) {
       conv_im2col(exec, g, x, s0, nb, col);
       for (int s = 0; s < nb; ++s)
         f(s0 + std::size_t(s), static_cast<T const*>(col.data() + std::size_t(s) * KP));
-    }
+    });
+  }
+
+  // The column workspace, chunk by chunk: f(s0, nb, cols, KP) for the nb
+  // samples from s0, cols holding KP = K x P values per sample.
+  template <class F>
+  void in_column_chunks(ConvGeometry const& g, std::size_t n, F&& f) const {
+    std::size_t const KP = std::size_t(g.K()) * std::size_t(g.P());
+    int const chunk = chunk_samples(g, n);
+    auto cols = workspace(std::size_t(chunk) * KP);
+    for (std::size_t s0 = 0; s0 < n; s0 += std::size_t(chunk))
+      f(s0, int(std::min<std::size_t>(std::size_t(chunk), n - s0)), cols, KP);
   }
 
   // Samples lowered at once: one on the host (the columns stay in cache for

@@ -131,12 +131,7 @@ LayoutPlan plan_layout_as_given(Model const& model, LayoutOptions const& options
         g.pp > 1 ? search.schedules : std::vector<std::string>{"1f1b"};
     for (std::string const& sched : schedules)
       for (int m : search.microbatches) {
-        LayoutCandidate c;
-        c.grid = g;
-        c.zero_stage = stage;
-        c.schedule = sched;
-        c.microbatches = m;
-        c.recompute = recompute;
+        LayoutCandidate c{g, stage, sched, m, recompute};
         if (g.dp == 1 && stage > 0)
           continue; // nothing to shard: listed once, by the NoSharding plan
         std::size_t const local = options.batch_size / std::size_t(g.dp);

@@ -23,36 +23,29 @@
 
 namespace telar {
 
-/*! \brief GPipe: all forwards, then all backwards (peak memory m micro-batches). */
-struct GPipe {
+namespace schedule::detail {
+// A schedule of one model chunk per rank: its canonical name, no other
+// spelling, one chunk, and make() that ignores a chunk count.
+template <char const* Name, Schedule (*Generate)(int, int)>
+struct OneChunkTag {
   /*! \brief Canonical name (logs, --schedule, Schedule::name). */
-  static constexpr char const* name() { return schedule::detail::names::gpipe; }
+  static constexpr char const* name() { return Name; }
   /*! \brief Another accepted spelling (empty: none). */
   static constexpr char const* alias() { return ""; }
   /*! \brief Model chunks per rank. */
   static constexpr int chunks = 1;
-  /*! \brief The schedule. \param p stages \param m micro-batches \param v ignored */
-  static schedule::Schedule make(int p, int m, int v = chunks) {
-    (void)v;
-    return schedule::gpipe(p, m);
-  }
+  /*! \brief The schedule. \param p stages \param m micro-batches (the chunk count is ignored) */
+  static Schedule make(int p, int m, int = chunks) { return Generate(p, m); }
 };
+} // namespace schedule::detail
+
+/*! \brief GPipe: all forwards, then all backwards (peak memory m micro-batches). */
+struct GPipe : schedule::detail::OneChunkTag<schedule::detail::names::gpipe, schedule::gpipe> {};
 
 /*! \brief 1F1B (PipeDream-Flush): one forward, one backward in steady state
  *  (peak memory p micro-batches). */
-struct OneFOneB {
-  /*! \brief Canonical name. */
-  static constexpr char const* name() { return schedule::detail::names::one_f_one_b; }
-  /*! \brief Another accepted spelling (empty: none). */
-  static constexpr char const* alias() { return ""; }
-  /*! \brief Model chunks per rank. */
-  static constexpr int chunks = 1;
-  /*! \brief The schedule. \param p stages \param m micro-batches \param v ignored */
-  static schedule::Schedule make(int p, int m, int v = chunks) {
-    (void)v;
-    return schedule::one_f_one_b(p, m);
-  }
-};
+struct OneFOneB
+    : schedule::detail::OneChunkTag<schedule::detail::names::one_f_one_b, schedule::one_f_one_b> {};
 
 /*! \brief Interleaved 1F1B with \p V model chunks per rank (Megatron-LM).
  *  \tparam V chunks per rank */
@@ -72,35 +65,13 @@ struct Interleaved1F1B {
 };
 
 /*! \brief ZB-H1 (Qi et al.): weight gradients fill the 1F1B bubble, same memory as 1F1B. */
-struct ZeroBubbleH1 {
-  /*! \brief Canonical name. */
-  static constexpr char const* name() { return schedule::detail::names::zb_h1; }
-  /*! \brief Another accepted spelling (empty: none). */
-  static constexpr char const* alias() { return ""; }
-  /*! \brief Model chunks per rank. */
-  static constexpr int chunks = 1;
-  /*! \brief The schedule. \param p stages \param m micro-batches \param v ignored */
-  static schedule::Schedule make(int p, int m, int v = chunks) {
-    (void)v;
-    return schedule::zb_h1(p, m);
-  }
-};
+struct ZeroBubbleH1
+    : schedule::detail::OneChunkTag<schedule::detail::names::zb_h1, schedule::zb_h1> {};
 
 /*! \brief ZB-H2 (Qi et al.): no bubble once m >= 2p - 1, at up to 2p - 1
  *  micro-batches of memory. */
-struct ZeroBubbleH2 {
-  /*! \brief Canonical name. */
-  static constexpr char const* name() { return schedule::detail::names::zb_h2; }
-  /*! \brief Another accepted spelling (empty: none). */
-  static constexpr char const* alias() { return ""; }
-  /*! \brief Model chunks per rank. */
-  static constexpr int chunks = 1;
-  /*! \brief The schedule. \param p stages \param m micro-batches \param v ignored */
-  static schedule::Schedule make(int p, int m, int v = chunks) {
-    (void)v;
-    return schedule::zb_h2(p, m);
-  }
-};
+struct ZeroBubbleH2
+    : schedule::detail::OneChunkTag<schedule::detail::names::zb_h2, schedule::zb_h2> {};
 
 /*! \brief True for the schedule tags. \tparam S a type */
 template <class S>

@@ -442,13 +442,7 @@ private:
       fail(n, "initializer '" + key + "' is also a parameter of " + b->second +
                   "; shared (tied) parameters are not supported");
     bound_by_[key] = node_label(n);
-    ParameterBinding b;
-    b.param = param;
-    b.initializer = key;
-    b.transpose = transpose;
-    b.rows = rows;
-    b.cols = cols;
-    b.buffer = buffer;
+    ParameterBinding b{0, param, key, transpose, rows, cols, buffer};
     auto const v = floats_of(t);
     std::vector<T> s(v.size());
     for (std::size_t r = 0; r < rows; ++r)

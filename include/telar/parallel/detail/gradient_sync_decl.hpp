@@ -2,17 +2,19 @@
 // The gradient-synchronisation component: what the data-parallel ranks do
 // with the gradients between backward and the optimizer, and with the
 // parameters after it. One specialisation per sharding policy, each in its
-// own file (CUTLASS keeps one collective per dispatch policy the same way):
+// own file (CUTLASS keeps one collective per dispatch policy the same way),
+// but one for ZeRO-2 and -3, which differ in three functions:
 //
 //   sync_no_sharding.hpp  NoSharding: allreduce in buckets during backward
 //   sync_zero1.hpp        ZeRO<1>: reduce each rank's shard after backward,
 //                         update the shard, all-gather the parameters
-//   sync_zero2.hpp        ZeRO<2>: reduce-scatter group by group during
-//                         backward into a shard-sized buffer, holding only the
-//                         groups in progress (group_gradients.hpp), as ZeRO<1> after
-//   sync_zero3.hpp        ZeRO<3, Gather>: gradients as ZeRO<2>; the values are
-//                         the residency's shard (residency_gathered.hpp), so
-//                         nothing is published
+//   sync_group_gradients.hpp
+//                         ZeRO<2> and ZeRO<3, Gather>: reduce-scatter group by
+//                         group during backward into a shard-sized buffer,
+//                         holding only the groups in progress
+//                         (group_gradients.hpp); ZeRO<2> then as ZeRO<1>, while
+//                         ZeRO<3>'s values are the residency's shard
+//                         (residency_gathered.hpp), so nothing is published
 //
 // Where the parameter values live is the residency component's
 // (residency.hpp): it draws the layers and, under ZeRO-3, lays the store out

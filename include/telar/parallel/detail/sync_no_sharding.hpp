@@ -17,7 +17,6 @@ class GradientSync<NoSharding, T, MemorySpace, Algorithm> {
 public:
   using Store = ParameterStore<T, MemorySpace>;
   using Vec = Vector<T, MemorySpace>;
-  static constexpr bool resident = true; // store.values() holds every local parameter
 
   GradientSync() = default;
   explicit GradientSync(SyncContext const& ctx) : ctx_(ctx) {}

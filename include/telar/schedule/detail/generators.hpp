@@ -12,13 +12,14 @@
 namespace telar::schedule::detail {
 
 // The canonical schedule names, written once: the generators stamp them on
-// their schedules and the tags (telar/schedule/tags.hpp) return them.
+// their schedules and the tags (telar/schedule/tags.hpp) return them
+// (arrays, so that a tag can take one as a template argument).
 struct names {
-  static constexpr char const* gpipe = "gpipe";
-  static constexpr char const* one_f_one_b = "1f1b";
-  static constexpr char const* interleaved = "interleaved";
-  static constexpr char const* zb_h1 = "zb-h1";
-  static constexpr char const* zb_h2 = "zb-h2";
+  static constexpr char gpipe[] = "gpipe";
+  static constexpr char one_f_one_b[] = "1f1b";
+  static constexpr char interleaved[] = "interleaved";
+  static constexpr char zb_h1[] = "zb-h1";
+  static constexpr char zb_h2[] = "zb-h2";
 };
 
 inline std::string pm_args(int p, int m) {
