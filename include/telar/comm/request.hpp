@@ -53,10 +53,7 @@ public:
    *  \param other request left empty
    */
   Request& operator=(Request&& other) noexcept {
-    if (this != &other) {
-      release();
-      swap(other);
-    }
+    Request(std::move(other)).swap(*this); // the temporary releases what this held
     return *this;
   }
   Request(Request const&) = delete;

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace telar {
@@ -52,10 +53,7 @@ public:
   /*! \brief Frees this window (collective), then takes over \p other's.
    *  \param other left empty */
   SharedWindow& operator=(SharedWindow&& other) noexcept {
-    if (this != &other) {
-      release();
-      swap(other);
-    }
+    SharedWindow(std::move(other)).swap(*this); // the temporary releases what this held
     return *this;
   }
   /*! \brief Frees the window (collective, like its creation). */

@@ -117,17 +117,11 @@ using view_scalar_t = typename V::non_const_value_type;
 // Whether V is a Kokkos::View (or alike) of Scalar-kind values.
 template <class V>
 constexpr bool integral_targets() {
-  if constexpr (is_detected_v<view_scalar_t, V>)
-    return std::is_integral_v<view_scalar_t<V>>;
-  else
-    return false;
+  return std::is_integral_v<detected_or_t<void, view_scalar_t, V>>;
 }
 template <class V>
 constexpr bool floating_targets() {
-  if constexpr (is_detected_v<view_scalar_t, V>)
-    return std::is_floating_point_v<view_scalar_t<V>>;
-  else
-    return false;
+  return std::is_floating_point_v<detected_or_t<void, view_scalar_t, V>>;
 }
 
 // Checked where targets of type Targets enter the API for loss L (Trainer::

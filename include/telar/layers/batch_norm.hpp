@@ -381,13 +381,8 @@ private:
   }
   void check(char const* what, std::size_t an, std::size_t ak, std::size_t bn,
              std::size_t bk) const {
-    bool const ready = weight.extent(0) == channels_;
-    bool const ok = channels_ > 0 && ak > 0 && ak % channels_ == 0 && an == bn && ak == bk && ready;
-    if (!ok)
-      throw ShapeError(std::string("telar::BatchNorm::") + what + ": expected [n, " +
-                       std::to_string(channels_) + " * spatial] twice, got [" + std::to_string(an) +
-                       ", " + std::to_string(ak) + "] and [" + std::to_string(bn) + ", " +
-                       std::to_string(bk) + "]" + (ready ? "" : " (layer not initialised)"));
+    detail::check_channel_batches("telar::BatchNorm", what, channels_,
+                                  weight.extent(0) == channels_, an, ak, bn, bk);
   }
 
   std::size_t channels_ = 0;

@@ -18,6 +18,7 @@
 #include <telar/core/layer.hpp>
 #include <telar/core/shape.hpp>
 #include <telar/core/tensor.hpp>
+#include <telar/layers/detail/batch_norm.hpp>
 
 #include <cstdint>
 #include <string>
@@ -673,13 +674,8 @@ private:
   }
   void check(char const* what, std::size_t an, std::size_t ak, std::size_t bn,
              std::size_t bk) const {
-    bool const ready = !affine_ || weight.extent(0) == channels_;
-    bool const ok = channels_ > 0 && ak > 0 && ak % channels_ == 0 && an == bn && ak == bk && ready;
-    if (!ok)
-      throw ShapeError(std::string("telar::GroupNorm::") + what + ": expected [n, " +
-                       std::to_string(channels_) + " * spatial] twice, got [" + std::to_string(an) +
-                       ", " + std::to_string(ak) + "] and [" + std::to_string(bn) + ", " +
-                       std::to_string(bk) + "]" + (ready ? "" : " (layer not initialised)"));
+    detail::check_channel_batches("telar::GroupNorm", what, channels_,
+                                  !affine_ || weight.extent(0) == channels_, an, ak, bn, bk);
   }
 
   std::size_t groups_ = 1;

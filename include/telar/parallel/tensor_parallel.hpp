@@ -252,7 +252,7 @@ public:
   template <class Exec>
   void backward_input(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
                       Matrix<value_type, memory_space> dx, saved_type const& saved) const {
-    TpRegion scope(region("backward_input"));
+    ScopedRegion scope(region("backward_input"));
     check("backward_input", "dx", dx.extent(0), dx.extent(1), "dy", dy.extent(0), dy.extent(1));
     DenseT::backward_input(exec, dy, dx, saved);
     if constexpr (SplitOutputs)
@@ -265,7 +265,7 @@ public:
   template <class Exec>
   void backward_weight(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
                        saved_type const& saved) const {
-    TpRegion scope(region("backward_weight"));
+    ScopedRegion scope(region("backward_weight"));
     check("backward_weight", "x", saved.x.extent(0), saved.x.extent(1), "dy", dy.extent(0),
           dy.extent(1));
     DenseT::backward_weight(exec, dy, saved);
@@ -380,7 +380,7 @@ public:
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
                typename Base::saved_type& saved) const {
-    detail::TpRegion scope(this->region("forward"));
+    detail::ScopedRegion scope(this->region("forward"));
     this->check("forward", "x", x.extent(0), x.extent(1), "y", y.extent(0), y.extent(1));
     this->dense().forward(exec, x, y, saved);
   }
@@ -453,7 +453,7 @@ public:
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
                typename Base::saved_type& saved) const {
-    detail::TpRegion scope(this->region("forward"));
+    detail::ScopedRegion scope(this->region("forward"));
     this->check("forward", "x", x.extent(0), x.extent(1), "y", y.extent(0), y.extent(1));
     if (this->ctx_.size == 1) {
       this->dense().forward(exec, x, y, saved); // the same operations as Dense, bit for bit

@@ -149,7 +149,7 @@ public:
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
                saved_type& saved) const {
-    detail::TpRegion region("telar::HeadParallel::forward");
+    detail::ScopedRegion region("telar::HeadParallel::forward");
     auto const& ctx = ctx_;
     this->forward_impl(exec, x, y, saved, [&](auto const& v) { ctx.allreduce_sum(exec, v); });
   }
@@ -160,7 +160,7 @@ public:
   template <class Exec>
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
                       saved_type const& saved) const {
-    detail::TpRegion region("telar::HeadParallel::backward_input");
+    detail::ScopedRegion region("telar::HeadParallel::backward_input");
     auto const& ctx = ctx_;
     this->backward_input_impl(exec, dy, dx, saved,
                               [&](auto const& v) { ctx.allreduce_sum(exec, v); });

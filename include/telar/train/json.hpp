@@ -51,27 +51,19 @@ public:
   static std::string quote(std::string const& s) {
     std::string out = "\"";
     for (char c : s) {
-      switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
+      char const* const escaped = c == '"'    ? "\\\""
+                                  : c == '\\' ? "\\\\"
+                                  : c == '\n' ? "\\n"
+                                  : c == '\t' ? "\\t"
+                                              : nullptr;
+      if (escaped != nullptr) {
+        out += escaped;
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\u%04x", c);
+        out += buf;
+      } else {
+        out += c;
       }
     }
     return out + "\"";

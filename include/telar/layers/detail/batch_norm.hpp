@@ -5,11 +5,13 @@
 // known once per plane (no division per value) and the S values are read in
 // order; statistics are per channel, summed over the n planes of a channel.
 #include <telar/core/detail/math.hpp>
+#include <telar/core/error.hpp>
 #include <telar/core/tensor.hpp>
 
 #include <Kokkos_Core.hpp>
 
 #include <cstddef>
+#include <string>
 
 namespace telar::detail {
 
@@ -21,6 +23,20 @@ struct ChannelGeometry {
   KOKKOS_INLINE_FUNCTION std::size_t count() const { return samples * spatial; }
   KOKKOS_INLINE_FUNCTION std::size_t planes() const { return samples * channels; }
 };
+
+// Both batches of a channel-wise layer's call ([an, ak] and [bn, bk]) are
+// [n, channels * spatial], and the layer is initialised (`ready`); else
+// an error naming `layer` ("telar::BatchNorm") and `what` ("forward").
+inline void check_channel_batches(char const* layer, char const* what, std::size_t channels,
+                                  bool ready, std::size_t an, std::size_t ak, std::size_t bn,
+                                  std::size_t bk) {
+  bool const ok = channels > 0 && ak > 0 && ak % channels == 0 && an == bn && ak == bk && ready;
+  if (!ok)
+    throw ShapeError(std::string(layer) + "::" + what + ": expected [n, " +
+                     std::to_string(channels) + " * spatial] twice, got [" + std::to_string(an) +
+                     ", " + std::to_string(ak) + "] and [" + std::to_string(bn) + ", " +
+                     std::to_string(bk) + "]" + (ready ? "" : " (layer not initialised)"));
+}
 
 // One team per plane p = i C + c: f(team, i, c, first feature c S).
 template <class Exec, class F>

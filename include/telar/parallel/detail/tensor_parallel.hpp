@@ -3,6 +3,7 @@
 // into tp blocks, shape messages, profiling regions.
 #include <telar/core/detail/decl.hpp>
 #include <telar/core/error.hpp>
+#include <telar/profile/detail/region.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -45,14 +46,6 @@ TELAR_DECL void tp_check_weight(char const* layer, char const* method, int rank,
 // The split fixes which values the parameters hold: once they exist it may
 // not change (the communicator or the algorithm may).
 TELAR_DECL void tp_check_resplit(char const* layer, bool initialized, TpBlock have, TpBlock want);
-
-// Kokkos Tools region for the lifetime of the object.
-struct TpRegion {
-  explicit TpRegion(std::string const& name) { Kokkos::Profiling::pushRegion(name); }
-  ~TpRegion() { Kokkos::Profiling::popRegion(); }
-  TpRegion(TpRegion const&) = delete;
-  TpRegion& operator=(TpRegion const&) = delete;
-};
 
 } // namespace telar::detail
 

@@ -31,25 +31,16 @@ inline std::string xml_escape(std::string const& in) {
   std::string out;
   out.reserve(in.size());
   for (char c : in) {
-    switch (c) {
-    case '&':
-      out += "&amp;";
-      break;
-    case '<':
-      out += "&lt;";
-      break;
-    case '>':
-      out += "&gt;";
-      break;
-    case '"':
-      out += "&quot;";
-      break;
-    case '\'':
-      out += "&apos;";
-      break;
-    default:
+    char const* const entity = c == '&'    ? "&amp;"
+                               : c == '<'  ? "&lt;"
+                               : c == '>'  ? "&gt;"
+                               : c == '"'  ? "&quot;"
+                               : c == '\'' ? "&apos;"
+                                           : nullptr;
+    if (entity != nullptr)
+      out += entity;
+    else
       out += c;
-    }
   }
   return out;
 }
