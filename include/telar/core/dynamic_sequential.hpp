@@ -90,8 +90,10 @@ auto& saved_at(DynamicSaved<V>& saved, std::size_t k, L&) {
  *  \tparam Variant a std::variant of layer types sharing value_type and memory_space
  */
 template <class Variant>
-class DynamicSequential : public detail::ChainWalk<DynamicSequential<Variant>> {
+class DynamicSequential : public detail::ChainWalk<DynamicSequential<Variant>>,
+                          public detail::ItemWalk<DynamicSequential<Variant>> {
   using First = std::variant_alternative_t<0, Variant>;
+  friend detail::ItemWalk<DynamicSequential>;
 
 public:
   /*! \brief The layer variant. */
@@ -133,28 +135,6 @@ public:
   /*! \brief Whether an initializer hook is set. */
   bool has_initializer() const { return bool(init_); }
 
-  /*! \brief Calls f(index, layer) for each layer, first to last, with the
-   *  concrete layer type. \param f the visitor */
-  template <class F>
-  void for_each_layer(F&& f) {
-    detail::walk_items(layers_, f);
-  }
-  /*! \brief Const overload. \param f the visitor */
-  template <class F>
-  void for_each_layer(F&& f) const {
-    detail::walk_items(layers_, f);
-  }
-  /*! \brief Calls f(index, layer) for each layer, last to first. \param f the visitor */
-  template <class F>
-  void for_each_layer_reverse(F&& f) {
-    detail::walk_items_reverse(layers_, f);
-  }
-  /*! \brief Const overload. \param f the visitor */
-  template <class F>
-  void for_each_layer_reverse(F&& f) const {
-    detail::walk_items_reverse(layers_, f);
-  }
-
   /*! \brief Per-sample shapes along the chain (see Sequential::shapes).
    *  \param in per-sample shape of the input
    *  \throws ShapeError naming the first layer that cannot take its input */
@@ -181,6 +161,9 @@ public:
   }
 
 private:
+  std::vector<Variant>& walked() { return layers_; }
+  std::vector<Variant> const& walked() const { return layers_; }
+
   std::vector<Variant> layers_;
   initializer init_;
 };

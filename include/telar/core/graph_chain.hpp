@@ -52,9 +52,10 @@ namespace telar {
  *  \tparam Variant the graph's layer variant
  */
 template <class Variant>
-class GraphChain {
+class GraphChain : public detail::ItemWalk<GraphChain<Variant>> {
   using Graph = DynamicGraph<Variant>;
   using Unit = detail::GraphUnit<Variant>;
+  friend detail::ItemWalk<GraphChain>;
 
 public:
   /*! \brief Scalar type of the whole model. */
@@ -114,21 +115,6 @@ public:
     return names;
   }
 
-  /*! \brief Calls f(index, unit) for each unit, first to last. \param f the visitor */
-  template <class F>
-  void for_each_layer(F&& f) {
-    detail::walk_items(units_, f);
-  }
-  /*! \brief Const overload. \param f the visitor */
-  template <class F>
-  void for_each_layer(F&& f) const {
-    detail::walk_items(units_, f);
-  }
-  /*! \brief Calls f(index, unit) for each unit, last to first. \param f the visitor */
-  template <class F>
-  void for_each_layer_reverse(F&& f) {
-    detail::walk_items_reverse(units_, f);
-  }
   /*! \brief Every unit is layer 0 to checkpoints and parameter names (as the
    *  graph in a telar::Sequential is). \return "layer0." */
   std::string layer_prefix(std::size_t) const { return "layer0."; }
@@ -216,6 +202,8 @@ public:
   }
 
 private:
+  std::vector<Unit>& walked() { return units_; } // the units, for_each_layer's items
+  std::vector<Unit> const& walked() const { return units_; }
   void reseat() {
     for (auto& u : units_)
       u.reseat(graph_.get());

@@ -98,14 +98,11 @@ struct VolumeShape {
   int classes = 0;        //!< labels lie in `[0, classes)`
 };
 
-/*! \brief What write_synthetic_volumes makes. */
-struct SyntheticVolumeOptions {
-  long long samples = 8;  //!< N
-  long long channels = 1; //!< C
-  long long depth = 64;   //!< D
-  long long height = 64;  //!< H
-  long long width = 64;   //!< W
-  int classes = 2;        //!< background + `classes - 1` lesion classes (2 .. 255)
+/*! \brief What write_synthetic_volumes makes: the file's shape (by
+ *  default 8 samples of one channel, 64^3, 2 classes: background and
+ *  `classes - 1` lesion classes, at most 255), and its lesions. */
+struct SyntheticVolumeOptions : VolumeShape {
+  SyntheticVolumeOptions() : VolumeShape{8, 1, 64, 64, 64, 2} {}
   int max_lesions = 3;    //!< lesions per volume: 1 .. max_lesions
   std::uint64_t seed = 0; //!< the file is a function of the options and the seed
 };

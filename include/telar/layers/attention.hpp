@@ -43,6 +43,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <utility>
 
@@ -133,6 +134,7 @@ void attn_rowdot(Exec const& exec, A const& dout, B const& out, D const& rowdot,
       });
 }
 
+// v sized ext... (allocated anew, labelled, when its extents differ).
 template <class V, class... Ext>
 void attn_ensure(V& v, char const* label, Ext... ext) {
   bool same = true;
@@ -141,6 +143,16 @@ void attn_ensure(V& v, char const* label, Ext... ext) {
     same = same && v.extent(i) == e[i];
   if (!same)
     v = V(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), ext...);
+}
+// The buffers of one pass: matrices [n, k] and one value per (sample, head,
+// position) in `rows`, each labelled "telar::CausalSelfAttention::<name>".
+template <class M, class R>
+void attn_ensure_pass(std::initializer_list<std::pair<M*, char const*>> matrices, std::size_t n,
+                      std::size_t k, R& rows, char const* rows_name, std::size_t r) {
+  std::string const prefix = "telar::CausalSelfAttention::";
+  for (auto const& [m, name] : matrices)
+    attn_ensure(*m, (prefix + name).c_str(), n, k);
+  attn_ensure(rows, (prefix + rows_name).c_str(), r);
 }
 
 } // namespace detail
@@ -299,11 +311,9 @@ public:
                     saved_type& saved, Reduce&& reduce) const {
     auto const g = geometry("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
     std::size_t const n = g.n, k = g.seq * g.width();
-    detail::attn_ensure(saved.q, "telar::CausalSelfAttention::q", n, k);
-    detail::attn_ensure(saved.k, "telar::CausalSelfAttention::k", n, k);
-    detail::attn_ensure(saved.v, "telar::CausalSelfAttention::v", n, k);
-    detail::attn_ensure(saved.out, "telar::CausalSelfAttention::out", n, k);
-    detail::attn_ensure(saved.lse, "telar::CausalSelfAttention::lse", n * g.heads * g.seq);
+    detail::attn_ensure_pass<Mat>(
+        {{&saved.q, "q"}, {&saved.k, "k"}, {&saved.v, "v"}, {&saved.out, "out"}}, n, k, saved.lse,
+        "lse", n * g.heads * g.seq);
     saved.x = x;
     saved.grads_ready = false;
     typename Proj::saved_type unused;
@@ -396,11 +406,9 @@ public:
   void inner_gradients(Exec const& exec, ConstMatrix<T, MemorySpace> dy, saved_type const& saved,
                        detail::AttentionGeometry g) const {
     std::size_t const n = g.n, kk = g.seq * g.width();
-    detail::attn_ensure(saved.dq, "telar::CausalSelfAttention::dq", n, kk);
-    detail::attn_ensure(saved.dk, "telar::CausalSelfAttention::dk", n, kk);
-    detail::attn_ensure(saved.dv, "telar::CausalSelfAttention::dv", n, kk);
-    detail::attn_ensure(saved.dout, "telar::CausalSelfAttention::dout", n, kk);
-    detail::attn_ensure(saved.rowdot, "telar::CausalSelfAttention::rowdot", n * g.heads * g.seq);
+    detail::attn_ensure_pass<Mat>(
+        {{&saved.dq, "dq"}, {&saved.dk, "dk"}, {&saved.dv, "dv"}, {&saved.dout, "dout"}}, n, kk,
+        saved.rowdot, "rowdot", n * g.heads * g.seq);
     proj_.backward_input(exec, dy, saved.dout, typename Proj::saved_type{saved.out});
     std::size_t const rows = n * g.seq;
     detail::attn_rowdot(exec, as_rows(saved.dout, rows, g.width()),

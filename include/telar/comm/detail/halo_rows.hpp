@@ -18,7 +18,7 @@ struct RowBlocks {
 };
 
 // dst rows [dst.row0, + count) (= or +=) src rows [src.row0, + count), in
-// every one of `outer` blocks.
+// every one of `outer` blocks; zeros where src.data is null.
 template <class T, class Exec>
 void copy_rows(Exec const& exec, RowBlocks<T const> src, RowBlocks<T> dst, std::size_t count,
                std::size_t outer, std::size_t plane, bool add) {
@@ -29,7 +29,7 @@ void copy_rows(Exec const& exec, RowBlocks<T const> src, RowBlocks<T> dst, std::
       "telar::HaloExchange::copy_rows", Kokkos::RangePolicy<Exec>(exec, 0, outer * per),
       KOKKOS_LAMBDA(std::size_t i) {
         std::size_t const b = i / per, r = i % per;
-        T const v = src.data[(b * src.rows + src.row0) * plane + r];
+        T const v = src.data ? src.data[(b * src.rows + src.row0) * plane + r] : T(0);
         T& out = dst.data[(b * dst.rows + dst.row0) * plane + r];
         out = add ? out + v : v;
       });
@@ -39,15 +39,7 @@ void copy_rows(Exec const& exec, RowBlocks<T const> src, RowBlocks<T> dst, std::
 template <class T, class Exec>
 void zero_rows(Exec const& exec, RowBlocks<T> dst, std::size_t count, std::size_t outer,
                std::size_t plane) {
-  std::size_t const per = count * plane;
-  if (per == 0 || outer == 0)
-    return;
-  Kokkos::parallel_for(
-      "telar::HaloExchange::zero_rows", Kokkos::RangePolicy<Exec>(exec, 0, outer * per),
-      KOKKOS_LAMBDA(std::size_t i) {
-        std::size_t const b = i / per, r = i % per;
-        dst.data[(b * dst.rows + dst.row0) * plane + r] = T(0);
-      });
+  copy_rows<T>(exec, {nullptr, 0, 0}, dst, count, outer, plane, false);
 }
 
 } // namespace telar::detail

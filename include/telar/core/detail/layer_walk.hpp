@@ -36,16 +36,44 @@ void visit_item(std::size_t k, Item& item, F& f) {
   else
     f(k, item);
 }
-template <class Vec, class F>
-void walk_items(Vec& items, F& f) {
-  for (std::size_t k = 0; k < items.size(); ++k)
-    visit_item(k, items[k], f);
-}
-template <class Vec, class F>
-void walk_items_reverse(Vec& items, F& f) {
-  for (std::size_t k = items.size(); k-- > 0;)
-    visit_item(k, items[k], f);
-}
+
+// for_each_layer(f) and for_each_layer_reverse(f), const or not, of a
+// run-time model over the vector its walked() returns (layers or units).
+template <class Derived>
+class ItemWalk {
+public:
+  /*! \brief Calls f(index, item) for each item, first to last, with the
+   *  concrete type a variant holds. \param f the visitor */
+  template <class F>
+  void for_each_layer(F&& f) {
+    walk(self().walked(), f, false);
+  }
+  /*! \brief Const overload. \param f the visitor */
+  template <class F>
+  void for_each_layer(F&& f) const {
+    walk(self().walked(), f, false);
+  }
+  /*! \brief As for_each_layer, last to first. \param f the visitor */
+  template <class F>
+  void for_each_layer_reverse(F&& f) {
+    walk(self().walked(), f, true);
+  }
+  /*! \brief Const overload. \param f the visitor */
+  template <class F>
+  void for_each_layer_reverse(F&& f) const {
+    walk(self().walked(), f, true);
+  }
+
+private:
+  Derived& self() { return static_cast<Derived&>(*this); }
+  Derived const& self() const { return static_cast<Derived const&>(*this); }
+  template <class Vec, class F>
+  static void walk(Vec& items, F& f, bool reverse) {
+    std::size_t const n = items.size();
+    for (std::size_t i = 0; i < n; ++i)
+      visit_item(reverse ? n - 1 - i : i, items[reverse ? n - 1 - i : i], f);
+  }
+};
 
 // A layer's cost estimate, or one operation per input element.
 template <class L>

@@ -150,18 +150,14 @@ public:
       using schedule::Op;
       int const vs = in.op == Op::OptimizerStep ? 0 : sched.virtual_stage(rank_, in.chunk);
       switch (in.op) {
-      case Op::RecvActivation: {
-        double const t0 = tracing ? trace->now() : 0;
-        MbState& st = state(in.microbatch, in.chunk);
-        st.recv = std::make_unique<Message>(runners_[in.chunk].input_buffer(st.slot), false);
-        st.recv_req = pp_->irecv(st.recv->buffer.data(), st.recv->buffer.size(), in.peer, tag(in));
-        posted(in, t0);
-        break;
-      }
+      case Op::RecvActivation:
       case Op::RecvGrad: {
         double const t0 = tracing ? trace->now() : 0;
         MbState& st = state(in.microbatch, in.chunk);
-        st.recv = std::make_unique<Message>(runners_[in.chunk].output_grad(st.slot), false);
+        auto& runner = runners_[in.chunk];
+        st.recv = std::make_unique<Message>(in.op == Op::RecvGrad ? runner.output_grad(st.slot)
+                                                                  : runner.input_buffer(st.slot),
+                                            false);
         st.recv_req = pp_->irecv(st.recv->buffer.data(), st.recv->buffer.size(), in.peer, tag(in));
         posted(in, t0);
         break;
@@ -190,34 +186,29 @@ public:
         });
         break;
       }
-      case Op::SendActivation: {
-        double const t0 = tracing ? trace->now() : 0;
-        MbState& st = state(in.microbatch, in.chunk);
-        exec.fence();
-        send(st, runners_[in.chunk].output(st.slot), in.peer, tag(in));
-        posted(in, t0);
-        break;
-      }
+      case Op::SendActivation:
       case Op::SendGrad: {
         double const t0 = tracing ? trace->now() : 0;
         MbState& st = state(in.microbatch, in.chunk);
+        auto const& runner = runners_[in.chunk];
         exec.fence();
-        send(st, runners_[in.chunk].input_grad(st.slot), in.peer, tag(in));
+        send(st, in.op == Op::SendGrad ? runner.input_grad(st.slot) : runner.output(st.slot),
+             in.peer, tag(in));
         posted(in, t0);
         break;
       }
-      case Op::Backward: {
-        MbState& st = state(in.microbatch, in.chunk);
-        if (vs != last_vs)
-          wait_recv(st, in, Op::RecvGrad);
-        timed("B", in, [&] { runners_[in.chunk].backward(exec, st.slot, hooks); });
-        break;
-      }
+      case Op::Backward:
       case Op::BackwardInput: {
         MbState& st = state(in.microbatch, in.chunk);
+        auto& runner = runners_[in.chunk];
         if (vs != last_vs)
           wait_recv(st, in, Op::RecvGrad);
-        timed("B", in, [&] { runners_[in.chunk].backward_input(exec, st.slot, hooks); });
+        timed("B", in, [&] {
+          if (in.op == Op::Backward)
+            runner.backward(exec, st.slot, hooks);
+          else
+            runner.backward_input(exec, st.slot, hooks);
+        });
         break;
       }
       case Op::BackwardWeight: {
