@@ -321,6 +321,44 @@ typename ScheduleRun<T>::Comm coll_of(CommHandle& h) {
   MPI_Comm const c = coll_comm(h);
   return typename ScheduleRun<T>::Comm{c, h.next_tag(), h.name};
 }
+
+// A schedule over the communicator itself, which plan(s, h) fills.
+template <class T, class Plan>
+AllreduceOp<T> start_flat(Communicator const& comm, const char* algorithm, T* data,
+                          SegmentedSettings const& settings, Plan&& plan) {
+  auto& h = *comm.handle_ptr();
+  Schedule s;
+  s.seg = settings.segment_elements<T>();
+  plan(s, h);
+  return start_schedule<T>(comm, algorithm, data, std::move(s), settings, {coll_of<T>(h)});
+}
+
+// What Telar's point-to-point algorithms share: start() checks the element
+// type and returns a completed operation when there is nothing to do (one
+// rank, no elements), else Derived::start_segments(comm, data, n) starts
+// the work; the blocking allreduce is start() waited for, default settings.
+template <class Derived>
+struct SegmentedAlgorithm : SegmentedSettings {
+  /*! \brief Starts a sum-allreduce of \p n elements in place.
+   *  \tparam T arithmetic element type
+   *  \param comm communicator (every rank calls start in the same order)
+   *  \param data buffer, untouched until the operation completes
+   *  \param n    number of elements */
+  template <class T>
+  AllreduceOp<T> start(Communicator const& comm, T* data, std::size_t n) const {
+    static_assert(summable_v<T>, "telar: an allreduce's element type must be arithmetic");
+    if (comm.size() == 1 || n == 0)
+      return AllreduceOp<T>();
+    return static_cast<Derived const&>(*this).start_segments(comm, data, n);
+  }
+  /*! \brief Blocking sum-allreduce in place (bounded), default settings.
+   *  \tparam T arithmetic element type \param comm communicator
+   *  \param data buffer \param n number of elements */
+  template <class T>
+  static void allreduce(Communicator const& comm, T* data, std::size_t n) {
+    Derived{}.start(comm, data, n).wait();
+  }
+};
 } // namespace detail
 
 /*! \brief Ring allreduce: reduce-scatter then allgather around a ring,
@@ -329,39 +367,19 @@ typename ScheduleRun<T>::Comm coll_of(CommHandle& h) {
  *  Cost: 2(p-1)α + 2(p-1)/p·nβ + (p-1)/p·nγ (bandwidth-optimal; latency grows
  *  with p). Every rank ends with bitwise identical results.
  */
-struct RingAllreduce : SegmentedSettings {
+struct RingAllreduce : detail::SegmentedAlgorithm<RingAllreduce> {
   /*! \brief Name for logs and traces. */
   static constexpr const char* name() { return "ring"; }
 
-  /*! \brief Starts a sum-allreduce of \p n elements in place.
-   *  \tparam T arithmetic element type
-   *  \param comm communicator (every rank calls start in the same order)
-   *  \param data buffer, untouched until the operation completes
-   *  \param n    number of elements
-   */
+private:
+  friend detail::SegmentedAlgorithm<RingAllreduce>;
   template <class T>
-  AllreduceOp<T> start(Communicator const& comm, T* data, std::size_t n) const {
-    static_assert(detail::summable_v<T>, "telar::RingAllreduce: element type must be arithmetic");
-    auto& h = *comm.handle_ptr();
-    if (h.size == 1 || n == 0)
-      return AllreduceOp<T>();
-    detail::Schedule s;
-    s.seg = segment_elements<T>();
-    detail::ring_reduce_scatter(s, 0, h.rank, h.size, 0, n);
-    detail::ring_allgather(s, 0, h.rank, h.size, 0, n);
-    return detail::start_schedule<T>(comm, "telar::RingAllreduce", data, std::move(s), *this,
-                                     {detail::coll_of<T>(h)});
-  }
-
-  /*! \brief Blocking sum-allreduce in place (bounded), default settings.
-   *  \tparam T arithmetic element type
-   *  \param comm communicator
-   *  \param data buffer
-   *  \param n    number of elements
-   */
-  template <class T>
-  static void allreduce(Communicator const& comm, T* data, std::size_t n) {
-    RingAllreduce{}.start(comm, data, n).wait();
+  AllreduceOp<T> start_segments(Communicator const& comm, T* data, std::size_t n) const {
+    return detail::start_flat(comm, "telar::RingAllreduce", data, *this,
+                              [n](detail::Schedule& s, detail::CommHandle const& h) {
+                                detail::ring_reduce_scatter(s, 0, h.rank, h.size, 0, n);
+                                detail::ring_allgather(s, 0, h.rank, h.size, 0, n);
+                              });
   }
 };
 
@@ -374,39 +392,18 @@ struct RingAllreduce : SegmentedSettings {
  *  and send them the result at the end: + 2α + 2nβ + nγ. Every rank ends with
  *  bitwise identical results.
  */
-struct RecursiveHalvingDoubling : SegmentedSettings {
+struct RecursiveHalvingDoubling : detail::SegmentedAlgorithm<RecursiveHalvingDoubling> {
   /*! \brief Name for logs and traces. */
   static constexpr const char* name() { return "recursive_halving_doubling"; }
 
-  /*! \brief Starts a sum-allreduce of \p n elements in place.
-   *  \tparam T arithmetic element type
-   *  \param comm communicator (every rank calls start in the same order)
-   *  \param data buffer, untouched until the operation completes
-   *  \param n    number of elements
-   */
+private:
+  friend detail::SegmentedAlgorithm<RecursiveHalvingDoubling>;
   template <class T>
-  AllreduceOp<T> start(Communicator const& comm, T* data, std::size_t n) const {
-    static_assert(detail::summable_v<T>,
-                  "telar::RecursiveHalvingDoubling: element type must be arithmetic");
-    auto& h = *comm.handle_ptr();
-    if (h.size == 1 || n == 0)
-      return AllreduceOp<T>();
-    detail::Schedule s;
-    s.seg = segment_elements<T>();
-    detail::recursive_halving_doubling(s, 0, h.rank, h.size, n);
-    return detail::start_schedule<T>(comm, "telar::RecursiveHalvingDoubling", data, std::move(s),
-                                     *this, {detail::coll_of<T>(h)});
-  }
-
-  /*! \brief Blocking sum-allreduce in place (bounded), default settings.
-   *  \tparam T arithmetic element type
-   *  \param comm communicator
-   *  \param data buffer
-   *  \param n    number of elements
-   */
-  template <class T>
-  static void allreduce(Communicator const& comm, T* data, std::size_t n) {
-    RecursiveHalvingDoubling{}.start(comm, data, n).wait();
+  AllreduceOp<T> start_segments(Communicator const& comm, T* data, std::size_t n) const {
+    return detail::start_flat(comm, "telar::RecursiveHalvingDoubling", data, *this,
+                              [n](detail::Schedule& s, detail::CommHandle const& h) {
+                                detail::recursive_halving_doubling(s, 0, h.rank, h.size, n);
+                              });
   }
 };
 
@@ -427,7 +424,7 @@ struct RecursiveHalvingDoubling : SegmentedSettings {
  *  results. The sub-communicators are created on the first call (collective)
  *  and cached with the communicator.
  */
-struct HierarchicalAllreduce : SegmentedSettings {
+struct HierarchicalAllreduce : detail::SegmentedAlgorithm<HierarchicalAllreduce> {
   /*! \brief Ranks per group; 0 chooses automatically (see the class description). */
   int group_size = 0;
 
@@ -441,20 +438,19 @@ struct HierarchicalAllreduce : SegmentedSettings {
    */
   explicit HierarchicalAllreduce(int group) : group_size(group) {}
 
-  /*! \brief Starts a sum-allreduce of \p n elements in place.
-   *  \tparam T arithmetic element type
-   *  \param comm communicator (every rank calls start in the same order)
-   *  \param data buffer, untouched until the operation completes
-   *  \param n    number of elements
-   *  \throws telar::CommError if group_size does not divide comm.size() (on every rank)
+  /*! \brief The group size start() uses on \p comm (collective on first use).
+   *  \param comm communicator
    */
+  int group_size_for(Communicator const& comm) const {
+    return resolve_group_size(*comm.handle_ptr());
+  }
+
+private:
+  friend detail::SegmentedAlgorithm<HierarchicalAllreduce>;
+  // Throws telar::CommError if group_size does not divide comm.size() (on every rank).
   template <class T>
-  AllreduceOp<T> start(Communicator const& comm, T* data, std::size_t n) const {
-    static_assert(detail::summable_v<T>,
-                  "telar::HierarchicalAllreduce: element type must be arithmetic");
+  AllreduceOp<T> start_segments(Communicator const& comm, T* data, std::size_t n) const {
     auto& h = *comm.handle_ptr();
-    if (h.size == 1 || n == 0)
-      return AllreduceOp<T>();
     int const g = resolve_group_size(h);
     auto& subs = sub_comms(h, g);
     auto& inner = *subs.first;
@@ -472,25 +468,6 @@ struct HierarchicalAllreduce : SegmentedSettings {
                                      *this, {detail::coll_of<T>(inner), detail::coll_of<T>(outer)});
   }
 
-  /*! \brief Blocking sum-allreduce in place (bounded), automatic group size.
-   *  \tparam T arithmetic element type
-   *  \param comm communicator
-   *  \param data buffer
-   *  \param n    number of elements
-   */
-  template <class T>
-  static void allreduce(Communicator const& comm, T* data, std::size_t n) {
-    HierarchicalAllreduce{}.start(comm, data, n).wait();
-  }
-
-  /*! \brief The group size start() uses on \p comm (collective on first use).
-   *  \param comm communicator
-   */
-  int group_size_for(Communicator const& comm) const {
-    return resolve_group_size(*comm.handle_ptr());
-  }
-
-private:
   TELAR_DECL int resolve_group_size(detail::CommHandle& h) const;
 
   // Node size if nodes form a regular grid of consecutive ranks, else the
@@ -521,47 +498,12 @@ enum class AllreduceMode {
  *  both ways. The node layout is detected on the first call for a
  *  communicator (collective) and cached with it.
  */
-struct TopologyAwareAllreduce : SegmentedSettings {
+struct TopologyAwareAllreduce : detail::SegmentedAlgorithm<TopologyAwareAllreduce> {
   /*! \brief The choice when `TELAR_ALLREDUCE` is unset. */
   AllreduceMode mode = AllreduceMode::automatic;
 
   /*! \brief Name for logs and traces. */
   static constexpr const char* name() { return "topology_aware"; }
-
-  /*! \brief Starts a sum-allreduce of \p n elements in place.
-   *  \tparam T arithmetic element type
-   *  \param comm communicator (every rank calls start in the same order)
-   *  \param data buffer, untouched until the operation completes
-   *  \param n    number of elements
-   *  \throws telar::CommError if `TELAR_ALLREDUCE` or `TELAR_RANKS_PER_NODE` is invalid
-   */
-  template <class T>
-  AllreduceOp<T> start(Communicator const& comm, T* data, std::size_t n) const {
-    static_assert(detail::summable_v<T>,
-                  "telar::TopologyAwareAllreduce: element type must be arithmetic");
-    if (comm.size() == 1 || n == 0)
-      return AllreduceOp<T>();
-    int const g = group_size_for(comm);
-    if (g == 0) {
-      RingAllreduce ring;
-      static_cast<SegmentedSettings&>(ring) = *this;
-      return ring.start(comm, data, n);
-    }
-    HierarchicalAllreduce hier(g == 1 ? 0 : g);
-    static_cast<SegmentedSettings&>(hier) = *this;
-    return hier.start(comm, data, n);
-  }
-
-  /*! \brief Blocking sum-allreduce in place (bounded), automatic choice.
-   *  \tparam T arithmetic element type
-   *  \param comm communicator
-   *  \param data buffer
-   *  \param n    number of elements
-   */
-  template <class T>
-  static void allreduce(Communicator const& comm, T* data, std::size_t n) {
-    TopologyAwareAllreduce{}.start(comm, data, n).wait();
-  }
 
   /*! \brief The mode in effect: `TELAR_ALLREDUCE` if set, else `mode`.
    *  \param comm communicator (names the rank in the error)
@@ -575,6 +517,22 @@ struct TopologyAwareAllreduce : SegmentedSettings {
    *  \param comm communicator
    */
   TELAR_DECL int group_size_for(Communicator const& comm) const;
+
+private:
+  friend detail::SegmentedAlgorithm<TopologyAwareAllreduce>;
+  // Throws telar::CommError if `TELAR_ALLREDUCE` or `TELAR_RANKS_PER_NODE` is invalid.
+  template <class T>
+  AllreduceOp<T> start_segments(Communicator const& comm, T* data, std::size_t n) const {
+    int const g = group_size_for(comm);
+    if (g == 0) {
+      RingAllreduce ring;
+      static_cast<SegmentedSettings&>(ring) = *this;
+      return ring.start(comm, data, n);
+    }
+    HierarchicalAllreduce hier(g == 1 ? 0 : g);
+    static_cast<SegmentedSettings&>(hier) = *this;
+    return hier.start(comm, data, n);
+  }
 };
 
 /*! \cond */

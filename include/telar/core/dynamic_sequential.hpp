@@ -142,7 +142,7 @@ public:
     if (layers_.empty())
       throw Error("telar::DynamicSequential: the model has no layer");
     std::vector<Shape> s{in};
-    for_each_layer([&](std::size_t k, auto const& l) {
+    this->for_each_layer([&](std::size_t k, auto const& l) {
       s.push_back(detail::chain_next_shape("telar::DynamicSequential", *this, k, l, s.back()));
     });
     return s;

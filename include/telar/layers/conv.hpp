@@ -37,6 +37,7 @@
 #include <telar/core/tensor.hpp>
 #include <telar/layers/conv_policy.hpp>
 #include <telar/layers/detail/onednn_conv.hpp>
+#include <telar/layers/detail/spatial_row.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -113,12 +114,9 @@ void conv_im2col(Exec const& exec, ConvGeometry const g, X const& x, std::size_t
   Kokkos::parallel_for(
       "telar::Conv::im2col", Kokkos::RangePolicy<Exec>(exec, 0, rows),
       KOKKOS_LAMBDA(std::size_t r) {
-        int const oh = int(r % std::size_t(g.Ho));
-        std::size_t t = r / std::size_t(g.Ho);
-        int const od = int(t % std::size_t(g.Do));
-        t /= std::size_t(g.Do);
-        int const k = int(t % std::size_t(K));
-        int const s = int(t / std::size_t(K));
+        SpatialRow const row(r, g.Do, g.Ho); // plane = s K + k
+        int const od = row.d, oh = row.h;
+        int const k = int(row.plane % std::size_t(K)), s = int(row.plane / std::size_t(K));
         int const kx = k % g.kw, ky = (k / g.kw) % g.kh, kz = (k / (g.kw * g.kh)) % g.kd;
         int const c = k / g.kvol();
         int const id = od * g.sd - g.pd + kz * g.dd, ih = oh * g.sh - g.ph + ky * g.dh;
@@ -151,12 +149,9 @@ void conv_col2im(Exec const& exec, ConvGeometry const g, Col const& dcol, std::s
   Kokkos::parallel_for(
       "telar::Conv::col2im", Kokkos::RangePolicy<Exec>(exec, 0, rows),
       KOKKOS_LAMBDA(std::size_t r) {
-        int const h = int(r % std::size_t(g.H));
-        std::size_t t = r / std::size_t(g.H);
-        int const d = int(t % std::size_t(g.D));
-        t /= std::size_t(g.D);
-        int const c = int(t % std::size_t(g.C));
-        int const s = int(t / std::size_t(g.C));
+        SpatialRow const row(r, g.D, g.H); // plane = s C + c
+        int const d = row.d, h = row.h;
+        int const c = int(row.plane % std::size_t(g.C)), s = int(row.plane / std::size_t(g.C));
         T* out = dx.data() + (s0 + std::size_t(s)) * dx.extent(1) +
                  std::size_t((c * g.D + d) * g.H + h) * std::size_t(g.W);
         auto const* src = dcol.data() + std::size_t(s) * std::size_t(K) * std::size_t(P);
