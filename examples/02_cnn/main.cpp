@@ -102,12 +102,6 @@ Model make_model(std::size_t hidden) {
                Row(hidden, 10));
 }
 
-// The convolution policy the model runs under --precision.
-char const* conv_name(Args const& a) {
-  return a.precision == "bf16" ? telar::OneDnnConvBf16::name()
-                               : telar::conv_backend_name<T, telar::DefaultMemorySpace>();
-}
-
 // --layout auto / --dry-run / --memory-budget: the layouts of the strategy
 // type this example runs (S: it, or it with bf16 compute, whose model is
 // planned as the Trainer rebinds it).
@@ -133,8 +127,8 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
                  "precision %s\n",
                  data.train.size, data.test.size, a.hidden, Optimizer::name(),
                  trainer.layout().c_str(), trainer.pipeline_schedule().name.c_str(),
-                 opts.microbatches, a.batch, example::gemm_name(a.precision), conv_name(a),
-                 a.precision.c_str());
+                 opts.microbatches, a.batch, example::gemm_name(a.precision),
+                 example::conv_name(a.precision), a.precision.c_str());
 
   // --eval-limit: the first N test images only (quick checks).
   std::size_t const eval = a.eval_limit > 0
@@ -145,7 +139,7 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
   r.predicted_ms = example::predicted_step_ms(comm, a, make_model(a.hidden), trainer, image);
   example::write_timeline(trainer, a.timeline, "cnn");
   telar::JsonObject config = example::common_config(trainer, a);
-  config.add("gemm", example::gemm_name(a.precision)).add("conv", conv_name(a));
+  config.add("gemm", example::gemm_name(a.precision)).add("conv", example::conv_name(a.precision));
   example::report(trainer, a, r, config);
   return 0;
 }

@@ -8,7 +8,7 @@
 //              [--dp N] [--pp N] [--tp N] [--schedule 1f1b] [--microbatches M]
 //              [--timeline PREFIX] [--limit-steps N] [--memory-budget SIZE]
 //              [--layout auto|manual] [--dry-run] [--profile PATH] [--classes K]
-//              [--predict IN.npy --output OUT.npy]
+//              [--predict IN.npy --output OUT.npy] [--precision fp32|bf16]
 //   mpirun -np 2 onnx_train --model mlp.onnx --tp 2 --export mlp_trained.onnx
 //
 // --layout auto: the planner's fastest layout that fits (tensor parallelism
@@ -24,6 +24,18 @@
 // forward in evaluation mode on a NumPy batch [n, input shape...] and writes
 // its outputs [n, output shape...] (no training).
 // Under --tp, each Gemm, activation, Gemm run becomes a Megatron pair.
+//
+// --precision bf16 adds telar::Precision<telar::bf16, float> to the strategy:
+// the Trainer rebinds the imported model as it does a compile-time one, so
+// every Dense (Gemm, MatMul by a weight, the Megatron pairs) and convolution,
+// in the chain and inside its graphs, multiplies through oneDNN's bf16
+// kernels (telar::Bf16Gemm, telar::OneDnnConvBf16), starting from the file's
+// values. The graphs' joins (Add, Concat, Mul, Sub, Div and the batched
+// MatMul of attention), norms, softmax, the loss, the weights and the
+// optimizer state stay fp32 (docs/precision.md, docs/onnx.md). With AdamW only
+// (one more Trainer type to compile); --predict runs the same bf16 model. The
+// JSON summary gains "precision", "gemm", "conv" and "gemm_kernels" (the
+// oneDNN implementations that ran, e.g. matmul:brg:avx512_core_bf16).
 #include <telar/telar.hpp>
 
 #include <telar/onnx/export.hpp>
@@ -40,7 +52,7 @@
 namespace {
 
 struct Args : example::CommonArgs {
-  Args() : CommonArgs(/*epochs*/ 1, /*hidden*/ 1) {}
+  Args() : CommonArgs(/*epochs*/ 1, /*hidden*/ 1) { takes_precision = true; }
   std::string model;       // the .onnx file to import
   std::string export_path; // where to write the trained model (optional)
   std::size_t classes = 0; // --data synthetic: classes (0: the model's outputs)
@@ -57,7 +69,7 @@ struct Args : example::CommonArgs {
                "[--data DIR] [--json] [--dp N] [--pp N] [--tp N] [--schedule %s] "
                "[--microbatches M] [--timeline PREFIX] [--limit-steps N] "
                "[--memory-budget SIZE] [--layout auto|manual] [--dry-run] [--profile PATH] "
-               "[--classes K] [--predict IN.npy --output OUT.npy]\n",
+               "[--classes K] [--predict IN.npy --output OUT.npy] [--precision fp32|bf16]\n",
                why, example::schedule_choices().c_str());
   throw 2;
 }
@@ -83,6 +95,8 @@ Args parse(int argc, char** argv) {
       usage(("unknown flag " + f).c_str());
   }
   example::check_common(a, usage);
+  if (a.predict.empty()) // --predict trains nothing: no optimizer
+    example::check_bf16_run(a, usage);
   if (a.model.empty())
     usage("--model FILE.onnx is required");
   if (a.predict.empty() != a.output.empty())
@@ -133,24 +147,27 @@ telar::FashionMnist load_data(Args const& a, telar::Shape const& in, std::size_t
 }
 
 // --predict IN.npy --output OUT.npy: the file's model forward in evaluation
-// mode on the batch, outputs written by rank 0 (every rank computes them).
+// mode on the batch, as a Trainer under precision P trains it; outputs
+// written by rank 0 (every rank computes them).
+template <class P>
 int predict(MPI_Comm comm, Args const& a) {
-  auto imported = telar::onnx::import_model<T>(a.model);
+  auto const imported = telar::onnx::import_model<T>(a.model);
+  auto model = telar::with_precision<P>(imported.model);
   telar::NpyArray const in = telar::read_npy(a.predict);
   telar::Shape const& s = imported.input_shape;
   std::size_t const n = in.shape.empty() ? 0 : in.shape[0];
   if (n == 0 || in.values.size() != n * s.size())
     throw telar::Error("onnx_train: '" + a.predict + "' holds " + std::to_string(in.values.size()) +
                        " values; '" + a.model + "' takes batches [n, " + s.str().substr(1));
-  imported.model.build(s);
-  imported.model.initialize(0); // the file's weights
+  model.build(s);
+  model.initialize(0); // the file's weights
   telar::Matrix<T> x("onnx_train::predict", n, s.size());
   auto hx = Kokkos::create_mirror_view(x);
   std::copy(in.values.begin(), in.values.end(), hx.data());
   Kokkos::deep_copy(x, hx);
-  auto const y = telar::onnx::predict(imported.model, x);
+  auto const y = telar::onnx::predict(model, x);
   auto const hy = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, y);
-  telar::Shape const out = imported.model.output_shape(s);
+  telar::Shape const out = model.output_shape(s);
   std::vector<std::size_t> shape{n};
   for (int d = 0; d < out.rank; ++d)
     shape.push_back(out[d]);
@@ -164,25 +181,25 @@ int predict(MPI_Comm comm, Args const& a) {
   return 0;
 }
 
-// --layout auto / --dry-run / --memory-budget: the layouts of the one
-// strategy type, tensor parallelism included (the graph imported with its
-// Megatron pairs, which run plainly at tp 1).
-template <class Optimizer>
+// --layout auto / --dry-run / --memory-budget: the layouts of the strategy
+// type this run trains (S: Strategy, or it with bf16 compute, whose model is
+// planned as the Trainer rebinds it), tensor parallelism included (the graph
+// imported with its Megatron pairs, which run plainly at tp 1).
+template <class S, class Optimizer>
 int train(MPI_Comm comm, Args const& given, Optimizer opt) {
   Args a = given;
   std::optional<telar::LayoutPlan> plan;
   if (!example::plan_run(comm, a, plan, "onnx_train", [&] {
         auto const planned = import_graph(a, true);
-        return example::plan_of<Model, Strategy, Optimizer>(comm, a, planned.model,
-                                                            planned.input_shape);
+        return example::plan_of<Model, S, Optimizer>(comm, a, planned.model, planned.input_shape);
       }))
     return 0;
   auto const imported = import_graph(a, a.tp > 1);
   telar::TrainerOptions const opts = example::trainer_options(
       a, a.synthetic() ? synthetic_size(a) : telar::fashion_mnist_train_size(a.data), comm);
   auto trainer = example::with_fastest_fitting(plan, [&] {
-    return telar::Trainer<Model, Strategy, Optimizer>(comm, imported.model, opt, opts,
-                                                      imported.input_shape);
+    return telar::Trainer<Model, S, Optimizer>(comm, imported.model, opt, opts,
+                                               imported.input_shape);
   });
   std::size_t const outputs = trainer.shapes().back().size();
   if (!a.synthetic() && outputs != 10)
@@ -206,17 +223,37 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
       std::fprintf(stderr, "onnx_train: trained model written to %s\n", a.export_path.c_str());
   }
   telar::JsonObject config = example::common_config(trainer, a);
-  config.add("model", a.model).add("export", a.export_path).add("data", a.data);
+  config.add("model", a.model)
+      .add("export", a.export_path)
+      .add("data", a.data)
+      .add("gemm", example::gemm_name(a.precision))
+      .add("conv", example::conv_name(a.precision));
   example::report(trainer, a, r, config);
   return 0;
 }
 
+// --precision bf16: the model under Strategy with telar::Precision<telar::bf16,
+// float> (a device build, e.g. CUDA, has no bf16 Trainer to instantiate: bf16
+// compute is oneDNN's, on float layers in host memory).
+int run_bf16(MPI_Comm comm, Args const& a) {
+  if constexpr (telar::Bf16Gemm::supports<T, telar::DefaultMemorySpace>()) {
+    telar::require_bf16("--precision bf16"); // before the import and the data
+    using P = telar::Precision<telar::bf16, float>;
+    return a.predict.empty() ? train<example::Bf16<Strategy>>(comm, a, telar::AdamW<T>{})
+                             : predict<P>(comm, a);
+  } else {
+    usage("--precision bf16 needs oneDNN and host memory (telar::Bf16Gemm)");
+  }
+}
+
 int run(MPI_Comm comm, int argc, char** argv) {
   Args const a = parse(argc, argv);
+  if (a.precision == "bf16")
+    return run_bf16(comm, a);
   if (!a.predict.empty())
-    return predict(comm, a);
+    return predict<telar::Precision<float, float>>(comm, a);
   return example::with_optimizer<T>(a.optimizer, usage,
-                                    [&](auto opt) { return train(comm, a, opt); });
+                                    [&](auto opt) { return train<Strategy>(comm, a, opt); });
 }
 
 } // namespace

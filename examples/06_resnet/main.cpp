@@ -222,12 +222,6 @@ telar::FashionMnist load_data(Args const& a) {
   return example::synthetic_data(synthetic_size(a), {3, a.resolution, a.resolution}, 10, a.seed);
 }
 
-// The convolution policy the model runs under --precision.
-char const* conv_name(Args const& a) {
-  return a.precision == "bf16" ? telar::OneDnnConvBf16::name()
-                               : telar::conv_backend_name<T, telar::DefaultMemorySpace>();
-}
-
 // --layout auto / --dry-run / --memory-budget: the layouts of the strategy
 // type this example runs (S: it, or it with bf16 compute, whose model is
 // planned as the Trainer rebinds it).
@@ -262,7 +256,7 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
                  "schedule %s, %d micro-batches, global batch %zu, conv %s\n",
                  data.train.size, data.test.size, name.c_str(), Stats::name(), Optimizer::name(),
                  trainer.layout().c_str(), trainer.pipeline_schedule().name.c_str(),
-                 opts.microbatches, a.batch, conv_name(a));
+                 opts.microbatches, a.batch, example::conv_name(a.precision));
   std::size_t const eval = a.eval_limit > 0
                                ? std::min<std::size_t>(data.test.size, std::size_t(a.eval_limit))
                                : data.test.size;
@@ -273,7 +267,7 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
   telar::JsonObject config = example::common_config(trainer, a);
   config.add("model", cifar ? "resnet" + std::to_string(a.depth) : std::string("resnet50"))
       .add("bn", a.bn)
-      .add("conv", conv_name(a));
+      .add("conv", example::conv_name(a.precision));
   example::report(trainer, a, r, config);
   return 0;
 }

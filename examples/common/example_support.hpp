@@ -289,6 +289,12 @@ inline char const* gemm_name(std::string const& precision) {
                              : telar::gemm_backend_name<float, telar::DefaultMemorySpace>();
 }
 
+// The convolution policy the model runs under --precision.
+inline char const* conv_name(std::string const& precision) {
+  return precision == "bf16" ? telar::OneDnnConvBf16::name()
+                             : telar::conv_backend_name<float, telar::DefaultMemorySpace>();
+}
+
 // Which kernels multiplied, for the JSON summary: oneDNN's bf16 matmul and
 // convolution implementations as it reported them, or the fp32 GEMM backend.
 inline std::string gemm_kernels(std::string const& precision) {

@@ -121,7 +121,9 @@ TEST_CASE("DynamicSequential trains as the Sequential of the same layers", "[dyn
 // Under Precision<bf16, float> a DynamicSequential is rebound alternative by
 // alternative (DynamicResidual's body too): it trains as the Sequential of
 // the same layers under the same policy, bit for bit, serially and at dp = 2.
-// A chain with an initializer hook (which takes the fp32 variant) is refused.
+// Its initializer hook, which takes the fp32 variant, is kept: it writes
+// into the rebound layers through the fp32 layers on the same views. A
+// chain with a hook and a layer that does not convert back is refused.
 namespace {
 template <class M>
 void bf16_dynamic_case() {
@@ -146,10 +148,33 @@ void bf16_dynamic_case() {
     if (n == 2)
       CHECK(train<Dynamic, Bf16>(MPI_COMM_WORLD, make_dynamic(), {2, 1, 1}) ==
             train<Static, Bf16>(MPI_COMM_WORLD, make_static(), {2, 1, 1}));
-    Dynamic hooked = make_dynamic();
-    hooked.set_initializer([](std::size_t, Dynamic::layer_variant&) {});
-    CHECK_THROWS_WITH(telar::with_precision<P>(hooked),
-                      Catch::Matchers::ContainsSubstring("initializer hook"));
+    Dynamic hooked = make_dynamic(); // layer k's parameters all k + 1 (the residual's body too)
+    hooked.set_initializer([](std::size_t k, Dynamic::layer_variant& v) {
+      std::visit(
+          [&](auto& l) {
+            if constexpr (telar::layer_traits<std::decay_t<decltype(l)>>::has_parameters)
+              l.parameters(
+                  [&](char const*, auto& value, auto&) { Kokkos::deep_copy(value, T(k + 1)); });
+          },
+          v);
+    });
+    auto rebound = telar::with_precision<P>(hooked);
+    rebound.build(telar::Shape{10});
+    rebound.initialize(1);
+    std::size_t checked = 0;
+    rebound.parameters([&](char const* name, auto& value, auto&) {
+      auto const h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, value);
+      T const want = T(std::stoi(name) + 1); // "<k>.<name>"
+      for (std::size_t i = 0; i < h.size(); ++i)
+        checked += h.data()[i] == want;
+    });
+    CHECK(checked == rebound.parameter_count());
+    using Nested = telar::DynamicSequential<std::variant<D, telar::Sequential<D, telar::ReLU<T>>>>;
+    Nested nested;
+    nested.push_back(telar::Sequential<D, telar::ReLU<T>>(D(4, 4), {}));
+    nested.set_initializer([](std::size_t, Nested::layer_variant&) {});
+    CHECK_THROWS_WITH(telar::with_precision<P>(nested),
+                      Catch::Matchers::ContainsSubstring("no converting constructor back"));
   }
 }
 } // namespace

@@ -7,6 +7,7 @@
 #include <telar/onnx/export.hpp>
 #include <telar/onnx/import.hpp>
 #include <telar/optim/sgd.hpp>
+#include <telar/parallel/precision.hpp>
 #include <telar/train/trainer.hpp>
 
 #include <catch2/catch_test_macros.hpp>
@@ -22,6 +23,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #ifndef TELAR_ONNX_FIXTURES
@@ -626,6 +628,89 @@ TEST_CASE("ONNX import: graphs become DynamicGraph layers between chain layers",
     CHECK(graphs(imp) == (std::string(file) == "batchnorm.onnx" ? 0 : 1));
     imp.model.build(imp.input_shape);
     imp.model.initialize(0);
+  }
+}
+
+namespace {
+
+// An imported model's parameters by name (after initialize: the file's).
+template <class M>
+std::map<std::string, std::vector<float>> parameter_values(M& model) {
+  std::map<std::string, std::vector<float>> out;
+  model.parameters([&](char const* name, auto& value, auto&) {
+    auto const h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, value);
+    out[name] = std::vector<float>(h.data(), h.data() + h.size());
+  });
+  return out;
+}
+
+template <class L>
+struct is_graph : std::false_type {};
+template <class V>
+struct is_graph<telar::DynamicGraph<V>> : std::true_type {};
+
+// Layers of an imported model that multiply, in the chain and in its graphs:
+// {fp32, bf16} (Dense, Megatron pairs, convolutions).
+template <class M>
+std::pair<int, int> multiplying_layers(M const& model) {
+  std::pair<int, int> n{0, 0};
+  auto count = [&](auto const& self, auto const& l) -> void {
+    using L = std::decay_t<decltype(l)>;
+    if constexpr (is_graph<L>::value)
+      l.for_each_layer([&](auto, auto const& inner) { self(self, inner); });
+    else if constexpr (telar::detail::computes_bf16_v<L>)
+      ++n.second;
+    else if constexpr (telar::detail::computes_bf16_v<telar::detail::bf16_rebind_t<L>>)
+      ++n.first;
+  };
+  model.for_each_layer([&](auto, auto const& l) { count(count, l); });
+  return n;
+}
+
+} // namespace
+
+// Under Precision<bf16, float> an imported model is rebound as a
+// compile-time one (what onnx_train --precision bf16 trains): every Dense,
+// Megatron pair and convolution, in the chain and inside its graphs, runs
+// Bf16Gemm / OneDnnConvBf16; the import's initializer hook survives the
+// rebind, so it starts from the file's values, bit for bit; its outputs are
+// PyTorch's within bf16's rounding, and not fp32's (bf16 ran).
+TEST_CASE("ONNX import under Precision<bf16, float>: bf16 layers from the file's values",
+          "[onnx][bf16]") {
+  using P = telar::Precision<telar::bf16, float>;
+  if constexpr (!telar::Bf16Gemm::supports<float, telar::DefaultMemorySpace>()) {
+    SKIP("bf16 compute is oneDNN's, on float layers in host memory: not in this memory space");
+  } else {
+    if (!telar::bf16_available())
+      SKIP("no AVX512-BF16 or AMX here: bf16 is refused, not emulated");
+    Manifest const mf = manifest();
+    // cnn: convolutions and Dense; resmlp: a residual graph; encoder:
+    // attention's projections in a graph (its MatMul joins stay fp32).
+    for (std::string const& name : {"cnn", "resmlp", "encoder"})
+      for (bool tp : {false, true}) {
+        INFO(name << (tp ? " with Megatron pairs" : ""));
+        telar::onnx::ImportOptions io;
+        io.tensor_parallel = tp;
+        Imported imp = telar::onnx::import_model<float>(fixture(name + ".onnx"), io);
+        auto bf = telar::with_precision<P>(imp.model);
+        auto const [fp32_layers, bf16_layers] = multiplying_layers(bf);
+        CHECK(fp32_layers == 0);
+        CHECK(bf16_layers == multiplying_layers(imp.model).first);
+        CHECK(bf16_layers >= 2);
+        imp.model.build(imp.input_shape);
+        imp.model.initialize(0);
+        bf.build(imp.input_shape);
+        bf.initialize(0);
+        CHECK(parameter_values(bf) == parameter_values(imp.model));
+        auto const x = to_matrix(read_bin<float>(name + "_x.bin"), mf.n);
+        auto const want = read_bin<float>(name + "_y.bin");
+        double const err = rel_err(to_vector(telar::onnx::predict(bf, x)), want);
+        double const fp32 = rel_err(to_vector(telar::onnx::predict(imp.model, x)), want);
+        INFO("relative error: bf16 " << err << ", fp32 " << fp32);
+        report(name + " bf16 forward", err);
+        CHECK(err <= 3e-2);
+        CHECK(err > 10 * fp32);
+      }
   }
 }
 

@@ -88,6 +88,8 @@ class DynamicGraph : public detail::LayerWalk<DynamicGraph<Variant>>,
   friend class detail::GraphUnit<Variant>;
   friend class detail::LayerWalk<DynamicGraph>;
   friend class detail::TensorParallelNames<DynamicGraph>;
+  template <class>
+  friend class DynamicGraph; // the converting constructor reads another variant's graph
   static_assert(detail::check_variant_layers<Variant>::value);
   using First = std::variant_alternative_t<0, Variant>;
   using Op = detail::GraphOp;
@@ -122,6 +124,17 @@ public:
 
   /*! \brief An empty graph. \param input name of the input tensor */
   explicit DynamicGraph(std::string input = "input") { topo_.set_input(std::move(input)); }
+  /*! \brief Graph \p g (nodes, tensors, recomputed range, shapes) over
+   *  another layer variant, each layer node's layer \p convert(layer): what
+   *  telar::Precision's rebind makes of a graph. No initializer hook: \p g's
+   *  takes its own variant (the rebind converts it too).
+   *  \param g the graph \param convert maps a V2 const& to a Variant */
+  template <class V2, class Convert>
+  DynamicGraph(DynamicGraph<V2> const& g, Convert&& convert)
+      : topo_(g.topo_), shapes_(g.shapes_), recomputed_(g.recomputed_) {
+    for (auto const& l : g.layers_)
+      layers_.push_back(l ? std::optional<Variant>(convert(*l)) : std::nullopt);
+  }
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "DynamicGraph"; }
@@ -244,6 +257,8 @@ public:
   /*! \brief Runs \p f(name, layer) after each node's initialize (starting
    *  values). \param f the hook */
   void set_initializer(initializer f) { init_ = std::move(f); }
+  /*! \brief The initializer hook (empty if none). */
+  initializer const& initializer_hook() const { return init_; }
 
   /*! \brief Calls f(node index, layer) for each layer node, in the order they
    *  were added, with the concrete layer type (joins are skipped).

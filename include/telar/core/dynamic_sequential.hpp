@@ -134,6 +134,8 @@ public:
   void set_initializer(initializer f) { init_ = std::move(f); }
   /*! \brief Whether an initializer hook is set. */
   bool has_initializer() const { return bool(init_); }
+  /*! \brief The initializer hook (empty if none). */
+  initializer const& initializer_hook() const { return init_; }
 
   /*! \brief Per-sample shapes along the chain (see Sequential::shapes).
    *  \param in per-sample shape of the input

@@ -10,13 +10,14 @@
  *  \endcode
  *  Under Precision<bf16, float> every telar::Dense, Conv2D/3D,
  *  ConvTranspose2D/3D and CausalSelfAttention of the model, inside
- *  Sequential, Residual, Concat/Add/Mul, DenseConcat, Recompute and the
- *  tensor-parallel wrappers, multiplies through telar::Bf16Gemm and
- *  telar::OneDnnConvBf16; parameters, gradients, optimizer state, norms,
- *  softmax and losses stay float (docs/precision.md). Other layers are kept
- *  as they are. A layer that cannot multiply in bf16 (double, device memory,
- *  a model whose layers are chosen at run time) is a compile error that
- *  starts with "telar::Precision".
+ *  Sequential, Residual, Concat/Add/Mul, DenseConcat, Recompute, the
+ *  tensor-parallel wrappers and the run-time containers (DynamicSequential,
+ *  DynamicResidual, DynamicGraph: an ONNX import), multiplies through
+ *  telar::Bf16Gemm and telar::OneDnnConvBf16; parameters, gradients,
+ *  optimizer state, norms, softmax and losses stay float (docs/precision.md).
+ *  Other layers are kept as they are. A layer that cannot multiply in bf16
+ *  (double, device memory, a GraphChain, whose units are chosen at run time)
+ *  is a compile error that starts with "telar::Precision".
  */
 #include <telar/core/detail/type_traits.hpp>
 #include <telar/core/error.hpp>
@@ -24,6 +25,8 @@
 #include <telar/core/sequential.hpp>
 #include <telar/parallel/strategy.hpp>
 
+#include <functional>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -59,6 +62,8 @@ template <class Variant>
 class DynamicSequential;
 template <class Variant>
 class DynamicResidual;
+template <class Variant>
+class DynamicGraph;
 template <class Variant>
 class GraphChain;
 struct OneDnnConvBf16;
@@ -185,37 +190,116 @@ struct bf16_rebind<DenseConcat<Ls...>> {
     return std::apply([](auto const&... l) { return type(bf16_convert(l)...); }, d.body().layers());
   }
 };
-// A run-time chain: the variant of its alternatives' rebinds (the k-th
-// alternative becomes the k-th), each layer converted as its alternative.
-// Its initializer hook takes the fp32 variant, so a chain with one is
-// refused (at run time: whether it has one is not in its type).
+// Layer L again from its rebind, on the same parameter and buffer views
+// (every converting constructor shares them): what a hook that takes the
+// fp32 layer sees of a rebound one.
+template <class L>
+struct bf16_back {
+  static constexpr bool ok = std::is_constructible_v<L, bf16_rebind_t<L> const&>;
+  static L convert(bf16_rebind_t<L> const& l) { return L(l); }
+};
+
+// A layer variant of run-time containers: the variant of its alternatives'
+// rebinds (the k-th alternative becomes the k-th), each layer converted as
+// its alternative; back(w): the fp32 variant on the same views (bf16_back).
+template <class V>
+struct bf16_rebind_variant;
 template <class... Ls>
-struct bf16_rebind<DynamicSequential<std::variant<Ls...>>> {
-  using variant = std::variant<bf16_rebind_t<Ls>...>;
-  using type = DynamicSequential<variant>;
-  static type convert(DynamicSequential<std::variant<Ls...>> const& d) {
-    if (d.has_initializer())
-      throw Error("telar::Precision<telar::bf16, float>: a telar::DynamicSequential with an "
-                  "initializer hook (set_initializer) cannot be rebound, the hook takes its fp32 "
-                  "layer variant; put telar::Bf16Gemm / telar::OneDnnConvBf16 in the layer types "
-                  "of its variant instead");
-    type out;
-    for (std::size_t k = 0; k < d.layer_count(); ++k)
-      out.push_back(layer(d.layer(k)));
-    return out;
-  }
+struct bf16_rebind_variant<std::variant<Ls...>> {
+  using type = std::variant<bf16_rebind_t<Ls>...>;
+  static constexpr bool reversible = (bf16_back<Ls>::ok && ...);
+
   template <std::size_t I = 0>
-  static variant layer(std::variant<Ls...> const& v) {
+  static type convert(std::variant<Ls...> const& v) {
     if constexpr (I + 1 < sizeof...(Ls))
       if (v.index() != I)
-        return layer<I + 1>(v);
-    return variant(std::in_place_index<I>, bf16_convert(std::get<I>(v)));
+        return convert<I + 1>(v);
+    return type(std::in_place_index<I>, bf16_convert(std::get<I>(v)));
+  }
+  template <std::size_t I = 0>
+  static std::variant<Ls...> back(type const& w) {
+    if constexpr (I + 1 < sizeof...(Ls))
+      if (w.index() != I)
+        return back<I + 1>(w);
+    using L = std::variant_alternative_t<I, std::variant<Ls...>>;
+    return std::variant<Ls...>(std::in_place_index<I>, bf16_back<L>::convert(std::get<I>(w)));
+  }
+  // A container's initializer hook f(key, fp32 layer) as one on the rebound
+  // layer: it writes (e.g. an ONNX import's start values) through the views
+  // the two share. A variant with a layer that does not convert back is
+  // refused (the hook would write into a copy).
+  template <class Key>
+  static std::function<void(Key, type&)> hook(std::function<void(Key, std::variant<Ls...>&)> f,
+                                              char const* container) {
+    if (!f)
+      return {};
+    if constexpr (reversible) {
+      return [f = std::move(f)](Key k, type& w) {
+        std::variant<Ls...> v = back(w);
+        f(k, v);
+      };
+    } else {
+      throw Error(std::string("telar::Precision<telar::bf16, float>: a telar::") + container +
+                  " with an initializer hook (set_initializer) cannot be rebound, the hook takes "
+                  "its fp32 layer variant and a layer of it has no converting constructor back "
+                  "from its bf16 type; put telar::Bf16Gemm / telar::OneDnnConvBf16 in the layer "
+                  "types of its variant instead");
+    }
+  }
+};
+
+// A run-time chain: its layers rebound, its hook kept (bf16_rebind_variant).
+template <class V>
+struct bf16_rebind<DynamicSequential<V>> {
+  using variant = typename bf16_rebind_variant<V>::type;
+  using type = DynamicSequential<variant>;
+  static type convert(DynamicSequential<V> const& d) {
+    type out;
+    for (std::size_t k = 0; k < d.layer_count(); ++k)
+      out.push_back(bf16_rebind_variant<V>::convert(d.layer(k)));
+    out.set_initializer(bf16_rebind_variant<V>::hook(d.initializer_hook(), "DynamicSequential"));
+    return out;
+  }
+};
+template <class V>
+struct bf16_back<DynamicSequential<V>> {
+  static constexpr bool ok = bf16_rebind_variant<V>::reversible;
+  static DynamicSequential<V> convert(bf16_rebind_t<DynamicSequential<V>> const& d) {
+    DynamicSequential<V> out;
+    for (std::size_t k = 0; k < d.layer_count(); ++k)
+      out.push_back(bf16_rebind_variant<V>::back(d.layer(k)));
+    return out;
   }
 };
 template <class V>
 struct bf16_rebind<DynamicResidual<V>> {
-  using type = DynamicResidual<typename bf16_rebind<DynamicSequential<V>>::variant>;
+  using type = DynamicResidual<typename bf16_rebind_variant<V>::type>;
   static type convert(DynamicResidual<V> const& r) { return type(bf16_convert(r.body())); }
+};
+template <class V>
+struct bf16_back<DynamicResidual<V>> {
+  static constexpr bool ok = bf16_rebind_variant<V>::reversible;
+  static DynamicResidual<V> convert(bf16_rebind_t<DynamicResidual<V>> const& r) {
+    return DynamicResidual<V>(bf16_back<DynamicSequential<V>>::convert(r.body()));
+  }
+};
+// A run-time graph: the same nodes and tensors, its layers rebound, its hook
+// kept; its joins (Add, Concat, Mul, Sub, Div, batched MatMul) stay fp32.
+template <class V>
+struct bf16_rebind<DynamicGraph<V>> {
+  using type = DynamicGraph<typename bf16_rebind_variant<V>::type>;
+  static type convert(DynamicGraph<V> const& g) {
+    type out(g, [](V const& l) { return bf16_rebind_variant<V>::convert(l); });
+    out.set_initializer(bf16_rebind_variant<V>::hook(g.initializer_hook(), "DynamicGraph"));
+    return out;
+  }
+};
+template <class V>
+struct bf16_back<DynamicGraph<V>> {
+  static constexpr bool ok = bf16_rebind_variant<V>::reversible;
+  static DynamicGraph<V> convert(bf16_rebind_t<DynamicGraph<V>> const& g) {
+    return DynamicGraph<V>(g, [](auto const& w) { return bf16_rebind_variant<V>::back(w); });
+  }
 };
 template <class V>
 struct bf16_rebind<GraphChain<V>> {
@@ -252,6 +336,9 @@ template <class L>
 struct computes_bf16<Recompute<L>> : computes_bf16<L> {};
 template <class L>
 inline constexpr bool computes_bf16_v = computes_bf16<L>::value;
+template <class... Ls> // a run-time graph that has a bf16 layer alternative
+struct computes_bf16<DynamicGraph<std::variant<Ls...>>>
+    : std::bool_constant<(computes_bf16_v<Ls> || ...)> {};
 
 // The model a Trainer runs under precision P.
 template <class Model, class P>
