@@ -112,6 +112,15 @@ public:
 
   /*! \brief An empty chain; add layers with push_back. */
   DynamicSequential() = default;
+  /*! \brief Chain \p d over another layer variant, each layer
+   *  \p convert(layer): what telar::Precision's rebind makes of a chain. No
+   *  initializer hook: \p d's takes its own variant (the rebind converts it
+   *  too). \param d the chain \param convert maps a V2 const& to a Variant */
+  template <class V2, class Convert>
+  DynamicSequential(DynamicSequential<V2> const& d, Convert&& convert) {
+    for (std::size_t k = 0; k < d.layer_count(); ++k)
+      layers_.push_back(convert(d.layer(k)));
+  }
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "DynamicSequential"; }

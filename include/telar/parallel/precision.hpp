@@ -248,29 +248,33 @@ struct bf16_rebind_variant<std::variant<Ls...>> {
   }
 };
 
-// A run-time chain: its layers rebound, its hook kept (bf16_rebind_variant).
-template <class V>
-struct bf16_rebind<DynamicSequential<V>> {
-  using variant = typename bf16_rebind_variant<V>::type;
-  using type = DynamicSequential<variant>;
-  static type convert(DynamicSequential<V> const& d) {
-    type out;
-    for (std::size_t k = 0; k < d.layer_count(); ++k)
-      out.push_back(bf16_rebind_variant<V>::convert(d.layer(k)));
-    out.set_initializer(bf16_rebind_variant<V>::hook(d.initializer_hook(), "DynamicSequential"));
+// A run-time container C<V> (DynamicSequential, or DynamicGraph: the same
+// nodes and tensors; its joins stay fp32): its layers rebound, its hook kept.
+template <template <class> class C, class V>
+struct bf16_rebind_container {
+  using type = C<typename bf16_rebind_variant<V>::type>;
+  static type convert(C<V> const& c) {
+    type out(c, [](V const& l) { return bf16_rebind_variant<V>::convert(l); });
+    out.set_initializer(bf16_rebind_variant<V>::hook(c.initializer_hook(), type::name()));
     return out;
   }
 };
-template <class V>
-struct bf16_back<DynamicSequential<V>> {
+// ... and back, on the same views (what a hook of an enclosing container sees).
+template <template <class> class C, class V>
+struct bf16_back_container {
   static constexpr bool ok = bf16_rebind_variant<V>::reversible;
-  static DynamicSequential<V> convert(bf16_rebind_t<DynamicSequential<V>> const& d) {
-    DynamicSequential<V> out;
-    for (std::size_t k = 0; k < d.layer_count(); ++k)
-      out.push_back(bf16_rebind_variant<V>::back(d.layer(k)));
-    return out;
+  static C<V> convert(typename bf16_rebind_container<C, V>::type const& c) {
+    return C<V>(c, [](auto const& w) { return bf16_rebind_variant<V>::back(w); });
   }
 };
+template <class V>
+struct bf16_rebind<DynamicSequential<V>> : bf16_rebind_container<DynamicSequential, V> {};
+template <class V>
+struct bf16_back<DynamicSequential<V>> : bf16_back_container<DynamicSequential, V> {};
+template <class V>
+struct bf16_rebind<DynamicGraph<V>> : bf16_rebind_container<DynamicGraph, V> {};
+template <class V>
+struct bf16_back<DynamicGraph<V>> : bf16_back_container<DynamicGraph, V> {};
 template <class V>
 struct bf16_rebind<DynamicResidual<V>> {
   using type = DynamicResidual<typename bf16_rebind_variant<V>::type>;
@@ -281,24 +285,6 @@ struct bf16_back<DynamicResidual<V>> {
   static constexpr bool ok = bf16_rebind_variant<V>::reversible;
   static DynamicResidual<V> convert(bf16_rebind_t<DynamicResidual<V>> const& r) {
     return DynamicResidual<V>(bf16_back<DynamicSequential<V>>::convert(r.body()));
-  }
-};
-// A run-time graph: the same nodes and tensors, its layers rebound, its hook
-// kept; its joins (Add, Concat, Mul, Sub, Div, batched MatMul) stay fp32.
-template <class V>
-struct bf16_rebind<DynamicGraph<V>> {
-  using type = DynamicGraph<typename bf16_rebind_variant<V>::type>;
-  static type convert(DynamicGraph<V> const& g) {
-    type out(g, [](V const& l) { return bf16_rebind_variant<V>::convert(l); });
-    out.set_initializer(bf16_rebind_variant<V>::hook(g.initializer_hook(), "DynamicGraph"));
-    return out;
-  }
-};
-template <class V>
-struct bf16_back<DynamicGraph<V>> {
-  static constexpr bool ok = bf16_rebind_variant<V>::reversible;
-  static DynamicGraph<V> convert(bf16_rebind_t<DynamicGraph<V>> const& g) {
-    return DynamicGraph<V>(g, [](auto const& w) { return bf16_rebind_variant<V>::back(w); });
   }
 };
 template <class V>
