@@ -1,7 +1,9 @@
 // ONNX import/export against PyTorch's own exporter (fixtures from
 // make_models.py): forward output and SGD training match PyTorch, the export
-// reloads in PyTorch (check_export.py), dp2 / pp2 / tp2 equal serial, and
-// files outside the subset are refused with a message naming the problem.
+// reloads in PyTorch (check_export.py), dp2 / pp2 / tp2 equal serial, an
+// import under Precision<bf16, float> runs bf16 layers from the file's
+// values, and files outside the subset are refused with a message naming
+// the problem.
 #include "support.hpp"
 
 #include <telar/onnx/export.hpp>
