@@ -85,6 +85,13 @@ struct Shape {
 };
 
 namespace detail {
+// A layer call's checks, one message for every built-in: build() ran, and x
+// [xn, xf] -> y [yn, yf] is [n, in] -> [n, out]. `where` names the call
+// ("telar::Softmax::forward").
+TELAR_DECL void check_layer_call(std::string const& where, bool built, std::size_t in,
+                                 std::size_t out, std::size_t xn, std::size_t xf, std::size_t yn,
+                                 std::size_t yf);
+
 template <class T, int Rank>
 struct add_pointers {
   using type = typename add_pointers<T*, Rank - 1>::type;

@@ -301,15 +301,9 @@ inline void conv_check_call(char const* layer, char const* what, bool built, boo
                             std::size_t in, std::size_t out, std::size_t xn, std::size_t xf,
                             std::size_t yn, std::size_t yf) {
   std::string const where = std::string("telar::") + layer + "::" + what;
-  if (!built)
-    throw Error(where + ": call build(input shape) first (telar::Sequential does)");
-  if (!initialised)
+  if (built && !initialised)
     throw Error(where + ": layer not initialised");
-  if (xn != yn || xf != in || yf != out)
-    throw ShapeError(where + ": expected [n, " + std::to_string(in) + "] -> [n, " +
-                     std::to_string(out) + "], got [" + std::to_string(xn) + ", " +
-                     std::to_string(xf) + "] -> [" + std::to_string(yn) + ", " +
-                     std::to_string(yf) + "]");
+  check_layer_call(where, built, in, out, xn, xf, yn, yf);
 }
 
 // The arithmetic of one convolution of geometry g with weights W [Co, C/G *

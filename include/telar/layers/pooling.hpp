@@ -448,15 +448,8 @@ protected:
   }
   void check(char const* name, char const* what, std::size_t xn, std::size_t xf, std::size_t yn,
              std::size_t yf) const {
-    if (!built_)
-      throw Error(std::string("telar::") + name + "::" + what +
-                  ": call build(input shape) first (telar::Sequential does)");
-    std::size_t const in = g_.C * g_.in_plane(), out = g_.C * g_.out_plane();
-    if (xn != yn || xf != in || yf != out)
-      throw ShapeError(std::string("telar::") + name + "::" + what + ": expected [n, " +
-                       std::to_string(in) + "] -> [n, " + std::to_string(out) + "], got [" +
-                       std::to_string(xn) + ", " + std::to_string(xf) + "] -> [" +
-                       std::to_string(yn) + ", " + std::to_string(yf) + "]");
+    check_layer_call(std::string("telar::") + name + "::" + what, built_, g_.C * g_.in_plane(),
+                     g_.C * g_.out_plane(), xn, xf, yn, yf);
   }
 
   PoolSettings o_{};

@@ -154,15 +154,9 @@ private:
   }
   void check(char const* what, std::size_t xn, std::size_t xf, std::size_t yn,
              std::size_t yf) const {
-    if (!built_)
-      throw Error(std::string("telar::Softmax::") + what +
-                  ": call build(input shape) first (telar::Sequential does)");
     std::size_t const size = g_.outer * g_.len * g_.inner;
-    if (xn != yn || xf != size || yf != size)
-      throw ShapeError(std::string("telar::Softmax::") + what + ": expected [n, " +
-                       std::to_string(size) + "] -> [n, " + std::to_string(size) + "], got [" +
-                       std::to_string(xn) + ", " + std::to_string(xf) + "] -> [" +
-                       std::to_string(yn) + ", " + std::to_string(yf) + "]");
+    detail::check_layer_call(std::string("telar::Softmax::") + what, built_, size, size, xn, xf, yn,
+                             yf);
   }
 
   int axis_ = -1;

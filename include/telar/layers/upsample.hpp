@@ -356,15 +356,8 @@ private:
   }
   void check(char const* what, std::size_t xn, std::size_t xf, std::size_t yn,
              std::size_t yf) const {
-    if (!built_)
-      throw Error(std::string("telar::Upsample::") + what +
-                  ": call build(input shape) first (telar::Sequential does)");
-    std::size_t const in = channels_ * t_.in_plane(), out = channels_ * t_.out_plane();
-    if (xn != yn || xf != in || yf != out)
-      throw ShapeError(std::string("telar::Upsample::") + what + ": expected [n, " +
-                       std::to_string(in) + "] -> [n, " + std::to_string(out) + "], got [" +
-                       std::to_string(xn) + ", " + std::to_string(xf) + "] -> [" +
-                       std::to_string(yn) + ", " + std::to_string(yf) + "]");
+    detail::check_layer_call(std::string("telar::Upsample::") + what, built_,
+                             channels_ * t_.in_plane(), channels_ * t_.out_plane(), xn, xf, yn, yf);
   }
 
   std::vector<std::size_t> scale_, size_;

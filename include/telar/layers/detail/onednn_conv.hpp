@@ -135,10 +135,7 @@ public:
     if (b)
       e.f_bias.in(s, b);
     e.f_dst.out(y);
-    count_library_call("telar::conv::onednn");
-    e.fwd.execute(s, e.f_args);
-    e.f_dst.finish(s);
-    s.wait();
+    run(s, e.fwd, e.f_args, e.f_dst);
   }
 
   // dx = conv^T(dy) (overwritten); `call` as in forward.
@@ -153,10 +150,7 @@ public:
         input(s, e.d_ddst, e.d_ddst_held, e.w_ddst, e.w_ddst_held, call, dy);
     e.d_wei.in(s, w);
     e.d_dsrc.out(dx);
-    count_library_call("telar::conv::onednn");
-    e.bwd_data.execute(s, e.d_args);
-    e.d_dsrc.finish(s);
-    s.wait();
+    run(s, e.bwd_data, e.d_args, e.d_dsrc);
   }
 
   // dw += dL/dW, db += dL/db (db may be null: no bias); `call` as in forward.
@@ -194,6 +188,15 @@ public:
   std::size_t reused() const { return reused_; }
 
 private:
+  // Runs a primitive and brings its output into the caller's buffer.
+  template <class Primitive, class Args>
+  static void run(dnnl::stream& s, Primitive& p, Args& args, OneDnnPort& out) {
+    count_library_call("telar::conv::onednn");
+    p.execute(s, args);
+    out.finish(s);
+    s.wait();
+  }
+
   struct Entry {
     OneDnnConvShape sh;
     std::size_t n = 0;
@@ -228,6 +231,12 @@ private:
       return dnnl::memory::desc(d, input ? compute : dt::f32, blocked ? tag::any : t);
     }
 
+    // The bf16 kernel oneDNN picked, for the run's summary (fp32: nothing).
+    template <class PrimitiveDesc>
+    void note_bf16(char const* what, PrimitiveDesc const& pd) const {
+      if (compute == dt::bf16)
+        onednn_note_bf16_impl(what + std::string(pd.impl_info_str()));
+    }
     void make_fwd_pd() {
       if (has_fwd_pd)
         return;
@@ -247,8 +256,7 @@ private:
         return;
       make_fwd_pd();
       fwd = dnnl::convolution_forward(fpd);
-      if (compute == dt::bf16)
-        onednn_note_bf16_impl(std::string("conv_fwd:") + fpd.impl_info_str());
+      note_bf16("conv_fwd:", fpd);
       f_src.init(plain(sh.src, sh.act), fpd.src_desc(), true);
       f_wei.init(plain(sh.wei, sh.wt), fpd.weights_desc(), true);
       if (bias)
@@ -275,8 +283,7 @@ private:
           fpd, pick(sh.src, sh.act, false), pick(sh.wei, sh.wt, true), pick(sh.dst, sh.act, true),
           sh.strides, sh.dilates, sh.pad_l, sh.pad_r);
       bwd_data = dnnl::convolution_backward_data(pd);
-      if (compute == dt::bf16)
-        onednn_note_bf16_impl(std::string("conv_bwd_data:") + pd.impl_info_str());
+      note_bf16("conv_bwd_data:", pd);
       d_ddst.init(plain(sh.dst, sh.act), pd.diff_dst_desc(), true);
       d_wei.init(plain(sh.wei, sh.wt), pd.weights_desc(), true);
       d_dsrc.init(plain(sh.src, sh.act), pd.diff_src_desc(), false);
@@ -297,8 +304,7 @@ private:
                            : conv_backward_pd<W>(fpd, src, wei, dst, sh.strides, sh.dilates,
                                                  sh.pad_l, sh.pad_r);
       bwd_weights = dnnl::convolution_backward_weights(pd);
-      if (compute == dt::bf16)
-        onednn_note_bf16_impl(std::string("conv_bwd_weights:") + pd.impl_info_str());
+      note_bf16("conv_bwd_weights:", pd);
       w_src.init(plain(sh.src, sh.act), pd.src_desc(), true);
       w_ddst.init(plain(sh.dst, sh.act), pd.diff_dst_desc(), true);
       w_dwei.init(plain(sh.wei, sh.wt), pd.diff_weights_desc(), false);
