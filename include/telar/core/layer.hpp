@@ -490,6 +490,23 @@ std::size_t workspace_bytes_of(L const& layer, std::size_t samples, Shape const&
     return (void)layer, (void)samples, (void)in, 0;
 }
 
+// For wrappers passing a layer's optional members through: draws l's
+// parameters from `seed`, visits them with f; nothing where l has none.
+template <class L>
+void initialize_layer(L& l, std::uint64_t seed) {
+  if constexpr (layer_traits<L>::has_initialize)
+    l.initialize(seed);
+  else
+    (void)l, (void)seed;
+}
+template <class L, class F>
+void visit_parameters(L& l, F&& f) {
+  if constexpr (layer_traits<L>::has_parameters)
+    l.parameters(std::forward<F>(f));
+  else
+    (void)l, (void)f;
+}
+
 // Checked where a layer enters the API (telar::Sequential): one message per
 // missing piece, naming the API and what to add.
 template <class L>

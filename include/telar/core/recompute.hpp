@@ -301,10 +301,7 @@ public:
       layer_.build(in);
   }
   /*! \brief Initialises L (if it has initialize()). \param seed stream seed */
-  void initialize(std::uint64_t seed) {
-    if constexpr (Traits::has_initialize)
-      layer_.initialize(seed);
-  }
+  void initialize(std::uint64_t seed) { detail::initialize_layer(layer_, seed); }
   /*! \brief L's parameter count (0 if it has none). */
   std::size_t parameter_count() const { return detail::parameter_count_of(layer_); }
   /*! \brief Per micro-batch only the checkpoint (a view) is kept: 0. */

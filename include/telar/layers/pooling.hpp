@@ -458,9 +458,9 @@ protected:
 };
 
 // MaxPool's and AvgPool's members over PoolBase that need the layer's
-// name() (CRTP): shapes, builds and the window count.
-template <class Derived, int Dims>
-class PoolLayer : protected PoolBase<Dims> {
+// name() (CRTP): types, shapes, builds, the window count and the checks.
+template <class Derived, int Dims, class T, class MemorySpace>
+class PoolLayer : protected PoolBase<Dims>, public LayerTypes<T, MemorySpace> {
   using Base = PoolBase<Dims>;
   static constexpr char const* name() { return Derived::name(); }
 
@@ -496,6 +496,13 @@ public:
    *  \param in input shape */
   double flops(std::size_t samples, Shape const& in) const {
     return this->window_flops(samples, this->geometry(in, name()));
+  }
+
+protected:
+  // A call's matrices: `in` [n, input size], `out` [n, output size].
+  template <class In, class Out>
+  void check_call(char const* what, In const& in, Out const& out) const {
+    this->check(name(), what, in.extent(0), in.extent(1), out.extent(0), out.extent(1));
   }
 };
 
@@ -571,14 +578,10 @@ void ensure_index_matrix(Kokkos::View<int**, Kokkos::LayoutRight, MemorySpace>& 
  *  \tparam Dims spatial dimensions (2 or 3) \tparam T value type
  *  \tparam MemorySpace memory space */
 template <int Dims, class T = float, class MemorySpace = DefaultMemorySpace>
-class MaxPool : public detail::PoolLayer<MaxPool<Dims, T, MemorySpace>, Dims> {
-  using Base = detail::PoolLayer<MaxPool, Dims>;
+class MaxPool : public detail::PoolLayer<MaxPool<Dims, T, MemorySpace>, Dims, T, MemorySpace> {
+  using Base = detail::PoolLayer<MaxPool, Dims, T, MemorySpace>;
 
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of activations. */
-  using memory_space = MemorySpace;
   /*! \brief Position ((d H + h) W + w within its channel) of each output's maximum. */
   struct saved_type {
     Kokkos::View<int**, Kokkos::LayoutRight, MemorySpace> argmax; //!< [n, output size]
@@ -605,7 +608,7 @@ public:
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
                saved_type& saved) const {
-    this->check(name(), "forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
+    this->check_call("forward", x, y);
     detail::ensure_index_matrix(saved.argmax, y.extent(0), y.extent(1), "telar::MaxPool::argmax");
     detail::maxpool_forward<Dims>(exec, this->g_, x, y, saved.argmax);
   }
@@ -614,7 +617,7 @@ public:
   template <class Exec>
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
                       saved_type const& saved) const {
-    this->check(name(), "backward_input", dx.extent(0), dx.extent(1), dy.extent(0), dy.extent(1));
+    this->check_call("backward_input", dx, dy);
     detail::maxpool_backward<Dims>(exec, this->g_, dy, dx, saved.argmax);
   }
 };
@@ -625,15 +628,10 @@ public:
  *  \tparam Dims spatial dimensions (2 or 3) \tparam T value type
  *  \tparam MemorySpace memory space */
 template <int Dims, class T = float, class MemorySpace = DefaultMemorySpace>
-class AvgPool : public detail::PoolLayer<AvgPool<Dims, T, MemorySpace>, Dims> {
-  using Base = detail::PoolLayer<AvgPool, Dims>;
+class AvgPool : public detail::PoolLayer<AvgPool<Dims, T, MemorySpace>, Dims, T, MemorySpace> {
+  using Base = detail::PoolLayer<AvgPool, Dims, T, MemorySpace>;
 
 public:
-  /*! \brief Scalar type. */
-  using value_type = T;
-  /*! \brief Memory space of activations. */
-  using memory_space = MemorySpace;
-
   /*! \brief 2-wide windows, stride 2. */
   AvgPool() = default;
   /*! \brief \param kernel window extent \param stride step (default: kernel)
@@ -655,7 +653,7 @@ public:
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
                NoSaved&) const {
-    this->check(name(), "forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
+    this->check_call("forward", x, y);
     detail::avgpool_forward<Dims>(exec, this->g_, x, y);
   }
   /*! \brief dx = dy spread evenly over each window. \param exec execution space instance
@@ -663,7 +661,7 @@ public:
   template <class Exec>
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
                       NoSaved const&) const {
-    this->check(name(), "backward_input", dx.extent(0), dx.extent(1), dy.extent(0), dy.extent(1));
+    this->check_call("backward_input", dx, dy);
     detail::avgpool_backward<Dims>(exec, this->g_, dy, dx);
   }
 };

@@ -4,6 +4,7 @@
  *  plan fits in the budget, ranked by the step time telar::predict_step
  *  predicts, with why the others were refused. */
 #include <telar/parallel/detail/planner_detail.hpp>
+#include <telar/parallel/detail/run_layout_detail.hpp>
 #include <telar/parallel/step_cost.hpp>
 
 #include <algorithm>
@@ -119,7 +120,7 @@ LayoutPlan plan_layout_as_given(Model const& model, LayoutOptions const& options
   if (options.batch_size == 0)
     throw Error("telar::plan_layout: LayoutOptions::batch_size must be set");
   std::size_t const budget = search.memory_budget;
-  int const stage = detail::planned_zero_stage<StrategyT>();
+  int const stage = detail::strategy_zero_stage<StrategyT>();
   bool const recompute = detail::recomputes_v<Model>;
   bool const tp_layers = search.tensor_parallel && detail::has_tensor_parallel_layers(model);
   LayoutPlan out;

@@ -151,16 +151,12 @@ public:
 
   /*! \brief Allocates and draws the parameters (the same \p seed on every
    *  rank of the group gives every rank the same weights). \param seed stream seed */
-  void initialize(std::uint64_t seed) {
-    if constexpr (layer_traits<Conv>::has_initialize)
-      layer.initialize(seed);
-  }
+  void initialize(std::uint64_t seed) { detail::initialize_layer(layer, seed); }
   /*! \brief Visits the layer's (name, value, gradient).
    *  \param f callable as f(char const*, View&, View&) */
   template <class F>
   void parameters(F&& f) {
-    if constexpr (layer_traits<Conv>::has_parameters)
-      layer.parameters(std::forward<F>(f));
+    detail::visit_parameters(layer, std::forward<F>(f));
   }
 
   /*! \brief y (this rank's output rows) = conv(x) over the input slab x and

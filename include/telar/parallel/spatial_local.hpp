@@ -100,16 +100,12 @@ public:
 
   /*! \brief Allocates and draws the parameters (the same \p seed on every
    *  rank gives every rank the same ones). \param seed stream seed */
-  void initialize(std::uint64_t seed) {
-    if constexpr (layer_traits<Layer>::has_initialize)
-      layer.initialize(seed);
-  }
+  void initialize(std::uint64_t seed) { detail::initialize_layer(layer, seed); }
   /*! \brief Visits the layer's (name, value, gradient).
    *  \param f callable as f(char const*, View&, View&) */
   template <class F>
   void parameters(F&& f) {
-    if constexpr (layer_traits<Layer>::has_parameters)
-      layer.parameters(std::forward<F>(f));
+    detail::visit_parameters(layer, std::forward<F>(f));
   }
 
   /*! \brief The layer's forward on the slab. \param exec execution space

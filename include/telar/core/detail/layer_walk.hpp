@@ -149,15 +149,6 @@ void build_layers(Model& m, std::vector<Shape> const& in) {
   });
 }
 
-// Draws l's parameters from \p seed if it has any to draw.
-template <class L>
-void initialize_layer(L& l, std::uint64_t seed) {
-  if constexpr (layer_traits<L>::has_initialize)
-    l.initialize(seed);
-  else
-    (void)l, (void)seed;
-}
-
 // Calls f(prefix + name, value, grad) for each parameter of l (nothing if it
 // has none): how blocks name their inner layers' parameters.
 template <class L, class F>

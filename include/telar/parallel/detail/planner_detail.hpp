@@ -18,15 +18,6 @@
 
 namespace telar::detail {
 
-// The sharding stage of a strategy type (0 without data parallelism).
-template <class StrategyT>
-constexpr int planned_zero_stage() {
-  if constexpr (StrategyT::has_data_parallel)
-    return StrategyT::data_parallel::sharding::stage;
-  else
-    return 0;
-}
-
 // Every top-level layer recomputed (telar::RecomputeAll).
 template <class Model>
 inline constexpr bool recomputes_v = false;

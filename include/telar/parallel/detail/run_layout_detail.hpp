@@ -24,6 +24,7 @@
 
 namespace telar::detail {
 
+// The sharding stage of a strategy type (0 without data parallelism).
 template <class StrategyT>
 constexpr int strategy_zero_stage() {
   if constexpr (StrategyT::has_data_parallel)

@@ -40,8 +40,7 @@ public:
   using Store = ParameterStore<T, MemorySpace>;
   using Vec = Vector<T, MemorySpace>;
 
-  GradientSync() = default;
-  explicit GradientSync(SyncContext const& ctx) : ctx_(ctx) {}
+  explicit GradientSync(SyncContext const& ctx = {}) : ctx_(ctx) {}
 
   template <class Model>
   void bind(Model& model, std::vector<bool> const& owned, Store& store) {

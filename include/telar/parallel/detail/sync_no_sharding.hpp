@@ -16,10 +16,8 @@ template <class T, class MemorySpace, class Algorithm>
 class GradientSync<NoSharding, T, MemorySpace, Algorithm> {
 public:
   using Store = ParameterStore<T, MemorySpace>;
-  using Vec = Vector<T, MemorySpace>;
 
-  GradientSync() = default;
-  explicit GradientSync(SyncContext const& ctx) : ctx_(ctx) {}
+  explicit GradientSync(SyncContext const& ctx = {}) : ctx_(ctx) {}
 
   template <class Model>
   void bind(Model& model, std::vector<bool> const& owned, Store& store) {
@@ -46,8 +44,8 @@ public:
 
   template <class Exec>
   void reduce(Exec const&, Store const&) {} // the buckets did it
-  Vec values(Store const& store) const { return store.values(); }
-  Vec grads(Store const& store) const { return store.grads(); }
+  auto values(Store const& store) const { return store.values(); }
+  auto grads(Store const& store) const { return store.grads(); }
   // Every data-parallel replica holds the same norms: sum over one replica.
   void sum_norms(double* v, std::size_t n) const { ctx_.sum_model_parallel(v, n); }
   template <class Exec>

@@ -20,10 +20,8 @@ template <ZeRO3Gather G, class T, class MemorySpace, class Algorithm>
 class GradientSync<ZeRO<1, G>, T, MemorySpace, Algorithm> {
 public:
   using Store = ParameterStore<T, MemorySpace>;
-  using Vec = Vector<T, MemorySpace>;
 
-  GradientSync() = default;
-  explicit GradientSync(SyncContext const& ctx) : ctx_(ctx) {}
+  explicit GradientSync(SyncContext const& ctx = {}) : ctx_(ctx) {}
 
   // With one data-parallel rank there is nothing to shard: as NoSharding.
   template <class Model>
@@ -63,10 +61,10 @@ public:
     if (ctx_.trace)
       ctx_.trace->add("reduce shard" + zero_.where(), "comm", t0, ctx_.trace->now(), 1);
   }
-  Vec values(Store const& store) const {
+  auto values(Store const& store) const {
     return zero_.active() ? zero_.values_shard(store) : store.values();
   }
-  Vec grads(Store const& store) const {
+  auto grads(Store const& store) const {
     return zero_.active() ? zero_.grads_shard(store) : store.grads();
   }
   // Shards are distinct on every rank of the world: norms sum over all.
