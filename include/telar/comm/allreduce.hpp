@@ -322,17 +322,6 @@ typename ScheduleRun<T>::Comm coll_of(CommHandle& h) {
   return typename ScheduleRun<T>::Comm{c, h.next_tag(), h.name};
 }
 
-// A schedule over the communicator itself, which plan(s, h) fills.
-template <class T, class Plan>
-AllreduceOp<T> start_flat(Communicator const& comm, const char* algorithm, T* data,
-                          SegmentedSettings const& settings, Plan&& plan) {
-  auto& h = *comm.handle_ptr();
-  Schedule s;
-  s.seg = settings.segment_elements<T>();
-  plan(s, h);
-  return start_schedule<T>(comm, algorithm, data, std::move(s), settings, {coll_of<T>(h)});
-}
-
 // What Telar's point-to-point algorithms share: start() checks the element
 // type and returns a completed operation when there is nothing to do (one
 // rank, no elements), else Derived::start_segments(comm, data, n) starts
@@ -359,6 +348,23 @@ struct SegmentedAlgorithm : SegmentedSettings {
     Derived{}.start(comm, data, n).wait();
   }
 };
+
+// A segmented algorithm over the communicator itself: its schedule is
+// Derived::plan(s, rank, size, n), whatever the element type (compiled
+// once), and Derived::label names it in traces and messages.
+template <class Derived>
+struct FlatAlgorithm : SegmentedAlgorithm<Derived> {
+private:
+  friend SegmentedAlgorithm<Derived>;
+  template <class T>
+  AllreduceOp<T> start_segments(Communicator const& comm, T* data, std::size_t n) const {
+    auto& h = *comm.handle_ptr();
+    Schedule s;
+    s.seg = this->template segment_elements<T>();
+    Derived::plan(s, h.rank, h.size, n);
+    return start_schedule<T>(comm, Derived::label, data, std::move(s), *this, {coll_of<T>(h)});
+  }
+};
 } // namespace detail
 
 /*! \brief Ring allreduce: reduce-scatter then allgather around a ring,
@@ -367,19 +373,15 @@ struct SegmentedAlgorithm : SegmentedSettings {
  *  Cost: 2(p-1)α + 2(p-1)/p·nβ + (p-1)/p·nγ (bandwidth-optimal; latency grows
  *  with p). Every rank ends with bitwise identical results.
  */
-struct RingAllreduce : detail::SegmentedAlgorithm<RingAllreduce> {
+struct RingAllreduce : detail::FlatAlgorithm<RingAllreduce> {
   /*! \brief Name for logs and traces. */
   static constexpr const char* name() { return "ring"; }
-
-private:
-  friend detail::SegmentedAlgorithm<RingAllreduce>;
-  template <class T>
-  AllreduceOp<T> start_segments(Communicator const& comm, T* data, std::size_t n) const {
-    return detail::start_flat(comm, "telar::RingAllreduce", data, *this,
-                              [n](detail::Schedule& s, detail::CommHandle const& h) {
-                                detail::ring_reduce_scatter(s, 0, h.rank, h.size, 0, n);
-                                detail::ring_allgather(s, 0, h.rank, h.size, 0, n);
-                              });
+  /*! \brief Name in traces and messages. */
+  static constexpr const char* label = "telar::RingAllreduce";
+  /*! \brief The schedule on rank \p rank of \p size for \p n elements. */
+  static void plan(detail::Schedule& s, int rank, int size, std::size_t n) {
+    detail::ring_reduce_scatter(s, 0, rank, size, 0, n);
+    detail::ring_allgather(s, 0, rank, size, 0, n);
   }
 };
 
@@ -392,18 +394,14 @@ private:
  *  and send them the result at the end: + 2α + 2nβ + nγ. Every rank ends with
  *  bitwise identical results.
  */
-struct RecursiveHalvingDoubling : detail::SegmentedAlgorithm<RecursiveHalvingDoubling> {
+struct RecursiveHalvingDoubling : detail::FlatAlgorithm<RecursiveHalvingDoubling> {
   /*! \brief Name for logs and traces. */
   static constexpr const char* name() { return "recursive_halving_doubling"; }
-
-private:
-  friend detail::SegmentedAlgorithm<RecursiveHalvingDoubling>;
-  template <class T>
-  AllreduceOp<T> start_segments(Communicator const& comm, T* data, std::size_t n) const {
-    return detail::start_flat(comm, "telar::RecursiveHalvingDoubling", data, *this,
-                              [n](detail::Schedule& s, detail::CommHandle const& h) {
-                                detail::recursive_halving_doubling(s, 0, h.rank, h.size, n);
-                              });
+  /*! \brief Name in traces and messages. */
+  static constexpr const char* label = "telar::RecursiveHalvingDoubling";
+  /*! \brief The schedule on rank \p rank of \p size for \p n elements. */
+  static void plan(detail::Schedule& s, int rank, int size, std::size_t n) {
+    detail::recursive_halving_doubling(s, 0, rank, size, n);
   }
 };
 

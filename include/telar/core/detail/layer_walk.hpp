@@ -37,8 +37,9 @@ void visit_item(std::size_t k, Item& item, F& f) {
     f(k, item);
 }
 
-// for_each_layer(f) and for_each_layer_reverse(f), const or not, of a
-// run-time model over the vector its walked() returns (layers or units).
+// for_each_layer(f), const or not, and for_each_layer_reverse(f) (backward
+// passes: never const) of a run-time model over the vector its walked()
+// returns (layers or units).
 template <class Derived>
 class ItemWalk {
 public:
@@ -56,11 +57,6 @@ public:
   /*! \brief As for_each_layer, last to first. \param f the visitor */
   template <class F>
   void for_each_layer_reverse(F&& f) {
-    walk(self().walked(), f, true);
-  }
-  /*! \brief Const overload. \param f the visitor */
-  template <class F>
-  void for_each_layer_reverse(F&& f) const {
     walk(self().walked(), f, true);
   }
 
