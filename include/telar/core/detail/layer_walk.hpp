@@ -37,9 +37,9 @@ void visit_item(std::size_t k, Item& item, F& f) {
     f(k, item);
 }
 
-// for_each_layer(f), const or not, and for_each_layer_reverse(f) (backward
-// passes: never const) of a run-time model over the vector its walked()
-// returns (layers or units).
+// for_each_layer(f) and for_each_layer_reverse(f), then their const
+// overloads, of a run-time model over the vector its walked() returns
+// (layers or units).
 template <class Derived>
 class ItemWalk {
 public:
@@ -49,14 +49,19 @@ public:
   void for_each_layer(F&& f) {
     walk(self().walked(), f, false);
   }
+  /*! \brief As for_each_layer, last to first. \param f the visitor */
+  template <class F>
+  void for_each_layer_reverse(F&& f) {
+    walk(self().walked(), f, true);
+  }
   /*! \brief Const overload. \param f the visitor */
   template <class F>
   void for_each_layer(F&& f) const {
     walk(self().walked(), f, false);
   }
-  /*! \brief As for_each_layer, last to first. \param f the visitor */
+  /*! \brief Const overload. \param f the visitor */
   template <class F>
-  void for_each_layer_reverse(F&& f) {
+  void for_each_layer_reverse(F&& f) const {
     walk(self().walked(), f, true);
   }
 
