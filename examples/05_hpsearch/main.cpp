@@ -273,7 +273,7 @@ void check_json(telar::Communicator const& world, std::string const& path) {
 // backend; bf16: the oneDNN implementations that ran on this rank).
 std::string search_json(telar::SearchResult const& r, Args const& a) {
   std::string const own = telar::JsonObject()
-                              .add("precision", a.precision)
+                              .add("precision", example::precision_ran(a.precision))
                               .add("gemm", example::gemm_name(a.precision))
                               .add("gemm_kernels", example::gemm_kernels(a.precision))
                               .str();

@@ -609,7 +609,7 @@ void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const
       .add("training_bytes_rank0", (long long)memory.training)
       .add("training_bytes_plan_rank0", (long long)memory.plan)
       .add("overlap", a.overlap)
-      .add("precision", a.precision)
+      .add("precision", example::precision_ran(a.precision))
       .add("conv", conv_name(a))
       .add("gemm_kernels", conv_kernels(a))
       .add("halo_bytes_per_step_rank0", double(s.halo.bytes_sent) / double(std::max(1LL, s.steps)))

@@ -295,6 +295,15 @@ inline char const* conv_name(std::string const& precision) {
                              : telar::conv_backend_name<float, telar::DefaultMemorySpace>();
 }
 
+// What --precision ran, for the JSON summary: bf16, or fp32 where the CPU
+// lacks the bf16 instructions and TELAR_BF16_FALLBACK=fp32 asked for the
+// fallback (the summary says what ran, not what was asked for).
+inline std::string precision_ran(std::string const& precision) {
+  if (precision == "bf16" && !telar::require_bf16("--precision bf16"))
+    return "fp32 (TELAR_BF16_FALLBACK)";
+  return precision;
+}
+
 // Which kernels multiplied, for the JSON summary: oneDNN's bf16 matmul and
 // convolution implementations as it reported them, or the fp32 GEMM backend.
 inline std::string gemm_kernels(std::string const& precision) {
@@ -723,7 +732,7 @@ telar::JsonObject common_config(telar::Trainer<Model, Strategy, Optimizer, Loss>
       .add("tp", trainer.grid_shape().tp)
       .add("schedule", trainer.pipeline_schedule().name)
       .add("microbatches", trainer.options().microbatches)
-      .add("precision", a.precision)
+      .add("precision", precision_ran(a.precision))
       .add("gemm_kernels", gemm_kernels(a.precision));
   return config;
 }

@@ -10,7 +10,8 @@ from PyTorch (make_models.py --fashion, written to OUT):
   passes onnx's checker, holds trained values, and --predict runs it;
 - the MLP's Gemm, Relu, Gemm as a Megatron pair at tp 2 trains in bf16;
 - with the instructions hidden (TELAR_TEST_HIDE_BF16=1) the run is refused
-  before the import.
+  before the import, and with TELAR_BF16_FALLBACK=fp32 it runs fp32 and its
+  JSON says so.
 Exits 77 (skipped) on a CPU without AVX512-BF16 or AMX.
 """
 import json
@@ -97,4 +98,11 @@ r = run(1, "--model", os.path.join(OUT, "cnn.onnx"), "--data", "synthetic", "--l
         env=dict(os.environ, TELAR_TEST_HIDE_BF16="1"))
 if r.returncode == 0 or HIDDEN not in r.stderr:
     sys.exit(f"a CPU without bf16 was not refused:\n{r.stderr}")
-print("exported model loads, trained; tp 2 trains; no bf16 instructions refused")
+r = run(1, "--model", os.path.join(OUT, "cnn.onnx"), "--data", "synthetic", "--limit-steps", "1",
+        "--optimizer", "adamw", "--precision", "bf16", "--json",
+        env=dict(os.environ, TELAR_TEST_HIDE_BF16="1", TELAR_BF16_FALLBACK="fp32"))
+c = summary(r)["config"]
+if c["precision"] != "fp32 (TELAR_BF16_FALLBACK)" or "bf16" in c["gemm_kernels"]:
+    sys.exit(f"the fp32 fallback's JSON does not say what ran: {c}")
+print("exported model loads, trained; tp 2 trains; no bf16 instructions refused, "
+      "or run fp32 when the fallback is asked for")
