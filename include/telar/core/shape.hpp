@@ -86,9 +86,10 @@ struct Shape {
 
 namespace detail {
 // A layer call's checks, one message for every built-in: build() ran, and x
-// [xn, xf] -> y [yn, yf] is [n, in] -> [n, out]. `where` names the call
-// ("telar::Softmax::forward").
-TELAR_DECL void check_layer_call(std::string const& where, bool built, std::size_t in,
+// [xn, xf] -> y [yn, yf] is [n, in] -> [n, out]. The message names
+// "telar::<layer>::<what>" ("telar::Softmax::forward"), built only on a
+// failure: the check runs at every call of a training step.
+TELAR_DECL void check_layer_call(char const* layer, char const* what, bool built, std::size_t in,
                                  std::size_t out, std::size_t xn, std::size_t xf, std::size_t yn,
                                  std::size_t yf);
 

@@ -15,13 +15,14 @@ TELAR_DECL std::string Shape::str() const {
   return s + "]";
 }
 
-TELAR_DECL void detail::check_layer_call(std::string const& where, bool built, std::size_t in,
-                                         std::size_t out, std::size_t xn, std::size_t xf,
-                                         std::size_t yn, std::size_t yf) {
+TELAR_DECL void detail::check_layer_call(char const* layer, char const* what, bool built,
+                                         std::size_t in, std::size_t out, std::size_t xn,
+                                         std::size_t xf, std::size_t yn, std::size_t yf) {
+  auto where = [&] { return std::string("telar::") + layer + "::" + what; };
   if (!built)
-    throw Error(where + ": call build(input shape) first (telar::Sequential does)");
+    throw Error(where() + ": call build(input shape) first (telar::Sequential does)");
   if (xn != yn || xf != in || yf != out)
-    throw ShapeError(where + ": expected [n, " + std::to_string(in) + "] -> [n, " +
+    throw ShapeError(where() + ": expected [n, " + std::to_string(in) + "] -> [n, " +
                      std::to_string(out) + "], got [" + std::to_string(xn) + ", " +
                      std::to_string(xf) + "] -> [" + std::to_string(yn) + ", " +
                      std::to_string(yf) + "]");

@@ -134,25 +134,27 @@ void attn_rowdot(Exec const& exec, A const& dout, B const& out, D const& rowdot,
       });
 }
 
-// v sized ext... (allocated anew, labelled, when its extents differ).
+// v sized ext... (allocated anew, labelled "telar::CausalSelfAttention::<name>",
+// when its extents differ).
 template <class V, class... Ext>
-void attn_ensure(V& v, char const* label, Ext... ext) {
+void attn_ensure(V& v, char const* name, Ext... ext) {
   bool same = true;
   std::size_t const e[] = {std::size_t(ext)...};
   for (std::size_t i = 0; i < sizeof...(Ext); ++i)
     same = same && v.extent(i) == e[i];
   if (!same)
-    v = V(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), ext...);
+    v = V(Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                             std::string("telar::CausalSelfAttention::") + name),
+          ext...);
 }
 // The buffers of one pass: matrices [n, k] and one value per (sample, head,
-// position) in `rows`, each labelled "telar::CausalSelfAttention::<name>".
+// position) in `rows`.
 template <class M, class R>
 void attn_ensure_pass(std::initializer_list<std::pair<M*, char const*>> matrices, std::size_t n,
                       std::size_t k, R& rows, char const* rows_name, std::size_t r) {
-  std::string const prefix = "telar::CausalSelfAttention::";
   for (auto const& [m, name] : matrices)
-    attn_ensure(*m, (prefix + name).c_str(), n, k);
-  attn_ensure(rows, (prefix + rows_name).c_str(), r);
+    attn_ensure(*m, name, n, k);
+  attn_ensure(rows, rows_name, r);
 }
 
 } // namespace detail

@@ -300,10 +300,9 @@ inline void conv_check_groups(char const* layer, std::size_t in, std::size_t out
 inline void conv_check_call(char const* layer, char const* what, bool built, bool initialised,
                             std::size_t in, std::size_t out, std::size_t xn, std::size_t xf,
                             std::size_t yn, std::size_t yf) {
-  std::string const where = std::string("telar::") + layer + "::" + what;
   if (built && !initialised)
-    throw Error(where + ": layer not initialised");
-  check_layer_call(where, built, in, out, xn, xf, yn, yf);
+    throw Error(std::string("telar::") + layer + "::" + what + ": layer not initialised");
+  check_layer_call(layer, what, built, in, out, xn, xf, yn, yf);
 }
 
 // The arithmetic of one convolution of geometry g with weights W [Co, C/G *

@@ -448,8 +448,8 @@ protected:
   }
   void check(char const* name, char const* what, std::size_t xn, std::size_t xf, std::size_t yn,
              std::size_t yf) const {
-    check_layer_call(std::string("telar::") + name + "::" + what, built_, g_.C * g_.in_plane(),
-                     g_.C * g_.out_plane(), xn, xf, yn, yf);
+    check_layer_call(name, what, built_, g_.C * g_.in_plane(), g_.C * g_.out_plane(), xn, xf, yn,
+                     yf);
   }
 
   PoolSettings o_{};

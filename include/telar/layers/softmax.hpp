@@ -155,8 +155,7 @@ private:
   void check(char const* what, std::size_t xn, std::size_t xf, std::size_t yn,
              std::size_t yf) const {
     std::size_t const size = g_.outer * g_.len * g_.inner;
-    detail::check_layer_call(std::string("telar::Softmax::") + what, built_, size, size, xn, xf, yn,
-                             yf);
+    detail::check_layer_call("Softmax", what, built_, size, size, xn, xf, yn, yf);
   }
 
   int axis_ = -1;

@@ -356,8 +356,8 @@ private:
   }
   void check(char const* what, std::size_t xn, std::size_t xf, std::size_t yn,
              std::size_t yf) const {
-    detail::check_layer_call(std::string("telar::Upsample::") + what, built_,
-                             channels_ * t_.in_plane(), channels_ * t_.out_plane(), xn, xf, yn, yf);
+    detail::check_layer_call("Upsample", what, built_, channels_ * t_.in_plane(),
+                             channels_ * t_.out_plane(), xn, xf, yn, yf);
   }
 
   std::vector<std::size_t> scale_, size_;

@@ -204,38 +204,40 @@ struct bf16_back {
 // its alternative; back(w): the fp32 variant on the same views (bf16_back).
 template <class V>
 struct bf16_rebind_variant;
+// The variant Out holding, at v's index I, f(v's alternative, I).
+template <class Out, std::size_t I = 0, class In, class F>
+Out map_alternative(In const& v, F const& f) {
+  if constexpr (I + 1 < std::variant_size_v<In>)
+    if (v.index() != I)
+      return map_alternative<Out, I + 1>(v, f);
+  return Out(std::in_place_index<I>, f(std::get<I>(v), std::integral_constant<std::size_t, I>{}));
+}
 template <class... Ls>
 struct bf16_rebind_variant<std::variant<Ls...>> {
+  using fp32 = std::variant<Ls...>;
   using type = std::variant<bf16_rebind_t<Ls>...>;
   static constexpr bool reversible = (bf16_back<Ls>::ok && ...);
 
-  template <std::size_t I = 0>
-  static type convert(std::variant<Ls...> const& v) {
-    if constexpr (I + 1 < sizeof...(Ls))
-      if (v.index() != I)
-        return convert<I + 1>(v);
-    return type(std::in_place_index<I>, bf16_convert(std::get<I>(v)));
+  static type convert(fp32 const& v) {
+    return map_alternative<type>(v, [](auto const& l, auto) { return bf16_convert(l); });
   }
-  template <std::size_t I = 0>
-  static std::variant<Ls...> back(type const& w) {
-    if constexpr (I + 1 < sizeof...(Ls))
-      if (w.index() != I)
-        return back<I + 1>(w);
-    using L = std::variant_alternative_t<I, std::variant<Ls...>>;
-    return std::variant<Ls...>(std::in_place_index<I>, bf16_back<L>::convert(std::get<I>(w)));
+  static fp32 back(type const& w) {
+    return map_alternative<fp32>(w, [](auto const& l, auto i) {
+      return bf16_back<std::variant_alternative_t<decltype(i)::value, fp32>>::convert(l);
+    });
   }
   // A container's initializer hook f(key, fp32 layer) as one on the rebound
   // layer: it writes (e.g. an ONNX import's start values) through the views
   // the two share. A variant with a layer that does not convert back is
   // refused (the hook would write into a copy).
   template <class Key>
-  static std::function<void(Key, type&)> hook(std::function<void(Key, std::variant<Ls...>&)> f,
+  static std::function<void(Key, type&)> hook(std::function<void(Key, fp32&)> f,
                                               char const* container) {
     if (!f)
       return {};
     if constexpr (reversible) {
       return [f = std::move(f)](Key k, type& w) {
-        std::variant<Ls...> v = back(w);
+        fp32 v = back(w);
         f(k, v);
       };
     } else {

@@ -71,8 +71,10 @@ private:
   template <class Vec, class F>
   static void walk(Vec& items, F& f, bool reverse) {
     std::size_t const n = items.size();
-    for (std::size_t i = 0; i < n; ++i)
-      visit_item(reverse ? n - 1 - i : i, items[reverse ? n - 1 - i : i], f);
+    for (std::size_t i = 0; i < n; ++i) {
+      std::size_t const k = reverse ? n - 1 - i : i;
+      visit_item(k, items[k], f);
+    }
   }
 };
 
