@@ -80,6 +80,13 @@
  *    const`: bytes the layer allocates into its saved state per micro-batch
  *    of \p samples (0 when it keeps only views), for memory plans; a block
  *    counts its parts' and the buffers it allocates itself;
+ *  - `static constexpr telar::BackwardReads backward_reads`: which of the
+ *    tensors forward was given its backward reads (through views kept in
+ *    `saved`): `input`, `output`, `both` or `nothing`. A tensor no backward
+ *    reads is not kept per micro-batch: the stage runner gives it a buffer
+ *    shared by the micro-batches in flight, overwritten by the next forward.
+ *    Default: `nothing` for a layer without saved_type (it has nowhere to
+ *    keep a view), `both` otherwise;
  *  - `std::size_t workspace_bytes(std::size_t samples, telar::Shape const&
  *    in) const`: bytes the layer keeps for itself between calls, shared by
  *    every micro-batch (allocations labelled "...::workspace", e.g. a
@@ -143,6 +150,14 @@ struct DataParallelContext;
 /*! \brief Saved state of a layer that needs none. */
 struct NoSaved {};
 
+/*! \brief Which tensors given to a layer's forward its backward reads (the
+ *  optional member `backward_reads`; see telar::layer_traits). */
+enum class BackwardReads : unsigned char { nothing = 0, input = 1, output = 2, both = 3 };
+/*! \brief Whether \p r includes the forward's input. */
+constexpr bool reads_input(BackwardReads r) { return (unsigned(r) & 1u) != 0; }
+/*! \brief Whether \p r includes the forward's output. */
+constexpr bool reads_output(BackwardReads r) { return (unsigned(r) & 2u) != 0; }
+
 namespace detail {
 template <class L>
 using value_type_t = typename L::value_type;
@@ -165,6 +180,8 @@ template <class L>
 using preserves_shape_t = std::bool_constant<bool(L::preserves_shape)>;
 template <class L>
 using backward_input_first_t = std::bool_constant<bool(L::backward_input_first)>;
+template <class L>
+using backward_reads_t = decltype(BackwardReads(L::backward_reads));
 template <class L>
 using initialize_t = decltype(std::declval<L&>().initialize(std::uint64_t{}));
 template <class L>
@@ -288,6 +305,17 @@ constexpr Shape static_output_shape_of() {
   else
     return Shape{};
 }
+// A layer that does not say may keep a view of either tensor, unless it
+// keeps nothing at all.
+template <class L>
+constexpr BackwardReads backward_reads_of() {
+  if constexpr (is_detected_v<backward_reads_t, L>)
+    return L::backward_reads;
+  else if constexpr (std::is_same_v<detected_or_t<NoSaved, saved_type_t, L>, NoSaved>)
+    return BackwardReads::nothing;
+  else
+    return BackwardReads::both;
+}
 } // namespace detail
 
 /*! \brief What Telar knows about a layer type, with defaults for the optional
@@ -318,6 +346,10 @@ struct layer_traits {
    *  together, the input part goes first (`static constexpr bool
    *  backward_input_first = true`). */
   static constexpr bool backward_input_first = detail::flag_v<detail::backward_input_first_t, L>;
+  /*! \brief Which tensors given to forward the backward reads
+   *  (`static constexpr telar::BackwardReads backward_reads`; default:
+   *  `nothing` without a saved_type, else `both`). */
+  static constexpr BackwardReads backward_reads = detail::backward_reads_of<L>();
   /*! \brief The layer exposes buffers (non-trained state, buffers(f)). */
   static constexpr bool has_buffers = detail::is_detected_v<detail::buffers_t, L>;
   /*! \brief The layer says how many buffer values it holds (buffer_count(),

@@ -22,6 +22,8 @@ namespace detail {
 // into kernels; parameterless ones are empty and cost nothing.
 template <class Op, class T, class MemorySpace, bool KeepInput>
 struct Elementwise : public ShapePreservingLayerTypes<T, MemorySpace> {
+  static constexpr BackwardReads backward_reads =
+      KeepInput ? BackwardReads::input : BackwardReads::output;
   struct saved_type {
     ConstMatrix<T, MemorySpace> kept; // x or y, per KeepInput
   };

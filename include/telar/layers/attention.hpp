@@ -185,6 +185,8 @@ public:
   /*! \brief Run together, the input part goes first: it makes the inner
    *  gradients the weight part needs. */
   static constexpr bool backward_input_first = true;
+  /*! \brief Backward reads the input (the saved view), never the output. */
+  static constexpr BackwardReads backward_reads = BackwardReads::input;
   /*! \brief What backward needs from forward (reused between steps), and the
    *  inner gradients backward_input leaves for backward_weight. */
   struct saved_type {

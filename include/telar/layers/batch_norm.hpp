@@ -126,6 +126,8 @@ public:
   using stats_policy = Stats;
   /*! \brief The output has the input's shape (lets Sequential see through it). */
   static constexpr bool preserves_shape = true;
+  /*! \brief Backward reads the input (the saved view), never the output. */
+  static constexpr BackwardReads backward_reads = BackwardReads::input;
   /*! \brief What backward needs from forward. */
   struct saved_type {
     ConstMatrix<T, MemorySpace> x; //!< the forward input

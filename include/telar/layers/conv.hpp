@@ -519,6 +519,8 @@ public:
   using memory_space = MemorySpace;
   /*! \brief Per-dimension settings (depth, height, width in 3-D; height, width in 2-D). */
   using Extents = std::array<std::size_t, Dims>;
+  /*! \brief Backward reads the input (the saved view), never the output. */
+  static constexpr BackwardReads backward_reads = BackwardReads::input;
   /*! \brief What backward needs from forward: the input. */
   struct saved_type {
     ConstMatrix<T, MemorySpace> x; //!< the forward input

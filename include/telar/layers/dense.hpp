@@ -44,6 +44,8 @@ public:
   struct saved_type {
     ConstMatrix<T, MemorySpace> x; //!< the forward input
   };
+  /*! \brief Backward reads the input (the saved view), never the output. */
+  static constexpr BackwardReads backward_reads = BackwardReads::input;
 
   /*! \brief An empty layer (0 x 0); assign a configured one before use. */
   Dense() = default;

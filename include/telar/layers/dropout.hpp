@@ -84,6 +84,8 @@ using set_training_batch_t = decltype(std::declval<L&>().set_training_batch(std:
 template <class T = float, class MemorySpace = DefaultMemorySpace>
 class Dropout : public detail::ShapePreservingLayerTypes<T, MemorySpace> {
 public:
+  /*! \brief Backward regenerates the mask: it reads neither tensor. */
+  static constexpr BackwardReads backward_reads = BackwardReads::nothing;
   /*! \brief The key of the mask a forward used (backward regenerates it). */
   struct saved_type {
     std::uint64_t key = 0;   //!< stream of (seed, step)

@@ -120,6 +120,8 @@ void embedding_backward_weight(Exec const& exec, X const& ids, DY const& dy, G c
 template <class T = float, class MemorySpace = DefaultMemorySpace>
 class Embedding : public detail::LayerTypes<T, MemorySpace> {
 public:
+  /*! \brief Backward reads the ids (the input), never the output. */
+  static constexpr BackwardReads backward_reads = BackwardReads::input;
   /*! \brief What backward needs: the ids. */
   struct saved_type {
     ConstMatrix<T, MemorySpace> ids; //!< the forward input [n, seq]

@@ -41,6 +41,8 @@ class Multiplier : public detail::BroadcastTable<Multiplier<T, MemorySpace>, T, 
   using Base::trained_;
 
 public:
+  /*! \brief Backward reads the input (the saved view), never the output. */
+  static constexpr BackwardReads backward_reads = BackwardReads::input;
   /*! \brief The input, a view kept for the table's gradient. */
   struct saved_type {
     ConstMatrix<T, MemorySpace> x; //!< the forward's input

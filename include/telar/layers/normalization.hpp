@@ -335,6 +335,8 @@ protected:
 template <class Derived, class T, class MemorySpace>
 class MeanVarNorm {
 public:
+  /*! \brief Backward reads the input (the saved view), never the output. */
+  static constexpr BackwardReads backward_reads = BackwardReads::input;
   /*! \brief What backward needs from forward. */
   struct saved_type {
     ConstMatrix<T, MemorySpace> x; //!< the forward input
@@ -489,6 +491,8 @@ class RMSNorm : public detail::RowNorm<RMSNorm<T, MemorySpace>, T, MemorySpace> 
   using Base::size_;
 
 public:
+  /*! \brief Backward reads the input (the saved view), never the output. */
+  static constexpr BackwardReads backward_reads = BackwardReads::input;
   /*! \brief What backward needs from forward. */
   struct saved_type {
     ConstMatrix<T, MemorySpace> x; //!< the forward input

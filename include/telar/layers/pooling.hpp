@@ -582,6 +582,8 @@ class MaxPool : public detail::PoolLayer<MaxPool<Dims, T, MemorySpace>, Dims, T,
   using Base = detail::PoolLayer<MaxPool, Dims, T, MemorySpace>;
 
 public:
+  /*! \brief Backward reads only the positions of the maxima. */
+  static constexpr BackwardReads backward_reads = BackwardReads::nothing;
   /*! \brief Position ((d H + h) W + w within its channel) of each output's maximum. */
   struct saved_type {
     Kokkos::View<int**, Kokkos::LayoutRight, MemorySpace> argmax; //!< [n, output size]
@@ -688,6 +690,8 @@ using AvgPool3D = AvgPool<3, T, MemorySpace>;
  *  first). \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
 struct GlobalMaxPool : public detail::LayerTypes<T, MemorySpace> {
+  /*! \brief Backward reads only the positions of the maxima. */
+  static constexpr BackwardReads backward_reads = BackwardReads::nothing;
   /*! \brief Position of each channel's maximum within the channel. */
   struct saved_type {
     Kokkos::View<int**, Kokkos::LayoutRight, MemorySpace> argmax; //!< [n, C]

@@ -83,6 +83,8 @@ void softmax_lines_backward(Exec const& exec, SoftmaxLines const g, std::size_t 
 template <class T = float, class MemorySpace = DefaultMemorySpace>
 class Softmax : public detail::ShapePreservingLayerTypes<T, MemorySpace> {
 public:
+  /*! \brief Backward reads the output (the saved view), never the input. */
+  static constexpr BackwardReads backward_reads = BackwardReads::output;
   /*! \brief The output y, backward's only need. */
   struct saved_type {
     ConstMatrix<T, MemorySpace> y; //!< [n, shape.size()]

@@ -192,6 +192,8 @@ public:
   using memory_space = typename DenseT::memory_space;
   /*! \brief What backward needs from forward: this rank's input (block). */
   using saved_type = typename DenseT::saved_type;
+  /*! \brief The Dense's: the input. */
+  static constexpr BackwardReads backward_reads = layer_traits<DenseT>::backward_reads;
 
   /*! \brief An empty layer; assign a configured one before use. */
   TpDense() = default;

@@ -4,11 +4,13 @@
 // that fits. Nothing here allocates through Kokkos or talks to MPI.
 #include <telar/comm/process_grid.hpp>
 #include <telar/core/detail/decl.hpp>
+#include <telar/core/detail/layer_walk.hpp>
 #include <telar/core/detail/type_traits.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/parameters.hpp>
 #include <telar/optim/optimizer.hpp>
+#include <telar/parallel/detail/activation_liveness.hpp>
 #include <telar/parallel/detail/comm_group.hpp>
 #include <telar/parallel/detail/plan_buffers.hpp>
 #include <telar/parallel/detail/plan_model_states.hpp>
@@ -81,6 +83,9 @@ std::size_t plan_layer_workspace(Model const& model, std::vector<Shape> const& s
 // Micro-batches of `chunk` at once between BackwardInput and BackwardWeight
 // on `rank` (1 when backward runs fused): the rebuilt states a layer keeps.
 TELAR_DECL std::size_t rebuilt_states(schedule::Schedule const& s, int rank, int chunk);
+// Whether `chunk` on `rank` runs its backward split (BackwardInput, then
+// BackwardWeight): its gradients between layers then stay with the slots.
+TELAR_DECL bool splits_backward(schedule::Schedule const& s, int rank, int chunk);
 
 // Saved-state bytes of layers [first, last) for `rows` samples.
 template <class Model>
@@ -94,6 +99,17 @@ std::size_t plan_saved(Model const& model, std::vector<Shape> const& shapes, std
                          ") has no saved_bytes(): its saved state is counted as 0");
     return saved_bytes_of(layer, rows, shapes[index]);
   });
+}
+
+// The two buffers the slots share (stage_runner.hpp): room for `rows`
+// samples of the largest tensor of each parity where `shared(k)` (the
+// activations no backward reads, and every gradient between layers when
+// backward runs fused).
+template <class T, class Shared>
+std::size_t plan_shared(std::vector<Shape> const& shapes, std::size_t first, std::size_t last,
+                        std::size_t rows, Shared shared) {
+  auto const most = shared_extents(feature_sizes(shapes), first, last, shared);
+  return view_bytes<T>(rows * most.first) + view_bytes<T>(rows * most.second);
 }
 
 // Activations and workspace of one pipeline rank (see stage_runner.hpp).
@@ -114,13 +130,17 @@ void plan_activations(Model const& model, std::vector<Shape> const& shapes,
     std::size_t const first = bounds[std::size_t(vs)], last = bounds[std::size_t(vs) + 1];
     if (first == last)
       continue;
+    std::vector<bool> const kept = kept_activations(model, first, last);
+    bool const split = splits_backward(sched, pp_rank, c);
     std::size_t slot = plan_saved(model, shapes, first, last, rows, plan.warnings);
     for (std::size_t k = first + 1; k <= last; ++k)
-      slot += 2 * feat(k); // activation and its gradient
+      slot += (kept[k] ? feat(k) : 0) + (split || k == last ? feat(k) : 0);
     if (first > 0)
       slot += 2 * feat(first); // received input and its gradient
     act += slot * schedule_slots(sched, pp_rank, c) +
-           plan_rebuilt(model, shapes, first, last, rows, rebuilt_states(sched, pp_rank, c));
+           plan_rebuilt(model, shapes, first, last, rows, rebuilt_states(sched, pp_rank, c)) +
+           plan_shared<T>(shapes, first, last, rows,
+                          [&](std::size_t k) { return !split || !kept[k]; });
     work += plan_layer_workspace(model, shapes, first, last, rows);
     if (first == 0) // a fused first layer's dx goes to a scratch buffer
       model.for_each_layer([&](auto index, auto const& layer) {

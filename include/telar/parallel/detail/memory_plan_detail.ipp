@@ -18,6 +18,13 @@ TELAR_DECL std::size_t rebuilt_states(schedule::Schedule const& s, int rank, int
   return most;
 }
 
+TELAR_DECL bool splits_backward(schedule::Schedule const& s, int rank, int chunk) {
+  for (auto const& in : s.ranks[std::size_t(rank)])
+    if (in.chunk == chunk && in.op == schedule::Op::BackwardInput)
+      return true;
+  return false;
+}
+
 TELAR_DECL std::string budget_message(MemoryPlan const& worst, std::size_t budget,
                                       MemoryPlan const& fits, MemoryPlan const& smallest,
                                       int world) {

@@ -1,13 +1,16 @@
 #pragma once
 // Runs a contiguous range of a Sequential's layers (a pipeline stage, or the
 // whole model) for several micro-batches in flight. Each micro-batch in
-// flight occupies a slot holding its activations, its output gradients and
-// every layer's saved state; slots keep their buffers between steps, so a
-// steady-state step allocates nothing.
+// flight occupies a slot holding the activations its backward reads, its
+// gradients at the stage's ends and every layer's saved state; activations no
+// backward reads, and (when backward runs fused) the gradients between
+// layers, live in buffers the slots share (activation_liveness.hpp). Slots
+// keep their buffers between steps, so a steady-state step allocates nothing.
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/sequential.hpp>
 #include <telar/core/tensor.hpp>
+#include <telar/parallel/detail/activation_liveness.hpp>
 #include <telar/parallel/detail/step_hooks.hpp>
 #include <telar/profile/memory.hpp>
 
@@ -17,12 +20,6 @@
 #include <vector>
 
 namespace telar::detail {
-
-// Models whose units pass tensors along (telar::GraphChain) are told the
-// stage cuts, where alone they copy them.
-template <class M>
-using stage_boundaries_t = decltype(std::declval<M&>().set_stage_boundaries(
-    std::declval<std::vector<std::size_t> const&>()));
 
 template <class Model>
 class StageRunner {
@@ -36,7 +33,10 @@ public:
   // Layers [first, last) of `model`; features[k] is layer k's input size per
   // sample (Sequential::feature_sizes).
   StageRunner(Model* model, std::size_t first, std::size_t last, std::vector<std::size_t> features)
-      : model_(model), first_(first), last_(last), features_(std::move(features)) {}
+      : model_(model), first_(first), last_(last), features_(std::move(features)),
+        kept_(kept_activations(*model, first, last)),
+        dead_most_(shared_extents(features_, first, last, [&](std::size_t k) { return !kept_[k]; })),
+        grad_most_(shared_extents(features_, first, last, [](std::size_t) { return true; })) {}
 
   std::size_t first() const { return first_; }
   std::size_t last() const { return last_; }
@@ -62,18 +62,15 @@ public:
       s.rows = rows;
       s.act.assign(features_.size(), Mat());
       s.grad.assign(features_.size(), Mat());
-      for (std::size_t k = first_ + 1; k <= last_; ++k) {
-        s.act[k] = Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::activation"), rows,
-                       features_[k]);
-        s.grad[k] = Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::activation_grad"),
-                        rows, features_[k]);
-      }
+      for (std::size_t k = first_ + 1; k <= last_; ++k)
+        if (kept_[k])
+          s.act[k] = Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::activation"),
+                         rows, features_[k]);
+      gradient(s, last_, false);
       // The stage input gradient is only needed when a stage before this one
       // consumes it.
       if (first_ > 0)
-        s.grad[first_] =
-            Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::activation_grad"), rows,
-                features_[first_]);
+        gradient(s, first_, false);
     }
     return id;
   }
@@ -89,6 +86,7 @@ public:
   void clear_slots() {
     slots_.clear();
     scratch_ = Mat();
+    shared_ = Shared();
   }
 
   // A buffer to receive the stage input into (pipeline stages after the first).
@@ -113,24 +111,26 @@ public:
                        std::to_string(input.extent(1)) + "], expected [" + std::to_string(s.rows) +
                        ", " + std::to_string(features_[first_]) + "]");
     s.input = input;
+    shared_.reserve(s.rows, dead_most_);
     model_->for_each_layer([&](auto index, auto& layer) {
       std::size_t const k = index;
       if (k < first_ || k >= last_)
         return;
-      CMat x = k == first_ ? s.input : CMat(s.act[k]);
+      CMat x = k == first_ ? s.input : CMat(activation(s, k));
       hooks.before_forward(k);
       MemoryMeter::Scope saved_state(MemoryCategory::activations); // what the layer keeps
-      layer.forward(exec, x, s.act[k + 1], saved_at(s.saved, index, layer));
+      layer.forward(exec, x, activation(s, k + 1), saved_at(s.saved, index, layer));
     });
   }
 
   // dL/dx for every layer of the stage, last to first; the weight part too
-  // for layers with only a fused backward.
+  // for layers with only a fused backward. The gradients between layers stay
+  // with the slot: backward_weight reads them later.
   template <class Exec, class Hooks>
   void backward_input(Exec const& exec, int slot, Hooks&& hooks) {
     for_each_stage_layer_reverse([&](auto k, auto& layer) {
       hooks.before_backward(k);
-      input_part(exec, slot, k, layer);
+      input_part(exec, slot, k, layer, false);
     });
   }
 
@@ -139,23 +139,26 @@ public:
   template <class Exec, class Hooks>
   void backward_weight(Exec const& exec, int slot, Hooks&& hooks) {
     for_each_stage_layer_reverse(
-        [&](auto k, auto& layer) { weight_part(exec, slot, k, layer, hooks); });
+        [&](auto k, auto& layer) { weight_part(exec, slot, k, layer, hooks, false); });
   }
 
   // B + W per layer (non-split schedules): a split layer's weight gradient
   // comes first, so its reduction can start while the input gradient runs;
   // a block's comes after (it needs the inner gradients of the input part).
+  // The gradients between layers are read only here, so they live in the
+  // buffers the slots share.
   template <class Exec, class Hooks>
   void backward(Exec const& exec, int slot, Hooks&& hooks) {
+    shared_.reserve(slots_[slot].rows, grad_most_);
     for_each_stage_layer_reverse([&](auto k, auto& layer) {
       using L = std::decay_t<decltype(layer)>;
       hooks.before_backward(k);
       if constexpr (layer_traits<L>::has_split_backward && !layer_traits<L>::backward_input_first) {
-        weight_part(exec, slot, k, layer, hooks);
-        input_part(exec, slot, k, layer);
+        weight_part(exec, slot, k, layer, hooks, true);
+        input_part(exec, slot, k, layer, true);
       } else { // fused, or a block: the weight part needs what the input part made
-        input_part(exec, slot, k, layer);
-        weight_part(exec, slot, k, layer, hooks);
+        input_part(exec, slot, k, layer, true);
+        weight_part(exec, slot, k, layer, hooks, true);
       }
     });
   }
@@ -170,6 +173,40 @@ private:
     typename Model::saved_tuple saved;
   };
 
+  // Two buffers the slots share, taken alternately by layer index so that a
+  // layer's input and output never fall in the same one. A forward writes
+  // the activations no backward reads into them, a fused backward the
+  // gradients between layers: one call at a time, so both use the same two.
+  struct Shared {
+    Kokkos::View<T*, MemorySpace> buf[2];
+    // Room for `rows` samples of the largest tensor of each parity.
+    void reserve(std::size_t rows, std::pair<std::size_t, std::size_t> most) {
+      std::size_t const need[2] = {rows * most.first, rows * most.second};
+      for (int p = 0; p < 2; ++p)
+        if (need[p] > buf[p].extent(0))
+          buf[p] = Kokkos::View<T*, MemorySpace>(
+              Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::activation"), need[p]);
+    }
+    Mat at(std::size_t k, std::size_t rows, std::size_t features) const {
+      return Mat(buf[k % 2].data(), rows, features);
+    }
+  };
+
+  // Layer k's input: the slot's own when a backward reads it.
+  Mat activation(Slot& s, std::size_t k) {
+    return kept_[k] ? s.act[k] : shared_.at(k, s.rows, features_[k]);
+  }
+  // dL/d(layer k's input): between layers of a fused backward a shared
+  // buffer, else the slot's own (made on first use).
+  Mat gradient(Slot& s, std::size_t k, bool fused) {
+    if (fused && k > first_ && k < last_)
+      return shared_.at(k, s.rows, features_[k]);
+    if (s.grad[k].extent(1) != features_[k])
+      s.grad[k] = Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::activation_grad"),
+                      s.rows, features_[k]);
+    return s.grad[k];
+  }
+
   template <class F>
   void for_each_stage_layer_reverse(F&& f) {
     model_->for_each_layer_reverse([&](auto index, auto& layer) {
@@ -181,16 +218,16 @@ private:
   // The input gradient (or the fused backward). The model's first layer
   // skips dx: nothing consumes the gradient of the input.
   template <class Exec, class K, class L>
-  void input_part(Exec const& exec, int slot, K index, L& layer) {
+  void input_part(Exec const& exec, int slot, K index, L& layer, bool fused) {
     std::size_t const k = index;
     Slot& s = slots_[slot];
-    CMat dy = s.grad[k + 1];
+    CMat dy = gradient(s, k + 1, fused);
     MemoryMeter::Scope saved_state(MemoryCategory::activations); // blocks' inner gradients
     if constexpr (layer_traits<L>::has_split_backward) {
       if (k > 0)
-        layer.backward_input(exec, dy, s.grad[k], saved_at(s.saved, index, layer));
+        layer.backward_input(exec, dy, gradient(s, k, fused), saved_at(s.saved, index, layer));
     } else {
-      Mat dx = k > 0 ? s.grad[k] : scratch(k, s.rows);
+      Mat dx = k > 0 ? gradient(s, k, fused) : scratch(k, s.rows);
       layer.backward(exec, dy, dx, saved_at(s.saved, index, layer));
     }
   }
@@ -198,12 +235,13 @@ private:
   // The weight gradient of a split layer; gradient_ready(k) for layers with
   // parameters.
   template <class Exec, class K, class L, class Hooks>
-  void weight_part(Exec const& exec, int slot, K index, L& layer, Hooks& hooks) {
+  void weight_part(Exec const& exec, int slot, K index, L& layer, Hooks& hooks, bool fused) {
     std::size_t const k = index;
     Slot& s = slots_[slot];
     if constexpr (layer_traits<L>::has_split_backward && layer_traits<L>::has_backward_weight) {
       MemoryMeter::Scope saved_state(MemoryCategory::activations);
-      layer.backward_weight(exec, CMat(s.grad[k + 1]), saved_at(s.saved, index, layer));
+      layer.backward_weight(exec, CMat(gradient(s, k + 1, fused)),
+                            saved_at(s.saved, index, layer));
     }
     if constexpr (layer_traits<L>::has_parameters)
       hooks.gradient_ready(k);
@@ -221,8 +259,11 @@ private:
   Model* model_ = nullptr;
   std::size_t first_ = 0, last_ = 0;
   std::vector<std::size_t> features_;
+  std::vector<bool> kept_; // kept_[k]: act[k] kept per slot (kept_activations)
+  std::pair<std::size_t, std::size_t> dead_most_, grad_most_;
   std::vector<Slot> slots_;
   Mat scratch_;
+  Shared shared_;
 };
 
 } // namespace telar::detail
