@@ -381,6 +381,17 @@ struct layer_traits {
 };
 
 namespace detail {
+// What a chain run as one layer reads (telar::Sequential nested): its first
+// layer's input and its last layer's output are the block's; the
+// activations in between are its own.
+template <class First, class Last>
+constexpr BackwardReads chain_reads() {
+  return BackwardReads((reads_input(layer_traits<First>::backward_reads) ? 1u : 0u) |
+                       (reads_output(layer_traits<Last>::backward_reads) ? 2u : 0u));
+}
+} // namespace detail
+
+namespace detail {
 // What blocks use to forward the buffer members of the layers they hold.
 // Calls f(prefix + name, view) for each buffer of l (nothing if it has none).
 template <class L, class F>

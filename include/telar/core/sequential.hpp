@@ -130,6 +130,11 @@ public:
   using execution_space = typename memory_space::execution_space;
   /*! \brief The layer types as a tuple. */
   using layers_type = std::tuple<Layers...>;
+  /*! \brief As a nested block, what its backward reads: the input if its
+   *  first layer reads it, the output if its last layer does. */
+  static constexpr BackwardReads backward_reads =
+      detail::chain_reads<std::tuple_element_t<0, layers_type>,
+                          std::tuple_element_t<sizeof...(Layers) - 1, layers_type>>();
   /*! \brief Per-micro-batch saved state of every layer. */
   using saved_tuple = std::tuple<typename layer_traits<Layers>::saved_type...>;
 

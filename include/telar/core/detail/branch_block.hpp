@@ -44,6 +44,9 @@ public:
                 "memory_space");
   using matrix = Matrix<value_type, memory_space>;
   using const_matrix = ConstMatrix<value_type, memory_space>;
+  // The branches read the input (an Identity branch's output is the input
+  // itself); the block's output is the join's, which no backward reads.
+  static constexpr BackwardReads backward_reads = BackwardReads::input;
 
   // What one micro-batch keeps. Branch outputs are separate buffers (a
   // branch's last layer may keep its output for backward, as ReLU does);
