@@ -128,6 +128,10 @@ public:
   // with the slot: backward_weight reads them later.
   template <class Exec, class Hooks>
   void backward_input(Exec const& exec, int slot, Hooks&& hooks) {
+    // Made here, outside the layers' meter scopes, as acquire() makes the
+    // rest: a step counts them, a calibration run beside a Trainer does not.
+    for (std::size_t k = first_ + 1; k < last_; ++k)
+      gradient(slots_[slot], k, false);
     for_each_stage_layer_reverse([&](auto k, auto& layer) {
       hooks.before_backward(k);
       input_part(exec, slot, k, layer, false);
@@ -183,9 +187,11 @@ private:
     void reserve(std::size_t rows, std::pair<std::size_t, std::size_t> most) {
       std::size_t const need[2] = {rows * most.first, rows * most.second};
       for (int p = 0; p < 2; ++p)
-        if (need[p] > buf[p].extent(0))
+        if (need[p] > buf[p].extent(0)) {
+          buf[p] = {}; // freed first: never the old and the new at once
           buf[p] = Kokkos::View<T*, MemorySpace>(
               Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::activation"), need[p]);
+        }
     }
     Mat at(std::size_t k, std::size_t rows, std::size_t features) const {
       return Mat(buf[k % 2].data(), rows, features);
