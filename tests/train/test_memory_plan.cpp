@@ -46,8 +46,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <functional>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>

@@ -154,9 +154,13 @@ struct NoSaved {};
  *  optional member `backward_reads`; see telar::layer_traits). */
 enum class BackwardReads : unsigned char { nothing = 0, input = 1, output = 2, both = 3 };
 /*! \brief Whether \p r includes the forward's input. */
-constexpr bool reads_input(BackwardReads r) { return (unsigned(r) & 1u) != 0; }
+constexpr bool reads_input(BackwardReads r) {
+  return (unsigned(r) & 1u) != 0;
+}
 /*! \brief Whether \p r includes the forward's output. */
-constexpr bool reads_output(BackwardReads r) { return (unsigned(r) & 2u) != 0; }
+constexpr bool reads_output(BackwardReads r) {
+  return (unsigned(r) & 2u) != 0;
+}
 
 namespace detail {
 template <class L>

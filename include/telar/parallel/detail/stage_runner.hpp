@@ -35,7 +35,8 @@ public:
   StageRunner(Model* model, std::size_t first, std::size_t last, std::vector<std::size_t> features)
       : model_(model), first_(first), last_(last), features_(std::move(features)),
         kept_(kept_activations(*model, first, last)),
-        dead_most_(shared_extents(features_, first, last, [&](std::size_t k) { return !kept_[k]; })),
+        dead_most_(
+            shared_extents(features_, first, last, [&](std::size_t k) { return !kept_[k]; })),
         grad_most_(shared_extents(features_, first, last, [](std::size_t) { return true; })) {}
 
   std::size_t first() const { return first_; }
@@ -64,8 +65,8 @@ public:
       s.grad.assign(features_.size(), Mat());
       for (std::size_t k = first_ + 1; k <= last_; ++k)
         if (kept_[k])
-          s.act[k] = Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::activation"),
-                         rows, features_[k]);
+          s.act[k] = Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::activation"), rows,
+                         features_[k]);
       gradient(s, last_, false);
       // The stage input gradient is only needed when a stage before this one
       // consumes it.
@@ -246,8 +247,7 @@ private:
     Slot& s = slots_[slot];
     if constexpr (layer_traits<L>::has_split_backward && layer_traits<L>::has_backward_weight) {
       MemoryMeter::Scope saved_state(MemoryCategory::activations);
-      layer.backward_weight(exec, CMat(gradient(s, k + 1, fused)),
-                            saved_at(s.saved, index, layer));
+      layer.backward_weight(exec, CMat(gradient(s, k + 1, fused)), saved_at(s.saved, index, layer));
     }
     if constexpr (layer_traits<L>::has_parameters)
       hooks.gradient_ready(k);
