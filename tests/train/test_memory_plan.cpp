@@ -478,6 +478,19 @@ namespace {
 template <class L>
 using rebuilt_t = telar::detail::rebuilt_bytes_t<L>;
 
+// The whole backward of one layer: split, or fused.
+template <class L, class Exec, class Saved>
+void backward_of(L& layer, Exec const& exec, telar::Matrix<T> dy, telar::Matrix<T> dx,
+                 Saved const& saved) {
+  if constexpr (telar::layer_traits<L>::has_split_backward) {
+    layer.backward_input(exec, dy, dx, saved);
+    if constexpr (telar::layer_traits<L>::has_backward_weight)
+      layer.backward_weight(exec, dy, saved);
+  } else {
+    layer.backward(exec, dy, dx, saved);
+  }
+}
+
 // What one forward and backward of `layer` allocate, per category, as the
 // meter counts them: its saved state (activations) and its own workspace.
 template <class L>
@@ -499,13 +512,7 @@ telar::MemoryBytes measure_alone(L& layer, telar::Shape const& in, std::size_t n
   {
     telar::MemoryMeter::Scope scope(telar::MemoryCategory::activations);
     layer.forward(exec, x, y, saved);
-    if constexpr (Traits::has_split_backward) {
-      layer.backward_input(exec, dy, dx, saved);
-      if constexpr (Traits::has_backward_weight)
-        layer.backward_weight(exec, dy, saved);
-    } else {
-      layer.backward(exec, dy, dx, saved);
-    }
+    backward_of(layer, exec, dy, dx, saved);
   }
   exec.fence();
   telar::MemoryBytes got = meter.current();
@@ -544,13 +551,7 @@ void check_backward_reads(L& layer, telar::Shape const& in, std::size_t n) {
       if constexpr (Traits::has_parameters)
         layer.parameters([&](char const*, auto&, auto& g) { Kokkos::deep_copy(g, T(0)); });
       telar::Matrix<T> dx("dx", n, in.size());
-      if constexpr (Traits::has_split_backward) {
-        layer.backward_input(exec, dy, dx, saved);
-        if constexpr (Traits::has_backward_weight)
-          layer.backward_weight(exec, dy, saved);
-      } else {
-        layer.backward(exec, dy, dx, saved);
-      }
+      backward_of(layer, exec, dy, dx, saved);
       exec.fence();
       auto const hdx = telar::test::to_host(dx);
       all.assign(hdx.data(), hdx.data() + hdx.size());
