@@ -25,12 +25,14 @@
 #endif
 // Only builds with a device compile Kokkos Kernels' batched GEMM (host-only
 // builds never take that path; its headers cost every file that multiplies).
+/// \cond TELAR_INTERNAL
 #if TELAR_HAVE_KOKKOSKERNELS &&                                                                    \
     (defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP) || defined(KOKKOS_ENABLE_SYCL))
 #define TELAR_GEMM_DEVICE_BATCHED 1
 #else
 #define TELAR_GEMM_DEVICE_BATCHED 0
 #endif
+/// \endcond
 #if TELAR_GEMM_DEVICE_BATCHED
 #include <telar/core/detail/team_gemm_batched.hpp>
 #endif

@@ -71,6 +71,7 @@ public:
   }
   CheckpointLock(CheckpointLock const&) = delete;
   CheckpointLock& operator=(CheckpointLock const&) = delete;
+  /*! \brief Takes over \p o's lock (\p o then holds none). \param o the lock moved from */
   CheckpointLock(CheckpointLock&& o) noexcept
       : path_(std::move(o.path_)), warning_(std::move(o.warning_)), fd_(std::exchange(o.fd_, -1)) {}
   CheckpointLock& operator=(CheckpointLock&&) = delete;

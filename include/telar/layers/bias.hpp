@@ -51,7 +51,7 @@ public:
 
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "Bias"; }
-  /*! \brief Allocates the table, zero. \param seed unused */
+  /*! \brief Allocates the table, zero (no seed: nothing is drawn). */
   void initialize(std::uint64_t /*seed*/) {
     bias = Vector<T, MemorySpace>("telar::Bias::bias", table_.size());
     if (trained_)

@@ -758,7 +758,7 @@ public:
   /*! \brief dx = col2im(W^T dy) (the saved input is not read; its call id lets
    *  oneDNN keep the converted dy for backward_weight).
    *  \param exec execution space instance \param dy gradient of the output
-   *  \param dx gradient of the input */
+   *  \param dx gradient of the input \param saved the forward's state (its call id) */
   template <class Exec>
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
                       Saved const& saved) const {

@@ -172,7 +172,7 @@ public:
 
   /*! \brief dx = conv(dy): the adjoint convolution's forward, without bias.
    *  \param exec execution space instance \param dy gradient of the output
-   *  \param dx gradient of the input */
+   *  \param dx gradient of the input \param saved the forward's state (its call id) */
   template <class Exec>
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
                       Saved const& saved) const {

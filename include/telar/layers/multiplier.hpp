@@ -64,7 +64,7 @@ public:
   /*! \brief Nothing allocated per micro-batch: the input is kept as a view. */
   std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
 
-  /*! \brief Allocates the table, one. \param seed unused */
+  /*! \brief Allocates the table, one (no seed: nothing is drawn). */
   void initialize(std::uint64_t /*seed*/) {
     weight = Vector<T, MemorySpace>("telar::Multiplier::weight", table_.size());
     if (trained_)

@@ -101,7 +101,7 @@ struct ProfileRefresh {
  *  rank: telar_probe). Written atomically (save_machine_profile()) unless
  *  profile_write_back_refusal() says no; a failed write is reported, not
  *  thrown. Call it from one process (rank 0), the others waiting.
- *  \param profile as loaded from \p path \param path its file
+ *  \param profile as loaded from the file \param path its file
  *  \param now this run's conditions (current_conditions() and the share of
  *  a core, measure_scheduling()) \param reps calls timed per rate */
 TELAR_DECL ProfileRefresh refresh_stale_profile(MachineProfile& profile, std::string const& path,

@@ -27,7 +27,7 @@ namespace telar {
 /*! \brief A model by its size only (e.g. ResNet-50: 25.6 M parameters,
  *  8.2 GFLOP forward per 224x224 image). */
 struct PaperModel {
-  std::string name;
+  std::string name;                //!< e.g. "ResNet-50"
   double parameters = 0;           //!< trained parameters (fp32 gradients: 4 bytes each)
   double forward_flops = 0;        //!< forward FLOPs per sample (2 per multiply-add)
   std::size_t batch_per_rank = 32; //!< samples per rank and step
@@ -45,7 +45,7 @@ struct PaperModel {
 
 /*! \brief One point of a data-parallel scaling curve (milliseconds). */
 struct ScalingPoint {
-  int ranks = 1;
+  int ranks = 1;            //!< data-parallel ranks
   double step_ms = 0;       //!< compute + exposed reduction + optimizer + fixed
   double compute_ms = 0;    //!< forward and backward of one rank's batch
   double dp_comm_ms = 0;    //!< the whole gradient reduction
@@ -123,9 +123,9 @@ inline PaperModel resnet_on_paper(int depth, std::size_t batch) {
 /*! \brief A published data-parallel scaling result and the setting that
  *  reproduces it (docs/planner.md, "At scale, on paper"). */
 struct PublishedScaling {
-  std::string source;  //!< who published it
-  std::string profile; //!< hardware profile file in bench/planner/profiles/
-  PaperModel model;
+  std::string source;    //!< who published it
+  std::string profile;   //!< hardware profile file in bench/planner/profiles/
+  PaperModel model;      //!< the network trained
   int ranks = 1;         //!< GPUs
   int baseline = 1;      //!< GPUs the efficiency is measured against
   double efficiency = 0; //!< published scaling efficiency

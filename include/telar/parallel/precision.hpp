@@ -81,10 +81,12 @@ template <class T, class MemorySpace>
 constexpr bool bf16_layer_ok() {
   return Bf16Gemm::supports<T, MemorySpace>();
 }
+/// \cond TELAR_INTERNAL
 #define TELAR_PRECISION_REFUSE(what)                                                               \
   "telar::Precision<telar::bf16, float>: " what " cannot compute in bf16 here: the bf16 "          \
   "policies (telar::Bf16Gemm, telar::OneDnnConvBf16) multiply float layers in host memory "        \
   "with oneDNN; use float layers in Kokkos::HostSpace, or telar::Precision<float, float>"
+/// \endcond
 
 // rebind<L>: L's type under bf16 compute, and convert(L) the same layer
 // under it. Layers without GEMMs, and unknown ones, stay as they are.

@@ -34,7 +34,7 @@ struct StalenessMargins {
 
 /*! \brief Whether a profile's measured parts are stale, and why. */
 struct Staleness {
-  bool stale = false;
+  bool stale = false; //!< whether the measured parts should be measured again
   std::string reason; //!< e.g. "measured at a share of a core of 0.21, now 0.97 (over 1.25x)"
 };
 

@@ -49,7 +49,10 @@ struct UNetOptions {
    *  the batch and the spatial group, running ones for evaluation) or
    *  GroupNorm (per sample, over the spatial group; the same in training
    *  and evaluation). */
-  enum class Norm { batch, group } norm = Norm::batch;
+  enum class Norm {
+    batch,                //!< BatchNorm
+    group                 //!< GroupNorm
+  } norm = Norm::batch;   //!< which normalisation
   std::size_t groups = 4; //!< GroupNorm's groups (at most the channels)
   /*! \brief Whether the 3³ convolutions compute their interior rows while
    *  the halo travels (telar::SpatialConv::set_overlap). */
