@@ -315,7 +315,7 @@ template <class L>
 constexpr BackwardReads backward_reads_of() {
   if constexpr (is_detected_v<backward_reads_t, L>)
     return L::backward_reads;
-  else if constexpr (std::is_same_v<detected_or_t<NoSaved, saved_type_t, L>, NoSaved>)
+  else if constexpr (std::is_same_v<layer_saved_t<L>, NoSaved>)
     return BackwardReads::nothing;
   else
     return BackwardReads::both;
