@@ -4,7 +4,7 @@
 //   [mpirun -np N] bench_mlp_step [--batch 128] [--steps 30] [--warmup 5] [--hidden 2048]
 //        [--dp N] [--pp N] [--tp N] [--microbatches M] [--schedule 1f1b]
 //        [--algorithm ring|mpi|rhd|hier|auto] [--bucket-mb 8] [--timeline PREFIX]
-//        [--precision fp32|bf16]
+//        [--precision fp32|bf16] [--bf16-weight-copy 1|0]
 // --precision bf16 (telar::Bf16Gemm) runs with the ring allreduce and no sharding.
 // --batch is per data-parallel rank (weak scaling). Prints the configuration,
 // the median and mean step time (slowest rank), and one JSON line.
@@ -31,7 +31,7 @@ struct Args {
   int steps = 30, warmup = 5, dp = 0, pp = 1, tp = 1, microbatches = 1;
   double bucket_mb = 8;
   std::string schedule = "1f1b", algorithm = "ring", timeline, precision = "fp32";
-  int zero = 0, shared_memory = 1;
+  int zero = 0, shared_memory = 1, bf16_weight_copy = 1;
 };
 
 Args parse(int argc, char** argv) {
@@ -68,6 +68,8 @@ Args parse(int argc, char** argv) {
       a.precision = v;
     else if (f == "--shared-memory")
       a.shared_memory = std::stoi(v);
+    else if (f == "--bf16-weight-copy") // TrainerOptions::bf16_weight_copy
+      a.bf16_weight_copy = std::stoi(v);
     else
       throw std::invalid_argument("bench_mlp_step: unknown flag " + f);
   }
@@ -76,9 +78,11 @@ Args parse(int argc, char** argv) {
 
 using R = telar::ReLU<float>;
 
+// Gemm = Bf16Gemm: the strategy's Precision<bf16, float> policy, which
+// rebinds the layers to Bf16Gemm (and keeps the bf16 weight copy).
 template <class Algorithm, class Sharding, class Gemm = telar::AutoGemm>
 int run(Args const& a) {
-  using D = telar::Dense<float, telar::DefaultMemorySpace, Gemm>;
+  using D = telar::Dense<float, telar::DefaultMemorySpace>;
   // The first two layers are a Megatron pair under --tp (plain Dense at tp 1).
   using Col = telar::ColumnParallel<D>;
   using Row = telar::RowParallel<D>;
@@ -86,8 +90,10 @@ int run(Args const& a) {
   using G = std::conditional_t<std::is_same_v<Gemm, telar::AutoGemm>,
                                telar::AutoGemm::select<float, telar::DefaultMemorySpace>, Gemm>;
   bool const bf16 = std::is_same_v<G, telar::Bf16Gemm>;
+  using Precision = std::conditional_t<bf16, telar::Precision<telar::bf16, float>,
+                                       telar::Precision<float, float>>;
   using Strategy = telar::Strategy<telar::DataParallel<Algorithm, Sharding>,
-                                   telar::PipelineParallel<>, telar::TensorParallel<>>;
+                                   telar::PipelineParallel<>, telar::TensorParallel<>, Precision>;
   telar::TrainerOptions opts;
   opts.seed = 1;
   opts.grid = {a.dp, a.pp, a.tp};
@@ -96,6 +102,7 @@ int run(Args const& a) {
   opts.bucket_bytes = std::size_t(a.bucket_mb * (1 << 20));
   opts.trace = !a.timeline.empty();
   opts.shared_memory = a.shared_memory != 0;
+  opts.bf16_weight_copy = a.bf16_weight_copy != 0;
   telar::Trainer<Model, Strategy, telar::SGD<float>> trainer(
       MPI_COMM_WORLD, Model(Col(784, a.hidden), {}, Row(a.hidden, a.hidden), {}, D(a.hidden, 10)),
       {}, opts, 784);
@@ -152,10 +159,10 @@ int run(Args const& a) {
     std::printf("{\"peer\":\"telar\",\"ranks\":%d,\"layout\":\"%s\",\"batch_per_rank\":%zu,"
                 "\"hidden\":%zu,\"step_ms_median\":%.3f,\"step_ms_mean\":%.3f,"
                 "\"algorithm\":\"%s\",\"sharding\":\"%s\",\"precision\":\"%s\","
-                "\"gemm\":\"%s\",\"gemm_kernels\":\"%s\"}\n",
+                "\"gemm\":\"%s\",\"gemm_kernels\":\"%s\",\"bf16_weight_copy\":%s}\n",
                 trainer.size(), trainer.layout().c_str(), a.batch, a.hidden, median, mean,
                 Algorithm::name(), Sharding::name(), bf16 ? "bf16" : "fp32", G::name(),
-                kernels.c_str());
+                kernels.c_str(), bf16 && a.bf16_weight_copy ? "true" : "false");
   }
   return 0;
 }

@@ -281,3 +281,78 @@ TEST_CASE("The writing-a-loss example: a configured Huber loss", "[serial][loss]
   CHECK(std::isfinite(first));
   CHECK(last < first);
 }
+
+namespace {
+
+// Under Precision<bf16, float> a step rounds the parameters once into a copy
+// that the bf16 matmuls read (TrainerOptions::bf16_weight_copy) instead of
+// converting each weight in every forward and backward. It must change
+// where the words come from and nothing else: the same parameters and loss
+// bit for bit, a change made through model() between steps seen, the copy
+// planned and measured with the parameters.
+template <class M>
+void bf16_weight_copy_case() {
+  if constexpr (telar::Bf16Gemm::supports<float, M>()) {
+    if (!telar::bf16_available())
+      SKIP("no AVX512-BF16 or AMX: bf16 matmuls do not run here");
+    using S = telar::test::on_space_t<telar::Strategy<telar::Precision<telar::bf16, float>>, M>;
+    auto const xy = blobs<float>(64, 12, 3, 5);
+    struct Run {
+      std::vector<float> params;
+      double eval_loss = 0;
+      std::uint64_t hits = 0;
+      std::size_t store = 0; // values in the parameter store (padded)
+      telar::MemoryBytes measured, planned;
+    };
+    auto run = [&](bool copy) {
+      telar::TrainerOptions opts;
+      opts.bf16_weight_copy = copy;
+      opts.microbatches = 2;
+      opts.batch_size = 64;
+      telar::Trainer<Mlp<float>, S, telar::SGD<float>> t(make_mlp<float>(12, 32, 3),
+                                                         telar::SGD<float>{0.05f}, opts, 12);
+      std::uint64_t const h0 = telar::detail::bf16_copy().hits;
+      for (int s = 0; s < 3; ++s) {
+        t.step(xy.first, xy.second);
+        if (s == 0) { // between steps, through model(): the next step must see it
+          auto w = t.model().template layer<2>().weight;
+          Kokkos::parallel_for(
+              Kokkos::RangePolicy<typename M::execution_space>(0, w.extent(0)),
+              KOKKOS_LAMBDA(std::size_t i) { w(i, 0) = -2 * w(i, 0); });
+          Kokkos::fence();
+        }
+      }
+      Run r;
+      r.eval_loss = t.evaluate(xy.first, xy.second).loss;
+      r.hits = telar::detail::bf16_copy().hits - h0;
+      r.params = t.parameters();
+      r.store = t.parameter_store().size();
+      r.measured = t.memory();
+      r.planned = t.memory_plan().bytes;
+      return r;
+    };
+    Run const with = run(true), without = run(false);
+    CHECK(with.params == without.params);
+    CHECK(with.eval_loss == without.eval_loss);
+    // Per step: 2 micro-batches x (3 forward + 2 backward) weight operands,
+    // and 3 in the evaluation: 33.
+    CHECK(with.hits == 33);
+    CHECK(without.hits == 0);
+    // 2 bytes per value of the store, with the parameters.
+    using telar::MemoryCategory;
+    std::size_t const copy_bytes =
+        with.planned[MemoryCategory::parameters] - without.planned[MemoryCategory::parameters];
+    CHECK(copy_bytes == with.store * sizeof(std::uint16_t));
+    CHECK(with.measured[MemoryCategory::parameters] == with.planned[MemoryCategory::parameters]);
+    CHECK(without.measured[MemoryCategory::parameters] ==
+          without.planned[MemoryCategory::parameters]);
+  }
+}
+
+} // namespace
+
+TEST_CASE("Under Precision<bf16, float> the parameters are rounded once a step, changing nothing "
+          "else",
+          "[train][bf16]") {
+  bf16_weight_copy_case<telar::DefaultMemorySpace>();
+}

@@ -46,6 +46,12 @@ struct LayoutOptions {
    *  Trainer left at 0 sets it from its run (telar::node_layout) when the
    *  nodes hold the same number of consecutive ranks. */
   int ranks_per_node = 0;
+  /*! \brief Under telar::Precision<telar::bf16, float>: round the parameters
+   *  to bf16 once per step into a copy (2 bytes per parameter, counted with
+   *  the parameters) that the bf16 matmuls read, instead of converting each
+   *  weight in every forward and backward (docs/precision.md). false: no
+   *  copy, the same results. Not used under ZeRO-3 or off the host. */
+  bool bf16_weight_copy = true;
   /*! \brief Samples per step over all data-parallel ranks, for the memory
    *  plan's activations (0: activations are not planned). */
   std::size_t batch_size = 0;

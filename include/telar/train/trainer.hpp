@@ -15,6 +15,7 @@
 #include <telar/optim/lr_schedule.hpp>
 #include <telar/optim/optimizer.hpp>
 #include <telar/parallel/data_parallel.hpp>
+#include <telar/parallel/detail/bf16_weights.hpp>
 #include <telar/parallel/detail/gradient_sync.hpp>
 #include <telar/parallel/detail/partition.hpp>
 #include <telar/parallel/detail/pipeline_executor.hpp>
@@ -186,6 +187,7 @@ public:
     LossSum local;
     {
       detail::ScopedRegion phase("telar::Trainer::step::forward_backward");
+      auto const weights = bf16_weights_.use(params_);
       local = executor_.run(
           exec, layout_.schedule, x, y, loss_, scale,
           detail::StepHooks<Residency, Sync, execution_space>(residency_, sync_, exec), &trace_);
@@ -250,6 +252,7 @@ public:
                          std::to_string(y.size()) + " targets are " +
                          loss_.invalid_targets_what(layout_.shapes.back()));
     LossSum local;
+    auto const weights = bf16_weights_.use(params_);
     set_training(model_, false); // dropout off while evaluating
     // Every rank runs the same number of chunks, so pipeline ranks pair up.
     std::size_t const per = (n + dp - 1) / dp;
@@ -626,6 +629,8 @@ private:
     sync_.bind(model_, owned, params_);
     set_parameter_replicas(model_, params_, layout_.grid.tp);
     tensors_.build(model_, params_, sync_.shard());
+    bf16_weights_.bind(params_, detail::keeps_bf16_copy<StrategyT, value_type, memory_space>(
+                                    options_, layout_.zero_stage));
   }
 
   void build_optimizer(Optimizer const& optimizer) {
@@ -775,6 +780,7 @@ private:
   ParameterStore<value_type, memory_space> params_;
   Residency residency_;
   Sync sync_;
+  detail::Bf16Weights<value_type, memory_space> bf16_weights_; // bf16 compute: rounded once a step
   detail::OptimizerEngine<Optimizer, memory_space> engine_;
   Loss loss_;
   detail::TensorIndex tensors_;

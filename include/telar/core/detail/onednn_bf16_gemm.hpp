@@ -10,6 +10,7 @@
 #include <telar/config.hpp>
 
 #if TELAR_HAVE_ONEDNN
+#include <telar/core/detail/bf16_copy.hpp>
 #include <telar/core/detail/onednn.hpp>
 #include <telar/core/error.hpp>
 
@@ -25,6 +26,32 @@
 
 namespace telar {
 namespace detail {
+
+// n floats rounded to bf16 as the matmul's own conversion rounds them (one
+// oneDNN reorder, cached by n): the copy is the same words the reorder would
+// have made.
+inline void onednn_to_bf16(float const* in, std::uint16_t* out, std::int64_t n) {
+  using tag = dnnl::memory::format_tag;
+  using dt = dnnl::memory::data_type;
+  struct Cached {
+    std::int64_t n = -1;
+    dnnl::memory from, to;
+    dnnl::reorder convert;
+  };
+  thread_local Cached c;
+  if (c.n != n) {
+    auto& eng = onednn_engine();
+    c.from = dnnl::memory(dnnl::memory::desc({n}, dt::f32, tag::a), eng, DNNL_MEMORY_NONE);
+    c.to = dnnl::memory(dnnl::memory::desc({n}, dt::bf16, tag::a), eng, DNNL_MEMORY_NONE);
+    c.convert = dnnl::reorder(c.from, c.to);
+    c.n = n;
+  }
+  c.from.set_data_handle(const_cast<float*>(in));
+  c.to.set_data_handle(out);
+  auto& s = onednn_stream();
+  c.convert.execute(s, c.from, c.to);
+  s.wait();
+}
 
 class OneDnnBf16Matmul {
 public:
@@ -56,7 +83,19 @@ public:
     Entry& e = entry(g, alpha, beta);
     auto& s = onednn_stream();
     e.a.in(s, A);
-    e.b.in(s, B);
+    Bf16Copy& copy = bf16_copy();
+    std::uint16_t* const words = e.b_flat ? copy.find(B, e.b_count) : nullptr;
+    if (words) { // B is a registered weight: rounded once this step
+      if (!copy.made(B, e.b_count)) {
+        onednn_to_bf16(B, words, e.b_count);
+        copy.mark(B, e.b_count);
+      }
+      ++copy.hits;
+      e.b_view.set_data_handle(words);
+    } else {
+      e.b.in(s, B);
+      e.b_view.set_data_handle(e.b.inner.get_data_handle());
+    }
     e.c.set_data_handle(C);
     e.prim.execute(s, e.args);
     s.wait();
@@ -73,6 +112,8 @@ private:
     dnnl::matmul prim;
     OneDnnPort a, b;
     dnnl::memory a_view, b_view, c; // what the matmul reads: the ports' bf16 buffers
+    bool b_flat = false;            // B converted as its bytes are (a 1-D reorder)
+    std::int64_t b_count = 0;       // B's values
     std::unordered_map<int, dnnl::memory> args;
   };
 
@@ -151,8 +192,9 @@ private:
       bool const b_dense = !g.batched() || (g.sb[1] == k * n && g.sb[0] == g.n2 * k * n);
       init_operand(e->a, e->a_view, a_user, pd.src_desc(), a_dense && g.ta == 'N' && g.lda == k,
                    entries * m * k);
-      init_operand(e->b, e->b_view, b_user, pd.weights_desc(),
-                   b_dense && g.ldb == (g.tb == 'N' ? n : k), entries * k * n);
+      e->b_flat = b_dense && g.ldb == (g.tb == 'N' ? n : k);
+      e->b_count = entries * k * n;
+      init_operand(e->b, e->b_view, b_user, pd.weights_desc(), e->b_flat, e->b_count);
       e->c = dnnl::memory(c_user, eng, DNNL_MEMORY_NONE);
       e->args = {{DNNL_ARG_SRC, e->a_view}, {DNNL_ARG_WEIGHTS, e->b_view}, {DNNL_ARG_DST, e->c}};
       last_impl_ = pd.impl_info_str();

@@ -11,6 +11,7 @@
 #include <telar/core/parameters.hpp>
 #include <telar/optim/optimizer.hpp>
 #include <telar/parallel/detail/activation_liveness.hpp>
+#include <telar/parallel/detail/bf16_weights.hpp>
 #include <telar/parallel/detail/comm_group.hpp>
 #include <telar/parallel/detail/plan_buffers.hpp>
 #include <telar/parallel/detail/plan_model_states.hpp>
@@ -187,6 +188,8 @@ MemoryPlan plan_of_layout(Model const& model, RunLayout const& layout,
   ms.groups = layout.bucket_groups;
   ms.microbatches = layout.schedule.microbatches;
   ms.gather_per_step = zero3_gathers_per_step<StrategyT>();
+  ms.bf16_copy =
+      keeps_bf16_copy<StrategyT, T, typename Model::memory_space>(options, layout.zero_stage);
   plan.bytes = plan_model_states(ms);
   plan.bytes[MemoryCategory::parameters] += plan_buffer_bytes(model, layout.owned);
   std::size_t const local = options.batch_size / std::size_t(layout.grid.dp);

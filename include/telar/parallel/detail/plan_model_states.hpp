@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace telar::detail {
@@ -26,6 +27,7 @@ struct ModelStateInput {
   std::vector<std::size_t> groups; // ZeRO<2, 3>: bucket groups' elements, backward order
   int microbatches = 1;            // > 1: every group's gradient lives for the whole step
   bool gather_per_step = false;    // ZeRO<3, PerStep>: every group stays gathered
+  bool bf16_copy = false;          // the store's values rounded to bf16 (bf16_weights.hpp)
 };
 
 // Peak elements of the group buffers: a group and the one before it (whose
@@ -59,7 +61,8 @@ inline FlatShard flat_shard(std::size_t elements, std::size_t alignment, int dp,
   return f;
 }
 
-inline MemoryBytes plan_model_states(ModelStateInput const& in) {
+// What the ZeRO stage keeps where, as the sync components allocate it.
+inline MemoryBytes plan_sharded_states(ModelStateInput const& in) {
   MemoryBytes out;
   auto bytes = [&](std::size_t elements) { return elements * in.value_bytes; };
   FlatShard const f = flat_shard(in.elements, in.alignment, in.dp, in.stage);
@@ -100,6 +103,15 @@ inline MemoryBytes plan_model_states(ModelStateInput const& in) {
         bytes(plan_group_peak(in.groups, in.gather_per_step) + group_grads);
     return out;
   }
+}
+
+// The above, and the bf16 copy of the values (parallel/detail/bf16_weights.hpp).
+inline MemoryBytes plan_model_states(ModelStateInput const& in) {
+  MemoryBytes out = plan_sharded_states(in);
+  if (in.bf16_copy) // 2 bytes per value of the store (never under ZeRO-3)
+    out[MemoryCategory::parameters] +=
+        flat_shard(in.elements, in.alignment, in.dp, in.stage).padded * sizeof(std::uint16_t);
+  return out;
 }
 
 } // namespace telar::detail

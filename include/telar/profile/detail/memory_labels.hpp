@@ -39,6 +39,7 @@ inline MemoryCategory memory_category_of(std::string const& label, MemoryCategor
   };
   static Exact const exact[] = {{"telar::ParameterStore::values", C::parameters},
                                 {"telar::ZeRO::param_shard", C::parameters},
+                                {"telar::ParameterStore::bf16_copy", C::parameters},
                                 {"telar::ParameterStore::grads", C::gradients},
                                 {"telar::ZeRO::shard_grads", C::gradients},
                                 {"telar::ZeRO::group_grads", C::communication},
