@@ -28,23 +28,23 @@ namespace telar {
 namespace detail {
 
 // n floats rounded to bf16 as the matmul's own conversion rounds them (one
-// oneDNN reorder, cached by n): the copy is the same words the reorder would
-// have made.
+// oneDNN reorder per size, kept: a step rounds each weight shape in turn):
+// the copy is the same words the reorder would have made.
 inline void onednn_to_bf16(float const* in, std::uint16_t* out, std::int64_t n) {
   using tag = dnnl::memory::format_tag;
   using dt = dnnl::memory::data_type;
   struct Cached {
-    std::int64_t n = -1;
     dnnl::memory from, to;
     dnnl::reorder convert;
   };
-  thread_local Cached c;
-  if (c.n != n) {
+  thread_local std::unordered_map<std::int64_t, Cached> cache;
+  auto [it, fresh] = cache.try_emplace(n);
+  Cached& c = it->second;
+  if (fresh) {
     auto& eng = onednn_engine();
     c.from = dnnl::memory(dnnl::memory::desc({n}, dt::f32, tag::a), eng, DNNL_MEMORY_NONE);
     c.to = dnnl::memory(dnnl::memory::desc({n}, dt::bf16, tag::a), eng, DNNL_MEMORY_NONE);
     c.convert = dnnl::reorder(c.from, c.to);
-    c.n = n;
   }
   c.from.set_data_handle(const_cast<float*>(in));
   c.to.set_data_handle(out);
