@@ -300,7 +300,7 @@ void bf16_weight_copy_case() {
     struct Run {
       std::vector<float> params;
       double eval_loss = 0;
-      std::uint64_t hits = 0;
+      std::uint64_t hits = 0, conversions = 0;
       std::size_t store = 0; // values in the parameter store (padded)
       telar::MemoryBytes measured, planned;
     };
@@ -312,6 +312,7 @@ void bf16_weight_copy_case() {
       telar::Trainer<Mlp<float>, S, telar::SGD<float>> t(make_mlp<float>(12, 32, 3),
                                                          telar::SGD<float>{0.05f}, opts, 12);
       std::uint64_t const h0 = telar::detail::bf16_copy().hits;
+      std::uint64_t const c0 = telar::detail::bf16_copy().conversions;
       for (int s = 0; s < 3; ++s) {
         t.step(xy.first, xy.second);
         if (s == 0) { // between steps, through model(): the next step must see it
@@ -325,6 +326,7 @@ void bf16_weight_copy_case() {
       Run r;
       r.eval_loss = t.evaluate(xy.first, xy.second).loss;
       r.hits = telar::detail::bf16_copy().hits - h0;
+      r.conversions = telar::detail::bf16_copy().conversions - c0;
       r.params = t.parameters();
       r.store = t.parameter_store().size();
       r.measured = t.memory();
@@ -338,6 +340,10 @@ void bf16_weight_copy_case() {
     // and 3 in the evaluation: 33.
     CHECK(with.hits == 33);
     CHECK(without.hits == 0);
+    // ... and each of the 3 weights rounded once a step and once in the
+    // evaluation: 4 x 3.
+    CHECK(with.conversions == 12);
+    CHECK(without.conversions == 0);
     // 2 bytes per value of the store, with the parameters.
     using telar::MemoryCategory;
     std::size_t const copy_bytes =

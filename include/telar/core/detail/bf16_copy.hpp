@@ -24,6 +24,7 @@ struct Bf16Copy {
   std::uint16_t* words = nullptr;
   std::map<std::ptrdiff_t, std::int64_t> ready; // offset -> values made this step
   std::uint64_t hits = 0;                       // B operands read from here (tests)
+  std::uint64_t conversions = 0;                // operands rounded into the room (tests)
 
   // The room of [p, p + count), or null when that is not inside the range
   // (addresses compared as integers: p is usually another allocation's).
@@ -45,6 +46,7 @@ struct Bf16Copy {
   void mark(float const* p, std::int64_t count) {
     std::int64_t& n = ready[p - lo];
     n = std::max(n, count);
+    ++conversions;
   }
 };
 inline Bf16Copy& bf16_copy() {
@@ -66,11 +68,12 @@ public:
     c.words = words;
     c.ready.clear();
   }
-  ~Bf16CopyScope() {
+  ~Bf16CopyScope() { // the counters go on: tests read them after a step
     Bf16Copy& c = bf16_copy();
-    std::uint64_t const hits = c.hits;
+    std::uint64_t const hits = c.hits, conversions = c.conversions;
     c = saved_;
     c.hits = hits;
+    c.conversions = conversions;
   }
   Bf16CopyScope(Bf16CopyScope const&) = delete;
   Bf16CopyScope& operator=(Bf16CopyScope const&) = delete;
