@@ -248,6 +248,20 @@ void check_case(Case const& c, double tol = 1e-11) {
   CHECK(max_diff(split.layer.weight_grad, whole.weight_grad) < tol);
   if (c.bias)
     CHECK(max_diff(split.layer.bias_grad, whole.bias_grad) < tol);
+
+  // The fused backward (SlabGraph's): the weight gradient computed while
+  // the halo gradients travel gives the same dx and dW.
+  telar::SpatialConv<Conv> fused(comm, proto);
+  fused.build(shape);
+  fused.initialize(11);
+  telar::Matrix<V, M> yf("test::yf", n, ys.extent(1)), dxf("test::dxf", n, xs.extent(1));
+  typename telar::SpatialConv<Conv>::saved_type fsaved;
+  fused.forward(Exec{}, xs, yf, fsaved);
+  fused.backward(Exec{}, dys, dxf, fsaved);
+  CHECK(max_diff(dxf, rows_of<V>(dx, c.in, c.extent[0], plane, s.in)) < tol);
+  CHECK(max_diff(fused.layer.weight_grad, whole.weight_grad) < tol);
+  if (c.bias)
+    CHECK(max_diff(fused.layer.bias_grad, whole.bias_grad) < tol);
 }
 
 } // namespace

@@ -391,14 +391,24 @@ private:
       at += cols;
     }
   }
+  // A layer with both forms (SpatialConv) runs the fused one, which
+  // computes its weight gradient while its halo gradients travel.
   template <class Exec, class U>
   void backward_op(Exec const& exec, U& u, Node& node) {
+    using L = std::decay_t<decltype(u.layer)>;
     int const f = node.from[0];
+    if constexpr (layer_traits<L>::has_fused_backward) {
+      if (f != input) {
+        u.layer.backward(exec, node.g, target(f, node.g.extent(0)), u.saved);
+        gather(exec, f);
+        return;
+      }
+    }
     if (f != input) {
       u.layer.backward_input(exec, node.g, target(f, node.g.extent(0)), u.saved);
       gather(exec, f);
     }
-    if constexpr (layer_traits<std::decay_t<decltype(u.layer)>>::has_backward_weight)
+    if constexpr (layer_traits<L>::has_backward_weight)
       u.layer.backward_weight(exec, node.g, u.saved);
   }
 

@@ -203,6 +203,29 @@ public:
     halo_.finish_reverse(exec);
   }
 
+  /*! \brief backward_input and backward_weight in one call. With overlap on
+   *  (the default), the weight gradient and its sum over the spatial group
+   *  run while the halo rows' gradients travel to their owners; dx is
+   *  complete when it returns. \param exec execution space instance
+   *  \param dy output slab gradient \param dx input slab gradient
+   *  \param saved from forward */
+  template <class Exec>
+  void backward(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
+                Matrix<value_type, memory_space> dx, saved_type const& saved) {
+    HaloPlan const& h = slab_.halo;
+    if (!overlap_ || h.send_lo + h.send_hi + h.recv_lo + h.recv_hi == 0) { // nothing to wait for
+      backward_input(exec, dy, dx, saved);
+      backward_weight(exec, dy, saved);
+      return;
+    }
+    std::size_t const n = dy.extent(0);
+    fit(dext_, n, "telar::SpatialConv::extended_gradient");
+    layer.backward_input(exec, dy, dext_, saved.inner);
+    halo_.post_reverse(exec, slab_.halo, dext_.data(), n * in_[0], plane_, dx.data());
+    backward_weight(exec, dy, saved);
+    halo_.finish_reverse(exec);
+  }
+
   /*! \brief dW, db += the gradient of the whole sample: this rank's part,
    *  summed over the spatial group. \param exec execution space instance
    *  \param dy output slab gradient \param saved from forward */
