@@ -196,10 +196,7 @@ public:
   template <class Exec>
   void backward_input(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
                       Matrix<value_type, memory_space> dx, saved_type const& saved) {
-    std::size_t const n = dy.extent(0);
-    fit(dext_, n, "telar::SpatialConv::extended_gradient");
-    layer.backward_input(exec, dy, dext_, saved.inner);
-    halo_.post_reverse(exec, slab_.halo, dext_.data(), n * in_[0], plane_, dx.data());
+    post_input_gradient(exec, dy, dx, saved);
     halo_.finish_reverse(exec);
   }
 
@@ -213,17 +210,13 @@ public:
   void backward(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
                 Matrix<value_type, memory_space> dx, saved_type const& saved) {
     HaloPlan const& h = slab_.halo;
-    if (!overlap_ || h.send_lo + h.send_hi + h.recv_lo + h.recv_hi == 0) { // nothing to wait for
-      backward_input(exec, dy, dx, saved);
+    bool const hide = overlap_ && h.send_lo + h.send_hi + h.recv_lo + h.recv_hi > 0;
+    post_input_gradient(exec, dy, dx, saved);
+    if (hide)
       backward_weight(exec, dy, saved);
-      return;
-    }
-    std::size_t const n = dy.extent(0);
-    fit(dext_, n, "telar::SpatialConv::extended_gradient");
-    layer.backward_input(exec, dy, dext_, saved.inner);
-    halo_.post_reverse(exec, slab_.halo, dext_.data(), n * in_[0], plane_, dx.data());
-    backward_weight(exec, dy, saved);
     halo_.finish_reverse(exec);
+    if (!hide)
+      backward_weight(exec, dy, saved);
   }
 
   /*! \brief dW, db += the gradient of the whole sample: this rank's part,
@@ -242,6 +235,16 @@ public:
   Conv layer; //!< the convolution, built for this rank's extended slab
 
 private:
+  // The extended slab's gradient, and its halo rows' posted to their owners
+  // (dx is complete after halo_.finish_reverse).
+  template <class Exec>
+  void post_input_gradient(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
+                           Matrix<value_type, memory_space> dx, saved_type const& saved) {
+    std::size_t const n = dy.extent(0);
+    fit(dext_, n, "telar::SpatialConv::extended_gradient");
+    layer.backward_input(exec, dy, dext_, saved.inner);
+    halo_.post_reverse(exec, slab_.halo, dext_.data(), n * in_[0], plane_, dx.data());
+  }
   static Shape with_rows(Shape s, std::size_t rows) {
     s.dims[1] = rows;
     return s;
