@@ -158,13 +158,17 @@ private:
     dnnl::memory::desc const a_user(shape(g, m, k), dt::f32, strides(g, g.sa, g.lda, g.ta != 'N'));
     dnnl::memory::desc const b_user(shape(g, k, n), dt::f32, strides(g, g.sb, g.ldb, g.tb != 'N'));
     dnnl::memory::desc const c_user(shape(g, m, n), dt::f32, strides(g, g.sc, g.ldc, false));
-    // bf16 copies, dense: A (activations, small) row-major whatever ta, so
-    // the kernel reads rows; B in the caller's orientation. Not format "any":
+    // bf16 copies, dense, each in the caller's orientation, so a dense
+    // operand converts as a 1-D reorder of its bytes. A transposed A (the
+    // weight gradient's dy^T) used to be converted to row-major: a 2-D
+    // transposing reorder, 5 ms for 2048x1024 against a matmul of 6 ms; the
+    // transposed product costs less than that (transformer block, bf16: 4%
+    // faster, 8 interleaved rounds, docs/precision.md). Not format "any":
     // oneDNN 2.6 then picks blocked weights (BA16a64b2a) whose reorder from
     // f32 costs about as much as the product (2048x2048: 24-41 ms against
     // 21-29 ms, one loaded core), while a plain f32 -> bf16 reorder is a
     // streaming conversion and brgemm packs plain B itself.
-    dnnl::memory::desc const a_want = dense(g, m, k, false);
+    dnnl::memory::desc const a_want = dense(g, m, k, g.ta != 'N');
     dnnl::memory::desc const b_want = dense(g, k, n, g.tb != 'N');
     dnnl::primitive_attr attr;
     dnnl::post_ops po;
@@ -190,8 +194,8 @@ private:
       std::int64_t const entries = g.n1 * g.n2;
       bool const a_dense = !g.batched() || (g.sa[1] == m * k && g.sa[0] == g.n2 * m * k);
       bool const b_dense = !g.batched() || (g.sb[1] == k * n && g.sb[0] == g.n2 * k * n);
-      init_operand(e->a, e->a_view, a_user, pd.src_desc(), a_dense && g.ta == 'N' && g.lda == k,
-                   entries * m * k);
+      init_operand(e->a, e->a_view, a_user, pd.src_desc(),
+                   a_dense && g.lda == (g.ta == 'N' ? k : m), entries * m * k);
       e->b_flat = b_dense && g.ldb == (g.tb == 'N' ? n : k);
       e->b_count = entries * k * n;
       init_operand(e->b, e->b_view, b_user, pd.weights_desc(), e->b_flat, e->b_count);
