@@ -25,6 +25,8 @@ struct HaloPlan {
 
   /*! \brief Rows of the extended slab. */
   std::size_t extended_rows() const { return recv_lo + (own_end - own_begin) + recv_hi; }
+  /*! \brief Rows sent and received in one exchange (0: nothing travels). */
+  std::size_t exchanged_rows() const { return send_lo + send_hi + recv_lo + recv_hi; }
 };
 
 } // namespace telar

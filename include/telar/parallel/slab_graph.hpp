@@ -397,14 +397,12 @@ private:
   void backward_op(Exec const& exec, U& u, Node& node) {
     using L = std::decay_t<decltype(u.layer)>;
     int const f = node.from[0];
-    if constexpr (layer_traits<L>::has_fused_backward) {
-      if (f != input) {
+    if (f != input) {
+      if constexpr (layer_traits<L>::has_fused_backward) {
         u.layer.backward(exec, node.g, target(f, node.g.extent(0)), u.saved);
         gather(exec, f);
         return;
       }
-    }
-    if (f != input) {
       u.layer.backward_input(exec, node.g, target(f, node.g.extent(0)), u.saved);
       gather(exec, f);
     }

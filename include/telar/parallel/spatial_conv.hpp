@@ -142,8 +142,7 @@ public:
   /*! \brief Bytes kept between calls: the extended slab's gradient, the
    *  four halo buffers and the layer's workspace. \param samples samples per rank */
   std::size_t workspace_bytes(std::size_t samples, Shape const& = {}) const {
-    HaloPlan const& h = slab_.halo;
-    std::size_t const halo_rows = h.send_lo + h.send_hi + h.recv_lo + h.recv_hi;
+    std::size_t const halo_rows = slab_.halo.exchanged_rows();
     return detail::view_bytes<value_type>(samples * extended().size()) +
            detail::view_bytes<value_type>(halo_rows * samples * in_[0] * plane_) +
            detail::workspace_bytes_of(layer, samples, extended()) + parts_.workspace_bytes(samples);
@@ -209,8 +208,7 @@ public:
   template <class Exec>
   void backward(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
                 Matrix<value_type, memory_space> dx, saved_type const& saved) {
-    HaloPlan const& h = slab_.halo;
-    bool const hide = overlap_ && h.send_lo + h.send_hi + h.recv_lo + h.recv_hi > 0;
+    bool const hide = overlap_ && slab_.halo.exchanged_rows() > 0;
     post_input_gradient(exec, dy, dx, saved);
     if (hide)
       backward_weight(exec, dy, saved);
