@@ -16,7 +16,10 @@
 # equivalence tests do not (label one_mpi: the memory plan against the
 # meter, ZeRO's bytes, the pipeline timeline, the CNN, recomputation,
 # run-time graph and ONNX equivalence tests, the add_subdirectory
-# consumer): the Open MPI pass runs them.
+# consumer), nor the examples whose runs of several ranks are such tests
+# (CNN, GPT, ONNX, ResNet: TELAR_ONE_MPI_EXAMPLES; the Fashion-MNIST,
+# hyper-parameter search and U-Net examples, the launch, failure and error
+# catalogue paths, run under both): the Open MPI pass runs them.
 # CTEST_ARGS_MPICH="" and TELAR_MPICH_SINGLE_PROCESS=ON run everything there
 # too. TELAR_EXAMPLE_OPT sets the Open MPI pass's examples' level (-O1).
 set -euo pipefail
@@ -78,6 +81,7 @@ if [[ "${TELAR_TEST_MPICH:-1}" != 0 ]]; then
     -DTELAR_UNITY_EXAMPLES=ON -DTELAR_TEST_CXX_FLAGS= \
     -DTELAR_SINGLE_PROCESS_TESTS=${TELAR_MPICH_SINGLE_PROCESS:-OFF} \
     -DTELAR_ONE_MPI_TESTS=${TELAR_MPICH_SINGLE_PROCESS:-OFF} \
+    -DTELAR_ONE_MPI_EXAMPLES=${TELAR_MPICH_SINGLE_PROCESS:-OFF} \
     "-DCMAKE_CXX_FLAGS_RELEASE=${TELAR_MPICH_OPT:--O1} -DNDEBUG"
 else
   echo "== MPICH: skipped (TELAR_TEST_MPICH=0)"

@@ -36,7 +36,9 @@
 // input, labels, loss gradients, parameters and optimizer state) is over
 // SIZE on some rank, naming the activations and the smallest --sp that
 // fits. The JSON has the halo bytes this rank sent per step and the
-// seconds per step its exchanges waited (exposed); --no-overlap completes
+// seconds per step its exchanges waited (exposed), and the weight-gradient
+// sums over the spatial group per step (count, values, milliseconds in
+// their blocking allreduces on rank 0); --no-overlap completes
 // every exchange before computing (to measure what overlap hides).
 // --precision bf16 builds the U-Net with oneDNN's bf16 convolutions
 // (telar::spatial_unet<T, M, telar::Bf16Gemm, telar::OneDnnConvBf16>: the
@@ -50,6 +52,7 @@
 #include <telar/optim/adam.hpp>
 #include <telar/optim/lr_schedule.hpp>
 #include <telar/parallel/spatial_loss.hpp>
+#include <telar/parallel/spatial_tally.hpp>
 #include <telar/parallel/spatial_unet.hpp>
 #include <telar/profile/memory.hpp>
 
@@ -406,6 +409,7 @@ struct Summary {
   long long steps = 0;
   std::vector<double> step_s, step_cpu_s; // wall and this process's CPU time
   telar::HaloTally halo;                  // training steps' exchanges only (not validation's)
+  telar::GroupSumTally sums;              // training steps' weight-gradient sums over sp
 };
 
 // One epoch of training; false once --limit-steps is reached.
@@ -424,6 +428,7 @@ bool train_epoch(Args const& a, UNet& net, telar::VolumeReader& reader, telar::B
     std::clock_t const c0 = std::clock();
     reader.wait(b);
     telar::HaloTally const before = telar::halo_tally();
+    telar::GroupSumTally const sums_before = telar::group_sum_tally();
     bool const last = s + 1 == loader.size() || sum.steps + 1 == a.limit_steps;
     if (!last)
       reader.prefetch(loader.batch(s + 1).indices); // read while this step trains
@@ -436,6 +441,9 @@ bool train_epoch(Args const& a, UNet& net, telar::VolumeReader& reader, telar::B
     sum.halo.bytes_sent += now.bytes_sent - before.bytes_sent;
     sum.halo.window_s += now.window_s - before.window_s;
     sum.halo.exposed_s += now.exposed_s - before.exposed_s;
+    sum.sums.sums += telar::group_sum_tally().sums - sums_before.sums;
+    sum.sums.values += telar::group_sum_tally().values - sums_before.values;
+    sum.sums.seconds += telar::group_sum_tally().seconds - sums_before.seconds;
     opt.step(net, dp);
     dp.allreduce(&loss, 1);
     sum.loss = loss / dp.size();
@@ -589,6 +597,8 @@ void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const
                s.val_dice, s.loss, s.steps, s.train_s, step_ms);
   if (!a.json)
     return;
+  std::size_t parameters = 0;
+  net.parameters([&](char const*, auto& w, auto&) { parameters += w.span(); });
   telar::JsonObject j;
   j.add("final_loss", s.loss)
       .add("program", "unet3d")
@@ -617,7 +627,11 @@ void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const
            1e3 * s.halo.exposed_s / double(std::max(1LL, s.steps)))
       .add("halo_window_ms_per_step_rank0", 1e3 * s.halo.window_s / double(std::max(1LL, s.steps)))
       .add("halo_exchanges_per_step", double(s.halo.exchanges) / double(std::max(1LL, s.steps)))
-      .add("nodes", net.size());
+      .add("group_sums_per_step", double(s.sums.sums) / double(std::max(1LL, s.steps)))
+      .add("group_sum_values_per_step", double(s.sums.values) / double(std::max(1LL, s.steps)))
+      .add("group_sum_ms_per_step_rank0", 1e3 * s.sums.seconds / double(std::max(1LL, s.steps)))
+      .add("nodes", net.size())
+      .add("parameter_values", (long long)parameters);
   if (param_diff >= 0)
     j.add("param_max_diff", param_diff);
   std::printf("%s\n", j.str().c_str());

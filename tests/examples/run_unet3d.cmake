@@ -110,6 +110,16 @@ foreach(norm group) # add batch to check BatchNorm too (two more runs)
   train(b ${MPIEXEC} -np 2 ${EXE} ${common} --norm ${norm} --data ${file} --sp 2
         --compare-params ${params})
   same_run("${a}" "${b}" "${norm}, sp = 2")
+  # Every parameter's gradient is summed over the group once per step at
+  # sp = 2 (one allreduce per wrapper with parameters), never at sp = 1.
+  json_field("${a}" group_sums_per_step sums1)
+  json_field("${b}" group_sums_per_step sums2)
+  json_field("${b}" group_sum_values_per_step values2)
+  json_field("${b}" parameter_values count)
+  if(NOT sums1 EQUAL 0 OR NOT sums2 GREATER 0 OR NOT values2 EQUAL count)
+    message(FATAL_ERROR "${norm}: group sums per step ${sums1} at sp = 1 (expected 0), ${sums2} "
+                        "of ${values2} values at sp = 2 (expected the ${count} parameters)")
+  endif()
   set(serial_${norm} "${a}")
 endforeach()
 train(c ${MPIEXEC} -np 2 ${EXE} ${common} --norm group --data ${file} --dp 2 --batch 1

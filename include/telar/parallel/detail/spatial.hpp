@@ -4,7 +4,9 @@
 #include <telar/core/error.hpp>
 #include <telar/core/shape.hpp>
 #include <telar/parallel/spatial_decomposition.hpp>
+#include <telar/parallel/spatial_tally.hpp>
 
+#include <chrono>
 #include <cstddef>
 #include <string>
 #include <type_traits>
@@ -47,12 +49,17 @@ inline void check_slab_call(char const* layer, char const* what, Shape const& sl
 // not by this rank's part alone. The layer accumulates (+=) into gradients
 // that may already hold earlier micro-batches, so the part is what the call
 // added: after - before, summed over the group, added to before. Host
-// memory (the wrappers assert it); one allreduce per layer.
+// memory (the wrappers assert it); one allreduce per layer, tallied in
+// telar::group_sum_tally(); none (and no copies) in a group of one rank.
 template <class T>
 class GroupGradientSum {
 public:
   template <class Layer, class F>
   void operator()(Layer& layer, Communicator const& group, F&& accumulate) {
+    if (group.size() == 1) { // the whole sample is here: nothing to add
+      accumulate();
+      return;
+    }
     before_.clear();
     layer.parameters([&](char const*, auto&, auto& g) {
       before_.insert(before_.end(), g.data(), g.data() + g.span());
@@ -64,7 +71,12 @@ public:
       for (std::size_t k = 0; k < g.span(); ++k, ++i)
         part_[i] = g.data()[k] - before_[i];
     });
+    auto const t0 = std::chrono::steady_clock::now();
     group.allreduce(part_.data(), part_.size());
+    GroupSumTally& tally = group_sum_tally();
+    ++tally.sums;
+    tally.values += part_.size();
+    tally.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     i = 0;
     layer.parameters([&](char const*, auto&, auto& g) {
       for (std::size_t k = 0; k < g.span(); ++k, ++i)
