@@ -5,11 +5,17 @@
 //
 //   OMP_NUM_THREADS=1 ./bench_transformer [--batch 8] [--seq 128] [--hidden 512]
 //       [--heads 8] [--blocks 1] [--reps 20] [--warmup 3] [--precision fp32|bf16]
+//       [--bf16-weight-copy 1|0]
 //
 // --precision bf16 (one rank) runs the same blocks rebound by
 // telar::Precision<telar::bf16, float>: every GEMM of attention and MLP in
 // bf16 with fp32 accumulation (docs/precision.md); block_torch.py
-// --precision bf16 is PyTorch's CPU autocast on the same block.
+// --precision bf16 is PyTorch's CPU autocast on the same block. As a
+// Trainer's step does (TrainerOptions::bf16_weight_copy, default on), the
+// weights are rounded to bf16 once per repetition and read from that copy
+// by forward and backward (the parameters in one flat buffer, the copy
+// registered around each repetition); --bf16-weight-copy 0 converts them
+// in every product, as a block outside a Trainer does.
 //   OMP_NUM_THREADS=1 mpiexec -np 2 ./bench_transformer ...
 //
 // At one rank it times telar::TransformerBlock (block_torch.py times the same
@@ -20,6 +26,7 @@
 // allreduces of batch x seq x hidden values per block per step (2 forward,
 // 2 backward).
 #include <telar/comm/communicator.hpp>
+#include <telar/core/detail/bf16_copy.hpp>
 #include <telar/layers/transformer.hpp>
 #include <telar/parallel/precision.hpp>
 #include <telar/parallel/tensor_parallel_attention.hpp>
@@ -29,9 +36,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -44,6 +53,7 @@ struct Options {
   std::size_t batch = 8, seq = 128, hidden = 512, heads = 8, blocks = 1;
   int reps = 20, warmup = 3;
   bool bf16 = false;
+  bool weight_copy = true; // --bf16-weight-copy
 };
 
 Options parse(int argc, char** argv) {
@@ -62,6 +72,16 @@ Options parse(int argc, char** argv) {
         std::exit(2);
       }
       o.bf16 = p == "bf16";
+      continue;
+    }
+    if (k == "--bf16-weight-copy") {
+      std::string const v = argv[i + 1];
+      if (v != "0" && v != "1") {
+        std::fprintf(stderr, "bench_transformer: --bf16-weight-copy expects 0 or 1, got '%s'\n",
+                     v.c_str());
+        std::exit(2);
+      }
+      o.weight_copy = v == "1";
       continue;
     }
     long const v = std::atol(argv[i + 1]);
@@ -102,6 +122,33 @@ Mat random(std::size_t n, std::size_t k, unsigned seed) {
   return m;
 }
 
+// The blocks' parameters moved into one buffer (their views rebound to it,
+// as a Trainer's telar::ParameterStore does), with room for its bf16 words:
+// what telar::detail::Bf16CopyScope registers around a repetition.
+struct FlatWeights {
+  telar::Vector<T> values;
+  Kokkos::View<std::uint16_t*, telar::DefaultMemorySpace> words;
+};
+template <class Block>
+FlatWeights flatten(std::vector<Block>& blocks) {
+  std::size_t n = 0;
+  for (auto& b : blocks)
+    b.parameters([&](char const*, auto& v, auto&) { n += v.span(); });
+  FlatWeights f{
+      telar::Vector<T>("bench_transformer::values", n),
+      Kokkos::View<std::uint16_t*, telar::DefaultMemorySpace>("bench_transformer::words", n)};
+  std::size_t at = 0;
+  for (auto& b : blocks)
+    b.parameters([&](char const*, auto& v, auto&) {
+      using V = std::decay_t<decltype(v)>;
+      V const to(f.values.data() + at, v.layout());
+      Kokkos::deep_copy(to, v);
+      v = to;
+      at += v.span();
+    });
+  return f;
+}
+
 // Median over reps of the slowest rank's forward + backward of every block.
 template <class Block>
 double time_blocks(std::vector<Block>& blocks, Options const& o, MPI_Comm comm,
@@ -118,12 +165,17 @@ double time_blocks(std::vector<Block>& blocks, Options const& o, MPI_Comm comm,
     act[l + 1] = Mat("a", n, k);
     grad[l] = Mat("g", n, k);
   }
+  FlatWeights flat;
+  if (o.bf16 && o.weight_copy)
+    flat = flatten(blocks);
   std::vector<double> ms;
   for (int r = 0; r < o.warmup + o.reps; ++r) {
     if (r == o.warmup && traffic != nullptr)
       traffic->reset(); // count one step only
     MPI_Barrier(comm);
     auto const t0 = std::chrono::steady_clock::now();
+    telar::detail::Bf16CopyScope const copy(flat.values.data(), flat.values.size(),
+                                            flat.words.size() ? flat.words.data() : nullptr);
     for (std::size_t l = 0; l < L; ++l)
       blocks[l].forward(Exec{}, act[l], act[l + 1], saved[l]);
     for (std::size_t l = L; l-- > 0;) {
@@ -169,11 +221,18 @@ int main(int argc, char** argv) {
                                : time_serial<telar::Precision<float, float>>(o);
       std::printf("telar TransformerBlock x%zu: batch %zu seq %zu hidden %zu heads %zu %s, "
                   "forward+backward median %.2f ms (%.0f tokens/s), %d reps, threads %d, "
-                  "gemm kernels %s\n",
+                  "gemm kernels %s%s\n",
                   o.blocks, o.batch, o.seq, o.hidden, o.heads, o.bf16 ? "bf16" : "fp32", ms,
                   tokens / ms * 1e3, o.reps, Exec().concurrency(),
                   o.bf16 ? telar::bf16_kernels().c_str()
-                         : telar::gemm_backend_name<T, telar::DefaultMemorySpace>());
+                         : telar::gemm_backend_name<T, telar::DefaultMemorySpace>(),
+                  o.bf16 ? (o.weight_copy ? ", weights rounded once a repetition"
+                                          : ", weights converted in every product")
+                         : "");
+      if (o.bf16 && o.weight_copy)
+        std::printf("weight copy: %llu products read it, %llu conversions into it\n",
+                    (unsigned long long)telar::detail::bf16_copy().hits,
+                    (unsigned long long)telar::detail::bf16_copy().conversions);
     } else {
       if (o.bf16) {
         std::fprintf(stderr, "bench_transformer: --precision bf16 runs at one rank\n");
