@@ -16,6 +16,7 @@
 //          [--norm group|batch] [--groups 4] [--eval-bn running|batch]
 //          [--limit-steps N] [--json] [--save-params F] [--compare-params F]
 //          [--memory-budget SIZE] [--no-overlap] [--precision fp32|bf16]
+//          [--timeline PREFIX]
 //   mpirun -np 2 unet3d --sp 2
 //
 // --generate N (default 160 without --data) writes N synthetic volumes of
@@ -40,6 +41,10 @@
 // sums over the spatial group per step (count, values, milliseconds in
 // their blocking allreduces on rank 0); --no-overlap completes
 // every exchange before computing (to measure what overlap hides).
+// --timeline PREFIX writes PREFIX.json (Chrome trace, every rank a
+// process: open it in ui.perfetto.dev): each node's forward and backward,
+// the halo waits and gradient sums inside them, each exchange in flight,
+// the loss, the optimizer and the steps.
 // --precision bf16 builds the U-Net with oneDNN's bf16 convolutions
 // (telar::spatial_unet<T, M, telar::Bf16Gemm, telar::OneDnnConvBf16>: the
 // 3x3x3, 1x1x1 and transposed ones): bf16 products, fp32 accumulation; the
@@ -54,7 +59,9 @@
 #include <telar/parallel/spatial_loss.hpp>
 #include <telar/parallel/spatial_tally.hpp>
 #include <telar/parallel/spatial_unet.hpp>
+#include <telar/profile/gather.hpp>
 #include <telar/profile/memory.hpp>
+#include <telar/profile/trace.hpp>
 
 #include "example_support.hpp"
 
@@ -105,15 +112,16 @@ struct Args : example::CommonArgs {
   std::string eval_bn = "running"; // validation's BatchNorm statistics: running or batch
   std::string norm = "group";      // batch or group
   std::size_t groups = 4;
-  bool overlap = true; // interior rows computed while the halo travels
+  bool overlap = true;  // interior rows computed while the halo travels
+  std::string timeline; // --timeline PREFIX: PREFIX.json, every rank's spans
 };
 
 // The Trainer's flags, which this example (a SlabGraph trained by hand)
 // does not offer.
 bool trainer_flag(std::string const& f) {
-  for (char const* t : {"--hidden", "--pp", "--tp", "--schedule", "--microbatches", "--timeline",
-                        "--checkpoint-dir", "--checkpoint-every", "--resume", "--layout",
-                        "--dry-run", "--profile", "--nonfinite"})
+  for (char const* t :
+       {"--hidden", "--pp", "--tp", "--schedule", "--microbatches", "--checkpoint-dir",
+        "--checkpoint-every", "--resume", "--layout", "--dry-run", "--profile", "--nonfinite"})
     if (f == t)
       return true;
   return false;
@@ -128,7 +136,7 @@ bool trainer_flag(std::string const& f) {
                "[--norm batch|group] [--groups G] [--eval-bn running|batch] [--limit-steps N] "
                "[--json] [--save-params FILE] "
                "[--compare-params FILE] [--memory-budget SIZE] [--no-overlap] "
-               "[--precision fp32|bf16]\n",
+               "[--precision fp32|bf16] [--timeline PREFIX]\n",
                why);
   throw 2;
 }
@@ -166,6 +174,8 @@ Args parse(int argc, char** argv) {
       a.compare_params = r.value();
     else if (f == "--no-overlap")
       a.overlap = false;
+    else if (f == "--timeline")
+      a.timeline = r.value();
     else if (trainer_flag(f))
       usage((f + " is not offered: unet3d trains its U-Net without the Trainer (use --sp and "
                  "--dp)")
@@ -404,6 +414,23 @@ void save_parameters(std::string const& path, std::vector<double> const& p) {
   std::fclose(f);
 }
 
+// --timeline PREFIX: every rank's spans in PREFIX.json, one process row per
+// rank (collective): each node's forward and backward (F<i>, B<i>), the
+// halo waits inside them and the gradient sums over sp (lane 0), each
+// exchange from its post to the end of its wait (lane 1), the steps (lane 2).
+void write_timeline(Args const& a, telar::TraceRecorder const& trace,
+                    telar::Communicator const& world) {
+  if (a.timeline.empty())
+    return;
+  std::string const path = a.timeline + ".json";
+  bool const ok = telar::gather_chrome_trace(&world, trace, path);
+  if (world.rank() == 0)
+    std::fprintf(stderr,
+                 ok ? "unet3d: timeline written to %s (open in ui.perfetto.dev)\n"
+                    : "unet3d: could not write the timeline %s\n",
+                 path.c_str());
+}
+
 struct Summary {
   double loss = 0, val_dice = 0, train_s = 0;
   long long steps = 0;
@@ -416,7 +443,8 @@ struct Summary {
 template <class UNet>
 bool train_epoch(Args const& a, UNet& net, telar::VolumeReader& reader, telar::BatchLoader& loader,
                  Optimizer& opt, std::size_t classes, telar::Communicator const& sp,
-                 telar::Communicator const& dp, int epoch, Summary& sum) {
+                 telar::Communicator const& dp, int epoch, Summary& sum,
+                 telar::TraceRecorder& trace) {
   telar::ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(a.epochs),
                          (long long)loader.size(), sp.rank() == 0 && dp.rank() == 0);
   telar::VolumeBatch b;
@@ -425,6 +453,7 @@ bool train_epoch(Args const& a, UNet& net, telar::VolumeReader& reader, telar::B
   reader.prefetch(loader.batch(0).indices);
   for (std::size_t s = 0; s < loader.size(); ++s) {
     auto const t0 = std::chrono::steady_clock::now();
+    double const step_began = trace.now();
     std::clock_t const c0 = std::clock();
     reader.wait(b);
     telar::HaloTally const before = telar::halo_tally();
@@ -434,7 +463,9 @@ bool train_epoch(Args const& a, UNet& net, telar::VolumeReader& reader, telar::B
       reader.prefetch(loader.batch(s + 1).indices); // read while this step trains
     to_device(b, x, labels);
     auto const& logits = net.forward(Exec{}, x);
+    double const loss_began = trace.now();
     double loss = loss_and_gradient(a, sp, classes, logits, labels, dlogits, ddice);
+    trace.add("loss", "loss", loss_began, trace.now());
     net.backward(Exec{}, dlogits);
     telar::HaloTally const& now = telar::halo_tally();
     sum.halo.exchanges += now.exchanges - before.exchanges;
@@ -444,12 +475,15 @@ bool train_epoch(Args const& a, UNet& net, telar::VolumeReader& reader, telar::B
     sum.sums.sums += telar::group_sum_tally().sums - sums_before.sums;
     sum.sums.values += telar::group_sum_tally().values - sums_before.values;
     sum.sums.seconds += telar::group_sum_tally().seconds - sums_before.seconds;
+    double const update_began = trace.now();
     opt.step(net, dp);
+    trace.add("optimizer", "optimizer", update_began, trace.now());
     dp.allreduce(&loss, 1);
     sum.loss = loss / dp.size();
     sum.step_s.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     sum.step_cpu_s.push_back(double(std::clock() - c0) / CLOCKS_PER_SEC);
+    trace.add("step " + std::to_string(sum.steps + 1), "step", step_began, trace.now(), 2);
     ++sum.steps;
     char text[64];
     std::snprintf(text, sizeof text, "loss %.4f", sum.loss);
@@ -674,10 +708,14 @@ int train(Args const& a, telar::Communicator const& world, telar::Communicator c
   std::size_t const classes = std::size_t(v.classes);
   Optimizer opt(a, a.limit_steps > 0 ? std::min<long long>(a.limit_steps, steps) : steps);
   Summary s;
+  telar::TraceRecorder trace(!a.timeline.empty());
+  world.barrier(); // one origin for every rank's spans
+  trace.reset_origin();
+  net.set_trace(trace.enabled() ? &trace : nullptr);
   auto const t0 = std::chrono::steady_clock::now();
   for (int e = 0; e < a.epochs; ++e) {
     loader.set_epoch(std::uint64_t(e));
-    bool const more = train_epoch(a, net, reader, loader, opt, classes, sp, dp, e, s);
+    bool const more = train_epoch(a, net, reader, loader, opt, classes, sp, dp, e, s, trace);
     s.val_dice = validate(a, net, reader, first_val, classes, world, dp_rank);
     if (world.rank() == 0)
       std::fprintf(stderr, "unet3d: epoch %d: loss %.4f, val_dice %.4f\n", e + 1, s.loss,
@@ -692,6 +730,7 @@ int train(Args const& a, telar::Communicator const& world, telar::Communicator c
   if (!a.save_params.empty() && world.rank() == 0)
     save_parameters(a.save_params, params);
   double const diff = a.compare_params.empty() ? -1 : compare_parameters(a.compare_params, params);
+  write_timeline(a, trace, world);
   report(a, net, v, s, diff, {memory, peak, peak - baseline, planned_bytes(a, net, v)}, world);
   return 0;
 }

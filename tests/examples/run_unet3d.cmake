@@ -107,8 +107,9 @@ foreach(norm group) # add batch to check BatchNorm too (two more runs)
   set(params ${WORK_DIR}/unet3d_check_${norm}.txt)
   file(REMOVE ${params})
   train(a ${EXE} ${common} --norm ${norm} --generate 8 --data ${file} --save-params ${params})
+  file(REMOVE ${WORK_DIR}/unet3d_timeline.json)
   train(b ${MPIEXEC} -np 2 ${EXE} ${common} --norm ${norm} --data ${file} --sp 2
-        --compare-params ${params})
+        --compare-params ${params} --timeline ${WORK_DIR}/unet3d_timeline)
   same_run("${a}" "${b}" "${norm}, sp = 2")
   # Every parameter's gradient is summed over the group once per step at
   # sp = 2 (one allreduce per wrapper with parameters), never at sp = 1.
@@ -119,6 +120,33 @@ foreach(norm group) # add batch to check BatchNorm too (two more runs)
   if(NOT sums1 EQUAL 0 OR NOT sums2 GREATER 0 OR NOT values2 EQUAL count)
     message(FATAL_ERROR "${norm}: group sums per step ${sums1} at sp = 1 (expected 0), ${sums2} "
                         "of ${values2} values at sp = 2 (expected the ${count} parameters)")
+  endif()
+  # --timeline: both ranks' spans agree with the run: 3 steps, each node's
+  # forward (3 steps and the validation batch) and backward, the tally's
+  # gradient sums, and every exchange once in flight and once waited for.
+  json_field("${b}" halo_exchanges_per_step exchanges)
+  json_field("${b}" nodes nodes)
+  execute_process(COMMAND python3 -c "
+import json, sys
+from collections import Counter
+path, nodes, sums, exchanges = sys.argv[1], int(sys.argv[2]) - 1, float(sys.argv[3]), float(sys.argv[4])
+def kind(name):
+    if name.startswith('step '):
+        return 'step'
+    return name[0] if name[0] in 'FB' and name[1].isdigit() else name
+events = json.load(open(path))['traceEvents']
+for pid in (0, 1):
+    c = Counter((e['tid'], kind(e['name'])) for e in events if e['pid'] == pid)
+    want = {(0, 'F'): 4 * nodes, (0, 'B'): 3 * nodes, (2, 'step'): 3, (0, 'loss'): 3,
+            (0, 'optimizer'): 3, (0, 'gradient sum'): round(3 * sums)}
+    bad = {k: (c[k], n) for k, n in want.items() if c[k] != n}
+    if bad or c[(1, 'halo')] < 3 * exchanges or c[(0, 'halo wait')] != c[(1, 'halo')]:
+        sys.exit('rank %d: (found, expected) %s; %d exchanges in flight, %d waits, %g a step' %
+                 (pid, bad, c[(1, 'halo')], c[(0, 'halo wait')], exchanges))
+" ${WORK_DIR}/unet3d_timeline.json ${nodes} ${sums2} ${exchanges}
+    RESULT_VARIABLE ok ERROR_VARIABLE why)
+  if(NOT ok EQUAL 0)
+    message(FATAL_ERROR "${norm}: the sp = 2 timeline does not hold the run's spans: ${why}")
   endif()
   set(serial_${norm} "${a}")
 endforeach()

@@ -15,6 +15,7 @@
 #include <telar/comm/halo_plan.hpp>
 #include <telar/comm/request.hpp>
 #include <telar/core/tensor.hpp>
+#include <telar/profile/trace.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -73,6 +74,12 @@ public:
    *  \param tag first of the two message tags used */
   explicit HaloExchange(Communicator const& comm, int tag = 7100) : comm_(&comm), tag_(tag) {}
 
+  /*! \brief Records each exchange on \p trace (null: none): "halo wait",
+   *  the time finish waited (lane 0, inside the caller's span), and "halo",
+   *  from the post's messages leaving to the end of that wait (lane 1).
+   *  \param trace the rank's recorder, kept by pointer */
+  void set_trace(TraceRecorder* trace) { trace_ = trace; }
+
   /*! \brief Starts the forward exchange of the local slab \p x into the
    *  extended slab \p ext. \param exec execution space instance
    *  \param plan rows exchanged \param x local slab, `outer` blocks of
@@ -92,7 +99,7 @@ public:
     exchange(plan.send_lo, plan.send_hi, plan.recv_lo, plan.recv_hi);
     detail::copy_rows<T>(exec, {x, R, plan.own_begin}, {ext, E, plan.recv_lo},
                          plan.own_end - plan.own_begin, outer, plane, false);
-    posted_ = Clock::now();
+    mark_posted();
   }
 
   /*! \brief Completes post(): waits and places the received rows.
@@ -131,7 +138,7 @@ public:
     detail::copy_rows<T>(exec, {dext, E, plan.recv_lo}, {dx, R, plan.own_begin},
                          plan.own_end - plan.own_begin, outer, plane, false);
     detail::zero_rows<T>(exec, {dx, R, plan.own_end}, R - plan.own_end, outer, plane);
-    posted_ = Clock::now();
+    mark_posted();
   }
 
   /*! \brief Completes post_reverse(): adds the neighbours' halo gradients to
@@ -187,13 +194,24 @@ private:
     if (out_hi > 0)
       reqs_.push_back(comm_->isend(so_hi.data(), out_hi * block, r + 1, up));
   }
+  void mark_posted() {
+    posted_ = Clock::now();
+    if (trace_)
+      posted_at_ = trace_->now();
+  }
   void wait() {
     auto const t0 = Clock::now();
+    double const began = trace_ ? trace_->now() : 0;
     wait_all(reqs_);
     reqs_.clear();
     HaloTally& tally = halo_tally();
     tally.window_s += std::chrono::duration<double>(t0 - posted_).count();
     tally.exposed_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    if (trace_) {
+      double const done = trace_->now();
+      trace_->add("halo wait", "comm", began, done, 0);
+      trace_->add("halo", "comm", posted_at_, done, 1);
+    }
   }
 
   Communicator const* comm_;
@@ -204,6 +222,8 @@ private:
   Buffer send_lo_, send_hi_, recv_lo_, recv_hi_;
   std::vector<Request> reqs_;
   Clock::time_point posted_{}; // when post returned (the window's start)
+  TraceRecorder* trace_ = nullptr;
+  double posted_at_ = 0; // posted_ on trace_'s clock
 };
 
 } // namespace telar

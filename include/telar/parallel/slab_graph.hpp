@@ -28,6 +28,7 @@
 #include <telar/core/tensor.hpp>
 #include <telar/parallel/detail/spatial.hpp>
 #include <telar/parallel/spatial_decomposition.hpp>
+#include <telar/profile/trace.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -68,6 +69,8 @@ private:
 namespace detail {
 template <class L>
 using set_training_t = decltype(std::declval<L&>().set_training(true));
+template <class L>
+using set_trace_t = decltype(std::declval<L&>().set_trace(nullptr));
 
 // dst[:, at : at + src cols] = src (add: +=), per sample: a channel block
 // of a channel-first slab is a contiguous run of its row.
@@ -251,6 +254,19 @@ public:
     });
   }
 
+  /*! \brief Records on \p trace (null: none) each node's forward and
+   *  backward as spans "F<i> <layer>" and "B<i> <layer>" (categories
+   *  forward and backward, lane 0) and, through the wrappers, their halo
+   *  exchanges and gradient sums (category comm; telar::HaloExchange::set_trace).
+   *  \param trace the rank's recorder, kept by pointer */
+  void set_trace(TraceRecorder* trace) {
+    trace_ = trace;
+    for_units([&](auto& u, std::size_t) {
+      if constexpr (detail::is_detected_v<detail::set_trace_t, decltype(u.layer)>)
+        u.layer.set_trace(trace);
+    });
+  }
+
   /*! \brief Runs the graph on this rank's input slab \p x [n, C * rows *
    *  plane]. \return the output slab (valid until the next forward) */
   template <class Exec>
@@ -260,7 +276,9 @@ public:
     for (std::size_t i = 1; i < nodes_.size(); ++i) {
       Node& node = nodes_[i];
       fit(node.y, n, node.slab, "telar::SlabGraph::y");
+      double const began = trace_ ? trace_->now() : 0;
       std::visit([&](auto& op) { forward_op(exec, op, node); }, node.op);
+      traced(exec, "F", i, began);
     }
     return nodes_.back().y;
   }
@@ -277,12 +295,23 @@ public:
     Kokkos::deep_copy(exec, last.g, dy);
     for (std::size_t i = nodes_.size() - 1; i >= 1; --i) {
       Node& node = nodes_[i];
+      double const began = trace_ ? trace_->now() : 0;
       std::visit([&](auto& op) { backward_op(exec, op, node); }, node.op);
+      traced(exec, "B", i, began);
     }
     exec.fence();
   }
 
 private:
+  // Node i's span from `began` to now, when tracing ("F3 Conv3D").
+  template <class Exec>
+  void traced(Exec const& exec, char const* pass, std::size_t i, double began) {
+    if (!trace_)
+      return;
+    exec.fence(); // the span ends when the node's kernels do
+    trace_->add(pass + std::to_string(i) + " " + name(int(i)),
+                pass[0] == 'F' ? "forward" : "backward", began, trace_->now());
+  }
   void check_from(int from, char const* what) const {
     if (from < 0 || from >= int(nodes_.size()))
       throw ShapeError(std::string("telar::SlabGraph: ") + what + " reads node " +
@@ -418,6 +447,7 @@ private:
   // refused to compile that copy.
   std::deque<Node> nodes_;
   ConstMatrix<T, M> x_;
+  TraceRecorder* trace_ = nullptr;
 };
 
 } // namespace telar

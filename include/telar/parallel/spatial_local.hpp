@@ -22,6 +22,7 @@
 #include <telar/parallel/data_parallel.hpp>
 #include <telar/parallel/detail/spatial.hpp>
 #include <telar/parallel/spatial_decomposition.hpp>
+#include <telar/profile/trace.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -101,6 +102,10 @@ public:
   /*! \brief Allocates and draws the parameters (the same \p seed on every
    *  rank gives every rank the same ones). \param seed stream seed */
   void initialize(std::uint64_t seed) { detail::initialize_layer(layer, seed); }
+  /*! \brief Records this layer's gradient sums over the group on \p trace
+   *  (null: none; telar::SlabGraph::set_trace passes its own).
+   *  \param trace the rank's recorder, kept by pointer */
+  void set_trace(TraceRecorder* trace) { sum_.set_trace(trace); }
   /*! \brief Visits the layer's (name, value, gradient).
    *  \param f callable as f(char const*, View&, View&) */
   template <class F>

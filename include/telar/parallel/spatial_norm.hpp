@@ -23,6 +23,7 @@
 #include <telar/layers/normalization.hpp>
 #include <telar/parallel/detail/spatial.hpp>
 #include <telar/parallel/spatial_decomposition.hpp>
+#include <telar/profile/trace.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -86,6 +87,10 @@ public:
 
   /*! \brief gamma = 1, beta = 0 (the seed is unused). \param seed stream seed */
   void initialize(std::uint64_t seed) { layer.initialize(seed); }
+  /*! \brief Records this layer's gradient sums over the group on \p trace
+   *  (null: none; telar::SlabGraph::set_trace passes its own).
+   *  \param trace the rank's recorder, kept by pointer */
+  void set_trace(TraceRecorder* trace) { sum_.set_trace(trace); }
   /*! \brief Visits ("weight", gamma) and ("bias", beta) if affine. */
   template <class F>
   void parameters(F&& f) {

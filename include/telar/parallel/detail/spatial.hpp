@@ -5,6 +5,7 @@
 #include <telar/core/shape.hpp>
 #include <telar/parallel/spatial_decomposition.hpp>
 #include <telar/parallel/spatial_tally.hpp>
+#include <telar/profile/trace.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -72,11 +73,14 @@ public:
         part_[i] = g.data()[k] - before_[i];
     });
     auto const t0 = std::chrono::steady_clock::now();
+    double const began = trace_ ? trace_->now() : 0;
     group.allreduce(part_.data(), part_.size());
     GroupSumTally& tally = group_sum_tally();
     ++tally.sums;
     tally.values += part_.size();
     tally.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (trace_)
+      trace_->add("gradient sum", "comm", began, trace_->now(), 0);
     i = 0;
     layer.parameters([&](char const*, auto&, auto& g) {
       for (std::size_t k = 0; k < g.span(); ++k, ++i)
@@ -84,8 +88,12 @@ public:
     });
   }
 
+  // Records each allreduce as "gradient sum" (null: none).
+  void set_trace(TraceRecorder* trace) { trace_ = trace; }
+
 private:
   std::vector<T> before_, part_;
+  TraceRecorder* trace_ = nullptr;
 };
 
 // The window of a layer along its first spatial axis: a convolution's
