@@ -112,8 +112,7 @@ struct Args : example::CommonArgs {
   std::string eval_bn = "running"; // validation's BatchNorm statistics: running or batch
   std::string norm = "group";      // batch or group
   std::size_t groups = 4;
-  bool overlap = true;  // interior rows computed while the halo travels
-  std::string timeline; // --timeline PREFIX: PREFIX.json, every rank's spans
+  bool overlap = true; // interior rows computed while the halo travels
 };
 
 // The Trainer's flags, which this example (a SlabGraph trained by hand)
@@ -174,8 +173,8 @@ Args parse(int argc, char** argv) {
       a.compare_params = r.value();
     else if (f == "--no-overlap")
       a.overlap = false;
-    else if (f == "--timeline")
-      a.timeline = r.value();
+    else if (f == "--timeline") // PREFIX.json: every rank's spans
+      a.timeline = r.path("a file name prefix");
     else if (trainer_flag(f))
       usage((f + " is not offered: unet3d trains its U-Net without the Trainer (use --sp and "
                  "--dp)")
@@ -224,6 +223,20 @@ void degrees(Args& a, int world) {
 // --val, or a fifth of the volumes (at least one).
 long long validation_volumes(Args const& a, telar::VolumeShape const& v) {
   return a.val > 0 ? a.val : std::max(1LL, v.samples / 5);
+}
+
+// --timeline PREFIX is refused before anything runs when PREFIX.json cannot
+// be written (rank 0's verdict, on every rank).
+void check_timeline(Args const& a, telar::Communicator const& world) {
+  std::string bad;
+  if (world.rank() == 0 && !a.timeline.empty() && !example::writable(a.timeline + ".json"))
+    bad = "--timeline " + a.timeline + ": cannot write " + a.timeline + ".json";
+  unsigned long long n = bad.size();
+  world.broadcast(&n, 1, 0);
+  bad.resize(std::size_t(n));
+  world.broadcast(bad.data(), bad.size(), 0);
+  if (!bad.empty())
+    throw telar::Error(bad);
 }
 
 // The U-Net needs edges that halve `depth` times; the volume's H and W too.
@@ -751,6 +764,7 @@ int run(MPI_Comm comm, int argc, char** argv) {
   Args a = parse(argc, argv);
   telar::Communicator world(comm, "world");
   degrees(a, world.size());
+  check_timeline(a, world);
   int const dp_rank = world.rank() / a.sp, sp_rank = world.rank() % a.sp;
   telar::Communicator sp = world.split(dp_rank, sp_rank, "sp");
   telar::Communicator dp = world.split(sp_rank, dp_rank, "dp");
