@@ -64,24 +64,22 @@ Options parse(int argc, char** argv) {
       std::fprintf(stderr, "bench_transformer: %s needs a value\n", k.c_str());
       std::exit(2);
     }
-    if (k == "--precision") {
-      std::string const p = argv[i + 1];
-      if (p != "fp32" && p != "bf16") {
-        std::fprintf(stderr, "bench_transformer: --precision expects fp32 or bf16, got '%s'\n",
-                     p.c_str());
-        std::exit(2);
-      }
-      o.bf16 = p == "bf16";
-      continue;
-    }
-    if (k == "--bf16-weight-copy") {
+    // A flag of two spellings: whether it is the second one.
+    auto second = [&](char const* a, char const* b) {
       std::string const v = argv[i + 1];
-      if (v != "0" && v != "1") {
-        std::fprintf(stderr, "bench_transformer: --bf16-weight-copy expects 0 or 1, got '%s'\n",
+      if (v != a && v != b) {
+        std::fprintf(stderr, "bench_transformer: %s expects %s or %s, got '%s'\n", k.c_str(), a, b,
                      v.c_str());
         std::exit(2);
       }
-      o.weight_copy = v == "1";
+      return v == b;
+    };
+    if (k == "--precision") {
+      o.bf16 = second("fp32", "bf16");
+      continue;
+    }
+    if (k == "--bf16-weight-copy") {
+      o.weight_copy = second("0", "1");
       continue;
     }
     long const v = std::atol(argv[i + 1]);

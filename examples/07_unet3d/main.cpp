@@ -53,6 +53,7 @@
 // convolution kernels ran ("conv", "gemm_kernels").
 #include <telar/comm/communicator.hpp>
 #include <telar/data/loader.hpp>
+#include <telar/io/detail/agree.hpp>
 #include <telar/io/volume.hpp>
 #include <telar/optim/adam.hpp>
 #include <telar/optim/lr_schedule.hpp>
@@ -231,12 +232,7 @@ void check_timeline(Args const& a, telar::Communicator const& world) {
   std::string bad;
   if (world.rank() == 0 && !a.timeline.empty() && !example::writable(a.timeline + ".json"))
     bad = "--timeline " + a.timeline + ": cannot write " + a.timeline + ".json";
-  unsigned long long n = bad.size();
-  world.broadcast(&n, 1, 0);
-  bad.resize(std::size_t(n));
-  world.broadcast(bad.data(), bad.size(), 0);
-  if (!bad.empty())
-    throw telar::Error(bad);
+  telar::detail::agree_as<telar::Error>(&world, bad);
 }
 
 // The U-Net needs edges that halve `depth` times; the volume's H and W too.
