@@ -1,6 +1,8 @@
 #include "support.hpp"
 
 #include <telar/core/gemm.hpp>
+#include <telar/layers/activation.hpp>
+#include <telar/layers/dense.hpp>
 #include <telar/profile/launches.hpp>
 
 #include <catch2/catch_template_test_macros.hpp>
@@ -293,4 +295,88 @@ TEST_CASE("Bf16Gemm refuses a CPU without bf16 instructions unless fp32 is asked
   if (telar::bf16_available())
     CHECK(telar::require_bf16("my search"));
 }
+// The compact copies the stage runner asks for where no neighbour keeps a
+// tensor (core/layer.hpp, compact_bytes): a bf16 Dense's input rounded to
+// bf16 (fp32 where bf16 falls back), a ReLU's output signs. Forward,
+// backward_input and backward_weight give bit for bit what the views give,
+// and the copies are the size compact_bytes() says.
+namespace {
+template <class Layer, class M>
+void run_layer(Layer const& layer, bool compact, M x, M dy, M y, M dx) {
+  typename telar::layer_traits<Layer>::saved_type saved;
+  saved.compact = compact;
+  M work("work", y.extent(0), y.extent(1));
+  layer.forward(HostExec{}, x, work, saved);
+  Kokkos::deep_copy(y, work);
+  if (compact) { // a compact layer must not read x or y again
+    Kokkos::deep_copy(x, -1.f);
+    Kokkos::deep_copy(work, -1.f);
+  }
+  layer.backward_input(HostExec{}, dy, dx, saved);
+  if constexpr (telar::layer_traits<Layer>::has_backward_weight)
+    layer.backward_weight(HostExec{}, dy, saved);
+}
+
+template <class Layer>
+void check_compact_matches_view(Layer a, Layer b, std::size_t n, std::size_t in, std::size_t out) {
+  telar::Matrix<float, Host> y[2], dx[2];
+  Layer* layers[2] = {&a, &b};
+  for (int c = 0; c < 2; ++c) {
+    y[c] = telar::Matrix<float, Host>("y", n, out);
+    dx[c] = telar::Matrix<float, Host>("dx", n, in);
+    run_layer(*layers[c], c == 1, random_matrix<float, Host>(n, in, 51),
+              random_matrix<float, Host>(n, out, 52), y[c], dx[c]);
+  }
+  for (std::size_t i = 0; i < n * out; ++i)
+    REQUIRE(y[0].data()[i] == y[1].data()[i]);
+  for (std::size_t i = 0; i < n * in; ++i)
+    REQUIRE(dx[0].data()[i] == dx[1].data()[i]);
+  if constexpr (telar::layer_traits<Layer>::has_parameters) {
+    for (std::size_t i = 0; i < a.weight_grad.size(); ++i)
+      REQUIRE(a.weight_grad.data()[i] == b.weight_grad.data()[i]);
+    for (std::size_t i = 0; i < a.bias_grad.size(); ++i)
+      REQUIRE(a.bias_grad.data()[i] == b.bias_grad.data()[i]);
+  }
+}
+
+template <class Layer>
+std::size_t compact_allocation(Layer const& layer, std::size_t n, std::size_t in, std::size_t out) {
+  typename telar::layer_traits<Layer>::saved_type saved;
+  saved.compact = true;
+  telar::Matrix<float, Host> y("y", n, out);
+  layer.forward(HostExec{}, random_matrix<float, Host>(n, in, 53), y, saved);
+  if constexpr (std::is_same_v<Layer, telar::ReLU<float, Host>>)
+    return saved.signs.span() * sizeof(std::uint32_t);
+  else
+    return saved.kept.words() ? saved.kept.shape().size() * 2 : saved.kept.values().size() * 4;
+}
+
+using Bf16Dense = telar::Dense<float, Host, telar::Bf16Gemm>;
+Bf16Dense bf16_dense(std::size_t in, std::size_t out) {
+  Bf16Dense d(in, out);
+  d.initialize(7);
+  return d;
+}
+} // namespace
+
+TEST_CASE("Compact copies are bit for bit the views they replace", "[gemm][bf16][memory]") {
+  // A ReLU of 70 values a sample: words that end inside a sample.
+  check_compact_matches_view(telar::ReLU<float, Host>{}, telar::ReLU<float, Host>{}, 9, 70, 70);
+  CHECK(compact_allocation(telar::ReLU<float, Host>{}, 9, 70, 70) ==
+        telar::ReLU<float, Host>{}.compact_bytes(9, telar::Shape(70)));
+  CHECK(telar::ReLU<float, Host>{}.compact_bytes(9, telar::Shape(70)) == 20 * 4); // 630 bits
+  auto const dense_case = [](std::size_t bytes_per_value) {
+    // Two positions a sample ([n, 2 * in]), as a sequence's rows are.
+    check_compact_matches_view(bf16_dense(24, 40), bf16_dense(24, 40), 13, 48, 80);
+    auto const d = bf16_dense(24, 40);
+    CHECK(compact_allocation(d, 13, 48, 80) == d.compact_bytes(13, telar::Shape{2, 24}));
+    CHECK(d.compact_bytes(13, telar::Shape{2, 24}) == 13 * 48 * bytes_per_value);
+  };
+  if (telar::bf16_available())
+    dense_case(2);
+  ScopedEnv hide("TELAR_TEST_HIDE_BF16", "1");
+  ScopedEnv fallback("TELAR_BF16_FALLBACK", "fp32");
+  dense_case(4); // the fp32 input itself, as exact as the view
+}
 #endif
+

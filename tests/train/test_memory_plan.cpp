@@ -716,3 +716,40 @@ TEST_CASE("A slot keeps only the activations a backward reads", "[memory]") {
   // Every activation and gradient kept per slot, as before: 69632 bytes.
   CHECK(planned * 100 < 2 * (4 * 64 + 16) * row * 55);
 }
+
+#if TELAR_HAVE_ONEDNN
+// The same chain in bf16: no backward reads the ReLUs' outputs through a
+// view any more. Each ReLU keeps their signs (a bit a value) and each bf16
+// Dense after it its input rounded to bf16 (2 bytes a value), so the two
+// 64-wide tensors move to the shared buffers; the plan says so, the meter
+// agrees. (The first Dense reads the stage input, which the caller keeps.)
+TEST_CASE("A bf16 slot keeps compact copies instead of activations", "[memory][bf16]") {
+  using D = telar::Dense<T, telar::DefaultMemorySpace, telar::Bf16Gemm>;
+  using Chain = telar::Sequential<D, telar::ReLU<T>, D, telar::ReLU<T>, D>;
+  if (!telar::bf16_available())
+    SKIP("no bf16 instructions here");
+  std::size_t const batch = 32, row = batch * sizeof(T);
+  telar::Matrix<T> x("x", batch, 1);
+  telar::Labels<> y("y", batch);
+  make_batch(telar::Shape(32), false, x, y);
+  telar::TrainerOptions opts;
+  opts.batch_size = batch;
+  std::size_t const before =
+      telar::MemoryMeter::instance().current()[telar::MemoryCategory::activations];
+  telar::Trainer<Chain, Strat<telar::NoSharding>, telar::AdamW<T>> trainer(
+      MPI_COMM_SELF, Chain(D(32, 64), {}, D(64, 64), {}, D(64, 16)), telar::AdamW<T>{}, opts,
+      telar::Shape(32));
+  for (int s = 0; s < 2; ++s)
+    trainer.step(x, y);
+  std::size_t const signs = 2 * (batch * 64 / 32) * 4; // two ReLUs, 32 values a word
+  std::size_t const rounded = 2 * batch * 64 * 2;      // two Dense inputs in bf16
+  std::size_t const output = 2 * 16 * row;             // the output and its gradient
+  std::size_t const shared = 2 * 64 * row;
+  auto const planned = trainer.memory_plan().bytes[telar::MemoryCategory::activations];
+  CHECK(planned == signs + rounded + output + shared);
+  CHECK(trainer.memory()[telar::MemoryCategory::activations] - before == planned);
+  // The two 64-wide tensors a micro-batch keeps: 8704 bytes against 16384
+  // in fp32 (2.125 bytes a value against 4).
+  CHECK(signs + rounded == 8704);
+}
+#endif

@@ -204,6 +204,43 @@ void reference_gemm(Exec const& exec, char ta, char tb, T alpha, AV A, BV B, T b
       });
 }
 
+// op(A) op(B)'s inner extent, after checking that it fits C.
+template <class AV, class BV, class CV>
+std::size_t gemm_inner_extent(char ta, char tb, AV const& A, BV const& B, CV const& C) {
+  std::size_t const m = C.extent(0), n = C.extent(1);
+  std::size_t const k = op_cols(ta, A.extent(0), A.extent(1));
+  if (op_rows(ta, A.extent(0), A.extent(1)) != m || op_rows(tb, B.extent(0), B.extent(1)) != k ||
+      op_cols(tb, B.extent(0), B.extent(1)) != n)
+    throw ShapeError(
+        "telar::gemm: op(A) is " + std::to_string(op_rows(ta, A.extent(0), A.extent(1))) + "x" +
+        std::to_string(k) + ", op(B) is " + std::to_string(op_rows(tb, B.extent(0), B.extent(1))) +
+        "x" + std::to_string(op_cols(tb, B.extent(0), B.extent(1))) + ", C is " +
+        std::to_string(m) + "x" + std::to_string(n));
+  return k;
+}
+
+// Leading dimension of a row-major matrix whose rows are contiguous.
+template <class V>
+std::int64_t row_ld(V const& v) {
+  return std::int64_t(
+      std::max<std::size_t>({std::size_t(v.stride(0)), v.extent(1), std::size_t{1}}));
+}
+
+#if TELAR_HAVE_ONEDNN
+// One Bf16Gemm product where bf16 runs (the caller checked); `a_words` /
+// `b_words` as OneDnnBf16Matmul::run takes them.
+template <class AV, class BV, class CV>
+void bf16_matmul(char ta, char tb, float alpha, AV const& A, std::uint16_t const* a_words,
+                 BV const& B, std::uint16_t const* b_words, float beta, CV const& C) {
+  count_library_call("telar::gemm::onednn-bf16");
+  ScopedRegion const region("telar::gemm::onednn-bf16");
+  onednn_bf16_matmul().run({ta, tb, std::int64_t(C.extent(0)), std::int64_t(C.extent(1)),
+                            std::int64_t(op_cols(ta, A.extent(0), A.extent(1))), row_ld(A),
+                            row_ld(B), row_ld(C)},
+                           alpha, A.data(), B.data(), beta, C.data(), a_words, b_words);
+}
+#endif
+
 } // namespace detail
 
 /*! \brief C = alpha op(A) op(B) + beta C for row-major matrices.
@@ -235,16 +272,7 @@ void gemm(Policy, Exec const& exec, char ta, char tb, typename CV::value_type al
                   "telar::gemm: this policy does not support the value type or memory space "
                   "(use telar::AutoGemm)");
     std::size_t const m = C.extent(0), n = C.extent(1);
-    std::size_t const k = detail::op_cols(ta, A.extent(0), A.extent(1));
-    if (detail::op_rows(ta, A.extent(0), A.extent(1)) != m ||
-        detail::op_rows(tb, B.extent(0), B.extent(1)) != k ||
-        detail::op_cols(tb, B.extent(0), B.extent(1)) != n)
-      throw ShapeError("telar::gemm: op(A) is " +
-                       std::to_string(detail::op_rows(ta, A.extent(0), A.extent(1))) + "x" +
-                       std::to_string(k) + ", op(B) is " +
-                       std::to_string(detail::op_rows(tb, B.extent(0), B.extent(1))) + "x" +
-                       std::to_string(detail::op_cols(tb, B.extent(0), B.extent(1))) + ", C is " +
-                       std::to_string(m) + "x" + std::to_string(n));
+    std::size_t const k = detail::gemm_inner_extent(ta, tb, A, B, C);
     if (m == 0 || n == 0)
       return;
     // K = 0 means C = beta C; libraries disagree on the leading dimensions of
@@ -254,11 +282,7 @@ void gemm(Policy, Exec const& exec, char ta, char tb, typename CV::value_type al
     } else if constexpr (std::is_same_v<Policy, OneDnnGemm>) {
 #if TELAR_HAVE_ONEDNN
       exec.fence(); // dnnl runs on the calling thread: earlier kernels must be done
-      // Leading dimension of a row-major matrix whose rows are contiguous.
-      auto ld = [](auto const& v) {
-        return static_cast<dnnl_dim_t>(
-            std::max<std::size_t>({std::size_t(v.stride(0)), v.extent(1), std::size_t{1}}));
-      };
+      auto const ld = [](auto const& v) { return dnnl_dim_t(detail::row_ld(v)); };
       detail::count_library_call("telar::gemm::onednn");
       detail::ScopedRegion const region("telar::gemm::onednn"); // for Kokkos Tools
       dnnl_status_t st = dnnl_sgemm(ta, tb, dnnl_dim_t(m), dnnl_dim_t(n), dnnl_dim_t(k), alpha,
@@ -269,16 +293,8 @@ void gemm(Policy, Exec const& exec, char ta, char tb, typename CV::value_type al
     } else if constexpr (std::is_same_v<Policy, Bf16Gemm>) {
 #if TELAR_HAVE_ONEDNN
       exec.fence(); // oneDNN runs on the calling thread: earlier kernels must be done
-      auto ld = [](auto const& v) {
-        return static_cast<std::int64_t>(
-            std::max<std::size_t>({std::size_t(v.stride(0)), v.extent(1), std::size_t{1}}));
-      };
       if (detail::bf16_check_isa("telar::gemm (telar::Bf16Gemm)")) {
-        detail::count_library_call("telar::gemm::onednn-bf16");
-        detail::ScopedRegion const region("telar::gemm::onednn-bf16");
-        detail::onednn_bf16_matmul().run(ta, tb, std::int64_t(m), std::int64_t(n), std::int64_t(k),
-                                         alpha, A.data(), ld(A), B.data(), ld(B), beta, C.data(),
-                                         ld(C));
+        detail::bf16_matmul(ta, tb, alpha, A, nullptr, B, nullptr, beta, C);
       } else {
         gemm(OneDnnGemm{}, exec, ta, tb, alpha, A, B, beta, C);
       }

@@ -87,6 +87,16 @@
  *    shared by the micro-batches in flight, overwritten by the next forward.
  *    Default: `nothing` for a layer without saved_type (it has nowhere to
  *    keep a view), `both` otherwise;
+ *  - `std::size_t compact_bytes(std::size_t samples, telar::Shape const& in)
+ *    const`, with a `bool compact` member of saved_type: the layer can keep
+ *    its own compact copy of what its backward reads instead of a view (a
+ *    ReLU its output's signs, a bf16 Dense its input in bf16). Where no
+ *    other backward reads that tensor, the stage runner sets `compact`
+ *    before forward and does not keep the tensor per micro-batch; the
+ *    layer's saved state then allocates compact_bytes() (counted by the
+ *    memory plan in place of saved_bytes()). Elsewhere (a block's inner
+ *    layers, graph units, a tensor read by a neighbour too) `compact` stays
+ *    false and the layer keeps its view;
  *  - `std::size_t workspace_bytes(std::size_t samples, telar::Shape const&
  *    in) const`: bytes the layer keeps for itself between calls, shared by
  *    every micro-batch (allocations labelled "...::workspace", e.g. a
@@ -195,6 +205,9 @@ using parameter_count_t = decltype(std::size_t(std::declval<L const&>().paramete
 template <class L>
 using saved_bytes_t = decltype(std::size_t(
     std::declval<L const&>().saved_bytes(std::size_t{}, std::declval<Shape const&>())));
+template <class L>
+using compact_bytes_t = decltype(std::size_t(
+    std::declval<L const&>().compact_bytes(std::size_t{}, std::declval<Shape const&>())));
 template <class L>
 using workspace_bytes_t = decltype(std::size_t(
     std::declval<L const&>().workspace_bytes(std::size_t{}, std::declval<Shape const&>())));
@@ -367,6 +380,9 @@ struct layer_traits {
   /*! \brief The layer says how many bytes its saved state allocates per
    *  micro-batch (saved_bytes(samples, in), for memory plans). */
   static constexpr bool has_saved_bytes = detail::is_detected_v<detail::saved_bytes_t, L>;
+  /*! \brief The layer can keep a compact copy of what its backward reads
+   *  instead of a view (compact_bytes(samples, in) and saved_type::compact). */
+  static constexpr bool has_compact_copy = detail::is_detected_v<detail::compact_bytes_t, L>;
   /*! \brief The layer says how many bytes of workspace it keeps between
    *  calls (workspace_bytes(samples, in), for memory plans). */
   static constexpr bool has_workspace_bytes = detail::is_detected_v<detail::workspace_bytes_t, L>;
@@ -528,6 +544,15 @@ std::size_t saved_bytes_of(L const& layer, std::size_t samples, Shape const& in)
     return layer.saved_bytes(samples, in);
   else
     return (void)layer, (void)samples, (void)in, 0;
+}
+// What the saved state allocates when the runner asks for a compact copy
+// (`compact`; see the concept) or not.
+template <class L>
+std::size_t saved_bytes_of(L const& layer, std::size_t samples, Shape const& in, bool compact) {
+  if constexpr (is_detected_v<compact_bytes_t, L>)
+    if (compact)
+      return layer.compact_bytes(samples, in);
+  return saved_bytes_of(layer, samples, in);
 }
 template <class L>
 std::size_t workspace_bytes_of(L const& layer, std::size_t samples, Shape const& in) {

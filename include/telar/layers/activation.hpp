@@ -10,6 +10,7 @@
 #include <telar/core/layer.hpp>
 #include <telar/core/tensor.hpp>
 
+#include <cstdint>
 #include <string>
 
 namespace telar {
@@ -278,12 +279,76 @@ struct Tanh : detail::Elementwise<detail::TanhOp, T, MemorySpace, false> {
   static constexpr char const* name() { return "Tanh"; }
 };
 
-/*! \brief Rectified linear unit, y = max(x, 0). Keeps y for backward.
+/*! \brief Rectified linear unit, y = max(x, 0). Keeps y for backward, or,
+ *  where no neighbour's backward reads y (the stage runner sets
+ *  saved_type::compact), y's signs: one bit a value instead of a tensor.
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
 struct ReLU : detail::Elementwise<detail::ReluOp, T, MemorySpace, false> {
+  using Base = detail::Elementwise<detail::ReluOp, T, MemorySpace, false>;
+  /*! \brief The output (a view), or its signs. */
+  struct saved_type : Base::saved_type {
+    bool compact = false;                            //!< keep the signs (the stage runner's)
+    Kokkos::View<std::uint32_t*, MemorySpace> signs; //!< bit i % 32 of word i / 32: y_i > 0
+  };
   /*! \brief Name for messages and traces. */
   static constexpr char const* name() { return "ReLU"; }
+  /*! \brief The signs of \p samples outputs, in 32-bit words. */
+  std::size_t compact_bytes(std::size_t samples, Shape const& in) const {
+    return detail::view_bytes<std::uint32_t>(words(samples * in.size()));
+  }
+
+  /*! \brief y = max(x, 0); keeps y or its signs. \param exec execution space
+   *  instance \param x input \param y output \param saved what backward reads */
+  template <class Exec>
+  void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
+               saved_type& saved) const {
+    if (!saved.compact)
+      return Base::forward(exec, x, y, saved);
+    auto fx = detail::flat(x, "telar::ReLU::forward");
+    auto fy = detail::flat(y, "telar::ReLU::forward");
+    if (fx.extent(0) != fy.extent(0))
+      throw ShapeError("telar::activation::forward: input and output sizes differ");
+    std::size_t const n = fx.extent(0);
+    saved.kept = {};
+    if (saved.signs.extent(0) != words(n))
+      saved.signs = Kokkos::View<std::uint32_t*, MemorySpace>(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::ReLU::signs"), words(n));
+    auto signs = saved.signs;
+    Kokkos::parallel_for( // a word's 32 values in one thread: no two write a word
+        "telar::ReLU::forward_signs", Kokkos::RangePolicy<Exec>(exec, 0, words(n)),
+        KOKKOS_LAMBDA(std::size_t w) {
+          std::uint32_t bits = 0;
+          std::size_t const end = n - w * 32 < 32 ? n - w * 32 : 32;
+          for (std::size_t b = 0; b < end; ++b) {
+            T const v = detail::ReluOp::value(fx(w * 32 + b));
+            fy(w * 32 + b) = v;
+            bits |= std::uint32_t(v > T(0)) << b;
+          }
+          signs(w) = bits;
+        });
+  }
+  /*! \brief dx = dy where y > 0, else 0. \param exec execution space instance
+   *  \param dy gradient of the output \param dx gradient of the input
+   *  \param saved y or its signs */
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
+                      saved_type const& saved) const {
+    if (!saved.compact)
+      return Base::backward_input(exec, dy, dx, saved);
+    auto fdy = detail::flat(dy, "telar::ReLU::backward_input");
+    auto fdx = detail::flat(dx, "telar::ReLU::backward_input");
+    auto signs = saved.signs;
+    Kokkos::parallel_for(
+        "telar::ReLU::backward_signs", Kokkos::RangePolicy<Exec>(exec, 0, fdy.extent(0)),
+        KOKKOS_LAMBDA(std::size_t i) {
+          T const slope = T((signs(i / 32) >> (i % 32)) & 1u); // as ReluOp::slope(y)
+          fdx(i) = fdy(i) * slope;
+        });
+  }
+
+private:
+  static constexpr std::size_t words(std::size_t values) { return (values + 31) / 32; }
 };
 
 /*! \brief Gaussian error linear unit, y = x Phi(x) (exact, erf form). Keeps x

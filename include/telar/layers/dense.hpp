@@ -11,6 +11,7 @@
 #include <telar/core/layer.hpp>
 #include <telar/core/shape.hpp>
 #include <telar/core/tensor.hpp>
+#include <telar/layers/detail/bf16_saved_input.hpp>
 
 #include <cstdint>
 #include <string>
@@ -26,6 +27,16 @@ void dense_fill_block(W const& w, B const& b, std::uint64_t seed, std::size_t fu
                       std::size_t row0, std::size_t col0) {
   uniform_fill_block("telar::Dense", w, b, seed, full_in, row0, col0);
 }
+// What a Dense keeps besides its view of x: under telar::Bf16Gemm, room
+// for its compact copy (bf16_saved_input.hpp); else nothing.
+struct NoSavedInput {};
+template <class MemorySpace, class Gemm>
+#if TELAR_HAVE_ONEDNN
+using dense_saved_input_t =
+    std::conditional_t<std::is_same_v<Gemm, Bf16Gemm>, Bf16SavedInput<MemorySpace>, NoSavedInput>;
+#else
+using dense_saved_input_t = NoSavedInput;
+#endif
 } // namespace detail
 
 /*! \brief Fully connected layer: y = x W^T + b, W of shape [out, in].
@@ -42,7 +53,9 @@ class Dense : public detail::LayerTypes<T, MemorySpace> {
 public:
   /*! \brief What backward needs from forward: the input. */
   struct saved_type {
-    ConstMatrix<T, MemorySpace> x; //!< the forward input
+    ConstMatrix<T, MemorySpace> x; //!< the forward input (a view; empty when compact)
+    bool compact = false;          //!< bf16: keep the input rounded instead (the stage runner's)
+    detail::dense_saved_input_t<MemorySpace, Gemm> kept; //!< the compact copy
   };
   /*! \brief Backward reads the input (the saved view), never the output. */
   static constexpr BackwardReads backward_reads = BackwardReads::input;
@@ -84,6 +97,15 @@ public:
   std::size_t parameter_count() const { return out_ * in_ + (use_bias_ ? out_ : 0); }
   /*! \brief Keeps a view of x only: 0. */
   std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
+#if TELAR_HAVE_ONEDNN
+  /*! \brief Under telar::Bf16Gemm, the input kept in bf16 when the stage
+   *  runner asks (saved_type::compact; fp32 where bf16 falls back): the
+   *  bytes of \p samples inputs \p in. */
+  template <class G = Gemm, class = std::enable_if_t<std::is_same_v<G, Bf16Gemm>>>
+  std::size_t compact_bytes(std::size_t samples, Shape const& in) const {
+    return detail::Bf16SavedInput<MemorySpace>::bytes(samples * in.size());
+  }
+#endif
 
   /*! \brief Allocates W, b and their gradients and draws W and b.
    *  \param seed stream seed (telar::Sequential derives one per layer) */
@@ -107,7 +129,7 @@ public:
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
                saved_type& saved) const {
     check_shapes("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
-    saved.x = x;
+    saved.x = saved.compact ? ConstMatrix<T, MemorySpace>() : x;
     std::size_t const r = positions(x, y);
     auto const xr = as_rows(x, r, weight.extent(1));
     auto const yr = as_rows(y, r, weight.extent(0));
@@ -121,6 +143,16 @@ public:
           KOKKOS_LAMBDA(std::size_t i, std::size_t j) { y(i, j) = b(j); });
       beta = 1;
     }
+#if TELAR_HAVE_ONEDNN
+    if constexpr (std::is_same_v<Gemm, Bf16Gemm>)
+      if (saved.compact) {
+        bool const bf16 = detail::bf16_check_isa("telar::Dense (telar::Bf16Gemm)");
+        saved.kept.keep(exec, xr, bf16);
+        if (bf16) // the product reads the words just made: x converted once
+          return detail::bf16_matmul('N', 'T', T(1), xr, saved.kept.words(), weight, nullptr, beta,
+                                     yr);
+      }
+#endif
     gemm(Gemm{}, exec, 'N', 'T', T(1), xr, weight, beta, yr);
   }
 
@@ -141,10 +173,10 @@ public:
   template <class Exec>
   void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
                        saved_type const& saved) const {
-    std::size_t const r = positions(saved.x, dy);
+    // Compact: x is not a view, dy alone says how many rows.
+    std::size_t const r = saved.compact ? output_positions(dy) : positions(saved.x, dy);
     auto const dyr = as_rows(dy, r, weight.extent(0));
-    gemm(Gemm{}, exec, 'T', 'N', T(1), dyr, as_rows(saved.x, r, weight.extent(1)), T(1),
-         weight_grad);
+    weight_product(exec, dyr, r, saved);
     if (use_bias_) {
       auto dy = dyr;
       detail::add_column_sums(
@@ -183,6 +215,12 @@ protected:
     std::size_t const p = in > 0 ? x.extent(1) / in : out > 0 ? y.extent(1) / out : 1;
     return x.extent(0) * p;
   }
+  /*! \brief The same from an output-like y alone ([n, p * out]). */
+  template <class Y>
+  std::size_t output_positions(Y const& y) const {
+    std::size_t const out = weight.extent(0);
+    return y.extent(0) * (out > 0 ? y.extent(1) / out : 1);
+  }
   /*! \brief Throws ShapeError unless x is [n, p * in] and y is [n, p * out]. */
   void check_shapes(char const* what, std::size_t xn, std::size_t xf, std::size_t yn,
                     std::size_t yf) const {
@@ -201,6 +239,27 @@ protected:
   template <class, class, class>
   friend class Dense; // the converting constructor reads another policy's layer
 
+private:
+  // dW += dy^T x, x the view or the compact copy.
+  template <class Exec, class DY>
+  void weight_product(Exec const& exec, DY const& dyr, std::size_t r,
+                      saved_type const& saved) const {
+#if TELAR_HAVE_ONEDNN
+    if constexpr (std::is_same_v<Gemm, Bf16Gemm>)
+      if (saved.compact) {
+        if (saved.kept.words()) {
+          exec.fence(); // oneDNN runs on the calling thread
+          return detail::bf16_matmul('T', 'N', T(1), dyr, nullptr, saved.kept.shape(),
+                                     saved.kept.words(), T(1), weight_grad);
+        }
+        return gemm(Gemm{}, exec, 'T', 'N', T(1), dyr, saved.kept.values(), T(1), weight_grad);
+      }
+#endif
+    gemm(Gemm{}, exec, 'T', 'N', T(1), dyr, as_rows(saved.x, r, weight.extent(1)), T(1),
+         weight_grad);
+  }
+
+protected:
   std::size_t in_ = 0;   //!< input features of the full layer
   std::size_t out_ = 0;  //!< output features of the full layer
   bool use_bias_ = true; //!< whether b is used

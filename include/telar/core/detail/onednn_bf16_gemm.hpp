@@ -78,14 +78,26 @@ public:
     run(g, alpha, A, B, beta, C);
   }
 
-  // Every entry of a batch (or one product) in one matmul.
-  void run(Geometry const& g, float alpha, float const* A, float const* B, float beta, float* C) {
+  // Every entry of a batch (or one product) in one matmul. `a_words` or
+  // `b_words` (not null): that operand already rounded, as the 1-D
+  // conversion of a dense operand makes it (a layer's compact copy of its
+  // input); its fp32 pointer is then not read.
+  void run(Geometry const& g, float alpha, float const* A, float const* B, float beta, float* C,
+           std::uint16_t const* a_words = nullptr, std::uint16_t const* b_words = nullptr) {
     Entry& e = entry(g, alpha, beta);
+    if ((a_words && !e.a_flat) || (b_words && !e.b_flat))
+      throw Error("telar::gemm (telar::Bf16Gemm): an operand given in bf16 must be dense in its "
+                  "own orientation");
     auto& s = onednn_stream();
-    e.a.in(s, A);
+    e.a_view.set_data_handle(a_words ? const_cast<std::uint16_t*>(a_words)
+                                     : e.a.in(s, A).get_data_handle());
     Bf16Copy& copy = bf16_copy();
-    std::uint16_t* const words = e.b_flat ? copy.find(B, e.b_count) : nullptr;
-    if (words) { // B is a registered weight: rounded once this step
+    std::uint16_t* const words = b_words    ? const_cast<std::uint16_t*>(b_words)
+                                 : e.b_flat ? copy.find(B, e.b_count)
+                                            : nullptr;
+    if (b_words) {
+      e.b_view.set_data_handle(words);
+    } else if (words) { // B is a registered weight: rounded once this step
       if (!copy.made(B, e.b_count)) {
         onednn_to_bf16(B, words, e.b_count);
         copy.mark(B, e.b_count);
@@ -111,9 +123,9 @@ private:
     std::vector<std::int64_t> key;
     dnnl::matmul prim;
     OneDnnPort a, b;
-    dnnl::memory a_view, b_view, c; // what the matmul reads: the ports' bf16 buffers
-    bool b_flat = false;            // B converted as its bytes are (a 1-D reorder)
-    std::int64_t b_count = 0;       // B's values
+    dnnl::memory a_view, b_view, c;      // what the matmul reads: the ports' bf16 buffers
+    bool a_flat = false, b_flat = false; // converted as their bytes are (a 1-D reorder)
+    std::int64_t b_count = 0;            // B's values
     std::unordered_map<int, dnnl::memory> args;
   };
 
@@ -194,8 +206,8 @@ private:
       std::int64_t const entries = g.n1 * g.n2;
       bool const a_dense = !g.batched() || (g.sa[1] == m * k && g.sa[0] == g.n2 * m * k);
       bool const b_dense = !g.batched() || (g.sb[1] == k * n && g.sb[0] == g.n2 * k * n);
-      init_operand(e->a, e->a_view, a_user, pd.src_desc(),
-                   a_dense && g.lda == (g.ta == 'N' ? k : m), entries * m * k);
+      e->a_flat = a_dense && g.lda == (g.ta == 'N' ? k : m);
+      init_operand(e->a, e->a_view, a_user, pd.src_desc(), e->a_flat, entries * m * k);
       e->b_flat = b_dense && g.ldb == (g.tb == 'N' ? n : k);
       e->b_count = entries * k * n;
       init_operand(e->b, e->b_view, b_user, pd.weights_desc(), e->b_flat, e->b_count);

@@ -88,17 +88,19 @@ TELAR_DECL std::size_t rebuilt_states(schedule::Schedule const& s, int rank, int
 // BackwardWeight): its gradients between layers then stay with the slots.
 TELAR_DECL bool splits_backward(schedule::Schedule const& s, int rank, int chunk);
 
-// Saved-state bytes of layers [first, last) for `rows` samples.
+// Saved-state bytes of layers [first, last) for `rows` samples (compact[k]:
+// layer k keeps a compact copy, activation_liveness).
 template <class Model>
 std::size_t plan_saved(Model const& model, std::vector<Shape> const& shapes, std::size_t first,
-                       std::size_t last, std::size_t rows, std::vector<std::string>& warnings) {
+                       std::size_t last, std::size_t rows, std::vector<bool> const& compact,
+                       std::vector<std::string>& warnings) {
   return sum_layers(model, first, last, [&](auto index, auto const& layer) -> std::size_t {
     using L = std::decay_t<decltype(layer)>;
     if constexpr (!layer_traits<L>::has_saved_bytes &&
                   !std::is_same_v<typename layer_traits<L>::saved_type, NoSaved>)
       warnings.push_back("layer " + std::to_string(index) + " (" + layer_name(layer) +
                          ") has no saved_bytes(): its saved state is counted as 0");
-    return saved_bytes_of(layer, rows, shapes[index]);
+    return saved_bytes_of(layer, rows, shapes[index], compact[index]);
   });
 }
 
@@ -131,9 +133,10 @@ void plan_activations(Model const& model, std::vector<Shape> const& shapes,
     std::size_t const first = bounds[std::size_t(vs)], last = bounds[std::size_t(vs) + 1];
     if (first == last)
       continue;
-    std::vector<bool> const kept = kept_activations(model, first, last);
+    Liveness const live = activation_liveness(model, first, last);
+    std::vector<bool> const& kept = live.kept;
     bool const split = splits_backward(sched, pp_rank, c);
-    std::size_t slot = plan_saved(model, shapes, first, last, rows, plan.warnings);
+    std::size_t slot = plan_saved(model, shapes, first, last, rows, live.compact, plan.warnings);
     for (std::size_t k = first + 1; k <= last; ++k)
       slot += (kept[k] ? feat(k) : 0) + (split || k == last ? feat(k) : 0);
     if (first > 0)

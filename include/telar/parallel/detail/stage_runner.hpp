@@ -34,9 +34,9 @@ public:
   // sample (Sequential::feature_sizes).
   StageRunner(Model* model, std::size_t first, std::size_t last, std::vector<std::size_t> features)
       : model_(model), first_(first), last_(last), features_(std::move(features)),
-        kept_(kept_activations(*model, first, last)),
+        live_(activation_liveness(*model, first, last)),
         dead_most_(
-            shared_extents(features_, first, last, [&](std::size_t k) { return !kept_[k]; })),
+            shared_extents(features_, first, last, [&](std::size_t k) { return !live_.kept[k]; })),
         grad_most_(shared_extents(features_, first, last, [](std::size_t) { return true; })) {}
 
   std::size_t first() const { return first_; }
@@ -64,7 +64,7 @@ public:
       s.act.assign(features_.size(), Mat());
       s.grad.assign(features_.size(), Mat());
       for (std::size_t k = first_ + 1; k <= last_; ++k)
-        if (kept_[k])
+        if (live_.kept[k])
           s.act[k] = Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::activation"), rows,
                          features_[k]);
       gradient(s, last_, false);
@@ -120,7 +120,10 @@ public:
       CMat x = k == first_ ? s.input : CMat(activation(s, k));
       hooks.before_forward(k);
       MemoryMeter::Scope saved_state(MemoryCategory::activations); // what the layer keeps
-      layer.forward(exec, x, activation(s, k + 1), saved_at(s.saved, index, layer));
+      auto& saved = saved_at(s.saved, index, layer);
+      if constexpr (layer_traits<std::decay_t<decltype(layer)>>::has_compact_copy)
+        saved.compact = live_.compact[k];
+      layer.forward(exec, x, activation(s, k + 1), saved);
     });
   }
 
@@ -201,7 +204,7 @@ private:
 
   // Layer k's input: the slot's own when a backward reads it.
   Mat activation(Slot& s, std::size_t k) {
-    return kept_[k] ? s.act[k] : shared_.at(k, s.rows, features_[k]);
+    return live_.kept[k] ? s.act[k] : shared_.at(k, s.rows, features_[k]);
   }
   // dL/d(layer k's input): between layers of a fused backward a shared
   // buffer, else the slot's own (made on first use).
@@ -265,7 +268,7 @@ private:
   Model* model_ = nullptr;
   std::size_t first_ = 0, last_ = 0;
   std::vector<std::size_t> features_;
-  std::vector<bool> kept_; // kept_[k]: act[k] kept per slot (kept_activations)
+  Liveness live_; // act[k] kept per slot, layers keeping compact copies
   std::pair<std::size_t, std::size_t> dead_most_, grad_most_;
   std::vector<Slot> slots_;
   Mat scratch_;
