@@ -379,4 +379,3 @@ TEST_CASE("Compact copies are bit for bit the views they replace", "[gemm][bf16]
   dense_case(4); // the fp32 input itself, as exact as the view
 }
 #endif
-

@@ -718,14 +718,15 @@ TEST_CASE("A slot keeps only the activations a backward reads", "[memory]") {
 }
 
 #if TELAR_HAVE_ONEDNN
-// The same chain in bf16: no backward reads the ReLUs' outputs through a
-// view any more. Each ReLU keeps their signs (a bit a value) and each bf16
-// Dense after it its input rounded to bf16 (2 bytes a value), so the two
-// 64-wide tensors move to the shared buffers; the plan says so, the meter
-// agrees. (The first Dense reads the stage input, which the caller keeps.)
+// The same chain in bf16 (with the tensor-parallel pair, as the examples'
+// MLP): no backward reads the ReLUs' outputs through a view any more. Each ReLU keeps their signs
+// (a bit a value) and each bf16 Dense after it its input rounded to bf16 (2 bytes a value), so the
+// two 64-wide tensors move to the shared buffers; the plan says so, the meter agrees. (The first
+// Dense reads the stage input, which the caller keeps.)
 TEST_CASE("A bf16 slot keeps compact copies instead of activations", "[memory][bf16]") {
   using D = telar::Dense<T, telar::DefaultMemorySpace, telar::Bf16Gemm>;
-  using Chain = telar::Sequential<D, telar::ReLU<T>, D, telar::ReLU<T>, D>;
+  using Chain = telar::Sequential<telar::ColumnParallel<D>, telar::ReLU<T>, telar::RowParallel<D>,
+                                  telar::ReLU<T>, D>;
   if (!telar::bf16_available())
     SKIP("no bf16 instructions here");
   std::size_t const batch = 32, row = batch * sizeof(T);
@@ -737,8 +738,9 @@ TEST_CASE("A bf16 slot keeps compact copies instead of activations", "[memory][b
   std::size_t const before =
       telar::MemoryMeter::instance().current()[telar::MemoryCategory::activations];
   telar::Trainer<Chain, Strat<telar::NoSharding>, telar::AdamW<T>> trainer(
-      MPI_COMM_SELF, Chain(D(32, 64), {}, D(64, 64), {}, D(64, 16)), telar::AdamW<T>{}, opts,
-      telar::Shape(32));
+      MPI_COMM_SELF,
+      Chain(telar::ColumnParallel<D>(32, 64), {}, telar::RowParallel<D>(64, 64), {}, D(64, 16)),
+      telar::AdamW<T>{}, opts, telar::Shape(32));
   for (int s = 0; s < 2; ++s)
     trainer.step(x, y);
   std::size_t const signs = 2 * (batch * 64 / 32) * 4; // two ReLUs, 32 values a word

@@ -129,7 +129,6 @@ public:
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
                saved_type& saved) const {
     check_shapes("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
-    saved.x = saved.compact ? ConstMatrix<T, MemorySpace>() : x;
     std::size_t const r = positions(x, y);
     auto const xr = as_rows(x, r, weight.extent(1));
     auto const yr = as_rows(y, r, weight.extent(0));
@@ -143,17 +142,7 @@ public:
           KOKKOS_LAMBDA(std::size_t i, std::size_t j) { y(i, j) = b(j); });
       beta = 1;
     }
-#if TELAR_HAVE_ONEDNN
-    if constexpr (std::is_same_v<Gemm, Bf16Gemm>)
-      if (saved.compact) {
-        bool const bf16 = detail::bf16_check_isa("telar::Dense (telar::Bf16Gemm)");
-        saved.kept.keep(exec, xr, bf16);
-        if (bf16) // the product reads the words just made: x converted once
-          return detail::bf16_matmul('N', 'T', T(1), xr, saved.kept.words(), weight, nullptr, beta,
-                                     yr);
-      }
-#endif
-    gemm(Gemm{}, exec, 'N', 'T', T(1), xr, weight, beta, yr);
+    forward_product(exec, x, xr, yr, beta, saved);
   }
 
   /*! \brief dx = dy W (the saved input is not needed). \param exec execution space instance
@@ -238,6 +227,25 @@ protected:
 
   template <class, class, class>
   friend class Dense; // the converting constructor reads another policy's layer
+
+  /*! \brief yr = xr W^T + beta yr (x, xr: the input and its rows); keeps x
+   *  as \p saved asks: a view, or (compact) the copy both products read. */
+  template <class Exec, class XR, class YR>
+  void forward_product(Exec const& exec, ConstMatrix<T, MemorySpace> x, XR const& xr, YR const& yr,
+                       T beta, saved_type& saved) const {
+    saved.x = saved.compact ? ConstMatrix<T, MemorySpace>() : x;
+#if TELAR_HAVE_ONEDNN
+    if constexpr (std::is_same_v<Gemm, Bf16Gemm>)
+      if (saved.compact) {
+        bool const bf16 = detail::bf16_check_isa("telar::Dense (telar::Bf16Gemm)");
+        saved.kept.keep(exec, xr, bf16);
+        if (bf16) // the product reads the words just made: x converted once
+          return detail::bf16_matmul('N', 'T', T(1), xr, saved.kept.words(), weight, nullptr, beta,
+                                     yr);
+      }
+#endif
+    gemm(Gemm{}, exec, 'N', 'T', T(1), xr, weight, beta, yr);
+  }
 
 private:
   // dW += dy^T x, x the view or the compact copy.

@@ -235,6 +235,12 @@ public:
   }
   /*! \brief Keeps a view of x only: 0. */
   std::size_t saved_bytes(std::size_t, Shape const&) const { return 0; }
+  /*! \brief The Dense's compact copy of this rank's input (a bf16 Dense:
+   *  telar::Dense::compact_bytes). */
+  template <class D = DenseT, class = std::enable_if_t<layer_traits<D>::has_compact_copy>>
+  std::size_t compact_bytes(std::size_t samples, Shape const& in) const {
+    return DenseT::compact_bytes(samples, in);
+  }
 
   /*! \brief Allocates this rank's block of W and b and draws the serial values
    *  of that block. \param seed the same seed the serial Dense gets */
@@ -268,8 +274,9 @@ public:
   void backward_weight(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
                        saved_type const& saved) const {
     ScopedRegion scope(region("backward_weight"));
-    check("backward_weight", "x", saved.x.extent(0), saved.x.extent(1), "dy", dy.extent(0),
-          dy.extent(1));
+    if (!saved.compact) // a compact copy was made by this layer's forward, which checked x
+      check("backward_weight", "x", saved.x.extent(0), saved.x.extent(1), "dy", dy.extent(0),
+            dy.extent(1));
     DenseT::backward_weight(exec, dy, saved);
   }
 
@@ -461,10 +468,9 @@ public:
       this->dense().forward(exec, x, y, saved); // the same operations as Dense, bit for bit
       return;
     }
-    saved.x = x;
     std::size_t const r = this->positions(x, y); // samples x positions per sample
     auto const yr = as_rows(y, r, this->out_);
-    gemm(Gemm{}, exec, 'N', 'T', T(1), as_rows(x, r, this->shard_size()), this->weight, T(0), yr);
+    this->forward_product(exec, x, as_rows(x, r, this->shard_size()), yr, T(0), saved);
     this->ctx_.allreduce_sum(exec, y);
     if (this->use_bias_) {
       // After the sum: b is replicated, adding it before would count it p times.
