@@ -7,6 +7,7 @@
 #include <telar/core/detail/fast_math.hpp>
 #include <telar/core/detail/layer_types.hpp>
 #include <telar/core/detail/math.hpp>
+#include <telar/core/detail/sign_bits.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/tensor.hpp>
 
@@ -315,17 +316,13 @@ struct ReLU : detail::Elementwise<detail::ReluOp, T, MemorySpace, false> {
       saved.signs = Kokkos::View<std::uint32_t*, MemorySpace>(
           Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::ReLU::signs"), words(n));
     auto signs = saved.signs;
+    T const* const xp = fx.data();
+    T* const yp = fy.data();
     Kokkos::parallel_for( // a word's 32 values in one thread: no two write a word
         "telar::ReLU::forward_signs", Kokkos::RangePolicy<Exec>(exec, 0, words(n)),
         KOKKOS_LAMBDA(std::size_t w) {
-          std::uint32_t bits = 0;
-          std::size_t const end = n - w * 32 < 32 ? n - w * 32 : 32;
-          for (std::size_t b = 0; b < end; ++b) {
-            T const v = detail::ReluOp::value(fx(w * 32 + b));
-            fy(w * 32 + b) = v;
-            bits |= std::uint32_t(v > T(0)) << b;
-          }
-          signs(w) = bits;
+          std::size_t const first = w * 32, count = n - first < 32 ? n - first : 32;
+          signs(w) = detail::relu_signs(xp + first, yp + first, count);
         });
   }
   /*! \brief dx = dy where y > 0, else 0. \param exec execution space instance
@@ -339,11 +336,14 @@ struct ReLU : detail::Elementwise<detail::ReluOp, T, MemorySpace, false> {
     auto fdy = detail::flat(dy, "telar::ReLU::backward_input");
     auto fdx = detail::flat(dx, "telar::ReLU::backward_input");
     auto signs = saved.signs;
+    T const* const dyp = fdy.data();
+    T* const dxp = fdx.data();
+    std::size_t const n = fdy.extent(0);
     Kokkos::parallel_for(
-        "telar::ReLU::backward_signs", Kokkos::RangePolicy<Exec>(exec, 0, fdy.extent(0)),
-        KOKKOS_LAMBDA(std::size_t i) {
-          T const slope = T((signs(i / 32) >> (i % 32)) & 1u); // as ReluOp::slope(y)
-          fdx(i) = fdy(i) * slope;
+        "telar::ReLU::backward_signs", Kokkos::RangePolicy<Exec>(exec, 0, words(n)),
+        KOKKOS_LAMBDA(std::size_t w) {
+          std::size_t const first = w * 32, count = n - first < 32 ? n - first : 32;
+          detail::relu_signs_backward(signs(w), dyp + first, dxp + first, count);
         });
   }
 
