@@ -50,6 +50,7 @@
 #include <limits>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -683,6 +684,31 @@ TEST_CASE("Every built-in block plans what it allocates when nested", "[memory]"
   check_alone(telar::make_transformer_block<T>(8, 2), telar::Shape{5, 8});
 }
 
+namespace {
+constexpr std::size_t kSlotBatch = 32, kRow = kSlotBatch * sizeof(T); // bytes of one feature
+
+// Two steps of `chain` (32 input features, batch kSlotBatch) on this rank
+// alone: its planned activation bytes and the measured ones.
+template <class Chain>
+std::pair<std::size_t, std::size_t> slot_activations(Chain chain) {
+  telar::Matrix<T> x("x", kSlotBatch, 1);
+  telar::Labels<> y("y", kSlotBatch);
+  make_batch(telar::Shape(32), false, x, y);
+  telar::TrainerOptions opts;
+  opts.batch_size = kSlotBatch;
+  // What earlier cases left on the meter's books (a layer's buffers freed
+  // after its meter was uninstalled) is in every peak.
+  std::size_t const before =
+      telar::MemoryMeter::instance().current()[telar::MemoryCategory::activations];
+  telar::Trainer<Chain, Strat<telar::NoSharding>, telar::AdamW<T>> trainer(
+      MPI_COMM_SELF, std::move(chain), telar::AdamW<T>{}, opts, telar::Shape(32));
+  for (int s = 0; s < 2; ++s)
+    trainer.step(x, y);
+  return {trainer.memory_plan().bytes[telar::MemoryCategory::activations],
+          trainer.memory()[telar::MemoryCategory::activations] - before};
+}
+} // namespace
+
 // Liveness (parallel/detail/activation_liveness.hpp): a micro-batch keeps
 // the inputs of the Dense layers (read by their weight gradient), the
 // ReLUs' outputs (their slope) and the stage output; the Dense outputs and
@@ -690,38 +716,23 @@ TEST_CASE("Every built-in block plans what it allocates when nested", "[memory]"
 TEST_CASE("A slot keeps only the activations a backward reads", "[memory]") {
   using Chain = telar::Sequential<telar::Dense<T>, telar::ReLU<T>, telar::Dense<T>, telar::ReLU<T>,
                                   telar::Dense<T>>;
-  auto make = [] {
-    return Chain(telar::Dense<T>(32, 64), {}, telar::Dense<T>(64, 64), {}, telar::Dense<T>(64, 16));
-  };
-  std::size_t const batch = 32, row = batch * sizeof(T); // bytes of one feature
-  telar::Matrix<T> x("x", batch, 1);
-  telar::Labels<> y("y", batch);
-  make_batch(telar::Shape(32), false, x, y);
-  telar::TrainerOptions opts;
-  opts.batch_size = batch;
-  // What earlier cases left on the meter's books (a layer's buffers freed
-  // after its meter was uninstalled) is in every peak.
-  std::size_t const before =
-      telar::MemoryMeter::instance().current()[telar::MemoryCategory::activations];
-  telar::Trainer<Chain, Strat<telar::NoSharding>, telar::AdamW<T>> trainer(
-      MPI_COMM_SELF, make(), telar::AdamW<T>{}, opts, telar::Shape(32));
-  for (int s = 0; s < 2; ++s)
-    trainer.step(x, y);
-  std::size_t const kept = (64 + 64 + 16) * row; // two ReLU outputs, the output
-  std::size_t const output_grad = 16 * row;
-  std::size_t const shared = 2 * 64 * row; // the widest tensor of each parity
-  auto const planned = trainer.memory_plan().bytes[telar::MemoryCategory::activations];
+  auto const [planned, measured] = slot_activations(
+      Chain(telar::Dense<T>(32, 64), {}, telar::Dense<T>(64, 64), {}, telar::Dense<T>(64, 16)));
+  std::size_t const kept = (64 + 64 + 16) * kRow; // two ReLU outputs, the output
+  std::size_t const output_grad = 16 * kRow;
+  std::size_t const shared = 2 * 64 * kRow; // the widest tensor of each parity
   CHECK(planned == kept + output_grad + shared);
-  CHECK(trainer.memory()[telar::MemoryCategory::activations] - before == planned);
+  CHECK(measured == planned);
   // Every activation and gradient kept per slot, as before: 69632 bytes.
-  CHECK(planned * 100 < 2 * (4 * 64 + 16) * row * 55);
+  CHECK(planned * 100 < 2 * (4 * 64 + 16) * kRow * 55);
 }
 
 #if TELAR_HAVE_ONEDNN
 // The same chain in bf16 (with the tensor-parallel pair, as the examples'
-// MLP): no backward reads the ReLUs' outputs through a view any more. Each ReLU keeps their signs
-// (a bit a value) and each bf16 Dense after it its input rounded to bf16 (2 bytes a value), so the
-// two 64-wide tensors move to the shared buffers; the plan says so, the meter agrees. (The first
+// MLP): no backward reads the ReLUs' outputs through a view any more. Each
+// ReLU keeps their signs (a bit a value) and each bf16 Dense after it its
+// input rounded to bf16 (2 bytes a value), so the two 64-wide tensors move
+// to the shared buffers; the plan says so, the meter agrees. (The first
 // Dense reads the stage input, which the caller keeps.)
 TEST_CASE("A bf16 slot keeps compact copies instead of activations", "[memory][bf16]") {
   using D = telar::Dense<T, telar::DefaultMemorySpace, telar::Bf16Gemm>;
@@ -729,27 +740,14 @@ TEST_CASE("A bf16 slot keeps compact copies instead of activations", "[memory][b
                                   telar::ReLU<T>, D>;
   if (!telar::bf16_available())
     SKIP("no bf16 instructions here");
-  std::size_t const batch = 32, row = batch * sizeof(T);
-  telar::Matrix<T> x("x", batch, 1);
-  telar::Labels<> y("y", batch);
-  make_batch(telar::Shape(32), false, x, y);
-  telar::TrainerOptions opts;
-  opts.batch_size = batch;
-  std::size_t const before =
-      telar::MemoryMeter::instance().current()[telar::MemoryCategory::activations];
-  telar::Trainer<Chain, Strat<telar::NoSharding>, telar::AdamW<T>> trainer(
-      MPI_COMM_SELF,
-      Chain(telar::ColumnParallel<D>(32, 64), {}, telar::RowParallel<D>(64, 64), {}, D(64, 16)),
-      telar::AdamW<T>{}, opts, telar::Shape(32));
-  for (int s = 0; s < 2; ++s)
-    trainer.step(x, y);
-  std::size_t const signs = 2 * (batch * 64 / 32) * 4; // two ReLUs, 32 values a word
-  std::size_t const rounded = 2 * batch * 64 * 2;      // two Dense inputs in bf16
-  std::size_t const output = 2 * 16 * row;             // the output and its gradient
-  std::size_t const shared = 2 * 64 * row;
-  auto const planned = trainer.memory_plan().bytes[telar::MemoryCategory::activations];
+  auto const [planned, measured] = slot_activations(
+      Chain(telar::ColumnParallel<D>(32, 64), {}, telar::RowParallel<D>(64, 64), {}, D(64, 16)));
+  std::size_t const signs = 2 * (kSlotBatch * 64 / 32) * 4; // two ReLUs, 32 values a word
+  std::size_t const rounded = 2 * kSlotBatch * 64 * 2;      // two Dense inputs in bf16
+  std::size_t const output = 2 * 16 * kRow;                 // the output and its gradient
+  std::size_t const shared = 2 * 64 * kRow;
   CHECK(planned == signs + rounded + output + shared);
-  CHECK(trainer.memory()[telar::MemoryCategory::activations] - before == planned);
+  CHECK(measured == planned);
   // The two 64-wide tensors a micro-batch keeps: 8704 bytes against 16384
   // in fp32 (2.125 bytes a value against 4).
   CHECK(signs + rounded == 8704);
