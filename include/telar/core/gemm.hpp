@@ -228,10 +228,17 @@ std::int64_t row_ld(V const& v) {
 
 #if TELAR_HAVE_ONEDNN
 // One Bf16Gemm product where bf16 runs (the caller checked); `a_words` /
-// `b_words` as OneDnnBf16Matmul::run takes them.
-template <class AV, class BV, class CV>
-void bf16_matmul(char ta, char tb, float alpha, AV const& A, std::uint16_t const* a_words,
-                 BV const& B, std::uint16_t const* b_words, float beta, CV const& C) {
+// `b_words` as OneDnnBf16Matmul::run takes them. Empty products as gemm
+// treats them: nothing, or C = beta C without reading an operand.
+template <class Exec, class AV, class BV, class CV>
+void bf16_matmul(Exec const& exec, char ta, char tb, float alpha, AV const& A,
+                 std::uint16_t const* a_words, BV const& B, std::uint16_t const* b_words,
+                 float beta, CV const& C) {
+  if (C.extent(0) == 0 || C.extent(1) == 0)
+    return;
+  if (op_cols(ta, A.extent(0), A.extent(1)) == 0)
+    return reference_gemm(exec, ta, tb, alpha, A, B, beta, C);
+  exec.fence(); // oneDNN runs on the calling thread: earlier kernels must be done
   count_library_call("telar::gemm::onednn-bf16");
   ScopedRegion const region("telar::gemm::onednn-bf16");
   onednn_bf16_matmul().run({ta, tb, std::int64_t(C.extent(0)), std::int64_t(C.extent(1)),
@@ -292,9 +299,8 @@ void gemm(Policy, Exec const& exec, char ta, char tb, typename CV::value_type al
 #endif
     } else if constexpr (std::is_same_v<Policy, Bf16Gemm>) {
 #if TELAR_HAVE_ONEDNN
-      exec.fence(); // oneDNN runs on the calling thread: earlier kernels must be done
       if (detail::bf16_check_isa("telar::gemm (telar::Bf16Gemm)")) {
-        detail::bf16_matmul(ta, tb, alpha, A, nullptr, B, nullptr, beta, C);
+        detail::bf16_matmul(exec, ta, tb, alpha, A, nullptr, B, nullptr, beta, C);
       } else {
         gemm(OneDnnGemm{}, exec, ta, tb, alpha, A, B, beta, C);
       }

@@ -240,26 +240,23 @@ protected:
         bool const bf16 = detail::bf16_check_isa("telar::Dense (telar::Bf16Gemm)");
         saved.kept.keep(exec, xr, bf16);
         if (bf16) // the product reads the words just made: x converted once
-          return detail::bf16_matmul('N', 'T', T(1), xr, saved.kept.words(), weight, nullptr, beta,
-                                     yr);
+          return detail::bf16_matmul(exec, 'N', 'T', T(1), xr, saved.kept.words(), weight, nullptr,
+                                     beta, yr);
       }
 #endif
     gemm(Gemm{}, exec, 'N', 'T', T(1), xr, weight, beta, yr);
   }
 
-private:
-  // dW += dy^T x, x the view or the compact copy.
+  /*! \brief dW += dy^T x, x the view or the compact copy. */
   template <class Exec, class DY>
   void weight_product(Exec const& exec, DY const& dyr, std::size_t r,
                       saved_type const& saved) const {
 #if TELAR_HAVE_ONEDNN
     if constexpr (std::is_same_v<Gemm, Bf16Gemm>)
       if (saved.compact) {
-        if (saved.kept.words()) {
-          exec.fence(); // oneDNN runs on the calling thread
-          return detail::bf16_matmul('T', 'N', T(1), dyr, nullptr, saved.kept.shape(),
+        if (saved.kept.rounded())
+          return detail::bf16_matmul(exec, 'T', 'N', T(1), dyr, nullptr, saved.kept.shape(),
                                      saved.kept.words(), T(1), weight_grad);
-        }
         return gemm(Gemm{}, exec, 'T', 'N', T(1), dyr, saved.kept.values(), T(1), weight_grad);
       }
 #endif
@@ -267,7 +264,6 @@ private:
          weight_grad);
   }
 
-protected:
   std::size_t in_ = 0;   //!< input features of the full layer
   std::size_t out_ = 0;  //!< output features of the full layer
   bool use_bias_ = true; //!< whether b is used

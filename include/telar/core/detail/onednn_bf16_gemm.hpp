@@ -92,11 +92,9 @@ public:
     e.a_view.set_data_handle(a_words ? const_cast<std::uint16_t*>(a_words)
                                      : e.a.in(s, A).get_data_handle());
     Bf16Copy& copy = bf16_copy();
-    std::uint16_t* const words = b_words    ? const_cast<std::uint16_t*>(b_words)
-                                 : e.b_flat ? copy.find(B, e.b_count)
-                                            : nullptr;
+    std::uint16_t* const words = e.b_flat && !b_words ? copy.find(B, e.b_count) : nullptr;
     if (b_words) {
-      e.b_view.set_data_handle(words);
+      e.b_view.set_data_handle(const_cast<std::uint16_t*>(b_words));
     } else if (words) { // B is a registered weight: rounded once this step
       if (!copy.made(B, e.b_count)) {
         onednn_to_bf16(B, words, e.b_count);

@@ -82,3 +82,5 @@ KOKKOS_INLINE_FUNCTION void relu_signs_backward(std::uint32_t bits, T const* dy,
 }
 
 } // namespace telar::detail
+
+#undef TELAR_SIGN_BITS_SSE2 // the functions above are its only readers

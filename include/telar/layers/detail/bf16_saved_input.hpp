@@ -57,6 +57,9 @@ public:
     Kokkos::deep_copy(exec, values_, x);
   }
 
+  // Whether the copy is bf16 (words()), not fp32 (values()): keep() sizes
+  // one of them to x, so this holds for an empty batch too.
+  bool rounded() const { return words_.extent(1) != 0; }
   // The kept words (null when the copy is fp32).
   std::uint16_t const* words() const { return words_.data(); }
   // The kept fp32 input (empty when the copy is bf16).
