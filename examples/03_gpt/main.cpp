@@ -300,6 +300,7 @@ void print_summary(Trainer const& trainer, Args const& a, Report const& r, doubl
                      ? "sample (temperature %.2f, seed %llu):\n%s\n"
                      : "sample skipped under pipelining (temperature %.2f, seed %llu)%s\n",
                  a.temperature, (unsigned long long)a.seed, sample.c_str());
+  example::print_memory(trainer);
   if (!a.json)
     return;
   telar::JsonObject config = example::common_config(trainer, a);
@@ -318,8 +319,8 @@ void print_summary(Trainer const& trainer, Args const& a, Report const& r, doubl
       .add("steps", r.steps)
       .add("skipped_steps", trainer.skipped_steps())
       .add("strategy", trainer.strategy_name())
-      .add("layout", trainer.layout())
-      .add("config", config);
+      .add("layout", trainer.layout());
+  example::add_memory(j, trainer).add("config", config);
   std::printf("%s\n", j.str().c_str());
   std::fflush(stdout);
 }

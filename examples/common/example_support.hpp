@@ -772,6 +772,18 @@ inline void check_divergence(long long skipped, long long steps, double loss, ch
                  counted.c_str());
 }
 
+// Rank 0's measured and planned memory peaks: printed, and as JSON fields.
+template <class TrainerT>
+void print_memory(TrainerT const& trainer) {
+  std::fprintf(stderr, "memory (rank 0, peak since construction): %s\nmemory plan (rank 0): %s\n",
+               trainer.memory().str().c_str(), trainer.memory_plan().bytes.str().c_str());
+}
+template <class TrainerT>
+telar::JsonObject& add_memory(telar::JsonObject& j, TrainerT const& trainer) {
+  return j.raw("memory", trainer.memory().json())
+      .raw("memory_plan", trainer.memory_plan().bytes.json());
+}
+
 // Rank 0: the final line and, with --json, the one-line summary the tests parse.
 template <class TrainerT>
 void print_report(TrainerT const& trainer, CommonArgs const& a, Result const& r,
@@ -782,8 +794,7 @@ void print_report(TrainerT const& trainer, CommonArgs const& a, Result const& r,
   std::fprintf(stderr, "final: test accuracy %.2f%%, median step %.2f ms, %.0f samples/s\n",
                100 * r.test.accuracy, r.median_ms, samples_per_s);
   print_prediction(r.predicted_ms, r.median_ms);
-  std::fprintf(stderr, "memory (rank 0, peak since construction): %s\nmemory plan (rank 0): %s\n",
-               trainer.memory().str().c_str(), trainer.memory_plan().bytes.str().c_str());
+  print_memory(trainer);
   if (!a.json)
     return;
   telar::JsonObject j;
@@ -797,10 +808,8 @@ void print_report(TrainerT const& trainer, CommonArgs const& a, Result const& r,
       .add("steps", r.steps)
       .add("skipped_steps", r.skipped_steps)
       .add("strategy", trainer.strategy_name())
-      .add("layout", trainer.layout())
-      .raw("memory", trainer.memory().json())
-      .raw("memory_plan", trainer.memory_plan().bytes.json())
-      .add("config", config);
+      .add("layout", trainer.layout());
+  add_memory(j, trainer).add("config", config);
   std::printf("%s\n", j.str().c_str());
   std::fflush(stdout);
 }

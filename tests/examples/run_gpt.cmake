@@ -12,6 +12,18 @@ endif()
 set(PROGRAM gpt)
 include(${CMAKE_CURRENT_LIST_DIR}/example_checks.cmake)
 
+# The memory plan is what the run measured (rank 0), to the byte.
+function(check_memory j what)
+  foreach(key activations workspace total)
+    string(REGEX MATCH "\"memory\":{[^}]*\"${key}\":([0-9]+)" _ "${j}")
+    set(got "${CMAKE_MATCH_1}")
+    string(REGEX MATCH "\"memory_plan\":{[^}]*\"${key}\":([0-9]+)" _ "${j}")
+    if(got STREQUAL "" OR NOT got EQUAL CMAKE_MATCH_1)
+      message(FATAL_ERROR "${what}: ${key} measured ${got}, planned ${CMAKE_MATCH_1}:\n${j}")
+    endif()
+  endforeach()
+endfunction()
+
 if(CHECK STREQUAL "train")
   # 400 steps of 16 windows of 64 bytes (about 20 s): the validation loss
   # falls well below ln(256) = 5.55 (a uniform guess) and below 3.32, the
@@ -34,10 +46,12 @@ elseif(CHECK STREQUAL "strategies")
   train(s ${EXE} ${common})
   json_field("${s}" param_l2 ls)
   json_field("${s}" final_loss fs)
+  check_memory("${s}" serial)
   foreach(layout "--dp;2" "--pp;2;--dp;1" "--pp;2;--dp;1;--schedule;zb-h1" "--tp;2;--dp;1")
     train(p ${MPIEXEC} -np 2 ${EXE} ${common} ${layout})
     json_field("${p}" param_l2 lp)
     json_field("${p}" final_loss fp)
+    check_memory("${p}" "${layout}")
     execute_process(COMMAND python3 -c "import sys; a,b,c,d=map(float,sys.argv[1:]); sys.exit(0 if abs(a-b)/a<=1e-5 and abs(c-d)/c<=1e-5 else 1)" ${ls} ${lp} ${fs} ${fp}
                     RESULT_VARIABLE close)
     if(NOT close EQUAL 0)

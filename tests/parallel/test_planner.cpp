@@ -100,6 +100,26 @@ void check_bf16_calibration() {
 
 } // namespace
 
+// The examples calibrate a model of their own after a Trainer's run (its
+// closing prediction): the attention's score workspaces and saved tensors
+// of that model were counted as the Trainer's, so the GPT example measured
+// twice the workspace it planned.
+TEST_CASE("planner: a calibration is no trainer's memory", "[planner][memory]") {
+  using Attention = telar::Sequential<telar::CausalSelfAttention<T>>;
+  telar::MemoryMeterInstall install;
+  auto& meter = telar::MemoryMeter::instance();
+  int const id = meter.start_tracking();
+  std::size_t const before = meter.current().total();
+  telar::MemoryMeter::Scope step(telar::MemoryCategory::activations); // as in a Trainer's step
+  telar::MachineProfile prof;
+  CHECK(telar::calibrate_layers(Attention(telar::CausalSelfAttention<T>(16, 2)),
+                                telar::Shape{8, 16}, {4}, prof, 1) == 1);
+  CHECK(meter.peaks(id).total() == before);
+  telar::Vector<T> probe("telar::probe", 1024); // what the step allocates is counted
+  CHECK(meter.peaks(id).total() >= before + 1024 * sizeof(T));
+  meter.stop_tracking(id);
+}
+
 TEST_CASE("planner: a bf16 model is calibrated apart from its fp32 one", "[planner]") {
   check_bf16_calibration<telar::DefaultMemorySpace>(); // where mlp() puts its layers
 }

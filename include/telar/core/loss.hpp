@@ -40,6 +40,10 @@
  *    take (e.g. labels outside [0, classes)) and what they are, for messages;
  *    the Trainer counts them over the global batch before a step and stops
  *    every rank with one message;
+ *  - `std::size_t workspace_bytes(std::size_t samples, telar::Shape const&
+ *    out) const`: bytes the loss keeps between steps for a micro-batch of
+ *    \p samples outputs of shape \p out, for memory plans (default: a double
+ *    and an int per sample, the per-row sums and flags most losses keep);
  *  - `name()`.
  */
 #include <telar/core/detail/type_traits.hpp>
@@ -94,6 +98,9 @@ template <class L>
 using loss_invalid_targets_t = decltype((long long)(std::declval<L const&>().invalid_targets(
     std::declval<typename L::memory_space::execution_space const&>(),
     std::declval<typename L::target_type const&>(), std::declval<Shape const&>())));
+template <class L>
+using loss_workspace_bytes_t = decltype(std::size_t(
+    std::declval<L const&>().workspace_bytes(std::size_t{}, std::declval<Shape const&>())));
 template <class L>
 using has_accuracy_t = std::bool_constant<bool(L::has_accuracy)>;
 
@@ -180,6 +187,19 @@ LossSum evaluate_loss(L const& loss, Exec const& exec,
         y.extent(0), y.extent(1));
     return loss.forward_backward(exec, y, targets, scratch, typename L::value_type(0));
   }
+}
+
+/*! \brief Bytes a loss of type \p L (default-constructed) keeps between
+ *  steps for \p samples outputs of shape \p out: its workspace_bytes(), else
+ *  a double and an int per sample. \tparam L the loss
+ *  \param samples rows \param out per-sample output shape */
+template <class L>
+std::size_t loss_workspace_bytes(std::size_t samples, Shape const& out) {
+  if constexpr (detail::is_detected_v<detail::loss_workspace_bytes_t, L> &&
+                std::is_default_constructible_v<L>)
+    return L{}.workspace_bytes(samples, out);
+  else
+    return (void)out, detail::view_bytes<double>(samples) + detail::view_bytes<int>(samples);
 }
 
 /*! \brief Loss terms of a batch: the loss's count(), else its samples.

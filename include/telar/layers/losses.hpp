@@ -236,6 +236,13 @@ struct PositionwiseCrossEntropy : public detail::LayerTypes<T, MemorySpace> {
     classes_ = out[1];
   }
 
+  /*! \brief A double and an int per position, kept between steps.
+   *  \param samples rows \param out [positions, classes] */
+  std::size_t workspace_bytes(std::size_t samples, Shape const& out) const {
+    std::size_t const rows = samples * (out.rank == 2 ? out[0] : 1);
+    return detail::view_bytes<double>(rows) + detail::view_bytes<int>(rows);
+  }
+
   /*! \brief Loss terms of a batch: labels other than ignore_index.
    *  \param exec execution space instance \param labels [n, positions] */
   template <class Exec>

@@ -10,6 +10,7 @@
 #include <telar/parallel/detail/stage_runner.hpp>
 #include <telar/parallel/detail/step_cost_detail.hpp>
 #include <telar/parallel/machine_profile.hpp>
+#include <telar/profile/memory.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -283,6 +284,7 @@ template <class Model>
 std::size_t calibrate_layers(Model const& model, Shape const& in,
                              std::vector<std::size_t> const& rows, MachineProfile& profile,
                              int reps = 5) {
+  MemoryMeter::Uncounted uncounted; // this model's buffers are no trainer's
   Model m = model;
   std::vector<Shape> const shapes = m.build(in);
   m.initialize(1);
@@ -323,6 +325,7 @@ std::size_t calibrate_loss(Shape const& out, std::vector<std::size_t> const& row
   using Target = typename Loss::target_type;
   std::string const group = MachineProfile::layer_group("loss " + layer_name(Loss{}), out.str(),
                                                         "[]", detail::calibration_threads());
+  MemoryMeter::Uncounted uncounted;
   std::size_t timed = 0;
   for (std::size_t r : rows) {
     if (r == 0 || profile.layer_times[group].count(r) > 0)

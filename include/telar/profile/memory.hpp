@@ -137,7 +137,7 @@ public:
   public:
     /*! \brief \param category category of unlabelled allocations */
     explicit Scope(MemoryCategory category) : previous_(current_scope()) {
-      current_scope() = int(category);
+      current_scope() = previous_ == uncounted ? uncounted : int(category);
     }
     /*! \brief Restores the enclosing scope's category. */
     ~Scope() { current_scope() = previous_; }
@@ -148,7 +148,24 @@ public:
     int previous_;
   };
 
+  /*! \brief While it lives, this thread's allocations are not counted
+   *  (Scopes opened within it do not count either; releases of what was
+   *  counted still are): work beside the trainers, such as a cost-model
+   *  calibration timing a model of its own, is not theirs. */
+  class Uncounted {
+  public:
+    Uncounted() : previous_(current_scope()) { current_scope() = uncounted; }
+    ~Uncounted() { current_scope() = previous_; }
+    Uncounted(Uncounted const&) = delete;
+    Uncounted& operator=(Uncounted const&) = delete;
+
+  private:
+    int previous_;
+  };
+
 private:
+  static constexpr int uncounted = -2; // current_scope() inside an Uncounted
+
   struct Peaks {
     MemoryBytes bytes;
     std::size_t total = 0;
@@ -161,7 +178,8 @@ private:
 
   MemoryMeter() = default;
 
-  // -1: outside any Scope. Thread-local: scopes belong to the calling thread.
+  // -1: outside any Scope, `uncounted` inside an Uncounted. Thread-local:
+  // scopes belong to the calling thread.
   static int& current_scope() {
     thread_local int scope = -1;
     return scope;

@@ -8,6 +8,7 @@
 #include <telar/core/detail/type_traits.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
+#include <telar/core/loss.hpp>
 #include <telar/core/parameters.hpp>
 #include <telar/optim/optimizer.hpp>
 #include <telar/parallel/detail/activation_liveness.hpp>
@@ -153,8 +154,8 @@ void plan_activations(Model const& model, std::vector<Shape> const& shapes,
           if (index == 0)
             work += feat(0);
       });
-    if (vs == sched.virtual_stages() - 1) // the loss's per-row sums and flags
-      work += rows * (sizeof(double) + sizeof(int));
+    if (vs == sched.virtual_stages() - 1) // the loss's own (per-row sums and flags)
+      work += loss_workspace_bytes<Loss>(rows, shapes.back());
   }
   plan.bytes[MemoryCategory::activations] = act;
   plan.bytes[MemoryCategory::workspace] = work;
