@@ -7,7 +7,8 @@
 //                 [--nonfinite stop|skip] [--zero 0|1|2|3] [--timeline PREFIX] [--limit-steps N]
 //                 [--recompute none|full] [--memory-budget SIZE]
 //                 [--checkpoint-dir DIR] [--checkpoint-every N] [--resume]
-//                 [--precision fp32|bf16] [--layout auto|manual] [--dry-run] [--profile PATH]
+//                 [--precision fp32|bf16] [--bf16-weight-copy 1|0] [--layout auto|manual]
+//                 [--dry-run] [--profile PATH]
 //   mpirun -np 2 fashion_mnist --dp 2
 //   mpirun -np 2 fashion_mnist --layout auto
 //
@@ -60,6 +61,7 @@ void usage(char const* why) {
       "[--schedule %s] [--microbatches M] [--nonfinite stop|skip] [--zero 0|1|2|3] "
       "[--timeline PREFIX] [--limit-steps N] [--recompute none|full] [--memory-budget SIZE] "
       "[--checkpoint-dir DIR] [--checkpoint-every N] [--resume] [--precision fp32|bf16] "
+      "[--bf16-weight-copy 1|0] "
       "[--layout auto|manual] [--dry-run] [--profile PATH]\n",
       why, example::schedule_choices().c_str());
   throw 2;

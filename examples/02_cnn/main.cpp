@@ -12,7 +12,7 @@
 //       [--timeline PREFIX] [--limit-steps N] [--eval-limit N]
 //       [--checkpoint-dir DIR] [--checkpoint-every N] [--resume]
 //       [--memory-budget SIZE] [--layout auto|manual] [--dry-run] [--profile PATH]
-//       [--precision fp32|bf16]
+//       [--precision fp32|bf16] [--bf16-weight-copy 1|0]
 //
 // --precision bf16 adds telar::Precision<telar::bf16, float> to the strategy:
 // the convolutions and Dense layers multiply in bf16 with fp32 accumulation,
@@ -58,7 +58,7 @@ struct Args : example::CommonArgs {
                "[--timeline PREFIX] [--limit-steps N] [--eval-limit N] "
                "[--checkpoint-dir DIR] [--checkpoint-every N] [--resume] "
                "[--memory-budget SIZE] [--layout auto|manual] [--dry-run] [--profile PATH] "
-               "[--precision fp32|bf16]\n",
+               "[--precision fp32|bf16] [--bf16-weight-copy 1|0]\n",
                why);
   throw 2;
 }

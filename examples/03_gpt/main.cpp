@@ -13,7 +13,7 @@
 //       [--temperature 0.8] [--prompt TEXT] [--data DIR] [--json]
 //       [--dp N] [--pp N] [--tp N] [--schedule 1f1b] [--microbatches M] [--timeline PREFIX]
 //       [--memory-budget SIZE] [--layout auto|manual] [--dry-run] [--profile PATH]
-//       [--precision fp32|bf16]
+//       [--precision fp32|bf16] [--bf16-weight-copy 1|0]
 //
 // --precision bf16 adds telar::Precision<telar::bf16, float> to the strategy:
 // attention, MLP and output GEMMs in bf16 with fp32 accumulation; norms,
@@ -72,7 +72,7 @@ struct Args : example::CommonArgs {
                "[--json] [--dp N] [--pp N] [--tp N] [--schedule %s] [--microbatches M] "
                "[--timeline PREFIX] [--checkpoint-dir DIR] [--checkpoint-every N] [--resume] "
                "[--memory-budget SIZE] [--layout auto|manual] [--dry-run] [--profile PATH] "
-               "[--precision fp32|bf16]\n",
+               "[--precision fp32|bf16] [--bf16-weight-copy 1|0]\n",
                why, example::schedule_choices().c_str());
   throw 2;
 }

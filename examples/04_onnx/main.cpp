@@ -8,7 +8,7 @@
 //              [--dp N] [--pp N] [--tp N] [--schedule 1f1b] [--microbatches M]
 //              [--timeline PREFIX] [--limit-steps N] [--memory-budget SIZE]
 //              [--layout auto|manual] [--dry-run] [--profile PATH] [--classes K]
-//              [--predict IN.npy --output OUT.npy] [--precision fp32|bf16]
+//              [--predict IN.npy --output OUT.npy] [--precision fp32|bf16] [--bf16-weight-copy 1|0]
 //   mpirun -np 2 onnx_train --model mlp.onnx --tp 2 --export mlp_trained.onnx
 //
 // --layout auto: the planner's fastest layout that fits (tensor parallelism
@@ -69,7 +69,8 @@ struct Args : example::CommonArgs {
                "[--data DIR] [--json] [--dp N] [--pp N] [--tp N] [--schedule %s] "
                "[--microbatches M] [--timeline PREFIX] [--limit-steps N] "
                "[--memory-budget SIZE] [--layout auto|manual] [--dry-run] [--profile PATH] "
-               "[--classes K] [--predict IN.npy --output OUT.npy] [--precision fp32|bf16]\n",
+               "[--classes K] [--predict IN.npy --output OUT.npy] [--precision fp32|bf16] "
+               "[--bf16-weight-copy 1|0]\n",
                why, example::schedule_choices().c_str());
   throw 2;
 }

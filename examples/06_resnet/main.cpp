@@ -19,7 +19,8 @@
 //
 //   resnet [--model resnet|resnet50] [--depth 20] [--width 16] [--bn local|sync]
 //          [--resolution 128] [--epochs 15] [--batch 128] [--lr 0.1]
-//          [--optimizer momentum] [--precision fp32|bf16] [common flags: --dp --pp
+//          [--optimizer momentum] [--precision fp32|bf16] [--bf16-weight-copy 1|0] [common flags:
+//          --dp --pp
 //          --schedule --microbatches --limit-steps --eval-limit --json --timeline
 //          --checkpoint-dir ... --memory-budget --layout auto|manual --dry-run --profile]
 //   mpirun -np 2 resnet --dp 2 --bn sync
@@ -69,18 +70,18 @@ struct Args : example::CommonArgs {
 };
 
 [[noreturn]] void usage(char const* why) {
-  std::fprintf(
-      stderr,
-      "resnet: %s\n"
-      "usage: resnet [--model resnet|resnet50] [--depth 20|32|56|...] [--width N] "
-      "[--bn local|sync] [--resolution N] [--epochs N] [--batch N] [--lr X] "
-      "[--optimizer momentum|adamw] [--precision fp32|bf16] [--seed N] [--data DIR] [--json] "
-      "[--dp N] [--pp N] "
-      "[--schedule gpipe|1f1b|interleaved|zb-h1|zb-h2] [--microbatches M] "
-      "[--timeline PREFIX] [--limit-steps N] [--eval-limit N] [--memory-budget BYTES] "
-      "[--checkpoint-dir DIR] [--checkpoint-every N] [--resume] [--layout auto|manual] "
-      "[--dry-run] [--profile PATH]\n",
-      why);
+  std::fprintf(stderr,
+               "resnet: %s\n"
+               "usage: resnet [--model resnet|resnet50] [--depth 20|32|56|...] [--width N] "
+               "[--bn local|sync] [--resolution N] [--epochs N] [--batch N] [--lr X] "
+               "[--optimizer momentum|adamw] [--precision fp32|bf16] [--bf16-weight-copy 1|0] "
+               "[--seed N] [--data DIR] [--json] "
+               "[--dp N] [--pp N] "
+               "[--schedule gpipe|1f1b|interleaved|zb-h1|zb-h2] [--microbatches M] "
+               "[--timeline PREFIX] [--limit-steps N] [--eval-limit N] [--memory-budget BYTES] "
+               "[--checkpoint-dir DIR] [--checkpoint-every N] [--resume] [--layout auto|manual] "
+               "[--dry-run] [--profile PATH]\n",
+               why);
   throw 2;
 }
 

@@ -71,6 +71,7 @@ struct CommonArgs {
   std::string layout_reason;      // why this layout: the planner's, or empty (given by flags)
   std::string precision = "fp32"; // --precision fp32|bf16 (docs/precision.md)
   bool takes_precision = false;   // the example has --precision (else: unknown flag)
+  bool bf16_weight_copy = true;   // --bf16-weight-copy 1|0 (TrainerOptions::bf16_weight_copy)
 };
 
 // "1.5GB", "512MiB", "2000000": bytes (B, KB, MB, GB powers of 1000; KiB,
@@ -191,6 +192,8 @@ inline bool read_common_flag(ArgReader& r, CommonArgs& a) {
   std::string const& f = r.flag();
   if (f == "--precision" && a.takes_precision)
     a.precision = r.value();
+  else if (f == "--bf16-weight-copy" && a.takes_precision)
+    a.bf16_weight_copy = r.integer(0, 1) == 1;
   else if (f == "--epochs")
     a.epochs = int(r.integer(1));
   else if (f == "--batch")
@@ -385,6 +388,7 @@ inline telar::TrainerOptions trainer_options(CommonArgs const& a, std::size_t tr
     opts.memory_budget = machine_budget(comm);
   opts.batch_size = a.batch; // for the memory plan's activations
   opts.nonfinite = a.nonfinite;
+  opts.bf16_weight_copy = a.bf16_weight_copy;
   std::size_t const steps_per_epoch = train_size / a.batch;
   if (steps_per_epoch == 0) // a run that trains nothing must not report success
     throw telar::Error("--batch " + std::to_string(a.batch) + " is larger than the " +
@@ -733,6 +737,7 @@ telar::JsonObject common_config(telar::Trainer<Model, Strategy, Optimizer, Loss>
       .add("schedule", trainer.pipeline_schedule().name)
       .add("microbatches", trainer.options().microbatches)
       .add("precision", precision_ran(a.precision))
+      .add("bf16_weight_copy", a.bf16_weight_copy)
       .add("gemm_kernels", gemm_kernels(a.precision));
   return config;
 }

@@ -235,6 +235,7 @@ telar::LayoutPlan plan_of(MPI_Comm comm, CommonArgs const& a, Model const& model
   int const world = world_size(comm);
   telar::LayoutOptions opts;
   opts.batch_size = a.batch;
+  opts.bf16_weight_copy = a.bf16_weight_copy;
   telar::PlannerOptions search;
   search.memory_budget = a.memory_budget;
   auto const& prof =
