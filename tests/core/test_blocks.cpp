@@ -712,3 +712,73 @@ TEST_CASE("The guide's ChannelScale layer trains through check_gradients", "[blo
   CHECK(report.passed(1e-6));
   CHECK_THROWS_AS(layer.output_shape(telar::Shape{2, 5, 4}), telar::ShapeError);
 }
+
+namespace {
+// Two residual blocks in a chain: the first a transformer's MLP sublayer,
+// the second with a dead inner tensor and a ReLU that keeps its signs.
+using F = double;
+using Mlp = telar::Residual<telar::LayerNorm<F>, telar::Dense<F>, telar::GELU<F>, telar::Dense<F>>;
+using Signs = telar::Residual<telar::Dense<F>, telar::ReLU<F>, telar::ReLU<F>, telar::Dense<F>>;
+using Pair = telar::Sequential<Mlp, Signs>;
+Pair make_pair_block() {
+  return Pair(Mlp(telar::LayerNorm<F>(8), telar::Dense<F>(8, 32), {}, telar::Dense<F>(32, 8)),
+              Signs(telar::Dense<F>(8, 16), {}, {}, telar::Dense<F>(16, 8)));
+}
+std::vector<double> gradients_of(Pair& m) {
+  std::vector<double> all;
+  m.parameters([&](char const*, auto&, auto& grad) {
+    auto const h = to_host(grad);
+    all.insert(all.end(), h.data(), h.data() + h.size());
+  });
+  return all;
+}
+} // namespace
+
+// A stage runner hands its blocks a pool (core/detail/shared_pool.hpp): their
+// dead inner tensors and the inner gradients of a fused backward live there,
+// shared by the micro-batches, and inner layers keep compact copies. Two
+// micro-batches run forward, then backward last first (so the second's
+// forward overwrote everything the pool held for the first): outputs, input
+// gradients and parameter gradients equal the block's alone, bit for bit.
+TEST_CASE("Blocks in a stage's shared pool compute what they compute alone", "[blocks][pool]") {
+  telar::Shape const in{8};
+  std::size_t const n = 5;
+  Pair alone = make_pair_block(), pooled = make_pair_block();
+  for (Pair* m : {&alone, &pooled}) {
+    m->build(in);
+    m->initialize(3);
+  }
+  auto pool = std::make_shared<telar::detail::SharedPool<F, telar::DefaultMemorySpace>>();
+  pooled.set_shared_pool(pool, 0);
+  telar::Matrix<F> x[2] = {random_matrix<F>(n, 8, 1), random_matrix<F>(n, 8, 2)};
+  telar::Matrix<F> dy[2] = {random_matrix<F>(n, 8, 3), random_matrix<F>(n, 8, 4)};
+  auto run = [&](Pair& m, bool fused) {
+    Pair::saved_type saved[2];
+    std::vector<std::vector<double>> out;
+    using M = telar::Matrix<F>;
+    M y[2] = {M("y0", n, 8), M("y1", n, 8)}, dx[2] = {M("dx0", n, 8), M("dx1", n, 8)};
+    for (int b = 0; b < 2; ++b)
+      m.forward(Exec{}, x[b], y[b], saved[b]);
+    for (int b = 1; b >= 0; --b)
+      if (fused) {
+        m.backward(Exec{}, dy[b], dx[b], saved[b]);
+      } else {
+        m.backward_input(Exec{}, dy[b], dx[b], saved[b]);
+        m.backward_weight(Exec{}, dy[b], saved[b]);
+      }
+    for (int b = 0; b < 2; ++b) {
+      auto const hy = to_host(y[b]), hdx = to_host(dx[b]);
+      out.emplace_back(hy.data(), hy.data() + hy.size());
+      out.emplace_back(hdx.data(), hdx.data() + hdx.size());
+    }
+    out.push_back(gradients_of(m));
+    return out;
+  };
+  auto const want = run(alone, false);
+  CHECK(run(pooled, true) == want);
+  // What the pool kept away from the micro-batches: the blocks' inner
+  // gradients and the Signs body's dead tensors (its first ReLU's input and
+  // output, the latter as signs).
+  CHECK(pooled.pooled_saved_bytes(n, in, false) < alone.saved_bytes(n, in));
+  CHECK(pooled.pooled_saved_bytes(n, in, true) < alone.saved_bytes(n, in));
+}

@@ -603,6 +603,12 @@ void check_alone(L layer, telar::Shape const& in) {
   CHECK(got[telar::MemoryCategory::activations] == saved);
   CHECK(got[telar::MemoryCategory::workspace] == telar::detail::workspace_bytes_of(layer, n, in));
   std::size_t const out = telar::detail::view_bytes<T>(n * layer.output_shape(in).size());
+  if constexpr (telar::detail::takes_shared_pool_v<L>) {
+    // A block in the stage's pool (the model's first layer: backward split).
+    telar::detail::PoolExtents most;
+    layer.pool_extents(in, true, most, 0);
+    saved = layer.pooled_saved_bytes(n, in, true) + telar::detail::pool_bytes<T>(most, n);
+  }
   CHECK(plan.bytes[telar::MemoryCategory::activations] == saved + 2 * out);
   check_backward_reads(layer, in, n);
 }
@@ -709,7 +715,7 @@ std::pair<std::size_t, std::size_t> slot_activations(Chain chain) {
 }
 } // namespace
 
-// Liveness (parallel/detail/activation_liveness.hpp): a micro-batch keeps
+// Liveness (core/detail/activation_liveness.hpp): a micro-batch keeps
 // the inputs of the Dense layers (read by their weight gradient), the
 // ReLUs' outputs (their slope) and the stage output; the Dense outputs and
 // the gradients between layers live in two buffers shared by the slots.

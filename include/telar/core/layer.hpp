@@ -94,9 +94,10 @@
  *    other backward reads that tensor, the stage runner sets `compact`
  *    before forward and does not keep the tensor per micro-batch; the
  *    layer's saved state then allocates compact_bytes() (counted by the
- *    memory plan in place of saved_bytes()). Elsewhere (a block's inner
- *    layers, graph units, a tensor read by a neighbour too) `compact` stays
- *    false and the layer keeps its view;
+ *    memory plan in place of saved_bytes()); a nested telar::Sequential
+ *    does the same for its inner layers when it has its stage's shared
+ *    pool. Elsewhere (graph units, a block run on its own, a tensor read by
+ *    a neighbour too) `compact` stays false and the layer keeps its view;
  *  - `std::size_t workspace_bytes(std::size_t samples, telar::Shape const&
  *    in) const`: bytes the layer keeps for itself between calls, shared by
  *    every micro-batch (allocations labelled "...::workspace", e.g. a

@@ -2,9 +2,11 @@
 /*! \file
  *  \brief telar::Sequential: a chain of layers and blocks, checked where it is
  *  formed; itself a layer, so chains nest. */
+#include <telar/core/detail/activation_liveness.hpp>
 #include <telar/core/detail/chain_run.hpp>
 #include <telar/core/detail/counter_rng.hpp>
 #include <telar/core/detail/layer_walk.hpp>
+#include <telar/core/detail/shared_pool.hpp>
 #include <telar/core/detail/type_traits.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
@@ -231,14 +233,94 @@ public:
     mutable bool grads_ready = false; //!< backward_input ran since the last backward_weight
   };
 
+  /*! \brief The stage's shared pool (detail/shared_pool.hpp), set by the
+   *  stage runner on the blocks it runs: from then on the inner tensors no
+   *  backward reads, and the inner gradients of a fused backward(), live
+   *  there at \p depth instead of with each micro-batch, and inner layers
+   *  that can keep a compact copy of what they read do so (as between a
+   *  stage's layers). Blocks inside get depth + 1.
+   *  \param pool the pool \param depth this chain's nesting depth */
+  void set_shared_pool(typename detail::PoolHandle<value_type, memory_space>::Pool const& pool,
+                       std::size_t depth) {
+    pool_.set(pool, depth);
+    live_ = detail::activation_liveness(*this, 0, size);
+    for_each_layer([&](auto, auto& l) { detail::pass_shared_pool(l, pool, depth + 1); });
+  }
+  /*! \brief saved_bytes() under a shared pool: the inner activations a
+   *  backward reads, the inner gradients only when \p split (backward_input
+   *  and backward_weight apart), the layers' saved state (compact copies,
+   *  pooled blocks). \param samples rows \param in input shape
+   *  \param split whether backward runs as two calls */
+  std::size_t pooled_saved_bytes(std::size_t samples, Shape const& in, bool split) const {
+    auto const s = shapes(in);
+    detail::Liveness const live = detail::activation_liveness(*this, 0, size);
+    std::size_t n = 0;
+    for (std::size_t k = 1; k < size; ++k)
+      n += (live.kept[k] + split) * detail::view_bytes<value_type>(samples * s[k].size());
+    for_each_layer([&](auto index, auto const& l) {
+      n += detail::pooled_saved_bytes_of(l, samples, s[index], live.compact[index], split);
+    });
+    return n;
+  }
+  /*! \brief What the shared pool holds for this chain at \p depth (and its
+   *  blocks below), per sample. \param in input shape \param split see
+   *  pooled_saved_bytes() \param most per-depth extents, raised in place
+   *  \param depth this chain's depth */
+  void pool_extents(Shape const& in, bool split, detail::PoolExtents& most,
+                    std::size_t depth) const {
+    auto const s = shapes(in);
+    detail::Liveness const live = detail::activation_liveness(*this, 0, size);
+    for (std::size_t k = 1; k < size; ++k)
+      if (!split || !live.kept[k])
+        detail::note_pool_extent(most, depth, k, s[k].size());
+    for_each_layer([&](auto index, auto const& l) {
+      detail::pool_extents_of(l, s[index], split, most, depth + 1);
+    });
+  }
+
   /*! \brief Runs the chain (as a nested block). \param exec execution space instance
    *  \param x input [n, in] \param y output [n, out] \param saved per-micro-batch state */
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<value_type, memory_space> x,
                Matrix<value_type, memory_space> y, saved_type& saved) {
-    ensure(saved.act, x.extent(0), "telar::Sequential::activation");
+    std::size_t const n = x.extent(0);
+    ensure(saved.act, n, "telar::Sequential::activation",
+           [&](std::size_t k) { return !pool_ || live_.kept[k]; });
     saved.grads_ready = false; // gradients of an earlier micro-batch in this slot are stale
-    detail::chain_forward(*this, exec, x, y, saved.act, inner_of(saved));
+    std::vector<Matrix<value_type, memory_space>> act = saved.act;
+    if (pool_) {
+      pool_->reserve(pool_.depth(), n, inner_extents(false));
+      for (std::size_t k = 1; k < size; ++k)
+        if (!live_.kept[k])
+          act[k] = pool_->at(pool_.depth(), k, n, shapes_[k].size());
+    }
+    for_each_layer([&](auto index, auto const& l) {
+      if constexpr (layer_traits<std::decay_t<decltype(l)>>::has_compact_copy)
+        std::get<decltype(index)::value>(saved.inner).compact = pool_ && live_.compact[index];
+    });
+    detail::chain_forward(*this, exec, x, y, act, inner_of(saved));
+  }
+
+  /*! \brief backward_input and backward_weight in one call (schedules that
+   *  do not split them): under a shared pool the inner gradients live
+   *  there, not with the micro-batch. \param exec execution space instance
+   *  \param dy gradient of the output \param dx gradient of the input
+   *  (wanted) \param saved state */
+  template <class Exec>
+  void backward(Exec const& exec, ConstMatrix<value_type, memory_space> dy,
+                Matrix<value_type, memory_space> dx, saved_type const& saved) {
+    if (!pool_) {
+      backward_input(exec, dy, dx, saved);
+      backward_weight(exec, dy, saved);
+      return;
+    }
+    std::size_t const n = dy.extent(0);
+    pool_->reserve(pool_.depth(), n, inner_extents(true));
+    std::vector<Matrix<value_type, memory_space>> grad(size);
+    for (std::size_t k = 1; k < size; ++k)
+      grad[k] = pool_->at(pool_.depth(), k, n, shapes_[k].size());
+    detail::chain_backward_fused(*this, exec, dy, dx, grad, inner_of(saved));
+    saved.grads_ready = false;
   }
 
   /*! \brief dL/dx through the chain, keeping every inner gradient for
@@ -306,11 +388,19 @@ private:
     });
   }
 
-  void ensure(std::vector<Matrix<value_type, memory_space>>& bufs, std::size_t n,
-              char const* label) const {
+  template <class Keep = bool (*)(std::size_t)>
+  void ensure(
+      std::vector<Matrix<value_type, memory_space>>& bufs, std::size_t n, char const* label,
+      Keep keep = [](std::size_t) { return true; }) const {
     if (shapes_.size() != size + 1)
       throw Error("telar::Sequential: a nested block was run before build(input shape)");
-    detail::size_chain_buffers(bufs, shapes_, n, size - 1, label);
+    detail::size_chain_buffers(bufs, shapes_, n, size - 1, label, keep);
+  }
+  // Per-sample extents of the pool's two buffers for this chain's inner
+  // tensors: the dead activations, and every gradient when `grads`.
+  std::pair<std::size_t, std::size_t> inner_extents(bool grads) const {
+    return detail::shared_extents(detail::feature_sizes(shapes_), 0, size,
+                                  [&](std::size_t k) { return grads || !live_.kept[k]; });
   }
 
   template <class Exec>
@@ -326,6 +416,8 @@ private:
   }
 
   layers_type layers_;
+  detail::PoolHandle<value_type, memory_space> pool_; // the stage's, when set
+  detail::Liveness live_; // inner tensors kept per micro-batch under the pool
 };
 
 /*! \brief True for telar::Sequential types. \tparam M a type */

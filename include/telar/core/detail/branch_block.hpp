@@ -8,6 +8,7 @@
 #include <telar/core/detail/counter_rng.hpp>
 #include <telar/core/detail/join.hpp>
 #include <telar/core/detail/layer_walk.hpp>
+#include <telar/core/detail/shared_pool.hpp>
 #include <telar/core/detail/type_traits.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/identity.hpp>
@@ -116,13 +117,25 @@ public:
   // The branches' own saved state and every buffer forward allocates (each
   // rounded up to whole 8 bytes, as Kokkos allocates).
   std::size_t saved_bytes(std::size_t samples, Shape const& in) const {
-    auto const outs = branch_shapes(in);
-    std::size_t n = 0;
+    std::size_t n = own_buffer_bytes(samples, in);
     for_each_branch([&](auto, auto const& b) { n += saved_bytes_of(b, samples, in); });
-    saved_type probe;
-    visit_buffers(probe, in, outs, join_shape(in, outs),
-                  [&](matrix&, std::size_t cols) { n += view_bytes<value_type>(samples * cols); });
     return n;
+  }
+  // saved_bytes() where the stage's shared pool serves the branches.
+  std::size_t pooled_saved_bytes(std::size_t samples, Shape const& in, bool split) const {
+    std::size_t n = own_buffer_bytes(samples, in);
+    for_each_branch(
+        [&](auto, auto const& b) { n += pooled_saved_bytes_of(b, samples, in, false, split); });
+    return n;
+  }
+  // The pool's needs of the branches (this block keeps nothing there).
+  void pool_extents(Shape const& in, bool split, PoolExtents& most, std::size_t depth) const {
+    for_each_branch([&](auto, auto const& b) { pool_extents_of(b, in, split, most, depth); });
+  }
+  // The branches run one after the other, at this block's depth.
+  void set_shared_pool(typename PoolHandle<value_type, memory_space>::Pool const& pool,
+                       std::size_t depth) {
+    for_each_branch([&](auto, auto& b) { pass_shared_pool(b, pool, depth); });
   }
   // The branches' workspaces (kept between calls, shared by micro-batches).
   std::size_t workspace_bytes(std::size_t samples, Shape const& in) const {
@@ -192,32 +205,16 @@ public:
   // then the Identity branches add their output gradient.
   template <class Exec>
   void backward_input(Exec const& exec, const_matrix dy, matrix dx, saved_type const& saved) {
-    Kind::grads(exec, dy, saved.out, saved.grad, saved.join);
-    bool written = false;
-    for_each_branch([&](auto index, auto& b) {
-      constexpr std::size_t i = decltype(index)::value;
-      using B = std::decay_t<decltype(b)>;
-      if constexpr (!is_identity_v<B>) {
-        matrix const target = written ? saved.scratch : dx;
-        if constexpr (layer_traits<B>::has_split_backward)
-          b.backward_input(exec, grad_of(saved, i, dy), target, std::get<i>(saved.inner));
-        else
-          b.backward(exec, grad_of(saved, i, dy), target, std::get<i>(saved.inner));
-        if (written)
-          add_batch(exec, dx, saved.scratch);
-        written = true;
-      }
-    });
-    for_each_branch([&](auto index, auto const& b) {
-      if constexpr (is_identity_v<std::decay_t<decltype(b)>>) {
-        if (written)
-          add_batch(exec, dx, grad_of(saved, index, dy));
-        else
-          Kokkos::deep_copy(exec, dx, grad_of(saved, index, dy));
-        written = true;
-      }
-    });
+    input_gradients(exec, dy, dx, saved, false);
     saved.grads_ready = true;
+  }
+  // backward_input and backward_weight in one call: each branch runs both
+  // parts at once (its fused backward where it has one, so a chain in the
+  // stage's shared pool keeps its inner gradients there).
+  template <class Exec>
+  void backward(Exec const& exec, const_matrix dy, matrix dx, saved_type const& saved) {
+    input_gradients(exec, dy, dx, saved, true);
+    saved.grads_ready = false;
   }
   // Weight gradients of every branch; on its own (nothing needs dx) it first
   // computes the branches' output gradients and runs fused branches.
@@ -239,6 +236,63 @@ public:
   }
 
 private:
+  // dx over the branches (see backward_input); `both`: each branch's weight
+  // part too, right after its input part.
+  template <class Exec>
+  void input_gradients(Exec const& exec, const_matrix dy, matrix dx, saved_type const& saved,
+                       bool both) {
+    Kind::grads(exec, dy, saved.out, saved.grad, saved.join);
+    bool written = false;
+    for_each_branch([&](auto index, auto& b) {
+      constexpr std::size_t i = decltype(index)::value;
+      using B = std::decay_t<decltype(b)>;
+      if constexpr (!is_identity_v<B>) {
+        matrix const target = written ? saved.scratch : dx;
+        if constexpr (layer_traits<B>::has_split_backward) {
+          if (both)
+            backward_both(b, exec, grad_of(saved, i, dy), target, std::get<i>(saved.inner));
+          else
+            b.backward_input(exec, grad_of(saved, i, dy), target, std::get<i>(saved.inner));
+        } else {
+          b.backward(exec, grad_of(saved, i, dy), target, std::get<i>(saved.inner));
+        }
+        if (written)
+          add_batch(exec, dx, saved.scratch);
+        written = true;
+      }
+    });
+    for_each_branch([&](auto index, auto const& b) {
+      if constexpr (is_identity_v<std::decay_t<decltype(b)>>) {
+        if (written)
+          add_batch(exec, dx, grad_of(saved, index, dy));
+        else
+          Kokkos::deep_copy(exec, dx, grad_of(saved, index, dy));
+        written = true;
+      }
+    });
+  }
+  // Both parts of a split branch: its own fused backward (a block), else the
+  // input part, then the weight part.
+  template <class B, class Exec, class S>
+  static void backward_both(B& b, Exec const& exec, const_matrix dy, matrix dx, S const& s) {
+    if constexpr (layer_traits<B>::has_fused_backward) {
+      b.backward(exec, dy, dx, s);
+    } else {
+      b.backward_input(exec, dy, dx, s);
+      if constexpr (layer_traits<B>::has_backward_weight)
+        b.backward_weight(exec, dy, s);
+    }
+  }
+  // Every buffer forward allocates (each rounded up to whole 8 bytes, as
+  // Kokkos allocates).
+  std::size_t own_buffer_bytes(std::size_t samples, Shape const& in) const {
+    auto const outs = branch_shapes(in);
+    std::size_t n = 0;
+    saved_type probe;
+    visit_buffers(probe, in, outs, join_shape(in, outs),
+                  [&](matrix&, std::size_t cols) { n += view_bytes<value_type>(samples * cols); });
+    return n;
+  }
   std::vector<Shape> branch_shapes(Shape const& in) const {
     std::vector<Shape> outs;
     for_each_branch([&](auto index, auto const& b) {

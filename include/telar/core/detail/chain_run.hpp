@@ -60,4 +60,34 @@ void chain_backward_weight(Model& m, Exec const& exec, CMat dy, std::vector<Mat>
   });
 }
 
+// Input and weight gradients together, last layer first (a chain whose
+// inner gradients live in a shared pool, read only here): each layer's
+// weight part reads grad[k + 1] before anything overwrites it. A split
+// layer's weight part comes first, a block's after its input part (it needs
+// the inner gradients that part makes); a block with a fused backward runs
+// that, so blocks inside keep their own inner gradients in the pool too.
+// dx is always wanted.
+template <class Model, class Exec, class CMat, class Mat, class Saved>
+void chain_backward_fused(Model& m, Exec const& exec, CMat dy, Mat dx, std::vector<Mat> const& grad,
+                          Saved const& saved) {
+  std::size_t const last = m.layer_count() - 1;
+  m.for_each_layer_reverse([&](auto index, auto& l) {
+    using P = layer_traits<std::decay_t<decltype(l)>>;
+    std::size_t const k = index;
+    CMat dyk = k == last ? dy : CMat(grad[k + 1]);
+    Mat dxk = k > 0 ? grad[k] : dx;
+    auto& s = saved(index, l);
+    if constexpr (P::has_fused_backward) {
+      l.backward(exec, dyk, dxk, s);
+    } else if constexpr (P::has_backward_weight && !P::backward_input_first) {
+      l.backward_weight(exec, dyk, s);
+      l.backward_input(exec, dyk, dxk, s);
+    } else {
+      l.backward_input(exec, dyk, dxk, s);
+      if constexpr (P::has_backward_weight)
+        l.backward_weight(exec, dyk, s);
+    }
+  });
+}
+
 } // namespace telar::detail

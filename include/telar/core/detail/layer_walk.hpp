@@ -231,13 +231,22 @@ Mat& sized_matrix(Mat& m, std::size_t rows, std::size_t cols, char const* label)
     m = Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), rows, cols);
   return m;
 }
-// bufs[1] to bufs[last] as [rows, shapes[k].size()] (a chain's inner tensors).
+// bufs[1] to bufs[last] as [rows, shapes[k].size()] (a chain's inner
+// tensors) where keep(k), else empty.
+template <class Mat, class Keep>
+void size_chain_buffers(std::vector<Mat>& bufs, std::vector<Shape> const& shapes, std::size_t rows,
+                        std::size_t last, char const* label, Keep keep) {
+  bufs.resize(shapes.size());
+  for (std::size_t k = 1; k <= last; ++k)
+    if (keep(k))
+      sized_matrix(bufs[k], rows, shapes[k].size(), label);
+    else
+      bufs[k] = Mat();
+}
 template <class Mat>
 void size_chain_buffers(std::vector<Mat>& bufs, std::vector<Shape> const& shapes, std::size_t rows,
                         std::size_t last, char const* label) {
-  bufs.resize(shapes.size());
-  for (std::size_t k = 1; k <= last; ++k)
-    sized_matrix(bufs[k], rows, shapes[k].size(), label);
+  size_chain_buffers(bufs, shapes, rows, last, label, [](std::size_t) { return true; });
 }
 
 /*! \brief The members every model has over its for_each_layer (the

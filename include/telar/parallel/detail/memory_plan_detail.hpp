@@ -3,15 +3,16 @@
 // slots, activations, model states; and the budget's search for a layout
 // that fits. Nothing here allocates through Kokkos or talks to MPI.
 #include <telar/comm/process_grid.hpp>
+#include <telar/core/detail/activation_liveness.hpp>
 #include <telar/core/detail/decl.hpp>
 #include <telar/core/detail/layer_walk.hpp>
+#include <telar/core/detail/shared_pool.hpp>
 #include <telar/core/detail/type_traits.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/loss.hpp>
 #include <telar/core/parameters.hpp>
 #include <telar/optim/optimizer.hpp>
-#include <telar/parallel/detail/activation_liveness.hpp>
 #include <telar/parallel/detail/bf16_weights.hpp>
 #include <telar/parallel/detail/comm_group.hpp>
 #include <telar/parallel/detail/plan_buffers.hpp>
@@ -90,19 +91,34 @@ TELAR_DECL std::size_t rebuilt_states(schedule::Schedule const& s, int rank, int
 TELAR_DECL bool splits_backward(schedule::Schedule const& s, int rank, int chunk);
 
 // Saved-state bytes of layers [first, last) for `rows` samples (compact[k]:
-// layer k keeps a compact copy, activation_liveness).
+// layer k keeps a compact copy, activation_liveness; blocks in the stage's
+// shared pool, whose inner gradients stay with the slot when the backward
+// runs `split`, and at the model's first layer, which runs it apart).
 template <class Model>
 std::size_t plan_saved(Model const& model, std::vector<Shape> const& shapes, std::size_t first,
                        std::size_t last, std::size_t rows, std::vector<bool> const& compact,
-                       std::vector<std::string>& warnings) {
+                       bool split, std::vector<std::string>& warnings) {
   return sum_layers(model, first, last, [&](auto index, auto const& layer) -> std::size_t {
     using L = std::decay_t<decltype(layer)>;
     if constexpr (!layer_traits<L>::has_saved_bytes &&
                   !std::is_same_v<typename layer_traits<L>::saved_type, NoSaved>)
       warnings.push_back("layer " + std::to_string(index) + " (" + layer_name(layer) +
                          ") has no saved_bytes(): its saved state is counted as 0");
-    return saved_bytes_of(layer, rows, shapes[index], compact[index]);
+    return pooled_saved_bytes_of(layer, rows, shapes[index], compact[index], split || index == 0);
   });
+}
+
+// The stage's shared pool: its blocks' inner tensors by nesting depth
+// (core/detail/shared_pool.hpp), once for every slot.
+template <class Model>
+std::size_t plan_pool(Model const& model, std::vector<Shape> const& shapes, std::size_t first,
+                      std::size_t last, std::size_t rows, bool split) {
+  PoolExtents most;
+  model.for_each_layer([&](auto index, auto const& layer) {
+    if (index >= first && index < last)
+      pool_extents_of(layer, shapes[index], split || index == 0, most, 0);
+  });
+  return pool_bytes<typename Model::value_type>(most, rows);
 }
 
 // The two buffers the slots share (stage_runner.hpp): room for `rows`
@@ -137,7 +153,8 @@ void plan_activations(Model const& model, std::vector<Shape> const& shapes,
     Liveness const live = activation_liveness(model, first, last);
     std::vector<bool> const& kept = live.kept;
     bool const split = splits_backward(sched, pp_rank, c);
-    std::size_t slot = plan_saved(model, shapes, first, last, rows, live.compact, plan.warnings);
+    std::size_t slot =
+        plan_saved(model, shapes, first, last, rows, live.compact, split, plan.warnings);
     for (std::size_t k = first + 1; k <= last; ++k)
       slot += (kept[k] ? feat(k) : 0) + (split || k == last ? feat(k) : 0);
     if (first > 0)
@@ -145,7 +162,8 @@ void plan_activations(Model const& model, std::vector<Shape> const& shapes,
     act += slot * schedule_slots(sched, pp_rank, c) +
            plan_rebuilt(model, shapes, first, last, rows, rebuilt_states(sched, pp_rank, c)) +
            plan_shared<T>(shapes, first, last, rows,
-                          [&](std::size_t k) { return !split || !kept[k]; });
+                          [&](std::size_t k) { return !split || !kept[k]; }) +
+           plan_pool(model, shapes, first, last, rows, split);
     work += plan_layer_workspace(model, shapes, first, last, rows);
     if (first == 0) // a fused first layer's dx goes to a scratch buffer
       model.for_each_layer([&](auto index, auto const& layer) {

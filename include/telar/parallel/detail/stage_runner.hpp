@@ -4,13 +4,16 @@
 // flight occupies a slot holding the activations its backward reads, its
 // gradients at the stage's ends and every layer's saved state; activations no
 // backward reads, and (when backward runs fused) the gradients between
-// layers, live in buffers the slots share (activation_liveness.hpp). Slots
-// keep their buffers between steps, so a steady-state step allocates nothing.
+// layers, live in buffers the slots share (activation_liveness.hpp); so do
+// the like tensors inside its blocks, in a pool by nesting depth
+// (core/detail/shared_pool.hpp). Slots keep their buffers between steps, so a
+// steady-state step allocates nothing.
+#include <telar/core/detail/activation_liveness.hpp>
+#include <telar/core/detail/shared_pool.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/sequential.hpp>
 #include <telar/core/tensor.hpp>
-#include <telar/parallel/detail/activation_liveness.hpp>
 #include <telar/parallel/detail/step_hooks.hpp>
 #include <telar/profile/memory.hpp>
 
@@ -37,7 +40,12 @@ public:
         live_(activation_liveness(*model, first, last)),
         dead_most_(
             shared_extents(features_, first, last, [&](std::size_t k) { return !live_.kept[k]; })),
-        grad_most_(shared_extents(features_, first, last, [](std::size_t) { return true; })) {}
+        grad_most_(shared_extents(features_, first, last, [](std::size_t) { return true; })) {
+    model_->for_each_layer([&](auto index, auto& layer) {
+      if (index >= first_ && index < last_)
+        pass_shared_pool(layer, pool_, 0);
+    });
+  }
 
   std::size_t first() const { return first_; }
   std::size_t last() const { return last_; }
@@ -88,6 +96,7 @@ public:
     slots_.clear();
     scratch_ = Mat();
     shared_ = Shared();
+    pool_->clear();
   }
 
   // A buffer to receive the stage input into (pipeline stages after the first).
@@ -164,6 +173,8 @@ public:
       if constexpr (layer_traits<L>::has_split_backward && !layer_traits<L>::backward_input_first) {
         weight_part(exec, slot, k, layer, hooks, true);
         input_part(exec, slot, k, layer, true);
+      } else if constexpr (takes_shared_pool_v<L> && layer_traits<L>::has_fused_backward) {
+        both_parts(exec, slot, k, layer, hooks);
       } else { // fused, or a block: the weight part needs what the input part made
         input_part(exec, slot, k, layer, true);
         weight_part(exec, slot, k, layer, hooks, true);
@@ -256,6 +267,28 @@ private:
       hooks.gradient_ready(k);
   }
 
+  // A block's input and weight parts in one call, so its inner gradients
+  // live in the pool. The model's first layer needs no input gradient: there
+  // the two parts run apart (the weight part makes the inner gradients it
+  // needs, kept with the slot, as the memory plan counts).
+  template <class Exec, class K, class L, class Hooks>
+  void both_parts(Exec const& exec, int slot, K index, L& layer, Hooks& hooks) {
+    std::size_t const k = index;
+    if (k == 0) {
+      input_part(exec, slot, index, layer, true);
+      weight_part(exec, slot, index, layer, hooks, true);
+      return;
+    }
+    Slot& s = slots_[slot];
+    {
+      MemoryMeter::Scope saved_state(MemoryCategory::activations);
+      layer.backward(exec, CMat(gradient(s, k + 1, true)), gradient(s, k, true),
+                     saved_at(s.saved, index, layer));
+    }
+    if constexpr (layer_traits<L>::has_parameters)
+      hooks.gradient_ready(k);
+  }
+
   // dx of a fused layer whose input needs no gradient still needs somewhere
   // to go.
   Mat scratch(std::size_t k, std::size_t rows) {
@@ -273,6 +306,7 @@ private:
   std::vector<Slot> slots_;
   Mat scratch_;
   Shared shared_;
+  typename PoolHandle<T, MemorySpace>::Pool pool_ = std::make_shared<SharedPool<T, MemorySpace>>();
 };
 
 } // namespace telar::detail

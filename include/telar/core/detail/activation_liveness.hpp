@@ -1,7 +1,8 @@
 #pragma once
 // Which of a stage's activations its backward reads: the stage runner keeps
 // those per micro-batch in flight and gives the others buffers shared by the
-// micro-batches; the memory plan counts the same.
+// micro-batches; the memory plan counts the same. A nested chain asks the
+// same of its own layers (telar::Sequential with a shared pool).
 #include <telar/core/detail/type_traits.hpp>
 #include <telar/core/layer.hpp>
 
