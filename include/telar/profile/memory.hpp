@@ -154,7 +154,9 @@ public:
    *  calibration timing a model of its own, is not theirs. */
   class Uncounted {
   public:
+    /*! \brief Stops counting this thread's allocations. */
     Uncounted() : previous_(current_scope()) { current_scope() = uncounted; }
+    /*! \brief Restores the enclosing scope. */
     ~Uncounted() { current_scope() = previous_; }
     Uncounted(Uncounted const&) = delete;
     Uncounted& operator=(Uncounted const&) = delete;
