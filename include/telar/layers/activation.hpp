@@ -286,6 +286,7 @@ struct Tanh : detail::Elementwise<detail::TanhOp, T, MemorySpace, false> {
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T = float, class MemorySpace = DefaultMemorySpace>
 struct ReLU : detail::Elementwise<detail::ReluOp, T, MemorySpace, false> {
+  /*! \brief The element-wise layer a ReLU extends with its compact copy. */
   using Base = detail::Elementwise<detail::ReluOp, T, MemorySpace, false>;
   /*! \brief The output (a view), or its signs. */
   struct saved_type : Base::saved_type {
