@@ -95,7 +95,7 @@ public:
   void clear_slots() {
     slots_.clear();
     scratch_ = Mat();
-    shared_ = Shared();
+    shared_.clear();
     pool_->clear();
   }
 
@@ -121,7 +121,7 @@ public:
                        std::to_string(input.extent(1)) + "], expected [" + std::to_string(s.rows) +
                        ", " + std::to_string(features_[first_]) + "]");
     s.input = input;
-    shared_.reserve(s.rows, dead_most_);
+    shared_.reserve(0, s.rows, dead_most_);
     model_->for_each_layer([&](auto index, auto& layer) {
       std::size_t const k = index;
       if (k < first_ || k >= last_)
@@ -166,7 +166,7 @@ public:
   // buffers the slots share.
   template <class Exec, class Hooks>
   void backward(Exec const& exec, int slot, Hooks&& hooks) {
-    shared_.reserve(slots_[slot].rows, grad_most_);
+    shared_.reserve(0, slots_[slot].rows, grad_most_);
     for_each_stage_layer_reverse([&](auto k, auto& layer) {
       using L = std::decay_t<decltype(layer)>;
       hooks.before_backward(k);
@@ -192,36 +192,15 @@ private:
     typename Model::saved_tuple saved;
   };
 
-  // Two buffers the slots share, taken alternately by layer index so that a
-  // layer's input and output never fall in the same one. A forward writes
-  // the activations no backward reads into them, a fused backward the
-  // gradients between layers: one call at a time, so both use the same two.
-  struct Shared {
-    Kokkos::View<T*, MemorySpace> buf[2];
-    // Room for `rows` samples of the largest tensor of each parity.
-    void reserve(std::size_t rows, std::pair<std::size_t, std::size_t> most) {
-      std::size_t const need[2] = {rows * most.first, rows * most.second};
-      for (int p = 0; p < 2; ++p)
-        if (need[p] > buf[p].extent(0)) {
-          buf[p] = {}; // freed first: never the old and the new at once
-          buf[p] = Kokkos::View<T*, MemorySpace>(
-              Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::activation"), need[p]);
-        }
-    }
-    Mat at(std::size_t k, std::size_t rows, std::size_t features) const {
-      return Mat(buf[k % 2].data(), rows, features);
-    }
-  };
-
   // Layer k's input: the slot's own when a backward reads it.
   Mat activation(Slot& s, std::size_t k) {
-    return live_.kept[k] ? s.act[k] : shared_.at(k, s.rows, features_[k]);
+    return live_.kept[k] ? s.act[k] : shared_.at(0, k, s.rows, features_[k]);
   }
   // dL/d(layer k's input): between layers of a fused backward a shared
   // buffer, else the slot's own (made on first use).
   Mat gradient(Slot& s, std::size_t k, bool fused) {
     if (fused && k > first_ && k < last_)
-      return shared_.at(k, s.rows, features_[k]);
+      return shared_.at(0, k, s.rows, features_[k]);
     if (s.grad[k].extent(1) != features_[k])
       s.grad[k] = Mat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::activation_grad"),
                       s.rows, features_[k]);
@@ -305,7 +284,13 @@ private:
   std::pair<std::size_t, std::size_t> dead_most_, grad_most_;
   std::vector<Slot> slots_;
   Mat scratch_;
-  Shared shared_;
+  // Two buffers the slots share, taken alternately by layer index so that a
+  // layer's input and output never fall in the same one. A forward writes
+  // the activations no backward reads into them, a fused backward the
+  // gradients between layers: one call at a time, so both use the same two.
+  // Not the blocks' pool: these hold a block's input and output while the
+  // block uses depth 0 of that one.
+  SharedPool<T, MemorySpace> shared_;
   typename PoolHandle<T, MemorySpace>::Pool pool_ = std::make_shared<SharedPool<T, MemorySpace>>();
 };
 
