@@ -1,10 +1,14 @@
 // telar_scaling_curves: one JSON line per published scaling result
 // (telar::published_scaling()), with the cost model's step time, throughput
 // and scaling efficiency at 1, 2, 4, ... 1024 GPUs on its hardware profile,
-// under plain data parallelism ("points") and under ZeRO-1 ("zero1_points").
+// under plain data parallelism ("points") and under ZeRO-1 ("zero1_points");
+// then one line per published Megatron-LM layout (telar::published_megatron(),
+// "kind":"transformer") with the model's FLOP rate per GPU and its parts.
 //   telar_scaling_curves PROFILES_DIR      (bench/planner/profiles)
-// Arithmetic only (parallel/paper_scaling.hpp): no MPI, no timing.
+// Arithmetic only (parallel/paper_scaling.hpp, paper_transformer.hpp): no
+// MPI, no timing.
 #include <telar/parallel/paper_scaling.hpp>
+#include <telar/parallel/paper_transformer.hpp>
 
 #include <cstdio>
 #include <exception>
@@ -24,6 +28,28 @@ void print_points(char const* key, telar::PaperModel const& m, telar::MachinePro
   }
   std::printf("]");
 }
+
+telar::MachineProfile published_profile(std::string const& dir, std::string const& file) {
+  std::string const path = dir + "/" + file;
+  auto hw = telar::load_machine_profile(path);
+  if (hw.name.rfind("default", 0) == 0)
+    throw telar::Error("no profile at " + path);
+  return hw;
+}
+
+void print_transformer(telar::PublishedTransformer const& a, telar::MachineProfile const& hw) {
+  auto const& m = a.model;
+  auto const it = telar::predict_transformer(m, hw);
+  std::printf("{\"kind\":\"transformer\",\"source\":\"%s\",\"model\":\"%s\",\"profile\":\"%s\","
+              "\"tp\":%d,\"pp\":%d,\"gpus\":%d,\"batch\":%.0f,\"published_tflops\":%.1f,"
+              "\"peak_tflops\":%.0f,\"tflops\":%.2f,\"model_tflops\":%.2f,\"iteration_s\":%.4g,"
+              "\"bubble\":%.4f,\"dp_s\":%.4g,\"layer_gemm_ms\":%.4g,\"layer_elementwise_ms\":%.4g,"
+              "\"layer_tp_ms\":%.4g}\n",
+              a.source.c_str(), m.name.c_str(), a.profile.c_str(), m.tp, m.pp, m.gpus,
+              m.global_batch, a.tflops, a.peak_tflops, it.hardware_flops / 1e12,
+              it.model_flops / 1e12, it.seconds, it.bubble, it.dp_reduction, 1e3 * it.layer_gemm,
+              1e3 * it.layer_elementwise, 1e3 * it.layer_tp);
+}
 } // namespace
 
 int main(int argc, char** argv) {
@@ -33,10 +59,7 @@ int main(int argc, char** argv) {
   }
   try {
     for (auto const& a : telar::published_scaling()) {
-      std::string const path = std::string(argv[1]) + "/" + a.profile;
-      auto const hw = telar::load_machine_profile(path);
-      if (hw.name.rfind("default", 0) == 0)
-        throw telar::Error("no profile at " + path);
+      auto const hw = published_profile(argv[1], a.profile);
       std::printf("{\"source\":\"%s\",\"model\":\"%s\",\"profile\":\"%s\",\"batch_per_gpu\":%zu,"
                   "\"ranks\":%d,\"baseline\":%d,\"published\":%.3f,",
                   a.source.c_str(), a.model.name.c_str(), a.profile.c_str(), a.model.batch_per_rank,
@@ -48,6 +71,8 @@ int main(int argc, char** argv) {
       print_points("zero1_points", zero1, hw, a.baseline);
       std::printf("}\n");
     }
+    for (auto const& a : telar::published_megatron())
+      print_transformer(a, published_profile(argv[1], a.profile));
   } catch (std::exception const& e) {
     std::fprintf(stderr, "telar_scaling_curves: %s\n", e.what());
     return 1;

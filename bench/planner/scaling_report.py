@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The scaling report: Markdown with SVG plots of the cost model's
 data-parallel curves to 1,024 GPUs on published hardware profiles (from
-telar_scaling_curves), each beside the published result it reproduces, and
-the layouts measured on this machine by bench/planner/validate.sh (predicted
+telar_scaling_curves), each beside the published result it reproduces, a
+table of Megatron-LM's published layouts against the model, and the layouts measured on this machine by bench/planner/validate.sh (predicted
 against measured step time) and the weak scaling bench/planner/peer_scaling.sh
 measured here for Telar and PyTorch DDP.
 
@@ -257,6 +257,23 @@ def cluster_section(lines, out):
             "|---|---|---|---|---|"] + rows + [""]
 
 
+def transformer_section(rows):
+    """Megatron-LM's published FLOP rates per GPU beside the model's."""
+    if not rows:
+        return []
+    body = ["| %s | %d x %d x %d | %d | %.0f (%.0f%%) | %.0f (%.0f%%) | %.0f%% | %.3f | %.2f s |" % (
+        r["model"], r["tp"], r["pp"], r["gpus"] // (r["tp"] * r["pp"]), r["gpus"],
+        r["published_tflops"], 100 * r["published_tflops"] / r["peak_tflops"], r["tflops"],
+        100 * r["tflops"] / r["peak_tflops"], 100 * r["model_tflops"] / r["peak_tflops"],
+        r["bubble"], r["dp_s"]) for r in rows]
+    return ["## Megatron-LM's layouts on paper", "",
+            "%s, on `%s`: TFLOP/s per GPU as they count it (recomputation included), "
+            "published and modelled; MFU: the model's rate without recomputation." % (
+                rows[0]["source"], rows[0]["profile"]), "",
+            "| model | tp x pp x dp | GPUs | published | model | model MFU | bubble | dp allreduce |",
+            "|---|---|---|---|---|---|---|---|"] + body + [""]
+
+
 def main():
     args = sys.argv[1:]
     if "--out" not in args or len(args) < 3:
@@ -265,12 +282,15 @@ def main():
     out = args[i + 1]
     files = args[:i] + args[i + 2:]
     os.makedirs(out, exist_ok=True)
-    curves = [json.loads(l) for l in open(files[0]) if l.startswith("{")]
+    model = [json.loads(l) for l in open(files[0]) if l.startswith("{")]
+    curves = [c for c in model if c.get("kind") != "transformer"]
+    transformers = [c for c in model if c.get("kind") == "transformer"]
     lines = [json.loads(l) for f in files[1:] for l in open(f) if l.startswith("{")]
     runs = [l for l in lines if "scaling" not in l and "cluster" not in l]
     peers = [l for l in lines if l.get("scaling") == "weak" and "cluster" not in l]
     cluster = [l for l in lines if "cluster" in l]
     md = (["# Telar scaling report", ""] + curves_section(curves, out) +
+          transformer_section(transformers) +
           peers_section(peers, out) + cluster_section(cluster, out) +
           measured_section(runs, out))
     with open(os.path.join(out, "scaling_report.md"), "w") as f:
