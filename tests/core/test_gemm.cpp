@@ -1,5 +1,6 @@
 #include "support.hpp"
 
+#include <telar/comm/detail/bf16_word.hpp>
 #include <telar/core/gemm.hpp>
 #include <telar/layers/activation.hpp>
 #include <telar/layers/dense.hpp>
@@ -377,5 +378,55 @@ TEST_CASE("Compact copies are bit for bit the views they replace", "[gemm][bf16]
   ScopedEnv hide("TELAR_TEST_HIDE_BF16", "1");
   ScopedEnv fallback("TELAR_BF16_FALLBACK", "fp32");
   dense_case(4); // the fp32 input itself, as exact as the view
+}
+
+// What Precision<bf16, float> makes of a GELU (or GELUTanh, SiLU): its
+// compact copy is its input rounded to bf16. The output is the fp32
+// layer's bit for bit; the input gradient is the fp32 layer's at the
+// rounded input, bit for bit, and so within bf16's rounding of the exact
+// one; where bf16 falls back the copy is exact.
+namespace {
+template <class Act>
+void check_kept_in_bf16(std::size_t bytes_per_value) {
+  std::size_t const n = 9, f = 70;
+  auto const x = random_matrix<float, Host>(n, f, 61);
+  auto const dy = random_matrix<float, Host>(n, f, 62);
+  telar::Matrix<float, Host> y("y", n, f), dx("dx", n, f), y0("y0", n, f), dx0("dx0", n, f);
+  telar::KeptInBf16<Act> const kept{Act{}};
+  run_layer(kept, true, random_matrix<float, Host>(n, f, 61), dy, y, dx);
+  // The reference: the fp32 layer, its backward given the rounded input.
+  auto const rounded = random_matrix<float, Host>(n, f, 61);
+  for (std::size_t i = 0; i < n * f && bytes_per_value == 2; ++i)
+    rounded.data()[i] = telar::detail::Bf16Word::from_float(rounded.data()[i]).to_float();
+  Act const plain{};
+  typename Act::saved_type saved;
+  plain.forward(HostExec{}, x, y0, saved);
+  saved.kept = rounded;
+  plain.backward_input(HostExec{}, dy, dx0, saved);
+  for (std::size_t i = 0; i < n * f; ++i) {
+    REQUIRE(y.data()[i] == y0.data()[i]);
+    REQUIRE(dx.data()[i] == dx0.data()[i]);
+  }
+  typename telar::KeptInBf16<Act>::saved_type s;
+  s.compact = true;
+  kept.forward(HostExec{}, x, y, s);
+  CHECK(s.rounded.rounded() == (bytes_per_value == 2));
+  CHECK(kept.compact_bytes(n, telar::Shape(f)) ==
+        (bytes_per_value == 2 ? telar::detail::view_bytes<std::uint16_t>(n * f)
+                              : telar::detail::view_bytes<float>(n * f))); // as Kokkos allocates
+  CHECK(std::string(telar::KeptInBf16<Act>::name()) == Act::name());
+}
+} // namespace
+
+TEST_CASE("A bf16 GELU keeps its input rounded: the slope at the rounded input",
+          "[gemm][bf16][memory]") {
+  if (telar::bf16_available()) {
+    check_kept_in_bf16<telar::GELU<float, Host>>(2);
+    check_kept_in_bf16<telar::GELUTanh<float, Host>>(2);
+    check_kept_in_bf16<telar::SiLU<float, Host>>(2);
+  }
+  ScopedEnv hide("TELAR_TEST_HIDE_BF16", "1");
+  ScopedEnv fallback("TELAR_BF16_FALLBACK", "fp32");
+  check_kept_in_bf16<telar::GELU<float, Host>>(4); // the fp32 input itself: exact
 }
 #endif

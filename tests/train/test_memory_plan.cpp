@@ -758,4 +758,25 @@ TEST_CASE("A bf16 slot keeps compact copies instead of activations", "[memory][b
   // in fp32 (2.125 bytes a value against 4).
   CHECK(signs + rounded == 8704);
 }
+
+// A transformer's MLP as telar::Precision<bf16, float> rebinds it: the
+// GELU keeps its input rounded to bf16 (telar::KeptInBf16), the Dense after
+// it the GELU's output, so both 64-wide tensors move to the shared buffers
+// and a micro-batch keeps 2 bytes a value of each (4 + 4 in fp32, 4 + 2
+// before the GELU kept its copy).
+TEST_CASE("A bf16 GELU keeps its input in bf16, not in the slot", "[memory][bf16]") {
+  using D = telar::Dense<T, telar::DefaultMemorySpace, telar::Bf16Gemm>;
+  using Gelu = telar::KeptInBf16<telar::GELU<T>>;
+  static_assert(std::is_same_v<telar::detail::bf16_rebind_t<telar::GELU<T>>, Gelu>);
+  using Chain = telar::Sequential<telar::ColumnParallel<D>, Gelu, telar::RowParallel<D>>;
+  if (!telar::bf16_available())
+    SKIP("no bf16 instructions here");
+  auto const [planned, measured] =
+      slot_activations(Chain(telar::ColumnParallel<D>(32, 64), {}, telar::RowParallel<D>(64, 16)));
+  std::size_t const rounded = 2 * kSlotBatch * 64 * 2; // the GELU's and the Dense's inputs
+  std::size_t const output = 2 * 16 * kRow;            // the output and its gradient
+  std::size_t const shared = 2 * 64 * kRow;
+  CHECK(planned == rounded + output + shared);
+  CHECK(measured == planned);
+}
 #endif

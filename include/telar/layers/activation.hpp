@@ -10,8 +10,10 @@
 #include <telar/core/detail/sign_bits.hpp>
 #include <telar/core/layer.hpp>
 #include <telar/core/tensor.hpp>
+#include <telar/layers/detail/bf16_saved_input.hpp>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 namespace telar {
@@ -506,5 +508,78 @@ struct MathFunction : detail::Elementwise<detail::MathFnOp<T>, T, MemorySpace, t
     return names[int(this->op_.kind)];
   }
 };
+
+#if TELAR_HAVE_ONEDNN
+/*! \brief An element-wise activation whose backward reads its input (GELU,
+ *  GELUTanh, SiLU) keeping that input rounded to bf16 where the stage runner
+ *  asks (saved_type::compact: no neighbour's backward reads the tensor):
+ *  what telar::Precision<telar::bf16, float> makes of those layers. The
+ *  output is the fp32 layer's, bit for bit; the backward takes the slope at
+ *  the rounded input (relative error of the input at most 2^-9), as the bf16
+ *  Dense after it already multiplies by the rounded output. Where bf16
+ *  falls back to fp32 (TELAR_BF16_FALLBACK=fp32) the copy is the fp32 input,
+ *  exact. Without `compact` it is the layer it wraps.
+ *  \tparam Act the activation (its name, shapes and costs are Act's) */
+template <class Act>
+struct KeptInBf16 : Act {
+  static_assert(Act::backward_reads == BackwardReads::input,
+                "telar::KeptInBf16: the activation's backward must read its input");
+  /*! \brief Value type (float). */
+  using T = typename Act::value_type;
+  /*! \brief Memory space (host). */
+  using M = typename Act::memory_space;
+  /*! \brief The input (a view), or its bf16 copy. */
+  struct saved_type : Act::saved_type {
+    bool compact = false;                //!< keep the rounded copy (the stage runner's)
+    detail::Bf16SavedInput<M> rounded{}; //!< the compact copy of the input
+  };
+  KeptInBf16() = default;
+  /*! \brief The same activation, its settings kept. \param a the layer */
+  explicit KeptInBf16(Act const& a) : Act(a) {}
+  /*! \brief Name for messages, traces and export: the activation's. */
+  static constexpr char const* name() { return Act::name(); }
+  /*! \brief Bytes of the copy of \p samples inputs \p in (2 a value; 4 where
+   *  bf16 falls back). */
+  std::size_t compact_bytes(std::size_t samples, Shape const& in) const {
+    return detail::Bf16SavedInput<M>::bytes(samples * in.size());
+  }
+  /*! \brief y = f(x); keeps x or its copy. \param exec execution space
+   *  instance \param x input \param y output \param saved what backward reads */
+  template <class Exec>
+  void forward(Exec const& exec, ConstMatrix<T, M> x, Matrix<T, M> y, saved_type& saved) const {
+    Act::forward(exec, x, y, saved);
+    if (!saved.compact)
+      return;
+    saved.kept = {};
+    saved.rounded.keep(exec, x, detail::bf16_check_isa("telar::KeptInBf16"));
+  }
+  /*! \brief dx = dy f'(x), x the view or the rounded copy. \param exec
+   *  execution space instance \param dy gradient of the output \param dx
+   *  gradient of the input \param saved x or its copy */
+  template <class Exec>
+  void backward_input(Exec const& exec, ConstMatrix<T, M> dy, Matrix<T, M> dx,
+                      saved_type const& saved) const {
+    if (!saved.compact || !saved.rounded.rounded()) {
+      typename Act::saved_type plain = saved;
+      if (saved.compact) // the fp32 copy where bf16 falls back
+        plain.kept = saved.rounded.values();
+      return Act::backward_input(exec, dy, dx, plain);
+    }
+    auto fdy = detail::flat(dy, "telar::KeptInBf16::backward_input");
+    auto fdx = detail::flat(dx, "telar::KeptInBf16::backward_input");
+    std::uint16_t const* const words = saved.rounded.words();
+    auto const op = this->op_;
+    Kokkos::parallel_for(
+        "telar::KeptInBf16::backward_input", Kokkos::RangePolicy<Exec>(exec, 0, fdy.extent(0)),
+        KOKKOS_LAMBDA(std::size_t i) {
+          std::uint32_t const bits = std::uint32_t(words[i]) << 16; // bf16: a float's top half
+          float x;
+          std::memcpy(&x, &bits, sizeof x);
+          T const slope = op.slope(T(x));
+          fdx(i) = fdy(i) * slope;
+        });
+  }
+};
+#endif
 
 } // namespace telar

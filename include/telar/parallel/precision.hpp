@@ -14,8 +14,9 @@
  *  tensor-parallel wrappers and the run-time containers (DynamicSequential,
  *  DynamicResidual, DynamicGraph: an ONNX import), multiplies through
  *  telar::Bf16Gemm and telar::OneDnnConvBf16; parameters, gradients,
- *  optimizer state, norms, softmax and losses stay float (docs/precision.md).
- *  Other layers are kept as they are. A layer that cannot multiply in bf16
+ *  optimizer state, norms, softmax and losses stay float (docs/precision.md);
+ *  every GELU, GELUTanh and SiLU becomes a telar::KeptInBf16 (its input kept
+ *  in bf16 for backward). Other layers are kept as they are. A layer that cannot multiply in bf16
  *  (double, device memory, a GraphChain, whose units are chosen at run time)
  *  is a compile error that starts with "telar::Precision".
  */
@@ -46,6 +47,14 @@ template <class T, int Dims, class MemorySpace, class Gemm, class ConvPolicy>
 class TransposedConvolution;
 template <class T, class MemorySpace, class Gemm>
 class CausalSelfAttention;
+template <class T, class MemorySpace>
+struct GELU;
+template <class T, class MemorySpace>
+struct GELUTanh;
+template <class T, class MemorySpace>
+struct SiLU;
+template <class Act>
+struct KeptInBf16;
 template <class L>
 class ColumnParallel;
 template <class L>
@@ -130,6 +139,18 @@ struct bf16_rebind<CausalSelfAttention<T, M, G>>
     : bf16_rebind_leaf<CausalSelfAttention<T, M, G>, CausalSelfAttention<T, M, Bf16Gemm>> {
   static_assert(bf16_layer_ok<T, M>(), TELAR_PRECISION_REFUSE("telar::CausalSelfAttention"));
 };
+// Activations whose backward reads their input keep it in bf16 where no
+// neighbour keeps it (telar::KeptInBf16).
+template <class Act, class T, class M>
+struct bf16_rebind_kept : bf16_rebind_leaf<Act, KeptInBf16<Act>> {
+  static_assert(bf16_layer_ok<T, M>(), TELAR_PRECISION_REFUSE("telar::GELU / GELUTanh / SiLU"));
+};
+template <class T, class M>
+struct bf16_rebind<GELU<T, M>> : bf16_rebind_kept<GELU<T, M>, T, M> {};
+template <class T, class M>
+struct bf16_rebind<GELUTanh<T, M>> : bf16_rebind_kept<GELUTanh<T, M>, T, M> {};
+template <class T, class M>
+struct bf16_rebind<SiLU<T, M>> : bf16_rebind_kept<SiLU<T, M>, T, M> {};
 // Tensor-parallel wrappers: the wrapped layer's rebind, kept wrapped.
 template <template <class> class Wrap, class L>
 struct bf16_rebind_wrapped : bf16_rebind_leaf<Wrap<L>, Wrap<typename bf16_rebind<L>::type>> {};
