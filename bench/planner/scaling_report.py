@@ -2,8 +2,9 @@
 """The scaling report: Markdown with SVG plots of the cost model's
 data-parallel curves to 1,024 GPUs on published hardware profiles (from
 telar_scaling_curves), each beside the published result it reproduces, a
-table of Megatron-LM's published layouts against the model, and the layouts measured on this machine by bench/planner/validate.sh (predicted
-against measured step time) and the weak scaling bench/planner/peer_scaling.sh
+table of Megatron-LM's published layouts against the model, the layouts
+measured on this machine by bench/planner/validate.sh (predicted against
+measured step time) and the weak scaling bench/planner/peer_scaling.sh
 measured here for Telar and PyTorch DDP.
 
     python3 scaling_report.py CURVES.jsonl [VALIDATION.jsonl | PEERS.jsonl | POINTS.jsonl ...] --out DIR

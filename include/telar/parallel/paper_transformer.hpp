@@ -87,6 +87,53 @@ inline LayerForward paper_layer_forward(PaperTransformer const& m, MachineProfil
 }
 } // namespace detail
 
+namespace detail {
+// The schedule simulated with each (virtual) stage's share of the layers,
+// the logits on the last, and [b, s, h] / tp per message between stages
+// (Megatron's scatter/gather) on the link the pipeline group spans.
+inline schedule::SimulationResult paper_pipeline(PaperTransformer const& m,
+                                                 MachineProfile const& hw, LayerForward const& f,
+                                                 CommGroup const& pp, int micro_batches) {
+  double const forward = f.weighted + f.unweighted + f.elementwise + f.tp_allreduce;
+  double const input = (m.recompute ? forward : 0) + f.weighted + 2 * f.unweighted +
+                       2 * f.elementwise + f.tp_allreduce;
+  double const head_flops = 2 * m.micro_batch * m.sequence * m.hidden * m.vocabulary / m.tp;
+  double const logits = head_flops / (hw.gemm_gflops(head_flops) * 1e9);
+  int const stages = m.pp * m.chunks;
+  double const per_chunk = double(m.layers) / stages;
+  schedule::CostModel cost;
+  cost.forward.assign(stages, per_chunk * forward);
+  cost.backward_input.assign(stages, per_chunk * input);
+  cost.backward_weight.assign(stages, per_chunk * f.weighted);
+  cost.forward.back() += logits;
+  cost.backward_input.back() += logits;
+  cost.backward_weight.back() += logits;
+  LinkCost const hop = hw.link_class(pp.spans).send_recv;
+  cost.alpha = hop.alpha;
+  cost.beta = hop.beta;
+  cost.activation_bytes = cost.grad_bytes =
+      m.micro_batch * m.sequence * m.hidden * m.element_bytes / m.tp;
+  char const* const name = m.pp > 1 && m.chunks > 1 ? "interleaved" : "1f1b";
+  return schedule::simulate(schedule::generate(name, m.pp, micro_batches, m.chunks), cost);
+}
+
+// Micro-batches per pipeline, after checking that the layout divides.
+inline int paper_micro_batches(PaperTransformer const& m) {
+  int const stages = m.pp * m.chunks;
+  int const dp = m.tp * m.pp > 0 ? m.gpus / (m.tp * m.pp) : 0;
+  double const micro = dp > 0 ? m.global_batch / (dp * m.micro_batch) : 0;
+  if (dp < 1 || dp * m.tp * m.pp != m.gpus || stages < 1 || m.layers % stages != 0 || micro < 1 ||
+      micro != double(long(micro)))
+    throw Error("telar::predict_transformer: " + m.name + ": " + std::to_string(m.gpus) +
+                " GPUs at tp " + std::to_string(m.tp) + ", pp " + std::to_string(m.pp) + ", " +
+                std::to_string(m.layers) + " layers in " + std::to_string(stages) +
+                " chunks, a batch of " + std::to_string(long(m.global_batch)) +
+                ": the GPUs must be a multiple of tp x pp, the layers of pp x chunks and the "
+                "batch of dp x micro_batch");
+  return int(micro);
+}
+} // namespace detail
+
 /*! \brief Iteration of \p m on \p hw. Per layer and micro-batch: forward =
  *  GEMMs + element-wise passes + two tensor-parallel allreduces of [b, s,
  *  h]; backward-input = the forward again when recomputing, the input
@@ -103,60 +150,28 @@ inline LayerForward paper_layer_forward(PaperTransformer const& m, MachineProfil
  *  pp x chunks, or the batch of dp x micro_batch */
 inline TransformerIteration predict_transformer(PaperTransformer const& m,
                                                 MachineProfile const& hw) {
-  int const stages = m.pp * m.chunks;
-  int const dp = m.tp * m.pp > 0 ? m.gpus / (m.tp * m.pp) : 0;
-  double const micro = dp > 0 ? m.global_batch / (dp * m.micro_batch) : 0;
-  if (dp < 1 || dp * m.tp * m.pp != m.gpus || m.layers % stages != 0 || micro < 1 ||
-      micro != double(long(micro)))
-    throw Error("telar::predict_transformer: " + m.name + ": " + std::to_string(m.gpus) +
-                " GPUs, tp " + std::to_string(m.tp) + ", pp " + std::to_string(m.pp) + ", " +
-                std::to_string(m.layers) + " layers in " + std::to_string(stages) +
-                " chunks, batch " + std::to_string(m.global_batch) +
-                " (GPUs a multiple of tp pp, "
-                "layers of pp chunks, batch of dp micro_batch)");
-  GridShape const grid{dp, m.pp, m.tp};
+  int const micro_batches = detail::paper_micro_batches(m);
+  GridShape const grid{m.gpus / (m.tp * m.pp), m.pp, m.tp};
   auto group = [&](GridAxis a) {
     return detail::comm_group(grid, default_grid_order, a, hw.ranks_per_node);
   };
   detail::LayerForward const f = detail::paper_layer_forward(m, hw, group(GridAxis::tp));
-  double const forward = f.weighted + f.unweighted + f.elementwise + f.tp_allreduce;
-  double const input = (m.recompute ? forward : 0) + f.weighted + 2 * f.unweighted +
-                       2 * f.elementwise + f.tp_allreduce;
-  double const head_flops = 2 * m.micro_batch * m.sequence * m.hidden * m.vocabulary / m.tp;
-  double const logits = head_flops / (hw.gemm_gflops(head_flops) * 1e9);
-  double const per_chunk = double(m.layers) / stages;
-  schedule::CostModel cost;
-  cost.forward.assign(stages, per_chunk * forward);
-  cost.backward_input.assign(stages, per_chunk * input);
-  cost.backward_weight.assign(stages, per_chunk * f.weighted);
-  cost.forward.back() += logits;
-  cost.backward_input.back() += logits;
-  cost.backward_weight.back() += logits;
-  LinkCost const hop = hw.link_class(group(GridAxis::pp).spans).send_recv;
-  cost.alpha = hop.alpha;
-  cost.beta = hop.beta;
-  cost.activation_bytes = cost.grad_bytes =
-      m.micro_batch * m.sequence * m.hidden * m.element_bytes / m.tp;
-  int const mb = int(micro);
-  auto const run = schedule::simulate(
-      m.pp == 1 ? schedule::generate("1f1b", 1, mb)
-                : schedule::generate(m.chunks > 1 ? "interleaved" : "1f1b", m.pp, mb, m.chunks),
-      cost);
+  auto const run = detail::paper_pipeline(m, hw, f, group(GridAxis::pp), micro_batches);
   TransformerIteration it;
   it.layer_gemm = f.weighted + f.unweighted;
   it.layer_elementwise = f.elementwise;
   it.layer_tp = f.tp_allreduce;
   it.pipeline = run.makespan;
   it.bubble = run.makespan / run.ideal - 1;
-  double const h = m.hidden, l = m.layers;
+  double const h = m.hidden, l = m.layers, s = m.sequence;
   double const parameters = (12 * l * h * h + m.vocabulary * h) / (m.tp * m.pp);
   it.dp_reduction =
       detail::allreduce_seconds(hw, group(GridAxis::dp), parameters * m.gradient_bytes, true);
   it.seconds = it.pipeline + it.dp_reduction + parameters * hw.optimizer_ns_per_parameter * 1e-9 +
                hw.step_overhead_us * 1e-6;
-  // Narayanan et al.'s count: 72 B s l h^2 (1 + s / 6h) per pass pair, a
-  // third more with recomputation, and the logits' 6 B s h V.
-  double const s = m.sequence, layers = 72 * m.global_batch * s * l * h * h * (1 + s / (6 * h));
+  // Narayanan et al.'s count: 72 B s l h^2 (1 + s / 6h) for forward and
+  // backward, a third more with recomputation, and the logits' 6 B s h V.
+  double const layers = 72 * m.global_batch * s * l * h * h * (1 + s / (6 * h));
   double const head = 6 * m.global_batch * s * h * m.vocabulary;
   it.model_flops = (layers + head) / m.gpus / it.seconds;
   it.hardware_flops = (layers * (m.recompute ? 4.0 / 3.0 : 1.0) + head) / m.gpus / it.seconds;

@@ -16,9 +16,10 @@
  *  telar::Bf16Gemm and telar::OneDnnConvBf16; parameters, gradients,
  *  optimizer state, norms, softmax and losses stay float (docs/precision.md);
  *  every GELU, GELUTanh and SiLU becomes a telar::KeptInBf16 (its input kept
- *  in bf16 for backward). Other layers are kept as they are. A layer that cannot multiply in bf16
- *  (double, device memory, a GraphChain, whose units are chosen at run time)
- *  is a compile error that starts with "telar::Precision".
+ *  in bf16 for backward). Other layers are kept as they are. A layer that
+ *  cannot multiply in bf16 (double, device memory, a GraphChain, whose units
+ *  are chosen at run time) is a compile error that starts with
+ *  "telar::Precision".
  */
 #include <telar/core/detail/type_traits.hpp>
 #include <telar/core/error.hpp>

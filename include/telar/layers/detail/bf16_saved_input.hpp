@@ -3,6 +3,8 @@
 // telar::Bf16Gemm>, when the stage runner sets saved_type::compact): the
 // input rounded to bf16, 2 bytes a value, in place of a 4-byte activation
 // the runner would otherwise keep per micro-batch for the weight gradient.
+// telar::KeptInBf16 (a bf16 GELU, GELUTanh, SiLU) keeps its input the same
+// way, for its slope.
 //
 // The words are those the product's own conversion makes (the same oneDNN
 // 1-D reorder of a dense operand), and both products read them: forward's
@@ -43,8 +45,8 @@ public:
     if (bf16) {
       values_ = {};
       if (words_.extent(0) != rows || words_.extent(1) != cols)
-        words_ = Words(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::Dense::bf16_input"),
-                       rows, cols);
+        words_ =
+            Words(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::bf16_input"), rows, cols);
       exec.fence(); // oneDNN runs on the calling thread: x must be written
       if (rows * cols > 0)
         onednn_to_bf16(x.data(), words_.data(), std::int64_t(rows * cols));
@@ -53,7 +55,7 @@ public:
     words_ = {};
     if (values_.extent(0) != rows || values_.extent(1) != cols)
       values_ = Matrix<float, MemorySpace>(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::Dense::fp32_input"), rows, cols);
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::fp32_input"), rows, cols);
     Kokkos::deep_copy(exec, values_, x);
   }
 
