@@ -837,10 +837,22 @@ TEST_CASE("planner: groups that span nodes take the across link class", "[planne
   CHECK(std::abs(two_level - (2 * prof.allreduce.seconds(bytes, 0.5) +
                               prof.across.allreduce.seconds(bytes, 1.0))) < 1e-15);
   CHECK(two_level < flat);
-  // JSON carries both classes and the ranks per node.
+  // A node with a link per rank (a DGX's eight ports): the 2 rings of the
+  // across phase run side by side, each at the link's cost.
+  auto rails = prof;
+  rails.links_per_node = 8;
+  CHECK(std::abs(allreduce_seconds(rails, dp, bytes, true) -
+                 (2 * prof.allreduce.seconds(bytes, 0.5) +
+                  prof.across.allreduce.seconds(bytes / 2, 1.0))) < 1e-15);
+  CHECK(allreduce_seconds(rails, dp, bytes, false) == flat); // one ring edge per node
+  // JSON carries both classes, the ranks and the links per node.
   prof.ranks_per_node = 4;
+  prof.links_per_node = 2;
   auto const q = telar::MachineProfile::from_json(prof.to_json());
   CHECK(q.ranks_per_node == 4);
+  CHECK(q.links_per_node == 2);
+  CHECK(telar::MachineProfile::from_json("{}").links_per_node == 1);
+  prof.links_per_node = 1;
   CHECK(std::abs(q.across.allreduce.beta - 1e-9) < 1e-18);
   CHECK(std::abs(q.allreduce.beta - 0.1e-9) < 1e-18);
 

@@ -96,6 +96,13 @@ struct MachineProfile {
    *  rank on one node. A run sets it (MPI_Comm_split_type), a hardware
    *  profile names it (GPUs per node). */
   int ranks_per_node = 0;
+  /*! \brief Links from each node to the others (network ports: a DGX A100
+   *  server has eight, one per GPU). Where a node's ranks send across at
+   *  once (a two-level allreduce's across phase, ZeRO-1's per-node windows)
+   *  min(their number, links) streams run side by side, each at the across
+   *  costs. 1: one link per node (what telar_probe measures); a hardware
+   *  profile names more. */
+  int links_per_node = 1;
   /*! \brief What the measured parts were measured under (telar_probe, or a
    *  run that re-measured them): see profile_staleness(). */
   ProfileConditions measured;

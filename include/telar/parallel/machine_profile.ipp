@@ -82,6 +82,7 @@ TELAR_DECL std::string MachineProfile::to_json() const {
       .number("slice_us", slice_us)
       .number("descheduled_us", descheduled_us)
       .number("ranks_per_node", ranks_per_node)
+      .number("links_per_node", links_per_node)
       .number("probed", probed ? 1 : 0)
       .number("measured_unix_time", measured.unix_time, 12)
       .number("measured_load_per_core", measured.load_per_core)
@@ -148,6 +149,8 @@ TELAR_DECL MachineProfile MachineProfile::from_json(std::string const& json) {
       p.descheduled_us = std::max(0.0, number());
     else if (key == "ranks_per_node")
       p.ranks_per_node = std::max(0, int(number()));
+    else if (key == "links_per_node")
+      p.links_per_node = std::max(1, int(number()));
     else if (key == "probed") {
       p.probed = number() != 0;
       said_probed = true;

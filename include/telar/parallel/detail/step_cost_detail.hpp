@@ -50,6 +50,12 @@ inline constexpr bool
         std::is_same_v<typename StrategyT::data_parallel::algorithm, HierarchicalAllreduce> ||
         std::is_same_v<typename StrategyT::data_parallel::algorithm, TopologyAwareAllreduce>;
 
+// The bytes one of a node's links carries when `local` of its ranks send
+// `bytes` across between them at once (MachineProfile::links_per_node).
+inline double node_link_bytes(MachineProfile const& prof, int local, double bytes) {
+  return bytes / std::max(1, std::min(local, prof.links_per_node));
+}
+
 // Seconds of a sum-allreduce of `bytes` over `g`: the same-node ring, or
 // across nodes either one ring on the across link (consecutive ranks share a
 // node, so one ring edge per node crosses; every step waits for it) or,
@@ -57,7 +63,7 @@ inline constexpr bool
 // ranks of a node, allreduce of 1/local of the bytes across the nodes,
 // all-gather on the node (telar::HierarchicalAllreduce). The across link is
 // the node's (telar_probe measures it with one rank per node): the `local`
-// rings of the middle phase cross at once and share it.
+// rings of the middle phase cross at once and share it, or its links.
 inline double allreduce_seconds(MachineProfile const& prof, CommGroup const& g, double bytes,
                                 bool hierarchical) {
   if (g.size < 2)
@@ -71,7 +77,7 @@ inline double allreduce_seconds(MachineProfile const& prof, CommGroup const& g, 
   double const half = double(g.local - 1) / g.local; // one ring phase on the node
   LinkCost const& across = prof.across.allreduce;
   return 2 * prof.allreduce.seconds(bytes, half) + across.alpha +
-         across.beta * (bytes / g.local) * ring(nodes) * g.local;
+         across.beta * node_link_bytes(prof, g.local, bytes) * ring(nodes);
 }
 
 // ZeRO-1's two parts over the data-parallel group `g` (seconds), for
@@ -99,8 +105,9 @@ inline ZeroOneSeconds zero1_seconds(MachineProfile const& prof, CommGroup const&
     if (g.per_node()) {
       int const nodes = g.size / g.local;
       double const across = double(nodes - 1) / nodes;
-      z.reduce += prof.across.reduce_scatter.seconds(bytes * narrow, across);
-      z.publish = prof.across.all_gather.seconds(bytes, across);
+      double const link = node_link_bytes(prof, g.local, bytes);
+      z.reduce += prof.across.reduce_scatter.seconds(link * narrow, across);
+      z.publish = prof.across.all_gather.seconds(link, across);
     }
     return z;
   }
