@@ -3,6 +3,7 @@
 #include <telar/comm/detail/bf16_word.hpp>
 #include <telar/core/gemm.hpp>
 #include <telar/layers/activation.hpp>
+#include <telar/layers/conv.hpp>
 #include <telar/layers/dense.hpp>
 #include <telar/profile/launches.hpp>
 
@@ -297,8 +298,8 @@ TEST_CASE("Bf16Gemm refuses a CPU without bf16 instructions unless fp32 is asked
     CHECK(telar::require_bf16("my search"));
 }
 // The compact copies the stage runner asks for where no neighbour keeps a
-// tensor (core/layer.hpp, compact_bytes): a bf16 Dense's input rounded to
-// bf16 (fp32 where bf16 falls back), a ReLU's output signs. Forward,
+// tensor (core/layer.hpp, compact_bytes): a bf16 Dense's or convolution's
+// input rounded to bf16 (fp32 where bf16 falls back), a ReLU's output signs. Forward,
 // backward_input and backward_weight give bit for bit what the views give,
 // and the copies are the size compact_bytes() says.
 namespace {
@@ -349,7 +350,9 @@ std::size_t compact_allocation(Layer const& layer, std::size_t n, std::size_t in
   if constexpr (std::is_same_v<Layer, telar::ReLU<float, Host>>)
     return saved.signs.span() * sizeof(std::uint32_t);
   else
-    return saved.kept.words() ? saved.kept.shape().size() * 2 : saved.kept.values().size() * 4;
+    return saved.kept.words() // as Kokkos allocates: whole 8-byte words
+               ? telar::detail::view_bytes<std::uint16_t>(saved.kept.shape().size())
+               : telar::detail::view_bytes<float>(saved.kept.values().size());
 }
 
 using Bf16Dense = telar::Dense<float, Host, telar::Bf16Gemm>;
@@ -357,6 +360,16 @@ Bf16Dense bf16_dense(std::size_t in, std::size_t out) {
   Bf16Dense d(in, out);
   d.initialize(7);
   return d;
+}
+
+template <int Dims>
+using Bf16Conv = telar::Convolution<float, Dims, Host, telar::Bf16Gemm, telar::OneDnnConvBf16>;
+template <int Dims>
+Bf16Conv<Dims> bf16_conv(telar::Shape const& in, std::size_t out, std::size_t stride) {
+  Bf16Conv<Dims> c(in[0], out, 3, stride, 1);
+  c.build(in);
+  c.initialize(8);
+  return c;
 }
 } // namespace
 
@@ -373,11 +386,29 @@ TEST_CASE("Compact copies are bit for bit the views they replace", "[gemm][bf16]
     CHECK(compact_allocation(d, 13, 48, 80) == d.compact_bytes(13, telar::Shape{2, 24}));
     CHECK(d.compact_bytes(13, telar::Shape{2, 24}) == 13 * 48 * bytes_per_value);
   };
-  if (telar::bf16_available())
+  // A bf16 convolution's input ([3, 9, 9] -> [5, 9, 9]; 24 channels, which
+  // oneDNN's blocked layout pads, so the copy is reordered to the plain one;
+  // 3-D: [2, 5, 5, 5] -> [4, 3, 3, 3], stride 2): its weight gradient reads
+  // the copy.
+  auto const conv_case = [](std::size_t bytes_per_value) {
+    telar::Shape const in2{3, 9, 9}, wide{24, 5, 5}, in3{2, 5, 5, 5};
+    check_compact_matches_view(bf16_conv<2>(in2, 5, 1), bf16_conv<2>(in2, 5, 1), 7, 243, 405);
+    check_compact_matches_view(bf16_conv<2>(wide, 8, 1), bf16_conv<2>(wide, 8, 1), 5, 600, 200);
+    check_compact_matches_view(bf16_conv<3>(in3, 4, 2), bf16_conv<3>(in3, 4, 2), 3, 250, 108);
+    auto const c = bf16_conv<2>(in2, 5, 1);
+    CHECK(compact_allocation(c, 7, 243, 405) == c.compact_bytes(7, in2));
+    CHECK(c.compact_bytes(7, in2) == (bytes_per_value == 2
+                                          ? telar::detail::view_bytes<std::uint16_t>(7 * 243)
+                                          : telar::detail::view_bytes<float>(7 * 243)));
+  };
+  if (telar::bf16_available()) {
     dense_case(2);
+    conv_case(2);
+  }
   ScopedEnv hide("TELAR_TEST_HIDE_BF16", "1");
   ScopedEnv fallback("TELAR_BF16_FALLBACK", "fp32");
   dense_case(4); // the fp32 input itself, as exact as the view
+  conv_case(4);
 }
 
 // What Precision<bf16, float> makes of a GELU (or GELUTanh, SiLU): its

@@ -693,13 +693,14 @@ TEST_CASE("Every built-in block plans what it allocates when nested", "[memory]"
 namespace {
 constexpr std::size_t kSlotBatch = 32, kRow = kSlotBatch * sizeof(T); // bytes of one feature
 
-// Two steps of `chain` (32 input features, batch kSlotBatch) on this rank
-// alone: its planned activation bytes and the measured ones.
+// Two steps of `chain` (inputs `in` of 32 values, batch kSlotBatch) on this
+// rank alone: its planned activation bytes and the measured ones.
 template <class Chain>
-std::pair<std::size_t, std::size_t> slot_activations(Chain chain) {
+std::pair<std::size_t, std::size_t> slot_activations(Chain chain,
+                                                     telar::Shape const& in = telar::Shape(32)) {
   telar::Matrix<T> x("x", kSlotBatch, 1);
   telar::Labels<> y("y", kSlotBatch);
-  make_batch(telar::Shape(32), false, x, y);
+  make_batch(in, false, x, y);
   telar::TrainerOptions opts;
   opts.batch_size = kSlotBatch;
   // What earlier cases left on the meter's books (a layer's buffers freed
@@ -707,7 +708,7 @@ std::pair<std::size_t, std::size_t> slot_activations(Chain chain) {
   std::size_t const before =
       telar::MemoryMeter::instance().current()[telar::MemoryCategory::activations];
   telar::Trainer<Chain, Strat<telar::NoSharding>, telar::AdamW<T>> trainer(
-      MPI_COMM_SELF, std::move(chain), telar::AdamW<T>{}, opts, telar::Shape(32));
+      MPI_COMM_SELF, std::move(chain), telar::AdamW<T>{}, opts, in);
   for (int s = 0; s < 2; ++s)
     trainer.step(x, y);
   return {trainer.memory_plan().bytes[telar::MemoryCategory::activations],
@@ -757,6 +758,26 @@ TEST_CASE("A bf16 slot keeps compact copies instead of activations", "[memory][b
   // The two 64-wide tensors a micro-batch keeps: 8704 bytes against 16384
   // in fp32 (2.125 bytes a value against 4).
   CHECK(signs + rounded == 8704);
+}
+
+// The same with a bf16 convolution in the first Dense pair's place: it
+// keeps its input (the first ReLU's output, [4, 4, 4]) rounded to bf16 too.
+// The first convolution reads the stage input, which the caller keeps.
+TEST_CASE("A bf16 convolution keeps its input in bf16, not in the slot", "[memory][bf16]") {
+  using C = telar::Conv2D<T, telar::DefaultMemorySpace, telar::Bf16Gemm, telar::OneDnnConvBf16>;
+  using D = telar::Dense<T, telar::DefaultMemorySpace, telar::Bf16Gemm>;
+  using Chain = telar::Sequential<C, telar::ReLU<T>, C, telar::ReLU<T>, telar::Flatten<T>, D>;
+  static_assert(telar::layer_traits<C>::has_compact_copy);
+  if (!telar::bf16_available())
+    SKIP("no bf16 instructions here");
+  auto const [planned, measured] = slot_activations(
+      Chain(C(2, 4, 3, 1, 1), {}, C(4, 4, 3, 1, 1), {}, {}, D(64, 16)), telar::Shape{2, 4, 4});
+  std::size_t const signs = 2 * (kSlotBatch * 64 / 32) * 4; // two ReLUs, 32 values a word
+  std::size_t const rounded = 2 * kSlotBatch * 64 * 2;      // the second conv's, Dense's inputs
+  std::size_t const output = 2 * 16 * kRow;
+  std::size_t const shared = 2 * 64 * kRow;
+  CHECK(planned == signs + rounded + output + shared);
+  CHECK(measured == planned);
 }
 
 // A transformer's MLP as telar::Precision<bf16, float> rebinds it: the

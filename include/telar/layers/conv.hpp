@@ -36,6 +36,7 @@
 #include <telar/core/shape.hpp>
 #include <telar/core/tensor.hpp>
 #include <telar/layers/conv_policy.hpp>
+#include <telar/layers/detail/bf16_saved_input.hpp>
 #include <telar/layers/detail/onednn_conv.hpp>
 #include <telar/layers/detail/spatial_row.hpp>
 
@@ -317,13 +318,15 @@ public:
   // y = conv(x) + b (b empty: no bias).
   // `call` (next_conv_call()) names the micro-batch for oneDNN, which then
   // converts its inputs once per micro-batch (detail/onednn_conv.hpp); 0: none.
+  // `keep`: where oneDNN copies x as its bf16 primitive reads it (a bf16
+  // layer's compact copy; null: nowhere).
   template <class Exec>
   void forward(Exec const& exec, ConvGeometry const& g, ConstMatrix<T, MemorySpace> const& x,
                T const* w, Vector<T, MemorySpace> const& b, Matrix<T, MemorySpace> const& y,
-               std::uint64_t call = 0) const {
+               std::uint64_t call = 0, std::uint16_t* keep = nullptr) const {
     bool const bias = b.extent(0) > 0;
     if (via_onednn(exec, g, x.extent(0), [&](auto& dnn) {
-          dnn.forward(g, x.extent(0), x.data(), w, bias ? b.data() : nullptr, y.data(), call);
+          dnn.forward(g, x.extent(0), x.data(), w, bias ? b.data() : nullptr, y.data(), call, keep);
         }))
       return;
     if (bias)
@@ -379,6 +382,17 @@ public:
     for_each_column(exec, g, x, [&](std::size_t s, T const* col) {
       grouped_gemm(exec, g.G, 'N', 'T', {dy.data() + s * dy.extent(1), g.Cog(), g.P()},
                    {col, g.Kg(), g.P()}, T(1), {dw, g.Cog(), g.Kg()});
+    });
+  }
+
+  // The same from forward's copy of x in bf16 (`keep`), n samples.
+  template <class Exec>
+  void backward_weights(Exec const& exec, ConvGeometry const& g, std::size_t n,
+                        std::uint16_t const* x, ConstMatrix<T, MemorySpace> const& dy, T* dw,
+                        Vector<T, MemorySpace> const& db, std::uint64_t call) const {
+    bool const bias = db.extent(0) > 0;
+    via_onednn(exec, g, n, [&](auto& dnn) {
+      dnn.backward_weights(g, n, x, dy.data(), dw, bias ? db.data() : nullptr, call);
     });
   }
 
@@ -521,17 +535,22 @@ public:
   using Extents = std::array<std::size_t, Dims>;
   /*! \brief Backward reads the input (the saved view), never the output. */
   static constexpr BackwardReads backward_reads = BackwardReads::input;
-  /*! \brief What backward needs from forward: the input. */
-  struct saved_type {
-    ConstMatrix<T, MemorySpace> x; //!< the forward input
-    /*! \brief Which forward call this is (detail::next_conv_call()): lets
-     *  oneDNN's backward reuse the inputs it converted for this micro-batch. */
-    std::uint64_t call = 0;
-  };
   /*! \brief The concrete convolution policy (AutoConv resolved). */
   using conv_policy =
       std::conditional_t<std::is_same_v<ConvPolicy, AutoConv>,
                          typename AutoConv::template select<T, MemorySpace>, ConvPolicy>;
+  /*! \brief What backward needs from forward: the input. */
+  struct saved_type {
+    ConstMatrix<T, MemorySpace> x; //!< the forward input (a view; empty when compact)
+    /*! \brief Which forward call this is (detail::next_conv_call()): lets
+     *  oneDNN's backward reuse the inputs it converted for this micro-batch. */
+    std::uint64_t call = 0;
+    /*! \brief A bf16 convolution: keep the input rounded instead (the stage runner's). */
+    bool compact = false;
+    /*! \brief The compact copy (telar::Convolution under telar::OneDnnConvBf16). */
+    detail::saved_input_t<MemorySpace, !Transposed && std::is_same_v<conv_policy, OneDnnConvBf16>>
+        kept;
+  };
 
   /*! \brief Input channels. */
   std::size_t in_channels() const { return in_; }
@@ -743,15 +762,41 @@ public:
     this->built_ = true;
   }
 
+#if TELAR_HAVE_ONEDNN
+  /*! \brief Under telar::OneDnnConvBf16, the input kept in bf16 when the
+   *  stage runner asks (saved_type::compact; fp32 where bf16 falls back):
+   *  the bytes of \p samples inputs \p in. */
+  template <class P = typename Base::conv_policy,
+            class = std::enable_if_t<std::is_same_v<P, OneDnnConvBf16>>>
+  std::size_t compact_bytes(std::size_t samples, Shape const& in) const {
+    std::size_t const values = samples * in.size();
+    return detail::conv_extents_consistent(geometry(in))
+               ? detail::Bf16SavedInput<MemorySpace>::bytes(values)
+               : detail::view_bytes<float>(values);
+  }
+#endif
+
   /*! \brief y = conv(x) + b. \param exec execution space instance
    *  \param x input [n, in * (D *) H * W] \param y output [n, out * (Do *) Ho * Wo]
-   *  \param saved keeps x */
+   *  \param saved keeps x: a view, or (compact) x rounded to bf16, as the
+   *  primitive read it */
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
                Saved& saved) const {
     check("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
-    saved.x = x;
+    saved.x = saved.compact ? ConstMatrix<T, MemorySpace>() : x;
     saved.call = detail::next_conv_call();
+#if TELAR_HAVE_ONEDNN
+    if constexpr (std::is_same_v<typename Base::conv_policy, OneDnnConvBf16>)
+      if (saved.compact) {
+        bool const bf16 = detail::conv_extents_consistent(this->g_) &&
+                          detail::bf16_check_isa("telar::Convolution (telar::OneDnnConvBf16)");
+        if (bf16) // oneDNN copies x as its primitive converted it: once
+          return this->engine_.forward(exec, this->g_, x, this->weight.data(), this->bias, y,
+                                       saved.call, saved.kept.room(x.extent(0), x.extent(1)));
+        saved.kept.keep(exec, x, false);
+      }
+#endif
     this->engine_.forward(exec, this->g_, x, this->weight.data(), this->bias, y, saved.call);
   }
 
@@ -772,6 +817,20 @@ public:
    *  \param saved the input of the matching forward */
   template <class Exec>
   void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Saved const& saved) const {
+#if TELAR_HAVE_ONEDNN
+    if constexpr (std::is_same_v<typename Base::conv_policy, OneDnnConvBf16>)
+      if (saved.compact) {
+        auto const& kept = saved.kept;
+        check("backward_weight", kept.rows(), kept.cols(), dy.extent(0), dy.extent(1));
+        if (kept.rounded())
+          return this->engine_.backward_weights(exec, this->g_, kept.rows(), kept.words(), dy,
+                                                this->weight_grad.data(), this->bias_grad,
+                                                saved.call);
+        return this->engine_.backward_weights(exec, this->g_, kept.values(), dy,
+                                              this->weight_grad.data(), this->bias_grad,
+                                              saved.call);
+      }
+#endif
     check("backward_weight", saved.x.extent(0), saved.x.extent(1), dy.extent(0), dy.extent(1));
     this->engine_.backward_weights(exec, this->g_, saved.x, dy, this->weight_grad.data(),
                                    this->bias_grad, saved.call);

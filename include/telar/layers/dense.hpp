@@ -27,16 +27,6 @@ void dense_fill_block(W const& w, B const& b, std::uint64_t seed, std::size_t fu
                       std::size_t row0, std::size_t col0) {
   uniform_fill_block("telar::Dense", w, b, seed, full_in, row0, col0);
 }
-// What a Dense keeps besides its view of x: under telar::Bf16Gemm, room
-// for its compact copy (bf16_saved_input.hpp); else nothing.
-struct NoSavedInput {};
-template <class MemorySpace, class Gemm>
-#if TELAR_HAVE_ONEDNN
-using dense_saved_input_t =
-    std::conditional_t<std::is_same_v<Gemm, Bf16Gemm>, Bf16SavedInput<MemorySpace>, NoSavedInput>;
-#else
-using dense_saved_input_t = NoSavedInput;
-#endif
 } // namespace detail
 
 /*! \brief Fully connected layer: y = x W^T + b, W of shape [out, in].
@@ -55,7 +45,7 @@ public:
   struct saved_type {
     ConstMatrix<T, MemorySpace> x; //!< the forward input (a view; empty when compact)
     bool compact = false;          //!< bf16: keep the input rounded instead (the stage runner's)
-    detail::dense_saved_input_t<MemorySpace, Gemm> kept; //!< the compact copy
+    detail::saved_input_t<MemorySpace, std::is_same_v<Gemm, Bf16Gemm>> kept; //!< the compact copy
   };
   /*! \brief Backward reads the input (the saved view), never the output. */
   static constexpr BackwardReads backward_reads = BackwardReads::input;

@@ -68,6 +68,16 @@ struct OneDnnPort {
       inner = user;
     }
   }
+  // An input port from the caller's buffers of another type or layout
+  // (`given`: bf16 words a layer kept) into `target`'s buffer, which then
+  // holds the same operand whichever port filled it.
+  void init_into(dnnl::memory::desc const& given, OneDnnPort const& target) {
+    user = dnnl::memory(given, onednn_engine(), DNNL_MEMORY_NONE);
+    reordered = !(target.inner.get_desc() == given);
+    inner = reordered ? target.inner : user;
+    if (reordered)
+      convert = dnnl::reorder(user, inner);
+  }
   // The primitive's input, from the caller's buffer p.
   dnnl::memory& in(dnnl::stream& s, void const* p) {
     user.set_data_handle(const_cast<void*>(p));

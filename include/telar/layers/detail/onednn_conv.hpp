@@ -24,6 +24,13 @@
 // are unchanged. The buffers are the per-layer ones already there, so
 // nothing extra is held; when another micro-batch's call overwrote one in
 // between (several micro-batches in flight), the input is converted again.
+//
+// A bf16 layer's compact copy of x (bf16_saved_input.hpp): forward copies
+// its converted x out of the buffer (`keep`) and backward_weights reads the
+// copy instead of x. The copy is in forward's own layout where that pads
+// nothing (a memcpy, and the weight gradient reads it in place when its
+// layout is the same), else reordered into the plain one: the same bf16
+// values either way, n C D H W of them.
 #include <telar/config.hpp>
 
 #if TELAR_HAVE_ONEDNN
@@ -40,6 +47,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -123,9 +131,11 @@ public:
   // y = conv(x) + b for x [n, C*D*H*W], y [n, Co*Do*Ho*Wo]; b may be null.
   // `call` (the micro-batch's next_conv_call(), 0: none) lets the primitives
   // of one micro-batch share the conversions of x and dy (see above).
+  // `keep` (bf16 compute only; else null): room for n C D H W bf16 words,
+  // where x converted is copied (see above).
   template <class G>
   void forward(G const& g, std::size_t n, float const* x, float const* w, float const* b, float* y,
-               std::uint64_t call = 0) {
+               std::uint64_t call = 0, std::uint16_t* keep = nullptr) {
     ScopedRegion const region("telar::conv::onednn::forward"); // for Kokkos Tools
     Entry& e = entry(g, n, b != nullptr);
     e.make_forward();
@@ -136,6 +146,8 @@ public:
       e.f_bias.in(s, b);
     e.f_dst.out(y);
     run(s, e.fwd, e.f_args, e.f_dst);
+    if (keep)
+      e.keep_source(s, keep);
   }
 
   // dx = conv^T(dy) (overwritten); `call` as in forward.
@@ -153,15 +165,16 @@ public:
     run(s, e.bwd_data, e.d_args, e.d_dsrc);
   }
 
-  // dw += dL/dW, db += dL/db (db may be null: no bias); `call` as in forward.
-  template <class G>
-  void backward_weights(G const& g, std::size_t n, float const* x, float const* dy, float* dw,
+  // dw += dL/dW, db += dL/db (db may be null: no bias); `call` as in
+  // forward. X: float, or std::uint16_t for the copy forward kept.
+  template <class G, class X>
+  void backward_weights(G const& g, std::size_t n, X const* x, float const* dy, float* dw,
                         float* db, std::uint64_t call = 0) {
     ScopedRegion const region("telar::conv::onednn::backward_weights"); // for Kokkos Tools
     Entry& e = entry(g, n, db != nullptr);
     e.make_backward_weights();
     auto& s = onednn_stream();
-    e.w_args[DNNL_ARG_SRC] = input(s, e.w_src, e.w_src_held, e.f_src, e.f_src_held, call, x);
+    e.w_args[DNNL_ARG_SRC] = input(s, e.source(x), e.w_src_held, e.f_src, e.f_src_held, call, x);
     e.w_args[DNNL_ARG_DIFF_DST] =
         input(s, e.w_ddst, e.w_ddst_held, e.d_ddst, e.d_ddst_held, call, dy);
     count_library_call("telar::conv::onednn");
@@ -218,13 +231,59 @@ private:
     dnnl::convolution_backward_weights bwd_weights;
     OneDnnPort w_src, w_ddst, w_dwei, w_dbias;
     std::vector<float> dw, db;
+    // The compact copy of x: out of f_src's buffer (plain layout only), and
+    // into w_src's (made on first use).
+    dnnl::memory kept_words;
+    dnnl::reorder kept_out;
+    OneDnnPort w_kept;
 
     // What the converted inputs' buffers hold: x (f_src, w_src) and dy
     // (d_ddst, w_ddst) each in two primitives.
     OneDnnHeld f_src_held, w_src_held, d_ddst_held, w_ddst_held;
 
-    dnnl::memory::desc plain(dnnl::memory::dims const& d, tag t) const {
-      return dnnl::memory::desc(d, dt::f32, t);
+    dnnl::memory::desc plain(dnnl::memory::dims const& d, tag t, dt type = dt::f32) const {
+      return dnnl::memory::desc(d, type, t);
+    }
+    // The compact copy's layout: forward's own where that pads nothing
+    // (its bytes are n C D H W words), else the plain one.
+    dnnl::memory::desc kept_desc() {
+      make_fwd_pd();
+      auto const own = fpd.src_desc();
+      auto const flat = plain(sh.src, sh.act, dt::bf16);
+      return own.get_size() == flat.get_size() ? own : flat;
+    }
+    // Copies x as forward converted it (f_src's buffer) to `words`.
+    void keep_source(dnnl::stream& s, std::uint16_t* words) {
+      if (compute != dt::bf16 || !f_src.reordered)
+        throw Error("telar::Convolution: a bf16 copy of the input asked of fp32 primitives");
+      auto const d = kept_desc();
+      if (d == fpd.src_desc()) {
+        std::memcpy(words, f_src.inner.get_data_handle(), d.get_size());
+        return;
+      }
+      if (!kept_words) {
+        kept_words = dnnl::memory(d, onednn_engine(), DNNL_MEMORY_NONE);
+        kept_out = dnnl::reorder(f_src.inner, kept_words);
+      }
+      kept_words.set_data_handle(words);
+      kept_out.execute(s, f_src.inner, kept_words);
+      s.wait();
+    }
+    // The port backward_weights reads x of type X through: fp32, or the
+    // compact copy (into w_src's buffer, or read in place where its layout
+    // is w_src's).
+    template <class X>
+    OneDnnPort& source(X const*) {
+      if constexpr (std::is_same_v<X, float>) {
+        return w_src;
+      } else {
+        static_assert(std::is_same_v<X, std::uint16_t>, "x is float or bf16 words");
+        if (compute != dt::bf16)
+          throw Error("telar::Convolution: a bf16 copy of the input given to fp32 primitives");
+        if (!w_kept.user)
+          w_kept.init_into(kept_desc(), w_src);
+        return w_kept;
+      }
     }
     // What a primitive takes: an input in the compute type, an output in f32.
     dnnl::memory::desc want(dnnl::memory::dims const& d, tag t, bool input = true) const {
