@@ -3,7 +3,10 @@
 // and scaling efficiency at 1, 2, 4, ... 1024 GPUs on its hardware profile,
 // under plain data parallelism ("points") and under ZeRO-1 ("zero1_points");
 // then one line per published Megatron-LM layout (telar::published_megatron(),
-// "kind":"transformer") with the model's FLOP rate per GPU and its parts.
+// "kind":"transformer") with the model's FLOP rate per GPU and its parts,
+// and one per published comparison of layouts
+// (telar::published_megatron_layout_studies(), "kind":"layouts") with the
+// model's FLOP rate per GPU for each layout and batch.
 //   telar_scaling_curves PROFILES_DIR      (bench/planner/profiles)
 // Arithmetic only (parallel/paper_scaling.hpp, paper_transformer.hpp): no
 // MPI, no timing.
@@ -50,6 +53,24 @@ void print_transformer(telar::PublishedTransformer const& a, telar::MachineProfi
               it.model_flops / 1e12, it.seconds, it.bubble, it.dp_reduction, 1e3 * it.layer_gemm,
               1e3 * it.layer_elementwise, 1e3 * it.layer_tp);
 }
+void print_layouts(telar::PublishedLayoutStudy const& st, telar::MachineProfile const& hw) {
+  std::printf("{\"kind\":\"layouts\",\"source\":\"%s\",\"question\":\"%s\",\"model\":\"%s\","
+              "\"profile\":\"%s\",\"gpus\":%d,\"published_best\":[%d,%d],\"batches\":[",
+              st.source.c_str(), st.question.c_str(), st.model.name.c_str(), st.profile.c_str(),
+              st.model.gpus, st.published_best[0], st.published_best[1]);
+  for (std::size_t b = 0; b < st.batches.size(); ++b)
+    std::printf("%s%.0f", b ? "," : "", st.batches[b]);
+  std::printf("],\"layouts\":[");
+  for (std::size_t k = 0; k < st.tp_pp.size(); ++k) {
+    std::printf("%s{\"tp\":%d,\"pp\":%d,\"tflops\":[", k ? "," : "", st.tp_pp[k][0],
+                st.tp_pp[k][1]);
+    for (std::size_t b = 0; b < st.batches.size(); ++b)
+      std::printf("%s%.2f", b ? "," : "",
+                  telar::predict_layout(st, k, st.batches[b], hw).hardware_flops / 1e12);
+    std::printf("]}");
+  }
+  std::printf("]}\n");
+}
 } // namespace
 
 int main(int argc, char** argv) {
@@ -73,6 +94,8 @@ int main(int argc, char** argv) {
     }
     for (auto const& a : telar::published_megatron())
       print_transformer(a, published_profile(argv[1], a.profile));
+    for (auto const& st : telar::published_megatron_layout_studies())
+      print_layouts(st, published_profile(argv[1], st.profile));
   } catch (std::exception const& e) {
     std::fprintf(stderr, "telar_scaling_curves: %s\n", e.what());
     return 1;

@@ -2,7 +2,8 @@
 """The scaling report: Markdown with SVG plots of the cost model's
 data-parallel curves to 1,024 GPUs on published hardware profiles (from
 telar_scaling_curves), each beside the published result it reproduces, a
-table of Megatron-LM's published layouts against the model, the layouts
+table of Megatron-LM's published layouts against the model, its published
+comparisons of layouts (which is fastest) against the model's, the layouts
 measured on this machine by bench/planner/validate.sh (predicted against
 measured step time) and the weak scaling bench/planner/peer_scaling.sh
 measured here for Telar and PyTorch DDP.
@@ -11,7 +12,8 @@ measured here for Telar and PyTorch DDP.
 
 Writes DIR/scaling_report.md, DIR/efficiency.svg, DIR/throughput.svg and,
 with validation files, DIR/measured.svg, with peer files, DIR/peers.svg,
-with the emulated cluster's points (bench/cluster/scaling.sh), DIR/cluster.svg.
+with the emulated cluster's points (bench/cluster/scaling.sh), DIR/cluster.svg,
+and DIR/layouts_N.svg for the published comparisons of layouts.
 Standard library only."""
 import json
 import math
@@ -275,6 +277,53 @@ def transformer_section(rows):
             "|---|---|---|---|---|---|---|---|"] + body + [""]
 
 
+def layouts_plot(st, name, out):
+    """One study's rates against the degree it varies (tp or pp), a line per
+    batch, the published fastest layout marked, written to DIR/name."""
+    by_tp = len({l["pp"] for l in st["layouts"]}) == 1
+    degree = [l["tp"] if by_tp else l["pp"] for l in st["layouts"]]
+    plot = Plot("%s: %s" % (st["model"], st["question"]),
+                "%s-parallel size (of %d GPUs)" % ("tensor" if by_tp else "pipeline", st["gpus"]),
+                "TFLOP/s per GPU (model)", degree,
+                [r for l in st["layouts"] for r in l["tflops"]])
+    for b, batch in enumerate(st["batches"]):
+        col = COLOURS[b % len(COLOURS)]
+        pts = [(d, l["tflops"][b]) for d, l in zip(degree, st["layouts"])]
+        plot.line(pts, col, "batch %d" % batch)
+        plot.points([p for p, l in zip(pts, st["layouts"])
+                     if [l["tp"], l["pp"]] == st["published_best"]], col,
+                    "the published fastest layout", "square", b == 0)
+    with open(os.path.join(out, name), "w") as f:
+        f.write(plot.svg())
+
+
+def layouts_section(studies, out):
+    """Published comparisons of layouts beside the model's per-GPU rates."""
+    if not studies:
+        return []
+    lines = ["## Which layout is fastest: Megatron-LM's comparisons on paper", "",
+             "TFLOP/s per GPU (recomputation counted) that the model gives each layout "
+             "(tp x pp x dp) of %d GPUs (`%s`), the fastest per batch in bold, beside the "
+             "layout the paper found fastest. The models' shapes are ours (docs/planner.md)." % (
+                 studies[0]["gpus"], studies[0]["profile"]), ""]
+    for i, st in enumerate(studies):
+        name = "layouts_%d.svg" % (i + 1)
+        layouts_plot(st, name, out)
+        names = ["%d x %d x %d" % (l["tp"], l["pp"], st["gpus"] // (l["tp"] * l["pp"]))
+                 for l in st["layouts"]]
+        lines += ["### %s: %s (%s)" % (st["source"], st["question"], st["model"]), "",
+                  "![%s](%s)" % (st["question"], name), "",
+                  "| batch | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+        for b, batch in enumerate(st["batches"]):
+            rates = [l["tflops"][b] for l in st["layouts"]]
+            lines.append("| %d | " % batch + " | ".join(
+                ("**%.0f**" if r == max(rates) else "%.0f") % r for r in rates) + " |")
+        lines += ["", "Published fastest: %d x %d x %d." % (
+            st["published_best"][0], st["published_best"][1],
+            st["gpus"] // (st["published_best"][0] * st["published_best"][1])), ""]
+    return lines
+
+
 def main():
     args = sys.argv[1:]
     if "--out" not in args or len(args) < 3:
@@ -284,14 +333,15 @@ def main():
     files = args[:i] + args[i + 2:]
     os.makedirs(out, exist_ok=True)
     model = [json.loads(l) for l in open(files[0]) if l.startswith("{")]
-    curves = [c for c in model if c.get("kind") != "transformer"]
+    curves = [c for c in model if "kind" not in c]
     transformers = [c for c in model if c.get("kind") == "transformer"]
+    studies = [c for c in model if c.get("kind") == "layouts"]
     lines = [json.loads(l) for f in files[1:] for l in open(f) if l.startswith("{")]
     runs = [l for l in lines if "scaling" not in l and "cluster" not in l]
     peers = [l for l in lines if l.get("scaling") == "weak" and "cluster" not in l]
     cluster = [l for l in lines if "cluster" in l]
     md = (["# Telar scaling report", ""] + curves_section(curves, out) +
-          transformer_section(transformers) +
+          transformer_section(transformers) + layouts_section(studies, out) +
           peers_section(peers, out) + cluster_section(cluster, out) +
           measured_section(runs, out))
     with open(os.path.join(out, "scaling_report.md"), "w") as f:

@@ -20,6 +20,8 @@
 #include <telar/schedule/simulate.hpp>
 #include <telar/schedule/tags.hpp>
 
+#include <array>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -224,6 +226,74 @@ inline std::vector<PublishedTransformer> published_megatron() {
         {"Megatron-LM (Narayanan et al. 2021)", "a100_selene_hdr.json", m, r.tflops, 312});
   }
   return out;
+}
+
+/*! \brief A published comparison of layouts of one model on one machine:
+ *  which (tp, pp, dp) gave the most throughput per GPU, at each batch. */
+struct PublishedLayoutStudy {
+  std::string source;                    //!< who published it, and where
+  std::string profile;                   //!< hardware profile file in bench/planner/profiles/
+  std::string question;                  //!< e.g. "tensor vs pipeline parallelism"
+  PaperTransformer model;                //!< the network (gpus set; tp, pp, batch per point)
+  std::vector<std::array<int, 2>> tp_pp; //!< the layouts compared (dp = gpus / (tp pp))
+  std::vector<double> batches;           //!< the global batch sizes compared
+  std::array<int, 2> published_best{};   //!< the fastest (tp, pp) at every batch
+};
+
+/*! \brief Narayanan et al. (SC'21), Figures 13-15, as we read them: on 64
+ *  A100s, (1) tensor against pipeline parallelism for a ~162 B GPT: fastest
+ *  at tp = 8, the server's size, then pipelines across servers; (2)
+ *  pipeline against data parallelism and (3) tensor against data
+ *  parallelism for a 5.9 B GPT: the least model parallelism that fits
+ *  (two-way) is fastest, data parallelism the rest. The figures do not give
+ *  the models' shapes: ours are GPT-3's (96 layers, hidden 12288, 175 B) for
+ *  the first and 32 layers of hidden 3840 (5.9 B) for the others. */
+inline std::vector<PublishedLayoutStudy> published_megatron_layout_studies() {
+  auto gpt = [](char const* name, int layers, double hidden, double heads) {
+    PaperTransformer m;
+    m.name = name;
+    m.layers = layers;
+    m.hidden = hidden;
+    m.heads = heads;
+    m.gpus = 64;
+    return m;
+  };
+  std::string const source = "Megatron-LM (Narayanan et al. 2021), Fig. ";
+  std::string const profile = "a100_selene_hdr.json";
+  PaperTransformer const big = gpt("GPT 175 B", 96, 12288, 96);
+  PaperTransformer const small = gpt("GPT 5.9 B", 32, 3840, 32);
+  return {{source + "13",
+           profile,
+           "tensor vs pipeline parallelism",
+           big,
+           {{{2, 32}}, {{4, 16}}, {{8, 8}}, {{16, 4}}, {{32, 2}}},
+           {32, 128},
+           {{8, 8}}},
+          {source + "14",
+           profile,
+           "pipeline vs data parallelism",
+           small,
+           {{{1, 2}}, {{1, 4}}, {{1, 8}}, {{1, 16}}, {{1, 32}}},
+           {32, 128, 512},
+           {{1, 2}}},
+          {source + "15",
+           profile,
+           "tensor vs data parallelism",
+           small,
+           {{{2, 1}}, {{4, 1}}, {{8, 1}}, {{16, 1}}, {{32, 1}}},
+           {32, 128, 512},
+           {{2, 1}}}};
+}
+
+/*! \brief The model's iteration of \p study's network at layout \p k
+ *  (study.tp_pp[k]) and global batch \p batch on \p hw. */
+inline TransformerIteration predict_layout(PublishedLayoutStudy const& study, std::size_t k,
+                                           double batch, MachineProfile const& hw) {
+  PaperTransformer m = study.model;
+  m.tp = study.tp_pp.at(k)[0];
+  m.pp = study.tp_pp.at(k)[1];
+  m.global_batch = batch;
+  return predict_transformer(m, hw);
 }
 
 } // namespace telar
