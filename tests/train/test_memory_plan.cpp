@@ -734,6 +734,40 @@ TEST_CASE("A slot keeps only the activations a backward reads", "[memory]") {
   CHECK(planned * 100 < 2 * (4 * 64 + 16) * kRow * 55);
 }
 
+// A BatchNorm keeps its scratch (per-plane partial sums, two per-channel
+// sums) between calls: the plan counts it as workspace, the meter agrees to
+// the byte, and a steady-state step allocates nothing (it used to allocate
+// and free the scratch in every call: 66 KB above the ResNet example's plan).
+TEST_CASE("A BatchNorm's scratch is planned workspace, not allocated per call", "[memory]") {
+  using Chain = telar::Sequential<telar::Conv2D<T>, telar::BatchNorm<T>, telar::ReLU<T>,
+                                  telar::Flatten<T>, telar::Dense<T>>;
+  telar::Matrix<T> x("x", kSlotBatch, 1);
+  telar::Labels<> y("y", kSlotBatch);
+  make_batch(telar::Shape{2, 4, 4}, false, x, y);
+  telar::TrainerOptions opts;
+  opts.batch_size = kSlotBatch;
+  auto& meter = telar::MemoryMeter::instance();
+  auto const before = meter.current();
+  telar::Trainer<Chain, Strat<telar::NoSharding>, telar::AdamW<T>> trainer(
+      MPI_COMM_SELF,
+      Chain(telar::Conv2D<T>(2, 4, 3, 1, 1), telar::BatchNorm<T>(4), {}, {},
+            telar::Dense<T>(64, 16)),
+      telar::AdamW<T>{}, opts, telar::Shape{2, 4, 4});
+  for (int s = 0; s < 2; ++s)
+    trainer.step(x, y);
+  std::uint64_t const allocations = meter.allocations();
+  trainer.step(x, y);
+  CHECK(meter.allocations() == allocations);
+  auto const plan = trainer.memory_plan().bytes;
+  std::size_t const scratch =
+      telar::detail::view_bytes<T>(2 * kSlotBatch * 4) + 2 * telar::detail::view_bytes<T>(4);
+  CHECK(plan[telar::MemoryCategory::workspace] >= scratch);
+  for (auto const c : {telar::MemoryCategory::activations, telar::MemoryCategory::workspace}) {
+    INFO(telar::MemoryBytes::key(c));
+    CHECK(trainer.memory()[c] - before[c] == plan[c]);
+  }
+}
+
 #if TELAR_HAVE_ONEDNN
 // The same chain in bf16 (with the tensor-parallel pair, as the examples'
 // MLP): no backward reads the ReLUs' outputs through a view any more. Each

@@ -184,6 +184,11 @@ public:
   std::size_t saved_bytes(std::size_t samples, Shape const&) const {
     return samples > 0 ? 2 * detail::view_bytes<T>(channels_) : 0;
   }
+  /*! \brief The per-plane partial sums of \p samples samples and two
+   *  per-channel sums, kept between calls. \param samples rows */
+  std::size_t workspace_bytes(std::size_t samples, Shape const&) const {
+    return samples > 0 ? detail::BatchNormScratch<T, MemorySpace>::bytes(samples, channels_) : 0;
+  }
 
   /*! \brief Allocates gamma = 1, beta = 0, their gradients, running_mean = 0
    *  and running_var = 1. \param seed unused (the initial values are fixed) */
@@ -256,8 +261,8 @@ public:
   void backward_input(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Matrix<T, MemorySpace> dx,
                       saved_type const& saved) const {
     check("backward_input", dy.extent(0), dy.extent(1), dx.extent(0), dx.extent(1));
-    auto const a = zeros(exec, "telar::BatchNorm::sum_dy");
-    auto const b = zeros(exec, "telar::BatchNorm::sum_dy_xhat");
+    scratch_.prepare(exec, dy.extent(0), channels_);
+    auto const a = scratch_.a, b = scratch_.b; // sum dy, sum dy x_hat
     if (saved.count > 0) { // batch statistics: their gradient too, over the group
       gradient_sums(exec, dy, saved, a, b);
       reduce(exec, a, b);
@@ -273,8 +278,8 @@ public:
   void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy,
                        saved_type const& saved) const {
     check("backward_weight", dy.extent(0), dy.extent(1), saved.x.extent(0), saved.x.extent(1));
-    auto const a = zeros(exec, "telar::BatchNorm::sum_dy");
-    auto const b = zeros(exec, "telar::BatchNorm::sum_dy_xhat");
+    scratch_.prepare(exec, dy.extent(0), channels_);
+    auto const a = scratch_.a, b = scratch_.b; // sum dy, sum dy x_hat
     gradient_sums(exec, dy, saved, a, b);
     detail::batch_norm_accumulate<Exec, T, MemorySpace>(exec, bias_grad, a);
     detail::batch_norm_accumulate<Exec, T, MemorySpace>(exec, weight_grad, b);
@@ -288,22 +293,15 @@ public:
   Vector<T, MemorySpace> running_var;  //!< buffer: running unbiased variance [channels]
 
 private:
-  // A zeroed per-channel vector, filled on `exec`: Kokkos' default
-  // initialisation would run on the default execution space (another stream
-  // on a device, another backend on the host), outside the caller's order.
-  template <class Exec>
-  Vector<T, MemorySpace> zeros(Exec const& exec, char const* label) const {
-    return Vector<T, MemorySpace>(Kokkos::view_alloc(exec, std::string(label)), channels_);
-  }
-
   // Batch mean and 1/std over the group; updates the running statistics
   // unless this forward replays one (Recompute).
   template <class Exec>
   void batch_stats(Exec const& exec, ConstMatrix<T, MemorySpace> x, saved_type& saved) {
     detail::ChannelGeometry const g{channels_, spatial(x.extent(1)), x.extent(0)};
-    auto const sq = zeros(exec, "telar::BatchNorm::centred_squares");
+    scratch_.prepare(exec, x.extent(0), channels_);
+    auto const sq = scratch_.a; // centred squares
     Vector<T, MemorySpace> mean = saved.mean;
-    detail::batch_norm_sum<Exec, T, MemorySpace>(exec, x, g, mean);
+    detail::batch_norm_sum<Exec, T, MemorySpace>(exec, x, g, scratch_.planes, mean);
     double const count = reduce(exec, mean, Vector<T, MemorySpace>(), double(g.count()));
     if (count < 2)
       throw ShapeError("telar::BatchNorm::forward: training needs more than 1 value per "
@@ -311,7 +309,7 @@ private:
                        std::to_string(x.extent(0)) + ", " + std::to_string(x.extent(1)) + "] (" +
                        std::to_string(channels_) + " channels)");
     detail::batch_norm_scale<Exec, T, MemorySpace>(exec, mean, T(1 / count));
-    detail::batch_norm_centred_squares<Exec, T, MemorySpace>(exec, x, g, mean, sq);
+    detail::batch_norm_centred_squares<Exec, T, MemorySpace>(exec, x, g, scratch_.planes, mean, sq);
     reduce(exec, sq, Vector<T, MemorySpace>());
     detail::batch_norm_rstd<Exec, T, MemorySpace>(exec, sq, saved.rstd, T(count), T(eps_));
     saved.count = count;
@@ -328,7 +326,7 @@ private:
                      Vector<T, MemorySpace> a, Vector<T, MemorySpace> b) const {
     detail::ChannelGeometry const g{channels_, spatial(dy.extent(1)), dy.extent(0)};
     detail::batch_norm_gradient_sums<Exec, T, MemorySpace>(exec, dy, saved.x, saved.mean,
-                                                           saved.rstd, g, a, b);
+                                                           saved.rstd, g, scratch_.planes, a, b);
   }
 
   // Sums a (and b, if not empty) over the statistics' group and returns the
@@ -394,6 +392,8 @@ private:
   std::size_t samples_ = 0;   // per micro-batch in training (0: unknown)
   std::uint64_t tracked_ = 0; // running-statistics updates
   std::uint64_t cursor_ = 0;  // training forwards, replays included
+  // One call's sums (layers/detail/batch_norm.hpp): kept, so the plan counts them.
+  mutable detail::BatchNormScratch<T, MemorySpace> scratch_;
 };
 
 } // namespace telar

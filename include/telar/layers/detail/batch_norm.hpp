@@ -6,6 +6,7 @@
 // order; statistics are per channel, summed over the n planes of a channel.
 #include <telar/core/detail/math.hpp>
 #include <telar/core/error.hpp>
+#include <telar/core/layer.hpp>
 #include <telar/core/tensor.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -77,17 +78,50 @@ KOKKOS_INLINE_FUNCTION auto plane_sum(Member const& team, std::size_t s, Term co
   return total;
 }
 
+// Per-plane partial sums [planes, 2] (BatchNormScratch's).
+template <class T, class M>
+using PlaneSums = Kokkos::View<T**, Kokkos::LayoutRight, M>;
+
+// A BatchNorm's scratch, kept between calls (one call at a time per layer)
+// and grown to the largest batch: the partial sums of its samples' planes
+// and two per-channel sums (the variance's; backward's sum dy and sum dy
+// x_hat). Allocated per call, it was the peak's unplanned 66 KB in the
+// ResNet example; now it is the layer's workspace_bytes().
+template <class T, class M>
+struct BatchNormScratch {
+  PlaneSums<T, M> planes;
+  Vector<T, M> a, b;
+
+  // Bytes for `samples` samples of `channels` channels.
+  static std::size_t bytes(std::size_t samples, std::size_t channels) {
+    return view_bytes<T>(2 * samples * channels) + 2 * view_bytes<T>(channels);
+  }
+  // Room for `samples` samples, a and b zeroed on `exec` (in order with its
+  // kernels).
+  template <class Exec>
+  void prepare(Exec const& exec, std::size_t samples, std::size_t channels) {
+    std::string const label = "telar::BatchNorm::workspace";
+    auto const uninitialised = Kokkos::view_alloc(Kokkos::WithoutInitializing, label);
+    if (planes.extent(0) < samples * channels)
+      planes = PlaneSums<T, M>(uninitialised, samples * channels, 2);
+    if (a.extent(0) != channels) {
+      a = Vector<T, M>(uninitialised, channels);
+      b = Vector<T, M>(uninitialised, channels);
+    }
+    Kokkos::deep_copy(exec, a, T(0));
+    Kokkos::deep_copy(exec, b, T(0));
+  }
+};
+
 // a(c) = sum of term_a over channel c's values, and b(c) of term_b unless b
 // is empty; term(i, c, f) reads feature f (of channel c) of sample i. Per-plane sums first
-// (one pass over the batch), then the n planes of each channel.
+// (one pass over the batch, into `part`: at least g.planes() rows), then the
+// n planes of each channel.
 template <class Exec, class TermA, class TermB, class T, class M>
-void channel_sums(char const* label, Exec const& exec, ChannelGeometry g, TermA term_a,
-                  Vector<T, M> a, TermB term_b, Vector<T, M> b) {
+void channel_sums(char const* label, Exec const& exec, ChannelGeometry g, PlaneSums<T, M> part,
+                  TermA term_a, Vector<T, M> a, TermB term_b, Vector<T, M> b) {
   using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
   bool const two = b.extent(0) > 0;
-  Kokkos::View<T**, Kokkos::LayoutRight, M> part(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label) + "::planes"), g.planes(),
-      two ? 2 : 1);
   for_each_plane(
       label, exec, g,
       KOKKOS_LAMBDA(Member const& team, std::size_t i, std::size_t c, std::size_t f0) {
@@ -117,31 +151,33 @@ void channel_sums(char const* label, Exec const& exec, ChannelGeometry g, TermA 
 
 // out(c) = sum of x over channel c.
 template <class Exec, class T, class M>
-void batch_norm_sum(Exec const& exec, ConstMatrix<T, M> x, ChannelGeometry g, Vector<T, M> out) {
+void batch_norm_sum(Exec const& exec, ConstMatrix<T, M> x, ChannelGeometry g, PlaneSums<T, M> part,
+                    Vector<T, M> out) {
   auto const value = KOKKOS_LAMBDA(std::size_t i, std::size_t, std::size_t f) {
     return x(i, f);
   };
-  channel_sums("telar::BatchNorm::sum", exec, g, value, out, value, Vector<T, M>());
+  channel_sums("telar::BatchNorm::sum", exec, g, part, value, out, value, Vector<T, M>());
 }
 
 // out(c) = sum of (x - mean[c])^2 over channel c.
 template <class Exec, class T, class M>
 void batch_norm_centred_squares(Exec const& exec, ConstMatrix<T, M> x, ChannelGeometry g,
-                                Vector<T, M> mean, Vector<T, M> out) {
+                                PlaneSums<T, M> part, Vector<T, M> mean, Vector<T, M> out) {
   auto const square = KOKKOS_LAMBDA(std::size_t i, std::size_t c, std::size_t f) {
     T const d = x(i, f) - mean(c);
     return d * d;
   };
-  channel_sums("telar::BatchNorm::centred_squares", exec, g, square, out, square, Vector<T, M>());
+  channel_sums("telar::BatchNorm::centred_squares", exec, g, part, square, out, square,
+               Vector<T, M>());
 }
 
 // a(c) = sum dy, b(c) = sum dy x_hat over channel c, in one pass.
 template <class Exec, class T, class M>
 void batch_norm_gradient_sums(Exec const& exec, ConstMatrix<T, M> dy, ConstMatrix<T, M> x,
                               Vector<T, M> mean, Vector<T, M> rstd, ChannelGeometry g,
-                              Vector<T, M> a, Vector<T, M> b) {
+                              PlaneSums<T, M> part, Vector<T, M> a, Vector<T, M> b) {
   channel_sums(
-      "telar::BatchNorm::gradient_sums", exec, g,
+      "telar::BatchNorm::gradient_sums", exec, g, part,
       KOKKOS_LAMBDA(std::size_t i, std::size_t, std::size_t f) { return dy(i, f); }, a,
       KOKKOS_LAMBDA(std::size_t i, std::size_t c, std::size_t f) {
         return dy(i, f) * (x(i, f) - mean(c)) * rstd(c);
