@@ -53,6 +53,9 @@ void print_transformer(telar::PublishedTransformer const& a, telar::MachineProfi
               it.model_flops / 1e12, it.seconds, it.bubble, it.dp_reduction, 1e3 * it.layer_gemm,
               1e3 * it.layer_elementwise, 1e3 * it.layer_tp);
 }
+
+// One comparison of layouts: the model's TFLOP/s per GPU (their count) for
+// each layout and batch, beside the published fastest layout.
 void print_layouts(telar::PublishedLayoutStudy const& st, telar::MachineProfile const& hw) {
   std::printf("{\"kind\":\"layouts\",\"source\":\"%s\",\"question\":\"%s\",\"model\":\"%s\","
               "\"profile\":\"%s\",\"gpus\":%d,\"published_best\":[%d,%d],\"batches\":[",
