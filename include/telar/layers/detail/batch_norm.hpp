@@ -100,13 +100,15 @@ struct BatchNormScratch {
   // kernels).
   template <class Exec>
   void prepare(Exec const& exec, std::size_t samples, std::size_t channels) {
-    std::string const label = "telar::BatchNorm::workspace";
-    auto const uninitialised = Kokkos::view_alloc(Kokkos::WithoutInitializing, label);
+    auto const uninitialised = [] { // only where one grows: no label built per call
+      return Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                                std::string("telar::BatchNorm::workspace"));
+    };
     if (planes.extent(0) < samples * channels)
-      planes = PlaneSums<T, M>(uninitialised, samples * channels, 2);
+      planes = PlaneSums<T, M>(uninitialised(), samples * channels, 2);
     if (a.extent(0) != channels) {
-      a = Vector<T, M>(uninitialised, channels);
-      b = Vector<T, M>(uninitialised, channels);
+      a = Vector<T, M>(uninitialised(), channels);
+      b = Vector<T, M>(uninitialised(), channels);
     }
     Kokkos::deep_copy(exec, a, T(0));
     Kokkos::deep_copy(exec, b, T(0));
