@@ -16,7 +16,7 @@
 //          [--norm group|batch] [--groups 4] [--eval-bn running|batch]
 //          [--limit-steps N] [--json] [--save-params F] [--compare-params F]
 //          [--memory-budget SIZE] [--no-overlap] [--precision fp32|bf16]
-//          [--timeline PREFIX]
+//          [--timeline PREFIX] [--layout auto] [--dry-run] [--profile FILE]
 //   mpirun -np 2 unet3d --sp 2
 //
 // --generate N (default 160 without --data) writes N synthetic volumes of
@@ -51,6 +51,13 @@
 // parameters (the masters), gradients, Adam's moments, the norms, the halos
 // and the losses stay fp32 (docs/precision.md). The JSON says which
 // convolution kernels ran ("conv", "gemm_kernels").
+// --layout auto chooses dp x sp for the world (--batch then the global
+// batch, shared by the replicas): every dp x sp ranked by the step time
+// telar::predict_slab_step predicts on the machine profile (--profile, else
+// the cached one), plain data parallelism preferred within 10%; --dry-run
+// prints the ranking (JSON with --json) and trains nothing. The run then
+// prints predicted against measured step time (JSON: predicted_step_ms,
+// layout_reason).
 #include <telar/comm/communicator.hpp>
 #include <telar/data/loader.hpp>
 #include <telar/io/detail/agree.hpp>
@@ -65,14 +72,19 @@
 #include <telar/profile/trace.hpp>
 
 #include "example_support.hpp"
+#include "layout.hpp"
+#include "layout_planning.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -113,15 +125,16 @@ struct Args : example::CommonArgs {
   std::string eval_bn = "running"; // validation's BatchNorm statistics: running or batch
   std::string norm = "group";      // batch or group
   std::size_t groups = 4;
-  bool overlap = true; // interior rows computed while the halo travels
+  bool overlap = true;     // interior rows computed while the halo travels
+  double predicted_ms = 0; // --layout auto: the chosen layout's predicted step
 };
 
 // The Trainer's flags, which this example (a SlabGraph trained by hand)
 // does not offer.
 bool trainer_flag(std::string const& f) {
   for (char const* t : {"--hidden", "--pp", "--tp", "--schedule", "--microbatches",
-                        "--checkpoint-dir", "--checkpoint-every", "--resume", "--layout",
-                        "--dry-run", "--profile", "--nonfinite", "--bf16-weight-copy"})
+                        "--checkpoint-dir", "--checkpoint-every", "--resume", "--nonfinite",
+                        "--bf16-weight-copy"})
     if (f == t)
       return true;
   return false;
@@ -136,7 +149,8 @@ bool trainer_flag(std::string const& f) {
                "[--norm batch|group] [--groups G] [--eval-bn running|batch] [--limit-steps N] "
                "[--json] [--save-params FILE] "
                "[--compare-params FILE] [--memory-budget SIZE] [--no-overlap] "
-               "[--precision fp32|bf16] [--timeline PREFIX]\n",
+               "[--precision fp32|bf16] [--timeline PREFIX] [--layout auto] [--dry-run] "
+               "[--profile FILE]\n",
                why);
   throw 2;
 }
@@ -638,6 +652,9 @@ void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const
   std::fprintf(stderr,
                "unet3d: val_dice %.4f, loss %.4f, %lld steps in %.1f s (median step %.1f ms)\n",
                s.val_dice, s.loss, s.steps, s.train_s, step_ms);
+  if (a.predicted_ms > 0)
+    std::fprintf(stderr, "step time: predicted %.1f ms, measured %.1f ms\n", a.predicted_ms,
+                 step_ms);
   if (!a.json)
     return;
   std::size_t parameters = 0;
@@ -673,6 +690,8 @@ void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const
       .add("group_sums_per_step", double(s.sums.sums) / double(std::max(1LL, s.steps)))
       .add("group_sum_values_per_step", double(s.sums.values) / double(std::max(1LL, s.steps)))
       .add("group_sum_ms_per_step_rank0", 1e3 * s.sums.seconds / double(std::max(1LL, s.steps)))
+      .add("predicted_step_ms", a.predicted_ms > 0 ? a.predicted_ms : std::nan(""))
+      .add("layout_reason", a.layout_reason.empty() ? "given by flags" : a.layout_reason)
       .add("nodes", net.size())
       .add("parameter_values", (long long)parameters);
   if (param_diff >= 0)
@@ -756,18 +775,132 @@ int train_bf16(Args const& a, telar::Communicator const& world, telar::Communica
     usage("--precision bf16 needs oneDNN (telar::OneDnnConvBf16)");
 }
 
+// Seconds of loss_and_gradient on `rows` samples of `logits` columns (an
+// output slab) on this process alone, the fastest of three.
+double loss_seconds(Args const& a, std::size_t rows, std::size_t logits, std::size_t classes) {
+  telar::Communicator const self(MPI_COMM_SELF, "unet3d::loss timing");
+  telar::Matrix<T, M> y("unet3d::timing::logits", rows, logits), dlogits, ddice;
+  telar::VoxelLabels<M> labels("unet3d::timing::labels", rows, logits / classes);
+  return telar::detail::best_call_seconds(
+      3, [&] { loss_and_gradient(a, self, classes, y, labels, dlogits, ddice); });
+}
+
+// Every dp x sp of the world ranked for this U-Net and volume, the global
+// batch --batch shared by the replicas. Each rank's graph has its layers
+// timed at its slabs first, into `prof` (which its prediction then reads;
+// `timed` counts them), and the loss on its output slab.
+template <class G, class C>
+std::vector<unet3d::Layout> plan_layouts(Args const& a, telar::VolumeShape const& v,
+                                         telar::Communicator const& world,
+                                         telar::MachineProfile& prof, std::size_t& timed) {
+  unet3d::Search s;
+  s.world = world.size();
+  s.global_batch = a.batch;
+  s.budget = a.memory_budget;
+  std::map<std::array<std::size_t, 2>, double> losses; // by [rows, logits]
+  auto cost = [&](int sp, int rank, std::size_t batch) {
+    telar::SpatialPlanAs as(sp, rank);
+    auto g = make_unet<G, C>(a, v, world);
+    g.build(volume_shape(v));
+    g.initialize(a.seed);
+    timed += telar::calibrate_slab_layers(g, batch, prof);
+    unet3d::RankCost c;
+    c.step = telar::predict_slab_step(g, batch, s.world / sp, sp, prof);
+    std::array<std::size_t, 2> const out{batch, g.slab_shape(g.size() - 1).size()};
+    if (losses.count(out) == 0)
+      losses[out] = loss_seconds(a, out[0], out[1], std::size_t(v.classes));
+    c.step.loss = losses[out];
+    Args b = a;
+    b.batch = batch;
+    c.bytes = planned_bytes(b, g, v) + parameter_bytes(b, g);
+    return c;
+  };
+  return unet3d::rank_layouts(s, cost);
+}
+
+// Rank 0's ranking (--dry-run prints it) as "dp sp predicted_ms reason",
+// or "!why" when no layout can run.
+// `scheduling`: the share of a core every rank saw (add_scheduling).
+std::string ranked_choice(Args const& a, telar::VolumeShape const& v,
+                          telar::Communicator const& world,
+                          telar::MachineProfile const& scheduling) {
+  telar::MachineProfile prof = example::detail::loaded_profile(a);
+  prof.cpu_share = scheduling.cpu_share;
+  prof.slice_us = scheduling.slice_us;
+  prof.descheduled_us = scheduling.descheduled_us;
+  prof.ranks_per_node = scheduling.ranks_per_node;
+  auto const began = std::chrono::steady_clock::now();
+  std::size_t timed = 0;
+  auto const all =
+      a.precision == "bf16"
+          ? plan_layouts<telar::Bf16Gemm, telar::OneDnnConvBf16>(a, v, world, prof, timed)
+          : plan_layouts<telar::AutoGemm, telar::AutoConv>(a, v, world, prof, timed);
+  example::detail::keep_calibration(
+      a, prof, timed,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+  if (a.dry_run) {
+    std::fprintf(stderr, "unet3d: layouts of %d ranks, global batch %zu, profile %s\n%s",
+                 world.size(), a.batch, prof.name.c_str(), unet3d::table(all).c_str());
+    if (a.json)
+      std::printf("%s\n", unet3d::json(all, prof.name).c_str());
+    std::fflush(stdout);
+  }
+  unet3d::Layout const& best = all.front();
+  if (!best.fits)
+    return "!unet3d: no layout of " + std::to_string(world.size()) + " ranks can run:\n" +
+           unet3d::table(all);
+  return std::to_string(best.dp) + " " + std::to_string(best.sp) + " " +
+         std::to_string(best.predicted_ms) + " " + best.reason;
+}
+
+// --layout auto / --dry-run: rank 0 ranks the layouts (the others wait
+// asleep) and every rank takes its choice into `a` (dp, sp, batch per
+// replica); false after --dry-run.
+bool choose_layout(MPI_Comm comm, Args& a, telar::VolumeShape const& v,
+                   telar::Communicator const& world) {
+  if (a.layout_auto && (a.sp > 0 || a.dp > 0))
+    usage("--layout auto chooses --sp and --dp (give neither)");
+  telar::MachineProfile scheduling; // every rank spins while the share is measured
+  example::detail::add_scheduling(comm, scheduling);
+  std::string text;
+  if (world.rank() == 0)
+    try {
+      text = ranked_choice(a, v, world, scheduling);
+    } catch (std::exception const& e) {
+      text = std::string("!") + e.what();
+    }
+  text = example::detail::broadcast_or_throw(comm, text);
+  if (a.dry_run)
+    return false;
+  std::istringstream in(text);
+  in >> a.dp >> a.sp >> a.predicted_ms;
+  std::getline(in >> std::ws, a.layout_reason);
+  a.batch /= std::size_t(a.dp);
+  if (world.rank() == 0)
+    std::fprintf(stderr,
+                 "layout auto: chose dp=%d x sp=%d (batch %zu per replica), predicted %.1f "
+                 "ms/step (%s)\n",
+                 a.dp, a.sp, a.batch, a.predicted_ms, a.layout_reason.c_str());
+  return true;
+}
+
 int run(MPI_Comm comm, int argc, char** argv) {
   Args a = parse(argc, argv);
   telar::Communicator world(comm, "world");
-  degrees(a, world.size());
+  bool const plan = a.layout_auto || a.dry_run;
+  if (!plan)
+    degrees(a, world.size()); // refused before volumes are written
   check_timeline(a, world);
-  int const dp_rank = world.rank() / a.sp, sp_rank = world.rank() % a.sp;
-  telar::Communicator sp = world.split(dp_rank, sp_rank, "sp");
-  telar::Communicator dp = world.split(sp_rank, dp_rank, "dp");
   if (a.generate > 0)
     generate(a, world);
   telar::VolumeShape const v = telar::read_volume_shape(a.data, world);
   check_volume(a, v);
+  if (plan && !choose_layout(comm, a, v, world))
+    return 0; // --dry-run
+  degrees(a, world.size());
+  int const dp_rank = world.rank() / a.sp, sp_rank = world.rank() % a.sp;
+  telar::Communicator sp = world.split(dp_rank, sp_rank, "sp");
+  telar::Communicator dp = world.split(sp_rank, dp_rank, "dp");
   if (a.precision == "bf16")
     return train_bf16(a, world, sp, dp, v);
   return train<telar::AutoGemm, telar::AutoConv>(a, world, sp, dp, v);

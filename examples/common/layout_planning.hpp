@@ -65,23 +65,17 @@ inline std::string broadcast_or_throw(MPI_Comm comm, std::string text) {
   return text;
 }
 
-// Rank 0 times what `profile` lacks of `model` and its loss at `rows`, and
-// saves the result to --profile / $TELAR_PROFILE when one is named (never to
-// the shared default cache, which older builds read).
-template <class Model, class Loss>
-void calibrate_on_root(CommonArgs const& a, Model const& model, telar::Shape const& in,
-                       std::vector<std::size_t> const& rows, telar::MachineProfile& profile) {
-  auto const t0 = std::chrono::steady_clock::now();
-  Model m = model;
-  std::size_t const timed = telar::calibrate_layers(model, in, rows, profile) +
-                            telar::calibrate_loss<Loss>(m.build(in).back(), rows, profile);
+// Says what a calibration timed and saves `profile` to --profile /
+// $TELAR_PROFILE when one is named (never to the shared default cache, which
+// older builds read).
+inline void keep_calibration(CommonArgs const& a, telar::MachineProfile const& profile,
+                             std::size_t timed, double seconds) {
   if (timed == 0)
     return;
   char const* env = std::getenv("TELAR_PROFILE");
   bool const keep = !a.profile.empty() || (env != nullptr && *env != 0);
   std::string const path = a.profile.empty() ? telar::default_profile_path() : a.profile;
-  std::fprintf(stderr, "calibration: %zu layer sizes timed in %.2f s%s%s\n", timed,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+  std::fprintf(stderr, "calibration: %zu layer sizes timed in %.2f s%s%s\n", timed, seconds,
                keep ? ", cached in " : "", keep ? path.c_str() : "");
   if (keep)
     try {
@@ -94,6 +88,19 @@ void calibrate_on_root(CommonArgs const& a, Model const& model, telar::Shape con
     } catch (std::exception const& e) {
       std::fprintf(stderr, "calibration: not cached (%s)\n", e.what());
     }
+}
+
+// Rank 0 times what `profile` lacks of `model` and its loss at `rows`
+// (keep_calibration).
+template <class Model, class Loss>
+void calibrate_on_root(CommonArgs const& a, Model const& model, telar::Shape const& in,
+                       std::vector<std::size_t> const& rows, telar::MachineProfile& profile) {
+  auto const t0 = std::chrono::steady_clock::now();
+  Model m = model;
+  std::size_t const timed = telar::calibrate_layers(model, in, rows, profile) +
+                            telar::calibrate_loss<Loss>(m.build(in).back(), rows, profile);
+  keep_calibration(a, profile, timed,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 // Rank 0, alone (the others wait asleep), once per process: measures the

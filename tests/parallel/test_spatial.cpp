@@ -23,6 +23,7 @@
 #include <telar/parallel/spatial_global.hpp>
 #include <telar/parallel/spatial_local.hpp>
 #include <telar/parallel/spatial_loss.hpp>
+#include <telar/parallel/slab_step_cost.hpp>
 #include <telar/parallel/spatial_norm.hpp>
 #include <telar/parallel/spatial_unet.hpp>
 
@@ -981,6 +982,88 @@ TEST_CASE("A 3-D U-Net SlabGraph with concatenated skips trains to the serial pa
   }
   auto const a = graph_parameters(serial), b = graph_parameters(split);
   check_trained(a, b, initial);
+}
+
+TEST_CASE("The cost model counts the halo bytes and the group sums a U-Net step makes",
+          "[spatial][mpi]") {
+  auto const norm = GENERATE(telar::UNetOptions::Norm::batch, telar::UNetOptions::Norm::group);
+  INFO((norm == telar::UNetOptions::Norm::batch ? "BatchNorm" : "GroupNorm"));
+  auto comm = world();
+  int const sp = comm.size();
+  telar::UNetOptions o;
+  o.in_channels = 2, o.classes = 3, o.depth = 1, o.width = 2, o.norm = norm;
+  telar::Shape const shape{2, 12, 4, 4};
+  UNet g = telar::spatial_unet<T, M>(comm, o);
+  g.build(shape);
+  g.initialize(40);
+  telar::MachineProfile const prof; // the built-in rates: no timing involved
+  auto const p = telar::predict_slab_step(g, 2, 1, sp, prof);
+  // One step, counted: what the model says this rank sends and sums.
+  telar::halo_tally() = {};
+  telar::group_sum_tally() = {};
+  std::size_t const rows = g.input_slab().size();
+  graph_step(g, telar::test::random_matrix<T, M>(2, 2 * rows * 16, 51), T(0.01));
+  CHECK(p.halo_bytes == double(telar::halo_tally().bytes_sent));
+  CHECK(p.sums == int(telar::group_sum_tally().sums));
+  CHECK(p.exchanges <= int(telar::halo_tally().exchanges)); // the tally counts empty posts too
+  CHECK(p.dp == 0);
+  if (sp == 1) {
+    CHECK(p.halo_bytes == 0);
+    CHECK(p.group_sums == 0);
+    CHECK(p.statistics == 0);
+  } else {
+    CHECK(p.halo_bytes > 0);
+    CHECK(p.halo > 0);
+    CHECK(p.statistics == 12); // six normalisations, forward and backward
+  }
+  // A plan as another rank (SpatialPlanAs, no messages) is that rank's own
+  // prediction; and each rank of the split computes less than one rank alone.
+  telar::Communicator self(MPI_COMM_SELF, "self");
+  auto planned = [&](int size, int rank) { // on the same cores as this run
+    telar::SpatialPlanAs as(size, rank);
+    UNet h = telar::spatial_unet<T, M>(self, o);
+    h.build(shape);
+    h.initialize(40);
+    return telar::predict_slab_step(h, 2, sp / size, size, prof);
+  };
+  auto const mine = planned(sp, comm.rank());
+  CHECK(mine.halo_bytes == p.halo_bytes);
+  CHECK(mine.compute == p.compute);
+  CHECK(mine.seconds() == p.seconds());
+  if (sp > 1) // less, not half: each layer call has its overhead
+    CHECK(p.compute < planned(1, 0).compute);
+  // Calibration times each wrapper on its slab alone (no messages, also for
+  // a graph planned as another rank), once per size, and the prediction
+  // then reads those times.
+  {
+    telar::SpatialPlanAs as(2, 1);
+    UNet h = telar::spatial_unet<T, M>(self, o);
+    h.build(shape);
+    h.initialize(40);
+    telar::MachineProfile timed;
+    std::size_t const n = telar::calibrate_slab_layers(h, 2, timed, 1);
+    CHECK(n == timed.layer_times.size()); // layers on equal slabs share a group
+    CHECK(telar::calibrate_slab_layers(h, 2, timed, 1) == 0);
+    int layers = 0; // every node but the concatenation
+    h.for_each_layer([&](int, auto const& w, int) {
+      ++layers;
+      CHECK(timed.layer_timing(telar::detail::slab_group(w), 2).has_value());
+    });
+    CHECK(layers == h.size() - 2); // 21: the input and the concatenation are no layers
+    CHECK(n < std::size_t(layers));
+    for (auto const& [group, by_rows] : timed.layer_times) {
+      INFO(group);
+      CHECK(group.rfind("slab ", 0) == 0);
+      CHECK(by_rows.at(2).forward > 0);
+    }
+    CHECK(telar::predict_slab_step(h, 2, 1, 2, timed).compute !=
+          telar::predict_slab_step(h, 2, 1, 2, prof).compute);
+  }
+  // Data parallelism averages every gradient value once per step.
+  auto const replicas = telar::predict_slab_step(g, 1, 2, sp, prof);
+  std::size_t values = 0;
+  g.parameters([&](char const*, auto& v, auto&) { values += v.span(); });
+  CHECK(replicas.dp >= prof.allreduce.beta * double(values * sizeof(T)));
 }
 
 TEST_CASE("SlabGraph refuses a node no other node reads and a concat of different extents",

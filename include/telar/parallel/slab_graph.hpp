@@ -245,6 +245,20 @@ public:
       });
     });
   }
+  /*! \brief Calls f(i, wrapper, from) for every layer node i in order (not
+   *  the concatenations), `from` the node it reads (telar::predict_slab_step
+   *  reads the graph through it). */
+  template <class F>
+  void for_each_layer(F&& f) const {
+    for (std::size_t i = 1; i < nodes_.size(); ++i)
+      std::visit(
+          [&](auto const& op) {
+            using O = std::decay_t<decltype(op)>;
+            if constexpr (!std::is_same_v<O, std::monostate> && !std::is_same_v<O, Concat>)
+              f(int(i), op.layer, nodes_[i].from[0]);
+          },
+          nodes_[i].op);
+  }
   /*! \brief Training (batch statistics) or evaluation (running ones) for
    *  the layers that have both. */
   void set_training(bool on) {
