@@ -33,8 +33,8 @@ struct Layout {
   std::string reason;            // chosen, slower by how much, or refused
 
   std::string str() const {
-    return "dp=" + std::to_string(dp) + " x sp=" + std::to_string(sp) + ", batch " +
-           std::to_string(batch) + " per replica";
+    std::string s = "dp=" + std::to_string(dp) + " x sp=" + std::to_string(sp);
+    return batch == 0 ? s : s + ", batch " + std::to_string(batch) + " per replica";
   }
 };
 
@@ -66,6 +66,7 @@ Layout evaluate(Search const& s, int sp, Cost& cost) {
   l.dp = s.world / sp;
   l.batch = s.global_batch / std::size_t(l.dp);
   if (l.batch * std::size_t(l.dp) != s.global_batch) {
+    l.batch = 0;
     l.reason = "dp=" + std::to_string(l.dp) + " does not divide the global batch of " +
                std::to_string(s.global_batch);
     return l;

@@ -76,14 +76,12 @@
 #include "layout_planning.hpp"
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <limits>
-#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -775,20 +773,30 @@ int train_bf16(Args const& a, telar::Communicator const& world, telar::Communica
     usage("--precision bf16 needs oneDNN (telar::OneDnnConvBf16)");
 }
 
-// Seconds of loss_and_gradient on `rows` samples of `logits` columns (an
-// output slab) on this process alone, the fastest of three.
-double loss_seconds(Args const& a, std::size_t rows, std::size_t logits, std::size_t classes) {
-  telar::Communicator const self(MPI_COMM_SELF, "unet3d::loss timing");
-  telar::Matrix<T, M> y("unet3d::timing::logits", rows, logits), dlogits, ddice;
-  telar::VoxelLabels<M> labels("unet3d::timing::labels", rows, logits / classes);
-  return telar::detail::best_call_seconds(
-      3, [&] { loss_and_gradient(a, self, classes, y, labels, dlogits, ddice); });
+// Seconds of loss_and_gradient on `rows` samples of the output slab `out`
+// on this process alone, the fastest of three: cached in `prof` with the
+// layers' times (as the forward of group "unet3d loss <out>"), so a run
+// plans with the times its --dry-run had. `timed` counts a new one.
+double loss_seconds(Args const& a, std::size_t rows, telar::Shape const& out, std::size_t classes,
+                    telar::MachineProfile& prof, std::size_t& timed) {
+  std::string const group = telar::MachineProfile::layer_group(
+      a.dice > 0 ? "unet3d loss+dice" : "unet3d loss", out.str(), "", 1);
+  auto& times = prof.layer_times[group];
+  if (times.count(rows) == 0) {
+    telar::Communicator const self(MPI_COMM_SELF, "unet3d::loss timing");
+    telar::Matrix<T, M> y("unet3d::timing::logits", rows, out.size()), dlogits, ddice;
+    telar::VoxelLabels<M> labels("unet3d::timing::labels", rows, out.size() / classes);
+    times[rows].forward = telar::detail::best_call_seconds(
+        3, [&] { loss_and_gradient(a, self, classes, y, labels, dlogits, ddice); });
+    ++timed;
+  }
+  return times[rows].forward;
 }
 
 // Every dp x sp of the world ranked for this U-Net and volume, the global
 // batch --batch shared by the replicas. Each rank's graph has its layers
 // timed at its slabs first, into `prof` (which its prediction then reads;
-// `timed` counts them), and the loss on its output slab.
+// `timed` counts them), and so is the loss on its output slab.
 template <class G, class C>
 std::vector<unet3d::Layout> plan_layouts(Args const& a, telar::VolumeShape const& v,
                                          telar::Communicator const& world,
@@ -797,7 +805,6 @@ std::vector<unet3d::Layout> plan_layouts(Args const& a, telar::VolumeShape const
   s.world = world.size();
   s.global_batch = a.batch;
   s.budget = a.memory_budget;
-  std::map<std::array<std::size_t, 2>, double> losses; // by [rows, logits]
   auto cost = [&](int sp, int rank, std::size_t batch) {
     telar::SpatialPlanAs as(sp, rank);
     auto g = make_unet<G, C>(a, v, world);
@@ -806,10 +813,8 @@ std::vector<unet3d::Layout> plan_layouts(Args const& a, telar::VolumeShape const
     timed += telar::calibrate_slab_layers(g, batch, prof);
     unet3d::RankCost c;
     c.step = telar::predict_slab_step(g, batch, s.world / sp, sp, prof);
-    std::array<std::size_t, 2> const out{batch, g.slab_shape(g.size() - 1).size()};
-    if (losses.count(out) == 0)
-      losses[out] = loss_seconds(a, out[0], out[1], std::size_t(v.classes));
-    c.step.loss = losses[out];
+    c.step.loss =
+        loss_seconds(a, batch, g.slab_shape(g.size() - 1), std::size_t(v.classes), prof, timed);
     Args b = a;
     b.batch = batch;
     c.bytes = planned_bytes(b, g, v) + parameter_bytes(b, g);

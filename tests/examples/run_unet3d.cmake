@@ -1,4 +1,4 @@
-# cmake -DEXE=unet3d -DMPIEXEC=mpiexec -DWORK_DIR=dir [-DCHECK=budget|bf16] -P run_unet3d.cmake
+# cmake -DEXE=unet3d -DMPIEXEC=mpiexec -DWORK_DIR=dir [-DCHECK=budget|bf16|auto] -P run_unet3d.cmake
 # Example 07 on a tiny U-Net (16^3 volumes, depth 1, width 4, GroupNorm;
 # BatchNorm on slabs is checked in tests/parallel/test_spatial.cpp): three SGD steps with each volume split over sp = 2
 # ranks end with the parameters of the unsplit run (float, within 1e-5),
@@ -76,6 +76,66 @@ if(CHECK STREQUAL "bf16")
   if(NOT ok EQUAL 0 OR fconv STREQUAL "onednn-bf16")
     message(FATAL_ERROR "bf16: sp = 2 differs from serial by ${dp} (bound 1e-5), fp32 from bf16 by ${df} (expected in (0, 1e-3)):\n${p}\n${f}")
   endif()
+  return()
+endif()
+# CHECK=auto: --dry-run --json at 2 ranks ranks dp = 2 and sp = 2 (each
+# with a predicted step, its parts and its memory, the first saying why),
+# trains nothing and caches the calibration in the --profile file; --layout
+# auto then trains the first of them and reports predicted beside measured;
+# with a global batch of one, dp = 2 is refused (it does not divide) and
+# sp = 2 trains. No time is asserted.
+if(CHECK STREQUAL "auto")
+  set(ENV{TELAR_CPU_SHARE} 1) # both runs plan with the same share (run_plan.cmake)
+  set(data ${WORK_DIR}/unet3d_auto.h5)
+  set(profile ${WORK_DIR}/unet3d_auto_profile.json)
+  file(REMOVE ${profile})
+  set(args --size 16 --depth 1 --width 4 --epochs 1 --limit-steps 2 --val 2 --optimizer sgd
+      --json --profile ${profile})
+  execute_process(COMMAND ${MPIEXEC} -np 2 ${EXE} ${args} --generate 8 --data ${data} --dry-run
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e)
+  string(REGEX MATCH "{\"program\"[^\n]*" plan "${o}")
+  if(NOT rc EQUAL 0 OR NOT plan OR o MATCHES "final_loss" OR NOT EXISTS ${profile})
+    message(FATAL_ERROR "--dry-run failed, trained, or cached no calibration (${rc}):\n${o}\n${e}")
+  endif()
+  string(JSON n LENGTH "${plan}" layouts)
+  string(JSON first GET "${plan}" layouts 0)
+  string(JSON why GET "${first}" reason)
+  if(NOT n EQUAL 2 OR NOT why MATCHES "^(the fastest|plain data parallelism)")
+    message(FATAL_ERROR "expected dp = 2 and sp = 2, the first saying why:\n${plan}")
+  endif()
+  foreach(k 0 1)
+    string(JSON l GET "${plan}" layouts ${k})
+    string(JSON fits GET "${l}" fits)
+    string(JSON ms GET "${l}" predicted_step_ms)
+    string(JSON bytes GET "${l}" memory_bytes)
+    string(JSON sp GET "${l}" sp)
+    string(JSON halo GET "${l}" halo_bytes)
+    if(NOT fits OR NOT ms GREATER 0 OR NOT bytes GREATER 0 OR (sp EQUAL 2 AND NOT halo GREATER 0))
+      message(FATAL_ERROR "layout ${k} lacks a prediction, memory or halo bytes:\n${l}")
+    endif()
+  endforeach()
+  message(STATUS "ranked: ${plan}")
+  string(JSON dp0 GET "${first}" dp)
+  string(JSON sp0 GET "${first}" sp)
+  foreach(batch 2 1)
+    train(r ${MPIEXEC} -np 2 ${EXE} ${args} --data ${data} --batch ${batch} --layout auto)
+    json_field("${r}" dp dp)
+    json_field("${r}" sp sp)
+    json_field("${r}" predicted_step_ms ms)
+    string(JSON why GET "${r}" layout_reason)
+    if(batch EQUAL 2)
+      set(want_dp ${dp0})
+      set(want_sp ${sp0})
+    else()
+      set(want_dp 1)
+      set(want_sp 2)
+    endif()
+    if(NOT dp EQUAL want_dp OR NOT sp EQUAL want_sp OR NOT ms GREATER 0 OR why STREQUAL "given by flags")
+      message(FATAL_ERROR "--batch ${batch} --layout auto: expected dp ${want_dp} x sp ${want_sp} "
+                          "with a prediction and a reason: ${r}")
+    endif()
+    message(STATUS "--batch ${batch}: dp ${dp} x sp ${sp}, predicted ${ms} ms (${why})")
+  endforeach()
   return()
 endif()
 set(file ${WORK_DIR}/unet3d_check.h5)
