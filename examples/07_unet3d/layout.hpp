@@ -109,8 +109,8 @@ inline void rank(Search const& s, std::vector<Layout>& all) {
   } else
     all.front().reason = "the fastest of the layouts that fit";
   for (auto it = all.begin() + 1; it != all.end() && it->fits; ++it)
-    it->reason = "+" + std::to_string(int(100 * (it->predicted_ms / best - 1) + 0.5)) +
-                 "% over the fastest";
+    it->reason =
+        "+" + std::to_string(int(100 * (it->predicted_ms / best - 1) + 0.5)) + "% over the fastest";
 }
 } // namespace detail
 

@@ -130,9 +130,9 @@ struct Args : example::CommonArgs {
 // The Trainer's flags, which this example (a SlabGraph trained by hand)
 // does not offer.
 bool trainer_flag(std::string const& f) {
-  for (char const* t : {"--hidden", "--pp", "--tp", "--schedule", "--microbatches",
-                        "--checkpoint-dir", "--checkpoint-every", "--resume", "--nonfinite",
-                        "--bf16-weight-copy"})
+  for (char const* t :
+       {"--hidden", "--pp", "--tp", "--schedule", "--microbatches", "--checkpoint-dir",
+        "--checkpoint-every", "--resume", "--nonfinite", "--bf16-weight-copy"})
     if (f == t)
       return true;
   return false;

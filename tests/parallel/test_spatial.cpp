@@ -17,13 +17,13 @@
 #include <telar/layers/pooling.hpp>
 #include <telar/layers/upsample.hpp>
 #include <telar/layers/voxel_losses.hpp>
+#include <telar/parallel/slab_step_cost.hpp>
 #include <telar/parallel/spatial_conv.hpp>
 #include <telar/parallel/spatial_decomposition.hpp>
 #include <telar/parallel/spatial_dense.hpp>
 #include <telar/parallel/spatial_global.hpp>
 #include <telar/parallel/spatial_local.hpp>
 #include <telar/parallel/spatial_loss.hpp>
-#include <telar/parallel/slab_step_cost.hpp>
 #include <telar/parallel/spatial_norm.hpp>
 #include <telar/parallel/spatial_unet.hpp>
 

@@ -10,10 +10,10 @@
 #include <telar/parallel/calibrate.hpp>
 #include <telar/parallel/detail/step_cost_detail.hpp>
 #include <telar/parallel/machine_profile.hpp>
+#include <telar/parallel/slab_graph.hpp>
 #include <telar/parallel/spatial_conv.hpp>
 #include <telar/parallel/spatial_local.hpp>
 #include <telar/parallel/spatial_norm.hpp>
-#include <telar/parallel/slab_graph.hpp>
 #include <telar/profile/memory.hpp>
 
 #include <algorithm>
@@ -128,8 +128,8 @@ void add_slab_layer(SlabStepPrediction& p, W const& w, std::size_t rows, bool fi
   if constexpr (is_spatial_conv<W>::value) {
     // With overlap, the face rows are computed twice (after the halo came).
     std::size_t const out = w.output_shape()[1];
-    std::size_t const faces = w.overlap_rows(0)[1] - w.overlap_rows(0)[0] +
-                              w.overlap_rows(2)[1] - w.overlap_rows(2)[0];
+    std::size_t const faces =
+        w.overlap_rows(0)[1] - w.overlap_rows(0)[0] + w.overlap_rows(2)[1] - w.overlap_rows(2)[0];
     forward *= 1.0 + double(faces) / double(std::max<std::size_t>(out, 1));
     HaloPlan const& h = w.slab().halo;
     double const row = double(rows * in.size() / in[1] * sizeof(V)); // one row of the batch
