@@ -761,16 +761,23 @@ int train(Args const& a, telar::Communicator const& world, telar::Communicator c
   return 0;
 }
 
-// --precision bf16: oneDNN's bf16 convolutions (G a template argument, so
-// that a build without oneDNN, where parse() refused bf16, does not
-// instantiate them).
-template <class G = telar::Bf16Gemm>
-int train_bf16(Args const& a, telar::Communicator const& world, telar::Communicator const& sp,
-               telar::Communicator const& dp, telar::VolumeShape const& v) {
+// A GEMM or convolution policy as a value (C++17 lambdas take no template
+// parameters).
+template <class P>
+struct Policy {
+  using type = P;
+};
+
+// f(Policy<G>{}, Policy<C>{}) under --precision's GEMM and convolution
+// policies: the defaults (fp32), or oneDNN's bf16 ones (G a template
+// argument, so that a build without oneDNN, where parse() refused bf16,
+// does not instantiate them).
+template <class G = telar::Bf16Gemm, class F>
+auto under_precision(Args const& a, F&& f) {
   if constexpr (G::template supports<T, M>())
-    return train<G, telar::OneDnnConvBf16>(a, world, sp, dp, v);
-  else
-    usage("--precision bf16 needs oneDNN (telar::OneDnnConvBf16)");
+    if (a.precision == "bf16")
+      return f(Policy<G>{}, Policy<telar::OneDnnConvBf16>{});
+  return f(Policy<telar::AutoGemm>{}, Policy<telar::AutoConv>{});
 }
 
 // Seconds of loss_and_gradient on `rows` samples of the output slab `out`
@@ -836,10 +843,10 @@ std::string ranked_choice(Args const& a, telar::VolumeShape const& v,
   prof.ranks_per_node = scheduling.ranks_per_node;
   auto const began = std::chrono::steady_clock::now();
   std::size_t timed = 0;
-  auto const all =
-      a.precision == "bf16"
-          ? plan_layouts<telar::Bf16Gemm, telar::OneDnnConvBf16>(a, v, world, prof, timed)
-          : plan_layouts<telar::AutoGemm, telar::AutoConv>(a, v, world, prof, timed);
+  auto const all = under_precision(a, [&](auto g, auto c) {
+    return plan_layouts<typename decltype(g)::type, typename decltype(c)::type>(a, v, world, prof,
+                                                                                timed);
+  });
   example::detail::keep_calibration(
       a, prof, timed,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
@@ -906,9 +913,9 @@ int run(MPI_Comm comm, int argc, char** argv) {
   int const dp_rank = world.rank() / a.sp, sp_rank = world.rank() % a.sp;
   telar::Communicator sp = world.split(dp_rank, sp_rank, "sp");
   telar::Communicator dp = world.split(sp_rank, dp_rank, "dp");
-  if (a.precision == "bf16")
-    return train_bf16(a, world, sp, dp, v);
-  return train<telar::AutoGemm, telar::AutoConv>(a, world, sp, dp, v);
+  return under_precision(a, [&](auto g, auto c) {
+    return train<typename decltype(g)::type, typename decltype(c)::type>(a, world, sp, dp, v);
+  });
 }
 
 } // namespace
