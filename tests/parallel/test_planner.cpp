@@ -847,6 +847,18 @@ TEST_CASE("planner: groups that span nodes take the across link class", "[planne
                  (2 * prof.allreduce.seconds(bytes, 0.5) +
                   prof.across.allreduce.seconds(bytes / 2, 1.0))) < 1e-15);
   CHECK(allreduce_seconds(rails, dp, bytes, false) == flat); // one ring edge per node
+  // With the node's other group known (4 ranks per node: the tp = 1 ranks'
+  // dp group reduces at the same time), its 4 streams share the one link:
+  // twice the bytes on it; with a link per rank nothing changes.
+  auto full = prof;
+  full.ranks_per_node = 4;
+  CHECK(std::abs(allreduce_seconds(full, dp, bytes, true) -
+                 (2 * prof.allreduce.seconds(bytes, 0.5) +
+                  prof.across.allreduce.seconds(2 * bytes, 1.0))) < 1e-15);
+  rails.ranks_per_node = 4;
+  CHECK(std::abs(allreduce_seconds(rails, dp, bytes, true) -
+                 (2 * prof.allreduce.seconds(bytes, 0.5) +
+                  prof.across.allreduce.seconds(bytes / 2, 1.0))) < 1e-15);
   // JSON carries both classes, the ranks and the links per node.
   prof.ranks_per_node = 4;
   prof.links_per_node = 2;

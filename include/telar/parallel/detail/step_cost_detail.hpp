@@ -51,9 +51,15 @@ inline constexpr bool
         std::is_same_v<typename StrategyT::data_parallel::algorithm, TopologyAwareAllreduce>;
 
 // The bytes one of a node's links carries when `local` of its ranks send
-// `bytes` across between them at once (MachineProfile::links_per_node).
+// `bytes` across between them (1/local each) while every other rank of the
+// node does the same for its own group (a data-parallel group per tensor-
+// or pipeline-parallel coordinate reduces at once): the node's
+// ranks_per_node streams (`local` when unknown) share its links_per_node
+// links, a stream using one link at most.
 inline double node_link_bytes(MachineProfile const& prof, int local, double bytes) {
-  return bytes / std::max(1, std::min(local, prof.links_per_node));
+  int const streams = std::max(local, prof.ranks_per_node);
+  return bytes / std::max(1, local) *
+         std::max(1.0, double(streams) / double(std::max(1, prof.links_per_node)));
 }
 
 // Seconds of a sum-allreduce of `bytes` over `g`: the same-node ring, or
