@@ -832,15 +832,12 @@ std::vector<unet3d::Layout> plan_layouts(Args const& a, telar::VolumeShape const
 
 // Rank 0's ranking (--dry-run prints it) as "dp sp predicted_ms reason",
 // or "!why" when no layout can run.
-// `scheduling`: the share of a core every rank saw (add_scheduling).
-std::string ranked_choice(Args const& a, telar::VolumeShape const& v,
-                          telar::Communicator const& world,
-                          telar::MachineProfile const& scheduling) {
+// The share of a core every rank saw is add_scheduling's, measured by all
+// of them before (it measures once per process: no message here).
+std::string ranked_choice(MPI_Comm comm, Args const& a, telar::VolumeShape const& v,
+                          telar::Communicator const& world) {
   telar::MachineProfile prof = example::detail::loaded_profile(a);
-  prof.cpu_share = scheduling.cpu_share;
-  prof.slice_us = scheduling.slice_us;
-  prof.descheduled_us = scheduling.descheduled_us;
-  prof.ranks_per_node = scheduling.ranks_per_node;
+  example::detail::add_scheduling(comm, prof);
   auto const began = std::chrono::steady_clock::now();
   std::size_t timed = 0;
   auto const all = under_precision(a, [&](auto g, auto c) {
@@ -877,7 +874,7 @@ bool choose_layout(MPI_Comm comm, Args& a, telar::VolumeShape const& v,
   std::string text;
   if (world.rank() == 0)
     try {
-      text = ranked_choice(a, v, world, scheduling);
+      text = ranked_choice(comm, a, v, world);
     } catch (std::exception const& e) {
       text = std::string("!") + e.what();
     }

@@ -112,43 +112,53 @@ std::size_t trainable_rows(S& seq, Shape const& in, std::size_t rows) {
   }
 }
 
-// One layer (as a one-layer Sequential, which dispatches split or fused
-// backward) timed at `rows`.
-template <class L>
-LayerTiming time_layer(L const& layer, Shape const& in, std::size_t rows, int reps) {
-  using T = typename L::value_type;
-  using M = typename L::memory_space;
-  Sequential<L> seq(layer);
-  std::vector<Shape> const shapes = seq.build(in);
-  seq.initialize(1);
-  rows = trainable_rows(seq, in, rows);
-  Matrix<T, M> x("telar::calibrate::x", rows, in.size());
-  Matrix<T, M> y("telar::calibrate::y", rows, shapes.back().size());
-  Matrix<T, M> dy("telar::calibrate::dy", rows, shapes.back().size());
-  Matrix<T, M> dx("telar::calibrate::dx", rows, in.size());
+// Forward, backward-input and (`weight`) backward-weight of `callee` (a
+// layer-like object: forward, backward_input, backward_weight, saved_type)
+// from `in_cols` to `out_cols` features at `rows`, each the fastest of
+// `reps`. Each backward part is timed alone, after the calls it needs
+// (untimed): a difference of two fastest sums came out 0 or negative for a
+// small layer on a loaded machine.
+template <bool weight, class Callee>
+LayerTiming time_calls(Callee& callee, std::size_t in_cols, std::size_t out_cols, std::size_t rows,
+                       int reps) {
+  using T = typename Callee::value_type;
+  using M = typename Callee::memory_space;
+  Matrix<T, M> x("telar::calibrate::x", rows, in_cols);
+  Matrix<T, M> y("telar::calibrate::y", rows, out_cols);
+  Matrix<T, M> dy("telar::calibrate::dy", rows, out_cols);
+  Matrix<T, M> dx("telar::calibrate::dx", rows, in_cols);
   // 1: a valid input for every layer, token ids of an Embedding included
   // (0.5 made telar::Embedding refuse the calibration of the GPT example).
   Kokkos::deep_copy(x, T(1));
   Kokkos::deep_copy(dy, T(0.01));
-  typename Sequential<L>::saved_type saved;
+  typename Callee::saved_type saved{};
   Kokkos::DefaultExecutionSpace exec;
+  auto const forward = [&] { callee.forward(exec, x, y, saved); };
+  auto const input = [&] { callee.backward_input(exec, dy, dx, saved); };
   LayerTiming t;
-  auto const forward = [&] { seq.forward(exec, x, y, saved); };
   t.forward = best_call_seconds(reps, forward);
-  // Each backward part timed alone, after the calls it needs (untimed): a
-  // difference of two fastest sums came out 0 or negative for a small layer
-  // on a loaded machine.
-  t.backward_input =
-      best_call_seconds(reps, forward, [&] { seq.backward_input(exec, dy, dx, saved); });
-  if constexpr (layer_traits<L>::has_backward_weight)
+  t.backward_input = best_call_seconds(reps, forward, input);
+  if constexpr (weight)
     t.backward_weight = best_call_seconds(
         reps,
         [&] {
           forward(); // backward_weight consumes what backward_input keeps
-          seq.backward_input(exec, dy, dx, saved);
+          input();
         },
-        [&] { seq.backward_weight(exec, dy, saved); });
+        [&] { callee.backward_weight(exec, dy, saved); });
   return t;
+}
+
+// One layer (as a one-layer Sequential, which dispatches split or fused
+// backward) timed at `rows`.
+template <class L>
+LayerTiming time_layer(L const& layer, Shape const& in, std::size_t rows, int reps) {
+  Sequential<L> seq(layer);
+  std::vector<Shape> const shapes = seq.build(in);
+  seq.initialize(1);
+  rows = trainable_rows(seq, in, rows);
+  return time_calls<layer_traits<L>::has_backward_weight>(seq, in.size(), shapes.back().size(),
+                                                          rows, reps);
 }
 
 // The executor's hooks, stamping this clock at each call: a layer's forward

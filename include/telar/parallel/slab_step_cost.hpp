@@ -65,36 +65,13 @@ std::string slab_group(W const& w) {
 // sums included) on its slab at `rows` samples, each the fastest of `reps`.
 template <class W>
 LayerTiming time_slab_layer(W const& w, std::size_t rows, int reps) {
-  using T = typename W::value_type;
-  using M = typename W::memory_space;
   Communicator const self(MPI_COMM_SELF, "telar::calibrate_slab_layers");
   SpatialPlanAs const one(1, 0); // inside a plan for another rank: build for a group of one
   W alone(self, w.layer);
-  Shape const in = w.input_shape();
-  alone.build(in);
+  alone.build(w.input_shape());
   alone.initialize(1);
-  Matrix<T, M> x("telar::calibrate::x", rows, in.size());
-  Matrix<T, M> y("telar::calibrate::y", rows, alone.output_shape().size());
-  Matrix<T, M> dy("telar::calibrate::dy", rows, alone.output_shape().size());
-  Matrix<T, M> dx("telar::calibrate::dx", rows, in.size());
-  Kokkos::deep_copy(x, T(1));
-  Kokkos::deep_copy(dy, T(0.01));
-  typename W::saved_type saved{};
-  Kokkos::DefaultExecutionSpace exec;
-  auto const forward = [&] { alone.forward(exec, x, y, saved); };
-  auto const input = [&] { alone.backward_input(exec, dy, dx, saved); };
-  LayerTiming t;
-  t.forward = best_call_seconds(reps, forward);
-  t.backward_input = best_call_seconds(reps, forward, input);
-  if constexpr (layer_traits<W>::has_backward_weight)
-    t.backward_weight = best_call_seconds(
-        reps,
-        [&] {
-          forward();
-          input();
-        },
-        [&] { alone.backward_weight(exec, dy, saved); });
-  return t;
+  return time_calls<layer_traits<W>::has_backward_weight>(alone, w.input_shape().size(),
+                                                          alone.output_shape().size(), rows, reps);
 }
 
 // Allreduces over the spatial group a wrapper runs per step besides its
