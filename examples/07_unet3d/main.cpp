@@ -8,7 +8,10 @@
 // (telar::spatial_unet: a telar::SlabGraph of the spatial wrappers, with
 // halo exchanges at every 3x3x3 convolution and the concatenated skips
 // local). Gradients come out of the graph summed over the sp group (every
-// rank of a group holds the whole sample's); they are averaged over dp.
+// rank of a group holds the whole sample's); they are averaged over dp by
+// telar::SlabDataParallel, in buckets while backward runs (--zero 0), or
+// with the optimizer state sharded over dp (--zero 1: ZeRO-1; --zero 2:
+// ZeRO-2, the gradients reduce-scattered group by group as well).
 //
 //   unet3d [--generate N | --data FILE.h5] [--size 32] [--depth 2] [--width 8]
 //          [--sp S] [--dp D] [--epochs 16] [--batch 2] [--lr 0.003]
@@ -17,6 +20,7 @@
 //          [--limit-steps N] [--json] [--save-params F] [--compare-params F]
 //          [--memory-budget SIZE] [--no-overlap] [--precision fp32|bf16]
 //          [--timeline PREFIX] [--layout auto] [--dry-run] [--profile FILE]
+//          [--zero 0|1|2]
 //   mpirun -np 2 unet3d --sp 2
 //
 // --generate N (default 160 without --data) writes N synthetic volumes of
@@ -64,6 +68,8 @@
 #include <telar/io/volume.hpp>
 #include <telar/optim/adam.hpp>
 #include <telar/optim/lr_schedule.hpp>
+#include <telar/optim/sgd.hpp>
+#include <telar/parallel/slab_data_parallel.hpp>
 #include <telar/parallel/spatial_loss.hpp>
 #include <telar/parallel/spatial_tally.hpp>
 #include <telar/parallel/spatial_unet.hpp>
@@ -82,10 +88,13 @@
 #include <ctime>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <variant>
 #include <vector>
 
 namespace {
@@ -117,6 +126,7 @@ struct Args : example::CommonArgs {
   long long generate = 0; // volumes to write first (0: read --data)
   std::size_t size = 32, width = 8;
   int depth = 2, sp = 0, lesions = 3;
+  int zero = 0; // --zero: the optimizer state (2: and the gradients) sharded over dp
   long long val = -1;
   double dice = 1;
   std::string save_params, compare_params;
@@ -148,7 +158,7 @@ bool trainer_flag(std::string const& f) {
                "[--json] [--save-params FILE] "
                "[--compare-params FILE] [--memory-budget SIZE] [--no-overlap] "
                "[--precision fp32|bf16] [--timeline PREFIX] [--layout auto] [--dry-run] "
-               "[--profile FILE]\n",
+               "[--profile FILE] [--zero 0|1|2]\n",
                why);
   throw 2;
 }
@@ -186,6 +196,8 @@ Args parse(int argc, char** argv) {
       a.compare_params = r.value();
     else if (f == "--no-overlap")
       a.overlap = false;
+    else if (f == "--zero")
+      a.zero = int(r.integer(0));
     else if (f == "--timeline") // PREFIX.json: every rank's spans
       a.timeline = r.path("a file name prefix");
     else if (trainer_flag(f))
@@ -195,6 +207,11 @@ Args parse(int argc, char** argv) {
     else if (!example::read_common_flag(r, a))
       usage(("unknown flag " + f).c_str());
   }
+  if (a.zero > 2)
+    usage(("--zero " + std::to_string(a.zero) +
+           ": unet3d shards over dp with 0 (none), 1 (ZeRO-1) or 2 (ZeRO-2); ZeRO-3 would "
+           "gather each layer's parameters before it runs, a hook the U-Net's graph lacks")
+              .c_str());
   if (a.norm != "batch" && a.norm != "group")
     usage(("--norm expects batch or group, got '" + a.norm + "'").c_str());
   if (a.eval_bn != "running" && a.eval_bn != "batch")
@@ -280,46 +297,64 @@ void to_device(telar::VolumeBatch const& b, telar::Matrix<T, M>& x, telar::Voxel
   Kokkos::deep_copy(y, hy);
 }
 
-// Adam or SGD over every parameter of the graph, after the dp average.
-class Optimizer {
+// The graph's data-parallel update (telar::SlabDataParallel): gradients
+// averaged over dp while backward runs (--zero 0: allreduce buckets; 2:
+// reduce-scattered groups) or after it (1), Adam or SGD over this rank's
+// shard (--zero 1, 2: 1/dp of the optimizer state), a cosine decay from
+// --lr to --lr / 20 over the run's `steps`.
+template <class UNet>
+class Update {
+  template <class Sharding>
+  using DP = telar::DataParallel<telar::TopologyAwareAllreduce, Sharding>;
+  template <class Sharding, class Opt>
+  using Of = telar::SlabDataParallel<UNet, DP<Sharding>, Opt>;
+  template <class Opt>
+  using ByStage = std::variant<Of<telar::NoSharding, Opt>, Of<telar::ZeRO<1>, Opt>,
+                               Of<telar::ZeRO<2>, Opt>>;
+
 public:
-  // Cosine decay from --lr to --lr / 20 over the run's `steps`.
-  Optimizer(Args const& a, long long steps)
-      : adam_(a.optimizer == "adam"), lr_(telar::warmup_cosine(a.lr, 0, steps, a.lr / 20)) {}
-  template <class UNet>
-  void step(UNet& g, telar::Communicator const& dp) {
+  Update(Args const& a, long long steps, UNet& net, telar::Communicator const& dp,
+         telar::TraceRecorder* trace)
+      : lr_(telar::warmup_cosine(a.lr, 0, steps, a.lr / 20)) {
+    telar::SlabDataParallelOptions o;
+    o.trace = trace;
+    if (a.optimizer == "adam")
+      make(a.zero, adam_, net, dp, telar::Adam<T>{}, o);
+    else
+      make(a.zero, sgd_, net, dp, telar::SGD<T>{}, o);
+  }
+  void backward(telar::ConstMatrix<T, M> dy) {
+    visit([&](auto& u) { u.backward(Exec{}, dy); });
+  }
+  void step() {
     ++t_;
-    T const lr = T(lr_(t_));
-    telar::Adam<T> adam;
-    adam.begin_step({lr, t_});
-    std::size_t k = 0;
-    g.parameters([&](char const*, auto& v, auto& dv) {
-      auto hv = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, v);
-      auto hg = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, dv);
-      std::size_t const n = hv.span();
-      if (dp.size() > 1)
-        dp.allreduce(hg.data(), n);
-      if (state_.size() <= k)
-        state_.emplace_back(2 * n, T(0));
-      for (std::size_t i = 0; i < n; ++i) {
-        T const grad = hg.data()[i] / T(dp.size());
-        if (adam_)
-          adam.update(hv.data()[i], grad, {state_[k].data() + i, n}, {lr, t_});
-        else
-          hv.data()[i] -= lr * grad;
-        hg.data()[i] = T(0);
-      }
-      Kokkos::deep_copy(v, hv);
-      Kokkos::deep_copy(dv, hg);
-      ++k;
-    });
+    visit([&](auto& u) { u.step(Exec{}, lr_(t_)); });
   }
 
 private:
-  bool adam_;
+  // The stage's alternative, built in place (it binds the graph: not movable).
+  template <class Opt>
+  static void make(int zero, std::optional<ByStage<Opt>>& v, UNet& net,
+                   telar::Communicator const& dp, Opt opt, telar::SlabDataParallelOptions o) {
+    if (zero == 1)
+      v.emplace(std::in_place_index<1>, net, &dp, opt, o);
+    else if (zero == 2)
+      v.emplace(std::in_place_index<2>, net, &dp, opt, o);
+    else
+      v.emplace(std::in_place_index<0>, net, &dp, opt, o);
+  }
+  template <class F>
+  void visit(F&& f) {
+    if (adam_)
+      std::visit(f, *adam_);
+    else
+      std::visit(f, *sgd_);
+  }
+
   telar::LRSchedule lr_;
   long long t_ = 0;
-  std::vector<std::vector<T>> state_; // Adam's m and v per tensor
+  std::optional<ByStage<telar::Adam<T>>> adam_;
+  std::optional<ByStage<telar::SGD<T>>> sgd_;
 };
 
 // The loss of one batch (the same on every rank of the sp group) and the
@@ -463,7 +498,7 @@ struct Summary {
 // One epoch of training; false once --limit-steps is reached.
 template <class UNet>
 bool train_epoch(Args const& a, UNet& net, telar::VolumeReader& reader, telar::BatchLoader& loader,
-                 Optimizer& opt, std::size_t classes, telar::Communicator const& sp,
+                 Update<UNet>& update, std::size_t classes, telar::Communicator const& sp,
                  telar::Communicator const& dp, int epoch, Summary& sum,
                  telar::TraceRecorder& trace) {
   telar::ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(a.epochs),
@@ -487,7 +522,7 @@ bool train_epoch(Args const& a, UNet& net, telar::VolumeReader& reader, telar::B
     double const loss_began = trace.now();
     double loss = loss_and_gradient(a, sp, classes, logits, labels, dlogits, ddice);
     trace.add("loss", "loss", loss_began, trace.now());
-    net.backward(Exec{}, dlogits);
+    update.backward(dlogits);
     telar::HaloTally const& now = telar::halo_tally();
     sum.halo.exchanges += now.exchanges - before.exchanges;
     sum.halo.bytes_sent += now.bytes_sent - before.bytes_sent;
@@ -497,7 +532,7 @@ bool train_epoch(Args const& a, UNet& net, telar::VolumeReader& reader, telar::B
     sum.sums.values += telar::group_sum_tally().values - sums_before.values;
     sum.sums.seconds += telar::group_sum_tally().seconds - sums_before.seconds;
     double const update_began = trace.now();
-    opt.step(net, dp);
+    update.step();
     trace.add("optimizer", "optimizer", update_began, trace.now());
     dp.allreduce(&loss, 1);
     sum.loss = loss / dp.size();
@@ -562,12 +597,16 @@ telar::Shape volume_shape(telar::VolumeShape const& v) {
           std::size_t(v.width)};
 }
 
-// Parameters, their gradients and Adam's two moments (SGD: none).
+// Parameters, their gradients and the optimizer's state (Adam's two
+// moments, SGD's momentum) on one of `dp` replicas: --zero 1 keeps 1/dp of
+// the state, --zero 2 also 1/dp of the gradients (telar::SlabDataParallel).
 template <class UNet>
-std::size_t parameter_bytes(Args const& a, UNet& net) {
+std::size_t parameter_bytes(Args const& a, UNet& net, int dp) {
   std::size_t n = 0;
   net.parameters([&](char const*, auto& v, auto&) { n += v.span(); });
-  return sizeof(T) * n * (a.optimizer == "adam" ? 4 : 2);
+  std::size_t const shard = a.zero > 0 ? (n + std::size_t(dp) - 1) / std::size_t(dp) : n;
+  std::size_t const grads = a.zero == 2 ? shard : n;
+  return sizeof(T) * (n + grads + shard * (a.optimizer == "adam" ? 2 : 1));
 }
 
 // The most any rank of an sp group of `size` plans to hold (activation
@@ -600,7 +639,7 @@ void check_budget(Args const& a, telar::VolumeShape const& v, UNetOf<G, C>& net,
                   telar::Communicator const& sp, telar::Communicator const& world) {
   if (a.memory_budget == 0)
     return;
-  std::size_t const params = parameter_bytes(a, net);
+  std::size_t const params = parameter_bytes(a, net, a.dp);
   unsigned long long need = planned_bytes(a, net, v) + params;
   unsigned long long acts = net.activation_bytes(a.batch);
   world.allreduce(&need, 1, telar::ReduceOp::max);
@@ -662,6 +701,7 @@ void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const
       .add("program", "unet3d")
       .add("sp", a.sp)
       .add("dp", a.dp)
+      .add("zero", a.zero)
       .add("size", (long long)v.depth)
       .add("depth", a.depth)
       .add("width", (long long)a.width)
@@ -732,16 +772,17 @@ int train(Args const& a, telar::Communicator const& world, telar::Communicator c
                  a.sp, net.input_slab().begin, net.input_slab().end, a.optimizer.c_str());
   long long const steps = (long long)loader.size() * a.epochs;
   std::size_t const classes = std::size_t(v.classes);
-  Optimizer opt(a, a.limit_steps > 0 ? std::min<long long>(a.limit_steps, steps) : steps);
   Summary s;
   telar::TraceRecorder trace(!a.timeline.empty());
+  Update<decltype(net)> update(a, a.limit_steps > 0 ? std::min<long long>(a.limit_steps, steps) : steps,
+                               net, dp, trace.enabled() ? &trace : nullptr);
   world.barrier(); // one origin for every rank's spans
   trace.reset_origin();
   net.set_trace(trace.enabled() ? &trace : nullptr);
   auto const t0 = std::chrono::steady_clock::now();
   for (int e = 0; e < a.epochs; ++e) {
     loader.set_epoch(std::uint64_t(e));
-    bool const more = train_epoch(a, net, reader, loader, opt, classes, sp, dp, e, s, trace);
+    bool const more = train_epoch(a, net, reader, loader, update, classes, sp, dp, e, s, trace);
     s.val_dice = validate(a, net, reader, first_val, classes, world, dp_rank);
     if (world.rank() == 0)
       std::fprintf(stderr, "unet3d: epoch %d: loss %.4f, val_dice %.4f\n", e + 1, s.loss,
@@ -824,7 +865,7 @@ std::vector<unet3d::Layout> plan_layouts(Args const& a, telar::VolumeShape const
         loss_seconds(a, batch, g.slab_shape(g.size() - 1), std::size_t(v.classes), prof, timed);
     Args b = a;
     b.batch = batch;
-    c.bytes = planned_bytes(b, g, v) + parameter_bytes(b, g);
+    c.bytes = planned_bytes(b, g, v) + parameter_bytes(b, g, s.world / sp);
     return c;
   };
   return unet3d::rank_layouts(s, cost);

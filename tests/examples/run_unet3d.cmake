@@ -3,7 +3,8 @@
 # BatchNorm on slabs is checked in tests/parallel/test_spatial.cpp): three SGD steps with each volume split over sp = 2
 # ranks end with the parameters of the unsplit run (float, within 1e-5),
 # and so does the loss. With GroupNorm (per-sample statistics) dp = 2 with
-# one volume per rank also equals the serial run's batches of two.
+# one volume per rank also equals the serial run's batches of two, with
+# and without ZeRO-1 and ZeRO-2 over dp.
 set(PROGRAM unet3d)
 include(${CMAKE_CURRENT_LIST_DIR}/example_checks.cmake)
 
@@ -213,3 +214,15 @@ endforeach()
 train(c ${MPIEXEC} -np 2 ${EXE} ${common} --norm group --data ${file} --dp 2 --batch 1
       --compare-params ${WORK_DIR}/unet3d_check_group.txt)
 same_run("${serial_group}" "${c}" "group, dp = 2")
+# ZeRO over dp (telar::SlabDataParallel): the optimizer state sharded
+# (--zero 1), and the gradients reduce-scattered group by group (--zero 2),
+# train to the same parameters.
+foreach(zero 1 2)
+  train(z ${MPIEXEC} -np 2 ${EXE} ${common} --norm group --data ${file} --dp 2 --batch 1
+        --zero ${zero} --compare-params ${WORK_DIR}/unet3d_check_group.txt)
+  json_field("${z}" zero stage)
+  if(NOT stage EQUAL zero)
+    message(FATAL_ERROR "--zero ${zero} reported zero ${stage}: ${z}")
+  endif()
+  same_run("${serial_group}" "${z}" "group, dp = 2, ZeRO-${zero}")
+endforeach()

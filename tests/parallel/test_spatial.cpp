@@ -1045,7 +1045,7 @@ TEST_CASE("The cost model counts the halo bytes and the group sums a U-Net step 
     CHECK(n == timed.layer_times.size()); // layers on equal slabs share a group
     CHECK(telar::calibrate_slab_layers(h, 2, timed, 1) == 0);
     int layers = 0; // every node but the concatenation
-    h.for_each_layer([&](int, auto const& w, int) {
+    h.for_each_node([&](int, auto const& w, int) {
       ++layers;
       CHECK(timed.layer_timing(telar::detail::slab_group(w), 2).has_value());
     });

@@ -27,6 +27,7 @@
 #include <telar/core/shape.hpp>
 #include <telar/core/tensor.hpp>
 #include <telar/parallel/detail/spatial.hpp>
+#include <telar/parallel/detail/step_hooks.hpp>
 #include <telar/parallel/spatial_decomposition.hpp>
 #include <telar/profile/trace.hpp>
 
@@ -240,7 +241,7 @@ public:
   void parameters(F&& f) {
     for_units([&](auto& u, std::size_t i) {
       u.layer.parameters([&](char const* name, auto& v, auto& g) {
-        std::string const full = "node" + std::to_string(i) + "." + name;
+        std::string const full = layer_prefix(i) + name;
         f(full.c_str(), v, g);
       });
     });
@@ -249,7 +250,7 @@ public:
    *  the concatenations), `from` the node it reads (telar::predict_slab_step
    *  reads the graph through it). */
   template <class F>
-  void for_each_layer(F&& f) const {
+  void for_each_node(F&& f) const {
     for (std::size_t i = 1; i < nodes_.size(); ++i)
       std::visit(
           [&](auto const& op) {
@@ -259,6 +260,20 @@ public:
           },
           nodes_[i].op);
   }
+  /*! \brief Node slots, the input's included: layer indices run over [0,
+   *  layer_count()) as a model's do (telar::ParameterStore binds the
+   *  graph's parameters as a telar::Sequential's, node i as layer i). */
+  std::size_t layer_count() const { return nodes_.size(); }
+  /*! \brief Calls f(i, wrapper) for every layer node i (std::size_t), as a
+   *  telar::Sequential's for_each_layer does. */
+  template <class F>
+  void for_each_layer(F&& f) {
+    for_units([&](auto& u, std::size_t i) { f(i, u.layer); });
+  }
+  /*! \brief The prefix of node \p i's parameter names ("node3."), as
+   *  parameters() names them. */
+  std::string layer_prefix(std::size_t i) const { return "node" + std::to_string(i) + "."; }
+
   /*! \brief Training (batch statistics) or evaluation (running ones) for
    *  the layers that have both. */
   void set_training(bool on) {
@@ -299,9 +314,12 @@ public:
 
   /*! \brief Back-propagates \p dy (the output slab's gradient) through the
    *  last forward; parameter gradients accumulate. The input's gradient is
-   *  not computed. */
-  template <class Exec>
-  void backward(Exec const& exec, ConstMatrix<T, M> dy) {
+   *  not computed. \p hooks hears of every layer node i, in reverse order:
+   *  before_backward(i) before it runs, gradient_ready(i) once its weight
+   *  gradient is complete (summed over the group), progress() after it
+   *  (telar::SlabDataParallel's buckets and ZeRO-2 groups listen). */
+  template <class Exec, class Hooks = detail::NoStepHooks>
+  void backward(Exec const& exec, ConstMatrix<T, M> dy, Hooks&& hooks = {}) {
     for (auto& node : nodes_)
       node.written = false;
     Node& last = nodes_.back();
@@ -309,9 +327,15 @@ public:
     Kokkos::deep_copy(exec, last.g, dy);
     for (std::size_t i = nodes_.size() - 1; i >= 1; --i) {
       Node& node = nodes_[i];
+      bool const layer = !std::holds_alternative<Concat>(node.op);
+      if (layer)
+        hooks.before_backward(i);
       double const began = trace_ ? trace_->now() : 0;
       std::visit([&](auto& op) { backward_op(exec, op, node); }, node.op);
       traced(exec, "B", i, began);
+      if (layer)
+        hooks.gradient_ready(i);
+      hooks.progress();
     }
     exec.fence();
   }

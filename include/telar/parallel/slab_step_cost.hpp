@@ -147,7 +147,7 @@ std::size_t calibrate_slab_layers(Graph const& graph, std::size_t rows, MachineP
                                   int reps = 3) {
   MemoryMeter::Uncounted uncounted; // timing buffers are no run's
   std::size_t timed = 0;
-  graph.for_each_layer([&](int, auto const& w, int) {
+  graph.for_each_node([&](int, auto const& w, int) {
     auto& times = profile.layer_times[detail::slab_group(w)];
     if (times.count(rows) == 0) {
       times[rows] = detail::time_slab_layer(w, rows, reps);
@@ -185,7 +185,7 @@ SlabStepPrediction predict_slab_step(Graph& graph, std::size_t rows, int dp, int
   LinkCosts const group = seen.link_class(spans(sp)), replicas = seen.link_class(spans(world));
   using V = typename Graph::value_type;
   SlabStepPrediction p;
-  graph.for_each_layer([&](int, auto const& w, int from) {
+  graph.for_each_node([&](int, auto const& w, int from) {
     detail::add_slab_layer(p, w, rows, from == Graph::input, sp, seen, group, contention);
   });
   for (int i = 1; i < graph.size(); ++i)
