@@ -20,7 +20,7 @@
 //          [--limit-steps N] [--json] [--save-params F] [--compare-params F]
 //          [--memory-budget SIZE] [--no-overlap] [--precision fp32|bf16]
 //          [--timeline PREFIX] [--layout auto] [--dry-run] [--profile FILE]
-//          [--zero 0|1|2]
+//          [--zero 0|1|2] [--checkpoint-dir DIR] [--checkpoint-every N] [--resume]
 //   mpirun -np 2 unet3d --sp 2
 //
 // --generate N (default 160 without --data) writes N synthetic volumes of
@@ -49,6 +49,12 @@
 // process: open it in ui.perfetto.dev): each node's forward and backward,
 // the halo waits and gradient sums inside them, each exchange in flight,
 // the loss, the optimizer and the steps.
+// --checkpoint-dir DIR saves the training state (telar::save_checkpoint of
+// the telar::SlabDataParallel: every tensor whole, Adam's moments, the
+// step, where the data stood) every --checkpoint-every steps and at the
+// end; --resume continues from the newest one under any --dp, --sp and
+// --zero (the same --seed, global batch, --lr, --epochs, --val,
+// --limit-steps and --norm: the data order and the schedule follow them).
 // --precision bf16 builds the U-Net with oneDNN's bf16 convolutions
 // (telar::spatial_unet<T, M, telar::Bf16Gemm, telar::OneDnnConvBf16>: the
 // 3x3x3, 1x1x1 and transposed ones): bf16 products, fp32 accumulation; the
@@ -140,9 +146,8 @@ struct Args : example::CommonArgs {
 // The Trainer's flags, which this example (a SlabGraph trained by hand)
 // does not offer.
 bool trainer_flag(std::string const& f) {
-  for (char const* t :
-       {"--hidden", "--pp", "--tp", "--schedule", "--microbatches", "--checkpoint-dir",
-        "--checkpoint-every", "--resume", "--nonfinite", "--bf16-weight-copy"})
+  for (char const* t : {"--hidden", "--pp", "--tp", "--schedule", "--microbatches", "--nonfinite",
+                        "--bf16-weight-copy"})
     if (f == t)
       return true;
   return false;
@@ -158,7 +163,8 @@ bool trainer_flag(std::string const& f) {
                "[--json] [--save-params FILE] "
                "[--compare-params FILE] [--memory-budget SIZE] [--no-overlap] "
                "[--precision fp32|bf16] [--timeline PREFIX] [--layout auto] [--dry-run] "
-               "[--profile FILE] [--zero 0|1|2]\n",
+               "[--profile FILE] [--zero 0|1|2] [--checkpoint-dir DIR] [--checkpoint-every N] "
+               "[--resume]\n",
                why);
   throw 2;
 }
@@ -255,15 +261,6 @@ long long validation_volumes(Args const& a, telar::VolumeShape const& v) {
   return a.val > 0 ? a.val : std::max(1LL, v.samples / 5);
 }
 
-// --timeline PREFIX is refused before anything runs when PREFIX.json cannot
-// be written (rank 0's verdict, on every rank).
-void check_timeline(Args const& a, telar::Communicator const& world) {
-  std::string bad;
-  if (world.rank() == 0 && !a.timeline.empty() && !example::writable(a.timeline + ".json"))
-    bad = "--timeline " + a.timeline + ": cannot write " + a.timeline + ".json";
-  telar::detail::agree_as<telar::Error>(&world, bad);
-}
-
 // The U-Net needs edges that halve `depth` times; the volume's H and W too.
 void check_volume(Args const& a, telar::VolumeShape const& v) {
   long long const step = 1LL << a.depth;
@@ -309,15 +306,18 @@ class Update {
   template <class Sharding, class Opt>
   using Of = telar::SlabDataParallel<UNet, DP<Sharding>, Opt>;
   template <class Opt>
-  using ByStage = std::variant<Of<telar::NoSharding, Opt>, Of<telar::ZeRO<1>, Opt>,
-                               Of<telar::ZeRO<2>, Opt>>;
+  using ByStage =
+      std::variant<Of<telar::NoSharding, Opt>, Of<telar::ZeRO<1>, Opt>, Of<telar::ZeRO<2>, Opt>>;
 
 public:
+  // `extra`: the flags beyond the common ones a resumed run must repeat.
   Update(Args const& a, long long steps, UNet& net, telar::Communicator const& dp,
-         telar::TraceRecorder* trace)
-      : lr_(telar::warmup_cosine(a.lr, 0, steps, a.lr / 20)) {
+         telar::Communicator const& world, telar::TraceRecorder* trace, std::string extra)
+      : lr_(telar::warmup_cosine(a.lr, 0, steps, a.lr / 20)), config_(a), extra_(std::move(extra)) {
+    config_.batch = a.batch * std::size_t(a.dp); // the global batch: dp may change on resume
     telar::SlabDataParallelOptions o;
     o.trace = trace;
+    o.world = &world;
     if (a.optimizer == "adam")
       make(a.zero, adam_, net, dp, telar::Adam<T>{}, o);
     else
@@ -326,9 +326,26 @@ public:
   void backward(telar::ConstMatrix<T, M> dy) {
     visit([&](auto& u) { u.backward(Exec{}, dy); });
   }
+  // The update at the schedule's next step (a resumed run's continues).
   void step() {
-    ++t_;
-    visit([&](auto& u) { u.step(Exec{}, lr_(t_)); });
+    visit([&](auto& u) { u.step(Exec{}, lr_(u.steps() + 1)); });
+  }
+  // Steps taken, a resumed run's before it included.
+  long long steps() {
+    long long n = 0;
+    visit([&](auto& u) { n = u.steps(); });
+    return n;
+  }
+  // --checkpoint-dir: the state after `batch` batches of `epoch` (collective).
+  void save(long long epoch, long long batch) {
+    visit([&](auto& u) { example::save(u, config_, int(epoch), batch, extra_); });
+  }
+  // --resume: the newest checkpoint's state, under this run's dp, sp and
+  // --zero; where its data stood ({0, 0} without one).
+  telar::RunPosition resume() {
+    telar::RunPosition pos;
+    visit([&](auto& u) { pos = example::resume(u, config_, extra_); });
+    return pos;
   }
 
 private:
@@ -352,7 +369,8 @@ private:
   }
 
   telar::LRSchedule lr_;
-  long long t_ = 0;
+  example::CommonArgs config_; // the flags checkpoints record (--batch: global)
+  std::string extra_;
   std::optional<ByStage<telar::Adam<T>>> adam_;
   std::optional<ByStage<telar::SGD<T>>> sgd_;
 };
@@ -495,26 +513,42 @@ struct Summary {
   telar::GroupSumTally sums;              // training steps' weight-gradient sums over sp
 };
 
-// One epoch of training; false once --limit-steps is reached.
+// What one step's exchanges and group sums added to the tallies.
+void add_tallies(Summary& sum, telar::HaloTally const& before, telar::GroupSumTally const& sums) {
+  telar::HaloTally const& now = telar::halo_tally();
+  sum.halo.exchanges += now.exchanges - before.exchanges;
+  sum.halo.bytes_sent += now.bytes_sent - before.bytes_sent;
+  sum.halo.window_s += now.window_s - before.window_s;
+  sum.halo.exposed_s += now.exposed_s - before.exposed_s;
+  sum.sums.sums += telar::group_sum_tally().sums - sums.sums;
+  sum.sums.values += telar::group_sum_tally().values - sums.values;
+  sum.sums.seconds += telar::group_sum_tally().seconds - sums.seconds;
+}
+
+// One epoch of training from its batch `first` (a resumed run's position);
+// false once --limit-steps (counting a resumed run's earlier steps) is
+// reached. --checkpoint-every saves on the way, not after the run's last
+// step (train() saves that one).
 template <class UNet>
 bool train_epoch(Args const& a, UNet& net, telar::VolumeReader& reader, telar::BatchLoader& loader,
                  Update<UNet>& update, std::size_t classes, telar::Communicator const& sp,
-                 telar::Communicator const& dp, int epoch, Summary& sum,
+                 telar::Communicator const& dp, int epoch, std::size_t first, Summary& sum,
                  telar::TraceRecorder& trace) {
   telar::ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(a.epochs),
                          (long long)loader.size(), sp.rank() == 0 && dp.rank() == 0);
   telar::VolumeBatch b;
   telar::Matrix<T, M> x, dlogits, ddice;
   telar::VoxelLabels<M> labels;
-  reader.prefetch(loader.batch(0).indices);
-  for (std::size_t s = 0; s < loader.size(); ++s) {
+  if (first < loader.size())
+    reader.prefetch(loader.batch(first).indices);
+  for (std::size_t s = first; s < loader.size(); ++s) {
     auto const t0 = std::chrono::steady_clock::now();
     double const step_began = trace.now();
     std::clock_t const c0 = std::clock();
     reader.wait(b);
     telar::HaloTally const before = telar::halo_tally();
     telar::GroupSumTally const sums_before = telar::group_sum_tally();
-    bool const last = s + 1 == loader.size() || sum.steps + 1 == a.limit_steps;
+    bool const limit = update.steps() + 1 == a.limit_steps, last = s + 1 == loader.size() || limit;
     if (!last)
       reader.prefetch(loader.batch(s + 1).indices); // read while this step trains
     to_device(b, x, labels);
@@ -523,14 +557,7 @@ bool train_epoch(Args const& a, UNet& net, telar::VolumeReader& reader, telar::B
     double loss = loss_and_gradient(a, sp, classes, logits, labels, dlogits, ddice);
     trace.add("loss", "loss", loss_began, trace.now());
     update.backward(dlogits);
-    telar::HaloTally const& now = telar::halo_tally();
-    sum.halo.exchanges += now.exchanges - before.exchanges;
-    sum.halo.bytes_sent += now.bytes_sent - before.bytes_sent;
-    sum.halo.window_s += now.window_s - before.window_s;
-    sum.halo.exposed_s += now.exposed_s - before.exposed_s;
-    sum.sums.sums += telar::group_sum_tally().sums - sums_before.sums;
-    sum.sums.values += telar::group_sum_tally().values - sums_before.values;
-    sum.sums.seconds += telar::group_sum_tally().seconds - sums_before.seconds;
+    add_tallies(sum, before, sums_before);
     double const update_began = trace.now();
     update.step();
     trace.add("optimizer", "optimizer", update_began, trace.now());
@@ -544,11 +571,48 @@ bool train_epoch(Args const& a, UNet& net, telar::VolumeReader& reader, telar::B
     char text[64];
     std::snprintf(text, sizeof text, "loss %.4f", sum.loss);
     bar.update((long long)s + 1, text, double(a.batch * std::size_t(dp.size())));
-    if (last && s + 1 < loader.size())
+    bool const run_ends = limit || (s + 1 == loader.size() && epoch + 1 == a.epochs);
+    if (a.checkpoint_every > 0 && update.steps() % a.checkpoint_every == 0 && !run_ends)
+      update.save(epoch, (long long)s + 1);
+    if (limit)
       return false;
   }
   return true;
 }
+
+// The run's epochs, from where --resume left it, each validated; then the
+// last checkpoint (--checkpoint-dir).
+template <class UNet>
+struct Epochs {
+  Args const& a;
+  UNet& net;
+  telar::VolumeReader& reader;
+  telar::BatchLoader& loader;
+  Update<UNet>& update;
+  telar::Communicator const &world, &sp, &dp;
+  telar::TraceRecorder& trace;
+
+  void all(long long first_val, std::size_t classes, Summary& s) {
+    telar::RunPosition const pos = update.resume();
+    int e = int(pos.epoch);
+    bool more = a.limit_steps <= 0 || update.steps() < a.limit_steps;
+    for (; e < a.epochs && more; ++e) {
+      loader.set_epoch(std::uint64_t(e));
+      std::size_t const first = e == pos.epoch ? std::size_t(pos.batch) : 0;
+      more = train_epoch(a, net, reader, loader, update, classes, sp, dp, e, first, s, trace);
+      s.val_dice = validate(a, net, reader, first_val, classes, world, world.rank() / a.sp);
+      if (world.rank() == 0)
+        std::fprintf(stderr, "unet3d: epoch %d: loss %.4f, val_dice %.4f\n", e + 1, s.loss,
+                     s.val_dice);
+    }
+    if (s.steps == 0)
+      return;
+    if (more) // every epoch done: a resumed run starts after them
+      update.save(e, 0);
+    else // stopped in epoch e - 1 (the earlier ones ran whole)
+      update.save(e - 1, update.steps() - (long long)loader.size() * (e - 1));
+  }
+};
 
 } // namespace
 
@@ -774,22 +838,18 @@ int train(Args const& a, telar::Communicator const& world, telar::Communicator c
   std::size_t const classes = std::size_t(v.classes);
   Summary s;
   telar::TraceRecorder trace(!a.timeline.empty());
-  Update<decltype(net)> update(a, a.limit_steps > 0 ? std::min<long long>(a.limit_steps, steps) : steps,
-                               net, dp, trace.enabled() ? &trace : nullptr);
+  // A resumed run repeats the flags that fix its data order and schedule.
+  std::string const extra = " --val " + std::to_string(val) + " --limit-steps " +
+                            std::to_string(a.limit_steps) + " --norm " + a.norm;
+  Update<decltype(net)> update(
+      a, a.limit_steps > 0 ? std::min<long long>(a.limit_steps, steps) : steps, net, dp, world,
+      trace.enabled() ? &trace : nullptr, extra);
   world.barrier(); // one origin for every rank's spans
   trace.reset_origin();
   net.set_trace(trace.enabled() ? &trace : nullptr);
   auto const t0 = std::chrono::steady_clock::now();
-  for (int e = 0; e < a.epochs; ++e) {
-    loader.set_epoch(std::uint64_t(e));
-    bool const more = train_epoch(a, net, reader, loader, update, classes, sp, dp, e, s, trace);
-    s.val_dice = validate(a, net, reader, first_val, classes, world, dp_rank);
-    if (world.rank() == 0)
-      std::fprintf(stderr, "unet3d: epoch %d: loss %.4f, val_dice %.4f\n", e + 1, s.loss,
-                   s.val_dice);
-    if (!more || s.steps == a.limit_steps)
-      break;
-  }
+  Epochs<decltype(net)> epochs{a, net, reader, loader, update, world, sp, dp, trace};
+  epochs.all(first_val, classes, s);
   s.train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::size_t peak = 0;
   telar::MemoryBytes const memory = telar::MemoryMeter::instance().peaks(tracker, &peak);
@@ -860,7 +920,7 @@ std::vector<unet3d::Layout> plan_layouts(Args const& a, telar::VolumeShape const
     g.initialize(a.seed);
     timed += telar::calibrate_slab_layers(g, batch, prof);
     unet3d::RankCost c;
-    c.step = telar::predict_slab_step(g, batch, s.world / sp, sp, prof);
+    c.step = telar::predict_slab_step(g, batch, s.world / sp, sp, prof, {a.zero});
     c.step.loss =
         loss_seconds(a, batch, g.slab_shape(g.size() - 1), std::size_t(v.classes), prof, timed);
     Args b = a;
@@ -940,7 +1000,9 @@ int run(MPI_Comm comm, int argc, char** argv) {
   bool const plan = a.layout_auto || a.dry_run;
   if (!plan)
     degrees(a, world.size()); // refused before volumes are written
-  check_timeline(a, world);
+  // --timeline and --checkpoint-dir refused before anything runs (rank 0's
+  // verdict on every rank); the directory locked for the run.
+  example::DirLock const lock = example::check_output_files(&world, a);
   if (a.generate > 0)
     generate(a, world);
   telar::VolumeShape const v = telar::read_volume_shape(a.data, world);

@@ -607,15 +607,17 @@ inline std::string lock_dir(std::string const& dir, DirLock& lock) {
 }
 
 // The files the run will write are checked before it trains, so a run never
-// trains for hours and then fails to save what it produced (collective).
-// Returns the checkpoint directory's lock: keep it until the run ends.
-template <class TrainerT>
-[[nodiscard]] DirLock check_outputs(TrainerT const& trainer, CommonArgs const& a) {
+// trains for hours and then fails to save what it produced (collective over
+// `world`, every rank of the run; null: this process alone). Returns the
+// checkpoint directory's lock: keep it until the run ends.
+[[nodiscard]] inline DirLock check_output_files(telar::Communicator const* world,
+                                                CommonArgs const& a) {
   std::string bad;
   DirLock lock;
-  if (trainer.rank() == 0 && (a.resume || a.checkpoint_every > 0) && a.checkpoint_dir.empty())
+  bool const root = world == nullptr || world->rank() == 0;
+  if (root && (a.resume || a.checkpoint_every > 0) && a.checkpoint_dir.empty())
     bad = "--resume and --checkpoint-every need --checkpoint-dir";
-  if (trainer.rank() == 0 && bad.empty() && !a.checkpoint_dir.empty()) {
+  if (root && bad.empty() && !a.checkpoint_dir.empty()) {
 #if TELAR_HAVE_HDF5
     std::error_code ec;
     std::filesystem::create_directories(a.checkpoint_dir, ec);
@@ -627,20 +629,25 @@ template <class TrainerT>
     bad = "--checkpoint-dir: this build has no parallel HDF5 (TELAR_ENABLE_HDF5)";
 #endif
   }
-  if (trainer.rank() == 0 && bad.empty() && !a.timeline.empty())
+  if (root && bad.empty() && !a.timeline.empty())
     for (char const* ext : {".json", ".svg"})
       if (bad.empty() && !writable(a.timeline + ext))
         bad = "--timeline " + a.timeline + ": cannot write " + a.timeline + ext;
   // Rank 0's verdict, word for word on every rank.
-  if (auto const* grid = trainer.grid(); grid != nullptr && grid->world().size() > 1) {
+  if (world != nullptr && world->size() > 1) {
     unsigned long long n = bad.size();
-    grid->world().broadcast(&n, 1, 0);
+    world->broadcast(&n, 1, 0);
     bad.resize(std::size_t(n));
-    grid->world().broadcast(bad.data(), bad.size(), 0);
+    world->broadcast(bad.data(), bad.size(), 0);
   }
   if (!bad.empty())
     throw telar::Error(bad);
   return lock;
+}
+template <class TrainerT>
+[[nodiscard]] DirLock check_outputs(TrainerT const& trainer, CommonArgs const& a) {
+  auto const* grid = trainer.grid();
+  return check_output_files(grid != nullptr ? &grid->world() : nullptr, a);
 }
 
 // What a run checks once its Trainer stands and before it reads its data, so

@@ -226,3 +226,33 @@ foreach(zero 1 2)
   endif()
   same_run("${serial_group}" "${z}" "group, dp = 2, ZeRO-${zero}")
 endforeach()
+# Checkpoints (telar::save_checkpoint of the SlabDataParallel): dp = 2 with
+# ZeRO-1 saves at step 2 (and 3, at its end); the step-3 file removed, the
+# serial run resumes from step 2 and takes the third step: the serial
+# run's parameters and loss, as if never stopped.
+set(ckpt ${WORK_DIR}/unet3d_checkpoints)
+file(REMOVE_RECURSE ${ckpt})
+train(w ${MPIEXEC} -np 2 ${EXE} ${common} --norm group --data ${file} --dp 2 --batch 1 --zero 1
+      --checkpoint-dir ${ckpt} --checkpoint-every 2)
+if(NOT EXISTS ${ckpt}/step-000002.h5 OR NOT EXISTS ${ckpt}/step-000003.h5)
+  message(FATAL_ERROR "--checkpoint-every 2 over 3 steps did not save steps 2 and 3: ${w}")
+endif()
+file(REMOVE ${ckpt}/step-000003.h5)
+execute_process(COMMAND ${EXE} ${common} --norm group --data ${file} --checkpoint-dir ${ckpt}
+                --resume --compare-params ${WORK_DIR}/unet3d_check_group.txt
+                RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e)
+string(REGEX MATCH "{\"final_loss\"[^\n]*" r "${o}")
+if(NOT rc EQUAL 0 OR NOT r OR NOT e MATCHES "resumed at step 2 \\(epoch 1, batch 2\\)")
+  message(FATAL_ERROR "--resume from step 2 failed (${rc}):\n${o}\n${e}")
+endif()
+json_field("${r}" steps ran)
+json_field("${r}" param_max_diff diff)
+json_field("${serial_group}" final_loss la)
+json_field("${r}" final_loss lb)
+message(STATUS "resumed serial from dp = 2 ZeRO-1's step 2: ${ran} step, parameters ${diff} from serial")
+execute_process(COMMAND python3 -c "import sys; sys.exit(0 if 0 <= float(sys.argv[1]) < 1e-5 else 1)"
+                ${diff} RESULT_VARIABLE ok)
+if(NOT ran EQUAL 1 OR NOT ok EQUAL 0)
+  message(FATAL_ERROR "resumed run: ${ran} steps (expected 1), parameters ${diff} from serial: ${r}")
+endif()
+require_close(${la} ${lb} 1e-5 "resumed: last-step loss")

@@ -77,7 +77,7 @@ TEST_CASE("Pieces that do not cover a tensor exactly once are refused", "[gather
   p.owner = true;
   m.pieces = {p}; // half of it: a sharded layer that does not say where its half lies
   try {
-    telar::detail::TrainerView::check_cover(nullptr, m);
+    telar::detail::check_cover(nullptr, m);
     FAIL("no error");
   } catch (telar::CheckpointError const& e) {
     CHECK(std::string(e.what()).find(
@@ -85,5 +85,5 @@ TEST_CASE("Pieces that do not cover a tensor exactly once are refused", "[gather
   }
   m.pieces[0].size = 8;
   m.pieces[0].local_cols = 8;
-  CHECK_NOTHROW(telar::detail::TrainerView::check_cover(nullptr, m));
+  CHECK_NOTHROW(telar::detail::check_cover(nullptr, m));
 }

@@ -1,11 +1,15 @@
 // telar::SlabDataParallel: a 3-D U-Net SlabGraph trained over dp x sp with
 // and without ZeRO sharding equals the same graph trained on the whole
-// batch on one rank (double, 1e-11), at every dp x sp of 1, 2 and 4 ranks.
+// batch on one rank (double, 1e-11), at every dp x sp of 1, 2 and 4 ranks;
+// and its checkpoints resume under another layout as if never stopped.
 #include "support.hpp"
 #include <telar/optim/adam.hpp>
 #include <telar/optim/sgd.hpp>
 #include <telar/parallel/slab_data_parallel.hpp>
 #include <telar/parallel/spatial_unet.hpp>
+#if TELAR_HAVE_HDF5
+#include <telar/io/checkpoint.hpp>
+#endif
 
 #include <catch2/catch_test_macros.hpp>
 
@@ -56,16 +60,14 @@ telar::Matrix<T, M> part(telar::Matrix<T, M> const& x, std::size_t first, std::s
   return out;
 }
 
-// Three steps of `opt` on L = mean over the batch of 0.5 sum y^2 (this rank's n
-// samples: dy = y / (n * out_cols), the mean over dp taken by the update).
-// Returns the outputs of the last step.
-template <class DP, class Opt>
-telar::Matrix<T, M> train(UNet& g, telar::Communicator const* dp, std::size_t first,
-                          std::size_t n, Opt opt) {
-  // Buckets of 2 KiB: several per step (the graph has ~1.3k parameters).
-  telar::SlabDataParallel<UNet, DP, Opt> update(g, dp, opt, {std::size_t(2) << 10, true, nullptr});
+// Steps [from, to) of `update` on L = mean over the batch of 0.5 sum y^2
+// (this rank's n samples from `first`: dy = y / (n * out_cols), the mean
+// over dp taken by the update). Returns the outputs of the last step.
+template <class Update>
+telar::Matrix<T, M> run(Update& update, UNet& g, std::size_t first, std::size_t n, int from,
+                        int to) {
   telar::Matrix<T, M> y;
-  for (int step = 0; step < 3; ++step) {
+  for (int step = from; step < to; ++step) {
     auto const x = telar::test::random_matrix<T, M>(batch, shape.size(), 70 + std::uint64_t(step));
     auto const& out = g.forward(Exec{}, part(x, first, n, 2, g.input_slab()));
     Exec{}.fence();
@@ -80,8 +82,24 @@ telar::Matrix<T, M> train(UNet& g, telar::Communicator const* dp, std::size_t fi
     update.backward(Exec{}, dy);
     update.step(Exec{}, 0.01);
   }
-  CHECK(update.steps() == 3);
+  CHECK(update.steps() == to);
   return y;
+}
+
+// Buckets of 2 KiB: several per step (the graph has ~1.3k parameters).
+telar::SlabDataParallelOptions small_buckets(telar::Communicator const* world = nullptr) {
+  telar::SlabDataParallelOptions o;
+  o.bucket_bytes = std::size_t(2) << 10;
+  o.world = world;
+  return o;
+}
+
+// Three steps of `opt` (see run()).
+template <class DP, class Opt>
+telar::Matrix<T, M> train(UNet& g, telar::Communicator const* dp, std::size_t first, std::size_t n,
+                          Opt opt) {
+  telar::SlabDataParallel<UNet, DP, Opt> update(g, dp, opt, small_buckets());
+  return run(update, g, first, n, 0, 3);
 }
 
 double max_diff(telar::Matrix<T, M> const& a, telar::Matrix<T, M> const& b) {
@@ -177,3 +195,75 @@ TEST_CASE("SlabDataParallel: ZeRO shards the optimizer state (and ZeRO-2 the gra
   CHECK(one.state_bytes() == sizeof(T) * (2 * one.size() + 2 * one.size() / W));
   CHECK(two.state_bytes() == sizeof(T) * (two.size() + 3 * two.size() / W));
 }
+
+#if TELAR_HAVE_HDF5
+namespace {
+
+// A graph of `sp` ranks per replica, `dp` replicas, on this run's world:
+// its communicators, this rank's samples, the graph (drawn from `seed`).
+struct Replica {
+  Replica(telar::Communicator const& world, int dp_size, std::uint64_t seed)
+      : sp_size(world.size() / dp_size), d(world.rank() / sp_size), s(world.rank() % sp_size),
+        sp(world.split(d, s, "sp")), dp(world.split(s, d, "dp")),
+        g(telar::spatial_unet<T, M>(sp, options())), n(batch / std::size_t(dp_size)),
+        first(std::size_t(d) * n) {
+    g.build(shape);
+    g.initialize(seed);
+  }
+  int sp_size, d, s;
+  telar::Communicator sp, dp;
+  UNet g;
+  std::size_t n, first;
+};
+
+// Two Adam steps under (dp_a, ZeRO stage A), a checkpoint, then the third
+// step under (dp_b, stage B) on a graph drawn from another seed and
+// restored from the file: the parameters of three serial steps.
+template <class A, class B>
+void check_resume(int dp_a, int dp_b, std::string const& dir) {
+  telar::Communicator world(MPI_COMM_WORLD, "world"), self(MPI_COMM_SELF, "self");
+  INFO("saved at dp " << dp_a << " " << A::name() << ", resumed at dp " << dp_b << " " << B::name()
+                      << " (" << world.size() << " ranks)");
+  UNet serial = telar::spatial_unet<T, M>(self, options());
+  serial.build(shape);
+  serial.initialize(5);
+  train<telar::DataParallel<telar::TopologyAwareAllreduce, telar::NoSharding>>(
+      serial, nullptr, 0, batch, telar::Adam<T>{});
+  auto const want = parameters_of(serial);
+  using Opt = telar::Adam<T>;
+  std::string path;
+  {
+    Replica r(world, dp_a, 5);
+    telar::SlabDataParallel<UNet, telar::DataParallel<telar::TopologyAwareAllreduce, A>, Opt> u(
+        r.g, &r.dp, Opt{}, small_buckets(&world));
+    run(u, r.g, r.first, r.n, 0, 2);
+    path = telar::save_checkpoint(u, dir, {0, 2, 7});
+  }
+  Replica r(world, dp_b, 99);
+  telar::SlabDataParallel<UNet, telar::DataParallel<telar::TopologyAwareAllreduce, B>, Opt> u(
+      r.g, &r.dp, Opt{}, small_buckets(&world));
+  auto const pos = telar::load_checkpoint(u, path);
+  CHECK(pos.batch == 2);
+  CHECK(u.steps() == 2);
+  run(u, r.g, r.first, r.n, 2, 3);
+  auto const got = parameters_of(r.g);
+  REQUIRE(got.size() == want.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, std::abs(got[i] - want[i]));
+  CHECK(worst < 1e-11);
+}
+
+} // namespace
+
+TEST_CASE("SlabDataParallel: a checkpoint resumes under another dp x sp and ZeRO stage",
+          "[spatial][mpi][checkpoint]") {
+  telar::Communicator world(MPI_COMM_WORLD, "world");
+  std::string const dir = "slab_checkpoints_np" + std::to_string(world.size());
+  int const all = world.size();
+  // Every rank a replica with ZeRO-1 shards -> one replica split over every rank.
+  check_resume<telar::ZeRO<1>, telar::NoSharding>(all, 1, dir + "/a");
+  // Split over every rank -> every rank a replica, gradients in ZeRO-2 groups.
+  check_resume<telar::NoSharding, telar::ZeRO<2>>(1, all, dir + "/b");
+}
+#endif

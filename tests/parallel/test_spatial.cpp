@@ -27,6 +27,7 @@
 #include <telar/parallel/spatial_norm.hpp>
 #include <telar/parallel/spatial_unet.hpp>
 
+#include <catch2/catch_approx.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 
@@ -1064,6 +1065,14 @@ TEST_CASE("The cost model counts the halo bytes and the group sums a U-Net step 
   std::size_t values = 0;
   g.parameters([&](char const*, auto& v, auto&) { values += v.span(); });
   CHECK(replicas.dp >= prof.allreduce.beta * double(values * sizeof(T)));
+  // ZeRO (telar::SlabDataParallel): each replica updates 1/dp of the
+  // parameters; ZeRO-2 reduce-scatters one group per bucket.
+  telar::SlabSyncShape zero1{1}, zero2{2, 64};
+  auto const z1 = telar::predict_slab_step(g, 1, 2, sp, prof, zero1);
+  auto const z2 = telar::predict_slab_step(g, 1, 2, sp, prof, zero2);
+  CHECK(z1.optimizer == Catch::Approx(replicas.optimizer / 2));
+  CHECK(z1.dp > 0);
+  CHECK(z2.dp > z1.dp); // one latency per group
 }
 
 TEST_CASE("SlabGraph refuses a node no other node reads and a concat of different extents",

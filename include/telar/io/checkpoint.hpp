@@ -26,11 +26,10 @@
  */
 #include <telar/io/checkpoint_lock.hpp>
 #include <telar/io/detail/agree.hpp>
+#include <telar/io/detail/checkpoint_io.hpp>
 #include <telar/io/detail/hdf5.hpp>
 #include <telar/io/detail/model_pieces.hpp>
 #include <telar/io/detail/space_reserve.hpp>
-#include <telar/io/detail/trainer_access.hpp>
-#include <telar/io/detail/trainer_view.hpp>
 #include <telar/io/error.hpp>
 
 #include <fcntl.h>
@@ -427,8 +426,8 @@ std::string save_checkpoint(Trainer& trainer, std::string const& dir,
                             RunPosition const& position = {},
                             CheckpointOptions const& options = {}) {
   using T = typename Trainer::value_type;
-  using Access = detail::TrainerAccess; // the optimizer's shard and state
-  using View = detail::TrainerView;     // the rest, through public accessors
+  using Access = typename detail::checkpoint_io<Trainer>::access; // the optimizer's shard, state
+  using View = typename detail::checkpoint_io<Trainer>::view;     // the rest
   detail::H5Quiet const quiet;
   Communicator const* comm = View::comm(trainer);
   int const rank = comm ? comm->rank() : 0;
@@ -496,7 +495,7 @@ std::string save_checkpoint(Trainer& trainer, std::string const& dir,
       detail::h5_write_attr<std::uint64_t>(root, "model_seed", View::seed(trainer), tmp);
       detail::h5_write_attr_str(root, "layout", trainer.layout(), tmp);
       detail::h5_write_attr_str(root, "strategy", trainer.strategy_name(), tmp);
-      detail::h5_write_attr_str(root, "optimizer", View::optimizer_name<Trainer>(), tmp);
+      detail::h5_write_attr_str(root, "optimizer", View::template optimizer_name<Trainer>(), tmp);
       detail::h5_write_attr<long long>(root, "state_slots", m.state_size, tmp);
       detail::h5_write_attr_str(root, "value_type", sizeof(T) == 4 ? "float32" : "float64", tmp);
       detail::h5_write_attr_str(root, "tensors", tensors, tmp);
@@ -580,8 +579,8 @@ std::string save_checkpoint(Trainer& trainer, std::string const& dir,
 template <class Trainer>
 RunPosition load_checkpoint(Trainer& trainer, std::string const& path) {
   using T = typename Trainer::value_type;
-  using Access = detail::TrainerAccess; // the optimizer's shard and state
-  using View = detail::TrainerView;     // the rest, through public accessors
+  using Access = typename detail::checkpoint_io<Trainer>::access; // the optimizer's shard, state
+  using View = typename detail::checkpoint_io<Trainer>::view;     // the rest
   detail::H5Quiet const quiet;
   Communicator const* comm = View::comm(trainer);
   std::string file = path;
@@ -633,11 +632,11 @@ RunPosition load_checkpoint(Trainer& trainer, std::string const& path) {
     std::string const want_type = sizeof(T) == 4 ? "float32" : "float64";
     if (vtype != want_type)
       throw CheckpointError(at + "values are " + vtype + ", the model's " + want_type);
-    if (optimizer != View::optimizer_name<Trainer>() || slots != m.state_size)
+    if (optimizer != View::template optimizer_name<Trainer>() || slots != m.state_size)
       throw CheckpointError(at + "written with optimizer '" + optimizer + "' (" +
                             std::to_string(slots) + " state slots), the trainer uses '" +
-                            View::optimizer_name<Trainer>() + "' (" + std::to_string(m.state_size) +
-                            ")");
+                            View::template optimizer_name<Trainer>() + "' (" +
+                            std::to_string(m.state_size) + ")");
     if (auto const diff = detail::signature_mismatch(sig, detail::signature(m)); !diff.empty())
       throw CheckpointError(at + "made for another model: " + diff);
     auto dxpl = detail::h5_dxpl(comm, false, file);

@@ -2,9 +2,8 @@
 /*! \file
  *  \brief telar::gather_model: every parameter tensor of a trained model,
  *  whole and unsharded, on one rank or on all (no HDF5 needed). */
+#include <telar/io/detail/checkpoint_io.hpp>
 #include <telar/io/detail/model_pieces.hpp>
-#include <telar/io/detail/trainer_access.hpp>
-#include <telar/io/detail/trainer_view.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -113,8 +112,8 @@ template <class Trainer>
 GatheredModel<typename Trainer::value_type> gather_model(Trainer& trainer, int root = 0,
                                                          bool optimizer_state = false) {
   using T = typename Trainer::value_type;
-  using Access = detail::TrainerAccess; // the optimizer's shard and state
-  using View = detail::TrainerView;     // the rest, through public accessors
+  using Access = typename detail::checkpoint_io<Trainer>::access; // the optimizer's shard, state
+  using View = typename detail::checkpoint_io<Trainer>::view;     // the rest
   detail::ModelPieces const m = View::pieces(trainer);
   std::vector<T> const values = Access::values(trainer);
   std::vector<T> const state = optimizer_state ? Access::state(trainer) : std::vector<T>();

@@ -26,6 +26,9 @@
  *  \endcode
  *  ZeRO-3 (parameters gathered per node) is not offered: the graph's
  *  forward would need the gather hooks the pipeline executor calls.
+ *  telar::save_checkpoint and telar::load_checkpoint (io/checkpoint.hpp)
+ *  take a SlabDataParallel as they take a telar::Trainer: every tensor whole
+ *  in the file, loadable under any dp x sp and ZeRO stage.
  */
 #include <telar/comm/communicator.hpp>
 #include <telar/core/parameters.hpp>
@@ -52,9 +55,17 @@ namespace telar {
 /*! \brief How telar::SlabDataParallel communicates. */
 struct SlabDataParallelOptions {
   std::size_t bucket_bytes = std::size_t(8) << 20; //!< allreduce buckets and ZeRO-2 groups
-  bool shared_memory = true; //!< ZeRO-1 may sum through MPI-3 shared memory on one node
+  bool shared_memory = true;      //!< ZeRO-1 may sum through MPI-3 shared memory on one node
   TraceRecorder* trace = nullptr; //!< buckets, shard reductions and gathers as spans (or none)
+  /*! \brief Every rank of the run (dp x sp), where telar::save_checkpoint
+   *  and telar::load_checkpoint write and read together; null: the dp
+   *  group, enough when sp = 1. Not owned. */
+  Communicator const* world = nullptr;
 };
+
+namespace detail {
+struct SlabView; // io/detail/slab_view.hpp: what checkpoints read and restore
+}
 
 /*! \brief The data-parallel update of a telar::SlabGraph (see the file).
  *  \tparam Graph a built, initialized telar::SlabGraph
@@ -68,6 +79,8 @@ class SlabDataParallel {
 public:
   using value_type = typename Graph::value_type;
   using memory_space = typename Graph::memory_space;
+  using execution_space = typename memory_space::execution_space;
+  using optimizer_type = Optimizer;
   using sharding = typename DP::sharding;
   static_assert(sharding::stage <= 2,
                 "telar::SlabDataParallel: ZeRO<3> gathers parameters before each layer runs; a "
@@ -80,7 +93,10 @@ public:
    *  \param opt the optimizer \param options buckets, shared memory, trace */
   SlabDataParallel(Graph& graph, Communicator const* dp, Optimizer opt = {},
                    SlabDataParallelOptions const& options = {})
-      : graph_(graph), dp_size_(dp != nullptr ? dp->size() : 1) {
+      : graph_(graph), dp_size_(dp != nullptr ? dp->size() : 1),
+        dp_rank_(dp != nullptr ? dp->rank() : 0), world_(options.world != nullptr    ? options.world
+                                                         : graph.spatial_size() == 1 ? dp
+                                                                                     : nullptr) {
     detail::SyncContext ctx;
     ctx.dp = dp;
     ctx.world = dp; // the shards of one spatial position cover every tensor once
@@ -156,8 +172,26 @@ public:
   std::pair<std::size_t, std::size_t> shard() const { return sync_.shard(); }
   /*! \brief Length of the flat parameter buffer (padding included). */
   std::size_t size() const { return store_.size(); }
-  /*! \brief Optimizer steps taken. */
+  /*! \brief Optimizer steps taken (a checkpoint's restore sets them). */
   long long steps() const { return step_; }
+  /*! \brief Steps whose update was skipped: none (the Trainer's NonFinite
+   *  policy is not offered here; checkpoints record 0). */
+  long long skipped_steps() const { return 0; }
+  /*! \brief The graph whose parameters are bound. */
+  Graph& graph() { return graph_; }
+  /*! \brief Every rank of the run (SlabDataParallelOptions::world; the dp
+   *  group when sp = 1 and none was given; null: unknown). */
+  Communicator const* world() const { return world_; }
+  /*! \brief This rank in world() (0 without one). */
+  int rank() const { return world_ != nullptr ? world_->rank() : 0; }
+  /*! \brief This rank's data-parallel replica. */
+  int dp_rank() const { return dp_rank_; }
+  /*! \brief "dp=2 x sp=2" (checkpoints record it). */
+  std::string layout() const {
+    return "dp=" + std::to_string(dp_size_) + " x sp=" + std::to_string(graph_.spatial_size());
+  }
+  /*! \brief "slab " and the data-parallel policy's name ("slab dp+zero1"). */
+  static std::string strategy_name() { return std::string("slab ") + DP::name(); }
   /*! \brief Bytes this rank holds for training state: parameters, the
    *  gradient buffer (ZeRO-2: its shard; the groups in flight are
    *  activations-sized transients, not counted), the optimizer state of its
@@ -171,11 +205,13 @@ public:
   }
 
 private:
+  friend struct detail::SlabView;
   using Sync = detail::GradientSync<sharding, value_type, memory_space, typename DP::algorithm>;
   using Residency = detail::ResidentParameters<value_type, memory_space>;
 
   Graph& graph_;
-  int dp_size_ = 1;
+  int dp_size_ = 1, dp_rank_ = 0;
+  Communicator const* world_ = nullptr;
   ParameterStore<value_type, memory_space> store_;
   Residency residency_;
   Sync sync_;

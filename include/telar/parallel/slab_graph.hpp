@@ -200,6 +200,10 @@ public:
   Shape whole_shape(int i) const { return nodes_[std::size_t(i)].whole; }
   /*! \brief Node \p i's output shape on this rank (its slab). */
   Shape slab_shape(int i) const { return nodes_[std::size_t(i)].slab; }
+  /*! \brief Ranks of the spatial group (a telar::SpatialPlanAs's while one lives). */
+  int spatial_size() const { return detail::group_size(*sp_); }
+  /*! \brief This rank's position in the spatial group. */
+  int spatial_rank() const { return detail::group_rank(*sp_); }
   /*! \brief The rows of the input's first spatial axis this rank holds. */
   Slab input_slab() const {
     return split_extent(nodes_[0].whole[1], detail::group_size(*sp_), detail::group_rank(*sp_));

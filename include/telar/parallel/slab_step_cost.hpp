@@ -17,6 +17,7 @@
 #include <telar/profile/memory.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -29,7 +30,7 @@ struct SlabStepPrediction {
   double compute = 0;    //!< every node's forward and backward, face rows recomputed
   double halo = 0;       //!< halo exchanges, forward and reverse, none assumed hidden
   double group_sums = 0; //!< weight-gradient and statistics sums over the spatial group
-  double dp = 0;         //!< the gradients' average over the data-parallel group
+  double dp = 0; //!< the gradients' average over the data-parallel group (and ZeRO's gathers)
   double optimizer = 0;  //!< the update of every parameter
   double loss = 0;       //!< the caller's loss and its gradient (0 unless the caller sets it)
   double halo_bytes = 0; //!< bytes this rank sends in its exchanges per step
@@ -38,6 +39,13 @@ struct SlabStepPrediction {
   int statistics = 0;    //!< statistics sums over the spatial group per step
   /*! \brief The whole step. */
   double seconds() const { return compute + halo + group_sums + dp + optimizer + loss; }
+};
+
+/*! \brief How the gradients of a telar::SlabGraph travel over dp
+ *  (telar::SlabDataParallel): the ZeRO stage and the bucket size. */
+struct SlabSyncShape {
+  int zero_stage = 0; //!< 0: allreduce buckets; 1: reduce-scatter, all-gather; 2: by groups
+  std::size_t bucket_bytes = std::size_t(8) << 20; //!< allreduce buckets, ZeRO-2 groups
 };
 
 namespace detail {
@@ -134,6 +142,24 @@ void add_slab_layer(SlabStepPrediction& p, W const& w, std::size_t rows, bool fi
     p.group_sums += group.allreduce.seconds(t.parameters * sizeof(V), ring);
   }
 }
+
+// Seconds of the gradients' average over `dp` replicas of `bytes` on
+// `link` (telar::SlabDataParallel): NoSharding allreduces its buckets,
+// ZeRO-1 reduce-scatters the whole buffer and ZeRO-2 each group, and both
+// all-gather the updated shards. None is assumed hidden behind backward: a
+// U-Net's parameters fill one bucket, which completes with backward.
+inline double slab_dp_seconds(double bytes, int dp, SlabSyncShape sync, LinkCosts const& link) {
+  if (dp <= 1 || bytes <= 0)
+    return 0;
+  double const share = double(dp - 1) / dp;
+  double const calls =
+      std::max(1.0, std::ceil(bytes / double(std::max<std::size_t>(1, sync.bucket_bytes))));
+  if (sync.zero_stage == 0)
+    return calls * link.allreduce.alpha + link.allreduce.beta * bytes * 2 * share;
+  double const scatters = sync.zero_stage == 2 ? calls : 1.0;
+  return scatters * link.reduce_scatter.alpha + link.reduce_scatter.beta * bytes * share +
+         link.all_gather.seconds(bytes, share);
+}
 } // namespace detail
 
 /*! \brief Times, on this process alone, forward, backward-input and
@@ -169,12 +195,13 @@ std::size_t calibrate_slab_layers(Graph const& graph, std::size_t rows, MachineP
  *  exchange as one message of its larger direction (none hidden: on a
  *  shared machine the wait is mostly neighbour skew, docs/spatial.md), one
  *  allreduce over the group per layer with parameters and two per
- *  normalisation (statistics), the gradients averaged over dp one tensor at
- *  a time, and the optimizer's pass over the parameters. A group that spans
- *  nodes (the profile's ranks_per_node) takes the across link class. */
+ *  normalisation (statistics), the gradients averaged over dp as \p sync says
+ *  (detail::slab_dp_seconds), and the optimizer's pass over the parameters
+ *  (ZeRO: this rank's 1/dp of them). A group that spans nodes (the
+ *  profile's ranks_per_node) takes the across link class. */
 template <class Graph>
 SlabStepPrediction predict_slab_step(Graph& graph, std::size_t rows, int dp, int sp,
-                                     MachineProfile const& prof) {
+                                     MachineProfile const& prof, SlabSyncShape sync = {}) {
   int const world = dp * sp;
   double const share = detail::core_share(prof, world);
   MachineProfile const seen = detail::on_share(prof, share);
@@ -193,15 +220,10 @@ SlabStepPrediction predict_slab_step(Graph& graph, std::size_t rows, int dp, int
       p.compute += 4.0 * double(rows * graph.slab_shape(i).size() * sizeof(V)) /
                    (seen.elementwise_gbs * 1e9) * contention;
   double parameters = 0;
-  int tensors = 0;
-  graph.parameters([&](char const*, auto& v, auto&) {
-    parameters += double(v.span());
-    ++tensors;
-  });
-  if (dp > 1)
-    p.dp = tensors * replicas.allreduce.alpha +
-           replicas.allreduce.beta * parameters * sizeof(V) * 2.0 * (dp - 1) / dp;
-  p.optimizer = parameters * prof.optimizer_ns_per_parameter * 1e-9 / share;
+  graph.parameters([&](char const*, auto& v, auto&) { parameters += double(v.span()); });
+  p.dp = detail::slab_dp_seconds(parameters * sizeof(V), dp, sync, replicas);
+  double const updated = sync.zero_stage > 0 ? parameters / std::max(1, dp) : parameters;
+  p.optimizer = updated * prof.optimizer_ns_per_parameter * 1e-9 / share;
   return p;
 }
 
