@@ -11,7 +11,8 @@
 // rank of a group holds the whole sample's); they are averaged over dp by
 // telar::SlabDataParallel, in buckets while backward runs (--zero 0), or
 // with the optimizer state sharded over dp (--zero 1: ZeRO-1; --zero 2:
-// ZeRO-2, the gradients reduce-scattered group by group as well).
+// ZeRO-2, the gradients reduce-scattered group by group as well; --zero 3:
+// ZeRO-3, the values too, each group of nodes gathered before it runs).
 //
 //   unet3d [--generate N | --data FILE.h5] [--size 32] [--depth 2] [--width 8]
 //          [--sp S] [--dp D] [--epochs 16] [--batch 2] [--lr 0.003]
@@ -20,7 +21,7 @@
 //          [--limit-steps N] [--json] [--save-params F] [--compare-params F]
 //          [--memory-budget SIZE] [--no-overlap] [--precision fp32|bf16]
 //          [--timeline PREFIX] [--layout auto] [--dry-run] [--profile FILE]
-//          [--zero 0|1|2] [--checkpoint-dir DIR] [--checkpoint-every N] [--resume]
+//          [--zero 0|1|2|3] [--checkpoint-dir DIR] [--checkpoint-every N] [--resume]
 //   mpirun -np 2 unet3d --sp 2
 //
 // --generate N (default 160 without --data) writes N synthetic volumes of
@@ -163,7 +164,7 @@ bool trainer_flag(std::string const& f) {
                "[--json] [--save-params FILE] "
                "[--compare-params FILE] [--memory-budget SIZE] [--no-overlap] "
                "[--precision fp32|bf16] [--timeline PREFIX] [--layout auto] [--dry-run] "
-               "[--profile FILE] [--zero 0|1|2] [--checkpoint-dir DIR] [--checkpoint-every N] "
+               "[--profile FILE] [--zero 0|1|2|3] [--checkpoint-dir DIR] [--checkpoint-every N] "
                "[--resume]\n",
                why);
   throw 2;
@@ -213,11 +214,10 @@ Args parse(int argc, char** argv) {
     else if (!example::read_common_flag(r, a))
       usage(("unknown flag " + f).c_str());
   }
-  if (a.zero > 2)
-    usage(("--zero " + std::to_string(a.zero) +
-           ": unet3d shards over dp with 0 (none), 1 (ZeRO-1) or 2 (ZeRO-2); ZeRO-3 would "
-           "gather each layer's parameters before it runs, a hook the U-Net's graph lacks")
-              .c_str());
+  if (a.zero > 3)
+    usage(
+        ("--zero expects 0 (none), 1, 2 or 3 (ZeRO stages over dp), got " + std::to_string(a.zero))
+            .c_str());
   if (a.norm != "batch" && a.norm != "group")
     usage(("--norm expects batch or group, got '" + a.norm + "'").c_str());
   if (a.eval_bn != "running" && a.eval_bn != "batch")
@@ -306,8 +306,8 @@ class Update {
   template <class Sharding, class Opt>
   using Of = telar::SlabDataParallel<UNet, DP<Sharding>, Opt>;
   template <class Opt>
-  using ByStage =
-      std::variant<Of<telar::NoSharding, Opt>, Of<telar::ZeRO<1>, Opt>, Of<telar::ZeRO<2>, Opt>>;
+  using ByStage = std::variant<Of<telar::NoSharding, Opt>, Of<telar::ZeRO<1>, Opt>,
+                               Of<telar::ZeRO<2>, Opt>, Of<telar::ZeRO<3>, Opt>>;
 
 public:
   // `extra`: the flags beyond the common ones a resumed run must repeat.
@@ -319,9 +319,19 @@ public:
     o.trace = trace;
     o.world = &world;
     if (a.optimizer == "adam")
-      make(a.zero, adam_, net, dp, telar::Adam<T>{}, o);
+      make(a.zero, adam_, net, dp, a.seed, telar::Adam<T>{}, o);
     else
-      make(a.zero, sgd_, net, dp, telar::SGD<T>{}, o);
+      make(a.zero, sgd_, net, dp, a.seed, telar::SGD<T>{}, o);
+  }
+  // The graph's forward (--zero 3: gathering each group of nodes).
+  telar::Matrix<T, M> const& forward(telar::ConstMatrix<T, M> x) {
+    telar::Matrix<T, M> const* y = nullptr;
+    visit([&](auto& u) { y = &u.forward(Exec{}, x); });
+    return *y;
+  }
+  // Every value in the graph's views (--zero 3: all-gathered; collective).
+  void gather() {
+    visit([&](auto& u) { u.gather(Exec{}); });
   }
   void backward(telar::ConstMatrix<T, M> dy) {
     visit([&](auto& u) { u.backward(Exec{}, dy); });
@@ -352,13 +362,16 @@ private:
   // The stage's alternative, built in place (it binds the graph: not movable).
   template <class Opt>
   static void make(int zero, std::optional<ByStage<Opt>>& v, UNet& net,
-                   telar::Communicator const& dp, Opt opt, telar::SlabDataParallelOptions o) {
+                   telar::Communicator const& dp, std::uint64_t seed, Opt opt,
+                   telar::SlabDataParallelOptions o) {
     if (zero == 1)
-      v.emplace(std::in_place_index<1>, net, &dp, opt, o);
+      v.emplace(std::in_place_index<1>, net, &dp, seed, opt, o);
     else if (zero == 2)
-      v.emplace(std::in_place_index<2>, net, &dp, opt, o);
+      v.emplace(std::in_place_index<2>, net, &dp, seed, opt, o);
+    else if (zero == 3)
+      v.emplace(std::in_place_index<3>, net, &dp, seed, opt, o);
     else
-      v.emplace(std::in_place_index<0>, net, &dp, opt, o);
+      v.emplace(std::in_place_index<0>, net, &dp, seed, opt, o);
   }
   template <class F>
   void visit(F&& f) {
@@ -552,7 +565,7 @@ bool train_epoch(Args const& a, UNet& net, telar::VolumeReader& reader, telar::B
     if (!last)
       reader.prefetch(loader.batch(s + 1).indices); // read while this step trains
     to_device(b, x, labels);
-    auto const& logits = net.forward(Exec{}, x);
+    auto const& logits = update.forward(x);
     double const loss_began = trace.now();
     double loss = loss_and_gradient(a, sp, classes, logits, labels, dlogits, ddice);
     trace.add("loss", "loss", loss_began, trace.now());
@@ -600,6 +613,7 @@ struct Epochs {
       loader.set_epoch(std::uint64_t(e));
       std::size_t const first = e == pos.epoch ? std::size_t(pos.batch) : 0;
       more = train_epoch(a, net, reader, loader, update, classes, sp, dp, e, first, s, trace);
+      update.gather(); // --zero 3: the whole values for validation and the report
       s.val_dice = validate(a, net, reader, first_val, classes, world, world.rank() / a.sp);
       if (world.rank() == 0)
         std::fprintf(stderr, "unet3d: epoch %d: loss %.4f, val_dice %.4f\n", e + 1, s.loss,
@@ -663,14 +677,15 @@ telar::Shape volume_shape(telar::VolumeShape const& v) {
 
 // Parameters, their gradients and the optimizer's state (Adam's two
 // moments, SGD's momentum) on one of `dp` replicas: --zero 1 keeps 1/dp of
-// the state, --zero 2 also 1/dp of the gradients (telar::SlabDataParallel).
+// the state, --zero 2 also 1/dp of the gradients, --zero 3 also 1/dp of the
+// values (telar::SlabDataParallel; groups in flight not counted).
 template <class UNet>
 std::size_t parameter_bytes(Args const& a, UNet& net, int dp) {
   std::size_t n = 0;
   net.parameters([&](char const*, auto& v, auto&) { n += v.span(); });
   std::size_t const shard = a.zero > 0 ? (n + std::size_t(dp) - 1) / std::size_t(dp) : n;
-  std::size_t const grads = a.zero == 2 ? shard : n;
-  return sizeof(T) * (n + grads + shard * (a.optimizer == "adam" ? 2 : 1));
+  std::size_t const grads = a.zero >= 2 ? shard : n, values = a.zero == 3 ? shard : n;
+  return sizeof(T) * (values + grads + shard * (a.optimizer == "adam" ? 2 : 1));
 }
 
 // The most any rank of an sp group of `size` plans to hold (activation
@@ -802,6 +817,19 @@ void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const
   std::fflush(stdout);
 }
 
+// This replica's batches of the training volumes [0, first_val); refused
+// when the file has fewer than one global batch.
+telar::BatchLoader training_batches(Args const& a, long long first_val, long long val,
+                                    int dp_rank) {
+  telar::BatchLoader loader({std::size_t(first_val), a.dp, dp_rank, a.seed}, a.batch);
+  if (loader.size() == 0)
+    usage(("--batch " + std::to_string(a.batch) + " x dp " + std::to_string(a.dp) + " needs " +
+           std::to_string(a.batch * std::size_t(a.dp)) + " training volumes, " + a.data + " has " +
+           std::to_string(first_val) + " (and " + std::to_string(val) + " for validation)")
+              .c_str());
+  return loader;
+}
+
 // Builds the U-Net under the convolutions' policies G, C (--precision),
 // trains it, validates it each epoch and reports.
 template <class G, class C>
@@ -814,17 +842,24 @@ int train(Args const& a, telar::Communicator const& world, telar::Communicator c
   net.build(volume_shape(v)); // refuses a split the layers cannot take, on every rank
   net.initialize(a.seed);
   check_budget<G, C>(a, v, net, sp, world);
+  long long const val = validation_volumes(a, v), first_val = v.samples - val;
+  telar::BatchLoader loader = training_batches(a, first_val, val, dp_rank);
+  long long const steps = (long long)loader.size() * a.epochs;
+  std::size_t const classes = std::size_t(v.classes);
+  Summary s;
+  telar::TraceRecorder trace(!a.timeline.empty());
+  // A resumed run repeats the flags that fix its data order and schedule.
+  std::string const extra = " --val " + std::to_string(val) + " --limit-steps " +
+                            std::to_string(a.limit_steps) + " --norm " + a.norm;
+  // Binds the parameters: their values, gradients and optimizer state are
+  // held before training, as the layers' own were.
+  Update<decltype(net)> update(
+      a, a.limit_steps > 0 ? std::min<long long>(a.limit_steps, steps) : steps, net, dp, world,
+      trace.enabled() ? &trace : nullptr, extra);
   // From here on what Telar allocates is training's: activations, their
   // gradients, halo buffers, workspaces (the peak less this baseline).
   std::size_t const baseline = telar::MemoryMeter::instance().current().total();
   int const tracker = telar::MemoryMeter::instance().start_tracking();
-  long long const val = validation_volumes(a, v), first_val = v.samples - val;
-  telar::BatchLoader loader({std::size_t(first_val), a.dp, dp_rank, a.seed}, a.batch);
-  if (loader.size() == 0)
-    usage(("--batch " + std::to_string(a.batch) + " x dp " + std::to_string(a.dp) + " needs " +
-           std::to_string(a.batch * std::size_t(a.dp)) + " training volumes, " + a.data + " has " +
-           std::to_string(first_val) + " (and " + std::to_string(val) + " for validation)")
-              .c_str());
   // Each rank reads its own depth planes; the first convolution's halo comes
   // from the neighbours like every other layer's.
   telar::VolumeReader reader(a.data, {telar::split_extent(v.depth, a.sp, sp_rank, 0), {}}, world);
@@ -834,16 +869,6 @@ int train(Args const& a, telar::Communicator const& world, telar::Communicator c
                  "width %zu (%d nodes), dp %d x sp %d, rank 0 holds depth [%zu, %zu), %s\n",
                  v.samples, v.depth, v.height, v.width, val, a.depth, a.width, net.size(), a.dp,
                  a.sp, net.input_slab().begin, net.input_slab().end, a.optimizer.c_str());
-  long long const steps = (long long)loader.size() * a.epochs;
-  std::size_t const classes = std::size_t(v.classes);
-  Summary s;
-  telar::TraceRecorder trace(!a.timeline.empty());
-  // A resumed run repeats the flags that fix its data order and schedule.
-  std::string const extra = " --val " + std::to_string(val) + " --limit-steps " +
-                            std::to_string(a.limit_steps) + " --norm " + a.norm;
-  Update<decltype(net)> update(
-      a, a.limit_steps > 0 ? std::min<long long>(a.limit_steps, steps) : steps, net, dp, world,
-      trace.enabled() ? &trace : nullptr, extra);
   world.barrier(); // one origin for every rank's spans
   trace.reset_origin();
   net.set_trace(trace.enabled() ? &trace : nullptr);

@@ -215,9 +215,10 @@ train(c ${MPIEXEC} -np 2 ${EXE} ${common} --norm group --data ${file} --dp 2 --b
       --compare-params ${WORK_DIR}/unet3d_check_group.txt)
 same_run("${serial_group}" "${c}" "group, dp = 2")
 # ZeRO over dp (telar::SlabDataParallel): the optimizer state sharded
-# (--zero 1), and the gradients reduce-scattered group by group (--zero 2),
+# (--zero 1), the gradients reduce-scattered group by group (--zero 2), and
+# the values sharded, gathered per group (--zero 3),
 # train to the same parameters.
-foreach(zero 1 2)
+foreach(zero 1 2 3)
   train(z ${MPIEXEC} -np 2 ${EXE} ${common} --norm group --data ${file} --dp 2 --batch 1
         --zero ${zero} --compare-params ${WORK_DIR}/unet3d_check_group.txt)
   json_field("${z}" zero stage)

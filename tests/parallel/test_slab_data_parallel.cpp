@@ -69,7 +69,7 @@ telar::Matrix<T, M> run(Update& update, UNet& g, std::size_t first, std::size_t 
   telar::Matrix<T, M> y;
   for (int step = from; step < to; ++step) {
     auto const x = telar::test::random_matrix<T, M>(batch, shape.size(), 70 + std::uint64_t(step));
-    auto const& out = g.forward(Exec{}, part(x, first, n, 2, g.input_slab()));
+    auto const& out = update.forward(Exec{}, part(x, first, n, 2, g.input_slab()));
     Exec{}.fence();
     y = telar::Matrix<T, M>("test::y", out.extent(0), out.extent(1));
     Kokkos::deep_copy(y, out);
@@ -83,6 +83,7 @@ telar::Matrix<T, M> run(Update& update, UNet& g, std::size_t first, std::size_t 
     update.step(Exec{}, 0.01);
   }
   CHECK(update.steps() == to);
+  update.gather(Exec{}); // ZeRO-3: the values back in the graph (outliving the update)
   return y;
 }
 
@@ -98,7 +99,7 @@ telar::SlabDataParallelOptions small_buckets(telar::Communicator const* world = 
 template <class DP, class Opt>
 telar::Matrix<T, M> train(UNet& g, telar::Communicator const* dp, std::size_t first, std::size_t n,
                           Opt opt) {
-  telar::SlabDataParallel<UNet, DP, Opt> update(g, dp, opt, small_buckets());
+  telar::SlabDataParallel<UNet, DP, Opt> update(g, dp, 5, opt, small_buckets());
   return run(update, g, first, n, 0, 3);
 }
 
@@ -135,8 +136,7 @@ void check_layouts(char const* name, Opt opt) {
     INFO(name << ", dp " << dp << " x sp " << sp << ", rank " << world.rank());
     telar::Communicator sp_comm = world.split(d, s, "sp"), dp_comm = world.split(s, d, "dp");
     UNet g = telar::spatial_unet<T, M>(sp_comm, options());
-    g.build(shape);
-    g.initialize(5);
+    g.build(shape); // the update draws it (seed 5, as serial's)
     std::size_t const n = batch / std::size_t(dp), first = std::size_t(d) * n;
     auto const ys = train<DP>(g, &dp_comm, first, n, opt);
     CHECK(max_diff(ys, part(y, first, n, 3, g.output_slab())) < 1e-11);
@@ -160,6 +160,7 @@ TEST_CASE("SlabDataParallel: a U-Net over dp x sp trains to the serial parameter
   check_layouts<telar::NoSharding>("no sharding, Adam", telar::Adam<T>{});
   check_layouts<telar::ZeRO<1>>("ZeRO-1, Adam", telar::Adam<T>{});
   check_layouts<telar::ZeRO<2>>("ZeRO-2, Adam", telar::Adam<T>{});
+  check_layouts<telar::ZeRO<3>>("ZeRO-3, Adam", telar::Adam<T>{});
   // SGD's update is proportional to the gradient (Adam's nearly is not):
   // a sum over dp where the mean belongs would show here.
   telar::SGD<T> sgd;
@@ -168,47 +169,53 @@ TEST_CASE("SlabDataParallel: a U-Net over dp x sp trains to the serial parameter
   check_layouts<telar::ZeRO<2>>("ZeRO-2, SGD", sgd);
 }
 
-TEST_CASE("SlabDataParallel: ZeRO shards the optimizer state (and ZeRO-2 the gradients) over dp",
+TEST_CASE("SlabDataParallel: ZeRO shards the optimizer state, the gradients (2) and the "
+          "values (3) over dp",
           "[spatial][mpi]") {
   telar::Communicator world(MPI_COMM_WORLD, "world");
-  UNet g = telar::spatial_unet<T, M>(world, options()); // sp = world: dp of one
-  g.build(shape);
-  g.initialize(5);
   telar::Communicator dp = world.split(world.rank(), 0, "dp"); // each rank alone
+  // Every rank the whole sample (a group of one), the world as dp.
+  auto unet = [&] {
+    UNet g = telar::spatial_unet<T, M>(dp, options());
+    g.build(shape);
+    return g;
+  };
+  UNet g = unet(), h = unet(), k = unet(), l = unet();
   using Z1 = telar::DataParallel<telar::TopologyAwareAllreduce, telar::ZeRO<1>>;
-  telar::SlabDataParallel<UNet, Z1> alone(g, &dp);
-  // Over the whole world as dp (every rank the whole sample: sp = 1).
-  UNet h = telar::spatial_unet<T, M>(dp, options());
-  h.build(shape);
-  h.initialize(5);
-  telar::SlabDataParallel<UNet, Z1> one(h, &world);
   using Z2 = telar::DataParallel<telar::TopologyAwareAllreduce, telar::ZeRO<2>>;
-  UNet k = telar::spatial_unet<T, M>(dp, options());
-  k.build(shape);
-  k.initialize(5);
-  telar::SlabDataParallel<UNet, Z2> two(k, &world);
+  using Z3 = telar::DataParallel<telar::TopologyAwareAllreduce, telar::ZeRO<3>>;
+  telar::SlabDataParallel<UNet, Z1> alone(g, &dp, 5), one(h, &world, 5);
+  telar::SlabDataParallel<UNet, Z2> two(k, &world, 5);
+  telar::SlabDataParallel<UNet, Z3> three(l, &world, 5);
   std::size_t const N = alone.size(), W = std::size_t(world.size());
   CHECK(alone.shard() == std::make_pair(std::size_t(0), N));
   auto const [lo, hi] = one.shard();
   CHECK(hi - lo == one.size() / W);
+  CHECK(three.shard().second - three.shard().first == three.size() / W);
   CHECK(alone.state_bytes() == sizeof(T) * 4 * N); // values, gradients, Adam's m and v
   CHECK(one.state_bytes() == sizeof(T) * (2 * one.size() + 2 * one.size() / W));
   CHECK(two.state_bytes() == sizeof(T) * (two.size() + 3 * two.size() / W));
+  CHECK(three.state_bytes() == sizeof(T) * 4 * (three.size() / W));
+  // ZeRO-3's graph holds no values between steps; gather() brings them back.
+  std::size_t held = 0;
+  l.parameters([&](char const*, auto& v, auto&) { held += v.data() != nullptr ? 1 : 0; });
+  CHECK(held == 0);
+  three.gather(Exec{});
+  l.parameters([&](char const*, auto& v, auto&) { CHECK(v.data() != nullptr); });
 }
 
 #if TELAR_HAVE_HDF5
 namespace {
 
 // A graph of `sp` ranks per replica, `dp` replicas, on this run's world:
-// its communicators, this rank's samples, the graph (drawn from `seed`).
+// its communicators, this rank's samples, the graph (built).
 struct Replica {
-  Replica(telar::Communicator const& world, int dp_size, std::uint64_t seed)
+  Replica(telar::Communicator const& world, int dp_size)
       : sp_size(world.size() / dp_size), d(world.rank() / sp_size), s(world.rank() % sp_size),
         sp(world.split(d, s, "sp")), dp(world.split(s, d, "dp")),
         g(telar::spatial_unet<T, M>(sp, options())), n(batch / std::size_t(dp_size)),
         first(std::size_t(d) * n) {
     g.build(shape);
-    g.initialize(seed);
   }
   int sp_size, d, s;
   telar::Communicator sp, dp;
@@ -233,15 +240,15 @@ void check_resume(int dp_a, int dp_b, std::string const& dir) {
   using Opt = telar::Adam<T>;
   std::string path;
   {
-    Replica r(world, dp_a, 5);
+    Replica r(world, dp_a);
     telar::SlabDataParallel<UNet, telar::DataParallel<telar::TopologyAwareAllreduce, A>, Opt> u(
-        r.g, &r.dp, Opt{}, small_buckets(&world));
+        r.g, &r.dp, 5, Opt{}, small_buckets(&world));
     run(u, r.g, r.first, r.n, 0, 2);
     path = telar::save_checkpoint(u, dir, {0, 2, 7});
   }
-  Replica r(world, dp_b, 99);
+  Replica r(world, dp_b);
   telar::SlabDataParallel<UNet, telar::DataParallel<telar::TopologyAwareAllreduce, B>, Opt> u(
-      r.g, &r.dp, Opt{}, small_buckets(&world));
+      r.g, &r.dp, 99, Opt{}, small_buckets(&world));
   auto const pos = telar::load_checkpoint(u, path);
   CHECK(pos.batch == 2);
   CHECK(u.steps() == 2);
@@ -265,5 +272,7 @@ TEST_CASE("SlabDataParallel: a checkpoint resumes under another dp x sp and ZeRO
   check_resume<telar::ZeRO<1>, telar::NoSharding>(all, 1, dir + "/a");
   // Split over every rank -> every rank a replica, gradients in ZeRO-2 groups.
   check_resume<telar::NoSharding, telar::ZeRO<2>>(1, all, dir + "/b");
+  // ZeRO-3's value shards -> ZeRO-1 (the same dp: the shards are laid out alike).
+  check_resume<telar::ZeRO<3>, telar::ZeRO<1>>(all, all, dir + "/c");
 }
 #endif

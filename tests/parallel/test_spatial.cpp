@@ -1073,6 +1073,10 @@ TEST_CASE("The cost model counts the halo bytes and the group sums a U-Net step 
   CHECK(z1.optimizer == Catch::Approx(replicas.optimizer / 2));
   CHECK(z1.dp > 0);
   CHECK(z2.dp > z1.dp); // one latency per group
+  // ZeRO-3 gathers every group twice a step (forward, backward).
+  auto const z3 = telar::predict_slab_step(g, 1, 2, sp, prof, {3, 64});
+  CHECK(z3.dp > z2.dp);
+  CHECK(z3.optimizer == z1.optimizer);
 }
 
 TEST_CASE("SlabGraph refuses a node no other node reads and a concat of different extents",

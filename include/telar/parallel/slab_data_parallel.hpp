@@ -1,8 +1,10 @@
 #pragma once
 /*! \file
- *  \brief telar::SlabDataParallel: a telar::SlabGraph's gradients averaged
- *  over the data-parallel group and its parameters updated by an optimizer,
- *  with or without ZeRO sharding, by the Trainer's own components.
+ *  \brief telar::SlabDataParallel: a telar::SlabGraph's parameters drawn,
+ *  its gradients averaged over the data-parallel group and its parameters
+ *  updated by an optimizer, with or without ZeRO sharding, by the
+ *  Trainer's own components (store, residency, gradient sync, optimizer
+ *  engine).
  *
  *  Every rank of a spatial group holds the whole sample's gradients (the
  *  wrappers sum them over the group), so the graph's parameters are
@@ -11,31 +13,31 @@
  *  telar::NoSharding allreduces buckets while backward runs, telar::ZeRO<1>
  *  reduces each rank's shard after backward, updates it and all-gathers the
  *  parameters, telar::ZeRO<2> reduce-scatters group by group during
- *  backward (no rank holds the whole gradient). The graph is bound into one
- *  flat telar::ParameterStore (node i as layer i).
+ *  backward (no rank holds the whole gradient), telar::ZeRO<3> keeps only
+ *  this rank's shard of the values too and gathers each group of nodes
+ *  before it runs. The graph is bound into one flat telar::ParameterStore
+ *  (node i as layer i).
  *  \code
  *  using DP = telar::DataParallel<telar::TopologyAwareAllreduce, telar::ZeRO<1>>;
  *  graph.build(shape);
- *  graph.initialize(seed);                          // the same on every rank
- *  telar::SlabDataParallel<Graph, DP> update(graph, &dp, telar::Adam<float>{});
+ *  telar::SlabDataParallel<Graph, DP> update(graph, &dp, seed, telar::Adam<float>{});
  *  for (...) {
- *    auto const& y = graph.forward(exec, x);
- *    update.backward(exec, dy);                    // dy: the local batch's mean
- *    update.step(exec, lr);                         // averaged over dp, updated
+ *    auto const& y = update.forward(exec, x);       // ZeRO-3: gathers
+ *    update.backward(exec, dy);                      // dy: the local batch's mean
+ *    update.step(exec, lr);                          // averaged over dp, updated
  *  }
  *  \endcode
- *  ZeRO-3 (parameters gathered per node) is not offered: the graph's
- *  forward would need the gather hooks the pipeline executor calls.
  *  telar::save_checkpoint and telar::load_checkpoint (io/checkpoint.hpp)
  *  take a SlabDataParallel as they take a telar::Trainer: every tensor whole
  *  in the file, loadable under any dp x sp and ZeRO stage.
  */
 #include <telar/comm/communicator.hpp>
+#include <telar/core/error.hpp>
 #include <telar/core/parameters.hpp>
 #include <telar/optim/adam.hpp>
 #include <telar/optim/detail/engine.hpp>
 #include <telar/parallel/detail/gradient_sync.hpp>
-#include <telar/parallel/detail/residency_resident.hpp>
+#include <telar/parallel/detail/residency.hpp>
 #include <telar/parallel/detail/step_hooks.hpp>
 #include <telar/parallel/detail/tensor_index.hpp>
 #include <telar/parallel/strategy.hpp>
@@ -45,6 +47,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -68,9 +71,9 @@ struct SlabView; // io/detail/slab_view.hpp: what checkpoints read and restore
 }
 
 /*! \brief The data-parallel update of a telar::SlabGraph (see the file).
- *  \tparam Graph a built, initialized telar::SlabGraph
+ *  \tparam Graph a built telar::SlabGraph
  *  \tparam DP telar::DataParallel<Algorithm, Sharding>, Sharding one of
- *  telar::NoSharding, telar::ZeRO<1>, telar::ZeRO<2>
+ *  telar::NoSharding, telar::ZeRO<1>, telar::ZeRO<2>, telar::ZeRO<3, G>
  *  \tparam Optimizer an optimizer of the graph's value type (telar::Adam,
  *  telar::SGD, ...) */
 template <class Graph, class DP = DataParallel<>,
@@ -82,21 +85,19 @@ public:
   using execution_space = typename memory_space::execution_space;
   using optimizer_type = Optimizer;
   using sharding = typename DP::sharding;
-  static_assert(sharding::stage <= 2,
-                "telar::SlabDataParallel: ZeRO<3> gathers parameters before each layer runs; a "
-                "SlabGraph offers no such hook yet: use NoSharding, ZeRO<1> or ZeRO<2>");
 
-  /*! \brief Binds \p graph's parameters (collective over \p dp).
-   *  \param graph built and initialized, the same values on every rank; kept
-   *  by reference \param dp the ranks holding the same spatial position of
-   *  different samples (null or one rank: no communication; not owned)
-   *  \param opt the optimizer \param options buckets, shared memory, trace */
-  SlabDataParallel(Graph& graph, Communicator const* dp, Optimizer opt = {},
+  /*! \brief Draws \p graph's parameters from \p seed (node i from seed +
+   *  i, as SlabGraph::initialize; ZeRO-3: one node at a time, this rank
+   *  keeping its shard) and binds them (collective over \p dp).
+   *  \param graph built; kept by reference \param dp the ranks holding the
+   *  same spatial position of different samples (null or one rank: no
+   *  communication; not owned) \param seed the same on every rank
+   *  \param opt the optimizer \param options buckets, shared memory,
+   *  trace, world */
+  SlabDataParallel(Graph& graph, Communicator const* dp, std::uint64_t seed, Optimizer opt = {},
                    SlabDataParallelOptions const& options = {})
       : graph_(graph), dp_size_(dp != nullptr ? dp->size() : 1),
-        dp_rank_(dp != nullptr ? dp->rank() : 0), world_(options.world != nullptr    ? options.world
-                                                         : graph.spatial_size() == 1 ? dp
-                                                                                     : nullptr) {
+        dp_rank_(dp != nullptr ? dp->rank() : 0), world_(run_world(options, graph, dp)) {
     detail::SyncContext ctx;
     ctx.dp = dp;
     ctx.world = dp; // the shards of one spatial position cover every tensor once
@@ -106,6 +107,8 @@ public:
     std::vector<bool> const owned(graph.layer_count(), true);
     {
       MemoryMeter::Scope scope(MemoryCategory::parameters);
+      residency_ = ResidencyOf::make(ctx);
+      residency_.bind(graph_, owned, store_, [&](std::size_t k) { graph_.initialize(seed, k); });
       sync_ = Sync(ctx);
       sync_.bind(graph_, owned, store_);
     }
@@ -117,7 +120,8 @@ public:
   SlabDataParallel& operator=(SlabDataParallel const&) = delete;
   /*! \brief The graph's parameter views point into this object's flat
    *  buffers: they get memory of their own again, holding the current
-   *  values (gradients zero), so the graph outlives its update. */
+   *  values (gradients zero), so the graph outlives its update. ZeRO-3
+   *  holds shards only: the values of the last gather() (else zero). */
   ~SlabDataParallel() {
     graph_.parameters([](char const* name, auto& value, auto& grad) {
       using V = std::decay_t<decltype(value)>;
@@ -129,16 +133,48 @@ public:
     });
   }
 
+  /*! \brief The graph's forward on this rank's input slab \p x, a step's
+   *  first half (ZeRO-3: each group of nodes gathered before it runs, the
+   *  next one prefetched). \return the output slab */
+  template <class Exec>
+  Matrix<value_type, memory_space> const& forward(Exec const& exec,
+                                                  ConstMatrix<value_type, memory_space> x) {
+    Hooks<Exec> hooks(residency_, sync_, exec);
+    hooks.step_begin(1);
+    begun_ = true;
+    return graph_.forward(exec, x, hooks);
+  }
   /*! \brief The graph's backward on the output slab's gradient \p dy (this
    *  rank's batch; gradients accumulate), with the sync listening: buckets
-   *  (ZeRO-2: groups) are reduced as backward completes them.
+   *  (ZeRO-2, -3: groups) are reduced as backward completes them. After
+   *  forward(), or after the graph's own forward without ZeRO-3 (whose
+   *  values only forward() gathers).
    *  \param exec execution space instance \param dy the output slab's gradient */
   template <class Exec>
   void backward(Exec const& exec, ConstMatrix<value_type, memory_space> dy) {
-    detail::StepHooks<Residency, Sync, Exec> hooks(residency_, sync_, exec);
-    hooks.step_begin(1);
+    if (!begun_ && residency_.sharded())
+      throw Error("telar::SlabDataParallel: under ZeRO-3 the step's forward runs through "
+                  "forward(), which gathers the parameters (not the graph's own)");
+    Hooks<Exec> hooks(residency_, sync_, exec);
+    if (!begun_)
+      hooks.step_begin(1);
     graph_.backward(exec, dy, hooks);
     hooks.step_end();
+    begun_ = false;
+  }
+
+  /*! \brief Every value back in the graph's views (collective over dp
+   *  under ZeRO-3, which all-gathers the shards into a buffer of this
+   *  object's, kept until the next forward() gathers groups again; nothing
+   *  otherwise). Before evaluating the graph with its own forward, or
+   *  reading its parameters, in a ZeRO-3 run. */
+  template <class Exec>
+  void gather(Exec const& exec) {
+    if (!residency_.sharded())
+      return;
+    gathered_ = residency_.full_values(exec, store_);
+    store_.rebind(graph_, 0, store_.size(), gathered_,
+                  ParameterStore<value_type, memory_space>::Part::values);
   }
 
   /*! \brief The optimizer step at learning rate \p lr: this rank's shard of
@@ -159,9 +195,9 @@ public:
     info.step = ++step_;
     {
       MemoryMeter::Scope scope(MemoryCategory::optimizer_state);
-      engine_.step(exec, sync_.values(store_), grads, tensors_.shard().segments,
-                   tensors_.shard().tensor_ids, tensors_.names().size(), info, 0,
-                   [this](double* v, std::size_t n) { sync_.sum_norms(v, n); });
+      engine_.step(exec, residency_.optimizer_values(sync_, store_), grads,
+                   tensors_.shard().segments, tensors_.shard().tensor_ids, tensors_.names().size(),
+                   info, 0, [this](double* v, std::size_t n) { sync_.sum_norms(v, n); });
     }
     sync_.publish(exec, store_);
     store_.zero_grads(exec);
@@ -192,22 +228,35 @@ public:
   }
   /*! \brief "slab " and the data-parallel policy's name ("slab dp+zero1"). */
   static std::string strategy_name() { return std::string("slab ") + DP::name(); }
-  /*! \brief Bytes this rank holds for training state: parameters, the
-   *  gradient buffer (ZeRO-2: its shard; the groups in flight are
-   *  activations-sized transients, not counted), the optimizer state of its
-   *  shard. ZeRO-1 through shared memory keeps one copy of the parameters
-   *  per node: this counts each rank's as whole (an upper bound). */
+  /*! \brief Bytes this rank holds for training state: parameters (ZeRO-3:
+   *  its shard), the gradient buffer (ZeRO-2, -3: its shard), the optimizer
+   *  state of its shard. Not counted: the groups in flight (ZeRO-2, -3:
+   *  gradients and gathered values, transients of a bucket's size); ZeRO-1
+   *  through shared memory keeps one copy of the parameters per node, and
+   *  this counts each rank's as whole (an upper bound). */
   std::size_t state_bytes() const {
     std::size_t const shard = sync_.shard().second - sync_.shard().first;
-    std::size_t const grads = sharding::stage == 2 && dp_size_ > 1 ? shard : store_.size();
-    return sizeof(value_type) *
-           (store_.size() + grads + shard * optimizer_traits<Optimizer>::state_size);
+    bool const sharded = dp_size_ > 1 || residency_.sharded();
+    std::size_t const grads = sharding::stage >= 2 && sharded ? shard : store_.size();
+    std::size_t const values = residency_.sharded() ? shard : store_.size();
+    return sizeof(value_type) * (values + grads + shard * optimizer_traits<Optimizer>::state_size);
   }
 
 private:
   friend struct detail::SlabView;
+  // Every rank of the run: the options' world, else dp when no rank splits
+  // the graph (then dp is every rank there is).
+  static Communicator const* run_world(SlabDataParallelOptions const& o, Graph const& g,
+                                       Communicator const* dp) {
+    if (o.world != nullptr)
+      return o.world;
+    return g.spatial_size() == 1 ? dp : nullptr;
+  }
   using Sync = detail::GradientSync<sharding, value_type, memory_space, typename DP::algorithm>;
-  using Residency = detail::ResidentParameters<value_type, memory_space>;
+  using ResidencyOf = detail::residency_of<sharding, value_type, memory_space>;
+  using Residency = typename ResidencyOf::type;
+  template <class Exec>
+  using Hooks = detail::StepHooks<Residency, Sync, Exec>;
 
   Graph& graph_;
   int dp_size_ = 1, dp_rank_ = 0;
@@ -218,6 +267,8 @@ private:
   detail::TensorIndex tensors_;
   detail::OptimizerEngine<Optimizer, memory_space> engine_;
   long long step_ = 0;
+  bool begun_ = false;                        // forward() began this step
+  Vector<value_type, memory_space> gathered_; // ZeRO-3: gather()'s values
 };
 
 } // namespace telar

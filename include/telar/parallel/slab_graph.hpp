@@ -240,6 +240,15 @@ public:
   void initialize(std::uint64_t seed) {
     for_units([&](auto& u, std::size_t i) { u.layer.initialize(seed + i); });
   }
+  /*! \brief Draws node \p node's parameters alone, as initialize(seed)
+   *  draws them (ZeRO-3 draws one node at a time; nothing for the input
+   *  or a concatenation). */
+  void initialize(std::uint64_t seed, std::size_t node) {
+    for_units([&](auto& u, std::size_t i) {
+      if (i == node)
+        u.layer.initialize(seed + i);
+    });
+  }
   /*! \brief Visits every parameter as f(name, value, gradient). */
   template <class F>
   void parameters(F&& f) {
@@ -301,18 +310,23 @@ public:
   }
 
   /*! \brief Runs the graph on this rank's input slab \p x [n, C * rows *
-   *  plane]. \return the output slab (valid until the next forward) */
-  template <class Exec>
-  Matrix<T, M> const& forward(Exec const& exec, ConstMatrix<T, M> x) {
+   *  plane]; \p hooks hears before_forward(i) before each layer node i
+   *  runs (ZeRO-3 gathers its parameters there) and progress() after the
+   *  pass. \return the output slab (valid until the next forward) */
+  template <class Exec, class Hooks = detail::NoStepHooks>
+  Matrix<T, M> const& forward(Exec const& exec, ConstMatrix<T, M> x, Hooks&& hooks = {}) {
     std::size_t const n = x.extent(0);
     x_ = x;
     for (std::size_t i = 1; i < nodes_.size(); ++i) {
       Node& node = nodes_[i];
       fit(node.y, n, node.slab, "telar::SlabGraph::y");
+      if (!std::holds_alternative<Concat>(node.op))
+        hooks.before_forward(i);
       double const began = trace_ ? trace_->now() : 0;
       std::visit([&](auto& op) { forward_op(exec, op, node); }, node.op);
       traced(exec, "F", i, began);
     }
+    hooks.progress();
     return nodes_.back().y;
   }
 
@@ -320,8 +334,9 @@ public:
    *  last forward; parameter gradients accumulate. The input's gradient is
    *  not computed. \p hooks hears of every layer node i, in reverse order:
    *  before_backward(i) before it runs, gradient_ready(i) once its weight
-   *  gradient is complete (summed over the group), progress() after it
-   *  (telar::SlabDataParallel's buckets and ZeRO-2 groups listen). */
+   *  gradient is complete (summed over the group); progress() after the
+   *  pass (telar::SlabDataParallel's buckets, ZeRO-2 groups and ZeRO-3
+   *  gathers listen, as to the pipeline executor's hooks). */
   template <class Exec, class Hooks = detail::NoStepHooks>
   void backward(Exec const& exec, ConstMatrix<T, M> dy, Hooks&& hooks = {}) {
     for (auto& node : nodes_)
@@ -339,8 +354,8 @@ public:
       traced(exec, "B", i, began);
       if (layer)
         hooks.gradient_ready(i);
-      hooks.progress();
     }
+    hooks.progress();
     exec.fence();
   }
 

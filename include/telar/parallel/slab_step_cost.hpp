@@ -44,7 +44,7 @@ struct SlabStepPrediction {
 /*! \brief How the gradients of a telar::SlabGraph travel over dp
  *  (telar::SlabDataParallel): the ZeRO stage and the bucket size. */
 struct SlabSyncShape {
-  int zero_stage = 0; //!< 0: allreduce buckets; 1: reduce-scatter, all-gather; 2: by groups
+  int zero_stage = 0; //!< 0: allreduce buckets; 1: reduce-scatter, all-gather; 2, 3: by groups
   std::size_t bucket_bytes = std::size_t(8) << 20; //!< allreduce buckets, ZeRO-2 groups
 };
 
@@ -145,20 +145,23 @@ void add_slab_layer(SlabStepPrediction& p, W const& w, std::size_t rows, bool fi
 
 // Seconds of the gradients' average over `dp` replicas of `bytes` on
 // `link` (telar::SlabDataParallel): NoSharding allreduces its buckets,
-// ZeRO-1 reduce-scatters the whole buffer and ZeRO-2 each group, and both
-// all-gather the updated shards. None is assumed hidden behind backward: a
-// U-Net's parameters fill one bucket, which completes with backward.
+// ZeRO-1 reduce-scatters the whole buffer and ZeRO-2 and -3 each group;
+// ZeRO-1 and -2 all-gather the updated shards, ZeRO-3 gathers every group
+// before its forward and again before its backward. None is assumed hidden:
+// a U-Net's parameters fill one bucket, which completes with backward.
 inline double slab_dp_seconds(double bytes, int dp, SlabSyncShape sync, LinkCosts const& link) {
   if (dp <= 1 || bytes <= 0)
     return 0;
   double const share = double(dp - 1) / dp;
-  double const calls =
+  double const groups =
       std::max(1.0, std::ceil(bytes / double(std::max<std::size_t>(1, sync.bucket_bytes))));
   if (sync.zero_stage == 0)
-    return calls * link.allreduce.alpha + link.allreduce.beta * bytes * 2 * share;
-  double const scatters = sync.zero_stage == 2 ? calls : 1.0;
+    return groups * link.allreduce.alpha + link.allreduce.beta * bytes * 2 * share;
+  double const scatters = sync.zero_stage >= 2 ? groups : 1.0;
+  double const gathers = sync.zero_stage == 3 ? 2 * groups : 1.0;
   return scatters * link.reduce_scatter.alpha + link.reduce_scatter.beta * bytes * share +
-         link.all_gather.seconds(bytes, share);
+         gathers * link.all_gather.alpha +
+         link.all_gather.beta * bytes * share * (sync.zero_stage == 3 ? 2 : 1);
 }
 } // namespace detail
 

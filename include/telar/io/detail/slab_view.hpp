@@ -3,7 +3,8 @@
 // friend of it), as trainer_view.hpp and trainer_access.hpp do for a
 // telar::Trainer: the run's world communicator, the graph's buffers, every
 // tensor's pieces in this rank's shard, the shard's values and optimizer
-// state. Every rank of a spatial group holds the same parameters, so only
+// state (ZeRO-3: the residency's value shard). Every rank of a spatial
+// group holds the same parameters, so only
 // its first rank owns pieces (ZeRO: each dp rank its shard; else dp rank
 // 0); the buffers (BatchNorm's running statistics, equal over the group)
 // are written by dp rank 0's first spatial rank.
@@ -60,7 +61,7 @@ struct SlabView {
 
   template <class S>
   static std::vector<typename S::value_type> values(S const& s) {
-    return host_copy(s.sync_.values(s.store_));
+    return host_copy(s.residency_.optimizer_values(s.sync_, s.store_));
   }
   template <class S>
   static std::vector<typename S::value_type> state(S const& s) {
@@ -70,10 +71,10 @@ struct SlabView {
   static void restore(S& s, std::vector<typename S::value_type> const& values,
                       std::vector<typename S::value_type> const& state, long long step,
                       long long = 0) {
-    copy_from_host(values, s.sync_.values(s.store_));
+    copy_from_host(values, s.residency_.optimizer_values(s.sync_, s.store_));
     copy_from_host(state, s.engine_.state());
     typename S::execution_space exec;
-    s.sync_.publish(exec, s.store_);
+    s.sync_.publish(exec, s.store_); // ZeRO-3: nothing (the next gathers read the shard)
     exec.fence();
     s.step_ = step;
   }
