@@ -107,14 +107,9 @@
 namespace {
 
 using T = float;
-// Spatial parallelism stages its halos in host memory (device staging is not
-// implemented yet: telar::SpatialLocal and telar::HaloExchange refuse a device
-// memory space), so a device build (e.g. CUDA) runs this on the host.
-constexpr bool host_default =
-    Kokkos::SpaceAccessibility<Kokkos::HostSpace, telar::DefaultMemorySpace>::accessible;
-using M = std::conditional_t<host_default, telar::DefaultMemorySpace, Kokkos::HostSpace>;
-using Exec = std::conditional_t<host_default, Kokkos::DefaultExecutionSpace,
-                                Kokkos::DefaultHostExecutionSpace>;
+// Slabs live where halos can be staged (host memory on a device build).
+using M = telar::SlabMemorySpace;
+using Exec = telar::SlabExecutionSpace;
 // The U-Net under the convolutions' GEMM and convolution policies G, C:
 // the defaults (fp32), or telar::Bf16Gemm and telar::OneDnnConvBf16.
 template <class G, class C>

@@ -23,12 +23,9 @@
 namespace {
 
 using T = double;
-// Spatial layers stage halos in host memory (as in test_spatial.cpp).
-constexpr bool host_default =
-    Kokkos::SpaceAccessibility<Kokkos::HostSpace, telar::DefaultMemorySpace>::accessible;
-using M = std::conditional_t<host_default, telar::DefaultMemorySpace, Kokkos::HostSpace>;
-using Exec = std::conditional_t<host_default, Kokkos::DefaultExecutionSpace,
-                                Kokkos::DefaultHostExecutionSpace>;
+// Slabs live where halos can be staged (host memory on a device build).
+using M = telar::SlabMemorySpace;
+using Exec = telar::SlabExecutionSpace;
 using UNet = telar::SpatialUNetLayers<T, M>::Graph;
 
 // Depth 1, width 2, GroupNorm (statistics per sample: independent of how

@@ -47,14 +47,9 @@
 namespace {
 
 using T = double;
-// Spatial parallelism stages its halos in host memory (device staging is not
-// implemented yet: telar::SpatialLocal and telar::HaloExchange refuse a device
-// memory space), so a device build (e.g. CUDA) runs this on the host.
-constexpr bool host_default =
-    Kokkos::SpaceAccessibility<Kokkos::HostSpace, telar::DefaultMemorySpace>::accessible;
-using M = std::conditional_t<host_default, telar::DefaultMemorySpace, Kokkos::HostSpace>;
-using Exec = std::conditional_t<host_default, Kokkos::DefaultExecutionSpace,
-                                Kokkos::DefaultHostExecutionSpace>;
+// Slabs live where halos can be staged (host memory on a device build).
+using M = telar::SlabMemorySpace;
+using Exec = telar::SlabExecutionSpace;
 
 telar::Communicator world() {
   return telar::Communicator(MPI_COMM_WORLD, "sp");
