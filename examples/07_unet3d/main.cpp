@@ -638,11 +638,20 @@ void generate(Args const& a, telar::Communicator const& world) {
 }
 
 // Peak bytes of this rank: per category, and of the total; the part that
-// training added, and what the plan says it would.
+// training added, and what the plan says it would; the parameters'
+// values, gradients and optimizer state held before training (--zero
+// shards them), and their plan.
 struct Memory {
   telar::MemoryBytes bytes;
-  std::size_t total = 0, training = 0, plan = 0;
+  std::size_t total = 0, training = 0, plan = 0, state = 0, state_plan = 0;
 };
+
+// What the meter counts as the parameters' state: values, gradients, the
+// optimizer's (telar::SlabDataParallel allocates them so).
+std::size_t state_bytes(telar::MemoryBytes const& held) {
+  using C = telar::MemoryCategory;
+  return held[C::parameters] + held[C::gradients] + held[C::optimizer_state];
+}
 
 // The plan of a training step's bytes on this rank: the graph's, plus the
 // input slab, its labels and the loss gradients (cross entropy and Dice).
@@ -676,9 +685,14 @@ telar::Shape volume_shape(telar::VolumeShape const& v) {
 // values (telar::SlabDataParallel; groups in flight not counted).
 template <class UNet>
 std::size_t parameter_bytes(Args const& a, UNet& net, int dp) {
+  // As telar::ParameterStore lays them out: each tensor from an aligned
+  // start, a sharded store a multiple of dp alignments long.
+  std::size_t const align = telar::ParameterStore<T, M>::alignment;
   std::size_t n = 0;
-  net.parameters([&](char const*, auto& v, auto&) { n += v.span(); });
-  std::size_t const shard = a.zero > 0 ? (n + std::size_t(dp) - 1) / std::size_t(dp) : n;
+  net.parameters([&](char const*, auto& v, auto&) { n += (v.span() + align - 1) / align * align; });
+  std::size_t const d = a.zero > 0 ? std::size_t(dp) : 1;
+  n = (n + d * align - 1) / (d * align) * (d * align);
+  std::size_t const shard = n / d;
   std::size_t const grads = a.zero >= 2 ? shard : n, values = a.zero == 3 ? shard : n;
   return sizeof(T) * (values + grads + shard * (a.optimizer == "adam" ? 2 : 1));
 }
@@ -790,6 +804,8 @@ void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const
       .raw("memory_rank0", memory.bytes.json())
       .add("training_bytes_rank0", (long long)memory.training)
       .add("training_bytes_plan_rank0", (long long)memory.plan)
+      .add("state_bytes_rank0", (long long)memory.state)
+      .add("state_bytes_plan_rank0", (long long)memory.state_plan)
       .add("overlap", a.overlap)
       .add("precision", example::precision_ran(a.precision))
       .add("conv", conv_name(a))
@@ -853,7 +869,8 @@ int train(Args const& a, telar::Communicator const& world, telar::Communicator c
       trace.enabled() ? &trace : nullptr, extra);
   // From here on what Telar allocates is training's: activations, their
   // gradients, halo buffers, workspaces (the peak less this baseline).
-  std::size_t const baseline = telar::MemoryMeter::instance().current().total();
+  telar::MemoryBytes const held = telar::MemoryMeter::instance().current();
+  std::size_t const baseline = held.total();
   int const tracker = telar::MemoryMeter::instance().start_tracking();
   // Each rank reads its own depth planes; the first convolution's halo comes
   // from the neighbours like every other layer's.
@@ -878,7 +895,10 @@ int train(Args const& a, telar::Communicator const& world, telar::Communicator c
     save_parameters(a.save_params, params);
   double const diff = a.compare_params.empty() ? -1 : compare_parameters(a.compare_params, params);
   write_timeline(a, trace, world);
-  report(a, net, v, s, diff, {memory, peak, peak - baseline, planned_bytes(a, net, v)}, world);
+  report(a, net, v, s, diff,
+         {memory, peak, peak - baseline, planned_bytes(a, net, v), state_bytes(held),
+          parameter_bytes(a, net, a.dp)},
+         world);
   return 0;
 }
 

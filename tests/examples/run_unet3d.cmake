@@ -216,15 +216,22 @@ train(c ${MPIEXEC} -np 2 ${EXE} ${common} --norm group --data ${file} --dp 2 --b
 same_run("${serial_group}" "${c}" "group, dp = 2")
 # ZeRO over dp (telar::SlabDataParallel): the optimizer state sharded
 # (--zero 1), the gradients reduce-scattered group by group (--zero 2), and
-# the values sharded, gathered per group (--zero 3),
-# train to the same parameters.
+# the values sharded, gathered per group (--zero 3), train to the same
+# parameters; the state each rank holds shrinks stage by stage, as planned
+# (to the byte: the store's alignment counted).
+json_field("${c}" state_bytes_rank0 held)
 foreach(zero 1 2 3)
   train(z ${MPIEXEC} -np 2 ${EXE} ${common} --norm group --data ${file} --dp 2 --batch 1
         --zero ${zero} --compare-params ${WORK_DIR}/unet3d_check_group.txt)
   json_field("${z}" zero stage)
-  if(NOT stage EQUAL zero)
-    message(FATAL_ERROR "--zero ${zero} reported zero ${stage}: ${z}")
+  json_field("${z}" state_bytes_rank0 state)
+  json_field("${z}" state_bytes_plan_rank0 plan)
+  if(NOT stage EQUAL zero OR NOT state EQUAL plan OR NOT state LESS held)
+    message(FATAL_ERROR "--zero ${zero}: stage ${stage}, state ${state} B (plan ${plan} B, "
+                        "the stage before ${held} B): ${z}")
   endif()
+  message(STATUS "ZeRO-${zero}: ${state} B of state per rank (plan ${plan}, the stage before ${held})")
+  set(held ${state})
   same_run("${serial_group}" "${z}" "group, dp = 2, ZeRO-${zero}")
 endforeach()
 # Checkpoints (telar::save_checkpoint of the SlabDataParallel): dp = 2 with
