@@ -128,7 +128,7 @@ struct Args : example::CommonArgs {
   long long generate = 0; // volumes to write first (0: read --data)
   std::size_t size = 32, width = 8;
   int depth = 2, sp = 0, lesions = 3;
-  int zero = 0; // --zero: the optimizer state (2: and the gradients) sharded over dp
+  int zero = 0; // --zero: the optimizer state (2: and the gradients, 3: and the values) over dp
   long long val = -1;
   double dice = 1;
   std::string save_params, compare_params;
@@ -289,11 +289,12 @@ void to_device(telar::VolumeBatch const& b, telar::Matrix<T, M>& x, telar::Voxel
   Kokkos::deep_copy(y, hy);
 }
 
-// The graph's data-parallel update (telar::SlabDataParallel): gradients
-// averaged over dp while backward runs (--zero 0: allreduce buckets; 2:
-// reduce-scattered groups) or after it (1), Adam or SGD over this rank's
-// shard (--zero 1, 2: 1/dp of the optimizer state), a cosine decay from
-// --lr to --lr / 20 over the run's `steps`.
+// The graph's data-parallel update (telar::SlabDataParallel): the
+// parameters drawn from --seed, gradients averaged over dp while backward
+// runs (--zero 0: allreduce buckets; 2, 3: reduce-scattered groups) or
+// after it (1), Adam or SGD over this rank's shard (--zero 1 to 3: 1/dp of
+// the optimizer state), a cosine decay from --lr to --lr / 20 over the
+// run's `steps`; its checkpoints.
 template <class UNet>
 class Update {
   template <class Sharding>

@@ -1,7 +1,8 @@
 #pragma once
 /*! \file
- *  \brief Checkpoints of a telar::Trainer: the whole training state in one
- *  parallel HDF5 file, loadable under any other layout.
+ *  \brief Checkpoints of a telar::Trainer (or of a telar::SlabDataParallel,
+ *  a slab graph's update): the whole training state in one parallel HDF5
+ *  file, loadable under any other layout.
  *
  *  \code
  *  telar::RunPosition pos{epoch, batch, data_seed};
@@ -416,7 +417,8 @@ inline std::optional<std::string> latest_checkpoint(std::string const& dir) {
  *  whole tensors, the step count, \p position and a description of the run.
  *  Written under a temporary name and renamed once every rank has closed it;
  *  then all but the newest options.keep checkpoints are deleted.
- *  \param trainer a telar::Trainer \param dir directory (created if missing)
+ *  \param trainer a telar::Trainer or telar::SlabDataParallel
+ *  \param dir directory (created if missing)
  *  \param position the data pipeline's position, returned by load_checkpoint
  *  \param options how many checkpoints to keep
  *  \return the checkpoint's path
@@ -571,7 +573,8 @@ std::string save_checkpoint(Trainer& trainer, std::string const& dir,
  *  model's tensors (names and global shapes), the optimizer and its state
  *  slots, the value type and every dataset's checksum are verified before
  *  anything is changed.
- *  \param trainer a telar::Trainer (freshly built or trained: all is replaced)
+ *  \param trainer a telar::Trainer or telar::SlabDataParallel (freshly built
+ *  or trained: all is replaced)
  *  \param path a checkpoint file, or a directory: its newest complete checkpoint
  *  \return the RunPosition saved with it
  *  \throws CheckpointError (the same on every rank) naming the file and, for

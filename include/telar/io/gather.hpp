@@ -104,7 +104,7 @@ void gather_buffers(std::vector<ModelBuffer<T>> const& bufs, Communicator const*
  *  auto all = telar::gather_model(trainer, 0); // on rank 0
  *  if (trainer.rank() == 0) save(all.tensors["layer0.weight"], all.shapes["layer0.weight"]);
  *  \endcode
- *  \param trainer a telar::Trainer
+ *  \param trainer a telar::Trainer or telar::SlabDataParallel
  *  \param root the rank that receives the tensors, or -1 for every rank
  *  \param optimizer_state also gather the optimizer's state slots
  *  \return the tensors on \p root (every rank for -1), empty elsewhere */

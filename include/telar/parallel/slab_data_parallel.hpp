@@ -142,6 +142,7 @@ public:
     Hooks<Exec> hooks(residency_, sync_, exec);
     hooks.step_begin(1);
     begun_ = true;
+    gathered_ = Vector<value_type, memory_space>(); // ZeRO-3: groups rebound as nodes run
     return graph_.forward(exec, x, hooks);
   }
   /*! \brief The graph's backward on the output slab's gradient \p dy (this
