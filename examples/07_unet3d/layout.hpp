@@ -1,6 +1,7 @@
-// unet3d --layout auto and --dry-run: every dp x sp of the world ranked by
-// the step time telar::predict_slab_step predicts for its slowest rank,
-// with why the others cannot run (docs/spatial.md, "Choosing dp and sp").
+// unet3d --layout auto and --dry-run: every dp x sp of the world (and, with
+// dp > 1, every ZeRO stage over dp) ranked by the step time
+// telar::predict_slab_step predicts for its slowest rank, with why the
+// others cannot run (docs/spatial.md, "Choosing dp and sp").
 #pragma once
 
 #include <telar/core/error.hpp>
@@ -22,9 +23,9 @@ struct RankCost {
   std::size_t bytes = 0;
 };
 
-// One dp x sp layout of the world.
+// One dp x sp layout of the world, with its ZeRO stage over dp.
 struct Layout {
-  int dp = 1, sp = 1;
+  int dp = 1, sp = 1, zero = 0;
   std::size_t batch = 0;         // volumes per data-parallel replica
   bool fits = false;             // it can run (and fits the budget)
   double predicted_ms = 0;       // its slowest rank's step
@@ -33,19 +34,22 @@ struct Layout {
   std::string reason;            // chosen, slower by how much, or refused
 
   std::string str() const {
-    std::string s = "dp=" + std::to_string(dp) + " x sp=" + std::to_string(sp);
+    std::string s = "dp=" + std::to_string(dp) + " x sp=" + std::to_string(sp) +
+                    (zero > 0 ? " ZeRO-" + std::to_string(zero) : "");
     return batch == 0 ? s : s + ", batch " + std::to_string(batch) + " per replica";
   }
 };
 
 // What to search: the world's ranks, the global batch they share, the
-// budget (0: none), and the margin within which plain data parallelism is
-// preferred (PlannerOptions::plain_dp_margin: the model cannot separate
-// layouts closer than that on a shared machine).
+// budget (0: none), the ZeRO stages to try where dp > 1, and the margin
+// within which plain data parallelism (sp = 1, no ZeRO) is preferred
+// (PlannerOptions::plain_dp_margin: the model cannot separate layouts
+// closer than that on a shared machine).
 struct Search {
   int world = 1;
   std::size_t global_batch = 1;
   std::size_t budget = 0;
+  std::vector<int> stages{0, 1, 2, 3};
   double plain_dp_margin = 0.10;
 };
 
@@ -56,13 +60,14 @@ inline std::string ms(double v) {
   return b;
 }
 
-// The layout's slowest rank (`cost(sp, rank, batch)` for each rank of its
-// sp group, throwing telar::ShapeError for a split the layers refuse), or
-// why it cannot run.
+// The layout's slowest rank (`cost(sp, rank, batch, zero)` for each rank
+// of its sp group, throwing telar::ShapeError for a split the layers
+// refuse), or why it cannot run.
 template <class Cost>
-Layout evaluate(Search const& s, int sp, Cost& cost) {
+Layout evaluate(Search const& s, int sp, int zero, Cost& cost) {
   Layout l;
   l.sp = sp;
+  l.zero = zero;
   l.dp = s.world / sp;
   l.batch = s.global_batch / std::size_t(l.dp);
   if (l.batch * std::size_t(l.dp) != s.global_batch) {
@@ -73,7 +78,7 @@ Layout evaluate(Search const& s, int sp, Cost& cost) {
   }
   try {
     for (int r = 0; r < sp; ++r) {
-      RankCost const c = cost(sp, r, l.batch);
+      RankCost const c = cost(sp, r, l.batch, zero);
       if (1e3 * c.step.seconds() > l.predicted_ms)
         l.predicted_ms = 1e3 * c.step.seconds(), l.why = c.step;
       l.bytes = std::max(l.bytes, c.bytes);
@@ -99,7 +104,7 @@ inline void rank(Search const& s, std::vector<Layout>& all) {
     return;
   double const best = all.front().predicted_ms;
   auto plain = std::find_if(all.begin(), all.end(), [&](Layout const& l) {
-    return l.fits && l.sp == 1 && l.predicted_ms <= (1 + s.plain_dp_margin) * best;
+    return l.fits && l.sp == 1 && l.zero == 0 && l.predicted_ms <= (1 + s.plain_dp_margin) * best;
   });
   if (plain != all.end() && plain != all.begin()) {
     plain->reason = "plain data parallelism, predicted within " +
@@ -114,30 +119,32 @@ inline void rank(Search const& s, std::vector<Layout>& all) {
 }
 } // namespace detail
 
-// Every sp dividing the world (dp = world / sp), ranked.
+// Every sp dividing the world (dp = world / sp), with every stage of
+// s.stages where dp > 1, ranked.
 template <class Cost>
 std::vector<Layout> rank_layouts(Search const& s, Cost cost) {
   std::vector<Layout> all;
   for (int sp = 1; sp <= s.world; ++sp)
     if (s.world % sp == 0)
-      all.push_back(detail::evaluate(s, sp, cost));
+      for (int zero : s.world / sp > 1 ? s.stages : std::vector<int>{0}) // one replica: no ZeRO
+        all.push_back(detail::evaluate(s, sp, zero, cost));
   detail::rank(s, all);
   return all;
 }
 
 // The ranking as a table (--dry-run) and as JSON (--dry-run --json).
 inline std::string table(std::vector<Layout> const& all) {
-  std::string t = "  layout                               step (predicted)  compute  halo  "
+  std::string t = "  layout                                      step (predicted)  compute  halo  "
                   "sums  dp    loss  memory/rank  why\n";
   for (Layout const& l : all) {
     char row[256];
     if (l.fits)
-      std::snprintf(row, sizeof row, "  %-36s %10.1f ms %9.1f %5.1f %5.1f %5.1f %5.1f  %11s  ",
+      std::snprintf(row, sizeof row, "  %-43s %10.1f ms %9.1f %5.1f %5.1f %5.1f %5.1f  %11s  ",
                     l.str().c_str(), l.predicted_ms, 1e3 * l.why.compute, 1e3 * l.why.halo,
                     1e3 * l.why.group_sums, 1e3 * l.why.dp, 1e3 * l.why.loss,
                     telar::MemoryBytes::human(l.bytes).c_str());
     else
-      std::snprintf(row, sizeof row, "  %-36s %10s %9s %5s %5s %5s %5s  %11s  ", l.str().c_str(),
+      std::snprintf(row, sizeof row, "  %-43s %10s %9s %5s %5s %5s %5s  %11s  ", l.str().c_str(),
                     "refused", "", "", "", "", "",
                     l.bytes ? telar::MemoryBytes::human(l.bytes).c_str() : "");
     t += row + l.reason + "\n";
@@ -151,6 +158,7 @@ inline std::string json(std::vector<Layout> const& all, std::string const& profi
     telar::JsonObject j;
     j.add("dp", l.dp)
         .add("sp", l.sp)
+        .add("zero", l.zero)
         .add("batch_per_replica", (long long)l.batch)
         .add("fits", l.fits)
         .add("predicted_step_ms", l.predicted_ms)

@@ -129,6 +129,7 @@ struct Args : example::CommonArgs {
   std::size_t size = 32, width = 8;
   int depth = 2, sp = 0, lesions = 3;
   int zero = 0; // --zero: the optimizer state (2: and the gradients, 3: and the values) over dp
+  bool zero_given = false; // --layout auto then keeps it
   long long val = -1;
   double dice = 1;
   std::string save_params, compare_params;
@@ -199,7 +200,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--no-overlap")
       a.overlap = false;
     else if (f == "--zero")
-      a.zero = int(r.integer(0));
+      a.zero = int(r.integer(0)), a.zero_given = true;
     else if (f == "--timeline") // PREFIX.json: every rank's spans
       a.timeline = r.path("a file name prefix");
     else if (trainer_flag(f))
@@ -954,26 +955,29 @@ std::vector<unet3d::Layout> plan_layouts(Args const& a, telar::VolumeShape const
   s.world = world.size();
   s.global_batch = a.batch;
   s.budget = a.memory_budget;
-  auto cost = [&](int sp, int rank, std::size_t batch) {
+  if (a.zero_given)
+    s.stages = {a.zero};
+  auto cost = [&](int sp, int rank, std::size_t batch, int zero) {
     telar::SpatialPlanAs as(sp, rank);
     auto g = make_unet<G, C>(a, v, world);
     g.build(volume_shape(v));
     g.initialize(a.seed);
     timed += telar::calibrate_slab_layers(g, batch, prof);
     unet3d::RankCost c;
-    c.step = telar::predict_slab_step(g, batch, s.world / sp, sp, prof, {a.zero});
+    c.step = telar::predict_slab_step(g, batch, s.world / sp, sp, prof, {zero});
     c.step.loss =
         loss_seconds(a, batch, g.slab_shape(g.size() - 1), std::size_t(v.classes), prof, timed);
     Args b = a;
     b.batch = batch;
+    b.zero = zero;
     c.bytes = planned_bytes(b, g, v) + parameter_bytes(b, g, s.world / sp);
     return c;
   };
   return unet3d::rank_layouts(s, cost);
 }
 
-// Rank 0's ranking (--dry-run prints it) as "dp sp predicted_ms reason",
-// or "!why" when no layout can run.
+// Rank 0's ranking (--dry-run prints it) as "dp sp zero predicted_ms
+// reason", or "!why" when no layout can run.
 // The share of a core every rank saw is add_scheduling's, measured by all
 // of them before (it measures once per process: no message here).
 std::string ranked_choice(MPI_Comm comm, Args const& a, telar::VolumeShape const& v,
@@ -1000,13 +1004,13 @@ std::string ranked_choice(MPI_Comm comm, Args const& a, telar::VolumeShape const
   if (!best.fits)
     return "!unet3d: no layout of " + std::to_string(world.size()) + " ranks can run:\n" +
            unet3d::table(all);
-  return std::to_string(best.dp) + " " + std::to_string(best.sp) + " " +
-         std::to_string(best.predicted_ms) + " " + best.reason;
+  return std::to_string(best.dp) + " " + std::to_string(best.sp) + " " + std::to_string(best.zero) +
+         " " + std::to_string(best.predicted_ms) + " " + best.reason;
 }
 
 // --layout auto / --dry-run: rank 0 ranks the layouts (the others wait
-// asleep) and every rank takes its choice into `a` (dp, sp, batch per
-// replica); false after --dry-run.
+// asleep) and every rank takes its choice into `a` (dp, sp, the ZeRO stage
+// unless --zero gave one, batch per replica); false after --dry-run.
 bool choose_layout(MPI_Comm comm, Args& a, telar::VolumeShape const& v,
                    telar::Communicator const& world) {
   if (a.layout_auto && (a.sp > 0 || a.dp > 0))
@@ -1024,14 +1028,17 @@ bool choose_layout(MPI_Comm comm, Args& a, telar::VolumeShape const& v,
   if (a.dry_run)
     return false;
   std::istringstream in(text);
-  in >> a.dp >> a.sp >> a.predicted_ms;
+  int zero = 0;
+  in >> a.dp >> a.sp >> zero >> a.predicted_ms;
   std::getline(in >> std::ws, a.layout_reason);
   a.batch /= std::size_t(a.dp);
+  if (!a.zero_given)
+    a.zero = zero;
   if (world.rank() == 0)
     std::fprintf(stderr,
-                 "layout auto: chose dp=%d x sp=%d (batch %zu per replica), predicted %.1f "
-                 "ms/step (%s)\n",
-                 a.dp, a.sp, a.batch, a.predicted_ms, a.layout_reason.c_str());
+                 "layout auto: chose dp=%d x sp=%d, ZeRO stage %d (batch %zu per replica), "
+                 "predicted %.1f ms/step (%s)\n",
+                 a.dp, a.sp, a.zero, a.batch, a.predicted_ms, a.layout_reason.c_str());
   return true;
 }
 
