@@ -43,6 +43,18 @@ inline HaloTally& halo_tally() {
   return t;
 }
 
+/*! \brief Where slabs (and their halos) live: the default memory space
+ *  when the host can read it, else host memory (halo buffers are read by
+ *  MPI directly; device staging is not implemented, so a device build runs
+ *  spatial layers on the host). */
+using SlabMemorySpace = std::conditional_t<
+    Kokkos::SpaceAccessibility<Kokkos::HostSpace, DefaultMemorySpace>::accessible,
+    DefaultMemorySpace, Kokkos::HostSpace>;
+/*! \brief The execution space that runs on telar::SlabMemorySpace. */
+using SlabExecutionSpace =
+    std::conditional_t<std::is_same_v<SlabMemorySpace, DefaultMemorySpace>,
+                       Kokkos::DefaultExecutionSpace, Kokkos::DefaultHostExecutionSpace>;
+
 /*! \brief Exchanges the halo rows of tensors [n, C * rows * plane] split
  *  along rows over a communicator: post() starts the messages, the caller
  *  computes what needs no halo, finish() completes them.
@@ -63,18 +75,6 @@ inline HaloTally& halo_tally() {
  *  \tparam T value type
  *  \tparam MemorySpace where the tensors live (host-accessible: MPI reads the
  *  buffers directly) */
-/*! \brief Where slabs (and their halos) live: the default memory space
- *  when the host can read it, else host memory (halo buffers are read by
- *  MPI directly; device staging is not implemented, so a device build runs
- *  spatial layers on the host). */
-using SlabMemorySpace = std::conditional_t<
-    Kokkos::SpaceAccessibility<Kokkos::HostSpace, DefaultMemorySpace>::accessible,
-    DefaultMemorySpace, Kokkos::HostSpace>;
-/*! \brief The execution space that runs on telar::SlabMemorySpace. */
-using SlabExecutionSpace =
-    std::conditional_t<std::is_same_v<SlabMemorySpace, DefaultMemorySpace>,
-                       Kokkos::DefaultExecutionSpace, Kokkos::DefaultHostExecutionSpace>;
-
 template <class T, class MemorySpace = DefaultMemorySpace>
 class HaloExchange {
   static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible,

@@ -80,11 +80,11 @@ template <class Graph, class DP = DataParallel<>,
           class Optimizer = Adam<typename Graph::value_type>>
 class SlabDataParallel {
 public:
-  using value_type = typename Graph::value_type;
-  using memory_space = typename Graph::memory_space;
-  using execution_space = typename memory_space::execution_space;
-  using optimizer_type = Optimizer;
-  using sharding = typename DP::sharding;
+  using value_type = typename Graph::value_type;                  //!< the graph's scalar
+  using memory_space = typename Graph::memory_space;              //!< where its tensors live
+  using execution_space = typename memory_space::execution_space; //!< what runs there
+  using optimizer_type = Optimizer;                               //!< the optimizer
+  using sharding = typename DP::sharding;                         //!< the ZeRO policy
 
   /*! \brief Draws \p graph's parameters from \p seed (node i from seed +
    *  i, as SlabGraph::initialize; ZeRO-3: one node at a time, this rank
