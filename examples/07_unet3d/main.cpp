@@ -684,7 +684,7 @@ telar::Shape volume_shape(telar::VolumeShape const& v) {
 // Parameters, their gradients and the optimizer's state (Adam's two
 // moments, SGD's momentum) on one of `dp` replicas: --zero 1 keeps 1/dp of
 // the state, --zero 2 also 1/dp of the gradients, --zero 3 also 1/dp of the
-// values (telar::SlabDataParallel; groups in flight not counted).
+// values (telar::SlabDataParallel; its groups in flight: transient_bytes).
 template <class UNet>
 std::size_t parameter_bytes(Args const& a, UNet& net, int dp) {
   // As telar::ParameterStore lays them out: each tensor from an aligned
@@ -697,6 +697,22 @@ std::size_t parameter_bytes(Args const& a, UNet& net, int dp) {
   std::size_t const shard = n / d;
   std::size_t const grads = a.zero >= 2 ? shard : n, values = a.zero == 3 ? shard : n;
   return sizeof(T) * (values + grads + shard * (a.optimizer == "adam" ? 2 : 1));
+}
+
+// ZeRO's buffers in flight during a step, beyond the state (an upper
+// bound): --zero 2 and 3 the gradient groups being accumulated and
+// reduced, --zero 3 also the groups gathered (in use, prefetched), each at
+// most a bucket (SlabDataParallelOptions::bucket_bytes), and the whole
+// values gather() brings back for validation.
+template <class UNet>
+std::size_t transient_bytes(Args const& a, UNet& net, int dp) {
+  if (a.zero < 2 || (a.zero == 2 && dp < 2))
+    return 0;
+  std::size_t n = 0;
+  net.parameters([&](char const*, auto& v, auto&) { n += v.span(); });
+  std::size_t const groups =
+      std::min(sizeof(T) * n, 2 * telar::SlabDataParallelOptions{}.bucket_bytes);
+  return a.zero == 2 ? groups : 2 * groups + sizeof(T) * n;
 }
 
 // The most any rank of an sp group of `size` plans to hold (activation
@@ -721,15 +737,33 @@ std::size_t plan_at_sp(Args const& a, telar::VolumeShape const& v, telar::Commun
   return most;
 }
 
+// The lowest ZeRO stage above --zero whose plan fits the budget at this dp
+// (`other`: the plan's bytes besides the parameters' state and ZeRO's
+// buffers in flight), as advice for
+// a refusal; "" when none does (or dp = 1: nothing to shard).
+template <class UNet>
+std::string zero_that_fits(Args const& a, UNet& net, std::size_t other) {
+  for (int z = a.zero + 1; a.dp > 1 && z <= 3; ++z) {
+    Args b = a;
+    b.zero = z;
+    std::size_t const bytes = other + parameter_bytes(b, net, a.dp) + transient_bytes(b, net, a.dp);
+    if (bytes <= a.memory_budget)
+      return "the parameters' state sharded over dp: --zero " + std::to_string(z) + " needs " +
+             telar::MemoryBytes::human(bytes) + " per rank, the lowest stage that fits; ";
+  }
+  return "";
+}
+
 // --memory-budget: refuses (the same text on every rank: it depends only on
 // the plans) a run some rank of which plans more than the budget, naming
-// the activations and the smallest sp whose plan fits.
+// the activations, the lowest ZeRO stage and the smallest sp whose plans
+// fit.
 template <class G, class C>
 void check_budget(Args const& a, telar::VolumeShape const& v, UNetOf<G, C>& net,
                   telar::Communicator const& sp, telar::Communicator const& world) {
   if (a.memory_budget == 0)
     return;
-  std::size_t const params = parameter_bytes(a, net, a.dp);
+  std::size_t const params = parameter_bytes(a, net, a.dp) + transient_bytes(a, net, a.dp);
   unsigned long long need = planned_bytes(a, net, v) + params;
   unsigned long long acts = net.activation_bytes(a.batch);
   world.allreduce(&need, 1, telar::ReduceOp::max);
@@ -742,7 +776,8 @@ void check_budget(Args const& a, telar::VolumeShape const& v, UNetOf<G, C>& net,
                     " of it: node outputs, their gradients, halo-extended inputs, workspaces), "
                     "over the --memory-budget of " +
                     MemoryBytes::human(a.memory_budget) + " at sp=" + std::to_string(a.sp) +
-                    " (batch " + std::to_string(a.batch) + " per rank); ";
+                    " (batch " + std::to_string(a.batch) + " per rank); " +
+                    zero_that_fits(a, net, std::size_t(need) - params);
   std::size_t most = 0, act = 0;
   int k = a.sp + 1;
   for (; k <= std::min<int>(64, int(v.depth)); ++k) {
@@ -898,8 +933,8 @@ int train(Args const& a, telar::Communicator const& world, telar::Communicator c
   double const diff = a.compare_params.empty() ? -1 : compare_parameters(a.compare_params, params);
   write_timeline(a, trace, world);
   report(a, net, v, s, diff,
-         {memory, peak, peak - baseline, planned_bytes(a, net, v), state_bytes(held),
-          parameter_bytes(a, net, a.dp)},
+         {memory, peak, peak - baseline, planned_bytes(a, net, v) + transient_bytes(a, net, a.dp),
+          state_bytes(held), parameter_bytes(a, net, a.dp)},
          world);
   return 0;
 }
@@ -970,7 +1005,8 @@ std::vector<unet3d::Layout> plan_layouts(Args const& a, telar::VolumeShape const
     Args b = a;
     b.batch = batch;
     b.zero = zero;
-    c.bytes = planned_bytes(b, g, v) + parameter_bytes(b, g, s.world / sp);
+    c.bytes = planned_bytes(b, g, v) + parameter_bytes(b, g, s.world / sp) +
+              transient_bytes(b, g, s.world / sp);
     return c;
   };
   return unet3d::rank_layouts(s, cost);
