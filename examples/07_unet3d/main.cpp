@@ -687,14 +687,13 @@ telar::Shape volume_shape(telar::VolumeShape const& v) {
 // values (telar::SlabDataParallel; its groups in flight: transient_bytes).
 template <class UNet>
 std::size_t parameter_bytes(Args const& a, UNet& net, int dp) {
-  // As telar::ParameterStore lays them out: each tensor from an aligned
-  // start, a sharded store a multiple of dp alignments long.
-  std::size_t const align = telar::ParameterStore<T, M>::alignment;
-  std::size_t n = 0;
-  net.parameters([&](char const*, auto& v, auto&) { n += (v.span() + align - 1) / align * align; });
+  // The store's own layout (nothing allocated): each tensor from an
+  // aligned start, a sharded store a multiple of dp alignments long.
+  using Store = telar::ParameterStore<T, M>;
   std::size_t const d = a.zero > 0 ? std::size_t(dp) : 1;
-  n = (n + d * align - 1) / (d * align) * (d * align);
-  std::size_t const shard = n / d;
+  Store store;
+  store.layout(net, std::vector<bool>(net.layer_count(), true), d * Store::alignment);
+  std::size_t const n = store.size(), shard = n / d;
   std::size_t const grads = a.zero >= 2 ? shard : n, values = a.zero == 3 ? shard : n;
   return sizeof(T) * (values + grads + shard * (a.optimizer == "adam" ? 2 : 1));
 }
