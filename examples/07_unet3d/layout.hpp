@@ -41,7 +41,7 @@ struct Layout {
 };
 
 // What to search: the world's ranks, the global batch they share, the
-// budget (0: none), the ZeRO stages to try where dp > 1, and the margin
+// budget (0: none), the ZeRO stages to try (over dp x sp), and the margin
 // within which plain data parallelism (sp = 1, no ZeRO) is preferred
 // (PlannerOptions::plain_dp_margin: the model cannot separate layouts
 // closer than that on a shared machine).
@@ -120,13 +120,13 @@ inline void rank(Search const& s, std::vector<Layout>& all) {
 } // namespace detail
 
 // Every sp dividing the world (dp = world / sp), with every stage of
-// s.stages where dp > 1, ranked.
+// s.stages where there are ranks to shard over, ranked.
 template <class Cost>
 std::vector<Layout> rank_layouts(Search const& s, Cost cost) {
   std::vector<Layout> all;
   for (int sp = 1; sp <= s.world; ++sp)
     if (s.world % sp == 0)
-      for (int zero : s.world / sp > 1 ? s.stages : std::vector<int>{0}) // one replica: no ZeRO
+      for (int zero : s.world > 1 ? s.stages : std::vector<int>{0}) // one rank: no ZeRO
         all.push_back(detail::evaluate(s, sp, zero, cost));
   detail::rank(s, all);
   return all;

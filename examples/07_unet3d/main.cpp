@@ -7,12 +7,13 @@
 // batch while the current one trains) and runs the U-Net on it
 // (telar::spatial_unet: a telar::SlabGraph of the spatial wrappers, with
 // halo exchanges at every 3x3x3 convolution and the concatenated skips
-// local). Gradients come out of the graph summed over the sp group (every
-// rank of a group holds the whole sample's); they are averaged over dp by
-// telar::SlabDataParallel, in buckets while backward runs (--zero 0), or
-// with the optimizer state sharded over dp (--zero 1: ZeRO-1; --zero 2:
-// ZeRO-2, the gradients reduce-scattered group by group as well; --zero 3:
-// ZeRO-3, the values too, each group of nodes gathered before it runs).
+// local). Each rank's backward gives its slab's part of the gradients;
+// telar::SlabDataParallel sums the parts and averages the replicas in one
+// reduction over all dp x sp ranks, in buckets while backward runs (--zero
+// 0), or with the optimizer state sharded over the dp x sp ranks (--zero 1:
+// ZeRO-1; --zero 2: ZeRO-2, the gradients reduce-scattered group by group
+// as well; --zero 3: ZeRO-3, the values too, each group of nodes gathered
+// before it runs).
 //
 //   unet3d [--generate N | --data FILE.h5] [--size 32] [--depth 2] [--width 8]
 //          [--sp S] [--dp D] [--epochs 16] [--batch 2] [--lr 0.003]
@@ -128,7 +129,8 @@ struct Args : example::CommonArgs {
   long long generate = 0; // volumes to write first (0: read --data)
   std::size_t size = 32, width = 8;
   int depth = 2, sp = 0, lesions = 3;
-  int zero = 0; // --zero: the optimizer state (2: and the gradients, 3: and the values) over dp
+  // --zero: the optimizer state (2: and the gradients, 3: and the values) over dp x sp
+  int zero = 0;
   bool zero_given = false; // --layout auto then keeps it
   long long val = -1;
   double dice = 1;
@@ -211,9 +213,9 @@ Args parse(int argc, char** argv) {
       usage(("unknown flag " + f).c_str());
   }
   if (a.zero > 3)
-    usage(
-        ("--zero expects 0 (none), 1, 2 or 3 (ZeRO stages over dp), got " + std::to_string(a.zero))
-            .c_str());
+    usage(("--zero expects 0 (none), 1, 2 or 3 (ZeRO stages over dp x sp), got " +
+           std::to_string(a.zero))
+              .c_str());
   if (a.norm != "batch" && a.norm != "group")
     usage(("--norm expects batch or group, got '" + a.norm + "'").c_str());
   if (a.eval_bn != "running" && a.eval_bn != "batch")
@@ -291,11 +293,12 @@ void to_device(telar::VolumeBatch const& b, telar::Matrix<T, M>& x, telar::Voxel
 }
 
 // The graph's data-parallel update (telar::SlabDataParallel): the
-// parameters drawn from --seed, gradients averaged over dp while backward
-// runs (--zero 0: allreduce buckets; 2, 3: reduce-scattered groups) or
-// after it (1), Adam or SGD over this rank's shard (--zero 1 to 3: 1/dp of
-// the optimizer state), a cosine decay from --lr to --lr / 20 over the
-// run's `steps`; its checkpoints.
+// parameters drawn from --seed, the slabs' gradients summed and averaged
+// over dp in one reduction over the world while backward runs (--zero 0:
+// allreduce buckets; 2, 3: reduce-scattered groups) or after it (1), Adam
+// or SGD over this rank's shard (--zero 1 to 3: 1/(dp x sp) of the
+// optimizer state), a cosine decay from --lr to --lr / 20 over the run's
+// `steps`; its checkpoints.
 template <class UNet>
 class Update {
   template <class Sharding>
@@ -682,15 +685,16 @@ telar::Shape volume_shape(telar::VolumeShape const& v) {
 }
 
 // Parameters, their gradients and the optimizer's state (Adam's two
-// moments, SGD's momentum) on one of `dp` replicas: --zero 1 keeps 1/dp of
-// the state, --zero 2 also 1/dp of the gradients, --zero 3 also 1/dp of the
-// values (telar::SlabDataParallel; its groups in flight: transient_bytes).
+// moments, SGD's momentum) on one of the `ranks` the update shards over
+// (dp x sp: telar::SlabDataParallel sums over the world): --zero 1 keeps
+// 1/ranks of the state, --zero 2 also of the gradients, --zero 3 also of
+// the values (its groups in flight: transient_bytes).
 template <class UNet>
-std::size_t parameter_bytes(Args const& a, UNet& net, int dp) {
+std::size_t parameter_bytes(Args const& a, UNet& net, int ranks) {
   // The store's own layout (nothing allocated): each tensor from an
-  // aligned start, a sharded store a multiple of dp alignments long.
+  // aligned start, a sharded store a multiple of `ranks` alignments long.
   using Store = telar::ParameterStore<T, M>;
-  std::size_t const d = a.zero > 0 ? std::size_t(dp) : 1;
+  std::size_t const d = a.zero > 0 ? std::size_t(ranks) : 1;
   Store store;
   store.layout(net, std::vector<bool>(net.layer_count(), true), d * Store::alignment);
   std::size_t const n = store.size(), shard = n / d;
@@ -704,8 +708,8 @@ std::size_t parameter_bytes(Args const& a, UNet& net, int dp) {
 // most a bucket (SlabDataParallelOptions::bucket_bytes), and the whole
 // values gather() brings back for validation.
 template <class UNet>
-std::size_t transient_bytes(Args const& a, UNet& net, int dp) {
-  if (a.zero < 2 || (a.zero == 2 && dp < 2))
+std::size_t transient_bytes(Args const& a, UNet& net, int ranks) {
+  if (a.zero < 2 || (a.zero == 2 && ranks < 2))
     return 0;
   std::size_t n = 0;
   net.parameters([&](char const*, auto& v, auto&) { n += v.span(); });
@@ -736,18 +740,20 @@ std::size_t plan_at_sp(Args const& a, telar::VolumeShape const& v, telar::Commun
   return most;
 }
 
-// The lowest ZeRO stage above --zero whose plan fits the budget at this dp
-// (`other`: the plan's bytes besides the parameters' state and ZeRO's
-// buffers in flight), as advice for
-// a refusal; "" when none does (or dp = 1: nothing to shard).
+// The lowest ZeRO stage above --zero whose plan fits the budget at this
+// layout (`other`: the plan's bytes besides the parameters' state and
+// ZeRO's buffers in flight), as advice for a refusal; "" when none does (or
+// one rank: nothing to shard).
 template <class UNet>
 std::string zero_that_fits(Args const& a, UNet& net, std::size_t other) {
-  for (int z = a.zero + 1; a.dp > 1 && z <= 3; ++z) {
+  int const ranks = a.dp * a.sp;
+  for (int z = a.zero + 1; ranks > 1 && z <= 3; ++z) {
     Args b = a;
     b.zero = z;
-    std::size_t const bytes = other + parameter_bytes(b, net, a.dp) + transient_bytes(b, net, a.dp);
+    std::size_t const bytes =
+        other + parameter_bytes(b, net, ranks) + transient_bytes(b, net, ranks);
     if (bytes <= a.memory_budget)
-      return "the parameters' state sharded over dp: --zero " + std::to_string(z) + " needs " +
+      return "the parameters' state sharded over dp x sp: --zero " + std::to_string(z) + " needs " +
              telar::MemoryBytes::human(bytes) + " per rank, the lowest stage that fits; ";
   }
   return "";
@@ -762,7 +768,8 @@ void check_budget(Args const& a, telar::VolumeShape const& v, UNetOf<G, C>& net,
                   telar::Communicator const& sp, telar::Communicator const& world) {
   if (a.memory_budget == 0)
     return;
-  std::size_t const params = parameter_bytes(a, net, a.dp) + transient_bytes(a, net, a.dp);
+  std::size_t const params =
+      parameter_bytes(a, net, world.size()) + transient_bytes(a, net, world.size());
   unsigned long long need = planned_bytes(a, net, v) + params;
   unsigned long long acts = net.activation_bytes(a.batch);
   world.allreduce(&need, 1, telar::ReduceOp::max);
@@ -932,8 +939,9 @@ int train(Args const& a, telar::Communicator const& world, telar::Communicator c
   double const diff = a.compare_params.empty() ? -1 : compare_parameters(a.compare_params, params);
   write_timeline(a, trace, world);
   report(a, net, v, s, diff,
-         {memory, peak, peak - baseline, planned_bytes(a, net, v) + transient_bytes(a, net, a.dp),
-          state_bytes(held), parameter_bytes(a, net, a.dp)},
+         {memory, peak, peak - baseline,
+          planned_bytes(a, net, v) + transient_bytes(a, net, world.size()), state_bytes(held),
+          parameter_bytes(a, net, world.size())}, // sharded over the world
          world);
   return 0;
 }
@@ -1004,8 +1012,8 @@ std::vector<unet3d::Layout> plan_layouts(Args const& a, telar::VolumeShape const
     Args b = a;
     b.batch = batch;
     b.zero = zero;
-    c.bytes = planned_bytes(b, g, v) + parameter_bytes(b, g, s.world / sp) +
-              transient_bytes(b, g, s.world / sp);
+    c.bytes = planned_bytes(b, g, v) + parameter_bytes(b, g, s.world) + // shards over the world
+              transient_bytes(b, g, s.world);
     return c;
   };
   return unet3d::rank_layouts(s, cost);

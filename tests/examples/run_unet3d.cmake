@@ -79,13 +79,13 @@ if(CHECK STREQUAL "bf16")
   endif()
   return()
 endif()
-# CHECK=auto: --dry-run --json at 2 ranks ranks dp = 2 under every ZeRO
-# stage and sp = 2 (each with a predicted step, its parts and its memory,
-# ZeRO-1's less than plain data parallelism's, the first saying why),
+# CHECK=auto: --dry-run --json at 2 ranks ranks dp = 2 and sp = 2 under
+# every ZeRO stage (over both ranks; each with a predicted step, its parts
+# and its memory, ZeRO-1's less than no sharding's, the first saying why),
 # trains nothing and caches the calibration in the --profile file; --layout
 # auto then trains the first of them and reports predicted beside measured;
 # with a global batch of one, dp = 2 is refused (it does not divide) and
-# sp = 2 trains. No time is asserted.
+# sp = 2 trains (under the stage ranked first). No time is asserted.
 if(CHECK STREQUAL "auto")
   set(ENV{TELAR_CPU_SHARE} 1) # both runs plan with the same share (run_plan.cmake)
   set(data ${WORK_DIR}/unet3d_auto.h5)
@@ -102,12 +102,13 @@ if(CHECK STREQUAL "auto")
   string(JSON n LENGTH "${plan}" layouts)
   string(JSON first GET "${plan}" layouts 0)
   string(JSON why GET "${first}" reason)
-  if(NOT n EQUAL 5 OR NOT why MATCHES "^(the fastest|plain data parallelism)")
-    message(FATAL_ERROR "expected dp = 2 under ZeRO stages 0 to 3 and sp = 2, the first saying "
+  if(NOT n EQUAL 8 OR NOT why MATCHES "^(the fastest|plain data parallelism)")
+    message(FATAL_ERROR "expected dp = 2 and sp = 2 under ZeRO stages 0 to 3, the first saying "
                         "why:\n${plan}")
   endif()
-  set(stages "")
-  foreach(k RANGE 4)
+  set(stages1 "")
+  set(stages2 "")
+  foreach(k RANGE 7)
     string(JSON l GET "${plan}" layouts ${k})
     string(JSON fits GET "${l}" fits)
     string(JSON ms GET "${l}" predicted_step_ms)
@@ -118,18 +119,18 @@ if(CHECK STREQUAL "auto")
     if(NOT fits OR NOT ms GREATER 0 OR NOT bytes GREATER 0 OR (sp EQUAL 2 AND NOT halo GREATER 0))
       message(FATAL_ERROR "layout ${k} lacks a prediction, memory or halo bytes:\n${l}")
     endif()
-    if(sp EQUAL 1)
-      list(APPEND stages ${zero})
-      set(bytes_zero${zero} ${bytes})
+    list(APPEND stages${sp} ${zero})
+    set(bytes${sp}_zero${zero} ${bytes})
+  endforeach()
+  # ZeRO-1 plans less per rank than no sharding (its optimizer state
+  # sharded; ZeRO-2 and -3 add their groups in flight), at sp = 2 too.
+  foreach(sp 1 2)
+    list(SORT stages${sp})
+    if(NOT stages${sp} STREQUAL "0;1;2;3" OR NOT bytes${sp}_zero1 LESS bytes${sp}_zero0)
+      message(FATAL_ERROR "sp = ${sp} not ranked under every ZeRO stage, ZeRO-1 not smaller "
+                          "(${bytes${sp}_zero1} B against ${bytes${sp}_zero0} B):\n${plan}")
     endif()
   endforeach()
-  list(SORT stages)
-  # ZeRO-1 plans less per rank than plain data parallelism (its optimizer
-  # state sharded; ZeRO-2 and -3 add their groups in flight).
-  if(NOT stages STREQUAL "0;1;2;3" OR NOT bytes_zero1 LESS bytes_zero0)
-    message(FATAL_ERROR "dp = 2 not ranked under every ZeRO stage, ZeRO-1 not smaller "
-                        "(${bytes_zero1} B against ${bytes_zero0} B):\n${plan}")
-  endif()
   message(STATUS "ranked: ${plan}")
   string(JSON dp0 GET "${first}" dp)
   string(JSON sp0 GET "${first}" sp)
@@ -145,10 +146,17 @@ if(CHECK STREQUAL "auto")
       set(want_dp ${dp0})
       set(want_sp ${sp0})
       set(want_zero ${zero0})
-    else()
+    else() # the stage ranked first at sp = 2
       set(want_dp 1)
       set(want_sp 2)
-      set(want_zero 0)
+      foreach(k RANGE 7)
+        string(JSON l GET "${plan}" layouts ${k})
+        string(JSON lsp GET "${l}" sp)
+        if(lsp EQUAL 2 AND NOT DEFINED want_zero2)
+          string(JSON want_zero2 GET "${l}" zero)
+        endif()
+      endforeach()
+      set(want_zero ${want_zero2})
     endif()
     if(NOT dp EQUAL want_dp OR NOT sp EQUAL want_sp OR NOT zero EQUAL want_zero
        OR NOT ms GREATER 0 OR why STREQUAL "given by flags")
@@ -192,19 +200,19 @@ foreach(norm group) # add batch to check BatchNorm too (two more runs)
   train(b ${MPIEXEC} -np 2 ${EXE} ${common} --norm ${norm} --data ${file} --sp 2
         --compare-params ${params} --timeline ${WORK_DIR}/unet3d_timeline)
   same_run("${a}" "${b}" "${norm}, sp = 2")
-  # Every parameter's gradient is summed over the group once per step at
-  # sp = 2 (one allreduce per wrapper with parameters), never at sp = 1.
+  # No layer sums its gradients over the group itself: the update sums
+  # both slabs' parts in its buckets' allreduce over the world (and the
+  # parameters equal the serial run's, above).
   json_field("${a}" group_sums_per_step sums1)
   json_field("${b}" group_sums_per_step sums2)
-  json_field("${b}" group_sum_values_per_step values2)
-  json_field("${b}" parameter_values count)
-  if(NOT sums1 EQUAL 0 OR NOT sums2 GREATER 0 OR NOT values2 EQUAL count)
-    message(FATAL_ERROR "${norm}: group sums per step ${sums1} at sp = 1 (expected 0), ${sums2} "
-                        "of ${values2} values at sp = 2 (expected the ${count} parameters)")
+  if(NOT sums1 EQUAL 0 OR NOT sums2 EQUAL 0)
+    message(FATAL_ERROR "${norm}: layers summed their gradients themselves: ${sums1} a step at "
+                        "sp = 1, ${sums2} at sp = 2 (expected none)")
   endif()
   # --timeline: both ranks' spans agree with the run: 3 steps, each node's
-  # forward (3 steps and the validation batch) and backward, the tally's
-  # gradient sums, and every exchange once in flight and once waited for.
+  # forward (3 steps and the validation batch) and backward, no layer's
+  # gradient sum, the update's bucket allreduces over both ranks (at least
+  # one a step), and every exchange once in flight and once waited for.
   json_field("${b}" halo_exchanges_per_step exchanges)
   json_field("${b}" nodes nodes)
   execute_process(COMMAND python3 -c "
@@ -214,6 +222,8 @@ path, nodes, sums, exchanges = sys.argv[1], int(sys.argv[2]) - 1, float(sys.argv
 def kind(name):
     if name.startswith('step '):
         return 'step'
+    if name.startswith('allreduce bucket '):
+        return 'bucket'
     return name[0] if name[0] in 'FB' and name[1].isdigit() else name
 events = json.load(open(path))['traceEvents']
 for pid in (0, 1):
@@ -221,15 +231,16 @@ for pid in (0, 1):
     want = {(0, 'F'): 4 * nodes, (0, 'B'): 3 * nodes, (2, 'step'): 3, (0, 'loss'): 3,
             (0, 'optimizer'): 3, (0, 'gradient sum'): round(3 * sums)}
     bad = {k: (c[k], n) for k, n in want.items() if c[k] != n}
-    if bad or c[(1, 'halo')] < 3 * exchanges or c[(0, 'halo wait')] != c[(1, 'halo')]:
-        sys.exit('rank %d: (found, expected) %s; %d exchanges in flight, %d waits, %g a step' %
-                 (pid, bad, c[(1, 'halo')], c[(0, 'halo wait')], exchanges))
+    if bad or c[(1, 'bucket')] < 3 or c[(1, 'halo')] < 3 * exchanges or c[(0, 'halo wait')] != c[(1, 'halo')]:
+        sys.exit('rank %d: (found, expected) %s; %d buckets; %d exchanges in flight, %d waits, %g a step' %
+                 (pid, bad, c[(1, 'bucket')], c[(1, 'halo')], c[(0, 'halo wait')], exchanges))
 " ${WORK_DIR}/unet3d_timeline.json ${nodes} ${sums2} ${exchanges}
     RESULT_VARIABLE ok ERROR_VARIABLE why)
   if(NOT ok EQUAL 0)
     message(FATAL_ERROR "${norm}: the sp = 2 timeline does not hold the run's spans: ${why}")
   endif()
   set(serial_${norm} "${a}")
+  set(split_${norm} "${b}")
 endforeach()
 train(c ${MPIEXEC} -np 2 ${EXE} ${common} --norm group --data ${file} --dp 2 --batch 1
       --compare-params ${WORK_DIR}/unet3d_check_group.txt)
@@ -254,6 +265,19 @@ foreach(zero 1 2 3)
   set(held ${state})
   same_run("${serial_group}" "${z}" "group, dp = 2, ZeRO-${zero}")
 endforeach()
+# At sp = 2 the one replica's state is sharded over its two ranks: ZeRO-3
+# there (each group gathered from both slabs' ranks) trains to the serial
+# parameters and holds less than sp = 2 unsharded, as planned.
+json_field("${split_group}" state_bytes_rank0 held)
+train(z ${MPIEXEC} -np 2 ${EXE} ${common} --norm group --data ${file} --sp 2 --zero 3
+      --compare-params ${WORK_DIR}/unet3d_check_group.txt)
+json_field("${z}" state_bytes_rank0 state)
+json_field("${z}" state_bytes_plan_rank0 plan)
+if(NOT state EQUAL plan OR NOT state LESS held)
+  message(FATAL_ERROR "sp = 2 --zero 3: state ${state} B (plan ${plan} B, unsharded ${held} B): ${z}")
+endif()
+message(STATUS "sp = 2 ZeRO-3: ${state} B of state per rank (plan ${plan}, unsharded ${held})")
+same_run("${serial_group}" "${z}" "group, sp = 2, ZeRO-3")
 # Checkpoints (telar::save_checkpoint of the SlabDataParallel): dp = 2 with
 # ZeRO-1 saves at step 2 (and 3, at its end); the step-3 file removed, the
 # serial run resumes from step 2 and takes the third step: the serial

@@ -92,11 +92,15 @@ telar::SlabDataParallelOptions small_buckets(telar::Communicator const* world = 
   return o;
 }
 
-// Three steps of `opt` (see run()).
+// Three steps of `opt` (see run()); with `world`, the slabs' gradient
+// parts summed over it with the dp average (sums_over_world).
 template <class DP, class Opt>
 telar::Matrix<T, M> train(UNet& g, telar::Communicator const* dp, std::size_t first, std::size_t n,
-                          Opt opt) {
-  telar::SlabDataParallel<UNet, DP, Opt> update(g, dp, 5, opt, small_buckets());
+                          Opt opt, telar::Communicator const* world = nullptr) {
+  telar::SlabDataParallel<UNet, DP, Opt> update(g, dp, 5, opt, small_buckets(world));
+  bool const fused = world != nullptr && g.spatial_size() > 1;
+  CHECK(update.sums_over_world() == fused);
+  CHECK(update.sync_size() == (fused ? world->size() : dp != nullptr ? dp->size() : 1));
   return run(update, g, first, n, 0, 3);
 }
 
@@ -118,6 +122,28 @@ std::vector<double> parameters_of(UNet& g) {
   return all;
 }
 
+// One layout of check_layouts: dp replicas of sp ranks, this rank (d, s).
+template <class DP, class Opt>
+void check_layout(telar::Communicator const& world, int d, int s, int dp, bool over_world, Opt opt,
+                  telar::Matrix<T, M> const& y, std::vector<double> const& initial,
+                  std::vector<double> const& want) {
+  telar::Communicator sp_comm = world.split(d, s, "sp"), dp_comm = world.split(s, d, "dp");
+  UNet g = telar::spatial_unet<T, M>(sp_comm, options());
+  g.build(shape); // the update draws it (seed 5, as serial's)
+  std::size_t const n = batch / std::size_t(dp), first = std::size_t(d) * n;
+  auto const ys = train<DP>(g, &dp_comm, first, n, opt, over_world ? &world : nullptr);
+  CHECK(max_diff(ys, part(y, first, n, 3, g.output_slab())) < 1e-11);
+  auto const got = parameters_of(g);
+  REQUIRE(got.size() == want.size());
+  double worst = 0, moved = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    worst = std::max(worst, std::abs(got[i] - want[i]));
+    moved = std::max(moved, std::abs(want[i] - initial[i]));
+  }
+  CHECK(worst < 1e-11);
+  CHECK(moved > 1e-4); // training moved them: not a comparison of the seeds
+}
+
 template <class Sharding, class Opt>
 void check_layouts(char const* name, Opt opt) {
   using DP = telar::DataParallel<telar::TopologyAwareAllreduce, Sharding>;
@@ -128,25 +154,15 @@ void check_layouts(char const* name, Opt opt) {
   auto const initial = parameters_of(serial);
   auto const y = train<DP>(serial, nullptr, 0, batch, opt);
   auto const want = parameters_of(serial);
-  for (int sp = 1; sp <= world.size(); sp *= 2) {
-    int const dp = world.size() / sp, d = world.rank() / sp, s = world.rank() % sp;
-    INFO(name << ", dp " << dp << " x sp " << sp << ", rank " << world.rank());
-    telar::Communicator sp_comm = world.split(d, s, "sp"), dp_comm = world.split(s, d, "dp");
-    UNet g = telar::spatial_unet<T, M>(sp_comm, options());
-    g.build(shape); // the update draws it (seed 5, as serial's)
-    std::size_t const n = batch / std::size_t(dp), first = std::size_t(d) * n;
-    auto const ys = train<DP>(g, &dp_comm, first, n, opt);
-    CHECK(max_diff(ys, part(y, first, n, 3, g.output_slab())) < 1e-11);
-    auto const got = parameters_of(g);
-    REQUIRE(got.size() == want.size());
-    double worst = 0, moved = 0;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      worst = std::max(worst, std::abs(got[i] - want[i]));
-      moved = std::max(moved, std::abs(want[i] - initial[i]));
+  for (int sp = 1; sp <= world.size(); sp *= 2)
+    for (bool const over_world : {true, false}) {
+      if (sp == 1 && !over_world)
+        continue; // the same run
+      int const dp = world.size() / sp, d = world.rank() / sp, s = world.rank() % sp;
+      INFO(name << ", dp " << dp << " x sp " << sp << (over_world ? ", summed over the world" : "")
+                << ", rank " << world.rank());
+      check_layout<DP>(world, d, s, dp, over_world, opt, y, initial, want);
     }
-    CHECK(worst < 1e-11);
-    CHECK(moved > 1e-4); // training moved them: not a comparison of the seeds
-  }
 }
 
 } // namespace
@@ -199,6 +215,34 @@ TEST_CASE("SlabDataParallel: ZeRO shards the optimizer state, the gradients (2) 
   CHECK(held == 0);
   three.gather(Exec{});
   l.parameters([&](char const*, auto& v, auto&) { CHECK(v.data() != nullptr); });
+}
+
+TEST_CASE("SlabDataParallel: summed over the world, ZeRO shards span dp x sp; the graph sums "
+          "its own gradients again after",
+          "[spatial][mpi]") {
+  telar::Communicator world(MPI_COMM_WORLD, "world");
+  std::size_t const W = std::size_t(world.size());
+  UNet g = telar::spatial_unet<T, M>(world, options()); // one sample split over every rank
+  g.build(shape);
+  using Z1 = telar::DataParallel<telar::TopologyAwareAllreduce, telar::ZeRO<1>>;
+  {
+    telar::SlabDataParallel<UNet, Z1> update(g, nullptr, 5, telar::Adam<T>{},
+                                             small_buckets(&world));
+    CHECK(update.sums_over_world() == (W > 1));
+    CHECK(update.shard().second - update.shard().first == update.size() / W);
+    CHECK(update.state_bytes() == sizeof(T) * (2 * update.size() + 2 * update.size() / W));
+    telar::group_sum_tally() = {};
+    run(update, g, 0, batch, 0, 1);
+    CHECK(telar::group_sum_tally().sums == 0); // the sync summed the parts
+  }
+  // The graph on its own: each wrapper with parameters sums over the group.
+  auto const x = telar::test::random_matrix<T, M>(batch, shape.size(), 3);
+  auto const& y = g.forward(Exec{}, part(x, 0, batch, 2, g.input_slab()));
+  telar::Matrix<T, M> dy("test::dy", y.extent(0), y.extent(1));
+  Kokkos::deep_copy(dy, T(1));
+  telar::group_sum_tally() = {};
+  g.backward(Exec{}, dy);
+  CHECK((telar::group_sum_tally().sums > 0) == (W > 1));
 }
 
 #if TELAR_HAVE_HDF5
@@ -271,5 +315,8 @@ TEST_CASE("SlabDataParallel: a checkpoint resumes under another dp x sp and ZeRO
   check_resume<telar::NoSharding, telar::ZeRO<2>>(1, all, dir + "/b");
   // ZeRO-3's value shards -> ZeRO-1 (the same dp: the shards are laid out alike).
   check_resume<telar::ZeRO<3>, telar::ZeRO<1>>(all, all, dir + "/c");
+  // One replica split over every rank, ZeRO-3 shards over all of them (the
+  // parts summed over the world) -> every rank a replica, ZeRO-1.
+  check_resume<telar::ZeRO<3>, telar::ZeRO<1>>(1, all, dir + "/d");
 }
 #endif

@@ -993,7 +993,9 @@ TEST_CASE("The cost model counts the halo bytes and the group sums a U-Net step 
   g.build(shape);
   g.initialize(40);
   telar::MachineProfile const prof; // the built-in rates: no timing involved
-  auto const p = telar::predict_slab_step(g, 2, 1, sp, prof);
+  telar::SlabSyncShape alone;       // the graph on its own: its wrappers sum over sp
+  alone.over_world = false;
+  auto const p = telar::predict_slab_step(g, 2, 1, sp, prof, alone);
   // One step, counted: what the model says this rank sends and sums.
   telar::halo_tally() = {};
   telar::group_sum_tally() = {};
@@ -1020,7 +1022,7 @@ TEST_CASE("The cost model counts the halo bytes and the group sums a U-Net step 
     UNet h = telar::spatial_unet<T, M>(self, o);
     h.build(shape);
     h.initialize(40);
-    return telar::predict_slab_step(h, 2, sp / size, size, prof);
+    return telar::predict_slab_step(h, 2, sp / size, size, prof, alone);
   };
   auto const mine = planned(sp, comm.rank());
   CHECK(mine.halo_bytes == p.halo_bytes);
@@ -1060,12 +1062,22 @@ TEST_CASE("The cost model counts the halo bytes and the group sums a U-Net step 
   std::size_t values = 0;
   g.parameters([&](char const*, auto& v, auto&) { values += v.span(); });
   CHECK(replicas.dp >= prof.allreduce.beta * double(values * sizeof(T)));
-  // ZeRO (telar::SlabDataParallel): each replica updates 1/dp of the
+  // Summed over the world (telar::SlabDataParallel's default), no layer
+  // sums over sp; the wrappers' sums replace a reduction over dp x sp.
+  CHECK(replicas.sums == 0);
+  auto const by_layer = telar::predict_slab_step(g, 1, 2, sp, prof, alone);
+  CHECK(by_layer.sums == (sp > 1 ? p.sums : 0));
+  if (sp > 1)
+    CHECK(by_layer.group_sums > replicas.group_sums);
+  // ZeRO: each rank of the sync (dp x sp) updates its share of the
   // parameters; ZeRO-2 reduce-scatters one group per bucket.
   telar::SlabSyncShape zero1{1}, zero2{2, 64};
   auto const z1 = telar::predict_slab_step(g, 1, 2, sp, prof, zero1);
   auto const z2 = telar::predict_slab_step(g, 1, 2, sp, prof, zero2);
-  CHECK(z1.optimizer == Catch::Approx(replicas.optimizer / 2));
+  CHECK(z1.optimizer == Catch::Approx(replicas.optimizer / (2 * sp)));
+  zero1.over_world = false; // shards over dp only
+  CHECK(telar::predict_slab_step(g, 1, 2, sp, prof, zero1).optimizer ==
+        Catch::Approx(replicas.optimizer / 2));
   CHECK(z1.dp > 0);
   CHECK(z2.dp > z1.dp); // one latency per group
   // ZeRO-3 gathers every group twice a step (forward, backward).

@@ -6,10 +6,16 @@
  *  Trainer's own components (store, residency, gradient sync, optimizer
  *  engine).
  *
- *  Every rank of a spatial group holds the whole sample's gradients (the
- *  wrappers sum them over the group), so the graph's parameters are
- *  replicated over sp and only the data-parallel ranks (one per spatial
- *  position, `dp`) differ. Each spatial position runs the same sync:
+ *  The graph's parameters are replicated over its spatial group, and each
+ *  rank's backward computes what its slab contributes to their gradients.
+ *  Given the run's world (SlabDataParallelOptions::world) with sp > 1, the
+ *  update sums those parts together with the data-parallel average, in
+ *  one reduction over every rank (dp x sp; the graph's
+ *  set_partial_gradients): the gradient's mean over dp is 1/dp of the sum
+ *  over the world, ZeRO shards over dp x sp ranks, and no layer waits for
+ *  its own allreduce over sp. Without a world (or with sum_over_world off)
+ *  each wrapper sums its gradients over sp as backward runs and the sync
+ *  runs over dp, each spatial position the same. Either way:
  *  telar::NoSharding allreduces buckets while backward runs, telar::ZeRO<1>
  *  reduces each rank's shard after backward, updates it and all-gathers the
  *  parameters, telar::ZeRO<2> reduce-scatters group by group during
@@ -60,10 +66,16 @@ struct SlabDataParallelOptions {
   std::size_t bucket_bytes = std::size_t(8) << 20; //!< allreduce buckets and ZeRO-2 groups
   bool shared_memory = true;      //!< ZeRO-1 may sum through MPI-3 shared memory on one node
   TraceRecorder* trace = nullptr; //!< buckets, shard reductions and gathers as spans (or none)
-  /*! \brief Every rank of the run (dp x sp), where telar::save_checkpoint
-   *  and telar::load_checkpoint write and read together; null: the dp
-   *  group, enough when sp = 1. Not owned. */
+  /*! \brief Every rank of the run (dp x sp, its size checked), where
+   *  telar::save_checkpoint and telar::load_checkpoint write and read
+   *  together and, with sum_over_world, the gradients are reduced; null:
+   *  the dp group, enough when sp = 1. Not owned. */
   Communicator const* world = nullptr;
+  /*! \brief With a world and sp > 1: the slabs' parts of the gradients
+   *  summed with the dp average in one reduction over the world (ZeRO
+   *  shards over dp x sp); false: each wrapper sums its own over sp, one
+   *  blocking allreduce per layer, and the sync runs over dp. */
+  bool sum_over_world = true;
 };
 
 namespace detail {
@@ -88,19 +100,22 @@ public:
 
   /*! \brief Draws \p graph's parameters from \p seed (node i from seed +
    *  i, as SlabGraph::initialize; ZeRO-3: one node at a time, this rank
-   *  keeping its shard) and binds them (collective over \p dp).
+   *  keeping its shard) and binds them (collective over the world when
+   *  it sums the gradients, else over \p dp).
    *  \param graph built; kept by reference \param dp the ranks holding the
    *  same spatial position of different samples (null or one rank: no
    *  communication; not owned) \param seed the same on every rank
    *  \param opt the optimizer \param options buckets, shared memory,
-   *  trace, world */
+   *  trace, world, sum_over_world
+   *  \throws Error when a world to sum over is not dp x sp ranks */
   SlabDataParallel(Graph& graph, Communicator const* dp, std::uint64_t seed, Optimizer opt = {},
                    SlabDataParallelOptions const& options = {})
       : graph_(graph), dp_size_(dp != nullptr ? dp->size() : 1),
-        dp_rank_(dp != nullptr ? dp->rank() : 0), world_(run_world(options, graph, dp)) {
+        dp_rank_(dp != nullptr ? dp->rank() : 0), world_(run_world(options, graph, dp)),
+        sync_group_(sync_group(options, graph, dp)) {
     detail::SyncContext ctx;
-    ctx.dp = dp;
-    ctx.world = dp; // the shards of one spatial position cover every tensor once
+    ctx.dp = sync_group_;
+    ctx.world = sync_group_; // its shards cover every tensor once
     ctx.bucket_bytes = options.bucket_bytes;
     ctx.shared_memory = options.shared_memory;
     ctx.trace = options.trace;
@@ -113,16 +128,21 @@ public:
       sync_.bind(graph_, owned, store_);
     }
     tensors_.build(graph_, store_, sync_.shard());
-    MemoryMeter::Scope scope(MemoryCategory::optimizer_state);
-    engine_ = detail::OptimizerEngine<Optimizer, memory_space>(opt, tensors_.shard_size());
+    {
+      MemoryMeter::Scope scope(MemoryCategory::optimizer_state);
+      engine_ = detail::OptimizerEngine<Optimizer, memory_space>(opt, tensors_.shard_size());
+    }
+    graph_.set_partial_gradients(sums_over_world()); // last: nothing after it throws
   }
   SlabDataParallel(SlabDataParallel const&) = delete;
   SlabDataParallel& operator=(SlabDataParallel const&) = delete;
   /*! \brief The graph's parameter views point into this object's flat
    *  buffers: they get memory of their own again, holding the current
    *  values (gradients zero), so the graph outlives its update. ZeRO-3
-   *  holds shards only: the values of the last gather() (else zero). */
+   *  holds shards only: the values of the last gather() (else zero). The
+   *  wrappers sum their gradients over sp again. */
   ~SlabDataParallel() {
+    graph_.set_partial_gradients(false);
     graph_.parameters([](char const* name, auto& value, auto& grad) {
       using V = std::decay_t<decltype(value)>;
       V const own(Kokkos::view_alloc(std::string(name)), value.layout());
@@ -179,9 +199,10 @@ public:
   }
 
   /*! \brief The optimizer step at learning rate \p lr: this rank's shard of
-   *  the gradients summed over dp and divided by dp (the mean of the
+   *  the gradients summed over the sync group (dp, or dp x sp when the
+   *  slabs' parts are summed too) and divided by dp (the mean of the
    *  replicas' gradients), updated, the parameters back on every rank,
-   *  gradients zeroed. Collective over dp. */
+   *  gradients zeroed. Collective over that group. */
   template <class Exec>
   void step(Exec const& exec, double lr) {
     sync_.reduce(exec, store_);
@@ -223,6 +244,15 @@ public:
   int rank() const { return world_ != nullptr ? world_->rank() : 0; }
   /*! \brief This rank's data-parallel replica. */
   int dp_rank() const { return dp_rank_; }
+  /*! \brief Whether the slabs' gradient parts are summed with the dp
+   *  average over the world (SlabDataParallelOptions::sum_over_world,
+   *  given a world and sp > 1): ZeRO's shards then span dp x sp ranks. */
+  bool sums_over_world() const {
+    return sync_group_ != nullptr && sync_group_ == world_ && graph_.spatial_size() > 1;
+  }
+  /*! \brief Ranks the gradients are reduced over and ZeRO shards span (dp,
+   *  or dp x sp when sums_over_world()). */
+  int sync_size() const { return sync_group_ != nullptr ? sync_group_->size() : 1; }
   /*! \brief "dp=2 x sp=2" (checkpoints record it). */
   std::string layout() const {
     return "dp=" + std::to_string(dp_size_) + " x sp=" + std::to_string(graph_.spatial_size());
@@ -237,7 +267,7 @@ public:
    *  this counts each rank's as whole (an upper bound). */
   std::size_t state_bytes() const {
     std::size_t const shard = sync_.shard().second - sync_.shard().first;
-    bool const sharded = dp_size_ > 1 || residency_.sharded();
+    bool const sharded = sync_size() > 1 || residency_.sharded();
     std::size_t const grads = sharding::stage >= 2 && sharded ? shard : store_.size();
     std::size_t const values = residency_.sharded() ? shard : store_.size();
     return sizeof(value_type) * (values + grads + shard * optimizer_traits<Optimizer>::state_size);
@@ -253,6 +283,19 @@ private:
       return o.world;
     return g.spatial_size() == 1 ? dp : nullptr;
   }
+  // The ranks the gradients are reduced over: the world when it sums the
+  // slabs' parts too (checked to be dp x sp: the same on every rank), else dp.
+  static Communicator const* sync_group(SlabDataParallelOptions const& o, Graph const& g,
+                                        Communicator const* dp) {
+    if (!o.sum_over_world || o.world == nullptr || g.spatial_size() == 1)
+      return dp;
+    int const replicas = dp != nullptr ? dp->size() : 1;
+    if (o.world->size() != replicas * g.spatial_size())
+      throw Error("telar::SlabDataParallel: the world has " + std::to_string(o.world->size()) +
+                  " ranks, not dp x sp = " + std::to_string(replicas) + " x " +
+                  std::to_string(g.spatial_size()));
+    return o.world;
+  }
   using Sync = detail::GradientSync<sharding, value_type, memory_space, typename DP::algorithm>;
   using ResidencyOf = detail::residency_of<sharding, value_type, memory_space>;
   using Residency = typename ResidencyOf::type;
@@ -262,6 +305,7 @@ private:
   Graph& graph_;
   int dp_size_ = 1, dp_rank_ = 0;
   Communicator const* world_ = nullptr;
+  Communicator const* sync_group_ = nullptr; // dp, or the world (sums_over_world)
   ParameterStore<value_type, memory_space> store_;
   Residency residency_;
   Sync sync_;

@@ -72,6 +72,8 @@ template <class L>
 using set_training_t = decltype(std::declval<L&>().set_training(true));
 template <class L>
 using set_trace_t = decltype(std::declval<L&>().set_trace(nullptr));
+template <class L>
+using set_partial_t = decltype(std::declval<L&>().set_partial_gradients(true));
 
 // dst[:, at : at + src cols] = src (add: +=), per sample: a channel block
 // of a channel-first slab is a contiguous run of its row.
@@ -106,7 +108,8 @@ void take_columns(Exec const& exec, ConstMatrix<T, M> src, Matrix<T, M> dst, std
  *  the last node is the output, and every other node must be read by some
  *  node (build refuses a dead end, naming it). Parameter gradients
  *  accumulate (as a layer's do) and are the whole sample's on every rank of
- *  the group (the wrappers sum them).
+ *  the group (the wrappers sum them; set_partial_gradients leaves each
+ *  rank's part for an update that sums them).
  *  \tparam T value type \tparam M memory space
  *  \tparam Layers the distinct wrapper types the graph holds */
 template <class T, class M, class... Layers>
@@ -306,6 +309,27 @@ public:
     for_units([&](auto& u, std::size_t) {
       if constexpr (detail::is_detected_v<detail::set_trace_t, decltype(u.layer)>)
         u.layer.set_trace(trace);
+    });
+  }
+
+  /*! \brief With \p on, backward leaves each rank's part of the parameter
+   *  gradients (what its slab contributes) unsummed over the spatial group:
+   *  the sum over the group's ranks is the whole sample's gradient. For
+   *  an update that sums every part at once (telar::SlabDataParallel sums
+   *  them over dp x sp with the data-parallel average). Off by default.
+   *  \throws Error naming the node when a wrapper with parameters cannot
+   *  leave them partial (it sums them itself) */
+  void set_partial_gradients(bool on) {
+    for_units([&](auto& u, std::size_t i) {
+      if constexpr (detail::is_detected_v<detail::set_partial_t, decltype(u.layer)>) {
+        u.layer.set_partial_gradients(on);
+      } else {
+        bool any = false;
+        u.layer.parameters([&](char const*, auto&, auto&) { any = true; });
+        if (on && any)
+          throw Error("telar::SlabGraph::set_partial_gradients: node " + std::to_string(i) + " (" +
+                      name(int(i)) + ") has parameters and no set_partial_gradients");
+      }
     });
   }
 

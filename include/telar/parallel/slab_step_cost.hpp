@@ -41,11 +41,17 @@ struct SlabStepPrediction {
   double seconds() const { return compute + halo + group_sums + dp + optimizer + loss; }
 };
 
-/*! \brief How the gradients of a telar::SlabGraph travel over dp
- *  (telar::SlabDataParallel): the ZeRO stage and the bucket size. */
+/*! \brief How the gradients of a telar::SlabGraph travel
+ *  (telar::SlabDataParallel): the ZeRO stage, the bucket size, and whether
+ *  the slabs' parts are summed with the dp average over every rank. */
 struct SlabSyncShape {
   int zero_stage = 0; //!< 0: allreduce buckets; 1: reduce-scatter, all-gather; 2, 3: by groups
   std::size_t bucket_bytes = std::size_t(8) << 20; //!< allreduce buckets, ZeRO-2 groups
+  /*! \brief true: the sync runs over dp x sp ranks and no layer sums its
+   *  gradients over sp (SlabDataParallelOptions::sum_over_world with a
+   *  world); false: one allreduce over sp per layer with parameters, then
+   *  the sync over dp (the graph trained without a world). */
+  bool over_world = true;
 };
 
 namespace detail {
@@ -100,10 +106,12 @@ int statistics_sums(W const&) {
 // One wrapper's part of a step on `rows` samples, on `prof` as a rank with
 // its share of a core sees it (`contention`: compute's stretch; `group`:
 // the spatial group's link class); `first`: it reads the graph's input (no
-// input gradient, no reverse exchange).
+// input gradient, no reverse exchange); `sums`: it sums its weight
+// gradients over the group itself.
 template <class W>
 void add_slab_layer(SlabStepPrediction& p, W const& w, std::size_t rows, bool first, int sp,
-                    MachineProfile const& prof, LinkCosts const& group, double contention) {
+                    MachineProfile const& prof, LinkCosts const& group, double contention,
+                    bool sums) {
   using V = typename W::value_type;
   Shape const in = w.input_shape();
   std::optional<LayerTiming> const measured = prof.layer_timing(slab_group(w), rows);
@@ -137,14 +145,15 @@ void add_slab_layer(SlabStepPrediction& p, W const& w, std::size_t rows, bool fi
   int const stats = statistics_sums(w);
   p.statistics += stats;
   p.group_sums += stats * group.allreduce.seconds(double(rows) * 16, ring); // a few doubles each
-  if (t.parameters > 0) {
+  if (t.parameters > 0 && sums) {
     p.sums += 1;
     p.group_sums += group.allreduce.seconds(t.parameters * sizeof(V), ring);
   }
 }
 
-// Seconds of the gradients' average over `dp` replicas of `bytes` on
-// `link` (telar::SlabDataParallel): NoSharding allreduces its buckets,
+// Seconds of the gradients' reduction over `dp` ranks (the replicas, or
+// every rank when the slabs' parts are summed too) of `bytes` on `link`
+// (telar::SlabDataParallel): NoSharding allreduces its buckets,
 // ZeRO-1 reduce-scatters the whole buffer and ZeRO-2 and -3 each group;
 // ZeRO-1 and -2 all-gather the updated shards, ZeRO-3 gathers every group
 // before its forward and again before its backward. None is assumed hidden:
@@ -196,12 +205,14 @@ std::size_t calibrate_slab_layers(Graph const& graph, std::size_t rows, MachineP
  *  by flops()), a convolution's face rows twice with overlap, a
  *  concatenation's copies at the element-wise bandwidth, every halo
  *  exchange as one message of its larger direction (none hidden: on a
- *  shared machine the wait is mostly neighbour skew, docs/spatial.md), one
- *  allreduce over the group per layer with parameters and two per
- *  normalisation (statistics), the gradients averaged over dp as \p sync says
- *  (detail::slab_dp_seconds), and the optimizer's pass over the parameters
- *  (ZeRO: this rank's 1/dp of them). A group that spans nodes (the
- *  profile's ranks_per_node) takes the across link class. */
+ *  shared machine the wait is mostly neighbour skew, docs/spatial.md), two
+ *  allreduces over the group per normalisation (statistics), the gradients
+ *  reduced as \p sync says (detail::slab_dp_seconds): over every rank
+ *  (SlabSyncShape::over_world), or one allreduce over the group per layer
+ *  with parameters and then over dp; and the optimizer's pass over the
+ *  parameters (ZeRO: this rank's share of them, 1/(ranks of the sync)). A
+ *  group that spans nodes (the profile's ranks_per_node) takes the across
+ *  link class. */
 template <class Graph>
 SlabStepPrediction predict_slab_step(Graph& graph, std::size_t rows, int dp, int sp,
                                      MachineProfile const& prof, SlabSyncShape sync = {}) {
@@ -216,7 +227,8 @@ SlabStepPrediction predict_slab_step(Graph& graph, std::size_t rows, int dp, int
   using V = typename Graph::value_type;
   SlabStepPrediction p;
   graph.for_each_node([&](int, auto const& w, int from) {
-    detail::add_slab_layer(p, w, rows, from == Graph::input, sp, seen, group, contention);
+    detail::add_slab_layer(p, w, rows, from == Graph::input, sp, seen, group, contention,
+                           !sync.over_world);
   });
   for (int i = 1; i < graph.size(); ++i)
     if (graph.name(i) == std::string("Concat")) // copied in forward, split in backward
@@ -224,8 +236,9 @@ SlabStepPrediction predict_slab_step(Graph& graph, std::size_t rows, int dp, int
                    (seen.elementwise_gbs * 1e9) * contention;
   double parameters = 0;
   graph.parameters([&](char const*, auto& v, auto&) { parameters += double(v.span()); });
-  p.dp = detail::slab_dp_seconds(parameters * sizeof(V), dp, sync, replicas);
-  double const updated = sync.zero_stage > 0 ? parameters / std::max(1, dp) : parameters;
+  int const ranks = sync.over_world ? world : dp; // the sync's
+  p.dp = detail::slab_dp_seconds(parameters * sizeof(V), ranks, sync, replicas);
+  double const updated = sync.zero_stage > 0 ? parameters / std::max(1, ranks) : parameters;
   p.optimizer = updated * prof.optimizer_ns_per_parameter * 1e-9 / share;
   return p;
 }

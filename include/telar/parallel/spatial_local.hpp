@@ -106,6 +106,10 @@ public:
    *  (null: none; telar::SlabGraph::set_trace passes its own).
    *  \param trace the rank's recorder, kept by pointer */
   void set_trace(TraceRecorder* trace) { sum_.set_trace(trace); }
+  /*! \brief Leaves this rank's part of the parameter gradients unsummed
+   *  over the group (\p on; telar::SlabGraph::set_partial_gradients).
+   *  \param on true: partial; false: summed (the default) */
+  void set_partial_gradients(bool on) { sum_.set_partial(on); }
   /*! \brief Visits the layer's (name, value, gradient).
    *  \param f callable as f(char const*, View&, View&) */
   template <class F>

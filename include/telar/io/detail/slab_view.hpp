@@ -3,11 +3,13 @@
 // friend of it), as trainer_view.hpp and trainer_access.hpp do for a
 // telar::Trainer: the run's world communicator, the graph's buffers, every
 // tensor's pieces in this rank's shard, the shard's values and optimizer
-// state (ZeRO-3: the residency's value shard). Every rank of a spatial
-// group holds the same parameters, so only
-// its first rank owns pieces (ZeRO: each dp rank its shard; else dp rank
-// 0); the buffers (BatchNorm's running statistics, equal over the group)
-// are written by dp rank 0's first spatial rank.
+// state (ZeRO-3: the residency's value shard). When the update sums over
+// the world, its shards span every rank (ZeRO: each rank owns its shard;
+// else world rank 0 owns all); otherwise every rank of a spatial group
+// holds the same parameters, so only its first rank owns pieces (ZeRO:
+// each dp rank its shard; else dp rank 0). The buffers (BatchNorm's
+// running statistics, equal over the group) are written by dp rank 0's
+// first spatial rank.
 #include <telar/io/detail/model_buffers.hpp>
 #include <telar/io/detail/model_pieces.hpp>
 #include <telar/io/detail/store_pieces.hpp>
@@ -48,7 +50,10 @@ struct SlabView {
   }
   template <class S>
   static ModelPieces pieces(S& s) {
-    bool const owner = (S::sharding::stage > 0 || s.dp_rank() == 0) && s.graph_.spatial_rank() == 0;
+    bool const owner =
+        s.sums_over_world() // shards span every rank
+            ? S::sharding::stage > 0 || s.rank() == 0
+            : (S::sharding::stage > 0 || s.dp_rank() == 0) && s.graph_.spatial_rank() == 0;
     return store_pieces(s.graph_, s.store_, s.tensors_.names(), s.shard(),
                         optimizer_traits<typename S::optimizer_type>::state_size, comm(s),
                         [&](ParameterInfo const&) { return owner; });

@@ -51,13 +51,15 @@ inline void check_slab_call(char const* layer, char const* what, Shape const& sl
 // that may already hold earlier micro-batches, so the part is what the call
 // added: after - before, summed over the group, added to before. Host
 // memory (the wrappers assert it); one allreduce per layer, tallied in
-// telar::group_sum_tally(); none (and no copies) in a group of one rank.
+// telar::group_sum_tally(); none (and no copies) in a group of one rank, or
+// when partial: the caller sums every layer's part at once
+// (telar::SlabDataParallel, over dp x sp, with the data-parallel average).
 template <class T>
 class GroupGradientSum {
 public:
   template <class Layer, class F>
   void operator()(Layer& layer, Communicator const& group, F&& accumulate) {
-    if (group.size() == 1) { // the whole sample is here: nothing to add
+    if (group.size() == 1 || partial_) { // nothing to add here
       accumulate();
       return;
     }
@@ -90,10 +92,13 @@ public:
 
   // Records each allreduce as "gradient sum" (null: none).
   void set_trace(TraceRecorder* trace) { trace_ = trace; }
+  // Leaves this rank's part unsummed (true) or sums it over the group.
+  void set_partial(bool on) { partial_ = on; }
 
 private:
   std::vector<T> before_, part_;
   TraceRecorder* trace_ = nullptr;
+  bool partial_ = false;
 };
 
 // The window of a layer along its first spatial axis: a convolution's
