@@ -23,6 +23,7 @@
 //          [--memory-budget SIZE] [--no-overlap] [--precision fp32|bf16]
 //          [--timeline PREFIX] [--layout auto] [--dry-run] [--profile FILE]
 //          [--zero 0|1|2|3] [--checkpoint-dir DIR] [--checkpoint-every N] [--resume]
+//          [--nonfinite stop|skip]
 //   mpirun -np 2 unet3d --sp 2
 //
 // --generate N (default 160 without --data) writes N synthetic volumes of
@@ -145,8 +146,8 @@ struct Args : example::CommonArgs {
 // The Trainer's flags, which this example (a SlabGraph trained by hand)
 // does not offer.
 bool trainer_flag(std::string const& f) {
-  for (char const* t : {"--hidden", "--pp", "--tp", "--schedule", "--microbatches", "--nonfinite",
-                        "--bf16-weight-copy"})
+  for (char const* t :
+       {"--hidden", "--pp", "--tp", "--schedule", "--microbatches", "--bf16-weight-copy"})
     if (f == t)
       return true;
   return false;
@@ -163,7 +164,7 @@ bool trainer_flag(std::string const& f) {
                "[--compare-params FILE] [--memory-budget SIZE] [--no-overlap] "
                "[--precision fp32|bf16] [--timeline PREFIX] [--layout auto] [--dry-run] "
                "[--profile FILE] [--zero 0|1|2|3] [--checkpoint-dir DIR] [--checkpoint-every N] "
-               "[--resume]\n",
+               "[--resume] [--nonfinite stop|skip]\n",
                why);
   throw 2;
 }
@@ -318,6 +319,7 @@ public:
     telar::SlabDataParallelOptions o;
     o.trace = trace;
     o.world = &world;
+    o.nonfinite = a.nonfinite; // --nonfinite stop|skip
     if (a.optimizer == "adam")
       make(a.zero, adam_, net, dp, a.seed, telar::Adam<T>{}, o);
     else
@@ -336,9 +338,18 @@ public:
   void backward(telar::ConstMatrix<T, M> dy) {
     visit([&](auto& u) { u.backward(Exec{}, dy); });
   }
-  // The update at the schedule's next step (a resumed run's continues).
-  void step() {
-    visit([&](auto& u) { u.step(Exec{}, lr_(u.steps() + 1)); });
+  // The update at the schedule's next step (a resumed run's continues);
+  // true when --nonfinite skip skipped it.
+  bool step() {
+    bool skipped = false;
+    visit([&](auto& u) { skipped = u.step(Exec{}, lr_(u.steps() + 1)); });
+    return skipped;
+  }
+  // Steps skipped (--nonfinite skip), a resumed run's before it included.
+  long long skipped() {
+    long long n = 0;
+    visit([&](auto& u) { n = u.skipped_steps(); });
+    return n;
   }
   // Steps taken, a resumed run's before it included.
   long long steps() {
@@ -520,7 +531,7 @@ void write_timeline(Args const& a, telar::TraceRecorder const& trace,
 
 struct Summary {
   double loss = 0, val_dice = 0, train_s = 0;
-  long long steps = 0;
+  long long steps = 0, skipped = 0;       // skipped: --nonfinite skip, a resumed run's included
   std::vector<double> step_s, step_cpu_s; // wall and this process's CPU time
   telar::HaloTally halo;                  // training steps' exchanges only (not validation's)
   telar::GroupSumTally sums;              // training steps' weight-gradient sums over sp
@@ -572,10 +583,11 @@ bool train_epoch(Args const& a, UNet& net, telar::VolumeReader& reader, telar::B
     update.backward(dlogits);
     add_tallies(sum, before, sums_before);
     double const update_began = trace.now();
-    update.step();
+    bool const skipped = update.step(); // the same verdict on every rank
     trace.add("optimizer", "optimizer", update_began, trace.now());
     dp.allreduce(&loss, 1);
-    sum.loss = loss / dp.size();
+    if (!skipped) // a skipped step's loss is not finite: the last finite one stays
+      sum.loss = loss / dp.size();
     sum.step_s.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     sum.step_cpu_s.push_back(double(std::clock() - c0) / CLOCKS_PER_SEC);
@@ -829,6 +841,7 @@ void report(Args const& a, UNet& net, telar::VolumeShape const& v, Summary const
   net.parameters([&](char const*, auto& w, auto&) { parameters += w.span(); });
   telar::JsonObject j;
   j.add("final_loss", s.loss)
+      .add("skipped_steps", s.skipped)
       .add("program", "unet3d")
       .add("sp", a.sp)
       .add("dp", a.dp)
@@ -930,6 +943,8 @@ int train(Args const& a, telar::Communicator const& world, telar::Communicator c
   auto const t0 = std::chrono::steady_clock::now();
   Epochs<decltype(net)> epochs{a, net, reader, loader, update, world, sp, dp, trace};
   epochs.all(first_val, classes, s);
+  s.skipped = update.skipped();
+  example::check_divergence(s.skipped, update.steps(), s.loss, "loss", world.rank() == 0);
   s.train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::size_t peak = 0;
   telar::MemoryBytes const memory = telar::MemoryMeter::instance().peaks(tracker, &peak);

@@ -84,11 +84,14 @@ telar::Matrix<T, M> run(Update& update, UNet& g, std::size_t first, std::size_t 
   return y;
 }
 
-// Buckets of 2 KiB: several per step (the graph has ~1.3k parameters).
-telar::SlabDataParallelOptions small_buckets(telar::Communicator const* world = nullptr) {
+// Buckets of 2 KiB: several per step (the graph has ~1.3k parameters);
+// the gradient norm clipped to `clip` (0: not).
+telar::SlabDataParallelOptions small_buckets(telar::Communicator const* world = nullptr,
+                                             double clip = 0) {
   telar::SlabDataParallelOptions o;
   o.bucket_bytes = std::size_t(2) << 10;
   o.world = world;
+  o.clip_grad_norm = clip;
   return o;
 }
 
@@ -96,8 +99,8 @@ telar::SlabDataParallelOptions small_buckets(telar::Communicator const* world = 
 // parts summed over it with the dp average (sums_over_world).
 template <class DP, class Opt>
 telar::Matrix<T, M> train(UNet& g, telar::Communicator const* dp, std::size_t first, std::size_t n,
-                          Opt opt, telar::Communicator const* world = nullptr) {
-  telar::SlabDataParallel<UNet, DP, Opt> update(g, dp, 5, opt, small_buckets(world));
+                          Opt opt, telar::Communicator const* world = nullptr, double clip = 0) {
+  telar::SlabDataParallel<UNet, DP, Opt> update(g, dp, 5, opt, small_buckets(world, clip));
   bool const fused = world != nullptr && g.spatial_size() > 1;
   CHECK(update.sums_over_world() == fused);
   CHECK(update.sync_size() == (fused ? world->size() : dp != nullptr ? dp->size() : 1));
@@ -125,13 +128,13 @@ std::vector<double> parameters_of(UNet& g) {
 // One layout of check_layouts: dp replicas of sp ranks, this rank (d, s).
 template <class DP, class Opt>
 void check_layout(telar::Communicator const& world, int d, int s, int dp, bool over_world, Opt opt,
-                  telar::Matrix<T, M> const& y, std::vector<double> const& initial,
+                  double clip, telar::Matrix<T, M> const& y, std::vector<double> const& initial,
                   std::vector<double> const& want) {
   telar::Communicator sp_comm = world.split(d, s, "sp"), dp_comm = world.split(s, d, "dp");
   UNet g = telar::spatial_unet<T, M>(sp_comm, options());
   g.build(shape); // the update draws it (seed 5, as serial's)
   std::size_t const n = batch / std::size_t(dp), first = std::size_t(d) * n;
-  auto const ys = train<DP>(g, &dp_comm, first, n, opt, over_world ? &world : nullptr);
+  auto const ys = train<DP>(g, &dp_comm, first, n, opt, over_world ? &world : nullptr, clip);
   CHECK(max_diff(ys, part(y, first, n, 3, g.output_slab())) < 1e-11);
   auto const got = parameters_of(g);
   REQUIRE(got.size() == want.size());
@@ -144,16 +147,28 @@ void check_layout(telar::Communicator const& world, int d, int s, int dp, bool o
   CHECK(moved > 1e-4); // training moved them: not a comparison of the seeds
 }
 
+// `clip`: the gradient norm clipped to it (the serial run's too).
 template <class Sharding, class Opt>
-void check_layouts(char const* name, Opt opt) {
+void check_layouts(char const* name, Opt opt, double clip = 0) {
   using DP = telar::DataParallel<telar::TopologyAwareAllreduce, Sharding>;
   telar::Communicator world(MPI_COMM_WORLD, "world"), self(MPI_COMM_SELF, "self");
   UNet serial = telar::spatial_unet<T, M>(self, options());
   serial.build(shape);
   serial.initialize(5);
   auto const initial = parameters_of(serial);
-  auto const y = train<DP>(serial, nullptr, 0, batch, opt);
+  auto const y = train<DP>(serial, nullptr, 0, batch, opt, nullptr, clip);
   auto const want = parameters_of(serial);
+  if (clip > 0) { // the clip binds: unclipped steps end elsewhere
+    UNet free = telar::spatial_unet<T, M>(self, options());
+    free.build(shape);
+    free.initialize(5);
+    train<DP>(free, nullptr, 0, batch, opt);
+    auto const other = parameters_of(free);
+    double apart = 0;
+    for (std::size_t i = 0; i < other.size(); ++i)
+      apart = std::max(apart, std::abs(other[i] - want[i]));
+    CHECK(apart > 1e-6);
+  }
   for (int sp = 1; sp <= world.size(); sp *= 2)
     for (bool const over_world : {true, false}) {
       if (sp == 1 && !over_world)
@@ -161,7 +176,7 @@ void check_layouts(char const* name, Opt opt) {
       int const dp = world.size() / sp, d = world.rank() / sp, s = world.rank() % sp;
       INFO(name << ", dp " << dp << " x sp " << sp << (over_world ? ", summed over the world" : "")
                 << ", rank " << world.rank());
-      check_layout<DP>(world, d, s, dp, over_world, opt, y, initial, want);
+      check_layout<DP>(world, d, s, dp, over_world, opt, clip, y, initial, want);
     }
 }
 
@@ -180,6 +195,79 @@ TEST_CASE("SlabDataParallel: a U-Net over dp x sp trains to the serial parameter
   sgd.momentum = 0.9;
   check_layouts<telar::NoSharding>("no sharding, SGD", sgd);
   check_layouts<telar::ZeRO<2>>("ZeRO-2, SGD", sgd);
+  // Clipping takes the norm of the whole gradient: over ZeRO's shards, once
+  // over replicated values.
+  check_layouts<telar::NoSharding>("no sharding, SGD, clipped", sgd, 1e-3);
+  check_layouts<telar::ZeRO<2>>("ZeRO-2, SGD, clipped", sgd, 1e-3);
+}
+
+namespace {
+// One step of `update` on a loss gradient that is NaN in one value of the
+// last rank's slab (or finite): true when the update skipped it.
+template <class Update>
+bool poisoned_step(Update& update, UNet& g, telar::Communicator const& world, bool poison) {
+  auto const x = telar::test::random_matrix<T, M>(batch, shape.size(), 9);
+  auto const& y = update.forward(Exec{}, part(x, 0, batch, 2, g.input_slab()));
+  telar::Matrix<T, M> dy("test::dy", y.extent(0), y.extent(1));
+  auto h = Kokkos::create_mirror_view(dy);
+  for (std::size_t i = 0; i < h.span(); ++i)
+    h.data()[i] = T(1e-3);
+  if (poison && world.rank() == world.size() - 1)
+    h.data()[h.span() / 2] = std::nan("");
+  Kokkos::deep_copy(dy, h);
+  update.backward(Exec{}, dy);
+  return update.step(Exec{}, 0.01);
+}
+
+// A gradient NaN on one rank stops every rank with the same message
+// (NonFinite::stop), or skips the update everywhere (skip), leaving the
+// parameters as they were.
+template <class Sharding>
+void check_nonfinite(char const* name) {
+  using DP = telar::DataParallel<telar::TopologyAwareAllreduce, Sharding>;
+  telar::Communicator world(MPI_COMM_WORLD, "world");
+  INFO(name << ", " << world.size() << " ranks");
+  UNet g = telar::spatial_unet<T, M>(world, options()); // one sample over every rank
+  g.build(shape);
+  auto o = small_buckets(&world);
+  {
+    telar::SlabDataParallel<UNet, DP> update(g, nullptr, 5, telar::Adam<T>{}, o);
+    std::string what;
+    try {
+      poisoned_step(update, g, world, true);
+    } catch (telar::NonFiniteError const& e) {
+      what = e.what();
+    }
+    INFO(what);
+    CHECK(what.find("telar::SlabDataParallel::step: step 1: the gradient of node") == 0);
+    CHECK(what.find("SlabDataParallelOptions::nonfinite") != std::string::npos);
+    CHECK(what.find("the loss") == std::string::npos); // it saw no loss
+    unsigned long long const mine = what.size();
+    unsigned long long most = mine;
+    world.allreduce(&most, 1, telar::ReduceOp::max);
+    CHECK(most == mine); // the same message on every rank (its length, at least)
+  }
+  o.nonfinite = telar::NonFinite::skip;
+  telar::SlabDataParallel<UNet, DP> update(g, nullptr, 5, telar::Adam<T>{}, o);
+  CHECK_FALSE(poisoned_step(update, g, world, false));
+  update.gather(Exec{});
+  auto const before = parameters_of(g);
+  CHECK(poisoned_step(update, g, world, true));
+  update.gather(Exec{});
+  CHECK(parameters_of(g) == before);
+  CHECK(update.steps() == 2);
+  CHECK(update.skipped_steps() == 1);
+  CHECK_FALSE(poisoned_step(update, g, world, false)); // and trains on
+  update.gather(Exec{});
+  CHECK(parameters_of(g) != before);
+}
+} // namespace
+
+TEST_CASE("SlabDataParallel: a gradient that is not finite stops every rank or is skipped",
+          "[spatial][mpi]") {
+  check_nonfinite<telar::NoSharding>("no sharding");
+  check_nonfinite<telar::ZeRO<1>>("ZeRO-1");
+  check_nonfinite<telar::ZeRO<3>>("ZeRO-3");
 }
 
 TEST_CASE("SlabDataParallel: ZeRO shards the optimizer state, the gradients (2) and the "

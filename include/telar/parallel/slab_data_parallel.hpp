@@ -42,7 +42,9 @@
 #include <telar/core/parameters.hpp>
 #include <telar/optim/adam.hpp>
 #include <telar/optim/detail/engine.hpp>
+#include <telar/optim/nonfinite.hpp>
 #include <telar/parallel/detail/gradient_sync.hpp>
+#include <telar/parallel/detail/nonfinite.hpp>
 #include <telar/parallel/detail/residency.hpp>
 #include <telar/parallel/detail/step_hooks.hpp>
 #include <telar/parallel/detail/tensor_index.hpp>
@@ -76,6 +78,13 @@ struct SlabDataParallelOptions {
    *  shards over dp x sp); false: each wrapper sums its own over sp, one
    *  blocking allreduce per layer, and the sync runs over dp. */
   bool sum_over_world = true;
+  /*! \brief Clip the global gradient norm (of the mean over dp) to this
+   *  before the update (0: off), as TrainerOptions::clip_grad_norm. */
+  double clip_grad_norm = 0;
+  /*! \brief A step with a gradient that is not finite: stop (throw
+   *  telar::NonFiniteError naming the step and the first such tensor, the
+   *  same on every rank) or skip its update, as TrainerOptions::nonfinite. */
+  NonFinite nonfinite = NonFinite::stop;
 };
 
 namespace detail {
@@ -110,9 +119,9 @@ public:
    *  \throws Error when a world to sum over is not dp x sp ranks */
   SlabDataParallel(Graph& graph, Communicator const* dp, std::uint64_t seed, Optimizer opt = {},
                    SlabDataParallelOptions const& options = {})
-      : graph_(graph), dp_size_(dp != nullptr ? dp->size() : 1),
-        dp_rank_(dp != nullptr ? dp->rank() : 0), world_(run_world(options, graph, dp)),
-        sync_group_(sync_group(options, graph, dp)) {
+      : graph_(graph), clip_(options.clip_grad_norm), nonfinite_(options.nonfinite),
+        dp_size_(dp != nullptr ? dp->size() : 1), dp_rank_(dp != nullptr ? dp->rank() : 0),
+        world_(run_world(options, graph, dp)), sync_group_(sync_group(options, graph, dp)) {
     detail::SyncContext ctx;
     ctx.dp = sync_group_;
     ctx.world = sync_group_; // its shards cover every tensor once
@@ -201,10 +210,14 @@ public:
   /*! \brief The optimizer step at learning rate \p lr: this rank's shard of
    *  the gradients summed over the sync group (dp, or dp x sp when the
    *  slabs' parts are summed too) and divided by dp (the mean of the
-   *  replicas' gradients), updated, the parameters back on every rank,
-   *  gradients zeroed. Collective over that group. */
+   *  replicas' gradients), checked for values that are not finite, clipped
+   *  (SlabDataParallelOptions::clip_grad_norm), updated, the parameters
+   *  back on every rank, gradients zeroed. Collective over that group.
+   *  \return true when the update was skipped (a gradient not finite under
+   *  NonFinite::skip: parameters and optimizer state as they were)
+   *  \throws NonFiniteError under NonFinite::stop, the same on every rank */
   template <class Exec>
-  void step(Exec const& exec, double lr) {
+  bool step(Exec const& exec, double lr) {
     sync_.reduce(exec, store_);
     auto const grads = sync_.grads(store_);
     value_type const mean = value_type(1) / value_type(dp_size_);
@@ -212,18 +225,23 @@ public:
       Kokkos::parallel_for(
           "telar::SlabDataParallel::mean", Kokkos::RangePolicy<Exec>(exec, 0, grads.size()),
           KOKKOS_LAMBDA(std::size_t i) { grads(i) *= mean; });
-    StepInfo<value_type> info;
-    info.lr = value_type(lr);
-    info.step = ++step_;
-    {
+    auto const sum_norms = [this](double* v, std::size_t n) { sync_.sum_norms(v, n); };
+    bool const skip = skip_update(exec, grads, sum_norms);
+    ++step_;
+    skipped_ += skip ? 1 : 0;
+    if (!skip) {
+      StepInfo<value_type> info;
+      info.lr = value_type(lr);
+      info.step = step_ - skipped_; // the optimizer's own count: skipped steps do not age it
       MemoryMeter::Scope scope(MemoryCategory::optimizer_state);
       engine_.step(exec, residency_.optimizer_values(sync_, store_), grads,
                    tensors_.shard().segments, tensors_.shard().tensor_ids, tensors_.names().size(),
-                   info, 0, [this](double* v, std::size_t n) { sync_.sum_norms(v, n); });
+                   info, clip_, sum_norms);
     }
     sync_.publish(exec, store_);
     store_.zero_grads(exec);
     exec.fence();
+    return skip;
   }
 
   /*! \brief [begin, end) of the flat parameters this rank's optimizer updates. */
@@ -232,9 +250,9 @@ public:
   std::size_t size() const { return store_.size(); }
   /*! \brief Optimizer steps taken (a checkpoint's restore sets them). */
   long long steps() const { return step_; }
-  /*! \brief Steps whose update was skipped: none (the Trainer's NonFinite
-   *  policy is not offered here; checkpoints record 0). */
-  long long skipped_steps() const { return 0; }
+  /*! \brief Steps whose update was skipped (NonFinite::skip; checkpoints
+   *  record them). */
+  long long skipped_steps() const { return skipped_; }
   /*! \brief The graph whose parameters are bound. */
   Graph& graph() { return graph_; }
   /*! \brief Every rank of the run (SlabDataParallelOptions::world; the dp
@@ -296,6 +314,18 @@ private:
                   std::to_string(g.spatial_size()));
     return o.world;
   }
+  // The verdict on this step's gradients (detail::skip_nonfinite): every
+  // rank's count of values that are not finite in its shard, summed over
+  // the sync group (ZeRO's shards differ), so every rank decides alike.
+  template <class Exec, class Grads, class Sum>
+  bool skip_update(Exec const& exec, Grads const& grads, Sum const& sum_norms) {
+    double bad = detail::count_nonfinite(exec, grads, 0, tensors_.shard_size());
+    if (sync_size() > 1)
+      sync_group_->allreduce(&bad, 1);
+    return detail::skip_nonfinite(
+        nonfinite_, step_ + 1, 0.0, bad, exec, grads, tensors_, sum_norms,
+        {"telar::SlabDataParallel::step", "SlabDataParallelOptions::nonfinite", false});
+  }
   using Sync = detail::GradientSync<sharding, value_type, memory_space, typename DP::algorithm>;
   using ResidencyOf = detail::residency_of<sharding, value_type, memory_space>;
   using Residency = typename ResidencyOf::type;
@@ -303,6 +333,8 @@ private:
   using Hooks = detail::StepHooks<Residency, Sync, Exec>;
 
   Graph& graph_;
+  double clip_ = 0;
+  NonFinite nonfinite_ = NonFinite::stop;
   int dp_size_ = 1, dp_rank_ = 0;
   Communicator const* world_ = nullptr;
   Communicator const* sync_group_ = nullptr; // dp, or the world (sums_over_world)
@@ -311,7 +343,7 @@ private:
   Sync sync_;
   detail::TensorIndex tensors_;
   detail::OptimizerEngine<Optimizer, memory_space> engine_;
-  long long step_ = 0;
+  long long step_ = 0, skipped_ = 0;
   bool begun_ = false;                        // forward() began this step
   Vector<value_type, memory_space> gathered_; // ZeRO-3: gather()'s values
 };

@@ -2,19 +2,13 @@
 /*! \file
  *  \brief telar::TrainerOptions: run-time settings of a telar::Trainer. */
 #include <telar/optim/lr_schedule.hpp>
+#include <telar/optim/nonfinite.hpp>
 #include <telar/parallel/layout_options.hpp>
 
 #include <cstddef>
 #include <cstdint>
 
 namespace telar {
-
-/*! \brief What a step does when its loss or a gradient is not finite
- *  (NaN or infinity); the same decision on every rank. */
-enum class NonFinite {
-  stop, //!< throw telar::NonFiniteError naming the step and the first such tensor
-  skip  //!< leave parameters and optimizer state as they were (StepResult::skipped)
-};
 
 /*! \brief Run-time settings of a Trainer: how the run is laid out
  *  (telar::LayoutOptions: grid, schedule, stages, buckets, batch size; set

@@ -17,6 +17,7 @@
 #include <telar/parallel/data_parallel.hpp>
 #include <telar/parallel/detail/bf16_weights.hpp>
 #include <telar/parallel/detail/gradient_sync.hpp>
+#include <telar/parallel/detail/nonfinite.hpp>
 #include <telar/parallel/detail/partition.hpp>
 #include <telar/parallel/detail/pipeline_executor.hpp>
 #include <telar/parallel/detail/residency.hpp>
@@ -34,7 +35,6 @@
 #include <telar/schedule/generators.hpp>
 #include <telar/schedule/timeline.hpp>
 #include <telar/schedule/validate.hpp>
-#include <telar/train/detail/nonfinite.hpp>
 #include <telar/train/options.hpp>
 
 #include <mpi.h>

@@ -75,13 +75,14 @@ struct SlabView {
   template <class S>
   static void restore(S& s, std::vector<typename S::value_type> const& values,
                       std::vector<typename S::value_type> const& state, long long step,
-                      long long = 0) {
+                      long long skipped = 0) {
     copy_from_host(values, s.residency_.optimizer_values(s.sync_, s.store_));
     copy_from_host(state, s.engine_.state());
     typename S::execution_space exec;
     s.sync_.publish(exec, s.store_); // ZeRO-3: nothing (the next gathers read the shard)
     exec.fence();
     s.step_ = step;
+    s.skipped_ = skipped;
   }
 };
 

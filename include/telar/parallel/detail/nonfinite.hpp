@@ -1,5 +1,6 @@
 #pragma once
-// A step whose loss or gradient is not finite (TrainerOptions::nonfinite).
+// A step whose loss or gradient is not finite (TrainerOptions::nonfinite,
+// SlabDataParallelOptions::nonfinite).
 //
 // One pass over this rank's gradient shard counts NaN and infinities; the
 // count rides on the allreduce the loss needs anyway, so every rank reaches
@@ -10,8 +11,8 @@
 #include <telar/core/detail/decl.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/tensor.hpp>
+#include <telar/optim/nonfinite.hpp>
 #include <telar/parallel/detail/tensor_index.hpp>
-#include <telar/train/options.hpp>
 
 #include <cmath>
 #include <cstddef>
@@ -31,7 +32,7 @@ double count_nonfinite(Exec const& exec, V const& v, std::size_t lo, std::size_t
   if (hi <= lo)
     return 0;
   Kokkos::parallel_reduce(
-      "telar::Trainer::count_nonfinite", Kokkos::RangePolicy<Exec>(exec, lo, hi),
+      "telar::count_nonfinite", Kokkos::RangePolicy<Exec>(exec, lo, hi),
       KOKKOS_LAMBDA(std::size_t i, long long& a) {
         auto const x = v(i);
         a += (x - x == decltype(x)(0)) ? 0 : 1;
@@ -59,11 +60,19 @@ std::vector<double> tensor_nonfinite(Exec const& exec, V const& grads, TensorInd
 // A loss for messages: "nan" (never "-nan", whatever the sign bit), "inf".
 TELAR_DECL std::string loss_text(double loss);
 
-// "step 7: the gradient of layer2.weight has 12 values that are NaN or
-// infinite (the first such tensor in model order; the loss is nan)".
+// Who reports a non-finite step, and the setting that skips such steps.
+struct NonFiniteSource {
+  char const* who = "telar::Trainer::step";
+  char const* setting = "TrainerOptions::nonfinite";
+  bool has_loss = true; // false: the verdict saw the gradients only (no loss named)
+};
+
+// "<who>: step 7: the gradient of layer2.weight has 12 values that are NaN
+// or infinite (the first such tensor in model order; the loss is nan)".
 TELAR_DECL std::string nonfinite_message(long long step, double loss,
                                          std::vector<std::string> const& names,
-                                         std::vector<double> const& counts);
+                                         std::vector<double> const& counts,
+                                         NonFiniteSource const& source = {});
 
 // The verdict of one step. `bad` is the non-finite count of every rank's
 // gradient shard, summed, and `loss` the reduced loss: the same on every
@@ -71,17 +80,18 @@ TELAR_DECL std::string nonfinite_message(long long step, double loss,
 // update; throws NonFiniteError under NonFinite::stop.
 template <class Exec, class V, class Sum>
 bool skip_nonfinite(NonFinite mode, long long step, double loss, double bad, Exec const& exec,
-                    V const& grads, TensorIndex const& index, Sum&& sum) {
+                    V const& grads, TensorIndex const& index, Sum&& sum,
+                    NonFiniteSource const& source = {}) {
   if (std::isfinite(loss) && !(bad > 0))
     return false;
   if (mode == NonFinite::skip)
     return true;
   auto const counts = tensor_nonfinite(exec, grads, index, index.shard(), sum);
-  throw NonFiniteError(nonfinite_message(step, loss, index.names(), counts));
+  throw NonFiniteError(nonfinite_message(step, loss, index.names(), counts, source));
 }
 
 } // namespace telar::detail
 
 #if !defined(TELAR_SEPARATE_COMPILATION)
-#include <telar/train/detail/nonfinite.ipp>
+#include <telar/parallel/detail/nonfinite.ipp>
 #endif

@@ -1,7 +1,7 @@
-// What telar/train/detail/nonfinite.hpp declares with TELAR_DECL: inline in the header-only
+// What telar/parallel/detail/nonfinite.hpp declares with TELAR_DECL: inline in the header-only
 // build, compiled once into libtelar otherwise (core/detail/decl.hpp).
 #pragma once
-#include <telar/train/detail/nonfinite.hpp>
+#include <telar/parallel/detail/nonfinite.hpp>
 
 namespace telar::detail {
 
@@ -15,9 +15,10 @@ TELAR_DECL std::string loss_text(double loss) {
 
 TELAR_DECL std::string nonfinite_message(long long step, double loss,
                                          std::vector<std::string> const& names,
-                                         std::vector<double> const& counts) {
+                                         std::vector<double> const& counts,
+                                         NonFiniteSource const& source) {
   std::ostringstream os;
-  os << "telar::Trainer::step: step " << step << ": ";
+  os << source.who << ": step " << step << ": ";
   std::size_t first = 0;
   while (first < counts.size() && !(counts[first] > 0))
     ++first;
@@ -27,12 +28,15 @@ TELAR_DECL std::string nonfinite_message(long long step, double loss,
       total += c;
     os << "the gradient of " << names[first] << " has " << (long long)(counts[first] + 0.5)
        << " values that are NaN or infinite (the first such tensor in model order; "
-       << (long long)(total + 0.5) << " in all, the loss is " << loss_text(loss) << ")";
+       << (long long)(total + 0.5) << " in all";
+    if (source.has_loss)
+      os << ", the loss is " << loss_text(loss);
+    os << ")";
   } else {
     os << "the loss is " << loss_text(loss) << " (every gradient is finite)";
   }
-  os << "; lower the learning rate, check the inputs, or set TrainerOptions::nonfinite = "
-        "telar::NonFinite::skip to skip such steps";
+  os << "; lower the learning rate, check the inputs, or set " << source.setting
+     << " = telar::NonFinite::skip to skip such steps";
   return os.str();
 }
 
