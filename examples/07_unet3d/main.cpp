@@ -670,11 +670,21 @@ std::size_t state_bytes(telar::MemoryBytes const& held) {
   return held[C::parameters] + held[C::gradients] + held[C::optimizer_state];
 }
 
+// The depth planes rank `rank` of `sp` reads of each volume: its own and
+// the halo planes the graph's first node reads (SlabGraph::input_halo).
+template <class UNet>
+telar::SlabRange input_planes(telar::VolumeShape const& v, int sp, int rank, UNet const& net) {
+  telar::SlabRange r = telar::split_extent(v.depth, sp, rank, 0);
+  auto const h = net.input_halo();
+  r.halo_lo = (long long)h[0], r.halo_hi = (long long)h[1];
+  return r;
+}
+
 // The plan of a training step's bytes on this rank: the graph's, plus the
 // input slab, its labels and the loss gradients (cross entropy and Dice).
 template <class UNet>
 std::size_t planned_bytes(Args const& a, UNet const& net, telar::VolumeShape const& v) {
-  std::size_t const in = net.slab_shape(UNet::input).size(),
+  std::size_t const in = net.input_size_with_halo(), // read with its halo planes
                     out = net.slab_shape(net.size() - 1).size();
   std::size_t const voxels = out / std::size_t(v.classes);
   return net.activation_bytes(a.batch) +
@@ -928,9 +938,9 @@ int train(Args const& a, telar::Communicator const& world, telar::Communicator c
   telar::MemoryBytes const held = telar::MemoryMeter::instance().current();
   std::size_t const baseline = held.total();
   int const tracker = telar::MemoryMeter::instance().start_tracking();
-  // Each rank reads its own depth planes; the first convolution's halo comes
-  // from the neighbours like every other layer's.
-  telar::VolumeReader reader(a.data, {telar::split_extent(v.depth, a.sp, sp_rank, 0), {}}, world);
+  // Each rank reads its own depth planes and the first convolution's halo
+  // planes with them (that layer exchanges nothing; every later one does).
+  telar::VolumeReader reader(a.data, {input_planes(v, a.sp, sp_rank, net), {}}, world);
   if (world.rank() == 0)
     std::fprintf(stderr,
                  "unet3d: %lld volumes %lldx%lldx%lld (%lld for validation), U-Net depth %d "

@@ -33,6 +33,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -74,6 +75,8 @@ template <class L>
 using set_trace_t = decltype(std::declval<L&>().set_trace(nullptr));
 template <class L>
 using set_partial_t = decltype(std::declval<L&>().set_partial_gradients(true));
+template <class L>
+using input_halo_t = decltype(std::declval<L const&>().input_halo());
 
 // dst[:, at : at + src cols] = src (add: +=), per sample: a channel block
 // of a channel-first slab is a contiguous run of its row.
@@ -333,14 +336,42 @@ public:
     });
   }
 
+  /*! \brief Rows beyond this rank's input slab, below and above, that
+   *  the one node reading the input receives from its neighbours (0 at the
+   *  volume's faces): read them with the slab (telar::VolumeReader, a
+   *  SlabRange with these halos) and forward() takes the input so extended,
+   *  that exchange skipped. {0, 0} when the input's reader exchanges no
+   *  rows, or several nodes read the input. After build(). */
+  std::array<std::size_t, 2> input_halo() const {
+    std::array<std::size_t, 2> h{0, 0};
+    if (nodes_[0].readers != 1)
+      return h;
+    for_each_node([&](int, auto const& w, int from) {
+      if constexpr (detail::is_detected_v<detail::input_halo_t, std::decay_t<decltype(w)>>)
+        if (from == input)
+          h = w.input_halo();
+    });
+    return h;
+  }
+  /*! \brief Columns of an input that holds its halo rows (input_halo()):
+   *  [C * (lo + rows + hi) * plane] per sample. */
+  std::size_t input_size_with_halo() const {
+    Shape const& s = nodes_[0].slab;
+    auto const h = input_halo();
+    return s.size() / s[1] * (s[1] + h[0] + h[1]);
+  }
+
   /*! \brief Runs the graph on this rank's input slab \p x [n, C * rows *
-   *  plane]; \p hooks hears before_forward(i) before each layer node i
-   *  runs (ZeRO-3 gathers its parameters there) and progress() after the
-   *  pass. \return the output slab (valid until the next forward) */
+   *  plane], or on the slab with its halo rows (input_size_with_halo()
+   *  columns: read with them, no exchange at the first node); \p hooks
+   *  hears before_forward(i) before each layer node i runs (ZeRO-3 gathers
+   *  its parameters there) and progress() after the pass. \return the
+   *  output slab (valid until the next forward) */
   template <class Exec, class Hooks = detail::NoStepHooks>
   Matrix<T, M> const& forward(Exec const& exec, ConstMatrix<T, M> x, Hooks&& hooks = {}) {
     std::size_t const n = x.extent(0);
     x_ = x;
+    x_extended_ = x.extent(1) != nodes_[0].slab.size() && x.extent(1) == input_size_with_halo();
     for (std::size_t i = 1; i < nodes_.size(); ++i) {
       Node& node = nodes_[i];
       fit(node.y, n, node.slab, "telar::SlabGraph::y");
@@ -464,6 +495,11 @@ private:
   }
   template <class Exec, class U>
   void forward_op(Exec const& exec, U& u, Node& node) {
+    if constexpr (detail::is_detected_v<detail::input_halo_t, decltype(u.layer)>)
+      if (node.from[0] == input && x_extended_) { // its halo rows came with the input
+        u.layer.forward_extended(exec, x_, node.y, u.saved);
+        return;
+      }
     u.layer.forward(exec, value(node.from[0]), node.y, u.saved);
   }
 
@@ -528,6 +564,7 @@ private:
   // refused to compile that copy.
   std::deque<Node> nodes_;
   ConstMatrix<T, M> x_;
+  bool x_extended_ = false; // x_ holds the input's halo rows (input_halo())
   TraceRecorder* trace_ = nullptr;
 };
 

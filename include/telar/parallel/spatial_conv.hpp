@@ -200,6 +200,26 @@ public:
     layer.forward(exec, saved.ext, y, saved.inner);
   }
 
+  /*! \brief Rows beyond this rank's input slab, below and above, that its
+   *  windows read (the halo it receives; 0 at the volume's faces). */
+  std::array<std::size_t, 2> input_halo() const { return {slab_.halo.recv_lo, slab_.halo.recv_hi}; }
+  /*! \brief forward() on an input slab that holds its halo rows already
+   *  (input_halo(): read with them, telar::VolumeReader): no exchange.
+   *  \param exec execution space instance \param x [n, C * (lo + rows +
+   *  hi) * plane] \param y output slab \param saved keeps the extended slab
+   *  \throws ShapeError for another width of x */
+  template <class Exec>
+  void forward_extended(Exec const& exec, ConstMatrix<value_type, memory_space> x,
+                        Matrix<value_type, memory_space> y, saved_type& saved) {
+    fit(saved.ext, x.extent(0), "telar::SpatialConv::extended_input");
+    if (x.extent(1) != saved.ext.extent(1))
+      throw ShapeError(std::string("telar::") + name() + "::forward_extended: expected [n, " +
+                       std::to_string(saved.ext.extent(1)) + "] (the slab with its halo rows, " +
+                       extended().str() + "), got [n, " + std::to_string(x.extent(1)) + "]");
+    Kokkos::deep_copy(exec, saved.ext, x);
+    layer.forward(exec, saved.ext, y, saved.inner);
+  }
+
   /*! \brief dx (this rank's input rows) from dy: the layer's gradient of the
    *  extended slab, with the halo rows' gradients added by their owners.
    *  \param exec execution space instance \param dy output slab gradient
