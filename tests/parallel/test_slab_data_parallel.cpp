@@ -323,6 +323,21 @@ TEST_CASE("SlabDataParallel: summed over the world, ZeRO shards span dp x sp; th
     run(update, g, 0, batch, 0, 1);
     CHECK(telar::group_sum_tally().sums == 0); // the sync summed the parts
   }
+  // A world of other than dp x sp ranks is refused, the same on every rank.
+  if (W == 4) {
+    telar::Communicator half = world.split(world.rank() / 2, world.rank() % 2, "sp");
+    UNet split = telar::spatial_unet<T, M>(half, options());
+    split.build(shape);
+    using Plain = telar::DataParallel<telar::TopologyAwareAllreduce, telar::NoSharding>;
+    try {
+      telar::SlabDataParallel<UNet, Plain> wrong(split, nullptr, 5, telar::Adam<T>{},
+                                                 small_buckets(&world));
+      FAIL("a world of 4 ranks for dp x sp = 1 x 2 was taken");
+    } catch (telar::Error const& e) {
+      CHECK(std::string(e.what()) ==
+            "telar::SlabDataParallel: the world has 4 ranks, not dp x sp = 1 x 2");
+    }
+  }
   // The graph on its own: each wrapper with parameters sums over the group.
   auto const x = telar::test::random_matrix<T, M>(batch, shape.size(), 3);
   auto const& y = g.forward(Exec{}, part(x, 0, batch, 2, g.input_slab()));
