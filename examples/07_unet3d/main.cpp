@@ -681,11 +681,11 @@ telar::SlabRange input_planes(telar::VolumeShape const& v, int sp, int rank, UNe
 }
 
 // The plan of a training step's bytes on this rank: the graph's, plus the
-// input slab, its labels and the loss gradients (cross entropy and Dice).
+// input slab (read with its halo planes), its labels and the loss
+// gradients (cross entropy and Dice).
 template <class UNet>
 std::size_t planned_bytes(Args const& a, UNet const& net, telar::VolumeShape const& v) {
-  std::size_t const in = net.input_size_with_halo(), // read with its halo planes
-                    out = net.slab_shape(net.size() - 1).size();
+  std::size_t const in = net.input_size_with_halo(), out = net.slab_shape(net.size() - 1).size();
   std::size_t const voxels = out / std::size_t(v.classes);
   return net.activation_bytes(a.batch) +
          a.batch * (sizeof(T) * in + sizeof(int) * voxels + 2 * sizeof(T) * out);
