@@ -1031,7 +1031,8 @@ std::vector<unet3d::Layout> plan_layouts(Args const& a, telar::VolumeShape const
     g.initialize(a.seed);
     timed += telar::calibrate_slab_layers(g, batch, prof);
     unet3d::RankCost c;
-    c.step = telar::predict_slab_step(g, batch, s.world / sp, sp, prof, {zero});
+    c.step = telar::predict_slab_step(g, batch, s.world / sp, sp, prof, {zero},
+                                      true); // the input read with its halo planes
     c.step.loss =
         loss_seconds(a, batch, g.slab_shape(g.size() - 1), std::size_t(v.classes), prof, timed);
     Args b = a;

@@ -106,11 +106,12 @@ int statistics_sums(W const&) {
 // One wrapper's part of a step on `rows` samples, on `prof` as a rank with
 // its share of a core sees it (`contention`: compute's stretch; `group`:
 // the spatial group's link class); `first`: it reads the graph's input (no
-// input gradient, no reverse exchange); `sums`: it sums its weight
-// gradients over the group itself.
+// input gradient, no reverse exchange), `read`: with its halo rows (no
+// forward exchange either: SpatialConv::forward_extended); `sums`: it sums
+// its weight gradients over the group itself.
 template <class W>
-void add_slab_layer(SlabStepPrediction& p, W const& w, std::size_t rows, bool first, int sp,
-                    MachineProfile const& prof, LinkCosts const& group, double contention,
+void add_slab_layer(SlabStepPrediction& p, W const& w, std::size_t rows, bool first, bool read,
+                    int sp, MachineProfile const& prof, LinkCosts const& group, double contention,
                     bool sums) {
   using V = typename W::value_type;
   Shape const in = w.input_shape();
@@ -119,21 +120,26 @@ void add_slab_layer(SlabStepPrediction& p, W const& w, std::size_t rows, bool fi
       layer_times(w.layer, in, w.output_shape(), rows, 1, prof, contention, measured);
   double forward = t.forward;
   if constexpr (is_spatial_conv<W>::value) {
+    bool const fetched = first && read; // its halo rows came with the input
     // With overlap, the face rows are computed twice (after the halo came).
     std::size_t const out = w.output_shape()[1];
     std::size_t const faces =
         w.overlap_rows(0)[1] - w.overlap_rows(0)[0] + w.overlap_rows(2)[1] - w.overlap_rows(2)[0];
-    forward *= 1.0 + double(faces) / double(std::max<std::size_t>(out, 1));
+    if (!fetched)
+      forward *= 1.0 + double(faces) / double(std::max<std::size_t>(out, 1));
     HaloPlan const& h = w.slab().halo;
     double const row = double(rows * in.size() / in[1] * sizeof(V)); // one row of the batch
     double const larger = row * double(std::max({h.send_lo, h.send_hi, h.recv_lo, h.recv_hi}));
-    int const directions = first ? 1 : 2; // the reverse exchange returns gradients
+    // Forward (unless fetched) and reverse (unless first, which returns no
+    // input gradient).
+    int const directions = (fetched ? 0 : 1) + (first ? 0 : 1);
     if (h.exchanged_rows() > 0) {
       p.exchanges += directions;
       p.halo += directions * group.send_recv.seconds(larger);
       // Forward sends the rows its neighbours read; reverse, the gradient
       // of the rows it received.
-      p.halo_bytes += row * double(h.send_lo + h.send_hi);
+      if (!fetched)
+        p.halo_bytes += row * double(h.send_lo + h.send_hi);
       if (!first)
         p.halo_bytes += row * double(h.recv_lo + h.recv_hi);
     }
@@ -212,10 +218,13 @@ std::size_t calibrate_slab_layers(Graph const& graph, std::size_t rows, MachineP
  *  with parameters and then over dp; and the optimizer's pass over the
  *  parameters (ZeRO: this rank's share of them, 1/(ranks of the sync)). A
  *  group that spans nodes (the profile's ranks_per_node) takes the across
- *  link class. */
+ *  link class. \p input_with_halo: the input comes with its halo rows
+ *  (SlabGraph::input_halo, read from the file), so the first node
+ *  exchanges nothing. */
 template <class Graph>
 SlabStepPrediction predict_slab_step(Graph& graph, std::size_t rows, int dp, int sp,
-                                     MachineProfile const& prof, SlabSyncShape sync = {}) {
+                                     MachineProfile const& prof, SlabSyncShape sync = {},
+                                     bool input_with_halo = false) {
   int const world = dp * sp;
   double const share = detail::core_share(prof, world);
   MachineProfile const seen = detail::on_share(prof, share);
@@ -227,8 +236,8 @@ SlabStepPrediction predict_slab_step(Graph& graph, std::size_t rows, int dp, int
   using V = typename Graph::value_type;
   SlabStepPrediction p;
   graph.for_each_node([&](int, auto const& w, int from) {
-    detail::add_slab_layer(p, w, rows, from == Graph::input, sp, seen, group, contention,
-                           !sync.over_world);
+    detail::add_slab_layer(p, w, rows, from == Graph::input, input_with_halo, sp, seen, group,
+                           contention, !sync.over_world);
   });
   for (int i = 1; i < graph.size(); ++i)
     if (graph.name(i) == std::string("Concat")) // copied in forward, split in backward
