@@ -740,6 +740,13 @@ std::size_t transient_bytes(Args const& a, UNet& net, int ranks) {
   return a.zero == 2 ? groups : 2 * groups + sizeof(T) * n;
 }
 
+// What the plan holds for the parameters over `ranks`: their state and
+// ZeRO's buffers in flight.
+template <class UNet>
+std::size_t parameter_plan(Args const& a, UNet& net, int ranks) {
+  return parameter_bytes(a, net, ranks) + transient_bytes(a, net, ranks);
+}
+
 // The most any rank of an sp group of `size` plans to hold (activation
 // bytes in `activations`), from graphs built as each of its ranks; 0 when
 // the layers refuse that split.
@@ -772,8 +779,7 @@ std::string zero_that_fits(Args const& a, UNet& net, std::size_t other) {
   for (int z = a.zero + 1; ranks > 1 && z <= 3; ++z) {
     Args b = a;
     b.zero = z;
-    std::size_t const bytes =
-        other + parameter_bytes(b, net, ranks) + transient_bytes(b, net, ranks);
+    std::size_t const bytes = other + parameter_plan(b, net, ranks);
     if (bytes <= a.memory_budget)
       return "the parameters' state sharded over dp x sp: --zero " + std::to_string(z) + " needs " +
              telar::MemoryBytes::human(bytes) + " per rank, the lowest stage that fits; ";
@@ -790,8 +796,7 @@ void check_budget(Args const& a, telar::VolumeShape const& v, UNetOf<G, C>& net,
                   telar::Communicator const& sp, telar::Communicator const& world) {
   if (a.memory_budget == 0)
     return;
-  std::size_t const params =
-      parameter_bytes(a, net, world.size()) + transient_bytes(a, net, world.size());
+  std::size_t const params = parameter_plan(a, net, world.size());
   unsigned long long need = planned_bytes(a, net, v) + params;
   unsigned long long acts = net.activation_bytes(a.batch);
   world.allreduce(&need, 1, telar::ReduceOp::max);
@@ -1038,8 +1043,7 @@ std::vector<unet3d::Layout> plan_layouts(Args const& a, telar::VolumeShape const
     Args b = a;
     b.batch = batch;
     b.zero = zero;
-    c.bytes = planned_bytes(b, g, v) + parameter_bytes(b, g, s.world) + // shards over the world
-              transient_bytes(b, g, s.world);
+    c.bytes = planned_bytes(b, g, v) + parameter_plan(b, g, s.world); // shards over the world
     return c;
   };
   return unet3d::rank_layouts(s, cost);

@@ -316,11 +316,12 @@ private:
   }
   // The verdict on this step's gradients (detail::skip_nonfinite): every
   // rank's count of values that are not finite in its shard, summed over
-  // the sync group (ZeRO's shards differ), so every rank decides alike.
+  // the sync group where ZeRO's shards differ (unsharded, every rank counts
+  // the same reduced gradient: no message), so every rank decides alike.
   template <class Exec, class Grads, class Sum>
   bool skip_update(Exec const& exec, Grads const& grads, Sum const& sum_norms) {
     double bad = detail::count_nonfinite(exec, grads, 0, tensors_.shard_size());
-    if (sync_size() > 1)
+    if (sharding::stage > 0 && sync_size() > 1)
       sync_group_->allreduce(&bad, 1);
     return detail::skip_nonfinite(
         nonfinite_, step_ + 1, 0.0, bad, exec, grads, tensors_, sum_norms,
