@@ -72,6 +72,7 @@
 // prints predicted against measured step time (JSON: predicted_step_ms,
 // layout_reason).
 #include <telar/comm/communicator.hpp>
+#include <telar/comm/process_grid.hpp>
 #include <telar/data/loader.hpp>
 #include <telar/io/detail/agree.hpp>
 #include <telar/io/volume.hpp>
@@ -312,18 +313,17 @@ class Update {
 
 public:
   // `extra`: the flags beyond the common ones a resumed run must repeat.
-  Update(Args const& a, long long steps, UNet& net, telar::Communicator const& dp,
-         telar::Communicator const& world, telar::TraceRecorder* trace, std::string extra)
+  Update(Args const& a, long long steps, UNet& net, telar::ProcessGrid const& grid,
+         telar::TraceRecorder* trace, std::string extra)
       : lr_(telar::warmup_cosine(a.lr, 0, steps, a.lr / 20)), config_(a), extra_(std::move(extra)) {
     config_.batch = a.batch * std::size_t(a.dp); // the global batch: dp may change on resume
     telar::SlabDataParallelOptions o;
     o.trace = trace;
-    o.world = &world;
     o.nonfinite = a.nonfinite; // --nonfinite stop|skip
     if (a.optimizer == "adam")
-      make(a.zero, adam_, net, dp, a.seed, telar::Adam<T>{}, o);
+      make(a.zero, adam_, net, grid, a.seed, telar::Adam<T>{}, o);
     else
-      make(a.zero, sgd_, net, dp, a.seed, telar::SGD<T>{}, o);
+      make(a.zero, sgd_, net, grid, a.seed, telar::SGD<T>{}, o);
   }
   // The graph's forward (--zero 3: gathering each group of nodes).
   telar::Matrix<T, M> const& forward(telar::ConstMatrix<T, M> x) {
@@ -373,16 +373,16 @@ private:
   // The stage's alternative, built in place (it binds the graph: not movable).
   template <class Opt>
   static void make(int zero, std::optional<ByStage<Opt>>& v, UNet& net,
-                   telar::Communicator const& dp, std::uint64_t seed, Opt opt,
+                   telar::ProcessGrid const& grid, std::uint64_t seed, Opt opt,
                    telar::SlabDataParallelOptions o) {
     if (zero == 1)
-      v.emplace(std::in_place_index<1>, net, &dp, seed, opt, o);
+      v.emplace(std::in_place_index<1>, net, grid, seed, opt, o);
     else if (zero == 2)
-      v.emplace(std::in_place_index<2>, net, &dp, seed, opt, o);
+      v.emplace(std::in_place_index<2>, net, grid, seed, opt, o);
     else if (zero == 3)
-      v.emplace(std::in_place_index<3>, net, &dp, seed, opt, o);
+      v.emplace(std::in_place_index<3>, net, grid, seed, opt, o);
     else
-      v.emplace(std::in_place_index<0>, net, &dp, seed, opt, o);
+      v.emplace(std::in_place_index<0>, net, grid, seed, opt, o);
   }
   template <class F>
   void visit(F&& f) {
@@ -626,7 +626,7 @@ struct Epochs {
       std::size_t const first = e == pos.epoch ? std::size_t(pos.batch) : 0;
       more = train_epoch(a, net, reader, loader, update, classes, sp, dp, e, first, s, trace);
       update.gather(); // --zero 3: the whole values for validation and the report
-      s.val_dice = validate(a, net, reader, first_val, classes, world, world.rank() / a.sp);
+      s.val_dice = validate(a, net, reader, first_val, classes, world, dp.rank());
       if (world.rank() == 0)
         std::fprintf(stderr, "unet3d: epoch %d: loss %.4f, val_dice %.4f\n", e + 1, s.loss,
                      s.val_dice);
@@ -915,9 +915,9 @@ telar::BatchLoader training_batches(Args const& a, long long first_val, long lon
 // Builds the U-Net under the convolutions' policies G, C (--precision),
 // trains it, validates it each epoch and reports.
 template <class G, class C>
-int train(Args const& a, telar::Communicator const& world, telar::Communicator const& sp,
-          telar::Communicator const& dp, telar::VolumeShape const& v) {
-  int const dp_rank = world.rank() / a.sp, sp_rank = world.rank() % a.sp;
+int train(Args const& a, telar::ProcessGrid const& grid, telar::VolumeShape const& v) {
+  telar::Communicator const &world = grid.world(), &sp = grid.sp(), &dp = grid.dp();
+  int const dp_rank = grid.coords().dp, sp_rank = grid.coords().sp;
   telar::MemoryMeterInstall meter;
   telar::MemoryMeter::Scope counted(telar::MemoryCategory::activations); // unlabelled: activations
   auto net = make_unet<G, C>(a, v, sp);
@@ -936,7 +936,7 @@ int train(Args const& a, telar::Communicator const& world, telar::Communicator c
   // Binds the parameters: their values, gradients and optimizer state are
   // held before training, as the layers' own were.
   Update<decltype(net)> update(
-      a, a.limit_steps > 0 ? std::min<long long>(a.limit_steps, steps) : steps, net, dp, world,
+      a, a.limit_steps > 0 ? std::min<long long>(a.limit_steps, steps) : steps, net, grid,
       trace.enabled() ? &trace : nullptr, extra);
   // From here on what Telar allocates is training's: activations, their
   // gradients, halo buffers, workspaces (the peak less this baseline).
@@ -1131,11 +1131,11 @@ int run(MPI_Comm comm, int argc, char** argv) {
   if (plan && !choose_layout(comm, a, v, world))
     return 0; // --dry-run
   degrees(a, world.size());
-  int const dp_rank = world.rank() / a.sp, sp_rank = world.rank() % a.sp;
-  telar::Communicator sp = world.split(dp_rank, sp_rank, "sp");
-  telar::Communicator dp = world.split(sp_rank, dp_rank, "dp");
+  telar::GridShape shape;
+  shape.dp = a.dp, shape.sp = a.sp;
+  telar::ProcessGrid const grid(world, shape); // its sp group holds one sample's slabs
   return under_precision(a, [&](auto g, auto c) {
-    return train<typename decltype(g)::type, typename decltype(c)::type>(a, world, sp, dp, v);
+    return train<typename decltype(g)::type, typename decltype(c)::type>(a, grid, v);
   });
 }
 

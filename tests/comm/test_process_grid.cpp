@@ -23,51 +23,64 @@ std::vector<int> members(Communicator const& sub, int world_rank) {
 }
 
 void check_grid(Communicator const& world, GridShape shape, telar::GridOrder order) {
+  using telar::GridAxis;
   ProcessGrid grid(world, shape, order);
   GridShape const s = grid.shape();
   int const me = world.rank();
   auto const c = grid.coords();
-  bool ok = s.dp * s.pp * s.tp == world.size() && grid.rank_of(c) == me;
-  ok = ok && grid.dp().size() == s.dp && grid.pp().size() == s.pp && grid.tp().size() == s.tp;
-  ok = ok && grid.dp().rank() == c.dp && grid.pp().rank() == c.pp && grid.tp().rank() == c.tp;
+  bool ok = s.dp * s.sp * s.pp * s.tp == world.size() && grid.rank_of(c) == me;
   ok = ok && grid.world().size() == world.size() && grid.world().rank() == me;
-  // Members of each group: the ranks that differ from me in that coordinate only.
-  auto dp = members(grid.dp(), me), pp = members(grid.pp(), me), tp = members(grid.tp(), me);
-  for (int k = 0; k < s.dp; ++k)
-    ok = ok && dp[k] == grid.rank_of({k, c.pp, c.tp});
-  for (int k = 0; k < s.pp; ++k)
-    ok = ok && pp[k] == grid.rank_of({c.dp, k, c.tp});
-  for (int k = 0; k < s.tp; ++k)
-    ok = ok && tp[k] == grid.rank_of({c.dp, c.pp, k});
+  // Each axis's group: its size and my rank in it, and its members, the
+  // ranks that differ from me in that coordinate only.
+  for (GridAxis axis : {GridAxis::dp, GridAxis::pp, GridAxis::tp, GridAxis::sp}) {
+    auto const g = axis == GridAxis::dp   ? telar::GridGroup::dp
+                   : axis == GridAxis::pp ? telar::GridGroup::pp
+                   : axis == GridAxis::tp ? telar::GridGroup::tp
+                                          : telar::GridGroup::sp;
+    Communicator const& sub = grid.group(g);
+    ok = ok && sub.size() == s.along(axis) && sub.rank() == c.along(axis);
+    auto const ranks = members(sub, me);
+    for (int k = 0; k < s.along(axis); ++k) {
+      auto at = c;
+      at.along(axis) = k;
+      ok = ok && ranks[std::size_t(k)] == grid.rank_of(at);
+    }
+  }
+  ok = ok && &grid.sp() == &grid.group(telar::GridGroup::sp) &&
+       &grid.dp() == &grid.group(telar::GridGroup::dp);
   // The model-parallel group: every rank with my dp coordinate, in world order.
   auto mp = members(grid.mp(), me);
-  ok = ok && grid.mp().size() == s.pp * s.tp;
+  ok = ok && grid.mp().size() == s.sp * s.pp * s.tp;
   for (std::size_t k = 0; k < mp.size(); ++k)
     ok = ok && grid.coords_of(mp[k]).dp == c.dp && (k == 0 || mp[k - 1] < mp[k]);
   ok = ok && &grid.group(telar::GridGroup::mp) == &grid.mp() &&
-       &grid.group(telar::GridGroup::dp) == &grid.dp() &&
        &grid.group(telar::GridGroup::world) == &grid.world();
-  if (order == telar::default_grid_order)
-    ok = ok && me == (c.pp * s.dp + c.dp) * s.tp + c.tp; // the documented layout
+  if (order == telar::default_grid_order) // the documented layout
+    ok = ok && me == ((c.pp * s.dp + c.dp) * s.sp + c.sp) * s.tp + c.tp;
   for (int r = 0; r < world.size(); ++r)
-    ok = ok && grid.rank_of(grid.coords_of(r)) == r;
+    ok = ok && grid.rank_of(grid.coords_of(r)) == r &&
+         ProcessGrid::coords_in(s, order, r).along(GridAxis::sp) == grid.coords_of(r).sp;
   INFO(grid.name());
   TELAR_REQUIRE_ALL(ok);
 }
 } // namespace
 
 TEST_CASE("every factorisation of the world", "[comm][grid]") {
+  using telar::GridAxis;
   Communicator world(MPI_COMM_WORLD, "world");
   int const p = world.size();
-  for (int pp = 1; pp <= p; ++pp)
-    for (int tp = 1; tp <= p; ++tp) {
-      if (p % (pp * tp) != 0)
-        continue;
-      check_grid(world, GridShape{0, pp, tp}, telar::default_grid_order);
-      check_grid(world, GridShape{p / (pp * tp), pp, tp}, telar::default_grid_order);
-      check_grid(world, GridShape{0, pp, tp},
-                 {telar::GridAxis::tp, telar::GridAxis::pp, telar::GridAxis::dp});
-    }
+  for (int sp = 1; sp <= p; ++sp)
+    for (int pp = 1; pp <= p; ++pp)
+      for (int tp = 1; tp <= p; ++tp) {
+        if (p % (sp * pp * tp) != 0)
+          continue;
+        check_grid(world, GridShape{0, pp, tp, sp}, telar::default_grid_order);
+        check_grid(world, GridShape{p / (sp * pp * tp), pp, tp, sp}, telar::default_grid_order);
+        check_grid(world, GridShape{0, pp, tp, sp},
+                   {GridAxis::tp, GridAxis::sp, GridAxis::pp, GridAxis::dp});
+        check_grid(world, GridShape{0, pp, tp, sp},
+                   {GridAxis::sp, GridAxis::tp, GridAxis::dp, GridAxis::pp});
+      }
 }
 
 TEST_CASE("grid names and default layout", "[comm][grid]") {
@@ -77,6 +90,7 @@ TEST_CASE("grid names and default layout", "[comm][grid]") {
   TELAR_REQUIRE_ALL(grid.name() == "dp=" + std::to_string(p) + " x pp=1 x tp=1");
   TELAR_REQUIRE_ALL(grid.dp().size() == p && grid.dp().rank() == world.rank());
   TELAR_REQUIRE_ALL(ProcessGrid::describe({2, 1, 2}) == "dp=2 x pp=1 x tp=2");
+  TELAR_REQUIRE_ALL(ProcessGrid::describe({2, 1, 1, 2}) == "dp=2 x sp=2 x pp=1 x tp=1");
   // Sub-communicators work for collectives.
   int v = 1;
   grid.dp().allreduce(&v, 1);
@@ -103,16 +117,27 @@ TEST_CASE("shapes that do not fit throw the same GridError on every rank", "[com
                              "); choose degrees whose product is " + std::to_string(p));
   m = message(GridShape{0, p + 1, 1});
   TELAR_REQUIRE_ALL(m.find("is not divisible by pp=" + std::to_string(p + 1)) != std::string::npos);
+  m = message(GridShape{0, 1, 1, p + 1});
+  TELAR_REQUIRE_ALL(m == "telar::ProcessGrid: world size " + std::to_string(p) +
+                             " is not divisible by sp=" + std::to_string(p + 1) +
+                             " x pp=1 x tp=1 (product " + std::to_string(p + 1) +
+                             "), so dp cannot be deduced; choose sp, pp and tp whose product "
+                             "divides " +
+                             std::to_string(p));
+  m = message(GridShape{1, 1, 1, 0});
+  TELAR_REQUIRE_ALL(m.find("degrees must be positive") != std::string::npos);
   m = message(GridShape{1, 0, 1});
   TELAR_REQUIRE_ALL(m.find("degrees must be positive") != std::string::npos);
   m = message(GridShape{-1, 1, 1});
   TELAR_REQUIRE_ALL(m.find("degrees must be positive") != std::string::npos);
   bool threw = false;
   try {
-    ProcessGrid::resolve(p, GridShape{0, 1, 1},
-                         {telar::GridAxis::dp, telar::GridAxis::dp, telar::GridAxis::tp});
-  } catch (telar::GridError const&) {
-    threw = true;
+    ProcessGrid::resolve(
+        p, GridShape{0, 1, 1},
+        {telar::GridAxis::dp, telar::GridAxis::dp, telar::GridAxis::sp, telar::GridAxis::tp});
+  } catch (telar::GridError const& e) {
+    threw = std::string(e.what()) ==
+            "telar::ProcessGrid: the axis order must name dp, sp, pp and tp once each";
   }
   TELAR_REQUIRE_ALL(threw);
   // The message is identical on every rank: compare lengths and a hash.
@@ -124,11 +149,12 @@ TEST_CASE("shapes that do not fit throw the same GridError on every rank", "[com
   TELAR_REQUIRE_ALL(lo == hi);
   // Resolution itself needs no communicator.
   TELAR_REQUIRE_ALL(ProcessGrid::resolve(12, GridShape{0, 3, 2}).dp == 2);
+  TELAR_REQUIRE_ALL(ProcessGrid::resolve(12, GridShape{0, 1, 2, 3}).dp == 2);
 }
 
 TEST_CASE("node-aware placement keeps tp groups and then pipelines on one node", "[comm][grid]") {
   using telar::GridAxis;
-  telar::GridOrder const by_node = {GridAxis::dp, GridAxis::pp, GridAxis::tp};
+  telar::GridOrder const by_node = {GridAxis::dp, GridAxis::pp, GridAxis::sp, GridAxis::tp};
   telar::NodeLayout two_nodes;
   two_nodes.nodes = 2;
   two_nodes.ranks_per_node = 4;
@@ -144,19 +170,20 @@ TEST_CASE("node-aware placement keeps tp groups and then pipelines on one node",
   irregular.uniform = false;
   CHECK(ProcessGrid::node_aware_order({2, 2, 2}, irregular) == telar::default_grid_order);
 
-  // Fake nodes of 2 consecutive ranks: every tp group (tp = 2), and at pp = 2
-  // every pipeline, lies on one node; dp groups cross nodes.
+  // Fake nodes of 2 consecutive ranks: every tp group (tp = 2), at pp = 2
+  // every pipeline, at sp = 2 every sample's slabs, lies on one node; dp
+  // groups cross nodes.
   int const p = telar_test::world_size();
   setenv("TELAR_RANKS_PER_NODE", "2", 1);
   Communicator world(MPI_COMM_WORLD, "world");
   int const me = world.rank();
   auto node_of = [](int r) { return r / 2; };
-  for (GridShape shape : {GridShape{0, 1, 2}, GridShape{0, 2, 1}}) {
+  for (GridShape shape : {GridShape{0, 1, 2}, GridShape{0, 2, 1}, GridShape{0, 1, 1, 2}}) {
     if (p % 2 != 0)
       break;
     ProcessGrid grid(world, shape);
     bool ok = true;
-    auto const& inner = shape.tp == 2 ? grid.tp() : grid.pp();
+    auto const& inner = shape.tp == 2 ? grid.tp() : shape.pp == 2 ? grid.pp() : grid.sp();
     for (int r : members(inner, me))
       ok = ok && node_of(r) == node_of(me);
     if (p == 4)

@@ -200,8 +200,8 @@ TEMPLATE_TEST_CASE("Hierarchical gradient allreduce over fake nodes matches seri
   Result const want = serial<T>(sgd, base, data, batch, 3);
   require_same(got, want, tol, "dp=" + std::to_string(n) + " hierarchical");
   if (n == 4) {
-    CHECK(placed.order ==
-          telar::GridOrder{telar::GridAxis::dp, telar::GridAxis::pp, telar::GridAxis::tp});
+    CHECK(placed.order == telar::GridOrder{telar::GridAxis::dp, telar::GridAxis::pp,
+                                           telar::GridAxis::sp, telar::GridAxis::tp});
     require_same(placed, want, tol, "dp=2 x pp=2 placed by node");
   }
 }

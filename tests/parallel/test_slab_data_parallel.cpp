@@ -1,6 +1,7 @@
 // telar::SlabDataParallel: a 3-D U-Net SlabGraph trained over dp x sp with
-// and without ZeRO sharding equals the same graph trained on the whole
-// batch on one rank (double, 1e-11), at every dp x sp of 1, 2 and 4 ranks;
+// and without ZeRO sharding, on a telar::ProcessGrid of dp x sp, equals the
+// same graph trained on the whole batch on one rank (double, 1e-11), at
+// every dp x sp of 1, 2 and 4 ranks;
 // and its checkpoints resume under another layout as if never stopped.
 #include "support.hpp"
 #include <telar/optim/adam.hpp>
@@ -126,16 +127,32 @@ std::vector<double> parameters_of(UNet& g) {
   return all;
 }
 
-// One layout of check_layouts: dp replicas of sp ranks, this rank (d, s).
+// Three steps of `opt` on a grid of dp x sp ranks (the update summing
+// over its world, sums_over_world).
 template <class DP, class Opt>
-void check_layout(telar::Communicator const& world, int d, int s, int dp, bool over_world, Opt opt,
-                  double clip, telar::Matrix<T, M> const& y, std::vector<double> const& initial,
+telar::Matrix<T, M> train(UNet& g, telar::ProcessGrid const& grid, std::size_t first, std::size_t n,
+                          Opt opt, double clip) {
+  telar::SlabDataParallel<UNet, DP, Opt> update(g, grid, 5, opt, small_buckets(nullptr, clip));
+  CHECK(update.sums_over_world() == (g.spatial_size() > 1));
+  CHECK(update.sync_size() == grid.world().size());
+  return run(update, g, first, n, 0, 3);
+}
+
+// One layout of check_layouts: dp replicas of sp ranks, on a ProcessGrid
+// (summed over its world) or summed by each wrapper over sp and synced over dp.
+template <class DP, class Opt>
+void check_layout(telar::Communicator const& world, int sp, bool over_world, Opt opt, double clip,
+                  telar::Matrix<T, M> const& y, std::vector<double> const& initial,
                   std::vector<double> const& want) {
-  telar::Communicator sp_comm = world.split(d, s, "sp"), dp_comm = world.split(s, d, "dp");
-  UNet g = telar::spatial_unet<T, M>(sp_comm, options());
+  telar::GridShape split;
+  split.sp = sp; // dp from the world
+  telar::ProcessGrid const grid(world, split);
+  UNet g = telar::spatial_unet<T, M>(grid.sp(), options());
   g.build(shape); // the update draws it (seed 5, as serial's)
-  std::size_t const n = batch / std::size_t(dp), first = std::size_t(d) * n;
-  auto const ys = train<DP>(g, &dp_comm, first, n, opt, over_world ? &world : nullptr, clip);
+  std::size_t const n = batch / std::size_t(grid.shape().dp);
+  std::size_t const first = std::size_t(grid.coords().dp) * n;
+  auto const ys = over_world ? train<DP>(g, grid, first, n, opt, clip)
+                             : train<DP>(g, &grid.dp(), first, n, opt, nullptr, clip);
   CHECK(max_diff(ys, part(y, first, n, 3, g.output_slab())) < 1e-11);
   auto const got = parameters_of(g);
   REQUIRE(got.size() == want.size());
@@ -174,10 +191,9 @@ void check_layouts(char const* name, Opt opt, double clip = 0) {
     for (bool const over_world : {true, false}) {
       if (sp == 1 && !over_world)
         continue; // the same run
-      int const dp = world.size() / sp, d = world.rank() / sp, s = world.rank() % sp;
-      INFO(name << ", dp " << dp << " x sp " << sp << (over_world ? ", summed over the world" : "")
-                << ", rank " << world.rank());
-      check_layout<DP>(world, d, s, dp, over_world, opt, clip, y, initial, want);
+      INFO(name << ", dp " << world.size() / sp << " x sp " << sp
+                << (over_world ? ", summed over the world" : "") << ", rank " << world.rank());
+      check_layout<DP>(world, sp, over_world, opt, clip, y, initial, want);
     }
 }
 
@@ -338,6 +354,26 @@ TEST_CASE("SlabDataParallel: summed over the world, ZeRO shards span dp x sp; th
       CHECK(std::string(e.what()) ==
             "telar::SlabDataParallel: the world has 4 ranks, not dp x sp = 1 x 2");
     }
+  }
+  // A grid that is not the graph's dp x sp is refused, naming both.
+  if (W > 1) {
+    using Plain = telar::DataParallel<telar::TopologyAwareAllreduce, telar::NoSharding>;
+    auto refusal = [&](telar::GridShape shape) {
+      telar::ProcessGrid const grid(world, shape);
+      try {
+        telar::SlabDataParallel<UNet, Plain> wrong(g, grid, 5);
+      } catch (telar::Error const& e) {
+        return std::string(e.what());
+      }
+      return std::string("taken");
+    };
+    std::string const w = std::to_string(W);
+    CHECK(refusal({}) == "telar::SlabDataParallel: the grid dp=" + w +
+                             " x pp=1 x tp=1 splits each sample over sp=1 ranks, the graph over " +
+                             w + " (build it over the grid's sp group)");
+    CHECK(refusal({1, 1, int(W)}) ==
+          "telar::SlabDataParallel: the grid dp=1 x pp=1 x tp=" + w +
+              " has pipeline or tensor-parallel ranks; a SlabGraph trains on dp x sp");
   }
   // The graph on its own: each wrapper with parameters sums over the group.
   auto const x = telar::test::random_matrix<T, M>(batch, shape.size(), 3);

@@ -63,6 +63,18 @@ TEST_CASE("A degree without its policy says which policy to add", "[strategy]") 
         "telar::PipelineParallel<> to the Strategy or set pp=1");
 }
 
+TEST_CASE("A spatial degree is refused by the Trainer, which takes whole samples", "[strategy]") {
+  telar::TrainerOptions opts;
+  opts.grid.dp = 1;
+  opts.grid.sp = 2;
+  CHECK(error_of<DpPp>(opts) ==
+        "telar::Trainer: sp=2 but the Trainer's models take whole samples; a telar::SlabGraph "
+        "splits them, updated by telar::SlabDataParallel over a telar::ProcessGrid with sp "
+        "(docs/spatial.md), or set sp=1");
+  opts.grid.sp = 0;
+  CHECK(error_of<DpPp>(opts).find("degrees must be positive") != std::string::npos);
+}
+
 TEST_CASE("More pipeline stages than layers is refused", "[strategy]") {
   if (world() < 4)
     return;

@@ -101,7 +101,7 @@ RunLayout run_layout_of(Model const& model, std::vector<Shape> shapes, LayoutOpt
   l.grid = grid;
   l.grid_order = options.grid_order;
   l.rank = rank;
-  l.coords = grid_coords_of(grid, options.grid_order, rank);
+  l.coords = ProcessGrid::coords_in(grid, options.grid_order, rank);
   l.shapes = std::move(shapes);
   l.schedule = layout_schedule<StrategyT>(options, grid.pp, api);
   l.stage_bounds =
@@ -155,7 +155,7 @@ RunLayout make_run_layout(Model model, LayoutOptions const& options, Shape const
   if (rank < 0 || rank >= world_size)
     throw Error(std::string(api) + ": rank " + std::to_string(rank) + " is not in [0, " +
                 std::to_string(world_size) + ")");
-  GridCoord const at = detail::grid_coords_of(grid, options.grid_order, rank);
+  GridCoord const at = ProcessGrid::coords_in(grid, options.grid_order, rank);
   std::vector<Shape> shapes = detail::layout_shapes<StrategyT>(model, grid, at, in);
   return detail::run_layout_of<StrategyT>(model, std::move(shapes), options, grid, rank,
                                           detail::strategy_zero_stage<StrategyT>(), api);

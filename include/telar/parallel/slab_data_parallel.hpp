@@ -38,6 +38,7 @@
  *  in the file, loadable under any dp x sp and ZeRO stage.
  */
 #include <telar/comm/communicator.hpp>
+#include <telar/comm/process_grid.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/parameters.hpp>
 #include <telar/optim/adam.hpp>
@@ -143,6 +144,18 @@ public:
     }
     graph_.set_partial_gradients(sums_over_world()); // last: nothing after it throws
   }
+  /*! \brief As above, on a process grid of dp x sp ranks: its dp group
+   *  averages, its world is the options' world (every rank of the run).
+   *  \param graph built over \p grid's sp group; kept by reference
+   *  \param grid dp x sp (pp = tp = 1), its sp the graph's spatial degree;
+   *  must outlive this object \param seed the same on every rank
+   *  \param opt the optimizer \param options as above (its world is the grid's)
+   *  \throws Error naming the grid when it has pipeline or tensor ranks, or
+   *  an sp other than the graph's */
+  SlabDataParallel(Graph& graph, ProcessGrid const& grid, std::uint64_t seed, Optimizer opt = {},
+                   SlabDataParallelOptions options = {})
+      : SlabDataParallel(graph, &on_grid(grid, graph).dp(), seed, std::move(opt),
+                         with_world(options, grid)) {}
   SlabDataParallel(SlabDataParallel const&) = delete;
   SlabDataParallel& operator=(SlabDataParallel const&) = delete;
   /*! \brief The graph's parameter views point into this object's flat
@@ -293,6 +306,23 @@ public:
 
 private:
   friend struct detail::SlabView;
+  // The grid, once its shape is what the graph was split for: dp x sp
+  // (same message on every rank: the shape and the graph's split are).
+  static ProcessGrid const& on_grid(ProcessGrid const& grid, Graph const& g) {
+    GridShape const s = grid.shape();
+    std::string const where = "telar::SlabDataParallel: the grid " + grid.name();
+    if (s.pp != 1 || s.tp != 1)
+      throw Error(where + " has pipeline or tensor-parallel ranks; a SlabGraph trains on dp x sp");
+    if (s.sp != g.spatial_size())
+      throw Error(where + " splits each sample over sp=" + std::to_string(s.sp) +
+                  " ranks, the graph over " + std::to_string(g.spatial_size()) +
+                  " (build it over the grid's sp group)");
+    return grid;
+  }
+  static SlabDataParallelOptions with_world(SlabDataParallelOptions o, ProcessGrid const& grid) {
+    o.world = &grid.world();
+    return o;
+  }
   // Every rank of the run: the options' world, else dp when no rank splits
   // the graph (then dp is every rank there is).
   static Communicator const* run_world(SlabDataParallelOptions const& o, Graph const& g,

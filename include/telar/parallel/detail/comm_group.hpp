@@ -25,14 +25,11 @@ struct CommGroup {
 // its members are `stride` ranks apart, stride the product of the inner
 // axes' degrees.
 inline CommGroup comm_group(GridShape g, GridOrder order, GridAxis axis, int ranks_per_node) {
-  auto degree = [&](GridAxis a) {
-    return a == GridAxis::dp ? g.dp : a == GridAxis::pp ? g.pp : g.tp;
-  };
   int stride = 1;
-  for (int i = 2; i >= 0 && order[std::size_t(i)] != axis; --i)
-    stride *= degree(order[std::size_t(i)]);
+  for (auto a = order.rbegin(); a != order.rend() && *a != axis; ++a)
+    stride *= g.along(*a);
   CommGroup c;
-  c.size = degree(axis);
+  c.size = g.along(axis);
   if (ranks_per_node <= 0 || c.size * stride <= ranks_per_node) {
     c.local = c.size;
     return c;

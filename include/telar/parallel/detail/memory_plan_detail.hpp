@@ -225,8 +225,8 @@ MemoryPlan plan_of_layout(Model const& model, RunLayout const& layout,
 template <class Model, class StrategyT, class Optimizer, class Loss>
 MemoryPlan plan_rank(Model model, LayoutOptions const& options, Shape const& in, GridShape shape,
                      int rank, int stage) {
-  std::vector<Shape> shapes =
-      layout_shapes<StrategyT>(model, shape, grid_coords_of(shape, options.grid_order, rank), in);
+  std::vector<Shape> shapes = layout_shapes<StrategyT>(
+      model, shape, ProcessGrid::coords_in(shape, options.grid_order, rank), in);
   RunLayout const layout = run_layout_of<StrategyT>(model, std::move(shapes), options, shape, rank,
                                                     stage, "telar::plan_memory");
   return plan_of_layout<Model, StrategyT, Optimizer, Loss>(model, layout, options);

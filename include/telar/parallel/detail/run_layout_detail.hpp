@@ -49,6 +49,13 @@ void check_layout_options(LayoutOptions const& options, char const* api) {
   lacking(StrategyT::has_data_parallel, options.grid.dp, "dp", "DataParallel");
   lacking(StrategyT::has_pipeline_parallel, options.grid.pp, "pp", "PipelineParallel");
   lacking(StrategyT::has_tensor_parallel, options.grid.tp, "tp", "TensorParallel");
+  // A sample split over ranks needs layers that exchange halos: a SlabGraph
+  // of spatial wrappers, which the Trainer's models are not.
+  if (options.grid.sp > 1)
+    throw Error(std::string(api) + ": sp=" + std::to_string(options.grid.sp) +
+                " but the Trainer's models take whole samples; a telar::SlabGraph splits them, "
+                "updated by telar::SlabDataParallel over a telar::ProcessGrid with sp "
+                "(docs/spatial.md), or set sp=1");
 }
 
 // The degrees of a run of `world_size` ranks (a policy the strategy lacks
@@ -59,19 +66,6 @@ GridShape layout_grid(LayoutOptions const& options, int world_size) {
   if (!StrategyT::has_data_parallel)
     want.dp = 1;
   return ProcessGrid::resolve(world_size, want, options.grid_order);
-}
-
-// Coordinates of `rank` in a grid of `shape` laid out in `order` (as ProcessGrid).
-inline GridCoord grid_coords_of(GridShape shape, GridOrder order, int rank) {
-  GridCoord c;
-  for (int i = 2; i >= 0; --i) {
-    GridAxis const a = order[std::size_t(i)];
-    int const d = a == GridAxis::dp ? shape.dp : a == GridAxis::pp ? shape.pp : shape.tp;
-    int const v = rank % d;
-    rank /= d;
-    (a == GridAxis::dp ? c.dp : a == GridAxis::pp ? c.pp : c.tp) = v;
-  }
-  return c;
 }
 
 // The schedule every step runs over `p` stages: the custom one (its sizes
