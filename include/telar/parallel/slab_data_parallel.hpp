@@ -25,8 +25,12 @@
  *  (node i as layer i).
  *  \code
  *  using DP = telar::DataParallel<telar::TopologyAwareAllreduce, telar::ZeRO<1>>;
+ *  telar::GridShape split;
+ *  split.sp = 2;                               // dp x sp, dp from the world
+ *  telar::ProcessGrid grid(world, split);
+ *  auto graph = telar::spatial_unet<float>(grid.sp(), unet_options);
  *  graph.build(shape);
- *  telar::SlabDataParallel<Graph, DP> update(graph, &dp, seed, telar::Adam<float>{});
+ *  telar::SlabDataParallel<Graph, DP> update(graph, grid, seed, telar::Adam<float>{});
  *  for (...) {
  *    auto const& y = update.forward(exec, x);       // ZeRO-3: gathers
  *    update.backward(exec, dy);                      // dy: the local batch's mean
