@@ -304,7 +304,8 @@ void to_device(telar::VolumeBatch const& b, telar::Matrix<T, M>& x, telar::Voxel
 template <class UNet>
 class Update {
   template <class Sharding>
-  using DP = telar::DataParallel<telar::TopologyAwareAllreduce, Sharding>;
+  using DP = telar::Strategy<telar::DataParallel<telar::TopologyAwareAllreduce, Sharding>,
+                             telar::SpatialParallel>;
   template <class Sharding, class Opt>
   using Of = telar::SlabDataParallel<UNet, DP<Sharding>, Opt>;
   template <class Opt>

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -132,7 +133,9 @@ std::vector<double> parameters_of(UNet& g) {
 template <class DP, class Opt>
 telar::Matrix<T, M> train(UNet& g, telar::ProcessGrid const& grid, std::size_t first, std::size_t n,
                           Opt opt, double clip) {
-  telar::SlabDataParallel<UNet, DP, Opt> update(g, grid, 5, opt, small_buckets(nullptr, clip));
+  using S = telar::Strategy<DP, telar::SpatialParallel>;
+  telar::SlabDataParallel<UNet, S, Opt> update(g, grid, 5, opt, small_buckets(nullptr, clip));
+  static_assert(std::is_same_v<typename decltype(update)::sharding, typename DP::sharding>);
   CHECK(update.sums_over_world() == (g.spatial_size() > 1));
   CHECK(update.sync_size() == grid.world().size());
   return run(update, g, first, n, 0, 3);
@@ -358,22 +361,27 @@ TEST_CASE("SlabDataParallel: summed over the world, ZeRO shards span dp x sp; th
   // A grid that is not the graph's dp x sp is refused, naming both.
   if (W > 1) {
     using Plain = telar::DataParallel<telar::TopologyAwareAllreduce, telar::NoSharding>;
-    auto refusal = [&](telar::GridShape shape) {
+    auto refusal = [&](telar::GridShape shape, auto policies) {
       telar::ProcessGrid const grid(world, shape);
       try {
-        telar::SlabDataParallel<UNet, Plain> wrong(g, grid, 5);
+        telar::SlabDataParallel<UNet, decltype(policies)> wrong(g, grid, 5);
       } catch (telar::Error const& e) {
         return std::string(e.what());
       }
       return std::string("taken");
     };
     std::string const w = std::to_string(W);
-    CHECK(refusal({}) == "telar::SlabDataParallel: the grid dp=" + w +
-                             " x pp=1 x tp=1 splits each sample over sp=1 ranks, the graph over " +
-                             w + " (build it over the grid's sp group)");
-    CHECK(refusal({1, 1, int(W)}) ==
+    CHECK(refusal({}, Plain{}) ==
+          "telar::SlabDataParallel: the grid dp=" + w +
+              " x pp=1 x tp=1 splits each sample over sp=1 ranks, the graph over " + w +
+              " (build it over the grid's sp group)");
+    CHECK(refusal({1, 1, int(W)}, Plain{}) ==
           "telar::SlabDataParallel: the grid dp=1 x pp=1 x tp=" + w +
               " has pipeline or tensor-parallel ranks; a SlabGraph trains on dp x sp");
+    CHECK(refusal({1, 1, 1, int(W)}, telar::Strategy<Plain>{}) ==
+          "telar::SlabDataParallel: the grid dp=1 x sp=" + w +
+              " x pp=1 x tp=1 splits samples, but the strategy (dp) has no SpatialParallel; add "
+              "telar::SpatialParallel to the Strategy or set sp=1");
   }
   // The graph on its own: each wrapper with parameters sums over the group.
   auto const x = telar::test::random_matrix<T, M>(batch, shape.size(), 3);

@@ -94,12 +94,40 @@ struct SlabDataParallelOptions {
 
 namespace detail {
 struct SlabView; // io/detail/slab_view.hpp: what checkpoints read and restore
-}
+
+// SlabDataParallel's DP argument: a DataParallel policy (spatial
+// parallelism assumed, as the graph says), or a Strategy of DataParallel
+// and SpatialParallel (a grid with sp > 1 needs the latter).
+template <class DP>
+struct slab_policies {
+  static_assert(is_data_parallel_v<DP>,
+                "telar::SlabDataParallel: DP is a telar::DataParallel<Algorithm, Sharding> or a "
+                "telar::Strategy of one and telar::SpatialParallel");
+  using data_parallel = DP;
+  static constexpr bool spatial = true;
+  static std::string name() { return DP::name(); }
+};
+template <class... Ps>
+struct slab_policies<Strategy<Ps...>> {
+  using S = Strategy<Ps...>;
+  static_assert(S::has_data_parallel,
+                "telar::SlabDataParallel: the strategy needs a telar::DataParallel<> (with its "
+                "sharding), even at dp = 1");
+  static_assert(!S::has_pipeline_parallel && !S::has_tensor_parallel,
+                "telar::SlabDataParallel: a SlabGraph trains on dp x sp; PipelineParallel and "
+                "TensorParallel do not compose with SpatialParallel yet");
+  using data_parallel = typename S::data_parallel;
+  static constexpr bool spatial = S::has_spatial_parallel;
+  static std::string name() { return data_parallel::name() + std::string(spatial ? "+sp" : ""); }
+};
+} // namespace detail
 
 /*! \brief The data-parallel update of a telar::SlabGraph (see the file).
  *  \tparam Graph a built telar::SlabGraph
  *  \tparam DP telar::DataParallel<Algorithm, Sharding>, Sharding one of
- *  telar::NoSharding, telar::ZeRO<1>, telar::ZeRO<2>, telar::ZeRO<3, G>
+ *  telar::NoSharding, telar::ZeRO<1>, telar::ZeRO<2>, telar::ZeRO<3, G>; or
+ *  telar::Strategy<DataParallel<...>, SpatialParallel> (the strategy named
+ *  in full: a grid with sp > 1 is refused without SpatialParallel)
  *  \tparam Optimizer an optimizer of the graph's value type (telar::Adam,
  *  telar::SGD, ...) */
 template <class Graph, class DP = DataParallel<>,
@@ -110,7 +138,8 @@ public:
   using memory_space = typename Graph::memory_space;              //!< where its tensors live
   using execution_space = typename memory_space::execution_space; //!< what runs there
   using optimizer_type = Optimizer;                               //!< the optimizer
-  using sharding = typename DP::sharding;                         //!< the ZeRO policy
+  using data_parallel = typename detail::slab_policies<DP>::data_parallel; //!< its policy
+  using sharding = typename data_parallel::sharding;                       //!< the ZeRO policy
 
   /*! \brief Draws \p graph's parameters from \p seed (node i from seed +
    *  i, as SlabGraph::initialize; ZeRO-3: one node at a time, this rank
@@ -293,7 +322,9 @@ public:
     return "dp=" + std::to_string(dp_size_) + " x sp=" + std::to_string(graph_.spatial_size());
   }
   /*! \brief "slab " and the data-parallel policy's name ("slab dp+zero1"). */
-  static std::string strategy_name() { return std::string("slab ") + DP::name(); }
+  static std::string strategy_name() {
+    return std::string("slab ") + detail::slab_policies<DP>::name();
+  }
   /*! \brief Bytes this rank holds for training state: parameters (ZeRO-3:
    *  its shard), the gradient buffer (ZeRO-2, -3: its shard), the optimizer
    *  state of its shard. Not counted: the groups in flight (ZeRO-2, -3:
@@ -317,6 +348,11 @@ private:
     std::string const where = "telar::SlabDataParallel: the grid " + grid.name();
     if (s.pp != 1 || s.tp != 1)
       throw Error(where + " has pipeline or tensor-parallel ranks; a SlabGraph trains on dp x sp");
+    if (s.sp > 1 && !detail::slab_policies<DP>::spatial)
+      throw Error(where + " splits samples, but the strategy (" +
+                  detail::slab_policies<DP>::name() +
+                  ") has no SpatialParallel; add telar::SpatialParallel to the Strategy or set "
+                  "sp=1");
     if (s.sp != g.spatial_size())
       throw Error(where + " splits each sample over sp=" + std::to_string(s.sp) +
                   " ranks, the graph over " + std::to_string(g.spatial_size()) +
@@ -361,7 +397,8 @@ private:
         nonfinite_, step_ + 1, 0.0, bad, exec, grads, tensors_, sum_norms,
         {"telar::SlabDataParallel::step", "SlabDataParallelOptions::nonfinite", false});
   }
-  using Sync = detail::GradientSync<sharding, value_type, memory_space, typename DP::algorithm>;
+  using Sync =
+      detail::GradientSync<sharding, value_type, memory_space, typename data_parallel::algorithm>;
   using ResidencyOf = detail::residency_of<sharding, value_type, memory_space>;
   using Residency = typename ResidencyOf::type;
   template <class Exec>

@@ -154,6 +154,17 @@ struct TensorParallel {
   static constexpr char const* name() { return "tp"; }
 };
 
+/*! \brief Spatial parallelism: each sample's volume split by depth over
+ *  the sp ranks of a group (telar::ProcessGrid's sp axis), its layers
+ *  exchanging halo rows with the neighbour slabs (docs/spatial.md). Its
+ *  models are telar::SlabGraph, trained by telar::SlabDataParallel
+ *  (Strategy<DataParallel<...>, SpatialParallel>, with or without ZeRO);
+ *  the Trainer's models take whole samples and refuse it at compile time. */
+struct SpatialParallel {
+  /*! \brief Name for logs. */
+  static constexpr char const* name() { return "sp"; }
+};
+
 /*! \brief The bfloat16 compute type of telar::Precision (8 significant
  *  bits, fp32's range): a tag, values are stored as float. */
 struct bf16 {
@@ -234,8 +245,11 @@ struct is_tp : std::bool_constant<is_tensor_parallel_v<P>> {};
 template <class P>
 struct is_precision : std::bool_constant<is_precision_v<P>> {};
 template <class P>
-struct is_known_policy : std::bool_constant<is_data_parallel_v<P> || is_pipeline_parallel_v<P> ||
-                                            is_tensor_parallel_v<P> || is_precision_v<P>> {};
+struct is_sp : std::is_same<P, SpatialParallel> {};
+template <class P>
+struct is_known_policy
+    : std::bool_constant<is_data_parallel_v<P> || is_pipeline_parallel_v<P> ||
+                         is_tensor_parallel_v<P> || is_precision_v<P> || is_sp<P>::value> {};
 
 // The policy of a kind, or Default when absent.
 template <template <class> class Pred, class Default, class... Ps>
@@ -257,12 +271,13 @@ struct NoPolicy {
 /*! \brief A training strategy: a set of policies, each optional, in any order.
  *  The empty strategy (telar::Serial) trains on one rank.
  *  \tparam Policies DataParallel<...>, PipelineParallel<...>, TensorParallel<...>,
- *  Precision<...> */
+ *  SpatialParallel, Precision<...> */
 template <class... Policies>
 struct Strategy {
   static_assert((detail::is_known_policy<Policies>::value && ...),
                 "telar::Strategy: unknown policy; a strategy is made of telar::DataParallel<>, "
-                "telar::PipelineParallel<>, telar::TensorParallel<> and telar::Precision<>");
+                "telar::PipelineParallel<>, telar::TensorParallel<>, telar::SpatialParallel "
+                "and telar::Precision<>");
   static_assert(detail::count_if_v<detail::is_dp, Policies...> <= 1,
                 "telar::Strategy: DataParallel appears more than once; name each policy at most "
                 "once");
@@ -271,6 +286,9 @@ struct Strategy {
                 "most once");
   static_assert(detail::count_if_v<detail::is_tp, Policies...> <= 1,
                 "telar::Strategy: TensorParallel appears more than once; name each policy at "
+                "most once");
+  static_assert(detail::count_if_v<detail::is_sp, Policies...> <= 1,
+                "telar::Strategy: SpatialParallel appears more than once; name each policy at "
                 "most once");
   static_assert(detail::count_if_v<detail::is_precision, Policies...> <= 1,
                 "telar::Strategy: Precision appears more than once; name each policy at most "
@@ -283,6 +301,9 @@ struct Strategy {
   /*! \brief The TensorParallel policy, or NoPolicy. */
   using tensor_parallel = typename detail::pick<detail::is_tp, NoPolicy, Policies...>::type;
 
+  /*! \brief SpatialParallel, or NoPolicy. */
+  using spatial_parallel = typename detail::pick<detail::is_sp, NoPolicy, Policies...>::type;
+
   /*! \brief The Precision policy; Precision<float, float> when absent. */
   using precision =
       typename detail::pick<detail::is_precision, Precision<float, float>, Policies...>::type;
@@ -293,6 +314,8 @@ struct Strategy {
   static constexpr bool has_pipeline_parallel = !std::is_same_v<pipeline_parallel, NoPolicy>;
   /*! \brief Tensor parallelism is enabled. */
   static constexpr bool has_tensor_parallel = !std::is_same_v<tensor_parallel, NoPolicy>;
+  /*! \brief Samples are split over ranks (spatial parallelism). */
+  static constexpr bool has_spatial_parallel = !std::is_same_v<spatial_parallel, NoPolicy>;
 
   /*! \brief e.g. "dp+pp+tp", or "serial". */
   static std::string name() {
@@ -302,6 +325,7 @@ struct Strategy {
         n += (n.empty() ? "" : "+") + std::string(s);
     };
     add(has_data_parallel, "dp");
+    add(has_spatial_parallel, "sp");
     add(has_pipeline_parallel, "pp");
     add(has_tensor_parallel, "tp");
     n = n.empty() ? "serial" : n;

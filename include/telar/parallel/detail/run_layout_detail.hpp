@@ -37,6 +37,10 @@ constexpr int strategy_zero_stage() {
 // `api` names the caller in the message (telar::Trainer, telar::plan_memory).
 template <class StrategyT>
 void check_layout_options(LayoutOptions const& options, char const* api) {
+  static_assert(!StrategyT::has_spatial_parallel,
+                "telar::SpatialParallel: the Trainer (and plan_memory, make_run_layout) take "
+                "whole samples; a telar::SlabGraph splits them, trained by "
+                "telar::SlabDataParallel (docs/spatial.md)");
   if (options.microbatches < 1)
     throw Error(std::string(api) + ": microbatches must be at least 1, got " +
                 std::to_string(options.microbatches));
