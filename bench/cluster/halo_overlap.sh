@@ -41,11 +41,14 @@ data=$out/volumes_${size}_$volumes.h5
 common="--data $data --val 1 --batch 1 --epochs 1 --limit-steps $((steps + 1)) --json \
 --width $width --depth $depth"
 # job NODES OUTPUT PROGRESS FLAGS: one batch job of NODES ranks, one per
-# node, waited for; PROGRESS 1 runs Open MPI's TCP progress thread.
+# node, waited for; PROGRESS 1 runs Open MPI's TCP progress thread. Ranks
+# unbound: Open MPI would bind each node's rank to core 0 of the machine
+# (every node sees all of them), and both ranks would share it; unbound,
+# each keeps its node's core.
 job() {
   "$run" head sbatch --wait --quiet -N "$1" --ntasks-per-node=1 --output="$2" \
     --export=ALL,OMP_NUM_THREADS=1,OMPI_MCA_btl_tcp_progress_thread=$3 \
-    --wrap "mpirun $unet $common $4" ||
+    --wrap "mpirun --bind-to none $unet $common $4" ||
     echo "halo_overlap.sh: job failed: $4 (see $2)" >&2
 }
 echo "uptime before: $(uptime)" | tee "$out/load.txt"
