@@ -24,13 +24,14 @@
  *  before it runs. The graph is bound into one flat telar::ParameterStore
  *  (node i as layer i).
  *  \code
- *  using DP = telar::DataParallel<telar::TopologyAwareAllreduce, telar::ZeRO<1>>;
+ *  using S = telar::Strategy<telar::DataParallel<telar::TopologyAwareAllreduce, telar::ZeRO<1>>,
+ *                            telar::SpatialParallel>;
  *  telar::GridShape split;
  *  split.sp = 2;                               // dp x sp, dp from the world
  *  telar::ProcessGrid grid(world, split);
  *  auto graph = telar::spatial_unet<float>(grid.sp(), unet_options);
  *  graph.build(shape);
- *  telar::SlabDataParallel<Graph, DP> update(graph, grid, seed, telar::Adam<float>{});
+ *  telar::SlabDataParallel<Graph, S> update(graph, grid, seed, telar::Adam<float>{});
  *  for (...) {
  *    auto const& y = update.forward(exec, x);       // ZeRO-3: gathers
  *    update.backward(exec, dy);                      // dy: the local batch's mean
