@@ -117,6 +117,13 @@ struct slab_policies<Strategy<Ps...>> {
   static_assert(!S::has_pipeline_parallel && !S::has_tensor_parallel,
                 "telar::SlabDataParallel: a SlabGraph trains on dp x sp; PipelineParallel and "
                 "TensorParallel do not compose with SpatialParallel yet");
+  // The graph's layers choose their GEMM and convolution kernels themselves;
+  // a Precision here would be ignored without a word.
+  static_assert(std::is_same_v<typename S::precision, Precision<float, float>>,
+                "telar::SlabDataParallel: a SlabGraph computes in the precision of its layers' "
+                "policies (telar::spatial_unet<T, M, telar::Bf16Gemm, telar::OneDnnConvBf16> for "
+                "bf16), and its gradients are reduced in fp32; leave telar::Precision<> out of "
+                "the strategy");
   using data_parallel = typename S::data_parallel;
   static constexpr bool spatial = S::has_spatial_parallel;
   static std::string name() { return data_parallel::name() + std::string(spatial ? "+sp" : ""); }
