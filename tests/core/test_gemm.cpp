@@ -4,6 +4,7 @@
 #include <telar/core/gemm.hpp>
 #include <telar/layers/activation.hpp>
 #include <telar/layers/conv.hpp>
+#include <telar/layers/conv_transpose.hpp>
 #include <telar/layers/dense.hpp>
 #include <telar/profile/launches.hpp>
 
@@ -371,6 +372,25 @@ Bf16Conv<Dims> bf16_conv(telar::Shape const& in, std::size_t out, std::size_t st
   c.initialize(8);
   return c;
 }
+template <int Dims>
+using Bf16ConvT =
+    telar::TransposedConvolution<float, Dims, Host, telar::Bf16Gemm, telar::OneDnnConvBf16>;
+template <int Dims>
+Bf16ConvT<Dims> bf16_conv_t(telar::Shape const& in, std::size_t out, std::size_t kernel,
+                            std::size_t stride) {
+  Bf16ConvT<Dims> c(in[0], out, kernel, stride);
+  c.build(in);
+  c.initialize(9);
+  return c;
+}
+// A transposed convolution's copy on [n, in] -> [n, out] of its shapes.
+template <int Dims>
+void check_transposed(telar::Shape const& in, std::size_t out, std::size_t kernel,
+                      std::size_t stride, std::size_t n) {
+  auto const a = bf16_conv_t<Dims>(in, out, kernel, stride);
+  check_compact_matches_view(a, bf16_conv_t<Dims>(in, out, kernel, stride), n, in.size(),
+                             a.output_shape(in).size());
+}
 } // namespace
 
 TEST_CASE("Compact copies are bit for bit the views they replace", "[gemm][bf16][memory]") {
@@ -400,6 +420,16 @@ TEST_CASE("Compact copies are bit for bit the views they replace", "[gemm][bf16]
     CHECK(c.compact_bytes(7, in2) == (bytes_per_value == 2
                                           ? telar::detail::view_bytes<std::uint16_t>(7 * 243)
                                           : telar::detail::view_bytes<float>(7 * 243)));
+    // Transposed: the input is the adjoint's dy, kept by its backward_data
+    // primitive and read by its weight gradient as diff_dst (U-Net's
+    // upsampling [16, 4, 4] -> [8, 8, 8]; 3 -> 5 channels, kernel 3,
+    // stride 1; 3-D [4, 3, 3, 3] -> [2, 6, 6, 6]).
+    check_transposed<2>(telar::Shape{16, 4, 4}, 8, 2, 2, 6);
+    check_transposed<2>(in2, 5, 3, 1, 7);
+    check_transposed<3>(telar::Shape{4, 3, 3, 3}, 2, 2, 2, 3);
+    auto const t = bf16_conv_t<2>(in2, 5, 3, 1);
+    CHECK(compact_allocation(t, 7, 243, t.output_shape(in2).size()) == t.compact_bytes(7, in2));
+    CHECK(t.compact_bytes(7, in2) == c.compact_bytes(7, in2));
   };
   if (telar::bf16_available()) {
     dense_case(2);

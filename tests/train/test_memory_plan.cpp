@@ -101,9 +101,9 @@ std::vector<Layout> layouts(int n) {
   return out;
 }
 
-template <class Sharding>
+template <class Sharding, class Precision = telar::Precision<float, float>>
 using Strat = telar::Strategy<telar::DataParallel<telar::RingAllreduce, Sharding>,
-                              telar::PipelineParallel<>, telar::TensorParallel<>>;
+                              telar::PipelineParallel<>, telar::TensorParallel<>, Precision>;
 
 // Measured vs planned on this rank; returns what is off ("" if all fit).
 std::string compare(telar::MemoryBytes const& got, telar::MemoryBytes const& want) {
@@ -210,7 +210,7 @@ void make_batch(telar::Shape const& in, bool ids, telar::Matrix<T>& x, telar::La
 }
 
 // `keep`, if given, picks the layouts to check.
-template <class Sharding, class Model = Mlp>
+template <class Sharding, class Model = Mlp, class Precision = telar::Precision<float, float>>
 void check_layouts(bool shared_memory, Model (*make)() = make_mlp,
                    telar::Shape const& in = telar::Shape(64), bool ids = false,
                    bool (*keep)(Layout const&) = nullptr) {
@@ -233,8 +233,8 @@ void check_layouts(bool shared_memory, Model (*make)() = make_mlp,
     if (std::getenv("TELAR_TEST_VERBOSE"))
       std::fprintf(stderr, "layout dp=%d pp=%d tp=%d %s\n", l.dp, l.pp, l.tp, l.schedule.c_str());
     {
-      telar::Trainer<Model, Strat<Sharding>, telar::AdamW<T>> trainer(MPI_COMM_WORLD, make(),
-                                                                      telar::AdamW<T>{}, opts, in);
+      telar::Trainer<Model, Strat<Sharding, Precision>, telar::AdamW<T>> trainer(
+          MPI_COMM_WORLD, make(), telar::AdamW<T>{}, opts, in);
       std::size_t const local = batch / std::size_t(l.dp), b = trainer.grid_coords().dp * local;
       for (int s = 0; s < 2; ++s)
         trainer.step(telar::rows(x, b, b + local), telar::rows(y, b, b + local));
@@ -455,6 +455,15 @@ TEST_CASE("make_run_layout refuses what the Trainer refuses", "[layout]") {
 TEST_CASE("The memory plan matches the meter: every built-in block nested", "[memory]") {
   check_layouts<telar::NoSharding>(true, make_conv_zoo, telar::Shape{4, 4, 4});
   check_layouts<telar::NoSharding>(true, make_transformer_zoo, telar::Shape(16), true);
+}
+// The same in bf16: compact copies inside the blocks (the U-Net's
+// transposed convolutions' inputs among them), bf16 weights.
+TEST_CASE("The memory plan matches the meter: every built-in block nested, bf16",
+          "[memory][bf16]") {
+  if (!telar::bf16_available())
+    SKIP("no bf16 instructions here");
+  using Bf16 = telar::Precision<telar::bf16, float>;
+  check_layouts<telar::NoSharding, ConvZoo, Bf16>(true, make_conv_zoo, telar::Shape{4, 4, 4});
 }
 
 namespace {
@@ -808,6 +817,30 @@ TEST_CASE("A bf16 convolution keeps its input in bf16, not in the slot", "[memor
       Chain(C(2, 4, 3, 1, 1), {}, C(4, 4, 3, 1, 1), {}, {}, D(64, 16)), telar::Shape{2, 4, 4});
   std::size_t const signs = 2 * (kSlotBatch * 64 / 32) * 4; // two ReLUs, 32 values a word
   std::size_t const rounded = 2 * kSlotBatch * 64 * 2;      // the second conv's, Dense's inputs
+  std::size_t const output = 2 * 16 * kRow;
+  std::size_t const shared = 2 * 64 * kRow;
+  CHECK(planned == signs + rounded + output + shared);
+  CHECK(measured == planned);
+}
+
+// The same with a bf16 transposed convolution (a U-Net's upsampling, here
+// at stride 1) in the second convolution's place: its input is the
+// adjoint's output gradient, which its backward-data primitive converts in
+// forward and keeps in bf16 for the weight gradient.
+TEST_CASE("A bf16 transposed convolution keeps its input in bf16, not in the slot",
+          "[memory][bf16]") {
+  using C = telar::Conv2D<T, telar::DefaultMemorySpace, telar::Bf16Gemm, telar::OneDnnConvBf16>;
+  using CT =
+      telar::ConvTranspose2D<T, telar::DefaultMemorySpace, telar::Bf16Gemm, telar::OneDnnConvBf16>;
+  using D = telar::Dense<T, telar::DefaultMemorySpace, telar::Bf16Gemm>;
+  using Chain = telar::Sequential<C, telar::ReLU<T>, CT, telar::ReLU<T>, telar::Flatten<T>, D>;
+  static_assert(telar::layer_traits<CT>::has_compact_copy);
+  if (!telar::bf16_available())
+    SKIP("no bf16 instructions here");
+  auto const [planned, measured] = slot_activations(
+      Chain(C(2, 4, 3, 1, 1), {}, CT(4, 4, 3, 1, 1), {}, {}, D(64, 16)), telar::Shape{2, 4, 4});
+  std::size_t const signs = 2 * (kSlotBatch * 64 / 32) * 4; // two ReLUs, 32 values a word
+  std::size_t const rounded = 2 * kSlotBatch * 64 * 2;      // the transposed's, Dense's inputs
   std::size_t const output = 2 * 16 * kRow;
   std::size_t const shared = 2 * 64 * kRow;
   CHECK(planned == signs + rounded + output + shared);

@@ -340,13 +340,14 @@ public:
 
   // dx = conv^T(dy), overwritten: GEMMs W^T dy per group, then col2im.
   // `bias` (whether forward had one) only picks oneDNN's cached primitives.
+  // `keep`: as forward's, for dy (a transposed convolution's input).
   template <class Exec>
   void backward_data(Exec const& exec, ConvGeometry const& g, ConstMatrix<T, MemorySpace> const& dy,
                      T const* w, Matrix<T, MemorySpace> const& dx, bool bias,
-                     std::uint64_t call = 0) const {
+                     std::uint64_t call = 0, std::uint16_t* keep = nullptr) const {
     std::size_t const n = dy.extent(0);
     if (via_onednn(exec, g, n, [&](auto& dnn) {
-          dnn.backward_data(g, n, dy.data(), w, dx.data(), bias, call);
+          dnn.backward_data(g, n, dy.data(), w, dx.data(), bias, call, keep);
         }))
       return;
     auto product = [&](std::size_t s, T* dcol) {
@@ -385,14 +386,15 @@ public:
     });
   }
 
-  // The same from forward's copy of x in bf16 (`keep`), n samples.
-  template <class Exec>
-  void backward_weights(Exec const& exec, ConvGeometry const& g, std::size_t n,
-                        std::uint16_t const* x, ConstMatrix<T, MemorySpace> const& dy, T* dw,
-                        Vector<T, MemorySpace> const& db, std::uint64_t call) const {
+  // The same, n samples, where x or dy is a copy kept in bf16 (`keep`; X or
+  // DY std::uint16_t, the other float): oneDNN's path only.
+  template <class Exec, class X, class DY>
+  void backward_weights(Exec const& exec, ConvGeometry const& g, std::size_t n, X const* x,
+                        DY const* dy, T* dw, Vector<T, MemorySpace> const& db,
+                        std::uint64_t call) const {
     bool const bias = db.extent(0) > 0;
     via_onednn(exec, g, n, [&](auto& dnn) {
-      dnn.backward_weights(g, n, x, dy.data(), dw, bias ? db.data() : nullptr, call);
+      dnn.backward_weights(g, n, x, dy, dw, bias ? db.data() : nullptr, call);
     });
   }
 
@@ -547,9 +549,8 @@ public:
     std::uint64_t call = 0;
     /*! \brief A bf16 convolution: keep the input rounded instead (the stage runner's). */
     bool compact = false;
-    /*! \brief The compact copy (telar::Convolution under telar::OneDnnConvBf16). */
-    detail::saved_input_t<MemorySpace, !Transposed && std::is_same_v<conv_policy, OneDnnConvBf16>>
-        kept;
+    /*! \brief The compact copy (under telar::OneDnnConvBf16). */
+    detail::saved_input_t<MemorySpace, std::is_same_v<conv_policy, OneDnnConvBf16>> kept;
   };
 
   /*! \brief Input channels. */
@@ -591,6 +592,17 @@ public:
   std::size_t workspace_bytes(std::size_t samples, Shape const& in) const {
     return decltype(engine_)::workspace_bytes(self().geometry(in), samples);
   }
+#if TELAR_HAVE_ONEDNN
+  /*! \brief Under telar::OneDnnConvBf16, the input kept in bf16 when the
+   *  stage runner asks (saved_type::compact; fp32 where bf16 falls back):
+   *  the bytes of \p samples inputs \p in. */
+  template <class P = conv_policy, class = std::enable_if_t<std::is_same_v<P, OneDnnConvBf16>>>
+  std::size_t compact_bytes(std::size_t samples, Shape const& in) const {
+    std::size_t const values = samples * in.size();
+    return conv_extents_consistent(self().geometry(in)) ? Bf16SavedInput<MemorySpace>::bytes(values)
+                                                        : view_bytes<float>(values);
+  }
+#endif
 
   /*! \brief Allocates W, b and their gradients and draws W and b.
    *  \param seed stream seed (telar::Sequential derives one per layer) */
@@ -637,10 +649,16 @@ protected:
         built_(o.built_) {}
   template <class, class, int, class, class, class, bool>
   friend class ConvLayer; // the converting constructor reads another policy's layer
-  static constexpr Extents fill(std::size_t v) { return conv_fill_extents<Dims>(v); }
+  static constexpr Extents fill(std::size_t v) {
+    return conv_fill_extents<Dims>(v);
+  }
   // W's rows: the output channels, or the input's for the adjoint's weight.
-  std::size_t rows() const { return Transposed ? in_ : out_; }
-  std::size_t cols() const { return (Transposed ? out_ : in_) / groups_ * conv_volume(kernel_); }
+  std::size_t rows() const {
+    return Transposed ? in_ : out_;
+  }
+  std::size_t cols() const {
+    return (Transposed ? out_ : in_) / groups_ * conv_volume(kernel_);
+  }
   std::string expected() const {
     return std::string(Derived::name()) + " expects inputs [" + std::to_string(in_) +
            (Dims == 3 ? ", D, H, W]" : ", H, W]");
@@ -652,7 +670,9 @@ protected:
     conv_check_call(Derived::name(), what, built_, weight.extent(0) > 0, x_size, y_size, xn, xf, yn,
                     yf);
   }
-  Derived const& self() const { return static_cast<Derived const&>(*this); }
+  Derived const& self() const {
+    return static_cast<Derived const&>(*this);
+  }
 
   std::size_t in_ = 0, out_ = 0, groups_ = 1;
   Extents kernel_ = fill(1), stride_ = fill(1), padding_ = fill(0), dilation_ = fill(1);
@@ -762,20 +782,6 @@ public:
     this->built_ = true;
   }
 
-#if TELAR_HAVE_ONEDNN
-  /*! \brief Under telar::OneDnnConvBf16, the input kept in bf16 when the
-   *  stage runner asks (saved_type::compact; fp32 where bf16 falls back):
-   *  the bytes of \p samples inputs \p in. */
-  template <class P = typename Base::conv_policy,
-            class = std::enable_if_t<std::is_same_v<P, OneDnnConvBf16>>>
-  std::size_t compact_bytes(std::size_t samples, Shape const& in) const {
-    std::size_t const values = samples * in.size();
-    return detail::conv_extents_consistent(geometry(in))
-               ? detail::Bf16SavedInput<MemorySpace>::bytes(values)
-               : detail::view_bytes<float>(values);
-  }
-#endif
-
   /*! \brief y = conv(x) + b. \param exec execution space instance
    *  \param x input [n, in * (D *) H * W] \param y output [n, out * (Do *) Ho * Wo]
    *  \param saved keeps x: a view, or (compact) x rounded to bf16, as the
@@ -823,9 +829,9 @@ public:
         auto const& kept = saved.kept;
         check("backward_weight", kept.rows(), kept.cols(), dy.extent(0), dy.extent(1));
         if (kept.rounded())
-          return this->engine_.backward_weights(exec, this->g_, kept.rows(), kept.words(), dy,
-                                                this->weight_grad.data(), this->bias_grad,
-                                                saved.call);
+          return this->engine_.backward_weights(exec, this->g_, kept.rows(), kept.words(),
+                                                dy.data(), this->weight_grad.data(),
+                                                this->bias_grad, saved.call);
         return this->engine_.backward_weights(exec, this->g_, kept.values(), dy,
                                               this->weight_grad.data(), this->bias_grad,
                                               saved.call);

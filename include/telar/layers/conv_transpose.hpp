@@ -156,16 +156,18 @@ public:
 
   /*! \brief y = conv^T(x) + b: the adjoint convolution's input gradient.
    *  \param exec execution space instance \param x input [n, in * (D *) H * W]
-   *  \param y output [n, out * (Do *) Ho * Wo] \param saved keeps x */
+   *  \param y output [n, out * (Do *) Ho * Wo] \param saved keeps x: a view,
+   *  or (compact) x rounded to bf16, as the primitive read it */
   template <class Exec>
   void forward(Exec const& exec, ConstMatrix<T, MemorySpace> x, Matrix<T, MemorySpace> y,
                Saved& saved) const {
     check("forward", x.extent(0), x.extent(1), y.extent(0), y.extent(1));
-    saved.x = x;
+    saved.x = saved.compact ? ConstMatrix<T, MemorySpace>() : x;
     saved.call = detail::next_conv_call();
     // The adjoint's dy is x, its x is our dy: backward_weight reuses both
-    // conversions (detail/onednn_conv.hpp).
-    this->engine_.backward_data(exec, this->g_, x, this->weight.data(), y, false, saved.call);
+    // conversions (detail/onednn_conv.hpp), or reads x's from the copy.
+    this->engine_.backward_data(exec, this->g_, x, this->weight.data(), y, false, saved.call,
+                                keep(exec, x, saved));
     if (this->use_bias_)
       detail::conv_add_bias(exec, y, this->bias, this->g_.in_size() / this->g_.C);
   }
@@ -187,14 +189,56 @@ public:
    *  \param saved the input of the matching forward */
   template <class Exec>
   void backward_weight(Exec const& exec, ConstMatrix<T, MemorySpace> dy, Saved const& saved) const {
-    check("backward_weight", saved.x.extent(0), saved.x.extent(1), dy.extent(0), dy.extent(1));
-    this->engine_.backward_weights(exec, this->g_, dy, saved.x, this->weight_grad.data(),
-                                   Vector<T, MemorySpace>{}, saved.call);
+    if (!weight_from_copy(exec, dy, saved)) {
+      check("backward_weight", saved.x.extent(0), saved.x.extent(1), dy.extent(0), dy.extent(1));
+      this->engine_.backward_weights(exec, this->g_, dy, saved.x, this->weight_grad.data(),
+                                     Vector<T, MemorySpace>{}, saved.call);
+    }
     if (this->use_bias_)
       detail::conv_bias_grad(exec, dy, this->bias_grad, this->g_.in_size() / this->g_.C);
   }
 
 private:
+  // Under a compact copy: where forward's primitive copies x as it
+  // converted it to bf16, or null (x then copied in fp32 where bf16 falls
+  // back, or no copy asked).
+  template <class Exec>
+  std::uint16_t* keep(Exec const& exec, ConstMatrix<T, MemorySpace> const& x, Saved& saved) const {
+#if TELAR_HAVE_ONEDNN
+    if constexpr (std::is_same_v<typename Base::conv_policy, OneDnnConvBf16>)
+      if (saved.compact) {
+        if (detail::conv_extents_consistent(this->g_) &&
+            detail::bf16_check_isa("telar::TransposedConvolution (telar::OneDnnConvBf16)"))
+          return saved.kept.room(x.extent(0), x.extent(1));
+        saved.kept.keep(exec, x, false);
+      }
+#endif
+    (void)exec, (void)x, (void)saved;
+    return nullptr;
+  }
+  // The weight gradient from the compact copy, if forward kept one.
+  template <class Exec>
+  bool weight_from_copy(Exec const& exec, ConstMatrix<T, MemorySpace> const& dy,
+                        Saved const& saved) const {
+#if TELAR_HAVE_ONEDNN
+    if constexpr (std::is_same_v<typename Base::conv_policy, OneDnnConvBf16>)
+      if (saved.compact) {
+        auto const& kept = saved.kept;
+        check("backward_weight", kept.rows(), kept.cols(), dy.extent(0), dy.extent(1));
+        if (kept.rounded())
+          this->engine_.backward_weights(exec, this->g_, dy.extent(0), dy.data(), kept.words(),
+                                         this->weight_grad.data(), Vector<T, MemorySpace>{},
+                                         saved.call);
+        else
+          this->engine_.backward_weights(exec, this->g_, dy, kept.values(),
+                                         this->weight_grad.data(), Vector<T, MemorySpace>{},
+                                         saved.call);
+        return true;
+      }
+#endif
+    (void)exec, (void)dy, (void)saved;
+    return false;
+  }
   // ShapeError when a slab's first output row lies before its first input
   // row's taps (a stride longer than the kernel's span): the adjoint's front
   // padding would be negative. input_rows checks it for every rank's slab.

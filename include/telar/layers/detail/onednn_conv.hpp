@@ -30,7 +30,9 @@
 // copy instead of x. The copy is in forward's own layout where that pads
 // nothing (a memcpy, and the weight gradient reads it in place when its
 // layout is the same), else reordered into the plain one: the same bf16
-// values either way, n C D H W of them.
+// values either way, n C D H W of them. A transposed convolution's x is
+// the adjoint's dy: backward_data keeps it, and backward_weights reads it as
+// its diff_dst.
 #include <telar/config.hpp>
 
 #if TELAR_HAVE_ONEDNN
@@ -147,13 +149,14 @@ public:
     e.f_dst.out(y);
     run(s, e.fwd, e.f_args, e.f_dst);
     if (keep)
-      e.keep_source(s, keep);
+      e.keep(s, e.f_args[DNNL_ARG_SRC], e.src_kept, e.kept_src_desc(), keep);
   }
 
-  // dx = conv^T(dy) (overwritten); `call` as in forward.
+  // dx = conv^T(dy) (overwritten); `call` as in forward; `keep` as
+  // forward's, for dy (a transposed convolution's input).
   template <class G>
   void backward_data(G const& g, std::size_t n, float const* dy, float const* w, float* dx,
-                     bool bias, std::uint64_t call = 0) {
+                     bool bias, std::uint64_t call = 0, std::uint16_t* keep = nullptr) {
     ScopedRegion const region("telar::conv::onednn::backward_data"); // for Kokkos Tools
     Entry& e = entry(g, n, bias);
     e.make_backward_data();
@@ -163,20 +166,26 @@ public:
     e.d_wei.in(s, w);
     e.d_dsrc.out(dx);
     run(s, e.bwd_data, e.d_args, e.d_dsrc);
+    if (keep)
+      e.keep(s, e.d_args[DNNL_ARG_DIFF_DST], e.dst_kept, e.kept_dst_desc(), keep);
   }
 
   // dw += dL/dW, db += dL/db (db may be null: no bias); `call` as in
-  // forward. X: float, or std::uint16_t for the copy forward kept.
-  template <class G, class X>
-  void backward_weights(G const& g, std::size_t n, X const* x, float const* dy, float* dw,
-                        float* db, std::uint64_t call = 0) {
+  // forward. X, DY: float, or std::uint16_t for the copy forward (x) or
+  // backward_data (dy) kept.
+  template <class G, class X, class DY>
+  void backward_weights(G const& g, std::size_t n, X const* x, DY const* dy, float* dw, float* db,
+                        std::uint64_t call = 0) {
     ScopedRegion const region("telar::conv::onednn::backward_weights"); // for Kokkos Tools
     Entry& e = entry(g, n, db != nullptr);
     e.make_backward_weights();
     auto& s = onednn_stream();
-    e.w_args[DNNL_ARG_SRC] = input(s, e.source(x), e.w_src_held, e.f_src, e.f_src_held, call, x);
-    e.w_args[DNNL_ARG_DIFF_DST] =
-        input(s, e.w_ddst, e.w_ddst_held, e.d_ddst, e.d_ddst_held, call, dy);
+    auto const src_desc = [&e] { return e.kept_src_desc(); };
+    auto const dst_desc = [&e] { return e.kept_dst_desc(); };
+    e.w_args[DNNL_ARG_SRC] = input(s, e.reading(x, e.w_src, e.src_kept, src_desc), e.w_src_held,
+                                   e.f_src, e.f_src_held, call, x);
+    e.w_args[DNNL_ARG_DIFF_DST] = input(s, e.reading(dy, e.w_ddst, e.dst_kept, dst_desc),
+                                        e.w_ddst_held, e.d_ddst, e.d_ddst_held, call, dy);
     count_library_call("telar::conv::onednn");
     e.bwd_weights.execute(s, e.w_args);
     e.w_dwei.finish(s);
@@ -231,11 +240,16 @@ private:
     dnnl::convolution_backward_weights bwd_weights;
     OneDnnPort w_src, w_ddst, w_dwei, w_dbias;
     std::vector<float> dw, db;
-    // The compact copy of x: out of f_src's buffer (plain layout only), and
-    // into w_src's (made on first use).
-    dnnl::memory kept_words;
-    dnnl::reorder kept_out;
-    OneDnnPort w_kept;
+    // A compact copy of x (a convolution's, kept by forward) or of dy (a
+    // transposed convolution's input, kept by backward_data): the reorder out
+    // of the converted buffer where the copy's layout differs, and the port
+    // backward_weights reads it through (both made on first use).
+    struct Kept {
+      dnnl::memory words;
+      dnnl::reorder out;
+      OneDnnPort into;
+    };
+    Kept src_kept, dst_kept;
 
     // What the converted inputs' buffers hold: x (f_src, w_src) and dy
     // (d_ddst, w_ddst) each in two primitives.
@@ -244,45 +258,53 @@ private:
     dnnl::memory::desc plain(dnnl::memory::dims const& d, tag t, dt type = dt::f32) const {
       return dnnl::memory::desc(d, type, t);
     }
-    // The compact copy's layout: forward's own where that pads nothing
-    // (its bytes are n C D H W words), else the plain one.
-    dnnl::memory::desc kept_desc() {
-      make_fwd_pd();
-      auto const own = fpd.src_desc();
-      auto const flat = plain(sh.src, sh.act, dt::bf16);
+    // A compact copy's layout: that of the buffer its primitive converted
+    // it into (`own`) where that pads nothing (its bytes are the values'
+    // count in words), else the plain one.
+    dnnl::memory::desc kept_desc(dnnl::memory::desc const& own, dnnl::memory::dims const& d) const {
+      auto const flat = plain(d, sh.act, dt::bf16);
       return own.get_size() == flat.get_size() ? own : flat;
     }
-    // Copies x as forward converted it (f_src's buffer) to `words`.
-    void keep_source(dnnl::stream& s, std::uint16_t* words) {
-      if (compute != dt::bf16 || !f_src.reordered)
+    dnnl::memory::desc kept_src_desc() {
+      make_fwd_pd();
+      return kept_desc(fpd.src_desc(), sh.src);
+    }
+    dnnl::memory::desc kept_dst_desc() {
+      make_backward_data();
+      return kept_desc(d_ddst.inner.get_desc(), sh.dst);
+    }
+    // Copies an input as its primitive converted it (`from`, the memory the
+    // primitive read) to `words`, in layout `d`.
+    void keep(dnnl::stream& s, dnnl::memory& from, Kept& k, dnnl::memory::desc const& d,
+              std::uint16_t* words) {
+      if (compute != dt::bf16)
         throw Error("telar::Convolution: a bf16 copy of the input asked of fp32 primitives");
-      auto const d = kept_desc();
-      if (d == fpd.src_desc()) {
-        std::memcpy(words, f_src.inner.get_data_handle(), d.get_size());
+      if (d == from.get_desc()) {
+        std::memcpy(words, from.get_data_handle(), d.get_size());
         return;
       }
-      if (!kept_words) {
-        kept_words = dnnl::memory(d, onednn_engine(), DNNL_MEMORY_NONE);
-        kept_out = dnnl::reorder(f_src.inner, kept_words);
+      if (!k.words) {
+        k.words = dnnl::memory(d, onednn_engine(), DNNL_MEMORY_NONE);
+        k.out = dnnl::reorder(from, k.words);
       }
-      kept_words.set_data_handle(words);
-      kept_out.execute(s, f_src.inner, kept_words);
+      k.words.set_data_handle(words);
+      k.out.execute(s, from, k.words);
       s.wait();
     }
-    // The port backward_weights reads x of type X through: fp32, or the
-    // compact copy (into w_src's buffer, or read in place where its layout
-    // is w_src's).
-    template <class X>
-    OneDnnPort& source(X const*) {
+    // The port backward_weights reads an input of type X through: `port`
+    // for fp32, else the compact copy in layout desc() (into port's buffer,
+    // or read in place where its layout is port's).
+    template <class X, class Desc>
+    OneDnnPort& reading(X const*, OneDnnPort& port, Kept& k, Desc&& desc) {
       if constexpr (std::is_same_v<X, float>) {
-        return w_src;
+        return port;
       } else {
-        static_assert(std::is_same_v<X, std::uint16_t>, "x is float or bf16 words");
+        static_assert(std::is_same_v<X, std::uint16_t>, "inputs are float or bf16 words");
         if (compute != dt::bf16)
           throw Error("telar::Convolution: a bf16 copy of the input given to fp32 primitives");
-        if (!w_kept.user)
-          w_kept.init_into(kept_desc(), w_src);
-        return w_kept;
+        if (!k.into.user)
+          k.into.init_into(desc(), port);
+        return k.into;
       }
     }
     // What a primitive takes: an input in the compute type, an output in f32.
