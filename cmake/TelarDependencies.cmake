@@ -3,10 +3,12 @@
 # dependencies Telar was configured with.
 #
 # Inputs (cache options or variables): TELAR_ENABLE_KOKKOSKERNELS,
-# TELAR_ENABLE_ONEDNN, TELAR_ENABLE_ONNX, TELAR_ENABLE_HDF5 (ON, OFF or AUTO).
-# Outputs: TELAR_HAVE_KOKKOSKERNELS, TELAR_HAVE_ONEDNN, TELAR_HAVE_ONNX,
-# TELAR_HAVE_HDF5 and the targets Kokkos::kokkos, MPI::MPI_CXX, ZLIB::ZLIB,
-# [Kokkos::kokkoskernels], [Telar::dnnl], [Telar::onnx], [Telar::hdf5].
+# TELAR_ENABLE_ONEDNN, TELAR_ENABLE_CUBLAS, TELAR_ENABLE_ONNX,
+# TELAR_ENABLE_HDF5 (ON, OFF or AUTO).
+# Outputs: TELAR_HAVE_KOKKOSKERNELS, TELAR_HAVE_ONEDNN, TELAR_HAVE_CUBLAS,
+# TELAR_HAVE_ONNX, TELAR_HAVE_HDF5 and the targets Kokkos::kokkos,
+# MPI::MPI_CXX, ZLIB::ZLIB, [Kokkos::kokkoskernels], [Telar::dnnl],
+# [CUDA::cublas], [Telar::onnx], [Telar::hdf5].
 
 include(CMakeFindDependencyMacro)
 
@@ -81,6 +83,19 @@ if(NOT TELAR_ENABLE_KOKKOSKERNELS STREQUAL "OFF")
   if(TELAR_ENABLE_KOKKOSKERNELS STREQUAL "ON" AND NOT TELAR_HAVE_KOKKOSKERNELS)
     message(FATAL_ERROR "Telar: TELAR_ENABLE_KOKKOSKERNELS=ON but Kokkos Kernels "
                         "was not found (set KokkosKernels_ROOT)")
+  endif()
+endif()
+
+# cuBLAS for telar::Bf16Gemm in CUDA memory (core/detail/cublas_bf16_gemm.hpp):
+# looked for only when Kokkos has CUDA.
+set(TELAR_HAVE_CUBLAS OFF)
+if("CUDA" IN_LIST Kokkos_DEVICES AND NOT TELAR_ENABLE_CUBLAS STREQUAL "OFF")
+  find_package(CUDAToolkit QUIET)
+  if(TARGET CUDA::cublas)
+    set(TELAR_HAVE_CUBLAS ON)
+  elseif(TELAR_ENABLE_CUBLAS STREQUAL "ON")
+    message(FATAL_ERROR "Telar: TELAR_ENABLE_CUBLAS=ON but cuBLAS was not found "
+                        "(set CUDAToolkit_ROOT)")
   endif()
 endif()
 

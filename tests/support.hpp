@@ -20,7 +20,7 @@ static_assert(Kokkos::SpaceAccessibility<Exec, DefaultMemorySpace>::accessible,
               "TELAR_TEST_EXEC must reach the default memory space");
 
 // S as a type that depends on M. Tests that instantiate bf16 code only where
-// oneDNN can run it (`if constexpr (telar::Bf16Gemm::supports<float, M>())` in
+// oneDNN can run it (`if constexpr (telar::bf16_layers_supported<float, M>())` in
 // a template on the memory space M) name their bf16 types through it: a
 // template resolves what does not depend on its parameters where it is
 // defined, discarded branch or not (a static_assert in it fires on CUDA).

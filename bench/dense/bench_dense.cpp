@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
     if constexpr (telar::OneDnnGemm::supports<float, telar::DefaultMemorySpace>())
       register_policy<telar::OneDnnGemm>();
     // bf16 with fp32 accumulation, where the CPU has the instructions.
-    if constexpr (telar::Bf16Gemm::supports<float, telar::DefaultMemorySpace>())
+    if constexpr (telar::bf16_layers_supported<float, telar::DefaultMemorySpace>())
       if (telar::bf16_available())
         register_policy<telar::Bf16Gemm>();
     if constexpr (telar::KokkosKernelsGemm::supports<float, telar::DefaultMemorySpace>())

@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
         if (a.zero != 0 || a.algorithm != "ring")
           throw std::invalid_argument(
               "bench_mlp_step: --precision bf16 runs with --algorithm ring and --zero 0");
-        if constexpr (telar::Bf16Gemm::supports<float, telar::DefaultMemorySpace>())
+        if constexpr (telar::bf16_layers_supported<float, telar::DefaultMemorySpace>())
           rc = run<telar::RingAllreduce, telar::NoSharding, telar::Bf16Gemm>(a);
         else
           throw std::invalid_argument("bench_mlp_step: --precision bf16 needs oneDNN and host "

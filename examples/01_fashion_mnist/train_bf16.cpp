@@ -9,7 +9,7 @@ namespace fashion_mnist {
 // the one strategy set compiled for it (stage 0, no recomputation): the
 // planner chooses dp x pp x tp, the schedule and the micro-batches.
 int train_bf16(MPI_Comm comm, Args a) {
-  if constexpr (telar::Bf16Gemm::supports<T, telar::DefaultMemorySpace>())
+  if constexpr (telar::bf16_layers_supported<T, telar::DefaultMemorySpace>())
     return example::with_optimizer<T>(a.optimizer, usage, [&](auto opt) {
       using S = StrategyFor<0>;
       auto const model = make_model<telar::Bf16Gemm>(a.hidden);

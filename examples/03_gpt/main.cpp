@@ -386,7 +386,7 @@ int with_optimizer(MPI_Comm comm, Args const& a) {
   if (a.precision == "bf16") {
     // bf16 compute is oneDNN's, on float layers in host memory: a device
     // build (e.g. CUDA) has no bf16 Trainer to instantiate.
-    if constexpr (!telar::Bf16Gemm::supports<T, telar::DefaultMemorySpace>())
+    if constexpr (!telar::bf16_layers_supported<T, telar::DefaultMemorySpace>())
       usage("--precision bf16 needs oneDNN and host memory (telar::Bf16Gemm)");
     else if constexpr (L == 4)
       return train<L, example::Bf16<Strategy>>(comm, a, telar::AdamW<T>{});

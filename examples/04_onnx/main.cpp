@@ -237,7 +237,7 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
 // float> (a device build, e.g. CUDA, has no bf16 Trainer to instantiate: bf16
 // compute is oneDNN's, on float layers in host memory).
 int run_bf16(MPI_Comm comm, Args const& a) {
-  if constexpr (telar::Bf16Gemm::supports<T, telar::DefaultMemorySpace>()) {
+  if constexpr (telar::bf16_layers_supported<T, telar::DefaultMemorySpace>()) {
     telar::require_bf16("--precision bf16"); // before the import and the data
     using P = telar::Precision<telar::bf16, float>;
     return a.predict.empty() ? train<example::Bf16<Strategy>>(comm, a, telar::AdamW<T>{})

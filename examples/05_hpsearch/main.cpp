@@ -145,7 +145,7 @@ Args parse(int argc, char** argv) {
         usage(("--precision bf16 trains with --optimizer adamw, got '" + o +
                "' in the --optimizer list (default sgd,adamw)")
                   .c_str());
-    if (!telar::Bf16Gemm::supports<float, telar::DefaultMemorySpace>())
+    if (!telar::bf16_layers_supported<float, telar::DefaultMemorySpace>())
       usage("--precision bf16 needs oneDNN and host memory (telar::Bf16Gemm)");
   }
   return a;
@@ -223,7 +223,7 @@ telar::TrialOutcome train(telar::Trial const& trial, Args const& a, Data& d, Opt
 // float>, AdamW (parse() refused any other optimizer and a build without
 // oneDNN on the host, where no bf16 Trainer can be instantiated).
 telar::TrialOutcome train_bf16(telar::Trial const& trial, Args const& a, Data& d) {
-  if constexpr (telar::Bf16Gemm::supports<T, telar::DefaultMemorySpace>())
+  if constexpr (telar::bf16_layers_supported<T, telar::DefaultMemorySpace>())
     return train<example::Bf16<Strategy>>(trial, a, d, telar::AdamW<T>{});
   else
     throw telar::Error("hpsearch: --precision bf16 needs oneDNN and host memory");

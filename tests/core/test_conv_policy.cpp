@@ -563,7 +563,7 @@ TEMPLATE_TEST_CASE("OneDnnConvBf16 refuses a CPU without bf16 instructions unles
 TEMPLATE_TEST_CASE("Precision<bf16, float> rebinds convolutions, keeping their configuration",
                    "[conv][policy][bf16]", M) {
   using M = TestType; // dependent: discarded where bf16 cannot compute (device memory)
-  if constexpr (!telar::Bf16Gemm::supports<float, M>()) {
+  if constexpr (!telar::bf16_layers_supported<float, M>()) {
     SKIP("bf16 compute is oneDNN's, on float layers in host memory");
   } else {
     using P = telar::Precision<telar::bf16, float>;

@@ -127,7 +127,7 @@ TEST_CASE("DynamicSequential trains as the Sequential of the same layers", "[dyn
 namespace {
 template <class M>
 void bf16_dynamic_case() {
-  if constexpr (!telar::Bf16Gemm::supports<T, M>()) {
+  if constexpr (!telar::bf16_layers_supported<T, M>()) {
     SKIP("bf16 compute is oneDNN's, on float layers in host memory: not in this memory space");
   } else {
     if (!telar::bf16_available())

@@ -112,6 +112,9 @@ struct ScopedEnv {
   ~ScopedEnv() { unsetenv(name.c_str()); }
 };
 
+// The product runs in memory space M (on a copy of the operands there,
+// brought back), the check on the host.
+template <class M = Host>
 void check_bf16_bound(char ta, char tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
                       float beta, std::size_t pad) {
   // pad > 0: the matrices are column ranges of wider ones (leading dimension
@@ -122,12 +125,18 @@ void check_bf16_bound(char ta, char tb, std::size_t m, std::size_t n, std::size_
   auto Aw = ta == 'N' ? wide(m, k, 21) : wide(k, m, 21);
   auto Bw = tb == 'N' ? wide(k, n, 22) : wide(n, k, 22);
   auto Cw = wide(m, n, 23);
-  auto A = Kokkos::subview(Aw, Kokkos::ALL, std::make_pair(std::size_t{0}, Aw.extent(1) - pad));
-  auto B = Kokkos::subview(Bw, Kokkos::ALL, std::make_pair(std::size_t{0}, Bw.extent(1) - pad));
-  auto C = Kokkos::subview(Cw, Kokkos::ALL, std::make_pair(std::size_t{0}, n));
+  auto const cols = [pad](auto const& w) {
+    return Kokkos::subview(w, Kokkos::ALL, std::make_pair(std::size_t{0}, w.extent(1) - pad));
+  };
+  auto A = cols(Aw), B = cols(Bw), C = cols(Cw);
   Kokkos::View<float**, Kokkos::LayoutRight, Host> C0("C0", m, n);
   Kokkos::deep_copy(C0, C);
-  telar::gemm(telar::Bf16Gemm{}, HostExec{}, ta, tb, alpha, A, B, beta, C);
+  auto dA = Kokkos::create_mirror_view_and_copy(M{}, Aw);
+  auto dB = Kokkos::create_mirror_view_and_copy(M{}, Bw);
+  auto dC = Kokkos::create_mirror_view_and_copy(M{}, Cw);
+  telar::gemm(telar::Bf16Gemm{}, typename M::execution_space{}, ta, tb, alpha, cols(dA), cols(dB),
+              beta, cols(dC));
+  Kokkos::deep_copy(Cw, dC);
   double const u = std::ldexp(1.0, -8);
   double const rel = 2 * u + u * u + double(k + 2) * std::ldexp(1.0, -24);
   double worst_ratio = 0;
@@ -187,32 +196,38 @@ TEST_CASE("Bf16Gemm agrees with fp32 within bf16 rounding", "[gemm][bf16]") {
 // are the heads of wider matrices (strided, as strided_batch's), every
 // transpose, in one oneDNN call for the whole batch; each entry within the
 // bf16 bound of its exact product.
-TEST_CASE("Bf16Gemm multiplies a batch in one call, each entry within bf16 rounding",
-          "[gemm][bf16]") {
-  if (!telar::bf16_available()) {
-    SKIP("no AVX512-BF16/AMX on this CPU");
-  }
+namespace {
+// The batch runs in memory space M (on copies there), the check on the host.
+template <class M = Host>
+void check_bf16_batch() {
   std::size_t const n1 = 3, n2 = 2, m = 5, n = 6, k = 7;
   double const u = std::ldexp(1.0, -8), rel = 2 * u + u * u + double(k + 2) * std::ldexp(1.0, -24);
   for (char ta : {'N', 'T'})
     for (char tb : {'N', 'T'}) {
       // Entry (i, j) of a batch of [r, c] matrices: rows of matrix i, columns
       // [j c, (j + 1) c) of a [n1 r, n2 c] matrix.
-      auto batch = [&](std::size_t r, std::size_t c, std::uint64_t seed) {
-        auto wide = random_matrix<float, Host>(n1 * r, n2 * c, seed);
-        return std::make_pair(
-            wide, telar::strided_batch<Host>(wide.data(), n1, r * n2 * c, n2, c, r, n2 * c, c));
+      auto batch = [&](auto const& wide, std::size_t r, std::size_t c) {
+        using S = typename std::decay_t<decltype(wide)>::memory_space;
+        return telar::strided_batch<S>(wide.data(), n1, r * n2 * c, n2, c, r, n2 * c, c);
       };
-      auto [Aw, A] = ta == 'N' ? batch(m, k, 51) : batch(k, m, 51);
-      auto [Bw, B] = tb == 'N' ? batch(k, n, 52) : batch(n, k, 52);
+      std::size_t const ar = ta == 'N' ? m : k, ac = ta == 'N' ? k : m;
+      std::size_t const br = tb == 'N' ? k : n, bc = tb == 'N' ? n : k;
+      auto const Aw = random_matrix<float, Host>(n1 * ar, n2 * ac, 51);
+      auto const Bw = random_matrix<float, Host>(n1 * br, n2 * bc, 52);
+      auto const A = batch(Aw, ar, ac), B = batch(Bw, br, bc);
       Kokkos::View<float****, Kokkos::LayoutRight, Host> C("C", n1, n2, m, n),
           C0("C0", n1, n2, m, n);
       for (std::size_t i = 0; i < C.size(); ++i)
         C.data()[i] = C0.data()[i] = float(int(i % 11) - 5) / 4.f;
       float const alpha = 0.5f, beta = 0.25f;
+      auto const dA = Kokkos::create_mirror_view_and_copy(M{}, Aw);
+      auto const dB = Kokkos::create_mirror_view_and_copy(M{}, Bw);
+      auto const dC = Kokkos::create_mirror_view_and_copy(M{}, C);
       telar::LaunchCounter count;
-      telar::gemm_batched(telar::Bf16Gemm{}, HostExec{}, ta, tb, alpha, A, B, beta, C);
+      telar::gemm_batched(telar::Bf16Gemm{}, typename M::execution_space{}, ta, tb, alpha,
+                          batch(dA, ar, ac), batch(dB, br, bc), beta, dC);
       CHECK(count.library_calls() == 1);
+      Kokkos::deep_copy(C, dC);
       double worst_ratio = 0;
       for (std::size_t b1 = 0; b1 < n1; ++b1)
         for (std::size_t b2 = 0; b2 < n2; ++b2)
@@ -238,6 +253,69 @@ TEST_CASE("Bf16Gemm multiplies a batch in one call, each entry within bf16 round
       CHECK(worst_ratio > 0.01); // bf16 ran (fp32 rounding would be ~1e-5 of the bound)
     }
 }
+} // namespace
+
+TEST_CASE("Bf16Gemm multiplies a batch in one call, each entry within bf16 rounding",
+          "[gemm][bf16]") {
+  if (!telar::bf16_available()) {
+    SKIP("no AVX512-BF16/AMX on this CPU");
+  }
+  check_bf16_batch();
+}
+
+#if TELAR_GEMM_CUBLAS_BF16
+// In CUDA memory Bf16Gemm is cuBLAS's bf16 GEMM (core/detail/cublas_bf16_gemm.hpp):
+// the same bounds for single products (strided rows too) and for a batch of
+// strided heads (one call), and the refusal of a GPU without bf16 tensor
+// cores.
+TEST_CASE("Bf16Gemm in CUDA memory agrees with fp32 within bf16 rounding", "[gemm][bf16][device]") {
+  using Dev = Kokkos::CudaSpace;
+  static_assert(telar::Bf16Gemm::supports<float, Dev>());
+  {
+    ScopedEnv hide("TELAR_TEST_HIDE_BF16", "1");
+    telar::Matrix<float, Dev> A("A", 8, 16), B("B", 16, 4), C("C", 8, 4);
+    CHECK_THROWS_WITH(telar::gemm(telar::Bf16Gemm{}, Kokkos::Cuda{}, 'N', 'N', 1.f, A, B, 0.f, C),
+                      Catch::Matchers::StartsWith("telar::gemm (telar::Bf16Gemm): this GPU has "
+                                                  "no bf16 tensor cores (compute capability 8.0 "
+                                                  "or later; hidden by TELAR_TEST_HIDE_BF16)"));
+  }
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  if (major < 8)
+    SKIP("no bf16 tensor cores on this GPU");
+  for (char ta : {'N', 'T'})
+    for (char tb : {'N', 'T'})
+      for (auto [m, n, k] : {std::tuple<int, int, int>{1, 1, 1}, {33, 17, 65}, {64, 96, 300}})
+        for (float beta : {0.f, 1.f, 0.25f})
+          check_bf16_bound<Dev>(ta, tb, m, n, k, beta == 1.f ? 1.f : 0.5f, beta, 0);
+  check_bf16_bound<Dev>('N', 'T', 20, 30, 40, 1.f, 1.f, 5); // strided rows
+  check_bf16_batch<Dev>();
+  // A Dense layer under it multiplies in bf16 (no compact copy: that is
+  // oneDNN's): forward and weight gradient near the fp32 layer's.
+  static_assert(!telar::bf16_layers_supported<float, Dev>());
+  telar::Dense<float, Dev> d32(64, 32);
+  d32.initialize(4);
+  telar::Dense<float, Dev, telar::Bf16Gemm> const d16(d32); // the same parameters
+  auto const x = Kokkos::create_mirror_view_and_copy(Dev{}, random_matrix<float, Host>(16, 64, 5));
+  auto const dy = Kokkos::create_mirror_view_and_copy(Dev{}, random_matrix<float, Host>(16, 32, 6));
+  telar::Matrix<float, Dev> y16("y16", 16, 32), y32("y32", 16, 32), dx("dx", 16, 64);
+  typename telar::Dense<float, Dev, telar::Bf16Gemm>::saved_type s16;
+  typename telar::Dense<float, Dev>::saved_type s32;
+  d16.forward(Kokkos::Cuda{}, x, y16, s16);
+  d32.forward(Kokkos::Cuda{}, x, y32, s32);
+  auto const h16 = Kokkos::create_mirror_view_and_copy(Host{}, y16);
+  auto const h32 = Kokkos::create_mirror_view_and_copy(Host{}, y32);
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < h16.size(); ++i) {
+    num += std::pow(double(h16.data()[i]) - h32.data()[i], 2);
+    den += std::pow(double(h32.data()[i]), 2);
+  }
+  CHECK(std::sqrt(num / den) < 1e-2);
+  CHECK(std::sqrt(num / den) > 0); // bf16 ran
+  d16.backward_input(Kokkos::Cuda{}, dy, dx, s16);
+  d16.backward_weight(Kokkos::Cuda{}, dy, s16);
+}
+#endif
 
 TEST_CASE("Bf16Gemm is exact on inputs representable in bf16 with small K", "[gemm][bf16]") {
   if (!telar::bf16_available()) {

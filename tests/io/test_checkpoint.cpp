@@ -272,7 +272,7 @@ bool beyond_bf16(telar::GatheredModel<float> const& g) {
 // host memory only, e.g. a CUDA build) its Trainer is never instantiated.
 template <class M>
 void bf16_checkpoint_case() {
-  if constexpr (!telar::Bf16Gemm::supports<float, M>()) {
+  if constexpr (!telar::bf16_layers_supported<float, M>()) {
     SKIP("bf16 compute is oneDNN's, on float layers in host memory: not in this memory space");
   } else {
     if (!telar::bf16_available())

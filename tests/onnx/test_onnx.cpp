@@ -680,7 +680,7 @@ std::pair<int, int> multiplying_layers(M const& model) {
 TEST_CASE("ONNX import under Precision<bf16, float>: bf16 layers from the file's values",
           "[onnx][bf16]") {
   using P = telar::Precision<telar::bf16, float>;
-  if constexpr (!telar::Bf16Gemm::supports<float, telar::DefaultMemorySpace>()) {
+  if constexpr (!telar::bf16_layers_supported<float, telar::DefaultMemorySpace>()) {
     SKIP("bf16 compute is oneDNN's, on float layers in host memory: not in this memory space");
   } else {
     if (!telar::bf16_available())

@@ -251,7 +251,7 @@ namespace {
 // instantiated.
 template <class M>
 void bf16_cnn_case() {
-  if constexpr (!telar::Bf16Gemm::supports<float, M>()) {
+  if constexpr (!telar::bf16_layers_supported<float, M>()) {
     SKIP("bf16 compute is oneDNN's, on float layers in host memory: not in this memory space");
   } else {
     using FullBf16 = telar::test::on_space_t<::FullBf16, M>;

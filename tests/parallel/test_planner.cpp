@@ -57,7 +57,7 @@ telar::LayoutOptions options(std::size_t batch) {
 // Under Precision<bf16, float> (a template: without oneDNN nothing rebinds).
 template <class Space>
 void check_bf16_calibration() {
-  if constexpr (telar::Bf16Gemm::supports<T, Space>()) {
+  if constexpr (telar::bf16_layers_supported<T, Space>()) {
     // Dependent on Space, so that nvcc instantiates nothing of it where the
     // branch is discarded.
     using P = telar::test::on_space_t<telar::Precision<telar::bf16, float>, Space>;

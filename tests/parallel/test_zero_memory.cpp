@@ -327,7 +327,7 @@ namespace {
 // layers in host memory only, e.g. a CUDA build) nothing of it is instantiated.
 template <class M>
 void bf16_zero3_case() {
-  if constexpr (!telar::Bf16Gemm::supports<float, M>()) {
+  if constexpr (!telar::bf16_layers_supported<float, M>()) {
     SKIP("bf16 compute is oneDNN's, on float layers in host memory: not in this memory space");
   } else {
     if (!telar::bf16_available())

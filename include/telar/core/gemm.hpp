@@ -36,6 +36,7 @@
 #if TELAR_GEMM_DEVICE_BATCHED
 #include <telar/core/detail/team_gemm_batched.hpp>
 #endif
+#include <telar/core/detail/cublas_bf16_gemm.hpp> // defines TELAR_GEMM_CUBLAS_BF16
 
 #include <algorithm>
 #include <array>
@@ -59,9 +60,11 @@ struct OneDnnGemm {
   }
 };
 
-/*! \brief Mixed-precision GEMM through oneDNN's matmul: A and B are rounded
- *  to bf16, products accumulate in fp32, C stays fp32 (host memory, float
- *  matrices only).
+/*! \brief Mixed-precision GEMM: A and B are rounded to bf16, products
+ *  accumulate in fp32, C stays fp32 (float matrices only). On the host
+ *  through oneDNN's matmul; in CUDA memory through cuBLAS (GemmEx with bf16
+ *  operands and fp32 compute), where Telar was built with CUDA and found
+ *  cuBLAS.
  *
  *  For the compute of a layer, not its state: telar::Dense<float,
  *  telar::HostSpace, telar::Bf16Gemm> keeps fp32 weights, gradients and
@@ -78,13 +81,46 @@ struct Bf16Gemm {
   /*! \brief Name for logs. */
   static constexpr char const* name() { return "onednn-bf16"; }
   /*! \brief Whether this policy multiplies T in MemorySpace: float on host
-   *  memory, when Telar was built with oneDNN.
+   *  memory, when Telar was built with oneDNN; float in CUDA memory, when
+   *  it was built with cuBLAS.
    *  \tparam T value type \tparam MemorySpace memory space */
   template <class T, class MemorySpace>
   static constexpr bool supports() {
-    return OneDnnGemm::supports<T, MemorySpace>();
+    return OneDnnGemm::supports<T, MemorySpace>() || on_device<T, MemorySpace>();
+  }
+  /*! \brief Whether cuBLAS multiplies T in MemorySpace (float in memory only
+   *  CUDA reaches). \tparam T value type \tparam MemorySpace memory space */
+  template <class T, class MemorySpace>
+  static constexpr bool on_device() {
+#if TELAR_GEMM_CUBLAS_BF16
+    return std::is_same_v<T, float> &&
+           std::is_same_v<typename MemorySpace::execution_space, Kokkos::Cuda> &&
+           !Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
+#else
+    return false;
+#endif
   }
 };
+
+namespace detail {
+// Whether a layer of T in MemorySpace under GEMM policy G multiplies with
+// oneDNN's bf16 matmul (host memory): its compact copies and bf16 word
+// operands are that library's, not cuBLAS's.
+template <class G, class T, class MemorySpace>
+inline constexpr bool onednn_bf16_v = std::is_same_v<G, Bf16Gemm>&&
+OneDnnGemm::supports<T, MemorySpace>();
+} // namespace detail
+
+/*! \brief Whether layers of T in MemorySpace compute in bf16 under
+ *  telar::Precision<telar::bf16, float> (and the layers' bf16 policies
+ *  telar::Bf16Gemm, telar::OneDnnConvBf16): float layers in host memory,
+ *  where Telar has oneDNN. (telar::gemm under telar::Bf16Gemm also multiplies
+ *  in CUDA memory, through cuBLAS; the layers' bf16 paths are host-only.)
+ *  \tparam T value type \tparam MemorySpace memory space */
+template <class T, class MemorySpace>
+constexpr bool bf16_layers_supported() {
+  return detail::onednn_bf16_v<Bf16Gemm, T, MemorySpace>;
+}
 
 /*! \brief Whether Bf16Gemm and OneDnnConvBf16 run bf16 here: oneDNN reports
  *  AVX512-BF16 or AMX (false without oneDNN). */
@@ -226,6 +262,29 @@ std::int64_t row_ld(V const& v) {
       std::max<std::size_t>({std::size_t(v.stride(0)), v.extent(1), std::size_t{1}}));
 }
 
+// A Bf16Gemm product (or batch) in CUDA memory: cuBLAS in bf16 where the
+// GPU has bf16, else (TELAR_BF16_FALLBACK=fp32) AutoGemm's fp32 policy.
+template <class Exec, class AV, class BV, class CV>
+void cuda_bf16_gemm(Exec const& exec, char ta, char tb, float alpha, AV const& A, BV const& B,
+                    float beta, CV const& C) {
+#if TELAR_GEMM_CUBLAS_BF16
+  static_assert(std::is_same_v<Exec, Kokkos::Cuda>,
+                "telar::gemm: telar::Bf16Gemm multiplies CUDA memory on a Kokkos::Cuda instance");
+  if (cuda_bf16_check("telar::gemm (telar::Bf16Gemm)")) {
+    count_library_call("telar::gemm::cublas-bf16");
+    ScopedRegion const region("telar::gemm::cublas-bf16");
+    return cublas_bf16_gemm(exec, ta, tb, alpha, A, B, beta, C);
+  }
+  using M = typename CV::memory_space;
+  if constexpr (CV::rank == 4)
+    gemm_batched(AutoGemm{}, exec, ta, tb, alpha, A, B, beta, C);
+  else
+    gemm(typename AutoGemm::template select<float, M>{}, exec, ta, tb, alpha, A, B, beta, C);
+#else
+  (void)exec, (void)ta, (void)tb, (void)alpha, (void)A, (void)B, (void)beta, (void)C;
+#endif
+}
+
 #if TELAR_HAVE_ONEDNN
 // One Bf16Gemm product where bf16 runs (the caller checked); `a_words` /
 // `b_words` as OneDnnBf16Matmul::run takes them. Empty products as gemm
@@ -273,8 +332,9 @@ void gemm(Policy, Exec const& exec, char ta, char tb, typename CV::value_type al
     gemm(typename AutoGemm::template select<T, M>{}, exec, ta, tb, alpha, A, B, beta, C);
   } else {
     static_assert(!std::is_same_v<Policy, Bf16Gemm> || Policy::template supports<T, M>(),
-                  "telar::gemm: telar::Bf16Gemm multiplies float matrices in host memory only "
-                  "(oneDNN's bf16 matmul); use telar::AutoGemm on devices");
+                  "telar::gemm: telar::Bf16Gemm multiplies float matrices in host memory "
+                  "(oneDNN's bf16 matmul) or, in a build with cuBLAS, in CUDA memory; use "
+                  "telar::AutoGemm elsewhere");
     static_assert(Policy::template supports<T, M>(),
                   "telar::gemm: this policy does not support the value type or memory space "
                   "(use telar::AutoGemm)");
@@ -297,6 +357,8 @@ void gemm(Policy, Exec const& exec, char ta, char tb, typename CV::value_type al
       if (st != dnnl_success)
         throw Error("telar::gemm: dnnl_sgemm failed with status " + std::to_string(int(st)));
 #endif
+    } else if constexpr (std::is_same_v<Policy, Bf16Gemm> && Bf16Gemm::on_device<T, M>()) {
+      detail::cuda_bf16_gemm(exec, ta, tb, alpha, A, B, beta, C);
     } else if constexpr (std::is_same_v<Policy, Bf16Gemm>) {
 #if TELAR_HAVE_ONEDNN
       if (detail::bf16_check_isa("telar::gemm (telar::Bf16Gemm)")) {
@@ -426,6 +488,12 @@ void gemm_batched(Policy, Exec const& exec, char ta, char tb, typename CV::value
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, M>::accessible;
   if constexpr (std::is_same_v<Policy, AutoGemm>) {
     gemm_batched(typename AutoGemm::template select<T, M>{}, exec, ta, tb, alpha, A, B, beta, C);
+  } else if constexpr (std::is_same_v<Policy, Bf16Gemm> && Bf16Gemm::on_device<T, M>()) {
+    if (detail::op_cols(ta, A.extent(2), A.extent(3)) == 0 || A.stride(3) != 1 ||
+        B.stride(3) != 1 || C.stride(3) != 1)
+      detail::reference_gemm_batched(exec, ta, tb, T(alpha), A, B, T(beta), C);
+    else
+      detail::cuda_bf16_gemm(exec, ta, tb, alpha, A, B, beta, C);
 #if TELAR_GEMM_DEVICE_BATCHED
   } else if constexpr (std::is_same_v<Policy, KokkosKernelsGemm> && !host) {
     detail::kokkos_kernels_gemm_batched(exec, ta, tb, T(alpha), A, B, T(beta), C);

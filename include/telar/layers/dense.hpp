@@ -45,7 +45,8 @@ public:
   struct saved_type {
     ConstMatrix<T, MemorySpace> x; //!< the forward input (a view; empty when compact)
     bool compact = false;          //!< bf16: keep the input rounded instead (the stage runner's)
-    detail::saved_input_t<MemorySpace, std::is_same_v<Gemm, Bf16Gemm>> kept; //!< the compact copy
+    detail::saved_input_t<MemorySpace, detail::onednn_bf16_v<Gemm, T, MemorySpace>>
+        kept; //!< the compact copy
   };
   /*! \brief Backward reads the input (the saved view), never the output. */
   static constexpr BackwardReads backward_reads = BackwardReads::input;
@@ -91,7 +92,7 @@ public:
   /*! \brief Under telar::Bf16Gemm, the input kept in bf16 when the stage
    *  runner asks (saved_type::compact; fp32 where bf16 falls back): the
    *  bytes of \p samples inputs \p in. */
-  template <class G = Gemm, class = std::enable_if_t<std::is_same_v<G, Bf16Gemm>>>
+  template <class G = Gemm, class = std::enable_if_t<detail::onednn_bf16_v<G, T, MemorySpace>>>
   std::size_t compact_bytes(std::size_t samples, Shape const& in) const {
     return detail::Bf16SavedInput<MemorySpace>::bytes(samples * in.size());
   }
@@ -225,7 +226,7 @@ protected:
                        T beta, saved_type& saved) const {
     saved.x = saved.compact ? ConstMatrix<T, MemorySpace>() : x;
 #if TELAR_HAVE_ONEDNN
-    if constexpr (std::is_same_v<Gemm, Bf16Gemm>)
+    if constexpr (detail::onednn_bf16_v<Gemm, T, MemorySpace>)
       if (saved.compact) {
         bool const bf16 = detail::bf16_check_isa("telar::Dense (telar::Bf16Gemm)");
         saved.kept.keep(exec, xr, bf16);
@@ -242,7 +243,7 @@ protected:
   void weight_product(Exec const& exec, DY const& dyr, std::size_t r,
                       saved_type const& saved) const {
 #if TELAR_HAVE_ONEDNN
-    if constexpr (std::is_same_v<Gemm, Bf16Gemm>)
+    if constexpr (detail::onednn_bf16_v<Gemm, T, MemorySpace>)
       if (saved.compact) {
         if (saved.kept.rounded())
           return detail::bf16_matmul(exec, 'T', 'N', T(1), dyr, nullptr, saved.kept.shape(),

@@ -85,11 +85,14 @@ struct IdentityShortcut;
 
 namespace detail {
 
-// bf16 policies multiply float matrices in host memory (oneDNN): a layer
-// elsewhere is refused with its name, value type and memory space.
+// The bf16 layers (compact copies, convolutions, weights rounded once a
+// step) are oneDNN's, for float layers in host memory: a layer elsewhere is
+// refused with its name, value type and memory space. (In CUDA memory
+// telar::Bf16Gemm multiplies through cuBLAS, but the layers' bf16 paths are
+// not there yet.)
 template <class T, class MemorySpace>
 constexpr bool bf16_layer_ok() {
-  return Bf16Gemm::supports<T, MemorySpace>();
+  return detail::onednn_bf16_v<Bf16Gemm, T, MemorySpace>;
 }
 /// \cond TELAR_INTERNAL
 #define TELAR_PRECISION_REFUSE(what)                                                               \

@@ -8,6 +8,8 @@
 // narrow_in_place / widen_in_place let the words travel inside the float
 // buffer they come from or go to (ZeRO's gathers and reduce-scatters), so
 // nothing is allocated beside it: the memory plan stays the fp32 one.
+#include <Kokkos_Macros.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -17,7 +19,8 @@ namespace telar::detail {
 struct Bf16Word {
   std::uint16_t bits = 0;
 
-  static Bf16Word from_float(float f) {
+  // Also in device kernels (the cuBLAS bf16 GEMM's operands).
+  KOKKOS_INLINE_FUNCTION static Bf16Word from_float(float f) {
     std::uint32_t u;
     std::memcpy(&u, &f, sizeof u);
     if ((u & 0x7fffffffu) > 0x7f800000u) // NaN stays a (quiet) NaN

@@ -7,6 +7,7 @@
 #include <telar/config.hpp>
 
 #if TELAR_HAVE_ONEDNN
+#include <telar/core/detail/bf16_env.hpp>
 #include <telar/core/error.hpp>
 
 #include <dnnl.hpp>
@@ -126,13 +127,6 @@ inline char const* onednn_isa_name(dnnl_cpu_isa_t isa) {
   }
 }
 
-// Test hook: TELAR_TEST_HIDE_BF16=1 makes Telar behave as if the CPU had no
-// bf16 instructions, so the error path runs on machines that have them.
-inline bool bf16_isa_hidden() {
-  char const* v = std::getenv("TELAR_TEST_HIDE_BF16");
-  return v && *v && std::strcmp(v, "0") != 0;
-}
-
 // Whether oneDNN runs bf16 matmuls and convolutions with native instructions
 // (AVX512-BF16, or AMX which implies it). The ISA levels are bit masks, each
 // containing the ones below it. Without them oneDNN would emulate bf16 with
@@ -144,13 +138,6 @@ inline bool bf16_isa_available() {
     return (isa & need) == need;
   }();
   return native && !bf16_isa_hidden();
-}
-
-// Opt-in fallback: TELAR_BF16_FALLBACK=fp32 runs the fp32 primitives where
-// the bf16 instructions are missing (warned once) instead of throwing.
-inline bool bf16_fallback_allowed() {
-  char const* v = std::getenv("TELAR_BF16_FALLBACK");
-  return v && std::strcmp(v, "fp32") == 0;
 }
 
 // true: run bf16. false: run fp32 (fallback allowed, warned once). Throws
