@@ -181,13 +181,14 @@ struct GatherRun {
   std::int64_t peak = 0;           // peak of the gathered group buffers
   std::size_t plan = 0;            // the plan's communication bytes
   std::vector<std::string> labels; // the gathers' trace events
+  std::vector<float> parameters;   // after the second step
 };
 template <class S>
 GatherRun gather_run(Batch const& batch) {
   return second_step<S>(batch, true, [](auto const& t) {
     return GatherRun{iallgatherv_bytes, meter.peak_of("telar::ZeRO::gathered"),
                      t.memory_plan().bytes[telar::MemoryCategory::communication],
-                     events(t, "all-gather group")};
+                     events(t, "all-gather group"), t.parameters()};
   });
 }
 
@@ -356,6 +357,23 @@ void bf16_zero3_case() {
     CHECK(bf16.peak == fp32.peak);
     CHECK(bf16.plan == fp32.plan);
     CHECK(std::int64_t(bf16.plan) >= bf16.peak);
+
+    // PerStep keeps every group gathered as bf16 words and widens only the
+    // group in use: the plan's saving is the meter's, byte for byte, and the
+    // values the layers read are the same rounded ones (parameters equal).
+    using PerStep = telar::ZeRO<3, telar::ZeRO3Gather::PerStep>;
+    GatherRun const fp32_step = gather_run<Dp<PerStep>>(batch);
+    GatherRun const bf16_step = gather_run<
+        telar::test::on_space_t<telar::Strategy<telar::DataParallel<telar::RingAllreduce, PerStep>,
+                                                telar::Precision<telar::bf16, float>>,
+                                M>>(batch);
+    INFO("per step: peak " << fp32_step.peak << " / " << bf16_step.peak << "; plan "
+                           << fp32_step.plan << " / " << bf16_step.plan);
+    CHECK(2 * bf16_step.gathered == fp32_step.gathered);
+    CHECK(bf16_step.peak < fp32_step.peak);
+    CHECK(fp32_step.peak - bf16_step.peak == std::int64_t(fp32_step.plan - bf16_step.plan));
+    CHECK(std::int64_t(bf16_step.plan) >= bf16_step.peak);
+    CHECK(bf16_step.parameters == bf16.parameters);
   }
 }
 } // namespace

@@ -401,7 +401,9 @@ public:
    *         (MPI_Iallgatherv): rank i's `counts[i]` elements land at offset
    *         `displs[i]` of \p recv.
    *  \tparam T element type with an MPI datatype
-   *  \param send   this rank's `counts[rank()]` elements, valid until the request completes
+   *  \param send   this rank's `counts[rank()]` elements, valid until the request
+   *                completes; if equal to `recv + displs[rank()]` (already where they
+   *                land), the gather runs in place (MPI_IN_PLACE)
    *  \param counts elements of every rank (the same on every rank)
    *  \param displs where each rank's elements land in \p recv; MPI reads
    *                \p counts and \p displs until the request completes, so keep them alive
@@ -415,9 +417,10 @@ public:
     check_counts(displs, "MPI_Iallgatherv");
     handle().count_collective(double(check_counts(counts, "MPI_Iallgatherv")) * sizeof(T));
     MPI_Request req = MPI_REQUEST_NULL;
-    h.check(MPI_Iallgatherv(send, counts[static_cast<std::size_t>(h.rank)], detail::mpi_type<T>(),
-                            recv, counts.data(), displs.data(), detail::mpi_type<T>(), h.comm,
-                            &req),
+    std::size_t const me = static_cast<std::size_t>(h.rank);
+    void const* s = send == recv + displs[me] ? MPI_IN_PLACE : static_cast<void const*>(send);
+    h.check(MPI_Iallgatherv(s, counts[me], detail::mpi_type<T>(), recv, counts.data(),
+                            displs.data(), detail::mpi_type<T>(), h.comm, &req),
             "MPI_Iallgatherv");
     return Request(req, detail::RequestKind::collective, "MPI_Allgatherv", -1, -1, h_);
   }

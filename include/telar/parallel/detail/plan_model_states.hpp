@@ -27,6 +27,7 @@ struct ModelStateInput {
   std::vector<std::size_t> groups; // ZeRO<2, 3>: bucket groups' elements, backward order
   int microbatches = 1;            // > 1: every group's gradient lives for the whole step
   bool gather_per_step = false;    // ZeRO<3, PerStep>: every group stays gathered
+  bool gather_words = false;       // ... as bf16 words, one group widened (bf16 compute)
   bool bf16_copy = false;          // the store's values rounded to bf16 (bf16_weights.hpp)
 };
 
@@ -39,6 +40,17 @@ inline std::size_t plan_group_peak(std::vector<std::size_t> const& groups, bool 
     pair = std::max(pair, groups[i] + (i > 0 ? groups[i - 1] : 0));
   }
   return all ? sum : pair;
+}
+
+// ZeRO-3's gathered groups at their peak: the group in use and the one
+// prefetched, or every group (PerStep); PerStep under bf16 compute keeps
+// every group as 2-byte words and widens one at a time (residency_gathered.hpp).
+inline std::size_t plan_gathered(ModelStateInput const& in) {
+  if (!in.gather_words)
+    return plan_group_peak(in.groups, in.gather_per_step) * in.value_bytes;
+  std::size_t const widest =
+      in.groups.empty() ? 0 : *std::max_element(in.groups.begin(), in.groups.end());
+  return plan_group_peak(in.groups, true) * sizeof(std::uint16_t) + widest * in.value_bytes;
 }
 
 // How a flat store of `elements` (padded tensors) is split over `dp` ranks
@@ -99,8 +111,7 @@ inline MemoryBytes plan_sharded_states(ModelStateInput const& in) {
   default: // 3: parameter and gradient shards; gathered groups and group gradients
     out[MemoryCategory::parameters] = bytes(shard);
     out[MemoryCategory::gradients] = bytes(shard);
-    out[MemoryCategory::communication] =
-        bytes(plan_group_peak(in.groups, in.gather_per_step) + group_grads);
+    out[MemoryCategory::communication] = plan_gathered(in) + bytes(group_grads);
     return out;
   }
 }

@@ -22,9 +22,15 @@
 //
 // Under Precision<bf16, ...> (SyncContext::bf16_gathers) the values travel
 // as bf16, rounded to nearest even from the fp32 master shards: half the
-// gather bytes. They travel inside the group's fp32 buffer (received into
-// its first half, this rank's part sent from its second half, so no other
-// allocation) and are widened in place on arrival; the layers then read
+// gather bytes. PerMicrobatch: they travel inside the group's fp32 buffer
+// (received into its first half, this rank's part sent from its second
+// half, so no other allocation) and are widened in place on arrival.
+// PerStep: a gathered group stays bf16 words (gathered in place, 2 bytes a
+// value) for the step, and only the group whose layers run is widened into
+// an fp32 buffer, dropped when the layers move to another group: every
+// group at 2 bytes plus one at 4, where fp32 values would hold all at 4.
+// (PerMicrobatch holds two groups at most, so the words would save nothing
+// there beside the fp32 copy of the one in use.) Either way the layers read
 // the rounded values in fp32. The bf16 GEMMs and convolutions round their
 // weights to the same values, so only the parameters used in fp32 (biases,
 // norms' scales and shifts, embeddings) compute with bf16-rounded values
@@ -169,14 +175,21 @@ private:
       std::is_same_v<T, float> &&
       Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
 
+  // PerStep bf16 gathers keep each group as words, widened while in use.
+  bool words_kept() const {
+    return bf16_capable && ctx_.bf16_gathers && mode_ == ZeRO3Gather::PerStep;
+  }
+
   enum class State { idle, in_flight, ready };
+  using Words = Kokkos::View<Bf16Word*, MemorySpace>;
   struct Group {
     std::size_t begin = 0, end = 0;  // in the flat store
     std::size_t send_offset = 0;     // this rank's part, in the shard
     std::vector<int> counts, displs; // MPI reads them until completion
     State state = State::idle;
     bool used = false; // rebound for a layer since the last progress()
-    Vec values;
+    Vec values;        // fp32 (words_kept: only while the group's layers run)
+    Words words;       // words_kept: the gathered bf16 words
     Request request;
     std::unique_ptr<HostBuffer<Vec>> send, recv;
     double t_start = 0;
@@ -212,6 +225,8 @@ private:
       g.request.wait();
       arrived(std::size_t(i));
     }
+    if (words_kept())
+      widen(std::size_t(i));
     g.used = true;
     // Buckets are numbered in backward order: forward travels to i - 1.
     long const next = forward ? i - 1 : i + 1;
@@ -227,6 +242,17 @@ private:
     std::size_t const mine = std::size_t(g.counts[std::size_t(ctx_.dp->rank())]);
     g.t_start = ctx_.trace ? ctx_.trace->now() : 0;
     if constexpr (bf16_capable) {
+      if (words_kept()) {
+        g.values = Vec();
+        g.words = Words(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::ZeRO::gathered"),
+                        g.end - g.begin);
+        Bf16Word* const part = g.words.data() + g.displs[std::size_t(ctx_.dp->rank())];
+        T const* from = shard_.data() + g.send_offset;
+        for (std::size_t k = 0; k < mine; ++k)
+          part[k] = Bf16Word::from_float(from[k]);
+        g.request = ctx_.dp->iallgatherv(part, g.counts, g.displs, g.words.data()); // in place
+        return;
+      }
       if (ctx_.bf16_gathers) {
         // bf16 words: received into the first half of the fp32 buffer, this
         // rank's part sent from the second (MPI's buffers must not overlap).
@@ -246,20 +272,22 @@ private:
     g.request = ctx_.dp->iallgatherv(g.send->data(), g.counts, g.displs, g.recv->data());
   }
 
-  // The gather completed: the layers' values point into it.
+  // The gather completed: the layers' values point into it (words_kept:
+  // once widened, in use()).
   void arrived(std::size_t i) {
     Group& g = groups_[i];
     g.state = State::ready;
-    bool const bf16 = !g.recv; // the fp32 path's buffers, else bf16 words in place
+    bool const bf16 = !g.recv; // the fp32 path's buffers, else bf16 words
     if (g.recv) {
       g.recv->copy_back();
       g.send.reset();
       g.recv.reset();
-    } else {
+    } else if (!words_kept()) {
       if constexpr (bf16_capable) // the bf16 words in the first half
         widen_in_place(g.values.data(), g.values.size());
     }
-    rebind_(g.begin, g.end, g.values);
+    if (!words_kept())
+      rebind_(g.begin, g.end, g.values);
     if (ctx_.trace) // the bytes that travelled: bf16 words are half the values'
       ctx_.trace->add(
           "all-gather group " + std::to_string(i) + " (" +
@@ -273,6 +301,30 @@ private:
     if (g.state != State::ready)
       return; // a prefetch in flight stays until it is used or the step ends
     g.state = State::idle;
+    drop_values(g);
+    g.words = Words();
+  }
+
+  // words_kept: group i's words widened into fp32 values for its layers,
+  // the group widened before dropped first (one fp32 group at a time).
+  void widen(std::size_t i) {
+    if (widened_ == long(i))
+      return;
+    if (widened_ >= 0)
+      drop_values(groups_[std::size_t(widened_)]);
+    Group& g = groups_[i];
+    g.values = Vec(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::ZeRO::gathered"),
+                   g.end - g.begin);
+    Bf16Word const* w = g.words.data();
+    T* v = g.values.data();
+    for (std::size_t k = 0, n = g.end - g.begin; k < n; ++k)
+      v[k] = w[k].to_float();
+    rebind_(g.begin, g.end, g.values);
+    widened_ = long(i);
+  }
+  void drop_values(Group& g) {
+    if (widened_ >= 0 && &groups_[std::size_t(widened_)] == &g)
+      widened_ = -1;
     Kokkos::fence(); // kernels still reading the values may be in flight (devices)
     g.values = Vec();
     rebind_(g.begin, g.end, Vec());
@@ -286,6 +338,7 @@ private:
   Vec shard_;
   std::vector<Group> groups_;
   long current_ = -1; // the group the last layer used
+  long widened_ = -1; // words_kept: the group whose fp32 values exist
 };
 
 } // namespace telar::detail
