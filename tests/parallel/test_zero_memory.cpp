@@ -127,14 +127,14 @@ std::uint64_t reduce_scatter_bytes = 0;
 // The second step of strategy S (the first may differ by one-off work),
 // with the MPI byte counters and the meter's peaks reset before it: what
 // `read(trainer)` then finds. One group per Dense layer, traced.
-template <class S, class Read>
-auto second_step(Batch const& batch, bool shared_memory, Read read) {
+template <class S, class Read, class Net = Model>
+auto second_step(Batch const& batch, bool shared_memory, Read read, Net (*make)() = make_model) {
   telar::TrainerOptions opts;
   opts.bucket_bytes = 1024;
   opts.shared_memory = shared_memory;
   opts.trace = true;
   Watch watch;
-  telar::Trainer<Model, S, telar::Adam<float>> t(MPI_COMM_WORLD, make_model(), {}, opts, 32);
+  telar::Trainer<Net, S, telar::Adam<float>> t(MPI_COMM_WORLD, make(), {}, opts, 32);
   std::size_t const local = 8, d = std::size_t(t.grid_coords().dp) * local;
   auto x = telar::rows(batch.x, d, d + local);
   auto y = telar::rows(batch.y, d, d + local);
@@ -183,13 +183,27 @@ struct GatherRun {
   std::vector<std::string> labels; // the gathers' trace events
   std::vector<float> parameters;   // after the second step
 };
-template <class S>
-GatherRun gather_run(Batch const& batch) {
-  return second_step<S>(batch, true, [](auto const& t) {
-    return GatherRun{iallgatherv_bytes, meter.peak_of("telar::ZeRO::gathered"),
-                     t.memory_plan().bytes[telar::MemoryCategory::communication],
-                     events(t, "all-gather group"), t.parameters()};
-  });
+template <class S, class Net = Model>
+GatherRun gather_run(Batch const& batch, Net (*make)() = make_model) {
+  return second_step<S>(
+      batch, true,
+      [](auto const& t) {
+        return GatherRun{iallgatherv_bytes, meter.peak_of("telar::ZeRO::gathered"),
+                         t.memory_plan().bytes[telar::MemoryCategory::communication],
+                         events(t, "all-gather group"), t.parameters()};
+      },
+      make);
+}
+
+// Six layers of about the same size: six gather groups, none near half the
+// model (where PerStep's bf16 words pay: residency_gathered.hpp).
+using Deep = telar::Sequential<telar::Dense<float>, telar::ReLU<float>, telar::Dense<float>,
+                               telar::ReLU<float>, telar::Dense<float>, telar::ReLU<float>,
+                               telar::Dense<float>, telar::ReLU<float>, telar::Dense<float>,
+                               telar::ReLU<float>, telar::Dense<float>>;
+Deep make_deep() {
+  using D = telar::Dense<float>;
+  return Deep(D(32, 32), {}, D(32, 32), {}, D(32, 32), {}, D(32, 32), {}, D(32, 32), {}, D(32, 8));
 }
 
 // The KiB a gather's trace label gives ("all-gather group 3 (12 KiB)").
@@ -360,20 +374,32 @@ void bf16_zero3_case() {
 
     // PerStep keeps every group gathered as bf16 words and widens only the
     // group in use: the plan's saving is the meter's, byte for byte, and the
-    // values the layers read are the same rounded ones (parameters equal).
+    // values the layers read are the same rounded ones (parameters equal to
+    // the PerMicrobatch run's). With a group over half the model (this
+    // model's middle layer) the words would hold more: fp32 as before.
     using PerStep = telar::ZeRO<3, telar::ZeRO3Gather::PerStep>;
-    GatherRun const fp32_step = gather_run<Dp<PerStep>>(batch);
-    GatherRun const bf16_step = gather_run<
+    using Bf16PerStep =
         telar::test::on_space_t<telar::Strategy<telar::DataParallel<telar::RingAllreduce, PerStep>,
                                                 telar::Precision<telar::bf16, float>>,
-                                M>>(batch);
+                                M>;
+    using Bf16PerMb = telar::test::on_space_t<
+        telar::Strategy<telar::DataParallel<telar::RingAllreduce, telar::ZeRO<3>>,
+                        telar::Precision<telar::bf16, float>>,
+        M>;
+    GatherRun const fp32_step = gather_run<Dp<PerStep>>(batch, make_deep);
+    GatherRun const bf16_step = gather_run<Bf16PerStep>(batch, make_deep);
+    GatherRun const bf16_mb = gather_run<Bf16PerMb>(batch, make_deep);
     INFO("per step: peak " << fp32_step.peak << " / " << bf16_step.peak << "; plan "
                            << fp32_step.plan << " / " << bf16_step.plan);
     CHECK(2 * bf16_step.gathered == fp32_step.gathered);
     CHECK(bf16_step.peak < fp32_step.peak);
     CHECK(fp32_step.peak - bf16_step.peak == std::int64_t(fp32_step.plan - bf16_step.plan));
     CHECK(std::int64_t(bf16_step.plan) >= bf16_step.peak);
-    CHECK(bf16_step.parameters == bf16.parameters);
+    CHECK(bf16_step.parameters == bf16_mb.parameters);
+    GatherRun const fp32_wide = gather_run<Dp<PerStep>>(batch);
+    GatherRun const bf16_wide = gather_run<Bf16PerStep>(batch);
+    CHECK(bf16_wide.peak == fp32_wide.peak);
+    CHECK(bf16_wide.plan == fp32_wide.plan);
   }
 }
 } // namespace

@@ -27,7 +27,7 @@ struct ModelStateInput {
   std::vector<std::size_t> groups; // ZeRO<2, 3>: bucket groups' elements, backward order
   int microbatches = 1;            // > 1: every group's gradient lives for the whole step
   bool gather_per_step = false;    // ZeRO<3, PerStep>: every group stays gathered
-  bool gather_words = false;       // ... as bf16 words, one group widened (bf16 compute)
+  bool gather_words = false;       // ... as bf16 words where that saves (bf16 compute)
   bool bf16_copy = false;          // the store's values rounded to bf16 (bf16_weights.hpp)
 };
 
@@ -42,14 +42,22 @@ inline std::size_t plan_group_peak(std::vector<std::size_t> const& groups, bool 
   return all ? sum : pair;
 }
 
+// Whether PerStep gathers under bf16 compute keep the groups as 2-byte
+// words and widen one at a time to 4 (residency_gathered.hpp): where that
+// holds less than every group at 4, i.e. no group is half the model or more.
+inline bool gather_words_save(std::vector<std::size_t> const& groups) {
+  std::size_t const sum = plan_group_peak(groups, true);
+  std::size_t const widest = groups.empty() ? 0 : *std::max_element(groups.begin(), groups.end());
+  return 2 * widest < sum;
+}
+
 // ZeRO-3's gathered groups at their peak: the group in use and the one
-// prefetched, or every group (PerStep); PerStep under bf16 compute keeps
-// every group as 2-byte words and widens one at a time (residency_gathered.hpp).
+// prefetched, or every group (PerStep); or every group as words and the
+// widest widened.
 inline std::size_t plan_gathered(ModelStateInput const& in) {
-  if (!in.gather_words)
+  if (!in.gather_words || !gather_words_save(in.groups))
     return plan_group_peak(in.groups, in.gather_per_step) * in.value_bytes;
-  std::size_t const widest =
-      in.groups.empty() ? 0 : *std::max_element(in.groups.begin(), in.groups.end());
+  std::size_t const widest = *std::max_element(in.groups.begin(), in.groups.end());
   return plan_group_peak(in.groups, true) * sizeof(std::uint16_t) + widest * in.value_bytes;
 }
 

@@ -28,9 +28,10 @@
 // PerStep: a gathered group stays bf16 words (gathered in place, 2 bytes a
 // value) for the step, and only the group whose layers run is widened into
 // an fp32 buffer, dropped when the layers move to another group: every
-// group at 2 bytes plus one at 4, where fp32 values would hold all at 4.
-// (PerMicrobatch holds two groups at most, so the words would save nothing
-// there beside the fp32 copy of the one in use.) Either way the layers read
+// group at 2 bytes plus one at 4, where fp32 values would hold all at 4;
+// done where that is less (no group half the model or more:
+// gather_words_save). PerMicrobatch holds two groups at most, so the words
+// would save nothing there beside the fp32 copy of the one in use. Either way the layers read
 // the rounded values in fp32. The bf16 GEMMs and convolutions round their
 // weights to the same values, so only the parameters used in fp32 (biases,
 // norms' scales and shifts, embeddings) compute with bf16-rounded values
@@ -41,6 +42,7 @@
 #include <telar/core/parameters.hpp>
 #include <telar/parallel/detail/bucket_plan.hpp>
 #include <telar/parallel/detail/gradient_sync_decl.hpp>
+#include <telar/parallel/detail/plan_model_states.hpp>
 #include <telar/parallel/strategy.hpp>
 
 #include <algorithm>
@@ -134,8 +136,13 @@ public:
       }
     plan_ = BucketPlan(store, ctx_.bucket_bytes, sizeof(T));
     groups_ = std::vector<Group>(plan_.size());
-    for (std::size_t i = 0; i < groups_.size(); ++i)
+    std::vector<std::size_t> sizes;
+    for (std::size_t i = 0; i < groups_.size(); ++i) {
       split(groups_[i], plan_.range(i), p);
+      sizes.push_back(groups_[i].end - groups_[i].begin);
+    }
+    words_ = bf16_capable && ctx_.bf16_gathers && mode_ == ZeRO3Gather::PerStep &&
+             gather_words_save(sizes);
     rebind_ = [&model, &store](std::size_t b, std::size_t e, Vec const& buf) {
       store.rebind(model, b, e, buf, Store::Part::values);
     };
@@ -175,10 +182,9 @@ private:
       std::is_same_v<T, float> &&
       Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
 
-  // PerStep bf16 gathers keep each group as words, widened while in use.
-  bool words_kept() const {
-    return bf16_capable && ctx_.bf16_gathers && mode_ == ZeRO3Gather::PerStep;
-  }
+  // PerStep bf16 gathers keep each group as words, widened while in use
+  // (decided in bind(), where that saves memory).
+  bool words_kept() const { return words_; }
 
   enum class State { idle, in_flight, ready };
   using Words = Kokkos::View<Bf16Word*, MemorySpace>;
@@ -339,6 +345,7 @@ private:
   std::vector<Group> groups_;
   long current_ = -1; // the group the last layer used
   long widened_ = -1; // words_kept: the group whose fp32 values exist
+  bool words_ = false;
 };
 
 } // namespace telar::detail
