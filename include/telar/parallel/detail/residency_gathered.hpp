@@ -243,22 +243,13 @@ private:
   void start(std::size_t i) {
     Group& g = groups_[i];
     g.state = State::in_flight;
-    g.values = Vec(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::ZeRO::gathered"),
-                   g.end - g.begin);
     std::size_t const mine = std::size_t(g.counts[std::size_t(ctx_.dp->rank())]);
     g.t_start = ctx_.trace ? ctx_.trace->now() : 0;
+    if (words_kept())
+      return start_words(g, mine);
+    g.values = Vec(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::ZeRO::gathered"),
+                   g.end - g.begin);
     if constexpr (bf16_capable) {
-      if (words_kept()) {
-        g.values = Vec();
-        g.words = Words(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::ZeRO::gathered"),
-                        g.end - g.begin);
-        Bf16Word* const part = g.words.data() + g.displs[std::size_t(ctx_.dp->rank())];
-        T const* from = shard_.data() + g.send_offset;
-        for (std::size_t k = 0; k < mine; ++k)
-          part[k] = Bf16Word::from_float(from[k]);
-        g.request = ctx_.dp->iallgatherv(part, g.counts, g.displs, g.words.data()); // in place
-        return;
-      }
       if (ctx_.bf16_gathers) {
         // bf16 words: received into the first half of the fp32 buffer, this
         // rank's part sent from the second (MPI's buffers must not overlap).
@@ -276,6 +267,18 @@ private:
     g.send = std::make_unique<HostBuffer<Vec>>(Vec(shard_.data() + g.send_offset, mine), true);
     g.recv = std::make_unique<HostBuffer<Vec>>(g.values, false);
     g.request = ctx_.dp->iallgatherv(g.send->data(), g.counts, g.displs, g.recv->data());
+  }
+
+  // words_kept: the group gathered as words only (no fp32 buffer until
+  // widen()), this rank's part rounded where it lands: in place.
+  void start_words(Group& g, std::size_t mine) {
+    g.words = Words(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::ZeRO::gathered"),
+                    g.end - g.begin);
+    Bf16Word* const part = g.words.data() + g.displs[std::size_t(ctx_.dp->rank())];
+    T const* from = shard_.data() + g.send_offset;
+    for (std::size_t k = 0; k < mine; ++k)
+      part[k] = Bf16Word::from_float(from[k]);
+    g.request = ctx_.dp->iallgatherv(part, g.counts, g.displs, g.words.data());
   }
 
   // The gather completed: the layers' values point into it (words_kept:
