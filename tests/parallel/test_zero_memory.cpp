@@ -373,9 +373,10 @@ void bf16_zero3_case() {
     CHECK(std::int64_t(bf16.plan) >= bf16.peak);
 
     // PerStep keeps every group gathered as bf16 words and widens only the
-    // group in use, as the plan says, and the values the layers read are the same rounded ones
-    // (parameters equal to the PerMicrobatch run's). With a group over half the model (this model's
-    // middle layer) the words would hold more: fp32 as before.
+    // group in use, within the plan; the layers read the same rounded values
+    // (parameters equal to the PerMicrobatch run's). With a group over half
+    // the model (this model's middle layer) the words would hold more: fp32
+    // as before.
     using PerStep = telar::ZeRO<3, telar::ZeRO3Gather::PerStep>;
     using Bf16PerStep =
         telar::test::on_space_t<telar::Strategy<telar::DataParallel<telar::RingAllreduce, PerStep>,
