@@ -3,6 +3,7 @@
 // and the bytes each sends per step, from the communicators' counters.
 #include "support.hpp"
 
+#include <telar/core/detail/bf16_copy.hpp>
 #include <telar/data/synthetic.hpp>
 #include <telar/layers/activation.hpp>
 #include <telar/layers/dense.hpp>
@@ -182,10 +183,12 @@ struct GatherRun {
   std::size_t plan = 0;            // the plan's communication bytes
   std::vector<std::string> labels; // the gathers' trace events
   std::vector<float> parameters;   // after the second step
+  std::uint64_t copy_reads = 0;    // weights the bf16 matmuls read as words, both steps
 };
 template <class S, class Net = Model>
 GatherRun gather_run(Batch const& batch, Net (*make)() = make_model) {
-  return second_step<S>(
+  std::uint64_t const reads = telar::detail::bf16_copy().hits;
+  GatherRun run = second_step<S>(
       batch, true,
       [](auto const& t) {
         return GatherRun{iallgatherv_bytes, meter.peak_of("telar::ZeRO::gathered"),
@@ -193,6 +196,8 @@ GatherRun gather_run(Batch const& batch, Net (*make)() = make_model) {
                          events(t, "all-gather group"), t.parameters()};
       },
       make);
+  run.copy_reads = telar::detail::bf16_copy().hits - reads;
+  return run;
 }
 
 // Six layers of about the same size: six gather groups, none near half the
@@ -397,6 +402,11 @@ void bf16_zero3_case() {
     CHECK(bf16_step.plan < fp32_step.plan);
     CHECK(std::int64_t(bf16_step.plan) >= bf16_step.peak);
     CHECK(bf16_step.parameters == bf16_mb.parameters);
+    // The group's words are its weights' bf16 copy: every weight operand of
+    // both steps (6 Dense, forward and input gradient but the first's) is
+    // read from them, none converted again; PerMicrobatch has no words.
+    CHECK(bf16_step.copy_reads == 2 * (6 + 5));
+    CHECK(bf16_mb.copy_reads == 0);
     GatherRun const fp32_wide = gather_run<Dp<PerStep>>(batch);
     GatherRun const bf16_wide = gather_run<Bf16PerStep>(batch);
     CHECK(bf16_wide.peak == fp32_wide.peak);

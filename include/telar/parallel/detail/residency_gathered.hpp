@@ -31,7 +31,10 @@
 // group at 2 bytes plus one at 4, where fp32 values would hold all at 4;
 // done where that is less (no group half the model or more:
 // gather_words_save). PerMicrobatch holds two groups at most, so the words
-// would save nothing there beside the fp32 copy of the one in use. Either way the layers read
+// would save nothing there beside the fp32 copy of the one in use. The
+// words of the group in use are its values' bf16 copy for the matmuls
+// (core/detail/bf16_copy.hpp: exactly their rounding, as they were widened
+// from them), so no bf16 matmul converts a weight of the group again. Either way the layers read
 // the rounded values in fp32. The bf16 GEMMs and convolutions round their
 // weights to the same values, so only the parameters used in fp32 (biases,
 // norms' scales and shifts, embeddings) compute with bf16-rounded values
@@ -39,6 +42,7 @@
 #include <telar/comm/communicator.hpp>
 #include <telar/comm/detail/bf16_word.hpp>
 #include <telar/comm/device_buffer.hpp>
+#include <telar/core/detail/bf16_copy.hpp>
 #include <telar/core/parameters.hpp>
 #include <telar/parallel/detail/bucket_plan.hpp>
 #include <telar/parallel/detail/gradient_sync_decl.hpp>
@@ -326,14 +330,28 @@ private:
                    g.end - g.begin);
     Bf16Word const* w = g.words.data();
     T* v = g.values.data();
-    for (std::size_t k = 0, n = g.end - g.begin; k < n; ++k)
+    std::size_t const n = g.end - g.begin;
+    for (std::size_t k = 0; k < n; ++k)
       v[k] = w[k].to_float();
     rebind_(g.begin, g.end, g.values);
     widened_ = long(i);
+    Bf16Copy& copy = bf16_copy(); // every word made: the matmuls read them
+    copy.lo = v;
+    copy.hi = v + n;
+    static_assert(sizeof(Bf16Word) == sizeof(std::uint16_t), "a word is its bits");
+    copy.words = reinterpret_cast<std::uint16_t*>(g.words.data());
+    copy.ready.clear();
+    copy.ready[0] = std::int64_t(n);
   }
   void drop_values(Group& g) {
     if (widened_ >= 0 && &groups_[std::size_t(widened_)] == &g)
       widened_ = -1;
+    Bf16Copy& copy = bf16_copy();
+    if (copy.lo && copy.lo == g.values.data()) {
+      copy.lo = copy.hi = nullptr;
+      copy.words = nullptr;
+      copy.ready.clear();
+    }
     Kokkos::fence(); // kernels still reading the values may be in flight (devices)
     g.values = Vec();
     rebind_(g.begin, g.end, Vec());
