@@ -335,22 +335,26 @@ private:
       v[k] = w[k].to_float();
     rebind_(g.begin, g.end, g.values);
     widened_ = long(i);
-    Bf16Copy& copy = bf16_copy(); // every word made: the matmuls read them
-    copy.lo = v;
-    copy.hi = v + n;
-    static_assert(sizeof(Bf16Word) == sizeof(std::uint16_t), "a word is its bits");
-    copy.words = reinterpret_cast<std::uint16_t*>(g.words.data());
-    copy.ready.clear();
-    copy.ready[0] = std::int64_t(n);
+    if constexpr (bf16_capable) { // every word made: the matmuls read them
+      Bf16Copy& copy = bf16_copy();
+      copy.lo = v;
+      copy.hi = v + n;
+      static_assert(sizeof(Bf16Word) == sizeof(std::uint16_t), "a word is its bits");
+      copy.words = reinterpret_cast<std::uint16_t*>(g.words.data());
+      copy.ready.clear();
+      copy.ready[0] = std::int64_t(n);
+    }
   }
   void drop_values(Group& g) {
     if (widened_ >= 0 && &groups_[std::size_t(widened_)] == &g)
       widened_ = -1;
-    Bf16Copy& copy = bf16_copy();
-    if (copy.lo && copy.lo == g.values.data()) {
-      copy.lo = copy.hi = nullptr;
-      copy.words = nullptr;
-      copy.ready.clear();
+    if constexpr (bf16_capable) {
+      Bf16Copy& copy = bf16_copy();
+      if (copy.lo && copy.lo == g.values.data()) {
+        copy.lo = copy.hi = nullptr;
+        copy.words = nullptr;
+        copy.ready.clear();
+      }
     }
     Kokkos::fence(); // kernels still reading the values may be in flight (devices)
     g.values = Vec();
