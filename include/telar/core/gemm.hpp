@@ -107,8 +107,8 @@ namespace detail {
 // oneDNN's bf16 matmul (host memory): its compact copies and bf16 word
 // operands are that library's, not cuBLAS's.
 template <class G, class T, class MemorySpace>
-inline constexpr bool onednn_bf16_v = std::is_same_v<G, Bf16Gemm>&&
-OneDnnGemm::supports<T, MemorySpace>();
+inline constexpr bool onednn_bf16_v = (std::is_same_v<G, Bf16Gemm> &&
+                                       OneDnnGemm::supports<T, MemorySpace>());
 } // namespace detail
 
 /*! \brief Whether layers of T in MemorySpace compute in bf16 under

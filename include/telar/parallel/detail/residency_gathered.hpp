@@ -34,11 +34,12 @@
 // would save nothing there beside the fp32 copy of the one in use. The
 // words of the group in use are its values' bf16 copy for the matmuls
 // (core/detail/bf16_copy.hpp: exactly their rounding, as they were widened
-// from them), so no bf16 matmul converts a weight of the group again. Either way the layers read
-// the rounded values in fp32. The bf16 GEMMs and convolutions round their
-// weights to the same values, so only the parameters used in fp32 (biases,
-// norms' scales and shifts, embeddings) compute with bf16-rounded values
-// (relative error at most 2^-8; docs/precision.md).
+// from them), so no bf16 matmul converts a weight of the group again.
+// Either way the layers read the rounded values in fp32. The bf16 GEMMs and
+// convolutions round their weights to the same values, so only the
+// parameters used in fp32 (biases, norms' scales and shifts, embeddings)
+// compute with bf16-rounded values (relative error at most 2^-8;
+// docs/precision.md).
 #include <telar/comm/communicator.hpp>
 #include <telar/comm/detail/bf16_word.hpp>
 #include <telar/comm/device_buffer.hpp>
