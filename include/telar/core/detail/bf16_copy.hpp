@@ -48,6 +48,23 @@ struct Bf16Copy {
     n = std::max(n, count);
     ++conversions;
   }
+  // Registers [values, values + n) with its rounding already made in
+  // `words` (ZeRO-3's gathered words: residency_gathered.hpp).
+  void share(float const* values, std::size_t n, std::uint16_t* made) {
+    lo = values;
+    hi = values + n;
+    words = made;
+    ready.clear();
+    ready[0] = std::int64_t(n);
+  }
+  // Forgets the range starting at `values`, if it is the one registered.
+  void forget(float const* values) {
+    if (!lo || lo != values)
+      return;
+    lo = hi = nullptr;
+    words = nullptr;
+    ready.clear();
+  }
 };
 inline Bf16Copy& bf16_copy() {
   thread_local Bf16Copy c;

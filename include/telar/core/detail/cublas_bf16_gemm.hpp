@@ -38,11 +38,17 @@ namespace telar::detail {
 
 // true: this GPU multiplies bf16 natively; false: run fp32 (fallback asked
 // for, warned once). Throws naming `who` and the device otherwise.
+// Called on every product: the device's capability is asked once per
+// thread and device.
 inline bool cuda_bf16_check(char const* who) {
-  int device = 0, major = 0, minor = 0;
+  thread_local int cached = -1, major = 0, minor = 0;
+  int device = 0;
   cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (device != cached) {
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    cached = device;
+  }
   if (major >= 8 && !bf16_isa_hidden())
     return true;
   std::string const found = bf16_isa_hidden()

@@ -187,10 +187,6 @@ private:
       std::is_same_v<T, float> &&
       Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
 
-  // PerStep bf16 gathers keep each group as words, widened while in use
-  // (decided in bind(), where that saves memory).
-  bool words_kept() const { return words_; }
-
   enum class State { idle, in_flight, ready };
   using Words = Kokkos::View<Bf16Word*, MemorySpace>;
   struct Group {
@@ -199,8 +195,8 @@ private:
     std::vector<int> counts, displs; // MPI reads them until completion
     State state = State::idle;
     bool used = false; // rebound for a layer since the last progress()
-    Vec values;        // fp32 (words_kept: only while the group's layers run)
-    Words words;       // words_kept: the gathered bf16 words
+    Vec values;        // fp32 (words_: only while the group's layers run)
+    Words words;       // words_: the gathered bf16 words
     Request request;
     std::unique_ptr<HostBuffer<Vec>> send, recv;
     double t_start = 0;
@@ -236,7 +232,7 @@ private:
       g.request.wait();
       arrived(std::size_t(i));
     }
-    if (words_kept())
+    if (words_)
       widen(std::size_t(i));
     g.used = true;
     // Buckets are numbered in backward order: forward travels to i - 1.
@@ -250,7 +246,7 @@ private:
     g.state = State::in_flight;
     std::size_t const mine = std::size_t(g.counts[std::size_t(ctx_.dp->rank())]);
     g.t_start = ctx_.trace ? ctx_.trace->now() : 0;
-    if (words_kept())
+    if (words_)
       return start_words(g, mine);
     g.values = Vec(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::ZeRO::gathered"),
                    g.end - g.begin);
@@ -274,7 +270,7 @@ private:
     g.request = ctx_.dp->iallgatherv(g.send->data(), g.counts, g.displs, g.recv->data());
   }
 
-  // words_kept: the group gathered as words only (no fp32 buffer until
+  // words_: the group gathered as words only (no fp32 buffer until
   // widen()), this rank's part rounded where it lands: in place.
   void start_words(Group& g, std::size_t mine) {
     g.words = Words(Kokkos::view_alloc(Kokkos::WithoutInitializing, "telar::ZeRO::gathered"),
@@ -286,7 +282,7 @@ private:
     g.request = ctx_.dp->iallgatherv(part, g.counts, g.displs, g.words.data());
   }
 
-  // The gather completed: the layers' values point into it (words_kept:
+  // The gather completed: the layers' values point into it (words_:
   // once widened, in use()).
   void arrived(std::size_t i) {
     Group& g = groups_[i];
@@ -296,11 +292,11 @@ private:
       g.recv->copy_back();
       g.send.reset();
       g.recv.reset();
-    } else if (!words_kept()) {
+    } else if (!words_) {
       if constexpr (bf16_capable) // the bf16 words in the first half
         widen_in_place(g.values.data(), g.values.size());
     }
-    if (!words_kept())
+    if (!words_)
       rebind_(g.begin, g.end, g.values);
     if (ctx_.trace) // the bytes that travelled: bf16 words are half the values'
       ctx_.trace->add(
@@ -319,7 +315,7 @@ private:
     g.words = Words();
   }
 
-  // words_kept: group i's words widened into fp32 values for its layers,
+  // words_: group i's words widened into fp32 values for its layers,
   // the group widened before dropped first (one fp32 group at a time).
   void widen(std::size_t i) {
     if (widened_ == long(i))
@@ -337,26 +333,15 @@ private:
     rebind_(g.begin, g.end, g.values);
     widened_ = long(i);
     if constexpr (bf16_capable) { // every word made: the matmuls read them
-      Bf16Copy& copy = bf16_copy();
-      copy.lo = v;
-      copy.hi = v + n;
       static_assert(sizeof(Bf16Word) == sizeof(std::uint16_t), "a word is its bits");
-      copy.words = reinterpret_cast<std::uint16_t*>(g.words.data());
-      copy.ready.clear();
-      copy.ready[0] = std::int64_t(n);
+      bf16_copy().share(v, n, reinterpret_cast<std::uint16_t*>(g.words.data()));
     }
   }
   void drop_values(Group& g) {
     if (widened_ >= 0 && &groups_[std::size_t(widened_)] == &g)
       widened_ = -1;
-    if constexpr (bf16_capable) {
-      Bf16Copy& copy = bf16_copy();
-      if (copy.lo && copy.lo == g.values.data()) {
-        copy.lo = copy.hi = nullptr;
-        copy.words = nullptr;
-        copy.ready.clear();
-      }
-    }
+    if constexpr (bf16_capable)
+      bf16_copy().forget(g.values.data());
     Kokkos::fence(); // kernels still reading the values may be in flight (devices)
     g.values = Vec();
     rebind_(g.begin, g.end, Vec());
@@ -369,9 +354,9 @@ private:
   std::size_t chunk_ = 0, lo_ = 0;
   Vec shard_;
   std::vector<Group> groups_;
-  long current_ = -1; // the group the last layer used
-  long widened_ = -1; // words_kept: the group whose fp32 values exist
-  bool words_ = false;
+  long current_ = -1;  // the group the last layer used
+  long widened_ = -1;  // words_: the group whose fp32 values exist
+  bool words_ = false; // PerStep bf16: groups kept as words, widened while in use (bind())
 };
 
 } // namespace telar::detail
