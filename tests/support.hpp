@@ -1,5 +1,6 @@
 #pragma once
 // Helpers shared by Telar's tests.
+#include <telar/core/gemm.hpp>
 #include <telar/core/tensor.hpp>
 
 #include <cstdint>
@@ -20,16 +21,23 @@ static_assert(Kokkos::SpaceAccessibility<Exec, DefaultMemorySpace>::accessible,
               "TELAR_TEST_EXEC must reach the default memory space");
 
 // S as a type that depends on M. Tests that instantiate bf16 code only where
-// oneDNN can run it (`if constexpr (telar::bf16_layers_supported<float, M>())` in
-// a template on the memory space M) name their bf16 types through it: a
+// it can run (`if constexpr (telar::bf16_layers_supported<float, M>())` in a
+// template on the memory space M) name their bf16 types through it: a
 // template resolves what does not depend on its parameters where it is
-// defined, discarded branch or not (a static_assert in it fires on CUDA).
+// defined, discarded branch or not (a static_assert in it would fire).
 template <class S, class M>
 struct on_space {
   using type = S;
 };
 template <class S, class M>
 using on_space_t = typename on_space<S, M>::type;
+
+// Whether float layers in M compute bf16 with oneDNN (host memory): what
+// the tests of its compact copies, the weights rounded once a step and the
+// bf16 ZeRO-3 gathers need. In CUDA memory the bf16 layers are cuBLAS's
+// GEMMs alone.
+template <class M>
+inline constexpr bool onednn_bf16_v = telar::detail::onednn_bf16_v<telar::Bf16Gemm, float, M>;
 
 // Deterministic values in [-1, 1) (not std::mt19937's distributions, whose
 // output differs between standard libraries).

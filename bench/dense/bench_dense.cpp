@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
       register_policy<telar::OneDnnGemm>();
     // bf16 with fp32 accumulation, where the CPU has the instructions.
     if constexpr (telar::bf16_layers_supported<float, telar::DefaultMemorySpace>())
-      if (telar::bf16_available())
+      if (telar::bf16_available<telar::DefaultMemorySpace>())
         register_policy<telar::Bf16Gemm>();
     if constexpr (telar::KokkosKernelsGemm::supports<float, telar::DefaultMemorySpace>())
       register_policy<telar::KokkosKernelsGemm>();

@@ -182,8 +182,8 @@ int main(int argc, char** argv) {
         if constexpr (telar::bf16_layers_supported<float, telar::DefaultMemorySpace>())
           rc = run<telar::RingAllreduce, telar::NoSharding, telar::Bf16Gemm>(a);
         else
-          throw std::invalid_argument("bench_mlp_step: --precision bf16 needs oneDNN and host "
-                                      "memory (telar::Bf16Gemm)");
+          throw std::invalid_argument("bench_mlp_step: --precision bf16 needs oneDNN (host memory) "
+                                      "or cuBLAS (CUDA memory)");
       } else if (a.precision != "fp32")
         throw std::invalid_argument("bench_mlp_step: --precision takes fp32 or bf16");
       else if (a.zero == 1)

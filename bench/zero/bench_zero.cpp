@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
     // words, one group widened (docs/precision.md).
     using Bf16 = telar::Precision<telar::bf16, float>;
     if constexpr (telar::bf16_layers_supported<float, telar::DefaultMemorySpace>())
-      if (telar::bf16_available()) {
+      if (telar::bf16_available<telar::DefaultMemorySpace>()) {
         rows.push_back(
             run<telar::ZeRO<3>, Bf16>("zero 3 per-mb bf16", 16 * P / n, steps, batch, bucket));
         rows.push_back(

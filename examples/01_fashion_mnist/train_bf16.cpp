@@ -22,7 +22,7 @@ int train_bf16(MPI_Comm comm, Args a) {
       return train<S>(comm, a, model, opt, plan);
     });
   else
-    usage("--precision bf16 needs oneDNN and host memory (telar::Bf16Gemm)");
+    usage("--precision bf16 needs oneDNN (host memory) or cuBLAS (CUDA memory)");
 }
 
 } // namespace fashion_mnist

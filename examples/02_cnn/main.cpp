@@ -147,12 +147,12 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
 int run(MPI_Comm comm, int argc, char** argv) {
   Args const a = parse(argc, argv);
   if (a.precision == "bf16") {
-    // bf16 compute is oneDNN's, on float layers in host memory: a device
-    // build (e.g. CUDA) has no bf16 Trainer to instantiate.
+    // bf16 layers are oneDNN's in host memory and cuBLAS's in CUDA memory:
+    // a build with neither has no bf16 Trainer to instantiate.
     if constexpr (telar::bf16_layers_supported<T, telar::DefaultMemorySpace>())
       return train<example::Bf16<Strategy>>(comm, a, telar::AdamW<T>{});
     else
-      usage("--precision bf16 needs oneDNN and host memory (telar::Bf16Gemm)");
+      usage("--precision bf16 needs oneDNN (host memory) or cuBLAS (CUDA memory)");
   }
   return example::with_optimizer<T>(a.optimizer, usage,
                                     [&](auto opt) { return train<Strategy>(comm, a, opt); });

@@ -384,10 +384,10 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
 template <std::size_t L>
 int with_optimizer(MPI_Comm comm, Args const& a) {
   if (a.precision == "bf16") {
-    // bf16 compute is oneDNN's, on float layers in host memory: a device
-    // build (e.g. CUDA) has no bf16 Trainer to instantiate.
+    // bf16 layers are oneDNN's in host memory and cuBLAS's in CUDA memory:
+    // a build with neither has no bf16 Trainer to instantiate.
     if constexpr (!telar::bf16_layers_supported<T, telar::DefaultMemorySpace>())
-      usage("--precision bf16 needs oneDNN and host memory (telar::Bf16Gemm)");
+      usage("--precision bf16 needs oneDNN (host memory) or cuBLAS (CUDA memory)");
     else if constexpr (L == 4)
       return train<L, example::Bf16<Strategy>>(comm, a, telar::AdamW<T>{});
     usage("--precision bf16 runs the default depth, --layers 4");

@@ -234,16 +234,17 @@ int train(MPI_Comm comm, Args const& given, Optimizer opt) {
 }
 
 // --precision bf16: the model under Strategy with telar::Precision<telar::bf16,
-// float> (a device build, e.g. CUDA, has no bf16 Trainer to instantiate: bf16
-// compute is oneDNN's, on float layers in host memory).
+// float> (a build with neither oneDNN in host memory nor cuBLAS in CUDA
+// memory has no bf16 Trainer to instantiate).
 int run_bf16(MPI_Comm comm, Args const& a) {
   if constexpr (telar::bf16_layers_supported<T, telar::DefaultMemorySpace>()) {
-    telar::require_bf16("--precision bf16"); // before the import and the data
+    telar::require_bf16<telar::DefaultMemorySpace>(
+        "--precision bf16"); // before the import and the data
     using P = telar::Precision<telar::bf16, float>;
     return a.predict.empty() ? train<example::Bf16<Strategy>>(comm, a, telar::AdamW<T>{})
                              : predict<P>(comm, a);
   } else {
-    usage("--precision bf16 needs oneDNN and host memory (telar::Bf16Gemm)");
+    usage("--precision bf16 needs oneDNN (host memory) or cuBLAS (CUDA memory)");
   }
 }
 

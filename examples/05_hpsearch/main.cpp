@@ -146,7 +146,7 @@ Args parse(int argc, char** argv) {
                "' in the --optimizer list (default sgd,adamw)")
                   .c_str());
     if (!telar::bf16_layers_supported<float, telar::DefaultMemorySpace>())
-      usage("--precision bf16 needs oneDNN and host memory (telar::Bf16Gemm)");
+      usage("--precision bf16 needs oneDNN (host memory) or cuBLAS (CUDA memory)");
   }
   return a;
 }
@@ -226,7 +226,8 @@ telar::TrialOutcome train_bf16(telar::Trial const& trial, Args const& a, Data& d
   if constexpr (telar::bf16_layers_supported<T, telar::DefaultMemorySpace>())
     return train<example::Bf16<Strategy>>(trial, a, d, telar::AdamW<T>{});
   else
-    throw telar::Error("hpsearch: --precision bf16 needs oneDNN and host memory");
+    throw telar::Error(
+        "hpsearch: --precision bf16 needs oneDNN (host memory) or cuBLAS (CUDA memory)");
 }
 
 // Every trial would fail the same way on a CPU without bf16 instructions:
@@ -234,7 +235,7 @@ telar::TrialOutcome train_bf16(telar::Trial const& trial, Args const& a, Data& d
 // fp32 with one warning instead; docs/precision.md).
 void check_bf16_isa(Args const& a) {
   if (a.precision == "bf16")
-    telar::require_bf16("--precision bf16");
+    telar::require_bf16<telar::DefaultMemorySpace>("--precision bf16");
 }
 
 // Calls train(optimizer) with the optimizer a configuration names (checked by parse()).

@@ -227,7 +227,7 @@ Args parse(int argc, char** argv) {
   if (a.precision != "fp32" && a.precision != "bf16")
     usage(("--precision expects fp32 or bf16, got '" + a.precision + "'").c_str());
   if (a.precision == "bf16" && !telar::bf16_layers_supported<T, M>())
-    usage("--precision bf16 needs oneDNN (telar::OneDnnConvBf16)");
+    usage("--precision bf16 needs oneDNN (host memory) or cuBLAS (CUDA memory)");
   if (a.generate == 0 && a.data.empty())
     a.generate = 160;
   if (a.generate > 0 && a.data.empty())

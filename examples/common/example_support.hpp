@@ -294,21 +294,22 @@ inline char const* gemm_name(std::string const& precision) {
 
 // The convolution policy the model runs under --precision.
 inline char const* conv_name(std::string const& precision) {
-  return precision == "bf16" ? telar::OneDnnConvBf16::name()
+  return precision == "bf16" ? telar::bf16_conv_policy_t<float, telar::DefaultMemorySpace>::name()
                              : telar::conv_backend_name<float, telar::DefaultMemorySpace>();
 }
 
 // What --precision ran, for the JSON summary: bf16, or fp32 where the CPU
-// lacks the bf16 instructions and TELAR_BF16_FALLBACK=fp32 asked for the
+// (or GPU) lacks the bf16 instructions and TELAR_BF16_FALLBACK=fp32 asked for the
 // fallback (the summary says what ran, not what was asked for).
 inline std::string precision_ran(std::string const& precision) {
-  if (precision == "bf16" && !telar::require_bf16("--precision bf16"))
+  if (precision == "bf16" && !telar::require_bf16<telar::DefaultMemorySpace>("--precision bf16"))
     return "fp32 (TELAR_BF16_FALLBACK)";
   return precision;
 }
 
-// Which kernels multiplied, for the JSON summary: oneDNN's bf16 matmul and
-// convolution implementations as it reported them, or the fp32 GEMM backend.
+// Which kernels multiplied, for the JSON summary: the bf16 implementations
+// as oneDNN (matmul, convolutions) and cuBLAS reported them, or the fp32
+// GEMM backend.
 inline std::string gemm_kernels(std::string const& precision) {
   if (precision == "bf16")
     return telar::bf16_kernels();

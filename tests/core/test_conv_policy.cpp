@@ -412,6 +412,33 @@ TEMPLATE_TEST_CASE("oneDNN transposed convolutions equal im2col + GEMM",
   }
 }
 
+namespace {
+// Convolutions of policy C with GEMM policy G, in bf16, against fp32 im2col
+// on the shapes that matter: a first layer, the CNN's, strided without
+// bias, depthwise, 3-D, transposed.
+template <class G, class C, class M>
+void bf16_convolutions() {
+  using A2 = telar::Conv2D<float, M, G, C>;
+  using B2 = telar::Conv2D<float, M, telar::AutoGemm, telar::Im2colConv>;
+  compare_bf16<A2, B2>([](auto l) { return decltype(l)(1, 8, 3, 1, 1); }, Shape{1, 9, 9}, 3,
+                       "1->8 3x3 p1 (first layer)");
+  compare_bf16<A2, B2>([](auto l) { return decltype(l)(32, 32, 3, 1, 1); }, Shape{32, 14, 14}, 2,
+                       "CNN 32->32 14x14");
+  compare_bf16<A2, B2>([](auto l) { return decltype(l)(4, 6, 3, 2, 0, false); }, Shape{4, 8, 9}, 3,
+                       "3x3 s2 p0 no bias");
+  compare_bf16<A2, B2>([](auto l) { return decltype(l)(8, 8, 3, 1, 1, true, 1, 8); },
+                       Shape{8, 6, 6}, 2, "depthwise");
+  using A3 = telar::Conv3D<float, M, G, C>;
+  using B3 = telar::Conv3D<float, M, telar::AutoGemm, telar::Im2colConv>;
+  compare_bf16<A3, B3>([](auto l) { return decltype(l)(2, 3, 3, 1, 1); }, Shape{2, 3, 4, 5}, 2,
+                       "3x3x3 s1 p1");
+  using AT = telar::ConvTranspose2D<float, M, G, C>;
+  using BT = telar::ConvTranspose2D<float, M, telar::AutoGemm, telar::Im2colConv>;
+  compare_bf16<AT, BT>([](auto l) { return decltype(l)(6, 4, 3, 2, 1, 1); }, Shape{6, 5, 4}, 2,
+                       "transposed 3x3 s2 p1 op1");
+}
+} // namespace
+
 TEMPLATE_TEST_CASE("OneDnnConvBf16 agrees with fp32 within bf16 rounding", "[conv][policy][bf16]",
                    M) {
   using M = TestType; // dependent: discarded where oneDNN cannot run
@@ -419,29 +446,26 @@ TEMPLATE_TEST_CASE("OneDnnConvBf16 agrees with fp32 within bf16 rounding", "[con
     if (!telar::bf16_available()) {
       SKIP("no AVX512-BF16/AMX on this CPU");
     }
-    using A2 = telar::Conv2D<float, M, telar::AutoGemm, telar::OneDnnConvBf16>;
-    using B2 = telar::Conv2D<float, M, telar::AutoGemm, telar::Im2colConv>;
-    compare_bf16<A2, B2>([](auto l) { return decltype(l)(1, 8, 3, 1, 1); }, Shape{1, 9, 9}, 3,
-                         "1->8 3x3 p1 (first layer)");
-    compare_bf16<A2, B2>([](auto l) { return decltype(l)(32, 32, 3, 1, 1); }, Shape{32, 14, 14}, 2,
-                         "CNN 32->32 14x14");
-    compare_bf16<A2, B2>([](auto l) { return decltype(l)(4, 6, 3, 2, 0, false); }, Shape{4, 8, 9},
-                         3, "3x3 s2 p0 no bias");
-    compare_bf16<A2, B2>([](auto l) { return decltype(l)(8, 8, 3, 1, 1, true, 1, 8); },
-                         Shape{8, 6, 6}, 2, "depthwise");
-    using A3 = telar::Conv3D<float, M, telar::AutoGemm, telar::OneDnnConvBf16>;
-    using B3 = telar::Conv3D<float, M, telar::AutoGemm, telar::Im2colConv>;
-    compare_bf16<A3, B3>([](auto l) { return decltype(l)(2, 3, 3, 1, 1); }, Shape{2, 3, 4, 5}, 2,
-                         "3x3x3 s1 p1");
-    using AT = telar::ConvTranspose2D<float, M, telar::AutoGemm, telar::OneDnnConvBf16>;
-    using BT = telar::ConvTranspose2D<float, M, telar::AutoGemm, telar::Im2colConv>;
-    compare_bf16<AT, BT>([](auto l) { return decltype(l)(6, 4, 3, 2, 1, 1); }, Shape{6, 5, 4}, 2,
-                         "transposed 3x3 s2 p1 op1");
+    bf16_convolutions<telar::AutoGemm, telar::OneDnnConvBf16, M>();
     std::string const kernels = telar::bf16_kernels();
     INFO(kernels);
     CHECK(kernels.find("conv_fwd:") != std::string::npos);
     CHECK(kernels.find("conv_bwd_data:") != std::string::npos);
     CHECK(kernels.find("conv_bwd_weights:") != std::string::npos);
+  }
+}
+
+// The bf16 convolution of CUDA memory (what Precision<bf16, float> rebinds
+// to there, telar::bf16_conv_policy_t): im2col, and every GEMM the layer's
+// Bf16Gemm (cuBLAS on the GPU; oneDNN's bf16 matmul here, so that the
+// same path is checked on the host). The same bound as oneDNN's primitives.
+TEMPLATE_TEST_CASE("im2col convolutions under Bf16Gemm agree with fp32 within bf16 rounding",
+                   "[conv][policy][bf16]", M) {
+  using M = TestType; // dependent: discarded where Bf16Gemm cannot run
+  if constexpr (telar::bf16_layers_supported<float, M>()) {
+    if (!telar::bf16_available<M>())
+      SKIP("no bf16 instructions here");
+    bf16_convolutions<telar::Bf16Gemm, telar::Im2colConv, M>();
   }
 }
 
@@ -562,15 +586,17 @@ TEMPLATE_TEST_CASE("OneDnnConvBf16 refuses a CPU without bf16 instructions unles
 // containers (Concat, DenseConcat, Recompute) are rebuilt around their parts.
 TEMPLATE_TEST_CASE("Precision<bf16, float> rebinds convolutions, keeping their configuration",
                    "[conv][policy][bf16]", M) {
-  using M = TestType; // dependent: discarded where bf16 cannot compute (device memory)
+  using M = TestType; // dependent: discarded where bf16 cannot compute
   if constexpr (!telar::bf16_layers_supported<float, M>()) {
-    SKIP("bf16 compute is oneDNN's, on float layers in host memory");
+    SKIP("no bf16 layers in this memory space (neither oneDNN nor cuBLAS)");
   } else {
     using P = telar::Precision<telar::bf16, float>;
+    using C = telar::bf16_conv_policy_t<float, M>; // oneDNN's here, im2col's in CUDA memory
+    static_assert(std::is_same_v<C, telar::OneDnnConvBf16> == telar::test::onednn_bf16_v<M>);
     using TF = telar::ConvTranspose2D<float, M>;
-    using TB = telar::ConvTranspose2D<float, M, telar::Bf16Gemm, telar::OneDnnConvBf16>;
+    using TB = telar::ConvTranspose2D<float, M, telar::Bf16Gemm, C>;
     using CF = telar::Conv2D<float, M>;
-    using CB = telar::Conv2D<float, M, telar::Bf16Gemm, telar::OneDnnConvBf16>;
+    using CB = telar::Conv2D<float, M, telar::Bf16Gemm, C>;
     using DB = telar::StaticDense<float, 6 * 4 * 4, 3, M, telar::Bf16Gemm>;
     static_assert(std::is_same_v<telar::WithPrecision<TF, P>, TB>);
     using Net =
@@ -587,8 +613,8 @@ TEMPLATE_TEST_CASE("Precision<bf16, float> rebinds convolutions, keeping their c
     auto plain = net;
     CHECK(rebound.build(Shape{2, 4, 4}) == plain.build(Shape{2, 4, 4}));
     CHECK(rebound.parameter_count() == plain.parameter_count());
-    if (!telar::bf16_available())
-      SKIP("no AVX512-BF16/AMX on this CPU");
+    if (!telar::bf16_available<M>())
+      SKIP("no bf16 instructions here");
     // The rebound layer against the one constructed with the bf16 policies.
     auto from = [](auto fp32, auto bf16) {
       return [fp32, bf16, first = true](auto) mutable {

@@ -128,10 +128,10 @@ namespace {
 template <class M>
 void bf16_dynamic_case() {
   if constexpr (!telar::bf16_layers_supported<T, M>()) {
-    SKIP("bf16 compute is oneDNN's, on float layers in host memory: not in this memory space");
+    SKIP("no bf16 layers in this memory space (neither oneDNN nor cuBLAS)");
   } else {
-    if (!telar::bf16_available())
-      SKIP("no AVX512-BF16 or AMX here: bf16 is refused, not emulated");
+    if (!telar::bf16_available<M>())
+      SKIP("no bf16 instructions here: bf16 is refused, not emulated");
     using P = telar::test::on_space_t<telar::Precision<telar::bf16, float>, M>;
     using Bf16 = telar::Strategy<telar::DataParallel<>, telar::PipelineParallel<>,
                                  telar::TensorParallel<>, P>;

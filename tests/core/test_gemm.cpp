@@ -278,11 +278,16 @@ TEST_CASE("Bf16Gemm in CUDA memory agrees with fp32 within bf16 rounding", "[gem
                       Catch::Matchers::StartsWith("telar::gemm (telar::Bf16Gemm): this GPU has "
                                                   "no bf16 tensor cores (compute capability 8.0 "
                                                   "or later; hidden by TELAR_TEST_HIDE_BF16)"));
+    CHECK_FALSE(telar::bf16_available<Dev>());
+    CHECK_THROWS_WITH(telar::require_bf16<Dev>("my search"),
+                      Catch::Matchers::StartsWith("my search: this GPU has no bf16 tensor cores"));
   }
   int major = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  CHECK(telar::bf16_available<Dev>() == (major >= 8));
   if (major < 8)
     SKIP("no bf16 tensor cores on this GPU");
+  CHECK(telar::require_bf16<Dev>("my search"));
   for (char ta : {'N', 'T'})
     for (char tb : {'N', 'T'})
       for (auto [m, n, k] : {std::tuple<int, int, int>{1, 1, 1}, {33, 17, 65}, {64, 96, 300}})
@@ -290,9 +295,11 @@ TEST_CASE("Bf16Gemm in CUDA memory agrees with fp32 within bf16 rounding", "[gem
           check_bf16_bound<Dev>(ta, tb, m, n, k, beta == 1.f ? 1.f : 0.5f, beta, 0);
   check_bf16_bound<Dev>('N', 'T', 20, 30, 40, 1.f, 1.f, 5); // strided rows
   check_bf16_batch<Dev>();
+  CHECK(telar::bf16_kernels().find("cublas:gemm-ex:sm_") != std::string::npos);
   // A Dense layer under it multiplies in bf16 (no compact copy: that is
   // oneDNN's): forward and weight gradient near the fp32 layer's.
-  static_assert(!telar::bf16_layers_supported<float, Dev>());
+  static_assert(telar::bf16_layers_supported<float, Dev>());
+  static_assert(!telar::test::onednn_bf16_v<Dev>);
   telar::Dense<float, Dev> d32(64, 32);
   d32.initialize(4);
   telar::Dense<float, Dev, telar::Bf16Gemm> const d16(d32); // the same parameters

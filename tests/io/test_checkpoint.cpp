@@ -268,15 +268,16 @@ bool beyond_bf16(telar::GatheredModel<float> const& g) {
 // fp32 state (nothing rounded to bf16): resumed under bf16 the run ends bit
 // for bit where the uninterrupted one does; loaded into an fp32 trainer the
 // state is exactly the saved one and training goes on in fp32.
-// A template on the memory space, so that where bf16 cannot compute (oneDNN in
-// host memory only, e.g. a CUDA build) its Trainer is never instantiated.
+// A template on the memory space, so that where bf16 cannot compute (neither
+// oneDNN in host memory nor cuBLAS in CUDA memory) its Trainer is never
+// instantiated.
 template <class M>
 void bf16_checkpoint_case() {
   if constexpr (!telar::bf16_layers_supported<float, M>()) {
-    SKIP("bf16 compute is oneDNN's, on float layers in host memory: not in this memory space");
+    SKIP("no bf16 layers in this memory space (neither oneDNN nor cuBLAS)");
   } else {
-    if (!telar::bf16_available())
-      SKIP("no AVX512-BF16 or AMX here: bf16 is refused, not emulated");
+    if (!telar::bf16_available<M>())
+      SKIP("no bf16 instructions here: bf16 is refused, not emulated");
     int const n = world_size();
     std::vector<Layout> layouts = {{1, 1, 1}};
     if (n >= 2)

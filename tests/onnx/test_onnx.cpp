@@ -674,17 +674,17 @@ std::pair<int, int> multiplying_layers(M const& model) {
 // Under Precision<bf16, float> an imported model is rebound as a
 // compile-time one (what onnx_train --precision bf16 trains): every Dense,
 // Megatron pair and convolution, in the chain and inside its graphs, runs
-// Bf16Gemm / OneDnnConvBf16; the import's initializer hook survives the
+// Bf16Gemm / telar::bf16_conv_policy_t; the import's initializer hook survives the
 // rebind, so it starts from the file's values, bit for bit; its outputs are
 // PyTorch's within bf16's rounding, and not fp32's (bf16 ran).
 TEST_CASE("ONNX import under Precision<bf16, float>: bf16 layers from the file's values",
           "[onnx][bf16]") {
   using P = telar::Precision<telar::bf16, float>;
   if constexpr (!telar::bf16_layers_supported<float, telar::DefaultMemorySpace>()) {
-    SKIP("bf16 compute is oneDNN's, on float layers in host memory: not in this memory space");
+    SKIP("no bf16 layers in this memory space (neither oneDNN nor cuBLAS)");
   } else {
-    if (!telar::bf16_available())
-      SKIP("no AVX512-BF16 or AMX here: bf16 is refused, not emulated");
+    if (!telar::bf16_available<telar::DefaultMemorySpace>())
+      SKIP("no bf16 instructions here: bf16 is refused, not emulated");
     Manifest const mf = manifest();
     // cnn: convolutions and Dense; resmlp: a residual graph; encoder:
     // attention's projections in a graph (its MatMul joins stay fp32).

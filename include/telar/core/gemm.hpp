@@ -9,6 +9,7 @@
  *  TPL) at MLP shapes; on GPUs Kokkos Kernels reaches cuBLAS/rocBLAS.
  */
 #include <telar/config.hpp>
+#include <telar/core/detail/bf16_env.hpp>
 #include <telar/core/detail/type_traits.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/tensor.hpp>
@@ -112,21 +113,31 @@ inline constexpr bool onednn_bf16_v = (std::is_same_v<G, Bf16Gemm> &&
 } // namespace detail
 
 /*! \brief Whether layers of T in MemorySpace compute in bf16 under
- *  telar::Precision<telar::bf16, float> (and the layers' bf16 policies
- *  telar::Bf16Gemm, telar::OneDnnConvBf16): float layers in host memory,
- *  where Telar has oneDNN. (telar::gemm under telar::Bf16Gemm also multiplies
- *  in CUDA memory, through cuBLAS; the layers' bf16 paths are host-only.)
+ *  telar::Precision<telar::bf16, float>: float layers in host memory, where
+ *  Telar has oneDNN (its bf16 matmuls and convolutions, compact copies of
+ *  saved inputs, the weights rounded once a step), and float layers in CUDA
+ *  memory, where it has cuBLAS (every GEMM through cuBLAS's bf16 GEMM,
+ *  convolutions as im2col and that GEMM; inputs saved in fp32).
  *  \tparam T value type \tparam MemorySpace memory space */
 template <class T, class MemorySpace>
 constexpr bool bf16_layers_supported() {
-  return detail::onednn_bf16_v<Bf16Gemm, T, MemorySpace>;
+  return Bf16Gemm::supports<T, MemorySpace>();
 }
 
-/*! \brief Whether Bf16Gemm and OneDnnConvBf16 run bf16 here: oneDNN reports
- *  AVX512-BF16 or AMX (false without oneDNN). */
-inline bool bf16_available() {
+/*! \brief Whether Bf16Gemm and the bf16 layers run bf16 on data in
+ *  \p MemorySpace: on the host, oneDNN reports AVX512-BF16 or AMX (false
+ *  without oneDNN); in CUDA memory, the current GPU has bf16 tensor cores
+ *  (compute capability 8.0 or later). \tparam MemorySpace where the layers'
+ *  data lie (host memory by default) */
+template <class MemorySpace = Kokkos::HostSpace>
+bool bf16_available() {
+#if TELAR_GEMM_CUBLAS_BF16
+  if constexpr (Bf16Gemm::on_device<float, MemorySpace>())
+    return detail::cuda_capability().bf16();
+  else
+#endif
 #if TELAR_HAVE_ONEDNN
-  return detail::bf16_isa_available();
+    return detail::bf16_isa_available();
 #else
   return false;
 #endif
@@ -134,29 +145,37 @@ inline bool bf16_available() {
 
 /*! \brief The check a bf16 run's first GEMM makes, for a program to make
  *  before it starts (e.g. before a search of many runs): true when Bf16Gemm
- *  and OneDnnConvBf16 will run bf16; false when they will run fp32 because
- *  TELAR_BF16_FALLBACK=fp32 allows it (warned once).
- *  \param who what asks, first in the message
- *  \throws Error naming \p who and the CPU's instruction set when neither
- *  (docs/errors.md), or when Telar has no oneDNN */
-inline bool require_bf16(char const* who) {
+ *  and the bf16 layers will run bf16 on data in \p MemorySpace; false when
+ *  they will run fp32 because TELAR_BF16_FALLBACK=fp32 allows it (warned
+ *  once). \tparam MemorySpace where the layers' data lie (host memory by
+ *  default) \param who what asks, first in the message
+ *  \throws Error naming \p who and the CPU's instruction set (or the GPU's
+ *  compute capability) when neither (docs/errors.md), or when Telar has
+ *  neither oneDNN (host memory) nor cuBLAS (CUDA memory) */
+template <class MemorySpace = Kokkos::HostSpace>
+bool require_bf16(char const* who) {
+#if TELAR_GEMM_CUBLAS_BF16
+  if constexpr (Bf16Gemm::on_device<float, MemorySpace>())
+    return detail::cuda_bf16_check(who);
+  else
+#endif
 #if TELAR_HAVE_ONEDNN
-  return detail::bf16_check_isa(who);
+    return detail::bf16_check_isa(who);
 #else
-  throw Error(std::string(who) + ": bf16 compute is oneDNN's, and Telar was built without it");
+  throw Error(std::string(who) + ": bf16 compute on the host is oneDNN's, and Telar was built "
+                                 "without it");
 #endif
 }
 
-/*! \brief The oneDNN implementations that ran bf16 matmuls and convolutions
- *  in this process, comma-separated (e.g. "matmul:brg:avx512_core_bf16");
- *  empty if none ran. For benchmark summaries. */
+/*! \brief The implementations that ran bf16 products in this process,
+ *  comma-separated: oneDNN's matmuls and convolutions (e.g.
+ *  "matmul:brg:avx512_core_bf16"), cuBLAS's GEMM (e.g.
+ *  "cublas:gemm-ex:sm_90"); empty if none ran. For benchmark summaries. */
 inline std::string bf16_kernels() {
   std::string out;
-#if TELAR_HAVE_ONEDNN
-  std::lock_guard<std::mutex> lock(detail::onednn_bf16_impls_mutex());
-  for (auto const& s : detail::onednn_bf16_impls())
+  std::lock_guard<std::mutex> lock(detail::bf16_impls_mutex());
+  for (auto const& s : detail::bf16_impls())
     out += (out.empty() ? "" : ",") + s;
-#endif
   return out;
 }
 

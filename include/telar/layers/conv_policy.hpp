@@ -94,6 +94,15 @@ struct AutoConv {
   using select = std::conditional_t<OneDnnConv::supports<T, MemorySpace>(), OneDnnConv, Im2colConv>;
 };
 
+/*! \brief The policy of a convolution of T in MemorySpace computing in
+ *  bf16 (what telar::Precision<telar::bf16, float> rebinds convolutions
+ *  to): OneDnnConvBf16 where oneDNN runs it, else Im2colConv, whose GEMMs
+ *  are then the layer's telar::Bf16Gemm (cuBLAS in CUDA memory).
+ *  \tparam T value type \tparam MemorySpace memory space */
+template <class T, class MemorySpace>
+using bf16_conv_policy_t =
+    std::conditional_t<OneDnnConvBf16::supports<T, MemorySpace>(), OneDnnConvBf16, Im2colConv>;
+
 /*! \brief True for the convolution policy types above. \tparam P a type */
 template <class P>
 inline constexpr bool is_conv_policy_v =

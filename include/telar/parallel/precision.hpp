@@ -13,18 +13,21 @@
  *  Sequential, Residual, Concat/Add/Mul, DenseConcat, Recompute, the
  *  tensor-parallel wrappers and the run-time containers (DynamicSequential,
  *  DynamicResidual, DynamicGraph: an ONNX import), multiplies through
- *  telar::Bf16Gemm and telar::OneDnnConvBf16; parameters, gradients,
- *  optimizer state, norms, softmax and losses stay float (docs/precision.md);
- *  every GELU, GELUTanh and SiLU becomes a telar::KeptInBf16 (its input kept
- *  in bf16 for backward). Other layers are kept as they are. A layer that
- *  cannot multiply in bf16 (double, device memory, a GraphChain, whose units
- *  are chosen at run time) is a compile error that starts with
- *  "telar::Precision".
+ *  telar::Bf16Gemm, its convolutions through telar::bf16_conv_policy_t
+ *  (oneDNN's bf16 primitives in host memory, im2col and cuBLAS's bf16 GEMM
+ *  in CUDA memory); parameters, gradients, optimizer state, norms, softmax
+ *  and losses stay float (docs/precision.md); in host memory every GELU,
+ *  GELUTanh and SiLU becomes a telar::KeptInBf16 (its input kept in bf16 for
+ *  backward). Other layers are kept as they are. A layer that cannot
+ *  multiply in bf16 (double; memory where Telar has neither oneDNN nor
+ *  cuBLAS; a GraphChain, whose units are chosen at run time) is a compile
+ *  error that starts with "telar::Precision".
  */
 #include <telar/core/detail/type_traits.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/gemm.hpp>
 #include <telar/core/sequential.hpp>
+#include <telar/layers/conv_policy.hpp>
 #include <telar/parallel/strategy.hpp>
 
 #include <functional>
@@ -76,7 +79,6 @@ template <class Variant>
 class DynamicGraph;
 template <class Variant>
 class GraphChain;
-struct OneDnnConvBf16;
 namespace detail {
 template <class Kind, class... Branches>
 class BranchBlock;
@@ -85,20 +87,16 @@ struct IdentityShortcut;
 
 namespace detail {
 
-// The bf16 layers (compact copies, convolutions, weights rounded once a
-// step) are oneDNN's, for float layers in host memory: a layer elsewhere is
-// refused with its name, value type and memory space. (In CUDA memory
-// telar::Bf16Gemm multiplies through cuBLAS, but the layers' bf16 paths are
-// not there yet.)
-template <class T, class MemorySpace>
-constexpr bool bf16_layer_ok() {
-  return detail::onednn_bf16_v<Bf16Gemm, T, MemorySpace>;
-}
+// A layer is rebound where telar::bf16_layers_supported<T, MemorySpace>():
+// float layers in host memory with oneDNN (compact copies, its bf16
+// convolutions, the weights rounded once a step) or in CUDA memory with
+// cuBLAS (its bf16 GEMM, convolutions as im2col and that GEMM); elsewhere
+// it is refused with its name.
 /// \cond TELAR_INTERNAL
 #define TELAR_PRECISION_REFUSE(what)                                                               \
-  "telar::Precision<telar::bf16, float>: " what " cannot compute in bf16 here: the bf16 "          \
-  "policies (telar::Bf16Gemm, telar::OneDnnConvBf16) multiply float layers in host memory "        \
-  "with oneDNN; use float layers in Kokkos::HostSpace, or telar::Precision<float, float>"
+  "telar::Precision<telar::bf16, float>: " what " cannot compute in bf16 here: telar::Bf16Gemm "   \
+  "multiplies float layers in host memory with oneDNN and in CUDA memory with cuBLAS; use float "  \
+  "layers there, or telar::Precision<float, float>"
 /// \endcond
 
 // rebind<L>: L's type under bf16 compute, and convert(L) the same layer
@@ -119,35 +117,41 @@ struct bf16_rebind_leaf {
 
 template <class T, class M, class G>
 struct bf16_rebind<Dense<T, M, G>> : bf16_rebind_leaf<Dense<T, M, G>, Dense<T, M, Bf16Gemm>> {
-  static_assert(bf16_layer_ok<T, M>(), TELAR_PRECISION_REFUSE("telar::Dense"));
+  static_assert(bf16_layers_supported<T, M>(), TELAR_PRECISION_REFUSE("telar::Dense"));
 };
 template <class T, std::size_t I, std::size_t O, class M, class G>
 struct bf16_rebind<StaticDense<T, I, O, M, G>>
     : bf16_rebind_leaf<StaticDense<T, I, O, M, G>, StaticDense<T, I, O, M, Bf16Gemm>> {
-  static_assert(bf16_layer_ok<T, M>(), TELAR_PRECISION_REFUSE("telar::StaticDense"));
+  static_assert(bf16_layers_supported<T, M>(), TELAR_PRECISION_REFUSE("telar::StaticDense"));
 };
 template <class T, int D, class M, class G, class C>
 struct bf16_rebind<Convolution<T, D, M, G, C>>
-    : bf16_rebind_leaf<Convolution<T, D, M, G, C>, Convolution<T, D, M, Bf16Gemm, OneDnnConvBf16>> {
-  static_assert(bf16_layer_ok<T, M>(), TELAR_PRECISION_REFUSE("telar::Conv2D / Conv3D"));
+    : bf16_rebind_leaf<Convolution<T, D, M, G, C>,
+                       Convolution<T, D, M, Bf16Gemm, bf16_conv_policy_t<T, M>>> {
+  static_assert(bf16_layers_supported<T, M>(), TELAR_PRECISION_REFUSE("telar::Conv2D / Conv3D"));
 };
 template <class T, int D, class M, class G, class C>
 struct bf16_rebind<TransposedConvolution<T, D, M, G, C>>
     : bf16_rebind_leaf<TransposedConvolution<T, D, M, G, C>,
-                       TransposedConvolution<T, D, M, Bf16Gemm, OneDnnConvBf16>> {
-  static_assert(bf16_layer_ok<T, M>(),
+                       TransposedConvolution<T, D, M, Bf16Gemm, bf16_conv_policy_t<T, M>>> {
+  static_assert(bf16_layers_supported<T, M>(),
                 TELAR_PRECISION_REFUSE("telar::ConvTranspose2D / ConvTranspose3D"));
 };
 template <class T, class M, class G>
 struct bf16_rebind<CausalSelfAttention<T, M, G>>
     : bf16_rebind_leaf<CausalSelfAttention<T, M, G>, CausalSelfAttention<T, M, Bf16Gemm>> {
-  static_assert(bf16_layer_ok<T, M>(), TELAR_PRECISION_REFUSE("telar::CausalSelfAttention"));
+  static_assert(bf16_layers_supported<T, M>(),
+                TELAR_PRECISION_REFUSE("telar::CausalSelfAttention"));
 };
 // Activations whose backward reads their input keep it in bf16 where no
-// neighbour keeps it (telar::KeptInBf16).
+// neighbour keeps it (telar::KeptInBf16: oneDNN's compact copies, host
+// memory); in CUDA memory they stay as they are.
 template <class Act, class T, class M>
-struct bf16_rebind_kept : bf16_rebind_leaf<Act, KeptInBf16<Act>> {
-  static_assert(bf16_layer_ok<T, M>(), TELAR_PRECISION_REFUSE("telar::GELU / GELUTanh / SiLU"));
+struct bf16_rebind_kept
+    : std::conditional_t<onednn_bf16_v<Bf16Gemm, T, M>, bf16_rebind_leaf<Act, KeptInBf16<Act>>,
+                         bf16_rebind_leaf<Act, Act>> {
+  static_assert(bf16_layers_supported<T, M>(),
+                TELAR_PRECISION_REFUSE("telar::GELU / GELUTanh / SiLU"));
 };
 template <class T, class M>
 struct bf16_rebind<GELU<T, M>> : bf16_rebind_kept<GELU<T, M>, T, M> {};
@@ -339,6 +343,10 @@ template <class T, int D, class M, class G>
 struct computes_bf16<Convolution<T, D, M, G, OneDnnConvBf16>> : std::true_type {};
 template <class T, int D, class M, class G>
 struct computes_bf16<TransposedConvolution<T, D, M, G, OneDnnConvBf16>> : std::true_type {};
+template <class T, int D, class M> // im2col's GEMMs in bf16 (CUDA memory)
+struct computes_bf16<Convolution<T, D, M, Bf16Gemm, Im2colConv>> : std::true_type {};
+template <class T, int D, class M>
+struct computes_bf16<TransposedConvolution<T, D, M, Bf16Gemm, Im2colConv>> : std::true_type {};
 template <class T, class M>
 struct computes_bf16<CausalSelfAttention<T, M, Bf16Gemm>> : std::true_type {};
 template <class L>

@@ -125,7 +125,11 @@ StepPrediction predict_step(Model const& model, LayoutOptions const& options, Sh
     c.order = options.grid_order;
     c.hierarchical_dp = detail::hierarchical_dp_v<StrategyT>;
     c.reduce_bytes = P::bf16_reduce ? 2 : 4;
-    c.gather_bytes = P::bf16_compute && plan.zero_stage == 3 ? 2 : 4;
+    c.gather_bytes =
+        P::bf16_compute && plan.zero_stage == 3 &&
+                detail::bf16_gathers_v<typename Model::value_type, typename Model::memory_space>
+            ? 2
+            : 4;
     return detail::predict<StrategyT, Loss, StepPrediction>(model, options, in, c, profile);
   }
 }

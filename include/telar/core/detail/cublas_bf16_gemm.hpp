@@ -36,25 +36,41 @@
 
 namespace telar::detail {
 
-// true: this GPU multiplies bf16 natively; false: run fp32 (fallback asked
-// for, warned once). Throws naming `who` and the device otherwise.
-// Called on every product: the device's capability is asked once per
-// thread and device.
-inline bool cuda_bf16_check(char const* who) {
-  thread_local int cached = -1, major = 0, minor = 0;
+// The current device's compute capability, asked once per thread and
+// device (a product asks on every call).
+struct CudaCapability {
+  int device = -1, major = 0, minor = 0;
+  bool bf16() const { return major >= 8 && !bf16_isa_hidden(); }
+};
+inline CudaCapability const& cuda_capability() {
+  thread_local CudaCapability c;
   int device = 0;
   cudaGetDevice(&device);
-  if (device != cached) {
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-    cached = device;
+  if (device != c.device) {
+    cudaDeviceGetAttribute(&c.major, cudaDevAttrComputeCapabilityMajor, device);
+    cudaDeviceGetAttribute(&c.minor, cudaDevAttrComputeCapabilityMinor, device);
+    c.device = device;
   }
-  if (major >= 8 && !bf16_isa_hidden())
+  return c;
+}
+
+// true: this GPU multiplies bf16 natively (recorded for
+// telar::bf16_kernels() the first time on each thread and device); false:
+// run fp32 (fallback asked for, warned once). Throws naming `who` and the
+// device otherwise.
+inline bool cuda_bf16_check(char const* who) {
+  CudaCapability const& c = cuda_capability();
+  if (c.bf16()) {
+    thread_local int noted = -1;
+    if (noted != c.device)
+      note_bf16_impl("cublas:gemm-ex:sm_" + std::to_string(c.major) + std::to_string(c.minor));
+    noted = c.device;
     return true;
-  std::string const found = bf16_isa_hidden()
-                                ? std::string("hidden by TELAR_TEST_HIDE_BF16")
-                                : "device " + std::to_string(device) + " has compute capability " +
-                                      std::to_string(major) + "." + std::to_string(minor);
+  }
+  std::string const found =
+      bf16_isa_hidden() ? std::string("hidden by TELAR_TEST_HIDE_BF16")
+                        : "device " + std::to_string(c.device) + " has compute capability " +
+                              std::to_string(c.major) + "." + std::to_string(c.minor);
   if (bf16_fallback_allowed()) {
     static std::once_flag warned;
     std::call_once(warned, [&] {

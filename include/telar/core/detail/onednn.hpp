@@ -17,7 +17,6 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -165,21 +164,6 @@ inline bool bf16_check_isa(char const* who) {
               "); bf16 would be emulated, slower than fp32. Use an fp32 policy "
               "(telar::OneDnnGemm, telar::OneDnnConv), or set TELAR_BF16_FALLBACK=fp32 to run "
               "fp32 with a warning");
-}
-
-// oneDNN implementations that ran bf16 primitives in this process (e.g.
-// "brg:avx512_core_bf16"), for benchmark summaries.
-inline std::set<std::string>& onednn_bf16_impls() {
-  static std::set<std::string> s;
-  return s;
-}
-inline std::mutex& onednn_bf16_impls_mutex() {
-  static std::mutex m;
-  return m;
-}
-inline void onednn_note_bf16_impl(std::string const& what) {
-  std::lock_guard<std::mutex> lock(onednn_bf16_impls_mutex());
-  onednn_bf16_impls().insert(what);
 }
 
 } // namespace detail

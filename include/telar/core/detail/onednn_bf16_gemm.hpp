@@ -219,7 +219,7 @@ private:
                   std::to_string(m) + "x" + std::to_string(k) + " * " + std::to_string(k) + "x" +
                   std::to_string(n) + ": " + err.what());
     }
-    onednn_note_bf16_impl("matmul:" + last_impl_);
+    note_bf16_impl("matmul:" + last_impl_);
     entries_.push_back(std::move(e));
     return *entries_.back();
   }

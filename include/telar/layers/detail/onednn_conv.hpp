@@ -316,7 +316,7 @@ private:
     template <class PrimitiveDesc>
     void note_bf16(char const* what, PrimitiveDesc const& pd) const {
       if (compute == dt::bf16)
-        onednn_note_bf16_impl(what + std::string(pd.impl_info_str()));
+        note_bf16_impl(what + std::string(pd.impl_info_str()));
     }
     void make_fwd_pd() {
       if (has_fwd_pd)

@@ -210,9 +210,8 @@ MemoryPlan plan_of_layout(Model const& model, RunLayout const& layout,
   ms.groups = layout.bucket_groups;
   ms.microbatches = layout.schedule.microbatches;
   ms.gather_per_step = zero3_gathers_per_step<StrategyT>();
-  ms.gather_words =
-      ms.gather_per_step && StrategyT::precision::bf16_compute && std::is_same_v<T, float> &&
-      Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Model::memory_space>::accessible;
+  ms.gather_words = ms.gather_per_step && StrategyT::precision::bf16_compute &&
+                    bf16_gathers_v<T, typename Model::memory_space>;
   ms.bf16_copy =
       keeps_bf16_copy<StrategyT, T, typename Model::memory_space>(options, layout.zero_stage);
   plan.bytes = plan_model_states(ms);

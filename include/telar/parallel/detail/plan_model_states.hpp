@@ -6,12 +6,22 @@
 // the budget search use nothing else).
 #include <telar/profile/memory.hpp>
 
+#include <Kokkos_Core.hpp>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 namespace telar::detail {
+
+// Whether ZeRO-3 under bf16 compute gathers values of T in MemorySpace as
+// bf16 words: float values the host reaches (the rounding and the words'
+// buffers are the host's); in device memory the gathers stay fp32.
+template <class T, class MemorySpace>
+inline constexpr bool bf16_gathers_v = std::is_same_v<T, float>&&
+    Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
 
 struct ModelStateInput {
   std::size_t elements = 0;  // the rank's parameter store, tensors padded to `alignment`

@@ -182,10 +182,7 @@ public:
   }
 
 private:
-  // bf16 gathers need float values in host memory (where the bf16 kernels run).
-  static constexpr bool bf16_capable =
-      std::is_same_v<T, float> &&
-      Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
+  static constexpr bool bf16_capable = bf16_gathers_v<T, MemorySpace>;
 
   enum class State { idle, in_flight, ready };
   using Words = Kokkos::View<Bf16Word*, MemorySpace>;
