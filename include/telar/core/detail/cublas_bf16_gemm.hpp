@@ -30,7 +30,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <mutex>
 #include <string>
 
@@ -71,20 +70,12 @@ inline bool cuda_bf16_check(char const* who) {
       bf16_isa_hidden() ? std::string("hidden by TELAR_TEST_HIDE_BF16")
                         : "device " + std::to_string(c.device) + " has compute capability " +
                               std::to_string(c.major) + "." + std::to_string(c.minor);
-  if (bf16_fallback_allowed()) {
-    static std::once_flag warned;
-    std::call_once(warned, [&] {
-      std::fprintf(stderr,
-                   "telar: warning: %s: no bf16 tensor cores (%s); running fp32 "
-                   "(TELAR_BF16_FALLBACK=fp32)\n",
-                   who, found.c_str());
-    });
-    return false;
-  }
-  throw Error(std::string(who) +
-              ": this GPU has no bf16 tensor cores (compute capability 8.0 or later; " + found +
-              "); bf16 would be emulated, slower than fp32. Use an fp32 policy "
-              "(telar::AutoGemm), or set TELAR_BF16_FALLBACK=fp32 to run fp32 with a warning");
+  static std::once_flag warned;
+  return bf16_fall_back(who,
+                        {"no bf16 tensor cores",
+                         "this GPU has no bf16 tensor cores (compute capability 8.0 or later; ",
+                         "telar::AutoGemm"},
+                        found, warned);
 }
 
 inline void cublas_check(cublasStatus_t st, char const* what) {

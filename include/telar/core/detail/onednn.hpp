@@ -12,7 +12,6 @@
 
 #include <dnnl.hpp>
 
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -147,23 +146,13 @@ inline bool bf16_check_isa(char const* who) {
   std::string const found = bf16_isa_hidden() ? std::string("hidden by TELAR_TEST_HIDE_BF16")
                                               : std::string("oneDNN's effective ISA is ") +
                                                     onednn_isa_name(dnnl_get_effective_cpu_isa());
-  if (bf16_fallback_allowed()) {
-    static std::once_flag warned;
-    std::call_once(warned, [&] {
-      std::fprintf(stderr,
-                   "telar: warning: %s: no AVX512-BF16/AMX instructions (%s); running fp32 "
-                   "(TELAR_BF16_FALLBACK=fp32)\n",
-                   who, found.c_str());
-    });
-    return false;
-  }
-  throw Error(std::string(who) +
-              ": this CPU lacks the AVX512-BF16 (avx512_core_bf16) or AMX "
-              "instruction set (" +
-              found +
-              "); bf16 would be emulated, slower than fp32. Use an fp32 policy "
-              "(telar::OneDnnGemm, telar::OneDnnConv), or set TELAR_BF16_FALLBACK=fp32 to run "
-              "fp32 with a warning");
+  static std::once_flag warned;
+  return bf16_fall_back(
+      who,
+      {"no AVX512-BF16/AMX instructions",
+       "this CPU lacks the AVX512-BF16 (avx512_core_bf16) or AMX instruction set (",
+       "telar::OneDnnGemm, telar::OneDnnConv"},
+      found, warned);
 }
 
 } // namespace detail
