@@ -14,9 +14,12 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 using telar::Shape;
 using telar::test::Exec;
@@ -287,6 +290,62 @@ TEST_CASE("MaxPool2D and AvgPool2D forward values", "[pool]") {
   for (int i = 0; i < 4; ++i) {
     CHECK(hm(0, i) == wm[i]);
     CHECK(ha(0, i) == wa[i]);
+  }
+}
+
+// 2 x 2 windows of stride 2 tiling the plane have their own kernels
+// (layers/detail/maxpool_2x2.hpp): against a plain loop over each window
+// (ties keep the first element in row-major order, a NaN never replaces a
+// number, a NaN first stays), forward values and positions, and backward
+// dy at each maximum and 0 elsewhere, exactly; then odd sizes (the general
+// kernels) against the same loop.
+TEST_CASE("2x2 max pooling: ties, NaN and gradients as a plain loop gives them", "[pool]") {
+  for (auto [c, h, w] : {std::array<std::size_t, 3>{3, 6, 8}, {2, 5, 7}}) {
+    INFO(c << "x" << h << "x" << w);
+    std::size_t const n = 2, ho = h / 2, wo = w / 2, in = c * h * w, out = c * ho * wo;
+    telar::Matrix<float> x("x", n, in), y("y", n, out), dy("dy", n, out), dx("dx", n, in);
+    auto hx = Kokkos::create_mirror_view(x);
+    auto hdy = Kokkos::create_mirror_view(dy);
+    for (std::size_t i = 0; i < hx.size(); ++i) // values 0, 1, 2 at random: many ties
+      hx.data()[i] = float((std::uint32_t(i) * 2654435761u >> 13) % 3);
+    hx(0, 1) = std::nanf(""); // second of its window: never the maximum
+    hx(1, 0) = std::nanf(""); // first of its window: stays
+    for (std::size_t i = 0; i < hdy.size(); ++i)
+      hdy.data()[i] = float(i + 1);
+    Kokkos::deep_copy(x, hx);
+    Kokkos::deep_copy(dy, hdy);
+    telar::MaxPool2D<float> mp(2);
+    mp.build(Shape{c, h, w});
+    telar::MaxPool2D<float>::saved_type saved;
+    Kokkos::deep_copy(dx, -5.f); // overwritten
+    mp.forward(Exec{}, x, y, saved);
+    mp.backward_input(Exec{}, dy, dx, saved);
+    auto hy = to_host(y), hdx = to_host(dx);
+    std::vector<float> want_dx(n * in, 0.f);
+    bool same_y = true;
+    for (std::size_t s = 0; s < n; ++s)
+      for (std::size_t k = 0; k < c; ++k)
+        for (std::size_t oh = 0; oh < ho; ++oh)
+          for (std::size_t ow = 0; ow < wo; ++ow) {
+            std::size_t best = (k * h + 2 * oh) * w + 2 * ow;
+            for (std::size_t a = 0; a < 2; ++a)
+              for (std::size_t b = 0; b < 2; ++b) {
+                std::size_t const at = (k * h + 2 * oh + a) * w + 2 * ow + b;
+                if (hx(s, at) > hx(s, best))
+                  best = at;
+              }
+            std::size_t const o = (k * ho + oh) * wo + ow;
+            float const got = hy(s, o), want = hx(s, best);
+            same_y &= std::isnan(want) ? std::isnan(got) : got == want;
+            want_dx[s * in + best] = hdy(s, o);
+          }
+    CHECK(same_y);
+    CHECK(std::isnan(hy(1, 0)));
+    CHECK(!std::isnan(hy(0, 0)));
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n * in; ++i)
+      wrong += hdx.data()[i] != want_dx[i];
+    CHECK(wrong == 0);
   }
 }
 
