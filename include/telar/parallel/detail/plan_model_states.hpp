@@ -20,8 +20,9 @@ namespace telar::detail {
 // bf16 words: float values the host reaches (the rounding and the words'
 // buffers are the host's); in device memory the gathers stay fp32.
 template <class T, class MemorySpace>
-inline constexpr bool bf16_gathers_v = std::is_same_v<T, float>&&
-    Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible;
+inline constexpr bool
+    bf16_gathers_v = (std::is_same_v<T, float> &&
+                      Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible);
 
 struct ModelStateInput {
   std::size_t elements = 0;  // the rank's parameter store, tensors padded to `alignment`
