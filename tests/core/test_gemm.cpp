@@ -175,6 +175,12 @@ TEST_CASE("Bf16Gemm agrees with fp32 within bf16 rounding", "[gemm][bf16]") {
           check_bf16_bound(ta, tb, m, n, k, beta == 1.f ? 1.f : 0.5f, beta, 0);
   check_bf16_bound('N', 'T', 20, 30, 40, 1.f, 1.f, 5); // strided rows
   check_bf16_bound('T', 'N', 20, 30, 40, 1.f, 0.f, 3);
+  // More than 2^20 values of C accumulated from a short k (a weight
+  // gradient's shape): A's bf16 copy is padded, so oneDNN takes its
+  // gemm-based matmul (core/detail/onednn_bf16_gemm.hpp, pads_a).
+  for (char ta : {'N', 'T'})
+    check_bf16_bound(ta, 'N', 1040, 1024, 16, 1.f, 1.f, 0);
+  check_bf16_bound('T', 'N', 1040, 1024, 16, 0.5f, 0.25f, 3);
 
   // The relative error of a K = 256 product is about 1e-2 at worst and much
   // less typically (rounding errors of opposite signs cancel).

@@ -84,7 +84,7 @@ public:
   // input); its fp32 pointer is then not read.
   void run(Geometry const& g, float alpha, float const* A, float const* B, float beta, float* C,
            std::uint16_t const* a_words = nullptr, std::uint16_t const* b_words = nullptr) {
-    Entry& e = entry(g, alpha, beta);
+    Entry& e = entry(g, alpha, beta, a_words != nullptr);
     if ((a_words && !e.a_flat) || (b_words && !e.b_flat))
       throw Error("telar::gemm (telar::Bf16Gemm): an operand given in bf16 must be dense in its "
                   "own orientation");
@@ -127,6 +127,23 @@ private:
     std::unordered_map<int, dnnl::memory> args;
   };
 
+  // A's bf16 copy gets a leading dimension this many values longer than its
+  // rows when the product accumulates into a large C from a short k (below).
+  static constexpr std::int64_t a_pad = 16;
+
+  // Whether to pad A's copy: C += A B with k <= 512 into more than 2^20
+  // values (an MLP's or a projection's weight gradient, k the batch's rows).
+  // There oneDNN 2.6's brgemm matmul, which it picks for dense operands,
+  // spends about 0.7 ns a value of C on the sum (2048x128 * 128x2048: 5.1 to
+  // 5.8 ms, 2.5 without the sum), while its gemm-based bf16 matmul, which it
+  // picks when A is not dense, accumulates as it goes (3.2 to 3.8 ms; k =
+  // 512: 11.6 against 13.1 ms). Below 2^20 values, or with a longer k, the
+  // brgemm is as fast or faster (2048x128 * 128x512: 0.71 against 0.83 ms).
+  // A given in bf16 (a layer's compact copy) is read as it is, unpadded.
+  static bool pads_a(Geometry const& g, float beta, bool a_given) {
+    return !g.batched() && beta != 0.f && !a_given && g.k <= 512 && g.m * g.n > (1 << 20);
+  }
+
   // Shapes kept per thread: an MLP step uses three per layer (forward, input
   // and weight gradients), times the batch sizes in use; the oldest goes.
   static constexpr std::size_t max_entries = 48;
@@ -150,13 +167,14 @@ private:
     return dnnl::memory::desc(shape(g, rows, cols), dt::bf16, t);
   }
 
-  Entry& entry(Geometry const& g, float alpha, float beta) {
+  Entry& entry(Geometry const& g, float alpha, float beta, bool a_given) {
     std::uint32_t ab, bb;
     std::memcpy(&ab, &alpha, 4);
     std::memcpy(&bb, &beta, 4);
-    std::vector<std::int64_t> key{g.ta,    g.tb,    g.m,     g.n,     g.k,     g.lda,
-                                  g.ldb,   g.ldc,   g.n1,    g.n2,    g.sa[0], g.sa[1],
-                                  g.sb[0], g.sb[1], g.sc[0], g.sc[1], ab,      bb};
+    bool const pad = pads_a(g, beta, a_given);
+    std::vector<std::int64_t> key{g.ta,    g.tb,    g.m,  g.n,     g.k,     g.lda,   g.ldb,
+                                  g.ldc,   g.n1,    g.n2, g.sa[0], g.sa[1], g.sb[0], g.sb[1],
+                                  g.sc[0], g.sc[1], ab,   bb,      pad};
     if (Entry* hit = cached_primitive(entries_, key, max_entries))
       return *hit;
     auto e = std::make_unique<Entry>();
@@ -177,8 +195,12 @@ private:
     // oneDNN 2.6 then picks blocked weights (BA16a64b2a) whose reorder from
     // f32 costs about as much as the product (2048x2048: 24-41 ms against
     // 21-29 ms, one loaded core), while a plain f32 -> bf16 reorder is a
-    // streaming conversion and brgemm packs plain B itself.
-    dnnl::memory::desc const a_want = dense(g, m, k, g.ta != 'N');
+    // streaming conversion and brgemm packs plain B itself. A padded A (see
+    // pads_a) keeps the caller's orientation too: a 2-D reorder row by row.
+    dnnl::memory::desc const a_want =
+        pad ? dnnl::memory::desc(dims{m, k}, dt::bf16,
+                                 g.ta != 'N' ? dims{1, m + a_pad} : dims{k + a_pad, 1})
+            : dense(g, m, k, g.ta != 'N');
     dnnl::memory::desc const b_want = dense(g, k, n, g.tb != 'N');
     dnnl::primitive_attr attr;
     dnnl::post_ops po;
@@ -204,7 +226,7 @@ private:
       std::int64_t const entries = g.n1 * g.n2;
       bool const a_dense = !g.batched() || (g.sa[1] == m * k && g.sa[0] == g.n2 * m * k);
       bool const b_dense = !g.batched() || (g.sb[1] == k * n && g.sb[0] == g.n2 * k * n);
-      e->a_flat = a_dense && g.lda == (g.ta == 'N' ? k : m);
+      e->a_flat = a_dense && !pad && g.lda == (g.ta == 'N' ? k : m);
       init_operand(e->a, e->a_view, a_user, pd.src_desc(), e->a_flat, entries * m * k);
       e->b_flat = b_dense && g.ldb == (g.tb == 'N' ? n : k);
       e->b_count = entries * k * n;

@@ -14,6 +14,7 @@
 #include <telar/optim/nonfinite.hpp>
 #include <telar/parallel/detail/tensor_index.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <sstream>
@@ -25,20 +26,27 @@ namespace telar::detail {
 // Values of v in [lo, hi) that are NaN or infinite: x - x is 0 exactly for
 // finite x (portable to every Kokkos version; no math function needed). An
 // integer count, because an integer sum vectorises (4x faster than a double
-// one on the fashion_mnist MLP's 269k gradients: 50 us).
+// one on the fashion_mnist MLP's 269k gradients: 50 us); an int one, in
+// blocks of 2^30 values so that it cannot overflow, because a vector
+// register holds twice as many int lanes as long long ones: in a build for
+// generic x86-64 (SSE2) the pass is bound by its instructions, not by
+// memory (MLP 784-2048-2048-10, 5.8 M gradients: 7.6% of a bf16 step).
 template <class Exec, class V>
 double count_nonfinite(Exec const& exec, V const& v, std::size_t lo, std::size_t hi) {
-  long long bad = 0;
-  if (hi <= lo)
-    return 0;
-  Kokkos::parallel_reduce(
-      "telar::count_nonfinite", Kokkos::RangePolicy<Exec>(exec, lo, hi),
-      KOKKOS_LAMBDA(std::size_t i, long long& a) {
-        auto const x = v(i);
-        a += (x - x == decltype(x)(0)) ? 0 : 1;
-      },
-      bad);
-  return double(bad);
+  constexpr std::size_t block = std::size_t(1) << 30;
+  double bad = 0;
+  for (std::size_t b = lo; b < hi; b += std::min(block, hi - b)) {
+    int n = 0;
+    Kokkos::parallel_reduce(
+        "telar::count_nonfinite", Kokkos::RangePolicy<Exec>(exec, b, b + std::min(block, hi - b)),
+        KOKKOS_LAMBDA(std::size_t i, int& a) {
+          auto const x = v(i);
+          a += (x - x == decltype(x)(0)) ? 0 : 1;
+        },
+        n);
+    bad += double(n);
+  }
+  return bad;
 }
 
 // Non-finite values of every tensor (by TensorIndex id): this rank's pieces
