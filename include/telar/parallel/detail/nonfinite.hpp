@@ -35,10 +35,11 @@ template <class Exec, class V>
 double count_nonfinite(Exec const& exec, V const& v, std::size_t lo, std::size_t hi) {
   constexpr std::size_t block = std::size_t(1) << 30;
   double bad = 0;
-  for (std::size_t b = lo; b < hi; b += std::min(block, hi - b)) {
+  for (std::size_t b = lo, e = 0; b < hi; b = e) {
+    e = b + std::min(block, hi - b);
     int n = 0;
     Kokkos::parallel_reduce(
-        "telar::count_nonfinite", Kokkos::RangePolicy<Exec>(exec, b, b + std::min(block, hi - b)),
+        "telar::count_nonfinite", Kokkos::RangePolicy<Exec>(exec, b, e),
         KOKKOS_LAMBDA(std::size_t i, int& a) {
           auto const x = v(i);
           a += (x - x == decltype(x)(0)) ? 0 : 1;
