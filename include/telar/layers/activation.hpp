@@ -5,6 +5,7 @@
  *  Tanh, Scale (by a constant) and MathFunction (exp, sqrt, erf, pow). */
 #include <telar/core/detail/elementwise.hpp>
 #include <telar/core/detail/fast_math.hpp>
+#include <telar/core/detail/host_simd.hpp>
 #include <telar/core/detail/layer_types.hpp>
 #include <telar/core/detail/math.hpp>
 #include <telar/core/detail/sign_bits.hpp>
@@ -47,8 +48,8 @@ struct Elementwise : public ShapePreservingLayerTypes<T, MemorySpace> {
     if (fx.extent(0) != fy.extent(0))
       throw ShapeError("telar::activation::forward: input and output sizes differ");
     Op const op = op_;
-    Kokkos::parallel_for(
-        "telar::activation::forward", Kokkos::RangePolicy<Exec>(exec, 0, fx.extent(0)),
+    detail::simd_for(
+        "telar::activation::forward", exec, fx.extent(0),
         KOKKOS_LAMBDA(std::size_t i) { fy(i) = op.value(fx(i)); });
     if constexpr (KeepInput)
       saved.kept = x;
@@ -63,9 +64,8 @@ struct Elementwise : public ShapePreservingLayerTypes<T, MemorySpace> {
     auto fdx = flat(dx, "telar::activation::backward_input");
     auto fk = flat(saved.kept, "telar::activation::backward_input");
     Op const op = op_;
-    Kokkos::parallel_for(
-        "telar::activation::backward_input", Kokkos::RangePolicy<Exec>(exec, 0, fdy.extent(0)),
-        KOKKOS_LAMBDA(std::size_t i) {
+    detail::simd_for(
+        "telar::activation::backward_input", exec, fdy.extent(0), KOKKOS_LAMBDA(std::size_t i) {
           // The slope in a statement of its own: folded into the product, a
           // 0-or-1 slope becomes a branch on every value (GCC 12).
           T const slope = op.slope(fk(i));

@@ -32,6 +32,8 @@
  *  pair). On the host, oneDNN and BLAS still multiply pair by pair inside
  *  telar::gemm_batched, where a call costs no launch.
  */
+#include <telar/core/detail/fast_math.hpp>
+#include <telar/core/detail/host_simd.hpp>
 #include <telar/core/detail/layer_types.hpp>
 #include <telar/core/detail/math.hpp>
 #include <telar/core/error.hpp>
@@ -45,6 +47,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace telar {
@@ -69,11 +72,39 @@ struct AttentionChunk {
   std::size_t rows() const { return ns * nh * seq; }
 };
 
+// The host's softmax: a row per call of a simd_for, its maximum and sum in
+// lane_reduce's order and exp vectorisable (fast_exp; its arguments are at
+// most 0), so 16 wide where the CPU has AVX-512.
+template <class Exec, class S, class L>
+void attn_softmax_rows(Exec const& exec, S const& s, L const& lse, AttentionChunk c) {
+  using T = typename S::non_const_value_type;
+  static_assert(std::is_same_v<typename S::array_layout, Kokkos::LayoutRight>, "rows contiguous");
+  simd_for(
+      "telar::CausalSelfAttention::softmax", exec, c.rows(),
+      [=](std::size_t r) {
+        std::size_t const i = r % c.seq, b = r / c.seq % c.nh, a = r / (c.seq * c.nh);
+        T* row = &s(a, b, i, 0);
+        auto at = [&](std::size_t j) { return row[j]; };
+        T const m = lane_reduce<T>(i + 1, row[0], at, [](T u, T v) { return detail::max(u, v); });
+        for (std::size_t j = 0; j <= i; ++j)
+          row[j] = detail::fast_exp(row[j] - m);
+        T const sum = lane_sum<T>(i + 1, at), inv = T(1) / sum;
+        for (std::size_t j = 0; j <= i; ++j)
+          row[j] *= inv;
+        for (std::size_t j = i + 1; j < c.seq; ++j)
+          row[j] = T(0);
+        lse(c.row(a, b, i)) = m + detail::log(sum);
+      },
+      1);
+}
+
 // In place on the chunk's scaled scores s [ns, nh, seq, seq]: row i becomes
 // the softmax over j <= i (0 beyond); lse(row) = log sum_j exp(s(i, j)).
 template <class Exec, class S, class L>
 void attn_softmax(Exec const& exec, S const& s, L const& lse, AttentionChunk c) {
   using T = typename S::non_const_value_type;
+  if constexpr (runs_on_host_v<Exec>)
+    return attn_softmax_rows(exec, s, lse, c);
   Kokkos::parallel_for(
       "telar::CausalSelfAttention::softmax", Kokkos::RangePolicy<Exec>(exec, 0, c.rows()),
       KOKKOS_LAMBDA(std::size_t r) {
@@ -93,10 +124,24 @@ void attn_softmax(Exec const& exec, S const& s, L const& lse, AttentionChunk c) 
       });
 }
 
-// In place on recomputed scaled scores: P = exp(S - lse), 0 beyond i.
+// In place on recomputed scaled scores: P = exp(S - lse), 0 beyond i (on
+// the host with the softmax's exp, a row per call).
 template <class Exec, class S, class L>
 void attn_probabilities(Exec const& exec, S const& s, L const& lse, AttentionChunk c) {
   using T = typename S::non_const_value_type;
+  if constexpr (runs_on_host_v<Exec>) {
+    static_assert(std::is_same_v<typename S::array_layout, Kokkos::LayoutRight>, "rows contiguous");
+    return simd_for(
+        "telar::CausalSelfAttention::probabilities", exec, c.rows(),
+        [=](std::size_t r) {
+          std::size_t const i = r % c.seq, b = r / c.seq % c.nh, a = r / (c.seq * c.nh);
+          T* row = &s(a, b, i, 0);
+          T const l = lse(c.row(a, b, i));
+          for (std::size_t j = 0; j < c.seq; ++j)
+            row[j] = j <= i ? detail::fast_exp(row[j] - l) : T(0);
+        },
+        1);
+  }
   Kokkos::parallel_for(
       "telar::CausalSelfAttention::probabilities",
       Kokkos::MDRangePolicy<Exec, Kokkos::Rank<4>>(exec, {0, 0, 0, 0}, {c.ns, c.nh, c.seq, c.seq}),

@@ -12,6 +12,7 @@
  *  policy (telar::LocalStats or telar::SyncStats) to say over which batch.
  */
 #include <telar/core/detail/column_sums.hpp>
+#include <telar/core/detail/host_simd.hpp>
 #include <telar/core/detail/layer_types.hpp>
 #include <telar/core/detail/math.hpp>
 #include <telar/core/error.hpp>
@@ -61,11 +62,62 @@ void for_each_norm_row(char const* label, Exec const& exec, NormGeometry g, std:
       });
 }
 
+// On the host, LayerNorm's rows (parameter j for value j) are one call each
+// of a simd_for, their loops over plain pointers vectorised 16 wide where
+// the CPU has AVX-512, their sums in lane_sum's order; on devices, and for
+// GroupNorm's geometry, a row is a team's.
+template <class Exec, class T, class M>
+void norm_forward_rows(Exec const& exec, ConstMatrix<T, M> x, Matrix<T, M> y, Vector<T, M> mean,
+                       Vector<T, M> rstd, Vector<T, M> gamma, Vector<T, M> beta, NormGeometry g,
+                       T eps) {
+  simd_for(
+      "telar::normalization::forward", exec, g.rows(x.extent(0)),
+      [=](std::size_t r) {
+        std::size_t const n = g.row, i = r * n / g.sample, f0 = r * n % g.sample;
+        T const* xr = &x(i, f0);
+        T* yr = &y(i, f0);
+        T const *ga = gamma.data(), *be = beta.data();
+        T const mu = lane_sum<T>(n, [&](std::size_t j) { return xr[j]; }) / T(n);
+        T const sq = lane_sum<T>(n, [&](std::size_t j) { return (xr[j] - mu) * (xr[j] - mu); });
+        T const rs = T(1) / detail::sqrt(sq / T(n) + eps);
+        mean(r) = mu;
+        rstd(r) = rs;
+        for (std::size_t j = 0; j < n; ++j)
+          yr[j] = (xr[j] - mu) * rs * ga[j] + be[j];
+      },
+      1);
+}
+
+template <class Exec, class T, class M>
+void norm_backward_input_rows(Exec const& exec, ConstMatrix<T, M> dy, Matrix<T, M> dx,
+                              ConstMatrix<T, M> x, Vector<T, M> mean, Vector<T, M> rstd,
+                              Vector<T, M> gamma, NormGeometry g) {
+  simd_for(
+      "telar::normalization::backward_input", exec, g.rows(dy.extent(0)),
+      [=](std::size_t r) {
+        std::size_t const n = g.row, i = r * n / g.sample, f0 = r * n % g.sample;
+        T const *dyr = &dy(i, f0), *xr = &x(i, f0), *ga = gamma.data();
+        T* dxr = &dx(i, f0);
+        T const mu = mean(r), rs = rstd(r);
+        T const a = lane_sum<T>(n, [&](std::size_t j) { return dyr[j] * ga[j]; }) / T(n);
+        T const b =
+            lane_sum<T>(n, [&](std::size_t j) { return dyr[j] * ga[j] * (xr[j] - mu) * rs; }) /
+            T(n);
+        for (std::size_t j = 0; j < n; ++j)
+          dxr[j] = rs * (dyr[j] * ga[j] - a - (xr[j] - mu) * rs * b);
+      },
+      1);
+}
+
 // Kernels as free functions (nvcc rejects extended lambdas in private member
 // functions); views captured by value.
 template <class Exec, class T, class M>
 void norm_forward(Exec const& exec, ConstMatrix<T, M> x, Matrix<T, M> y, Vector<T, M> mean,
                   Vector<T, M> rstd, Vector<T, M> gamma, Vector<T, M> beta, NormGeometry g, T eps) {
+  if constexpr (runs_on_host_v<Exec>) {
+    if (g.direct())
+      return norm_forward_rows(exec, x, y, mean, rstd, gamma, beta, g, eps);
+  }
   using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
   for_each_norm_row(
       "telar::normalization::forward", exec, g, x.extent(0),
@@ -105,6 +157,10 @@ template <class Exec, class T, class M>
 void norm_backward_input(Exec const& exec, ConstMatrix<T, M> dy, Matrix<T, M> dx,
                          ConstMatrix<T, M> x, Vector<T, M> mean, Vector<T, M> rstd,
                          Vector<T, M> gamma, NormGeometry g) {
+  if constexpr (runs_on_host_v<Exec>) {
+    if (g.direct())
+      return norm_backward_input_rows(exec, dy, dx, x, mean, rstd, gamma, g);
+  }
   using Member = typename Kokkos::TeamPolicy<Exec>::member_type;
   for_each_norm_row(
       "telar::normalization::backward_input", exec, g, dy.extent(0),
