@@ -159,10 +159,12 @@ int run(Args const& a) {
     std::printf("{\"peer\":\"telar\",\"ranks\":%d,\"layout\":\"%s\",\"batch_per_rank\":%zu,"
                 "\"hidden\":%zu,\"step_ms_median\":%.3f,\"step_ms_mean\":%.3f,"
                 "\"algorithm\":\"%s\",\"sharding\":\"%s\",\"precision\":\"%s\","
-                "\"gemm\":\"%s\",\"gemm_kernels\":\"%s\",\"bf16_weight_copy\":%s}\n",
+                "\"gemm\":\"%s\",\"gemm_kernels\":\"%s\",\"bf16_weight_copy\":%s,"
+                "\"host_loops\":\"%s\"}\n",
                 trainer.size(), trainer.layout().c_str(), a.batch, a.hidden, median, mean,
                 Algorithm::name(), Sharding::name(), bf16 ? "bf16" : "fp32", G::name(),
-                kernels.c_str(), bf16 && a.bf16_weight_copy ? "true" : "false");
+                kernels.c_str(), bf16 && a.bf16_weight_copy ? "true" : "false",
+                telar::host_loops());
   }
   return 0;
 }

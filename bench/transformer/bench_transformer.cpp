@@ -219,14 +219,15 @@ int main(int argc, char** argv) {
                                : time_serial<telar::Precision<float, float>>(o);
       std::printf("telar TransformerBlock x%zu: batch %zu seq %zu hidden %zu heads %zu %s, "
                   "forward+backward median %.2f ms (%.0f tokens/s), %d reps, threads %d, "
-                  "gemm kernels %s%s\n",
+                  "gemm kernels %s%s, host loops %s\n",
                   o.blocks, o.batch, o.seq, o.hidden, o.heads, o.bf16 ? "bf16" : "fp32", ms,
                   tokens / ms * 1e3, o.reps, Exec().concurrency(),
                   o.bf16 ? telar::bf16_kernels().c_str()
                          : telar::gemm_backend_name<T, telar::DefaultMemorySpace>(),
                   o.bf16 ? (o.weight_copy ? ", weights rounded once a repetition"
                                           : ", weights converted in every product")
-                         : "");
+                         : "",
+                  telar::host_loops());
       if (o.bf16 && o.weight_copy)
         std::printf("weight copy: %llu products read it, %llu conversions into it\n",
                     (unsigned long long)telar::detail::bf16_copy().hits,

@@ -746,7 +746,8 @@ telar::JsonObject common_config(telar::Trainer<Model, Strategy, Optimizer, Loss>
       .add("microbatches", trainer.options().microbatches)
       .add("precision", precision_ran(a.precision))
       .add("bf16_weight_copy", a.bf16_weight_copy)
-      .add("gemm_kernels", gemm_kernels(a.precision));
+      .add("gemm_kernels", gemm_kernels(a.precision))
+      .add("host_loops", telar::host_loops());
   return config;
 }
 

@@ -10,6 +10,7 @@
  */
 #include <telar/config.hpp>
 #include <telar/core/detail/bf16_env.hpp>
+#include <telar/core/detail/host_simd.hpp>
 #include <telar/core/detail/type_traits.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/tensor.hpp>
@@ -177,6 +178,14 @@ inline std::string bf16_kernels() {
   for (auto const& s : detail::bf16_impls())
     out += (out.empty() ? "" : ",") + s;
   return out;
+}
+
+/*! \brief Which copy of Telar's own host loops runs (activations,
+ *  normalisation rows, softmax, sums): "avx512" where the CPU has it and
+ *  GCC compiled the second copy, else "baseline" (the build's target; also
+ *  under TELAR_HOST_SIMD=baseline). For benchmark summaries. */
+inline char const* host_loops() {
+  return detail::host_simd_name();
 }
 
 /*! \brief GEMM through KokkosBlas::gemm (BLAS, cuBLAS or rocBLAS underneath). */

@@ -5,6 +5,7 @@
 #include <telar/core/detail/activation_liveness.hpp>
 #include <telar/core/detail/chain_run.hpp>
 #include <telar/core/detail/counter_rng.hpp>
+#include <telar/core/detail/host_simd.hpp>
 #include <telar/core/detail/layer_walk.hpp>
 #include <telar/core/detail/shared_pool.hpp>
 #include <telar/core/detail/type_traits.hpp>
@@ -90,9 +91,8 @@ void add_batch(Exec const& exec, D const& dst, S const& src) {
   std::size_t const n = dst.extent(0), k = dst.extent(1);
   auto* d = dst.data();
   auto const* s = src.data();
-  Kokkos::parallel_for(
-      "telar::add_batch", Kokkos::RangePolicy<Exec>(exec, 0, n * k),
-      KOKKOS_LAMBDA(std::size_t i) { d[i] += s[i]; });
+  simd_for(
+      "telar::add_batch", exec, n * k, KOKKOS_LAMBDA(std::size_t i) { d[i] += s[i]; });
 }
 
 } // namespace detail

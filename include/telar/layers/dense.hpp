@@ -3,6 +3,7 @@
  *  \brief Fully connected layer y = x W^T + b. */
 #include <telar/core/detail/column_sums.hpp>
 #include <telar/core/detail/counter_rng.hpp>
+#include <telar/core/detail/host_simd.hpp>
 #include <telar/core/detail/layer_types.hpp>
 #include <telar/core/detail/math.hpp>
 #include <telar/core/detail/uniform_fill.hpp>
@@ -127,10 +128,19 @@ public:
     if (use_bias_) {
       auto b = bias;
       auto y = yr;
-      Kokkos::parallel_for(
-          "telar::Dense::forward_bias",
-          Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {y.extent(0), y.extent(1)}),
-          KOKKOS_LAMBDA(std::size_t i, std::size_t j) { y(i, j) = b(j); });
+      if constexpr (detail::runs_on_host_v<Exec>) // a row per call, vectorised
+        detail::simd_for(
+            "telar::Dense::forward_bias", exec, y.extent(0),
+            [=](std::size_t i) {
+              for (std::size_t j = 0; j < y.extent(1); ++j)
+                y(i, j) = b(j);
+            },
+            1);
+      else
+        Kokkos::parallel_for(
+            "telar::Dense::forward_bias",
+            Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>>(exec, {0, 0}, {y.extent(0), y.extent(1)}),
+            KOKKOS_LAMBDA(std::size_t i, std::size_t j) { y(i, j) = b(j); });
       beta = 1;
     }
     forward_product(exec, x, xr, yr, beta, saved);

@@ -5,6 +5,7 @@
 // writes y from the branch outputs, and gives each branch its output
 // gradient. Sums and products broadcast a branch that gives one value per
 // channel ([C] or [C, 1, 1] against [C, H, W]).
+#include <telar/core/detail/host_simd.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/shape.hpp>
 #include <telar/core/tensor.hpp>
@@ -64,13 +65,13 @@ void join_pair(Exec const& exec, D const& dst, A const& a, B const& b, JoinOp op
   auto const* pb = b.data();
   if (ka == k && kb == k) { // the same shapes (every residual sum): the four
     // 64-bit divisions per value below made ResNet-50's sums 4x slower
-    Kokkos::RangePolicy<Exec> const all(exec, 0, dst.extent(0) * k);
+    std::size_t const all = dst.extent(0) * k;
     if (op == JoinOp::mul)
-      Kokkos::parallel_for(
-          "telar::join", all, KOKKOS_LAMBDA(std::size_t i) { d[i] = pa[i] * pb[i]; });
+      simd_for(
+          "telar::join", exec, all, KOKKOS_LAMBDA(std::size_t i) { d[i] = pa[i] * pb[i]; });
     else
-      Kokkos::parallel_for(
-          "telar::join", all, KOKKOS_LAMBDA(std::size_t i) { d[i] = pa[i] + pb[i]; });
+      simd_for(
+          "telar::join", exec, all, KOKKOS_LAMBDA(std::size_t i) { d[i] = pa[i] + pb[i]; });
     return;
   }
   Kokkos::parallel_for(
