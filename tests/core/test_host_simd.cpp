@@ -9,6 +9,10 @@
 #include <telar/layers/activation.hpp>
 #include <telar/layers/attention.hpp>
 #include <telar/layers/normalization.hpp>
+#include <telar/optim/adam.hpp>
+#include <telar/optim/detail/engine.hpp>
+#include <telar/optim/sgd.hpp>
+#include <telar/parallel/detail/nonfinite.hpp>
 
 #include <catch2/catch_test_macros.hpp>
 
@@ -85,7 +89,47 @@ void check_activation(std::string const& name, L layer, std::size_t n) {
   });
 }
 
+// Three steps of an optimizer over n values; the weights after them, and
+// the gradients' non-finite count as the last value.
+template <class Opt>
+Floats three_steps(Opt opt, std::size_t n) {
+  telar::Vector<float> w("w", n), g("g", n);
+  Kokkos::deep_copy(w, Kokkos::subview(random_matrix<float>(1, n, 61), 0, Kokkos::ALL));
+  telar::detail::OptimizerEngine<Opt, telar::DefaultMemorySpace> engine(opt, n);
+  std::vector<telar::detail::TensorSegment> segs{{0, n, 1}};
+  for (int s = 0; s < 3; ++s) {
+    Kokkos::deep_copy(g, Kokkos::subview(random_matrix<float>(1, n, 62 + s), 0, Kokkos::ALL));
+    telar::StepInfo<float> info;
+    info.lr = 0.01f;
+    info.step = s + 1;
+    engine.step(Exec{}, w, g, segs, {0}, 1, info, 0, {});
+  }
+  auto hg = Kokkos::create_mirror_view(g);
+  Kokkos::deep_copy(hg, g);
+  hg(n / 2) = std::nanf("");
+  hg(n - 1) = -std::numeric_limits<float>::infinity();
+  Kokkos::deep_copy(g, hg);
+  Floats out = values(telar::Matrix<float>(w.data(), 1, n));
+  out.push_back(float(telar::detail::count_nonfinite(Exec{}, g, 0, n)));
+  return out;
+}
+
 } // namespace
+
+TEST_CASE("Optimizers and the non-finite count: the AVX-512 copy gives the build's bits",
+          "[host_simd][optim]") {
+  std::size_t const n = 10007;
+  telar::SGD<float> sgd;
+  sgd.momentum = 0.9f;
+  sgd.weight_decay = 1e-4f;
+  same_bits_under_both("SGD with momentum", [&] { return three_steps(sgd, n); });
+  same_bits_under_both("AdamW", [&] { return three_steps(telar::AdamW<float>{}, n); });
+  same_bits_under_both("the count itself", [&] {
+    Floats out = three_steps(telar::SGD<float>{}, n);
+    CHECK(out.back() == 2.f);
+    return out;
+  });
+}
 
 TEST_CASE("Element-wise activations: the AVX-512 copy gives the build's bits", "[host_simd]") {
   for (std::size_t n : {std::size_t(13), std::size_t(10007)}) { // remainders of 4, 16 and 4096

@@ -74,14 +74,30 @@ inline char const* host_simd_name() {
 #if TELAR_HOST_SIMD_AVX512
 // Iterations of a parallel_for are independent, which is what ivdep tells
 // the vectoriser (no run-time overlap checks between the views). flatten:
-// a call f did not inline would run the build's code, not this copy's.
+// a call f did not inline would run the build's code, not this copy's. f
+// is copied: a float member of the caller's f (SGD's momentum) could be
+// where a store of the loop writes, so it would be loaded anew in every
+// iteration and the loop kept scalar; a local copy cannot be.
 template <class F>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), optimize("fp-contract=off"),
                flatten)) void
 simd_range_avx512(F const& f, std::size_t begin, std::size_t end) {
+  F const g = f;
 #pragma GCC ivdep
   for (std::size_t i = begin; i < end; ++i)
-    f(i);
+    g(i);
+}
+
+// An integer count, f(i, acc) adding to acc: exact in any order, so
+// vectorised freely.
+template <class Int, class F>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), flatten)) Int
+simd_count_avx512(F const& f, std::size_t begin, std::size_t end) {
+  F const g = f; // as in simd_range_avx512
+  Int acc = 0;
+  for (std::size_t i = begin; i < end; ++i)
+    g(i, acc);
+  return acc;
 }
 #endif
 
@@ -104,6 +120,32 @@ void simd_for(char const* label, Exec const& exec, std::size_t n, F const& f,
 #endif
   (void)block;
   Kokkos::parallel_for(label, Kokkos::RangePolicy<Exec>(exec, 0, n), f);
+}
+
+// Kokkos::parallel_reduce of an integer count over [begin, end) (f(i, acc)
+// adds to acc), its loop compiled for AVX-512 as simd_for's.
+template <class Int, class Exec, class F>
+Int simd_count(char const* label, Exec const& exec, std::size_t begin, std::size_t end,
+               F const& f) {
+  static_assert(std::is_integral_v<Int>, "simd_count counts: any order gives the same sum");
+  Int total = 0;
+#if TELAR_HOST_SIMD_AVX512
+  if constexpr (runs_on_host_v<Exec>) {
+    if (host_simd_choice() == HostSimd::avx512) {
+      constexpr std::size_t block = 4096;
+      Kokkos::parallel_reduce(
+          label, Kokkos::RangePolicy<Exec>(exec, 0, (end - begin + block - 1) / block),
+          [=](std::size_t b, Int& acc) {
+            std::size_t const lo = begin + b * block;
+            acc += simd_count_avx512<Int>(f, lo, std::min(end, lo + block));
+          },
+          total);
+      return total;
+    }
+  }
+#endif
+  Kokkos::parallel_reduce(label, Kokkos::RangePolicy<Exec>(exec, begin, end), f, total);
+  return total;
 }
 
 // op folded over v(0), ..., v(n - 1) in 16 interleaved lanes (each starting

@@ -3,6 +3,7 @@
 // nothing of ranks: what crosses shards (gradient norm, tensor norms) goes
 // through the `reduce` callback, which sums doubles over every rank holding a
 // part of the same parameters (identity when nothing is sharded).
+#include <telar/core/detail/host_simd.hpp>
 #include <telar/core/detail/math.hpp>
 #include <telar/core/tensor.hpp>
 #include <telar/optim/optimizer.hpp>
@@ -94,9 +95,8 @@ public:
     T* const state = state_.data();
     std::size_t const n = n_;
     if constexpr (!Traits::layerwise) {
-      Kokkos::parallel_for(
-          "telar::Optimizer::update", Kokkos::RangePolicy<Exec>(exec, 0, n),
-          KOKKOS_LAMBDA(std::size_t i) {
+      simd_for(
+          "telar::Optimizer::update", exec, n, KOKKOS_LAMBDA(std::size_t i) {
             opt.update(values(i), grads(i) * info.grad_scale, OptimizerState<T>{state + i, n},
                        info);
           });

@@ -9,6 +9,7 @@
 // ranks that hold the pieces) to name the first tensor in model order; the
 // message is built from reduced values only, so it is the same on every rank.
 #include <telar/core/detail/decl.hpp>
+#include <telar/core/detail/host_simd.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/tensor.hpp>
 #include <telar/optim/nonfinite.hpp>
@@ -37,15 +38,11 @@ double count_nonfinite(Exec const& exec, V const& v, std::size_t lo, std::size_t
   double bad = 0;
   for (std::size_t b = lo, e = 0; b < hi; b = e) {
     e = b + std::min(block, hi - b);
-    int n = 0;
-    Kokkos::parallel_reduce(
-        "telar::count_nonfinite", Kokkos::RangePolicy<Exec>(exec, b, e),
-        KOKKOS_LAMBDA(std::size_t i, int& a) {
+    bad += double(simd_count<int>(
+        "telar::count_nonfinite", exec, b, e, KOKKOS_LAMBDA(std::size_t i, int& a) {
           auto const x = v(i);
           a += (x - x == decltype(x)(0)) ? 0 : 1;
-        },
-        n);
-    bad += double(n);
+        }));
   }
   return bad;
 }
