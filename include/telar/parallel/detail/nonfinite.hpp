@@ -32,6 +32,7 @@ namespace telar::detail {
 // register holds twice as many int lanes as long long ones: in a build for
 // generic x86-64 (SSE2) the pass is bound by its instructions, not by
 // memory (MLP 784-2048-2048-10, 5.8 M gradients: 7.6% of a bf16 step).
+// simd_count runs it 16 int lanes wide where the CPU has AVX-512.
 template <class Exec, class V>
 double count_nonfinite(Exec const& exec, V const& v, std::size_t lo, std::size_t hi) {
   constexpr std::size_t block = std::size_t(1) << 30;
