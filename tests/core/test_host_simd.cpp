@@ -66,6 +66,21 @@ void same_bits_under_both(std::string const& what, Run run) {
   CHECK(differ == 0);
 }
 
+// A layer's output, input gradient and parameter gradients for input x
+// and output gradient dy (both [n, k], the output as the input).
+template <class L>
+Floats forward_backward(L& layer, Mat x, Mat dy) {
+  Mat y("y", x.extent(0), x.extent(1)), dx("dx", x.extent(0), x.extent(1));
+  typename L::saved_type saved;
+  layer.forward(Exec{}, x, y, saved);
+  layer.backward_input(Exec{}, dy, dx, saved);
+  layer.backward_weight(Exec{}, dy, saved);
+  Floats out = values(y), g = values(dx), w = gradients(layer);
+  out.insert(out.end(), g.begin(), g.end());
+  out.insert(out.end(), w.begin(), w.end());
+  return out;
+}
+
 // Forward and backward of an element-wise layer over n values: random ones
 // over [-8, 8] after a row of specials.
 template <class L>
@@ -148,16 +163,8 @@ TEST_CASE("LayerNorm: the AVX-512 copy gives the build's bits", "[host_simd][nor
     same_bits_under_both("LayerNorm(" + std::to_string(row) + ")", [&] {
       telar::LayerNorm<float> ln(row);
       ln.initialize(0);
-      Mat x = random_matrix<float>(3, 2 * row, 41, 4.0), y("y", 3, 2 * row);
-      Mat dy = random_matrix<float>(3, 2 * row, 42), dx("dx", 3, 2 * row);
-      telar::LayerNorm<float>::saved_type saved;
-      ln.forward(Exec{}, x, y, saved);
-      ln.backward_input(Exec{}, dy, dx, saved);
-      ln.backward_weight(Exec{}, dy, saved);
-      Floats out = values(y), g = values(dx), w = gradients(ln);
-      out.insert(out.end(), g.begin(), g.end());
-      out.insert(out.end(), w.begin(), w.end());
-      return out;
+      return forward_backward(ln, random_matrix<float>(3, 2 * row, 41, 4.0),
+                              random_matrix<float>(3, 2 * row, 42));
     });
   }
 }
@@ -167,15 +174,7 @@ TEST_CASE("Causal self-attention: the AVX-512 copy gives the build's bits", "[ho
   same_bits_under_both("CausalSelfAttention(16, 2), seq 37", [&] {
     telar::CausalSelfAttention<float> attn(hidden, 2);
     attn.initialize(5);
-    Mat x = random_matrix<float>(2, seq * hidden, 51, 2.0), y("y", 2, seq * hidden);
-    Mat dy = random_matrix<float>(2, seq * hidden, 52), dx("dx", 2, seq * hidden);
-    telar::CausalSelfAttention<float>::saved_type saved;
-    attn.forward(Exec{}, x, y, saved);
-    attn.backward_input(Exec{}, dy, dx, saved);
-    attn.backward_weight(Exec{}, dy, saved);
-    Floats out = values(y), g = values(dx), w = gradients(attn);
-    out.insert(out.end(), g.begin(), g.end());
-    out.insert(out.end(), w.begin(), w.end());
-    return out;
+    return forward_backward(attn, random_matrix<float>(2, seq * hidden, 51, 2.0),
+                            random_matrix<float>(2, seq * hidden, 52));
   });
 }
