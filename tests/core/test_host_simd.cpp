@@ -1,7 +1,8 @@
 // The two copies of a host loop (the build's and AVX-512's, picked when it
 // runs: core/detail/host_simd.hpp) compute the same bits: activations
 // forward and backward (specials included), LayerNorm's rows and parameter
-// gradients, the attention softmax. Where the machine or compiler has only
+// gradients, attention (softmax and its recomputation), the optimizers'
+// update and the non-finite count. Where the machine or compiler has only
 // the build's copy, the test says so and compares that copy with itself.
 #include "support.hpp"
 
