@@ -539,6 +539,55 @@ TEST_CASE("oneDNN's convolution cache reuses converted inputs only for the same 
   c.backward_data(g, n, dy.data(), w.data(), dx.data(), true, 8);
   CHECK(c.reused() == 5);
 }
+
+// The two-step conversion of activations (core/detail/onednn_staged.hpp)
+// against oneDNN's one reorder: the same words, padding included, for
+// channels that do not fill a block, a batch that is not a multiple of the
+// samples staged at a time, 3-D tensors, and values that round specially
+// (ties, subnormals, infinities, NaN, -0).
+TEST_CASE("oneDNN's staged conversion of activations gives its one reorder's words",
+          "[conv][policy][bf16]") {
+  if (!telar::bf16_available()) {
+    SKIP("no AVX512-BF16/AMX on this CPU");
+  }
+  using tag = dnnl::memory::format_tag;
+  using dt = dnnl::memory::data_type;
+  auto& eng = telar::detail::onednn_engine();
+  auto& s = telar::detail::onednn_stream();
+  auto check = [&](dnnl::memory::dims const& d, tag plain, tag blocked) {
+    INFO("dims " << d.size() << "-D, batch " << d[0] << ", channels " << d[1]);
+    dnnl::memory::desc const from(d, dt::f32, plain), to(d, dt::bf16, blocked);
+    auto staged = telar::detail::OneDnnStagedInput::make(eng, from, to, d, plain);
+    REQUIRE(staged);
+    std::size_t const n = from.get_size() / sizeof(float);
+    std::vector<float> x(n);
+    float const special[] = {1.f + 0x1p-8f, 1.f + 0x3p-8f, 1e-40f, -1e-40f, 0x1p-126f,
+                             INFINITY,      -INFINITY,     NAN,    -0.f,    3.4e38f};
+    for (std::size_t i = 0; i < n; ++i)
+      x[i] = i % 7 == 0 ? special[(i / 7) % 10] : std::sin(float(i)) * float(1 + i % 1000);
+    std::vector<std::uint16_t> want(to.get_size() / 2, 0x5555), got(want.size(), 0xaaaa);
+    dnnl::memory src(from, eng, x.data()), dst(to, eng, want.data());
+    dnnl::reorder(src, dst).execute(s, src, dst);
+    staged->run(s, x.data(), got.data());
+    s.wait();
+    CHECK(got == want);
+  };
+  check({7, 20, 40, 40}, tag::abcd, tag::aBcd16b); // 2 samples at a time, then 1
+  check({128, 32, 14, 14}, tag::abcd, tag::aBcd16b);
+  check({3, 8, 5, 6}, tag::abcd, tag::aBcd8b);
+  check({5, 16, 3, 4, 5}, tag::abcde, tag::aBcde16b);
+  // Not blocked, not bf16, not the plain layout: oneDNN's own reorder.
+  dnnl::memory::dims const d{2, 16, 3, 3};
+  using desc = dnnl::memory::desc;
+  desc const f32(d, dt::f32, tag::abcd), bf16(d, dt::bf16, tag::aBcd16b);
+  auto make = [&](desc const& a, desc const& b) {
+    return telar::detail::OneDnnStagedInput::make(eng, a, b, d, tag::abcd);
+  };
+  CHECK(!make(f32, desc(d, dt::bf16, tag::abcd)));
+  CHECK(!make(f32, desc(d, dt::f32, tag::aBcd16b)));
+  CHECK(!make(desc(d, dt::f32, tag::acdb), bf16));
+  CHECK(make(f32, bf16));
+}
 #endif
 
 TEMPLATE_TEST_CASE("OneDnnConvBf16 refuses a CPU without bf16 instructions unless fp32 is asked "

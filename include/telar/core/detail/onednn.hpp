@@ -8,10 +8,12 @@
 
 #if TELAR_HAVE_ONEDNN
 #include <telar/core/detail/bf16_env.hpp>
+#include <telar/core/detail/onednn_staged.hpp>
 #include <telar/core/error.hpp>
 
 #include <dnnl.hpp>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -55,6 +57,7 @@ struct OneDnnPort {
   dnnl::memory user, inner;
   dnnl::reorder convert; // user -> inner for inputs, inner -> user for outputs
   bool reordered = false;
+  std::shared_ptr<OneDnnStagedInput> staged; // an input converted in two steps instead
 
   void init(dnnl::memory::desc const& plain, dnnl::memory::desc const& want, bool input) {
     auto& eng = onednn_engine();
@@ -77,10 +80,20 @@ struct OneDnnPort {
     if (reordered)
       convert = dnnl::reorder(user, inner);
   }
+  // An input port's activations (dims d, layout `plain`) converted through
+  // OneDnnStagedInput where it applies (f32 into a blocked bf16 layout).
+  void stage(dnnl::memory::dims const& d, dnnl::memory::format_tag plain) {
+    if (reordered)
+      staged =
+          OneDnnStagedInput::make(onednn_engine(), user.get_desc(), inner.get_desc(), d, plain);
+  }
   // The primitive's input, from the caller's buffer p.
   dnnl::memory& in(dnnl::stream& s, void const* p) {
     user.set_data_handle(const_cast<void*>(p));
-    if (reordered)
+    if (staged)
+      staged->run(s, static_cast<float const*>(p),
+                  static_cast<std::uint16_t*>(inner.get_data_handle()));
+    else if (reordered)
       convert.execute(s, user, inner);
     return inner;
   }
