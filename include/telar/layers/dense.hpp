@@ -7,6 +7,7 @@
 #include <telar/core/detail/layer_types.hpp>
 #include <telar/core/detail/math.hpp>
 #include <telar/core/detail/uniform_fill.hpp>
+#include <telar/core/detail/zeroed_grads.hpp>
 #include <telar/core/error.hpp>
 #include <telar/core/gemm.hpp>
 #include <telar/core/layer.hpp>
@@ -248,20 +249,24 @@ protected:
     gemm(Gemm{}, exec, 'N', 'T', T(1), xr, weight, beta, yr);
   }
 
-  /*! \brief dW += dy^T x, x the view or the compact copy. */
+  /*! \brief dW += dy^T x, x the view or the compact copy (dW = dy^T x for
+   *  the first product into gradients a step zeroed: core/detail/zeroed_grads.hpp). */
   template <class Exec, class DY>
   void weight_product(Exec const& exec, DY const& dyr, std::size_t r,
                       saved_type const& saved) const {
+    T const beta = detail::zeroed_grads().take(weight_grad.data(), weight_grad.size() * sizeof(T))
+                       ? T(0)
+                       : T(1);
 #if TELAR_HAVE_ONEDNN
     if constexpr (detail::onednn_bf16_v<Gemm, T, MemorySpace>)
       if (saved.compact) {
         if (saved.kept.rounded())
           return detail::bf16_matmul(exec, 'T', 'N', T(1), dyr, nullptr, saved.kept.shape(),
-                                     saved.kept.words(), T(1), weight_grad);
-        return gemm(Gemm{}, exec, 'T', 'N', T(1), dyr, saved.kept.values(), T(1), weight_grad);
+                                     saved.kept.words(), beta, weight_grad);
+        return gemm(Gemm{}, exec, 'T', 'N', T(1), dyr, saved.kept.values(), beta, weight_grad);
       }
 #endif
-    gemm(Gemm{}, exec, 'T', 'N', T(1), dyr, as_rows(saved.x, r, weight.extent(1)), T(1),
+    gemm(Gemm{}, exec, 'T', 'N', T(1), dyr, as_rows(saved.x, r, weight.extent(1)), beta,
          weight_grad);
   }
 

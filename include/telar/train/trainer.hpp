@@ -4,6 +4,7 @@
 #include <telar/comm/bf16_wire.hpp>
 #include <telar/comm/communicator.hpp>
 #include <telar/comm/process_grid.hpp>
+#include <telar/core/detail/zeroed_grads.hpp>
 #include <telar/core/loss.hpp>
 #include <telar/core/parameters.hpp>
 #include <telar/core/sequential.hpp>
@@ -188,6 +189,7 @@ public:
     {
       detail::ScopedRegion phase("telar::Trainer::step::forward_backward");
       auto const weights = bf16_weights_.use(params_);
+      detail::ZeroedGradsScope const zeroed(params_.grads().data(), params_.grads().size());
       local = executor_.run(
           exec, layout_.schedule, x, y, loss_, scale,
           detail::StepHooks<Residency, Sync, execution_space>(residency_, sync_, exec), &trace_);
