@@ -108,31 +108,14 @@ TEST_CASE("Dense with the reference GEMM gives the same gradients", "[layers][fd
   check_layer_gradients(dense, 5, 6);
 }
 
-TEST_CASE("Dense accumulates weight gradients over calls", "[layers]") {
-  telar::Dense<double> dense(3, 2);
-  dense.initialize(1);
-  Mat x = random_matrix<double>(4, 3, 1), dy = random_matrix<double>(4, 2, 2), y("y", 4, 2);
-  telar::Dense<double>::saved_type saved;
-  dense.forward(Exec{}, x, y, saved);
-  Kokkos::deep_copy(dense.weight_grad, 0.0);
-  Kokkos::deep_copy(dense.bias_grad, 0.0);
-  dense.backward_weight(Exec{}, dy, saved);
-  auto once = to_host(dense.weight_grad);
-  auto once_copy = Kokkos::create_mirror(once);
-  Kokkos::deep_copy(once_copy, once);
-  dense.backward_weight(Exec{}, dy, saved);
-  auto twice = to_host(dense.weight_grad);
-  for (std::size_t i = 0; i < 2; ++i)
-    for (std::size_t j = 0; j < 3; ++j)
-      CHECK(twice(i, j) == Approx(2 * once_copy(i, j)));
-}
-
-// Inside a registered range of zeroed gradients (a Trainer's step,
-// core/detail/zeroed_grads.hpp) the first product of the weight gradient is
-// written, not added, once per registration: the values already there are
-// not read (here 7s stand for them), the second call adds, the bias always
-// adds, and a weight gradient outside the range adds from the first call.
-TEST_CASE("Dense writes its first weight gradient of a step into zeroed gradients", "[layers]") {
+// Weight gradients add up over calls. Inside a registered range of zeroed
+// gradients (a Trainer's step, core/detail/zeroed_grads.hpp) the first
+// product is written instead, once per registration: the values already
+// there are not read (here 7s stand for them), the second call adds, the
+// bias always adds, and a weight gradient outside the range adds from the
+// first call.
+TEST_CASE("Dense accumulates weight gradients, writing a step's first into zeroed ones",
+          "[layers]") {
   telar::Dense<double> dense(3, 2);
   dense.initialize(1);
   Mat x = random_matrix<double>(4, 3, 1), dy = random_matrix<double>(4, 2, 2), y("y", 4, 2);
@@ -151,23 +134,27 @@ TEST_CASE("Dense writes its first weight gradient of a step into zeroed gradient
     for (std::size_t i = 0; i < w.size(); ++i)
       CHECK(w[i] == Approx(k * once[i] + plus));
   };
-  Kokkos::deep_copy(dense.weight_grad, 7.0);
-  Kokkos::deep_copy(dense.bias_grad, 7.0);
-  {
-    telar::detail::ZeroedGradsScope const zeroed(dense.weight_grad.data(),
-                                                 dense.weight_grad.size());
-    dense.backward_weight(Exec{}, dy, saved);
-    weight_is(1, 0);
+  SECTION("over calls") {
     dense.backward_weight(Exec{}, dy, saved);
     weight_is(2, 0);
-    auto const b = values(dense.bias_grad);
-    for (std::size_t i = 0; i < b.size(); ++i)
-      CHECK(b[i] == Approx(2 * bias_once[i] + 7));
   }
-  dense.backward_weight(Exec{}, dy, saved); // the scope ended: adds
-  weight_is(3, 0);
-  Kokkos::deep_copy(dense.weight_grad, 7.0);
-  {
+  SECTION("the first of a step into zeroed gradients") {
+    Kokkos::deep_copy(dense.weight_grad, 7.0);
+    Kokkos::deep_copy(dense.bias_grad, 7.0);
+    {
+      telar::detail::ZeroedGradsScope const zeroed(dense.weight_grad.data(),
+                                                   dense.weight_grad.size());
+      dense.backward_weight(Exec{}, dy, saved);
+      weight_is(1, 0);
+      dense.backward_weight(Exec{}, dy, saved);
+      weight_is(2, 0);
+      auto const b = values(dense.bias_grad);
+      for (std::size_t i = 0; i < b.size(); ++i)
+        CHECK(b[i] == Approx(2 * bias_once[i] + 7));
+    }
+    dense.backward_weight(Exec{}, dy, saved); // the scope ended: adds
+    weight_is(3, 0);
+    Kokkos::deep_copy(dense.weight_grad, 7.0);
     telar::Vector<double> other("other", 6);
     telar::detail::ZeroedGradsScope const zeroed(other.data(), other.size());
     dense.backward_weight(Exec{}, dy, saved);
