@@ -13,6 +13,9 @@
 // stays in cache and no tensor-sized copy is held; smaller buffers mean
 // more, shorter calls (256 KiB was no faster). Example 02's bf16 step, 8
 // interleaved rounds: 33.6 -> 32.3 ms (docs/precision.md).
+#include <telar/config.hpp>
+
+#if TELAR_HAVE_ONEDNN
 #include <dnnl.hpp>
 
 #include <algorithm>
@@ -111,3 +114,5 @@ private:
 };
 
 } // namespace telar::detail
+
+#endif // TELAR_HAVE_ONEDNN
