@@ -4,6 +4,7 @@
 // prints the numbers), and shape errors.
 #include "support.hpp"
 
+#include <telar/core/detail/host_simd.hpp>
 #include <telar/core/sequential.hpp>
 #include <telar/layers/activation.hpp>
 #include <telar/layers/conv.hpp>
@@ -13,6 +14,7 @@
 #include <telar/testing/check_gradients.hpp>
 
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
 
 #include <array>
 #include <cmath>
@@ -298,10 +300,24 @@ TEST_CASE("MaxPool2D and AvgPool2D forward values", "[pool]") {
 // (ties keep the first element in row-major order, a NaN never replaces a
 // number, a NaN first stays), forward values and positions, and backward
 // dy at each maximum and 0 elsewhere, exactly; then odd sizes (the general
-// kernels) against the same loop.
+// kernels) against the same loop. Both copies of the 2x2 kernels: the
+// build's and, where the host has it, AVX-512's (16 windows a vector: rows
+// of 1, 4, 16, 17 and 33 windows, so full vectors and every kind of tail).
 TEST_CASE("2x2 max pooling: ties, NaN and gradients as a plain loop gives them", "[pool]") {
-  for (auto [c, h, w] : {std::array<std::size_t, 3>{3, 6, 8}, {2, 5, 7}}) {
-    INFO(c << "x" << h << "x" << w);
+  using telar::detail::HostSimd;
+  HostSimd& choice = telar::detail::host_simd_choice();
+  HostSimd const before = choice;
+  auto const copy = GENERATE(HostSimd::baseline, HostSimd::avx512);
+  if (copy == HostSimd::avx512 && telar::detail::host_simd_available() != copy)
+    SKIP("no AVX-512 copy here (another CPU or compiler, or TELAR_HOST_SIMD)");
+  choice = copy;
+  for (auto [c, h, w] : {std::array<std::size_t, 3>{3, 6, 8},
+                         {2, 5, 7},
+                         {2, 4, 2},
+                         {1, 2, 32},
+                         {2, 4, 34},
+                         {1, 2, 66}}) {
+    INFO(c << "x" << h << "x" << w << (copy == HostSimd::avx512 ? ", AVX-512" : ", build's"));
     std::size_t const n = 2, ho = h / 2, wo = w / 2, in = c * h * w, out = c * ho * wo;
     telar::Matrix<float> x("x", n, in), y("y", n, out), dy("dy", n, out), dx("dx", n, in);
     auto hx = Kokkos::create_mirror_view(x);
@@ -347,6 +363,7 @@ TEST_CASE("2x2 max pooling: ties, NaN and gradients as a plain loop gives them",
       wrong += hdx.data()[i] != want_dx[i];
     CHECK(wrong == 0);
   }
+  choice = before;
 }
 
 TEST_CASE("Conv and pooling layers report shape errors", "[conv][pool]") {

@@ -8,13 +8,16 @@
 // backward writes every input gradient once (no zeroing pass), so neither
 // pass reads more than it must. The results are the general kernels', bit
 // for bit: the same maximum (ties keep the first in row-major order, a NaN
-// never replaces a number) at the same position.
+// never replaces a number) at the same position. On hosts with AVX-512 the
+// rows run maxpool_2x2_avx512.hpp's code instead, with the same results.
+#include <telar/layers/detail/maxpool_2x2_avx512.hpp>
 #include <telar/layers/detail/pool_geometry.hpp>
 #include <telar/layers/detail/spatial_row.hpp>
 
 #include <Kokkos_Core.hpp>
 
 #include <cstddef>
+#include <type_traits>
 
 namespace telar::detail {
 
@@ -30,6 +33,23 @@ template <class Exec, class X, class Y, class I>
 void maxpool_2x2_forward(Exec const& exec, PoolGeometry const g, X const& x, Y const& y,
                          I const& idx) {
   using T = typename Y::non_const_value_type;
+#if TELAR_HOST_SIMD_AVX512
+  if constexpr (runs_on_host_v<Exec> && std::is_same_v<T, float>) {
+    if (host_simd_choice() == HostSimd::avx512) {
+      Kokkos::parallel_for("telar::MaxPool::forward_2x2",
+                           Kokkos::RangePolicy<Exec>(exec, 0, g.out_rows(x.extent(0))),
+                           [=](std::size_t r) {
+                             SpatialRow const o(r, g.out[0], g.out[1]);
+                             int const w_in = g.in[2], first = (o.d * g.in[1] + 2 * o.h) * w_in;
+                             float const* const top = x.data() + o.plane * g.in_plane() + first;
+                             std::size_t const at = r * std::size_t(g.out[2]);
+                             maxpool_2x2_row_avx512(top, top + w_in, y.data() + at, idx.data() + at,
+                                                    g.out[2], first, w_in);
+                           });
+      return;
+    }
+  }
+#endif
   Kokkos::parallel_for(
       "telar::MaxPool::forward_2x2", Kokkos::RangePolicy<Exec>(exec, 0, g.out_rows(x.extent(0))),
       KOKKOS_LAMBDA(std::size_t r) {
@@ -61,6 +81,24 @@ template <class Exec, class DY, class DX, class I>
 void maxpool_2x2_backward(Exec const& exec, PoolGeometry const g, DY const& dy, DX const& dx,
                           I const& idx) {
   using T = typename DX::non_const_value_type;
+#if TELAR_HOST_SIMD_AVX512
+  if constexpr (runs_on_host_v<Exec> && std::is_same_v<T, float> &&
+                std::is_same_v<typename DY::non_const_value_type, float>) {
+    if (host_simd_choice() == HostSimd::avx512) {
+      Kokkos::parallel_for(
+          "telar::MaxPool::backward_input_2x2",
+          Kokkos::RangePolicy<Exec>(exec, 0, g.out_rows(dy.extent(0))), [=](std::size_t r) {
+            SpatialRow const o(r, g.out[0], g.out[1]);
+            int const w_in = g.in[2], first = (o.d * g.in[1] + 2 * o.h) * w_in;
+            float* const top = dx.data() + o.plane * g.in_plane() + first;
+            std::size_t const at = r * std::size_t(g.out[2]);
+            maxpool_2x2_backward_row_avx512(top, top + w_in, dy.data() + at, idx.data() + at,
+                                            g.out[2], first, w_in);
+          });
+      return;
+    }
+  }
+#endif
   Kokkos::parallel_for(
       "telar::MaxPool::backward_input_2x2",
       Kokkos::RangePolicy<Exec>(exec, 0, g.out_rows(dy.extent(0))), KOKKOS_LAMBDA(std::size_t r) {
