@@ -28,6 +28,21 @@ inline bool pool_2x2(PoolGeometry const& g) {
          2 * g.out[1] == g.in[1] && 2 * g.out[2] == g.in[2];
 }
 
+// Where output row r of a 2x2 pooling lies: its two input rows start at
+// `in` (the top one; the bottom one w_in later), `first` is the top row's
+// position in its plane (what idx holds), its outputs start at `out`.
+struct Row2x2 {
+  std::size_t in, out;
+  int first, w_in;
+  KOKKOS_INLINE_FUNCTION Row2x2(PoolGeometry const& g, std::size_t r)
+      : out(r * std::size_t(g.out[2])) {
+    SpatialRow const o(r, g.out[0], g.out[1]);
+    w_in = g.in[2];
+    first = (o.d * g.in[1] + 2 * o.h) * w_in;
+    in = o.plane * g.in_plane() + std::size_t(first);
+  }
+};
+
 // y = the maxima of the windows, idx = their positions in the plane.
 template <class Exec, class X, class Y, class I>
 void maxpool_2x2_forward(Exec const& exec, PoolGeometry const g, X const& x, Y const& y,
@@ -39,12 +54,10 @@ void maxpool_2x2_forward(Exec const& exec, PoolGeometry const g, X const& x, Y c
       Kokkos::parallel_for("telar::MaxPool::forward_2x2",
                            Kokkos::RangePolicy<Exec>(exec, 0, g.out_rows(x.extent(0))),
                            [=](std::size_t r) {
-                             SpatialRow const o(r, g.out[0], g.out[1]);
-                             int const w_in = g.in[2], first = (o.d * g.in[1] + 2 * o.h) * w_in;
-                             float const* const top = x.data() + o.plane * g.in_plane() + first;
-                             std::size_t const at = r * std::size_t(g.out[2]);
-                             maxpool_2x2_row_avx512(top, top + w_in, y.data() + at, idx.data() + at,
-                                                    g.out[2], first, w_in);
+                             Row2x2 const w(g, r);
+                             float const* const top = x.data() + w.in;
+                             maxpool_2x2_row_avx512(top, top + w.w_in, y.data() + w.out,
+                                                    idx.data() + w.out, g.out[2], w.first, w.w_in);
                            });
       return;
     }
@@ -53,12 +66,12 @@ void maxpool_2x2_forward(Exec const& exec, PoolGeometry const g, X const& x, Y c
   Kokkos::parallel_for(
       "telar::MaxPool::forward_2x2", Kokkos::RangePolicy<Exec>(exec, 0, g.out_rows(x.extent(0))),
       KOKKOS_LAMBDA(std::size_t r) {
-        SpatialRow const o(r, g.out[0], g.out[1]);
-        int const w_in = g.in[2], first = (o.d * g.in[1] + 2 * o.h) * w_in;
-        T const* const top = x.data() + o.plane * g.in_plane() + first;
+        Row2x2 const row(g, r);
+        int const w_in = row.w_in, first = row.first;
+        T const* const top = x.data() + row.in;
         T const* const bottom = top + w_in;
-        T* const out = y.data() + r * std::size_t(g.out[2]);
-        int* const arg = idx.data() + r * std::size_t(g.out[2]);
+        T* const out = y.data() + row.out;
+        int* const arg = idx.data() + row.out;
         for (int ow = 0; ow < g.out[2]; ++ow) {
           int const w = 2 * ow;
           T m = top[w];
@@ -88,12 +101,10 @@ void maxpool_2x2_backward(Exec const& exec, PoolGeometry const g, DY const& dy, 
       Kokkos::parallel_for(
           "telar::MaxPool::backward_input_2x2",
           Kokkos::RangePolicy<Exec>(exec, 0, g.out_rows(dy.extent(0))), [=](std::size_t r) {
-            SpatialRow const o(r, g.out[0], g.out[1]);
-            int const w_in = g.in[2], first = (o.d * g.in[1] + 2 * o.h) * w_in;
-            float* const top = dx.data() + o.plane * g.in_plane() + first;
-            std::size_t const at = r * std::size_t(g.out[2]);
-            maxpool_2x2_backward_row_avx512(top, top + w_in, dy.data() + at, idx.data() + at,
-                                            g.out[2], first, w_in);
+            Row2x2 const w(g, r);
+            float* const top = dx.data() + w.in;
+            maxpool_2x2_backward_row_avx512(top, top + w.w_in, dy.data() + w.out,
+                                            idx.data() + w.out, g.out[2], w.first, w.w_in);
           });
       return;
     }
@@ -102,12 +113,12 @@ void maxpool_2x2_backward(Exec const& exec, PoolGeometry const g, DY const& dy, 
   Kokkos::parallel_for(
       "telar::MaxPool::backward_input_2x2",
       Kokkos::RangePolicy<Exec>(exec, 0, g.out_rows(dy.extent(0))), KOKKOS_LAMBDA(std::size_t r) {
-        SpatialRow const o(r, g.out[0], g.out[1]);
-        int const w_in = g.in[2], first = (o.d * g.in[1] + 2 * o.h) * w_in;
-        T* const top = dx.data() + o.plane * g.in_plane() + first;
+        Row2x2 const row(g, r);
+        int const w_in = row.w_in, first = row.first;
+        T* const top = dx.data() + row.in;
         T* const bottom = top + w_in;
-        auto const* const grad = dy.data() + r * std::size_t(g.out[2]);
-        int const* const arg = idx.data() + r * std::size_t(g.out[2]);
+        auto const* const grad = dy.data() + row.out;
+        int const* const arg = idx.data() + row.out;
         for (int ow = 0; ow < g.out[2]; ++ow) {
           int const w = 2 * ow, at = arg[ow] - first;
           T const d = grad[ow];
